@@ -1,0 +1,184 @@
+"""Reading Hugging Face model folders without torch, and applying key tables.
+
+A converter describes a checkpoint family as a list of ``Entry`` rows (HF key, our param
+path, expected HF shape, transform). ``apply_table`` checks a state dict against the table
+and reports every missing, unexpected and mis-shaped tensor in one ``ConversionError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import socket
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+
+class ConversionError(ValueError):
+    """A checkpoint that does not match what its converter expects."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One tensor: HF key, path in our params (ints index stacked layers), HF shape, transform."""
+
+    key: str
+    path: tuple
+    shape: tuple[int, ...]
+    transform: Callable[[np.ndarray], np.ndarray] = lambda w: w
+
+
+def read_config(folder: Path) -> dict:
+    path = Path(folder) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{folder} has no config.json; a Hugging Face model folder "
+                                "needs config.json and model.safetensors (or pytorch_model.bin)")
+    return json.loads(path.read_text())
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The checkpoint's weight files, safetensors preferred (sharded indexes followed)."""
+    folder = Path(folder)
+    for name, index in (("model.safetensors", "model.safetensors.index.json"),
+                        ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        if (folder / name).is_file():
+            return [folder / name]
+        if (folder / index).is_file():
+            shards = sorted(set(json.loads((folder / index).read_text())["weight_map"].values()))
+            return [folder / s for s in shards]
+    raise FileNotFoundError(f"{folder} has no model.safetensors or pytorch_model.bin; save the "
+                            "model with `model.save_pretrained(folder)`")
+
+
+def read_state_dict(folder: Path) -> dict[str, np.ndarray]:
+    """All tensors of a HF checkpoint as float32/int numpy arrays (safetensors: no torch)."""
+    state: dict[str, np.ndarray] = {}
+    for path in weight_files(folder):
+        if path.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="numpy") as f:
+                for k in f.keys():
+                    state[k] = f.get_tensor(k)
+        else:
+            try:
+                import torch
+            except ImportError as e:
+                raise ConversionError(f"{path} is a PyTorch pickle and reading it needs torch; "
+                                      "install torch or re-save the model as safetensors") from e
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+            state.update({k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in sd.items()})
+    # Old TF-converted BERT checkpoints name LayerNorm parameters gamma/beta.
+    renamed = {re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k)): v
+               for k, v in state.items()}
+    return {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in renamed.items()}
+
+
+def apply_table(state: dict[str, np.ndarray], entries: list[Entry], ignore: tuple[str, ...] = (),
+                source: str = "checkpoint") -> dict:
+    """Convert ``state`` with ``entries``; keys matching an ``ignore`` regex are allowed extras.
+
+    Returns the nested params; integer path elements become a stacked leading axis.
+    """
+    missing, misshaped, flat = [], [], {}
+    for e in entries:
+        if e.key not in state:
+            missing.append(e.key)
+        elif tuple(state[e.key].shape) != tuple(e.shape):
+            misshaped.append(f"{e.key}: has shape {tuple(state[e.key].shape)}, expected {tuple(e.shape)}")
+        else:
+            flat[e.path] = np.asarray(e.transform(state[e.key]))
+    known = {e.key for e in entries}
+    unexpected = [k for k in state if k not in known and not any(re.fullmatch(p, k) for p in ignore)]
+    if missing or unexpected or misshaped:
+        lines = [f"cannot convert {source}:"]
+        for title, keys in (("missing tensors", missing), ("unexpected tensors", unexpected),
+                            ("tensors with the wrong shape", misshaped)):
+            if keys:
+                lines.append(f"  {len(keys)} {title}:")
+                lines += [f"    {k}" for k in sorted(keys)]
+        lines.append("Fix: check that config.json matches the weights and that the folder holds "
+                     "a supported model type (a renamed or truncated checkpoint shows up here).")
+        raise ConversionError("\n".join(lines))
+    return nest(flat)
+
+
+def nest(flat: dict[tuple, np.ndarray]) -> dict:
+    """{('a', 0, 'b'): x, ('a', 1, 'b'): y} -> {'a': {'b': stack([x, y])}}."""
+    tree: dict = {}
+    for path, value in flat.items():
+        node = tree
+        for k in path[:-1]:
+            node = node.setdefault(k, {})
+        node[path[-1]] = value
+    return _stack_int_keys(tree)
+
+
+def _stack_int_keys(node):
+    if not isinstance(node, dict):
+        return node
+    node = {k: _stack_int_keys(v) for k, v in node.items()}
+    if node and all(isinstance(k, int) for k in node):
+        items = [node[i] for i in range(len(node))]
+        return _stack_trees(items)
+    return node
+
+
+def _stack_trees(items):
+    if isinstance(items[0], dict):
+        return {k: _stack_trees([it[k] for it in items]) for k in items[0]}
+    return np.stack(items)
+
+
+def linear(n_in: int, n_out: int) -> tuple[tuple[int, int], Callable]:
+    """torch Linear weight (out, in) -> kernel (in, out)."""
+    return (n_out, n_in), lambda w: w.T
+
+
+def split_heads_in(d: int, h: int, d_h: int) -> tuple[tuple[int, int], Callable]:
+    """Q/K/V projection (H*d_h, D) -> kernel (D, H, d_h)."""
+    return (h * d_h, d), lambda w: w.T.reshape(d, h, d_h)
+
+
+def split_heads_out(d: int, h: int, d_h: int) -> tuple[tuple[int, int], Callable]:
+    """Output projection (D, H*d_h) -> kernel (H, d_h, D)."""
+    return (d, h * d_h), lambda w: w.T.reshape(h, d_h, d)
+
+
+def resolve(name_or_path: str | os.PathLike) -> Path:
+    """A local folder, or a hub id found in the local HF cache or downloaded when online.
+
+    Offline, fails at once with the cause and the fix instead of waiting on the network.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or str(name_or_path).startswith((".", "/", "~")):
+        raise FileNotFoundError(f"{name_or_path} is not a model folder (expected a directory "
+                                "with config.json and model.safetensors)")
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "*.txt", "*.model", "*.bin"]
+    try:
+        return Path(snapshot_download(str(name_or_path), local_files_only=True, allow_patterns=patterns))
+    except Exception:
+        pass
+    why = None
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
+        why = "HF_HUB_OFFLINE is set"
+    else:
+        try:
+            socket.create_connection(("huggingface.co", 443), timeout=3).close()
+        except OSError as e:
+            why = f"the hub is unreachable ({e.__class__.__name__}: {e})"
+    if why:
+        raise FileNotFoundError(
+            f"{name_or_path!r} is neither a local folder nor in the local Hugging Face cache, and "
+            f"{why}. Fix: on a machine with internet run `huggingface-cli download {name_or_path}` "
+            "and pass the downloaded folder's path (or copy the HF cache here); or call "
+            "jattn.load() with no argument for the embedded offline MiniLM.")
+    return Path(snapshot_download(str(name_or_path), allow_patterns=patterns))
