@@ -1,0 +1,185 @@
+"""Vector-norm analysis of attention (Kobayashi et al. 2020, EMNLP; 2021 extension, EMNLP).
+
+Kobayashi et al. (2020) rewrite a multi-head attention block as
+  y_i = Σ_h Σ_j α[h,i,j] f_h(x_j) + b_O,    f_h(x_j) = v_hj W_O^h        (Eq. 5-6)
+and read ‖α f_h(x_j)‖ instead of α as "how much token j contributes to token i". The 2021
+extension adds the residual and the attention LayerNorm (§3, Eq. 7-9):
+  S_ij = Σ_h α[h,i,j] f_h(x_j)                                              (Attn-N)
+  R_ij = S_ij + δ_ij x_i                                                    (AttnRes-N)
+  Z_ij = γ ⊙ (R_ij − mean(R_ij)) / sqrt(var_i + eps),  var_i of the real pre-LN vector
+                                                        (AttnResLn-N; β and b_O dropped)
+and the mixing ratio r_i = ‖Σ_{j≠i} V_ij‖ / (‖Σ_{j≠i} V_ij‖ + ‖V_ii‖)  for V ∈ {S, R, Z}.
+
+The authors' code forms the (b, H, n, n, D) tensor α f. Here nothing of size n×n×D exists:
+  * ‖Σ_h α f‖²[i,j] = Σ_{h,g} α[h,i,j] α[g,i,j] G_j[h,g] with the per-key head Gram matrix
+    G_j[h,g] = ⟨f_h(x_j), f_g(x_j)⟩ (n × H × H);
+  * Σ_j S_ij is the block output minus b_O, so ‖Σ_{j≠i} V_ij‖ needs only (n, D) vectors;
+  * given var_i, the LayerNorm is linear, so ‖Z_ij‖ (j ≠ i) uses the Gram matrix of the
+    centred, γ-scaled vectors γ ⊙ (f_h − mean f_h), divided by sqrt(var_i + eps).
+
+Every function takes one attention block's internals (see ``jattn.nn.attention``) without
+the layer axis; ``over_layers`` maps one over stacked (L, ...) internals, one layer at a time.
+Padding: rows of padded queries and columns of padded keys are 0 in every output.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jattn.nn.attention import transformed_vectors
+
+
+def head_gram(f: jax.Array) -> jax.Array:
+    """G_j[h,g] = ⟨f_h(x_j), f_g(x_j)⟩. f (b, H, n, D) -> (b, n, H, H)."""
+    return jnp.einsum("bhnd,bgnd->bnhg", f, f)  # (b, n, H, H)
+
+
+def quadratic_norm(weights: jax.Array, gram: jax.Array) -> jax.Array:
+    """‖Σ_h α[h,i,j] u_h(x_j)‖ from the Gram matrix of the u_h(x_j).
+
+    weights (b, H, q, k), gram (b, k, H, H) -> (b, q, k); Σ_{h,g} α_h α_g G[h,g], clipped at 0
+    against rounding before the square root.
+    """
+    t = jnp.einsum("bhqk,bkhg->bgqk", weights, gram)  # (b, H, q, k)
+    return jnp.sqrt(jnp.maximum(jnp.sum(t * weights, axis=1), 0.0))  # (b, q, k)
+
+
+def _masks(weights, q_mask, k_mask):
+    b, _, q, k = weights.shape
+    q_mask = jnp.ones((b, q), bool) if q_mask is None else q_mask.astype(bool)  # (b, q)
+    k_mask = jnp.ones((b, k), bool) if k_mask is None else k_mask.astype(bool)  # (b, k)
+    return q_mask, k_mask, q_mask[:, :, None] & k_mask[:, None, :]  # (b, q), (b, k), (b, q, k)
+
+
+def attention_norms(internals: dict, q_mask=None, k_mask=None) -> dict:
+    """Kobayashi et al. (2020) norms for one attention block (self- or cross-attention).
+
+    internals: ``weights`` α (b, H, q, k), ``values`` (b, H, k, d_h), ``out_kernel`` (H, d_h, D).
+    q_mask (b, q), k_mask (b, k): 1 on real tokens (default all real).
+    Returns ``f_norm`` ‖f_h(x_j)‖ (b, H, k); ``weighted_norm`` ‖α f‖ = α‖f‖ (b, H, q, k);
+    ``summed_norm`` ‖Σ_h α f‖ (b, q, k); ``weights`` α (b, H, q, k).
+    """
+    alpha = internals["weights"].astype(jnp.float32)  # (b, H, q, k)
+    q_mask, k_mask, pair = _masks(alpha, q_mask, k_mask)
+    alpha = alpha * pair[:, None]  # (b, H, q, k)
+    f = transformed_vectors(internals["values"], internals["out_kernel"]).astype(jnp.float32)  # (b, H, k, D)
+    f_norm = jnp.linalg.norm(f, axis=-1) * k_mask[:, None]  # (b, H, k)
+    return {
+        "f_norm": f_norm,  # (b, H, k)
+        "weighted_norm": alpha * f_norm[:, :, None, :],  # (b, H, q, k)
+        "summed_norm": quadratic_norm(alpha, head_gram(f)),  # (b, q, k)
+        "weights": alpha,  # (b, H, q, k)
+    }
+
+
+def layer_norm_map(v: jax.Array, scale: jax.Array, sigma: jax.Array) -> jax.Array:
+    """The LayerNorm as the linear map it is once the variance is fixed (β dropped):
+    v (..., n, D), scale γ (D,), sigma (..., n, 1) -> γ ⊙ (v − mean v) / sigma."""
+    return scale * (v - v.mean(-1, keepdims=True)) / sigma
+
+
+def ln_sigma(pre_ln: jax.Array, eps: float) -> jax.Array:
+    """sqrt(var_i + eps) of the real pre-LayerNorm vectors. (b, n, D) -> (b, n, 1)."""
+    pre = pre_ln.astype(jnp.float32)
+    return jnp.sqrt(jnp.square(pre - pre.mean(-1, keepdims=True)).mean(-1, keepdims=True) + eps)
+
+
+def _ratio(mixing: jax.Array, preserving: jax.Array) -> jax.Array:
+    """r_i = ‖mixing‖ / (‖mixing‖ + ‖preserving‖). (b, n, D) each -> (b, n)."""
+    m = jnp.linalg.norm(mixing, axis=-1)  # (b, n)
+    p = jnp.linalg.norm(preserving, axis=-1)  # (b, n)
+    return m / jnp.maximum(m + p, jnp.finfo(jnp.float32).tiny)
+
+
+def residual_norms(internals: dict, mask: jax.Array, eps: float) -> dict:
+    """Kobayashi et al. (2021) AttnRes-N / AttnResLn-N norms and mixing ratios, one
+    self-attention block followed by a residual and a post-LayerNorm (BERT, post-norm NMT).
+
+    internals: ``weights`` (b, H, n, n), ``values`` (b, H, n, d_h), ``out_kernel`` (H, d_h, D),
+    ``output`` (b, n, D) = Σ_j S_ij + b_O, ``out_bias`` (D,), ``residual`` x (b, n, D),
+    ``pre_ln`` x + y (b, n, D), ``ln_scale`` γ (D,). mask (b, n): 1 on real tokens.
+    eps: the LayerNorm's epsilon.
+
+    Returns (b, n, n): ``attnres_norm`` ‖R_ij‖, ``attnresln_norm`` ‖Z_ij‖; (b, n) mixing
+    ratios ``mixing_attn_w`` 1 − ᾱ_ii, ``mixing_attnres_w`` (1 − ᾱ_ii)/2 (ᾱ = head mean),
+    ``mixing_attn_n``, ``mixing_attnres_n``, ``mixing_attnresln_n``.
+    """
+    alpha = internals["weights"].astype(jnp.float32)  # (b, H, n, n)
+    if alpha.shape[-1] != alpha.shape[-2]:
+        raise ValueError(f"residual_norms needs self-attention (q = k), got weights {alpha.shape}")
+    mask, _, pair = _masks(alpha, mask, mask)
+    alpha = alpha * pair[:, None]  # (b, H, n, n)
+    f = transformed_vectors(internals["values"], internals["out_kernel"]).astype(jnp.float32)  # (b, H, n, D)
+    gamma = internals["ln_scale"].astype(jnp.float32)  # (D,)
+    sigma = ln_sigma(internals["pre_ln"], eps)  # (b, n, 1)
+    x = internals["residual"].astype(jnp.float32)  # (b, n, D)
+
+    alpha_ii = jnp.diagonal(alpha, axis1=-2, axis2=-1)  # (b, H, n)
+    s_ii = jnp.einsum("bhn,bhnd->bnd", alpha_ii, f)  # (b, n, D)  S_ii
+    s_sum = internals["output"].astype(jnp.float32) - internals["out_bias"].astype(jnp.float32)  # (b, n, D)
+    mixing = s_sum - s_ii  # (b, n, D)  Σ_{j≠i} S_ij = Σ_{j≠i} R_ij
+    r_ii = s_ii + x  # (b, n, D)  R_ii
+    z_mixing = layer_norm_map(mixing, gamma, sigma)  # (b, n, D)  Σ_{j≠i} Z_ij
+    z_ii = layer_norm_map(r_ii, gamma, sigma)  # (b, n, D)  Z_ii
+
+    eye = jnp.eye(alpha.shape[-1], dtype=bool)  # (n, n)
+    g = layer_norm_map(f, gamma, jnp.ones(()))  # (b, H, n, D)  γ ⊙ (f − mean f)
+    z_off = quadratic_norm(alpha, head_gram(g)) / sigma  # (b, n, n)  ‖Z_ij‖, j ≠ i
+    s_off = quadratic_norm(alpha, head_gram(f))  # (b, n, n)  ‖S_ij‖ = ‖R_ij‖, j ≠ i
+    diag = lambda v: jnp.linalg.norm(v, axis=-1)[:, :, None] * eye  # (b, n, n)
+    bar_ii = alpha_ii.mean(1)  # (b, n)  ᾱ_ii
+    real = mask.astype(jnp.float32)  # (b, n)
+    return {
+        "attnres_norm": jnp.where(eye, diag(r_ii), s_off) * pair,  # (b, n, n)
+        "attnresln_norm": jnp.where(eye, diag(z_ii), z_off) * pair,  # (b, n, n)
+        "mixing_attn_w": (1.0 - bar_ii) * real,  # (b, n)
+        "mixing_attnres_w": 0.5 * (1.0 - bar_ii) * real,  # (b, n)
+        "mixing_attn_n": _ratio(mixing, s_ii) * real,  # (b, n)
+        "mixing_attnres_n": _ratio(mixing, r_ii) * real,  # (b, n)
+        "mixing_attnresln_n": _ratio(z_mixing, z_ii) * real,  # (b, n)
+    }
+
+
+def over_layers(fn, internals: dict, *args) -> dict:
+    """Apply a per-block function to internals stacked as (L, ...), one layer at a time
+    (``lax.map``), so only one layer's f_h(x) (b, H, n, D) is alive at once."""
+    return jax.lax.map(lambda layer: fn(layer, *args), internals)
+
+
+# ---------------------------------------------------------------- one-call API on a model
+
+@partial(jax.jit, static_argnames=("config", "residual"))
+def _encoder_norms(params, config, inputs, residual: bool):
+    from jattn.nn import encoder
+
+    _, internals = encoder.forward(params, config, inputs)
+    mask = inputs["attention_mask"]  # (b, n)
+    out = over_layers(attention_norms, internals, mask, mask)
+    if residual:
+        out.update(over_layers(residual_norms, internals, mask, config.layer_norm_eps))
+    return out
+
+
+def norms(model, batch, *, residual: bool = False) -> dict[str, np.ndarray]:
+    """Norm-based analysis of every attention layer of ``model`` on ``batch`` (Kobayashi et al. 2020).
+
+    Returns numpy arrays ``f_norm`` (L, b, H, n), ``weighted_norm`` (L, b, H, n, n),
+    ``summed_norm`` (L, b, n, n), ``weights`` (L, b, H, n, n); padding is 0.
+    ``residual=True`` adds the 2021 extension (see ``residual_norms``): ``attnres_norm``,
+    ``attnresln_norm`` (L, b, n, n) and the five ``mixing_*`` ratios (L, b, n).
+
+    Encoder models only for now: the NMT model's three attention types (encoder self,
+    decoder self, cross) take the same ``attention_norms`` on their internals, to be wired
+    here once that model family lands (issue 3).
+    """
+    from jattn.models.encoder import EncoderModel
+
+    if not isinstance(model, EncoderModel):
+        raise TypeError(f"jattn.norms supports encoder models (BERT, RoBERTa), got {type(model).__name__}")
+    inputs = model.check_batch(batch)
+    out = _encoder_norms(model.params, model.config, inputs, residual)
+    return {k: np.asarray(v) for k, v in out.items()}

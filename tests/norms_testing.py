@@ -1,0 +1,99 @@
+"""Test helpers for the norm and attribution methods: a tiny random BERT saved locally, padded
+batches, and the original formulations written out with explicit (b, H, n, n, D) tensors in
+float64 numpy (Kobayashi et al. 2020/2021 as their released code does it)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+
+TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+SENTENCES = [
+    "The cat sat on the mat, and the dog slept.",
+    "Attention is not explanation.",
+    "A much longer sentence, with commas, full stops. And a second clause here!",
+]
+
+
+def tiny_bert(tmp_path, **overrides):
+    """A random HF BertModel (MiniLM's vocabulary) saved to tmp_path and loaded with jattn."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    import jattn
+    from jattn.load import default_model_path
+
+    cfg = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+               intermediate_size=48, max_position_embeddings=128, hidden_act="gelu")
+    cfg.update(overrides)
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(**cfg), add_pooling_layer=False)
+    with torch.no_grad():  # non-trivial LayerNorm parameters, so γ and β matter
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name:
+                p.copy_(torch.randn_like(p) * 0.3 + (1.0 if name.endswith("weight") else 0.0))
+    model.save_pretrained(tmp_path)
+    src = default_model_path()
+    for f in TOKENIZER_FILES:
+        if (src / f).exists():
+            shutil.copy(src / f, tmp_path / f)
+    return jattn.load(str(tmp_path), use_cache=False)
+
+
+def internals_np(model, batch, layer: int) -> dict:
+    """One layer's internals as float64 numpy arrays."""
+    res = model.forward(batch)
+    return {k: np.asarray(v[layer], np.float64) for k, v in res.internals.items()}
+
+
+# ---------------------------------------------------------------- the original formulation
+
+def brute_force(internals: dict, mask: np.ndarray, eps: float) -> dict:
+    """Every Kobayashi quantity from an explicit αf (b, H, n, n, D) tensor, for one layer."""
+    a = internals["weights"]  # (b, H, n, n)
+    v = internals["values"]  # (b, H, n, d_h)
+    w_o = internals["out_kernel"]  # (H, d_h, D)
+    real = mask.astype(bool)
+    pair = real[:, :, None] & real[:, None, :]
+    a = a * pair[:, None]
+    f = np.einsum("bhnd,hde->bhne", v, w_o)  # (b, H, n, D)
+    af = a[..., None] * f[:, :, None, :, :]  # (b, H, n, n, D)
+    s = af.sum(1)  # (b, n, n, D)
+    n = a.shape[-1]
+    eye = np.eye(n)
+    r = s + eye[None, :, :, None] * internals["residual"][:, :, None, :]  # (b, n, n, D)
+    pre = internals["pre_ln"]
+    var = pre.var(-1)[:, :, None, None]  # (b, n, 1, 1)
+    z = internals["ln_scale"] * (r - r.mean(-1, keepdims=True)) / np.sqrt(var + eps)  # (b, n, n, D)
+
+    def ratio(t):
+        pres = np.einsum("biid->bid", t)
+        mix = t.sum(2) - pres
+        m, p = np.linalg.norm(mix, axis=-1), np.linalg.norm(pres, axis=-1)
+        return np.where(real, m / np.where(real, m + p, 1.0), 0.0)
+
+    abar = np.einsum("bhii->bi", a) / a.shape[1]
+    return {
+        "f": f, "s": s, "z": z,
+        "f_norm": np.linalg.norm(f, axis=-1) * real[:, None],
+        "weighted_norm": np.linalg.norm(af, axis=-1),
+        "summed_norm": np.linalg.norm(s, axis=-1),
+        "weights": a,
+        "attnres_norm": np.linalg.norm(r, axis=-1) * pair,
+        "attnresln_norm": np.linalg.norm(z, axis=-1) * pair,
+        "mixing_attn_w": (1 - abar) * real,
+        "mixing_attnres_w": (1 - abar) / 2 * real,
+        "mixing_attn_n": ratio(s),
+        "mixing_attnres_n": ratio(r),
+        "mixing_attnresln_n": ratio(z * pair[..., None]),
+    }
+
+
+def assert_close(got, want, rtol=1e-5, name=""):
+    """Elementwise relative error ≤ rtol, with an absolute floor of rtol × the reference's
+    largest magnitude (relative error is meaningless where the true value is ~1e-9)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, f"{name}: shape {got.shape} != {want.shape}"
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max(), err_msg=name)

@@ -1,0 +1,135 @@
+"""Kobayashi et al. (2020, 2021) norms vs the original formulation with an explicit αf tensor."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from norms_testing import SENTENCES, assert_close, brute_force, internals_np, tiny_bert
+
+import jattn
+from jattn.methods import norms as N
+
+KEYS_2020 = ("f_norm", "weighted_norm", "summed_norm", "weights")
+PAIR_KEYS = ("weighted_norm", "summed_norm", "weights", "attnres_norm", "attnresln_norm")
+KEYS_2021 = ("attnres_norm", "attnresln_norm", "mixing_attn_w", "mixing_attnres_w",
+             "mixing_attn_n", "mixing_attnres_n", "mixing_attnresln_n")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return tiny_bert(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="module")
+def batch(model):
+    return model.tokenize(SENTENCES)  # padded: three different lengths
+
+
+@pytest.fixture(scope="module")
+def result(model, batch):
+    return jattn.norms(model, batch, residual=True)
+
+
+@pytest.fixture(scope="module")
+def reference(model, batch):
+    return [brute_force(internals_np(model, batch, layer), batch.attention_mask, model.config.layer_norm_eps)
+            for layer in range(model.config.num_layers)]
+
+
+def test_shapes(model, result, batch):
+    L, H = model.config.num_layers, model.config.num_heads
+    b, n = batch.input_ids.shape
+    assert result["f_norm"].shape == (L, b, H, n)
+    assert result["weighted_norm"].shape == result["weights"].shape == (L, b, H, n, n)
+    assert result["summed_norm"].shape == (L, b, n, n)
+    assert result["attnresln_norm"].shape == (L, b, n, n)
+    assert result["mixing_attnres_n"].shape == (L, b, n)
+
+
+@pytest.mark.parametrize("key", KEYS_2020 + KEYS_2021)
+def test_matches_explicit_tensor(result, reference, key):
+    for layer, want in enumerate(reference):
+        assert_close(result[key][layer], want[key], name=f"{key} layer {layer}")
+
+
+def test_vector_identities(model, batch, reference):
+    """Σ_j Σ_h α f_h(x_j) + b_O is the attention output, and Σ_j Z_ij + γ⊙C(b_O)/σ + β is the
+    attention LayerNorm's output: the decompositions are exact, as vectors."""
+    real = batch.attention_mask.astype(bool)
+    for layer in range(model.config.num_layers):
+        it, bf = internals_np(model, batch, layer), reference[layer]
+        f = np.asarray(N.transformed_vectors(jnp.asarray(it["values"], jnp.float32),
+                                             jnp.asarray(it["out_kernel"], jnp.float32)))
+        assert_close(f, bf["f"], name="f")
+        y = bf["s"].sum(2) + it["out_bias"]  # (b, n, D)
+        assert_close(y[real], it["output"][real], name="Σ_j S_ij + b_O")
+        sigma = np.sqrt(it["pre_ln"].var(-1, keepdims=True) + model.config.layer_norm_eps)
+        b_o = it["ln_scale"] * (it["out_bias"] - it["out_bias"].mean()) / sigma
+        ln = bf["z"].sum(2) + b_o + it["ln_bias"]
+        assert_close(ln[real], it["attention_ln_out"][real], name="Σ_j Z_ij + LN(b_O) + β")
+
+
+def test_padding_does_not_change_real_tokens(model, batch, result):
+    alone = jattn.norms(model, model.tokenize(SENTENCES[1:2]), residual=True)
+    n = int(batch.attention_mask[1].sum())
+    for key in KEYS_2020 + KEYS_2021:
+        got = result[key][:, 1]
+        got = got[..., :n, :n] if key in PAIR_KEYS else got[..., :n]
+        assert_close(got, alone[key][:, 0], rtol=1e-5, name=key)
+    assert not result["summed_norm"][:, 1, n:].any() and not result["summed_norm"][:, 1, :, n:].any()
+
+
+def test_cross_attention_shapes_against_explicit_tensor():
+    """attention_norms on a block with q ≠ k (cross-attention) against αf formed explicitly."""
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
+    b, H, q, k, d, D = 2, 3, 5, 7, 4, 12
+    alpha = jax.nn.softmax(jax.random.normal(k1, (b, H, q, k)), -1)
+    it = {"weights": alpha, "values": jax.random.normal(k2, (b, H, k, d)),
+          "out_kernel": jax.random.normal(k3, (H, d, D))}
+    k_mask = np.array([[1] * 7, [1] * 5 + [0] * 2])
+    q_mask = np.array([[1] * 5, [1] * 3 + [0] * 2])
+    got = jax.jit(N.attention_norms)(it, q_mask, k_mask)
+    a = np.asarray(alpha, np.float64) * (q_mask[:, None, :, None] * k_mask[:, None, None, :])
+    f = np.einsum("bhnd,hde->bhne", np.asarray(it["values"], np.float64), np.asarray(it["out_kernel"], np.float64))
+    af = a[..., None] * f[:, :, None]  # (b, H, q, k, D)
+    assert_close(got["summed_norm"], np.linalg.norm(af.sum(1), axis=-1), name="summed")
+    assert_close(got["weighted_norm"], np.linalg.norm(af, axis=-1), name="weighted")
+    with pytest.raises(ValueError, match="self-attention"):
+        N.residual_norms(dict(it), q_mask, 1e-12)
+
+
+def test_no_nxnxD_intermediate(model, batch):
+    """The traced norm analysis (with the scan/map bodies) never makes an array as large as one
+    layer's αf summed over heads, (b, n, n, D): Gram matrices are (b, n, H, H). The largest
+    arrays are the stacked outputs (L, b, H, n, n), smaller here since L·H < D."""
+    assert model.config.num_layers * model.config.num_heads < model.config.hidden_size
+    inputs = model.check_batch(batch)
+    jaxpr = jax.make_jaxpr(lambda p, x: N._encoder_norms(p, model.config, x, True))(model.params, inputs)
+    b, n = batch.input_ids.shape
+    limit = b * n * n * model.config.hidden_size
+
+    def sizes(jx):
+        for eqn in jx.eqns:
+            for v in eqn.outvars:
+                yield int(np.prod(v.aval.shape))
+            for p in eqn.params.values():
+                inner = getattr(p, "jaxpr", None)
+                if inner is not None:
+                    yield from sizes(getattr(inner, "jaxpr", inner))
+
+    assert max(sizes(jaxpr.jaxpr)) < limit
+
+
+def test_bad_model():
+    with pytest.raises(TypeError, match="encoder models"):
+        jattn.norms(object(), None)
+
+
+def test_minilm_layer0_matches_explicit_tensor(minilm):
+    batch = minilm.tokenize(["The norm of the transformed vector matters.", "Frequent words, small norms."])
+    got = jattn.norms(minilm, batch)
+    want = brute_force(internals_np(minilm, batch, 0), batch.attention_mask, minilm.config.layer_norm_eps)
+    for key in KEYS_2020:
+        assert_close(got[key][0], want[key], name=key)
