@@ -1,5 +1,6 @@
 """jattn: attention internals of BERT-family encoders and NMT Transformers, as JAX data."""
 
 from jattn.load import load
+from jattn.methods.norms import norms
 
-__all__ = ["load"]
+__all__ = ["load", "norms"]
