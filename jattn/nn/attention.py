@@ -11,6 +11,9 @@ Interventions enter as arrays:
     Voita et al. 2019, g_h). Ones = identity, zeros = masking the head.
   * ``disabled`` (H,) bool replaces the head's weights by the uniform distribution over the
     keys the query may see (Kovaleva et al. 2019, §4.2).
+  * ``weights_delta`` (b, H, q, k), optional, is added to α before it multiplies the values:
+    at zero it changes nothing, and the gradient of a loss w.r.t. it is ∂L/∂α (Clark et al.
+    2019, Fig. 3).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ def multi_head_attention(
     *,
     dropout_rate: float = 0.0,
     rng: jax.Array | None = None,
+    weights_delta: jax.Array | None = None,  # (b, H, q, k) additive perturbation of α
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """Scaled dot-product attention over H heads; returns (output before residual, internals).
 
@@ -71,6 +75,8 @@ def multi_head_attention(
     weights = jax.nn.softmax(scores, axis=-1)  # (b, H, q, k)
     uniform = mask / mask.sum(-1, keepdims=True)  # (b, 1, 1 or q, k)  Kovaleva's disabled head
     weights = jnp.where(disabled[None, :, None, None], uniform, weights)  # (b, H, q, k)
+    if weights_delta is not None:
+        weights = weights + weights_delta  # (b, H, q, k)  zero delta: ∂L/∂delta = ∂L/∂α
     probs = dropout(weights, dropout_rate, rng).astype(dt)  # (b, H, q, k)
     context = jnp.einsum("bhqk,bkhd->bhqd", probs, v)  # (b, H, q, d_h)
     context = context * gate.astype(dt)[None, :, None, None]  # (b, H, q, d_h)  ξ_h · head_h

@@ -51,12 +51,12 @@ def embed(p, config: EncoderConfig, batch, dtype, rng) -> jax.Array:
     return dropout(x.astype(dtype), config.hidden_dropout, rng)
 
 
-def encoder_layer(p, config: EncoderConfig, x, allowed, gate, disabled, rng):
+def encoder_layer(p, config: EncoderConfig, x, allowed, gate, disabled, rng, weights_delta=None):
     """One post-LN block: x -> LN(x + Attn(x)) -> LN(h + FFN(h)). Returns (x', internals)."""
     rngs = [None] * 3 if rng is None else list(jax.random.split(rng, 3))
     attn_out, att = multi_head_attention(
         p["attention"], x, x, allowed, gate, disabled,
-        dropout_rate=config.attention_dropout, rng=rngs[0],
+        dropout_rate=config.attention_dropout, rng=rngs[0], weights_delta=weights_delta,
     )  # (b, n, D)
     pre_ln = x + dropout(attn_out, config.hidden_dropout, rngs[1])  # (b, n, D)
     h = layer_norm(p["attention_ln"], pre_ln, config.layer_norm_eps)  # (b, n, D)
@@ -82,12 +82,15 @@ def forward(
     disabled_heads: jax.Array | None = None,
     dropout_rng: jax.Array | None = None,
     compute_dtype=jnp.float32,
+    weights_delta: jax.Array | None = None,
 ):
     """Run the encoder; return (outputs, internals).
 
     batch: ``input_ids`` (b, n) int, ``attention_mask`` (b, n) {0,1}, optional
     ``token_type_ids`` (b, n). head_gates (L, H) float, default ones; disabled_heads (L, H)
-    bool, default none. ``dropout_rng`` None means evaluation (no dropout).
+    bool, default none. ``dropout_rng`` None means evaluation (no dropout). ``weights_delta``
+    (L, b, H, n, n), default None, is added to α in every layer: the gradient of a loss w.r.t.
+    a zero delta is ∂L/∂α (Clark et al. 2019, Fig. 3).
 
     outputs: ``last_hidden_state`` (b, n, D), ``hidden_states`` (L+1, b, n, D).
     internals: every entry of ``multi_head_attention`` and ``encoder_layer`` stacked on a
@@ -106,11 +109,12 @@ def forward(
     allowed = batch["attention_mask"].astype(bool)[:, None, :]  # (b, 1, n)
 
     def step(x, xs):
-        p, gate, dis, rng = xs
-        y, internals = encoder_layer(p, config, x, allowed, gate, dis, rng)
+        p, gate, dis, rng, delta = xs
+        y, internals = encoder_layer(p, config, x, allowed, gate, dis, rng, delta)
         return y, (y, internals)
 
-    x, (hidden, internals) = jax.lax.scan(step, x, (params["layers"], gates, disabled, layer_rngs))
+    xs = (params["layers"], gates, disabled, layer_rngs, weights_delta)
+    x, (hidden, internals) = jax.lax.scan(step, x, xs)
     hidden_states = jnp.concatenate([internals["residual"][:1], hidden], axis=0)  # (L+1, b, n, D)
     return {"last_hidden_state": x, "hidden_states": hidden_states}, internals
 

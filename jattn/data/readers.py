@@ -1,0 +1,141 @@
+"""Corpus readers: plain text, CoNLL-U and the GAP tsv behind one interface.
+
+``read(path, format)`` yields ``Example``s lazily (memory does not grow with the file):
+  * ``text``: one segment per non-empty line, tokenized as ``[CLS] line [SEP]``; a line with
+    one tab is a pair ``[CLS] A [SEP] B [SEP]``.
+  * ``conllu``: one sentence per example, as its list of words (pre-split, so word-level
+    methods can aggregate subwords); multiword-token lines (``3-4``) and empty nodes
+    (``8.1``) are skipped.
+  * ``gap``: the ``Text`` column of the GAP coreference tsv (a Wikipedia paragraph), split at
+    the sentence boundary closest to its middle into the pair ``[CLS] A [SEP] B [SEP]``
+    (Clark et al. 2019's input shape); a one-sentence paragraph stays a single segment.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import re
+from pathlib import Path
+from typing import Iterator
+
+FORMATS = ("text", "conllu", "gap")
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    a: str | list[str]  # text, or words
+    b: str | list[str] | None = None  # second segment of a pair
+    source: str = ""  # where it came from, e.g. "corpus.txt:12", for error messages
+
+    @property
+    def is_pair(self) -> bool:
+        return self.b is not None
+
+    @property
+    def is_words(self) -> bool:
+        return isinstance(self.a, list)
+
+
+def as_example(x, index: int) -> Example:
+    """Accept an Example, a string, an (A, B) tuple, or a word list."""
+    if isinstance(x, Example):
+        return x
+    if isinstance(x, str) or isinstance(x, list):
+        return Example(x, None, f"example {index}")
+    if isinstance(x, tuple) and len(x) == 2:
+        return Example(x[0], x[1], f"example {index}")
+    raise TypeError(f"example {index}: expected an Example, a string, an (A, B) pair or a word list, "
+                    f"got {type(x).__name__}")
+
+
+def read_text(path: Path) -> Iterator[Example]:
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            line = line.rstrip("\n\r")
+            if not line.strip():
+                continue
+            parts = line.split("\t")
+            if len(parts) > 2:
+                raise ValueError(f"{path}:{i}: {len(parts) - 1} tabs; a line is one segment or a "
+                                 "pair 'A<TAB>B'. Fix: remove the extra tabs")
+            yield Example(parts[0], parts[1] if len(parts) == 2 else None, f"{path}:{i}")
+
+
+def read_conllu(path: Path) -> Iterator[Example]:
+    words, start = [], None
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            line = line.rstrip("\n\r")
+            if not line:
+                if words:
+                    yield Example(words, None, f"{path}:{start}")
+                words, start = [], None
+                continue
+            if line.startswith("#"):
+                continue
+            cols = line.split("\t")
+            if len(cols) != 10:
+                raise ValueError(f"{path}:{i}: a CoNLL-U token line has 10 tab-separated columns, "
+                                 f"found {len(cols)}. Is this a CoNLL-U file? Else pass --format")
+            if "-" in cols[0] or "." in cols[0]:  # multiword token or empty node
+                continue
+            start = start or i
+            words.append(cols[1])
+    if words:
+        yield Example(words, None, f"{path}:{start}")
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+def split_paragraph(text: str) -> tuple[str, str | None]:
+    """Split at the sentence boundary closest to the middle (by characters)."""
+    cuts = [m.start() for m in _SENTENCE_END.finditer(text)]
+    if not cuts:
+        return text, None
+    cut = min(cuts, key=lambda c: abs(c - len(text) / 2))
+    return text[:cut].strip(), text[cut:].strip()
+
+
+def read_gap(path: Path) -> Iterator[Example]:
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(rows, None)
+        if not header or "Text" not in header:
+            raise ValueError(f"{path}: not a GAP tsv (no 'Text' column in the header line)")
+        col = header.index("Text")
+        for i, row in enumerate(rows, 2):
+            a, b = split_paragraph(row[col])
+            yield Example(a, b, f"{path}:{i}")
+
+
+READERS = {"text": read_text, "conllu": read_conllu, "gap": read_gap}
+
+
+def read(path, format: str = "text") -> Iterator[Example]:
+    """Yield the examples of ``path`` read as ``format`` (one of ``FORMATS``)."""
+    if format not in READERS:
+        raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"input file {path} does not exist")
+    return READERS[format](path)
+
+
+class Corpus:
+    """A re-readable file corpus: iterating streams ``read(path, format)``; ``len`` counts the
+    examples once (a cheap pass without tokenization) so progress bars can show an ETA."""
+
+    def __init__(self, path, format: str = "text"):
+        self.path, self.format = Path(path), format
+        self._len = None
+        iter(self)  # fail early on a bad path or format
+
+    def __iter__(self) -> Iterator[Example]:
+        return read(self.path, self.format)
+
+    def __len__(self) -> int:
+        if self._len is None:
+            self._len = sum(1 for _ in self)
+        return self._len

@@ -1,0 +1,119 @@
+"""The method protocol of the streaming corpus runner (``jattn.run``).
+
+A *method* turns one batch of attention internals into **additive sufficient statistics**:
+arrays of a fixed shape (independent of batch size and padded length) whose sum over batches,
+devices and processes is all the method needs. The runner sums them (in float64 on the host,
+then once across processes) and hands the totals to ``finalize``. Addition is the only combine,
+so results do not depend on batch size, device count or process count beyond float summation
+order. Example: a per-sequence mean averaged over sequences is the pair
+(Σ_sequences mean_s, number of sequences); ``finalize`` divides.
+
+A method is any object with:
+
+``name: str``
+    Key of its totals; unique within a run.
+``prepare(batch: HostBatch) -> dict[str, np.ndarray]``
+    Host-side, optional per-example inputs (leading axis = batch), e.g. the positions masked
+    for a masked-LM loss. Called once per batch before the step; return ``{}`` if unused. The
+    arrays reach ``reduce`` as ``ctx.features``. Randomness must be seeded from
+    ``batch.example`` (corpus indices), never from batch order, to keep results batch-size
+    invariant.
+``reduce(ctx: StepContext) -> dict[str, jax.Array]``
+    Traced inside the runner's single jitted step. Reads ``ctx.internals`` (every entry of
+    ``jattn.nn.encoder.forward``'s internals, stacked (L, b, ...)), ``ctx.batch`` (fields
+    below) and may re-run the model with interventions via ``ctx.forward(...)`` (e.g. under
+    ``jax.grad``). Must return arrays whose leading axis is **not** the batch: reduce over
+    examples inside. Padding rows, padding columns and padding examples (``example == -1``,
+    all-zero ``attention_mask``) must contribute exactly zero.
+``finalize(totals: dict[str, np.ndarray], meta: dict) -> dict[str, Statistic]``
+    Host-side, once, on the summed totals (float64). Returns named statistics; the names are
+    the keys written to ``results.json``. ``meta`` holds ``segments`` and ``tokens``.
+
+Batch fields available in ``ctx.batch`` (all (b, n) int32 unless stated):
+``input_ids``, ``attention_mask`` (1 on real tokens), ``token_type_ids``; ``token_class``
+(``CLS``=0, ``SEP``=1, ``PUNCT``=2 for "." and ",", ``OTHER``=3, -1 on padding); ``unit_ids``
+(word-level unit of each token: every special token its own unit, each word one unit,
+numbered 0.. in order; -1 on padding), or None when the input was not pre-split into words;
+``example`` (b,) corpus index of each row, -1 for padding rows.
+
+To plug a method into the runner: ``jattn.run.run_corpus(model, examples, [MyMethod(...)])``;
+to expose it on the command line, add a factory to ``jattn.analyze.METHODS``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+CLS, SEP, PUNCT, OTHER = 0, 1, 2, 3
+CLASS_NAMES = ("cls", "sep", "punct", "other")
+
+
+@dataclasses.dataclass
+class Statistic:
+    """A finished statistic: its value and a one-line meaning (shape conventions included)."""
+
+    value: np.ndarray
+    description: str
+
+
+@dataclasses.dataclass
+class HostBatch:
+    """One padded batch on the host, before it is sharded over devices."""
+
+    input_ids: np.ndarray  # (b, n)
+    attention_mask: np.ndarray  # (b, n)
+    token_type_ids: np.ndarray  # (b, n)
+    token_class: np.ndarray  # (b, n)
+    unit_ids: np.ndarray | None  # (b, n)
+    example: np.ndarray  # (b,)
+
+    def arrays(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class StepContext:
+    """What ``reduce`` sees inside the jitted step (all arrays traced)."""
+
+    params: dict
+    config: object
+    batch: dict  # HostBatch fields as arrays
+    features: dict  # this method's ``prepare`` output
+    outputs: dict  # encoder outputs: last_hidden_state (b, n, D), hidden_states (L+1, b, n, D)
+    internals: dict  # encoder internals, each (L, b, ...)
+    forward: Callable  # forward(**overrides) -> (outputs, internals); overrides batch fields
+    # (e.g. input_ids=...) or encoder.forward keywords (weights_delta=..., head_gates=...)
+
+
+class Method(Protocol):
+    name: str
+
+    def prepare(self, batch: HostBatch) -> dict[str, np.ndarray]: ...
+
+    def reduce(self, ctx: StepContext) -> dict[str, jax.Array]: ...
+
+    def finalize(self, totals: dict[str, np.ndarray], meta: dict) -> dict[str, Statistic]: ...
+
+
+def segment_mean(per_row: jax.Array, rows: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Additive statistics of "mean over the selected rows of a sequence, then mean over
+    sequences" (Clark et al. 2019, §3): (Σ_s mean_{i∈rows_s} per_row[s, i], #sequences with
+    at least one selected row). per_row (L, b, H, n), rows (b, n) bool -> ((L, H), ())."""
+    rows = rows.astype(per_row.dtype)  # (b, n)
+    count = rows.sum(-1)  # (b,)
+    total = jnp.einsum("lbhi,bi->lbh", per_row, rows)  # (L, b, H)
+    mean = total / jnp.maximum(count, 1.0)[None, :, None]  # (L, b, H)
+    return mean.sum(1), (count > 0).sum().astype(per_row.dtype)  # (L, H), ()
+
+
+def ratio(totals: dict, key: str) -> np.ndarray:
+    """Finalize a ``segment_mean`` pair stored as ``key`` and ``key + '_n'``."""
+    n = totals[key + "_n"]
+    if n == 0:
+        return np.full_like(totals[key], np.nan)
+    return totals[key] / n

@@ -1,0 +1,81 @@
+"""Distances between attention heads (Clark et al. 2019, §6, Fig. 6).
+
+D(h, g) = Σ_sequences Σ_{real rows i} JS(A'_h[i], A'_g[i]), with the smoothing
+A' = 0.999·A + 0.001/n over the n real keys and JS(p, q) = ½[KL(p‖m) + KL(q‖m)], m = (p+q)/2
+(natural log), for all L·H × L·H pairs (head index l·H + h). A 2-D metric MDS embedding of D
+(n_init=5, max_iter=1000, eps=1e-10) places heads with similar behaviour close together.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jattn.methods.base import Statistic, StepContext
+
+JS_SMOOTHING = 1e-3  # A' = 0.999 A + 0.001 / n  (Clark's released code)
+
+
+def pairwise_js(weights: jax.Array, real: jax.Array) -> jax.Array:
+    """Σ over sequences and real rows of JS between every pair of heads.
+
+    weights (L, b, H, n, n), real (b, n) bool -> (K, K), K = L·H, symmetric, zero diagonal.
+    Each unordered pair is computed once: step s of a scan pairs head a with head (a+s) mod K,
+    s = 1..K//2, so memory is O(K·b·n²) and work ~K²/2 rows of n keys.
+    """
+    L, b, H, n, _ = weights.shape
+    K = L * H
+    heads = jnp.moveaxis(weights, 2, 1).reshape(K, b, n, n)  # (K, b, n, n) head k = l·H + h
+    keys = real[None, :, None, :]  # (1, b, 1, n)
+    length = jnp.maximum(real.sum(-1), 1).astype(heads.dtype)[None, :, None, None]  # (1, b, 1, 1)
+    p = jnp.where(keys, (1 - JS_SMOOTHING) * heads + JS_SMOOTHING / length, 0.0)  # (K, b, n, n)
+    log_p = jnp.log(jnp.where(keys, p, 1.0))  # (K, b, n, n), 0 on padded keys
+    rows = real.astype(heads.dtype)  # (b, n)
+    p2, log_p2 = jnp.concatenate([p, p]), jnp.concatenate([log_p, log_p])  # (2K, b, n, n)
+
+    def shift(_, s):
+        q = jax.lax.dynamic_slice_in_dim(p2, s, K)  # (K, b, n, n) head (a+s) mod K
+        log_q = jax.lax.dynamic_slice_in_dim(log_p2, s, K)  # (K, b, n, n)
+        log_m = jnp.log(jnp.where(keys, 0.5 * (p + q), 1.0))  # (K, b, n, n)
+        js = 0.5 * (p * (log_p - log_m) + q * (log_q - log_m)).sum(-1)  # (K, b, n) per row
+        return None, jnp.einsum("kbi,bi->k", js, rows)  # (K,)
+
+    shifts = jnp.arange(1, K // 2 + 1)  # (S,)
+    _, js = jax.lax.scan(shift, None, shifts)  # (S, K)
+    a = jnp.broadcast_to(jnp.arange(K), js.shape)  # (S, K)
+    g = (a + shifts[:, None]) % K  # (S, K)
+    d = jnp.zeros((K, K), js.dtype).at[a, g].set(js)  # (K, K) for even K the pair at s = K/2
+    return d.at[g, a].set(js)  # appears twice with the same value
+
+
+def mds(distance: np.ndarray, seed: int = 0) -> np.ndarray:
+    """2-D metric MDS of a precomputed distance matrix, Clark's settings. (K, K) -> (K, 2)."""
+    from sklearn.manifold import MDS
+
+    model = MDS(n_components=2, metric_mds=True, metric="precomputed", init="random", n_init=5,
+                max_iter=1000, eps=1e-10, random_state=seed)
+    return model.fit_transform(distance)
+
+
+class JSDistance:
+    """Jensen–Shannon distance between all pairs of heads and its MDS embedding."""
+
+    name = "js"
+
+    def prepare(self, batch):
+        return {}
+
+    def reduce(self, ctx: StepContext) -> dict:
+        real = ctx.batch["attention_mask"] > 0  # (b, n)
+        return {"js_distance": pairwise_js(ctx.internals["weights"], real)}  # (K, K)
+
+    def finalize(self, totals, meta):
+        d = totals["js_distance"]
+        return {
+            "js_distance": Statistic(d, "(L·H, L·H) Jensen-Shannon divergence between heads "
+                                     "(index l·H + h), summed over real rows and sequences; "
+                                     "smoothing 0.999·A + 0.001/n (Clark et al. 2019, §6)"),
+            "js_mds": Statistic(mds(d), "(L·H, 2) metric MDS embedding of js_distance "
+                                "(n_init=5, max_iter=1000, eps=1e-10, random_state=0)"),
+        }

@@ -1,0 +1,108 @@
+"""Gradient of a loss w.r.t. the attention weights, per token class (Clark et al. 2019, Fig. 3).
+
+grad_to_c[l, h] = mean over sequences of the mean over real rows i of Σ_{j ∈ c} |∂L_s/∂α[h,i,j]|,
+c ∈ {[CLS], [SEP], punctuation, other}. ∂L/∂α is the gradient w.r.t. a zero additive
+perturbation of α (``weights_delta`` of ``jattn.nn.encoder.forward``). L_s is the loss of
+sequence s; the batch loss is Σ_s L_s, so one backward pass gives every sequence's own gradient.
+
+Loss: the masked-LM loss for a checkpoint with an MLM head (15% of the real non-special tokens
+of each sequence, at least one, replaced by [MASK]; L_s = mean cross-entropy over them; masked
+positions drawn with a generator seeded by (seed, corpus index), so the result does not depend
+on batching), or any differentiable per-sequence loss ``loss(params, config, outputs, batch) ->
+(b,)``. Key classes are those of the input the model sees (a masked "." counts as other).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jattn.methods.base import CLASS_NAMES, CLS, OTHER, SEP, HostBatch, Statistic, StepContext, ratio, \
+    segment_mean
+from jattn.nn import encoder
+
+
+def mask_tokens(batch: HostBatch, mask_token_id: int, rate: float, seed: int) -> dict[str, np.ndarray]:
+    """Choose ⌊rate·m⌉ (≥ 1) of the m real non-special tokens of each row, replace them by
+    [MASK]. Returns masked ``input_ids`` (b, n), ``positions``/``labels`` (b, M) (-1 = unused,
+    M = ⌈rate·n⌉ + 1 depends only on the padded length) and the model-side ``token_class``."""
+    b, n = batch.input_ids.shape
+    M = math.ceil(rate * n) + 1
+    ids = batch.input_ids.copy()  # (b, n)
+    positions = np.full((b, M), -1, np.int32)  # (b, M)
+    labels = np.full((b, M), -1, np.int32)  # (b, M)
+    token_class = batch.token_class.copy()  # (b, n)
+    for r in range(b):
+        if batch.example[r] < 0:
+            continue
+        cands = np.flatnonzero((batch.attention_mask[r] > 0) & (batch.token_class[r] != CLS)
+                               & (batch.token_class[r] != SEP))
+        if not len(cands):
+            continue
+        k = max(1, int(round(rate * len(cands))))
+        chosen = np.sort(np.random.default_rng([seed, int(batch.example[r])]).choice(cands, k, replace=False))
+        positions[r, :k], labels[r, :k] = chosen, ids[r, chosen]
+        ids[r, chosen] = mask_token_id
+        token_class[r, chosen] = OTHER
+    return {"input_ids": ids, "positions": positions, "labels": labels, "token_class": token_class}
+
+
+def mlm_loss(params, config, outputs, features) -> jax.Array:
+    """Per-sequence mean cross-entropy over the masked positions. -> (b,)"""
+    pos = jnp.maximum(features["positions"], 0)  # (b, M)
+    hidden = jnp.take_along_axis(outputs["last_hidden_state"], pos[..., None], axis=1)  # (b, M, D)
+    logits = encoder.mlm_logits(params, config, hidden).astype(jnp.float32)  # (b, M, V)
+    labels = jnp.maximum(features["labels"], 0)  # (b, M)
+    nll = jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, labels[..., None], -1)[..., 0]  # (b, M)
+    used = (features["labels"] >= 0).astype(nll.dtype)  # (b, M)
+    return (nll * used).sum(-1) / jnp.maximum(used.sum(-1), 1.0)  # (b,)
+
+
+class AttentionGradient:
+    """Σ_{j ∈ class} |∂L/∂α[h,i,j]|, averaged over real rows then sequences, per (l, h)."""
+
+    name = "grad"
+
+    def __init__(self, model, loss=None, *, mask_rate: float = 0.15, seed: int = 0):
+        if loss is None and "mlm_head" not in model.params:
+            raise ValueError(f"{model.source or 'this model'} has no masked-LM head, so the default "
+                             "masked-LM loss is unavailable. Fix: load a *ForMaskedLM checkpoint, or "
+                             "pass loss=fn(params, config, outputs, batch) -> (b,) per-sequence losses")
+        self.loss, self.mask_rate, self.seed = loss, mask_rate, seed
+        self.mask_token_id = model.tokenizer.mask_token_id
+
+    def prepare(self, batch: HostBatch) -> dict:
+        if self.loss is not None:
+            return {}
+        return mask_tokens(batch, self.mask_token_id, self.mask_rate, self.seed)
+
+    def reduce(self, ctx: StepContext) -> dict:
+        f = ctx.features
+        overrides = {"input_ids": f["input_ids"]} if self.loss is None else {}
+        token_class = f.get("token_class", ctx.batch["token_class"])  # (b, n)
+        used = ctx.batch["example"] >= 0  # (b,)
+
+        def total_loss(delta):
+            outputs, _ = ctx.forward(weights_delta=delta, **overrides)
+            per_seq = (mlm_loss(ctx.params, ctx.config, outputs, f) if self.loss is None
+                       else self.loss(ctx.params, ctx.config, outputs, ctx.batch))  # (b,)
+            return jnp.where(used, per_seq, 0.0).sum()
+
+        delta = jnp.zeros_like(ctx.internals["weights"])  # (L, b, H, n, n)
+        g = jnp.abs(jax.grad(total_loss)(delta))  # (L, b, H, n, n) |∂L/∂α|
+        real = ctx.batch["attention_mask"] > 0  # (b, n)
+        out = {}
+        for c, name in enumerate(CLASS_NAMES):
+            to_c = jnp.einsum("lbhij,bj->lbhi", g, (token_class == c).astype(g.dtype))  # (L, b, H, n)
+            out[f"grad_to_{name}"], out[f"grad_to_{name}_n"] = segment_mean(to_c, real)
+        return out
+
+    def finalize(self, totals, meta):
+        loss = "masked-LM loss (15% masked)" if self.loss is None else "the given loss"
+        return {f"grad_to_{c}": Statistic(ratio(totals, f"grad_to_{c}"),
+                                          f"(L, H) Σ over {c} keys of |∂L/∂α|, mean over real rows then "
+                                          f"sequences; L = {loss} (Clark et al. 2019, Fig. 3)")
+                for c in CLASS_NAMES}

@@ -1,0 +1,248 @@
+"""Streaming, sharded corpus runner: attention statistics over a corpus in flat memory.
+
+``run_corpus(model, examples, methods)`` reads examples in chunks, tokenizes them, sorts each
+chunk by length and cuts it into batches of ``batch_size`` rows padded to the smallest of a
+few bucket lengths (bounding recompiles to one per bucket). One jitted step per batch runs the
+encoder and every method's ``reduce`` (``jattn.methods.base``), returning additive statistics
+of a fixed shape; the host adds them in float64. Nothing of shape (examples, ..., n, n) is
+kept, so memory does not grow with the corpus.
+
+Parallelism. The batch axis is sharded over a 1-D device mesh (``jax.make_mesh`` +
+``NamedSharding(mesh, P('data'))``); XLA sums the per-device statistics. Over several
+processes (``jax.distributed.initialize``), process p takes the examples whose corpus index
+is ≡ p (mod process count), runs on its local devices, and the summed totals are gathered
+once at the end (``process_allgather``, exact: float64 bits travel as int32) and added in
+process order: the combine is the only communication.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from functools import partial
+from typing import Iterable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from tqdm.auto import tqdm
+
+from jattn.data.readers import Example, as_example
+from jattn.data.tokenize import SequenceTooLongError, tokenize
+from jattn.methods.base import CLS, OTHER, PUNCT, SEP, HostBatch, Statistic, StepContext
+from jattn.nn import encoder
+
+INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclasses.dataclass
+class RunResult:
+    statistics: dict[str, Statistic]  # name -> finished statistic
+    totals: dict[str, dict[str, np.ndarray]]  # method name -> summed additive statistics
+    meta: dict  # model, segments, tokens, batch_size, devices, processes, ...
+
+
+def buckets(max_length: int) -> tuple[int, ...]:
+    """Padded lengths used: 16, 32, 64, 96, 128, 192, 256, 384, 512 up to max_length, and it."""
+    sizes = [s for s in (16, 32, 64, 96, 128, 192, 256, 384, 512) if s < max_length]
+    return (*sizes, max_length)
+
+
+def token_classes(tokenizer, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """(b, n) CLS / SEP / PUNCT ("." and ",", also BPE's "Ġ." "Ġ,") / OTHER, -1 on padding."""
+    punct = [i for i in tokenizer.convert_tokens_to_ids([".", ",", "Ġ.", "Ġ,"])
+             if i is not None and i != tokenizer.unk_token_id]
+    cls = np.full(input_ids.shape, OTHER, np.int32)  # (b, n)
+    cls[np.isin(input_ids, punct)] = PUNCT
+    cls[input_ids == tokenizer.sep_token_id] = SEP
+    cls[input_ids == tokenizer.cls_token_id] = CLS
+    cls[attention_mask == 0] = -1
+    return cls
+
+
+def unit_ids(word_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """(b, n) word-level unit of each token: each special token (word id -1) its own unit, the
+    subwords of a word one unit, numbered in order; -1 on padding."""
+    units = np.full(word_ids.shape, -1, np.int32)  # (b, n)
+    for r in range(word_ids.shape[0]):
+        u, prev = -1, None
+        for t in np.flatnonzero(attention_mask[r]):
+            w = word_ids[r, t]
+            if w < 0 or w != prev:
+                u += 1
+            units[r, t], prev = u, (w if w >= 0 else None)
+    return units
+
+
+def _tokenize_rows(model, examples: list[tuple[int, Example]], max_length: int, truncate: bool,
+                   words: bool) -> list[tuple[int, dict]]:
+    """Tokenize one chunk; -> [(corpus index, {input_ids, token_type_ids, word_ids} unpadded)]."""
+    rows = []
+    key = lambda item: (item[1].is_pair, item[1].is_words)
+    for (pair, split), group in itertools.groupby(sorted(examples, key=key), key=key):
+        group = list(group)
+        if words and not split:
+            raise ValueError(f"{group[0][1].source}: word-level methods need input pre-split into "
+                             "words. Fix: use --format conllu, or drop the word-level methods")
+        texts = [(ex.a, ex.b) if pair else ex.a for _, ex in group]
+        try:
+            batch = model.tokenize(texts, max_length=max_length, truncate=truncate)
+        except SequenceTooLongError:
+            for (_, ex), text in zip(group, texts):
+                n = len(tokenize(model.tokenizer, [text], max_length=10**9).input_ids[0])
+                if n > max_length:
+                    raise SequenceTooLongError(
+                        f"{ex.source}: {n} tokens, more than --max-length {max_length}. Fix: raise "
+                        "--max-length (up to the model's maximum), shorten the segment, or pass "
+                        "--truncate to cut over-long segments explicitly") from None
+            raise
+        for r, (index, _) in enumerate(group):
+            n = int(batch.attention_mask[r].sum())
+            rows.append((index, {"input_ids": batch.input_ids[r, :n], "token_type_ids": batch.token_type_ids[r, :n],
+                                 "word_ids": None if batch.word_ids is None else batch.word_ids[r, :n]}))
+    return rows
+
+
+def _pad_batch(model, rows: list[tuple[int, dict]], batch_size: int, length: int, words: bool) -> HostBatch:
+    ids = np.full((batch_size, length), model.tokenizer.pad_token_id, np.int32)  # (b, n)
+    mask = np.zeros((batch_size, length), np.int32)  # (b, n)
+    types = np.zeros((batch_size, length), np.int32)  # (b, n)
+    wids = np.full((batch_size, length), -1, np.int32)  # (b, n)
+    example = np.full((batch_size,), -1, np.int32)  # (b,)
+    for r, (index, row) in enumerate(rows):
+        n = len(row["input_ids"])
+        ids[r, :n], mask[r, :n], types[r, :n], example[r] = row["input_ids"], 1, row["token_type_ids"], index
+        if words:
+            wids[r, :n] = row["word_ids"]
+    return HostBatch(ids, mask, types, token_classes(model.tokenizer, ids, mask),
+                     unit_ids(wids, mask) if words else None, example)
+
+
+def _batches(model, examples: Iterable, batch_size: int, max_length: int, truncate: bool, words: bool,
+             shard: tuple[int, int], chunk: int):
+    """Yield (HostBatch, number of real rows): chunks of ``chunk`` examples, length-sorted."""
+    index, count = shard
+    mine = ((i, as_example(x, i)) for i, x in enumerate(examples) if i % count == index)
+    sizes = buckets(max_length)
+    while True:
+        part = list(itertools.islice(mine, chunk))
+        if not part:
+            return
+        rows = _tokenize_rows(model, part, max_length, truncate, words)
+        rows.sort(key=lambda r: (len(r[1]["input_ids"]), r[0]))
+        for start in range(0, len(rows), batch_size):
+            group = rows[start:start + batch_size]
+            length = next(s for s in sizes if s >= len(group[-1][1]["input_ids"]))
+            yield _pad_batch(model, group, batch_size, length, words), len(group)
+
+
+def make_step(model, methods: Sequence, mesh):
+    """The jitted step: forward + every method's reduce; batch sharded over ``mesh``."""
+    config = model.config
+
+    def step(params, batch, features):
+        inputs = {k: batch[k] for k in INPUT_KEYS}
+
+        def forward(input_ids=None, **kwargs):
+            b = inputs if input_ids is None else dict(inputs, input_ids=input_ids)
+            return encoder.forward(params, config, b, **kwargs)
+
+        outputs, internals = forward()
+        stats = {m.name: m.reduce(StepContext(params, config, batch, features[m.name], outputs, internals,
+                                              forward)) for m in methods}
+        mask = batch["attention_mask"]  # (b, n)
+        stats["_meta"] = {"segments": (mask.sum(1) > 0).sum(), "tokens": mask.sum()}
+        return stats
+
+    data, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    return jax.jit(step, in_shardings=(replicated, data, data), out_shardings=replicated), data, replicated
+
+
+def combine_processes(totals: dict) -> dict:
+    """Sum host totals over all processes (exact gather of float64 bits, summed in process order)."""
+    if jax.process_count() == 1:
+        return totals
+    from jax.experimental import multihost_utils
+
+    leaves, tree = jax.tree.flatten(totals)
+    bits = [np.ascontiguousarray(x, np.float64).reshape(-1).view(np.int32) for x in leaves]
+    gathered = multihost_utils.process_allgather(bits)  # each (processes, 2·size)
+    summed = [np.asarray(g).view(np.float64).sum(0).reshape(np.shape(x)) for g, x in zip(gathered, leaves)]
+    return jax.tree.unflatten(tree, summed)
+
+
+def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int = 32, max_length: int = 128,
+               truncate: bool = False, devices=None, progress: bool = True, chunk_batches: int = 16) -> RunResult:
+    """Run ``methods`` over ``examples`` (Examples, strings, (A, B) pairs or word lists).
+
+    ``devices``: the local devices to shard the batch over (default all); ``batch_size`` must
+    be a multiple of their number. In a multi-process run every process calls this with the
+    same corpus and reads its own shard.
+    """
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names) or "_meta" in names:
+        raise ValueError(f"method names must be unique and not '_meta': {names}")
+    devices = list(devices or jax.local_devices())
+    if batch_size % len(devices):
+        raise ValueError(f"batch_size={batch_size} is not a multiple of the {len(devices)} devices. "
+                         f"Fix: use a batch size like {len(devices) * max(1, batch_size // len(devices))}")
+    if max_length > model.config.max_length:
+        raise ValueError(f"max_length={max_length} exceeds the model's {model.config.max_length} positions")
+    words = any(getattr(m, "level", "token") == "word" for m in methods)
+    shard = (jax.process_index(), jax.process_count())
+    mesh = jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=devices)
+    step, data, replicated = make_step(model, methods, mesh)
+    params = jax.device_put(model.params, replicated)
+    total = len(examples) if hasattr(examples, "__len__") else None
+    if total is not None:
+        total = len(range(shard[0], total, shard[1]))
+    totals, pending = None, None
+
+    def accumulate(result):
+        nonlocal totals
+        result = jax.tree.map(lambda x: np.asarray(x, np.float64), result)
+        totals = result if totals is None else jax.tree.map(np.add, totals, result)
+
+    bar = tqdm(total=total, unit="ex", desc="analyze", disable=not progress, dynamic_ncols=True)
+    for host, real in _batches(model, examples, batch_size, max_length, truncate, words, shard,
+                               batch_size * chunk_batches):
+        features = {m.name: m.prepare(host) for m in methods}
+        arrays = {k: v for k, v in host.arrays().items() if v is not None}
+        out = step(params, jax.device_put(arrays, data), jax.device_put(features, data))
+        if pending is not None:  # fetch the previous batch while this one runs
+            accumulate(pending)
+        pending = out
+        bar.update(real)
+    bar.close()
+    if pending is not None:
+        accumulate(pending)
+    if totals is None:
+        totals = _zeros(model, methods, step, devices, words)
+    totals = combine_processes(totals)
+    meta = {"model": model.source, "segments": int(totals["_meta"]["segments"]),
+            "tokens": int(totals["_meta"]["tokens"]), "batch_size": batch_size, "max_length": max_length,
+            "devices": len(devices), "processes": shard[1]}
+    if meta["segments"] == 0:
+        raise ValueError("the corpus is empty: no example reached the model")
+    statistics = {}
+    for m in methods:
+        for name, stat in m.finalize(totals[m.name], meta).items():
+            if name in statistics:
+                raise ValueError(f"two methods produce a statistic named {name!r}")
+            statistics[name] = stat
+    return RunResult(statistics, totals, meta)
+
+
+def _zeros(model, methods, step, devices, words):
+    """Totals of a process whose shard is empty: the step's output shapes, all zeros."""
+    n = 16
+    host = HostBatch(*(np.zeros((len(devices), n), np.int32) for _ in range(3)),
+                     np.full((len(devices), n), -1, np.int32),
+                     np.full((len(devices), n), -1, np.int32) if words else None,
+                     np.full((len(devices),), -1, np.int32))
+    host.input_ids[:] = model.tokenizer.pad_token_id
+    features = {m.name: m.prepare(host) for m in methods}
+    arrays = {k: v for k, v in host.arrays().items() if v is not None}
+    shapes = jax.eval_shape(step, model.params, arrays, features)
+    return jax.tree.map(lambda s: np.zeros(s.shape, np.float64), shapes)

@@ -1,0 +1,111 @@
+"""The streaming runner: batch-size and padding invariance, errors, flat memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import jattn
+from analysis_helpers import SENTENCES, tiny_bert
+from jattn.data.readers import as_example
+from jattn.data.tokenize import SequenceTooLongError
+from jattn.methods.distance import JSDistance
+from jattn.methods.grad import AttentionGradient
+from jattn.methods.weights import ClassAttention, Entropy
+from jattn.run import _pad_batch, _tokenize_rows, make_step, run_corpus
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return jattn.load(tiny_bert(tmp_path_factory.mktemp("tiny"), mlm=True, layers=2, heads=2), use_cache=False)
+
+
+def methods(model):
+    return [ClassAttention(), Entropy(), JSDistance(), AttentionGradient(model)]
+
+
+def assert_same(a: dict, b: dict, rtol=1e-6):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_allclose(a[k].value, b[k].value, rtol=rtol, atol=1e-9, err_msg=k)
+
+
+def test_batch_size_invariance(model):
+    corpus = SENTENCES * 3  # 21 examples: several buckets and partial batches
+    ref = run_corpus(model, corpus, methods(model), batch_size=2, progress=False)
+    for bs in (7,):
+        got = run_corpus(model, corpus, methods(model), batch_size=bs, chunk_batches=2, progress=False)
+        assert_same(got.statistics, ref.statistics)
+        assert got.meta["segments"] == ref.meta["segments"] == len(corpus)
+
+
+def test_padding_examples_and_columns_change_nothing(model):
+    ms = methods(model)
+    step, data, replicated = make_step(model, ms, jax.make_mesh((1,), ("data",)))
+    rows = _tokenize_rows(model, [(i, as_example(x, i)) for i, x in enumerate(SENTENCES)], 128, False, False)
+    longest = max(len(r[1]["input_ids"]) for r in rows)
+
+    def totals(batch_size, length):
+        host = _pad_batch(model, rows, batch_size, length, False)
+        features = {m.name: m.prepare(host) for m in ms}
+        arrays = {k: v for k, v in host.arrays().items() if v is not None}
+        return jax.tree.map(np.asarray, step(model.params, arrays, features))
+
+    tight = totals(len(rows), longest)
+    padded = totals(len(rows) + 5, 64)  # 5 all-padding examples, 64 - longest padding columns
+    for name in tight:
+        for key in tight[name]:
+            np.testing.assert_allclose(padded[name][key], tight[name][key], rtol=1e-6, atol=1e-9,
+                                       err_msg=f"{name}/{key}")
+
+
+def test_too_long_is_an_error_naming_the_example_unless_truncate(model):
+    long = "word " * 80
+    with pytest.raises(SequenceTooLongError, match="example 1: 82 tokens.*--truncate"):
+        run_corpus(model, ["short one", long], [ClassAttention()], batch_size=2, max_length=64, progress=False)
+    res = run_corpus(model, ["short one", long], [ClassAttention()], batch_size=2, max_length=64, truncate=True,
+                     progress=False)
+    assert res.meta["tokens"] == 4 + 64
+
+
+def test_bad_arguments_are_clear_errors(model):
+    with pytest.raises(ValueError, match="not a multiple"):
+        run_corpus(model, SENTENCES, [ClassAttention()], batch_size=3, devices=jax.devices() * 2, progress=False)
+    with pytest.raises(ValueError, match="corpus is empty"):
+        run_corpus(model, [], [ClassAttention()], progress=False)
+    with pytest.raises(ValueError, match="pre-split into words"):
+        run_corpus(model, SENTENCES, [ClassAttention("word")], progress=False)
+
+
+MEMORY_SCRIPT = textwrap.dedent("""
+    import json, resource, sys
+    import jattn
+    from jattn.methods.distance import JSDistance
+    from jattn.methods.weights import ClassAttention, Entropy
+    from jattn.run import run_corpus
+    model = jattn.load(sys.argv[1], use_cache=False)
+    base = ["The cat sat on the mat, again.", "A second, somewhat longer sentence about nothing at all."]
+    corpus = (base[i % 2] + " x" * (i % 7) for i in range(int(sys.argv[2])))  # a generator: streamed
+    run_corpus(model, corpus, [ClassAttention(), Entropy(), JSDistance()], batch_size=16, progress=False)
+    print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+""")
+
+
+def test_peak_memory_is_flat_in_corpus_size(model, tmp_path):
+    folder = tiny_bert(tmp_path / "m", layers=2, heads=2)
+
+    def peak_kb(n):
+        out = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, str(folder), str(n)], capture_output=True,
+                             text=True, check=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    small, large = peak_kb(96), peak_kb(960)
+    assert large < small * 1.15 + 30_000, (small, large)  # generous: 10x the corpus, ≤ 15% + 30 MB more

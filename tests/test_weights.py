@@ -1,0 +1,105 @@
+"""Clark et al. 2019 statistics from the runner vs brute-force numpy loops over HF PyTorch maps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jattn
+from analysis_helpers import (SENTENCES, WORDS, brute_class_attention, brute_entropy, brute_js, reference_maps,
+                              tiny_bert, torch_model, word_maps)
+from jattn.methods.base import HostBatch
+from jattn.methods.distance import JSDistance
+from jattn.methods.grad import AttentionGradient, mask_tokens
+from jattn.methods.weights import ClassAttention, Entropy
+from jattn.run import run_corpus, token_classes
+
+TOL = 1e-5
+
+
+def close(got, want, tol=TOL):
+    """Relative to the largest reference magnitude (≤ 1e-5), elementwise."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = tiny_bert(tmp_path_factory.mktemp("tiny"), mlm=True, layers=2, heads=3)
+    return folder, jattn.load(folder, use_cache=False), torch_model(folder, mlm=True)
+
+
+def test_token_level_statistics_match_loops(tiny):
+    folder, model, tmodel = tiny
+    res = run_corpus(model, SENTENCES, [ClassAttention(), Entropy(), JSDistance()], batch_size=3, progress=False)
+    refs = reference_maps(model, tmodel, SENTENCES)
+    for name, want in {**brute_class_attention(refs), **brute_entropy(refs)}.items():
+        close(res.statistics[name].value, want)
+    close(res.statistics["js_distance"].value, brute_js(refs))
+    assert res.statistics["js_mds"].value.shape == (6, 2)
+    assert res.meta["segments"] == len(SENTENCES)
+    assert res.meta["tokens"] == sum(len(r["ids"]) for r in refs)
+
+
+def test_word_level_statistics_match_loops(tiny):
+    folder, model, tmodel = tiny
+    res = run_corpus(model, WORDS, [ClassAttention("word"), Entropy("word")], batch_size=2, progress=False)
+    refs = []
+    for r in reference_maps(model, tmodel, WORDS):
+        maps, classes = word_maps(r)
+        assert np.allclose(maps.sum(-1), 1.0)  # rows of the word-level map still sum to 1
+        refs.append({"maps": maps, "classes": classes})
+    for name, want in {**brute_class_attention(refs), **brute_entropy(refs)}.items():
+        close(res.statistics["word_" + name].value, want)
+
+
+def _torch_grads(model, tmodel, example, index, loss_kind):
+    """|∂L/∂α| per layer from PyTorch autograd on the attention probabilities HF returns."""
+    import torch
+
+    batch = model.tokenize([example])
+    n = int(batch.attention_mask.sum())
+    ids, types = batch.input_ids[:, :n], batch.token_type_ids[:, :n]
+    classes = token_classes(model.tokenizer, ids, np.ones_like(ids))
+    host = HostBatch(ids, np.ones_like(ids), types, classes, None, np.array([index], np.int32))
+    masked = mask_tokens(host, model.tokenizer.mask_token_id, 0.15, 0)
+    if loss_kind == "mlm":
+        labels = np.full(ids.shape, -100)
+        labels[0, masked["positions"][0][masked["positions"][0] >= 0]] = masked["labels"][0][masked["labels"][0] >= 0]
+        ids, classes = masked["input_ids"], masked["token_class"]
+    out = tmodel(input_ids=torch.tensor(ids, dtype=torch.long), token_type_ids=torch.tensor(types, dtype=torch.long),
+                 labels=torch.tensor(labels) if loss_kind == "mlm" else None, output_attentions=True,
+                 output_hidden_states=True)
+    for a in out.attentions:
+        a.retain_grad()
+    loss = out.loss if loss_kind == "mlm" else (out.hidden_states[-1][0, 0] ** 2).sum()
+    loss.backward()
+    g = np.stack([a.grad[0].double().numpy() for a in out.attentions])  # (L, H, n, n)
+    return np.abs(g), classes[0]
+
+
+@pytest.mark.parametrize("loss_kind", ["mlm", "cls_norm"])
+def test_attention_gradient_matches_torch_autograd(tiny, loss_kind):
+    folder, model, tmodel = tiny
+    examples = SENTENCES[:5]
+    loss = None if loss_kind == "mlm" else (lambda p, c, outputs, batch: (outputs["last_hidden_state"][:, 0] ** 2).sum(-1))
+    res = run_corpus(model, examples, [AttentionGradient(model, loss)], batch_size=2, progress=False)
+    want = np.zeros((4, 2, 3))
+    for index, ex in enumerate(examples):
+        g, classes = _torch_grads(model, tmodel, ex, index, loss_kind)
+        for c in range(4):
+            for l in range(2):
+                for h in range(3):
+                    rows = [sum(g[l, h, i, j] for j in range(len(classes)) if classes[j] == c)
+                            for i in range(len(classes))]
+                    want[c, l, h] += np.mean(rows) / len(examples)
+    for c, name in enumerate(("cls", "sep", "punct", "other")):
+        close(res.statistics[f"grad_to_{name}"].value, want[c])
+
+
+def test_grad_without_mlm_head_needs_a_loss(tmp_path):
+    model = jattn.load(tiny_bert(tmp_path, mlm=False, layers=1, heads=2), use_cache=False)
+    with pytest.raises(ValueError, match="no masked-LM head"):
+        AttentionGradient(model)
