@@ -56,6 +56,10 @@ class EncoderConfig:
         model_type = hf.get("model_type")
         if model_type not in ("bert", "roberta"):
             raise ConfigError(f"EncoderConfig supports model_type 'bert' and 'roberta', got {model_type!r}")
+        required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                    "intermediate_size", "max_position_embeddings")
+        if missing := [k for k in required if k not in hf]:
+            raise ConfigError(f"config.json lacks {', '.join(missing)}: not a complete {model_type} config")
         act = hf.get("hidden_act", "gelu")
         if act not in ACTIVATIONS:
             raise ConfigError(f"unsupported hidden_act {act!r}; supported: {', '.join(ACTIVATIONS)}")

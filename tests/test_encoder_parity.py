@@ -1,0 +1,66 @@
+"""Parity of jattn's encoder with Hugging Face PyTorch (the oracle): outputs and attention weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jattn
+from tiny_encoders import CONFIGS, hf_model, hf_run, random_batch, save_tiny
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def tiny(request, tmp_path_factory):
+    folder = save_tiny(tmp_path_factory.mktemp(request.param), request.param)
+    return jattn.load(folder, use_cache=False), hf_model(folder)
+
+
+def _max_err(a, b):
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_tiny_parity_with_padding(tiny, pairs):
+    model, oracle = tiny
+    batch = random_batch(model.config, [11, 7, 3, 11], seed=1, pairs=pairs)
+    ours, ref = model.forward(batch), hf_run(oracle, batch)
+    assert _max_err(ours.last_hidden_state, ref.last_hidden_state) <= 1e-5
+    for l, att in enumerate(ref.attentions):
+        assert _max_err(ours.attentions[l], att) <= 1e-5, f"layer {l}"
+    for l, h in enumerate(ref.hidden_states):
+        assert _max_err(ours.hidden_states[l], h) <= 1e-5, f"hidden state {l}"
+    if ref.pooler_output is not None:
+        assert _max_err(ours.pooler_output, ref.pooler_output) <= 1e-5
+
+
+@pytest.mark.parametrize("name", ["bert-2x4", "roberta-2x4"])
+def test_mlm_head_parity(tmp_path, name):
+    from jattn.nn.encoder import mlm_logits
+
+    folder = save_tiny(tmp_path, name, head="mlm")
+    model, oracle = jattn.load(folder, use_cache=False), hf_model(folder, head="mlm")
+    batch = random_batch(model.config, [9, 5], seed=2)
+    logits = mlm_logits(model.params, model.config, model.forward(batch).last_hidden_state)
+    assert _max_err(logits, hf_run(oracle, batch).logits) <= 1e-4  # (b, n, V): sums over D
+
+
+def test_pytorch_bin_checkpoint(tmp_path):
+    folder = save_tiny(tmp_path, "bert-2x4", safe=False)
+    assert (folder / "pytorch_model.bin").is_file() and not (folder / "model.safetensors").exists()
+    model, oracle = jattn.load(folder, use_cache=False), hf_model(folder)
+    batch = random_batch(model.config, [6, 4])
+    assert _max_err(model.forward(batch).last_hidden_state, hf_run(oracle, batch).last_hidden_state) <= 1e-5
+
+
+def test_minilm_parity_real_sentences(minilm, minilm_path):
+    from jattn.demo import sample_sentences
+
+    sents = sample_sentences()[:16]
+    oracle = hf_model(minilm_path)
+    for examples in (sents, list(zip(sents[:8], sents[8:]))):
+        batch = minilm.tokenize(examples)
+        assert batch.attention_mask.min() == 0  # the batch is padded
+        ours, ref = minilm.forward(batch), hf_run(oracle, batch.inputs())
+        assert _max_err(ours.last_hidden_state, ref.last_hidden_state) <= 1e-4
+        for l, att in enumerate(ref.attentions):
+            assert _max_err(ours.attentions[l], att) <= 1e-5, f"layer {l}"
