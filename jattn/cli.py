@@ -8,6 +8,7 @@ import importlib
 # sub-command -> module defining ``add_arguments(parser)`` and ``run(args)``
 COMMANDS = {
     "demo": "jattn.demo",
+    "analyze": "jattn.analyze",
 }
 
 
