@@ -85,3 +85,116 @@ class EncoderConfig:
             hidden_dropout=hf.get("hidden_dropout_prob", 0.1),
             attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
         )
+
+
+SEQ2SEQ_TYPES = ("marian", "fsmt")
+
+
+@dataclasses.dataclass(frozen=True)
+class Seq2SeqConfig:
+    """A post-LayerNorm encoder–decoder Transformer (Vaswani et al. 2017) as Hugging Face
+    ``MarianMTModel`` (Opus-MT) and ``FSMTForConditionalGeneration`` (fairseq WMT19) define it.
+
+    The two families differ only in configuration: Marian numbers positions 0..n-1 with the
+    sin half before the cos half; fairseq numbers real tokens from ``pad_token_id + 1`` and
+    skips padding (``positions``); Marian shares one embedding table for source, target and
+    output and adds ``final_logits_bias``; FSMT has separate tables and an output projection.
+    """
+
+    model_type: str  # "marian" | "fsmt"
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int
+    encoder_layers: int
+    decoder_layers: int
+    encoder_heads: int
+    decoder_heads: int
+    encoder_ffn_dim: int
+    decoder_ffn_dim: int
+    activation: str
+    max_position_embeddings: int
+    scale_embedding: bool  # multiply token embeddings by sqrt(d_model)
+    shared_embeddings: bool  # one table for source and target tokens
+    tie_output: bool  # output projection = target embedding table
+    positions: str  # "marian" | "fairseq" (sinusoidal layouts, see jattn.nn.seq2seq)
+    pad_token_id: int
+    eos_token_id: int
+    decoder_start_token_id: int
+    forced_eos_token_id: int | None = None  # forced as the last token at max_length (HF)
+    bad_token_ids: tuple[int, ...] = ()  # never generated (HF bad_words_ids of length 1)
+    layer_norm_eps: float = 1e-5
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+
+    @property
+    def final_logits_bias(self) -> bool:
+        return self.model_type == "marian"
+
+    @property
+    def vocab_size(self) -> int:
+        """The largest vocabulary (a tokenizer may not exceed it)."""
+        return max(self.src_vocab_size, self.tgt_vocab_size)
+
+    @property
+    def max_length(self) -> int:
+        """Longest source or target sequence the position table covers."""
+        return self.max_position_embeddings
+
+    @classmethod
+    def from_hf_config(cls, hf: dict[str, Any], generation: dict[str, Any] | None = None) -> "Seq2SeqConfig":
+        """Build from a Marian or FSMT ``config.json`` dict (and ``generation_config.json``),
+        refusing what jattn does not implement."""
+        model_type = hf.get("model_type")
+        if model_type not in SEQ2SEQ_TYPES:
+            raise ConfigError(f"Seq2SeqConfig supports model_type {SEQ2SEQ_TYPES}, got {model_type!r}")
+        gen = {**hf, **(generation or {})}
+        act = hf.get("activation_function", "gelu" if model_type == "marian" else "relu")
+        if act not in ACTIVATIONS:
+            raise ConfigError(f"unsupported activation_function {act!r}; supported: {', '.join(ACTIVATIONS)}")
+        for key in ("encoder_layerdrop", "decoder_layerdrop"):
+            if hf.get(key, 0.0):
+                raise ConfigError(f"{key}={hf[key]} is not supported (LayerDrop); set it to 0.0")
+        # Fields of older (BART-derived) configs: only the values Opus-MT uses are implemented.
+        for key, ok in (("normalize_before", False), ("add_final_layer_norm", False),
+                        ("normalize_embedding", False), ("static_position_embeddings", True)):
+            if hf.get(key, ok) != ok:
+                raise ConfigError(f"{key}={hf[key]!r} is not supported: jattn implements post-LayerNorm "
+                                  "blocks with sinusoidal positions and no embedding LayerNorm")
+        if hf["d_model"] % 2:
+            raise ConfigError(f"d_model={hf['d_model']} must be even for sinusoidal positions")
+        for side in ("encoder", "decoder"):
+            if hf["d_model"] % hf[f"{side}_attention_heads"]:
+                raise ConfigError(f"d_model must be divisible by {side}_attention_heads")
+        bad = gen.get("bad_words_ids") or []
+        if any(len(w) != 1 for w in bad):
+            raise ConfigError("only single-token bad_words_ids are supported in generation")
+        eos = gen.get("eos_token_id")
+        forced = gen.get("forced_eos_token_id")
+        if isinstance(eos, list) or isinstance(forced, list):
+            raise ConfigError("a list of eos_token_id / forced_eos_token_id is not supported; use one id")
+        if model_type == "marian":
+            shared = hf.get("share_encoder_decoder_embeddings", True)
+            src_v = hf["vocab_size"]
+            tgt_v = src_v if shared else (hf.get("decoder_vocab_size") or src_v)
+            if not hf.get("tie_word_embeddings", True):
+                raise ConfigError("Marian with tie_word_embeddings=False is not supported")
+            tie, positions, scale = True, "marian", hf.get("scale_embedding", False)
+        else:
+            if hf.get("tie_word_embeddings", False):
+                raise ConfigError("FSMT with tie_word_embeddings=True is not supported")
+            shared, tie, positions, scale = False, False, "fairseq", hf.get("scale_embedding", True)
+            src_v, tgt_v = hf["src_vocab_size"], hf["tgt_vocab_size"]
+        return cls(
+            model_type=model_type, src_vocab_size=src_v, tgt_vocab_size=tgt_v, d_model=hf["d_model"],
+            encoder_layers=hf["encoder_layers"], decoder_layers=hf["decoder_layers"],
+            encoder_heads=hf["encoder_attention_heads"], decoder_heads=hf["decoder_attention_heads"],
+            encoder_ffn_dim=hf["encoder_ffn_dim"], decoder_ffn_dim=hf["decoder_ffn_dim"], activation=act,
+            max_position_embeddings=hf["max_position_embeddings"], scale_embedding=bool(scale),
+            shared_embeddings=bool(shared), tie_output=tie, positions=positions,
+            pad_token_id=hf["pad_token_id"], eos_token_id=eos,
+            decoder_start_token_id=hf["decoder_start_token_id"], forced_eos_token_id=forced,
+            bad_token_ids=tuple(sorted(w[0] for w in bad)),
+            dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
+            activation_dropout=hf.get("activation_dropout", 0.0),
+        )

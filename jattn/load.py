@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Callable
 
 from jattn import checkpoints
-from jattn.config import ConfigError, EncoderConfig
-from jattn.convert import bert
+from jattn.config import ConfigError, EncoderConfig, Seq2SeqConfig
+from jattn.convert import bert, fsmt, marian
 from jattn.convert.hf import read_config, read_state_dict, resolve, weight_files
 
 
@@ -31,9 +31,17 @@ def _encoder_model(*args):
     return EncoderModel(*args)
 
 
+def _seq2seq_model(*args):
+    from jattn.models.seq2seq import Seq2SeqModel
+
+    return Seq2SeqModel(*args)
+
+
 FAMILIES: dict[str, Family] = {
     "bert": Family(EncoderConfig.from_hf_config, bert.convert, _encoder_model),
     "roberta": Family(EncoderConfig.from_hf_config, bert.convert, _encoder_model),
+    "marian": Family(Seq2SeqConfig.from_hf_config, marian.convert, _seq2seq_model),
+    "fsmt": Family(Seq2SeqConfig.from_hf_config, fsmt.convert, _seq2seq_model),
 }
 
 

@@ -1,0 +1,156 @@
+"""``Seq2SeqModel``: a converted Marian/FSMT checkpoint (or one trained here) with its tokenizer,
+a jitted teacher-forced forward returning every attention internal, and jitted decoding."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jattn.config import Seq2SeqConfig
+from jattn.nn import decode, seq2seq
+
+
+@dataclasses.dataclass
+class Seq2SeqResult:
+    logits: jax.Array  # (b, t, V)
+    encoder_last_hidden_state: jax.Array  # (b, s, D)
+    decoder_last_hidden_state: jax.Array  # (b, t, D)
+    internals: dict  # {"encoder", "decoder", "cross"}: attention internals stacked (L, b, ...)
+
+    @property
+    def encoder_attentions(self) -> jax.Array:  # (L_enc, b, H, s, s)
+        return self.internals["encoder"]["weights"]
+
+    @property
+    def decoder_attentions(self) -> jax.Array:  # (L_dec, b, H, t, t)
+        return self.internals["decoder"]["weights"]
+
+    @property
+    def cross_attentions(self) -> jax.Array:  # (L_dec, b, H, t, s)
+        return self.internals["cross"]["weights"]
+
+
+@partial(jax.jit, static_argnames=("config", "compute_dtype"))
+def _forward(params, config, batch, head_gates, disabled_heads, compute_dtype):
+    return seq2seq.forward(params, config, batch, head_gates=head_gates, disabled_heads=disabled_heads,
+                           compute_dtype=compute_dtype)
+
+
+def _generation_overrides(source: str) -> dict:
+    """bad_words_ids / forced EOS from the folder's ``generation_config.json``, if any."""
+    path = Path(source) / "generation_config.json" if source else None
+    if path is None or not path.is_file():
+        return {}
+    gen = json.loads(path.read_text())
+    out = {}
+    if gen.get("bad_words_ids"):
+        out["bad_token_ids"] = tuple(sorted(w[0] for w in gen["bad_words_ids"] if len(w) == 1))
+    if "forced_eos_token_id" in gen:
+        out["forced_eos_token_id"] = gen["forced_eos_token_id"]
+    return out
+
+
+class Seq2SeqModel:
+    """An encoder–decoder translation model: ``.config``, ``.params``, ``.tokenizer``,
+    ``.forward`` (teacher forcing, all internals), ``.generate`` and ``.translate``."""
+
+    def __init__(self, config: Seq2SeqConfig, params, tokenizer=None, source: str = ""):
+        self.config = dataclasses.replace(config, **_generation_overrides(source))
+        self.tokenizer, self.source = tokenizer, source
+        self.params = jax.tree.map(jnp.asarray, params)
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"Seq2SeqModel({c.model_type}, L={c.encoder_layers}+{c.decoder_layers}, "
+                f"H={c.encoder_heads}/{c.decoder_heads}, D={c.d_model}, source={self.source!r})")
+
+    def _check_ids(self, name, ids, mask, vocab):
+        ids = np.asarray(ids)
+        if ids.ndim != 2:
+            raise ValueError(f"{name} must be (batch, length), got shape {ids.shape}")
+        if ids.shape[0] == 0 or ids.shape[1] == 0:
+            raise ValueError(f"{name} is empty (shape {ids.shape}): give at least one sentence of one token")
+        if ids.shape[1] > self.config.max_length:
+            raise ValueError(f"{name} has {ids.shape[1]} tokens but the model has {self.config.max_length} "
+                             "positions; truncate the input (tokenizer(..., truncation=True, max_length=...))")
+        if ids.min() < 0 or ids.max() >= vocab:
+            raise ValueError(f"{name} has ids outside the vocabulary [0, {vocab}): was it made with "
+                             "another model's tokenizer?")
+        mask = np.ones_like(ids) if mask is None else np.asarray(mask)
+        if mask.shape != ids.shape:
+            raise ValueError(f"the attention mask of {name} has shape {mask.shape}, {name} has {ids.shape}")
+        if not mask.any(axis=1).all():
+            raise ValueError(f"{name} has an empty sentence (an all-zero attention-mask row); remove it")
+        return jnp.asarray(ids, jnp.int32), jnp.asarray(mask, jnp.int32)
+
+    def check_batch(self, batch) -> dict:
+        """Validate a dict of (b, s) source and (b, t) target arrays; return the forward's input."""
+        batch = dict(batch)
+        for key in ("input_ids", "attention_mask", "decoder_input_ids"):
+            if key not in batch:
+                raise ValueError(f"a batch needs {key}; have {sorted(batch)}")
+        ids, mask = self._check_ids("input_ids", batch["input_ids"], batch["attention_mask"],
+                                    self.config.src_vocab_size)
+        dec, dec_mask = self._check_ids("decoder_input_ids", batch["decoder_input_ids"],
+                                        batch.get("decoder_attention_mask"), self.config.tgt_vocab_size)
+        if dec.shape[0] != ids.shape[0]:
+            raise ValueError(f"decoder_input_ids has {dec.shape[0]} rows, input_ids has {ids.shape[0]}")
+        return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec, "decoder_attention_mask": dec_mask}
+
+    def forward(self, batch, head_gates=None, disabled_heads=None, compute_dtype=jnp.float32) -> Seq2SeqResult:
+        """Teacher-forced forward; one compile per padded shape. Interventions: dicts keyed
+        "encoder" / "decoder" / "cross" of (L, H) arrays (gates float, disabled bool)."""
+        gates, disabled = seq2seq.interventions(self.config, head_gates, disabled_heads)
+        outputs, internals = _forward(self.params, self.config, self.check_batch(batch), gates, disabled,
+                                      compute_dtype)
+        return Seq2SeqResult(outputs["logits"], outputs["encoder_last_hidden_state"],
+                             outputs["decoder_last_hidden_state"], internals)
+
+    def generate(self, input_ids, attention_mask=None, num_beams: int = 1, max_length: int | None = None,
+                 length_penalty: float = 1.0, head_gates=None, disabled_heads=None) -> np.ndarray:
+        """Greedy (num_beams=1) or beam search; ids (b, n ≤ max_length) in HF's layout.
+        ``max_length`` counts the start token; default min(128, the model's positions)."""
+        max_length = min(128, self.config.max_length) if max_length is None else max_length
+        if num_beams < 1 or max_length < 2:
+            raise ValueError(f"need num_beams >= 1 and max_length >= 2, got {num_beams} and {max_length}")
+        if max_length > self.config.max_length:
+            raise ValueError(f"max_length={max_length} exceeds the model's {self.config.max_length} positions")
+        ids, mask = self._check_ids("input_ids", input_ids, attention_mask, self.config.src_vocab_size)
+        return decode.generate(self.params, self.config, ids, mask, num_beams=num_beams, max_length=max_length,
+                               length_penalty=length_penalty, head_gates=head_gates, disabled_heads=disabled_heads)
+
+    def translate(self, texts, num_beams: int = 4, max_length: int | None = None, batch_size: int = 64,
+                  length_penalty: float = 1.0) -> list[str]:
+        """Translate strings with the model's tokenizer; batches are padded to multiples of 8
+        so that few shapes compile."""
+        if self.tokenizer is None:
+            raise ValueError("this model has no tokenizer; pass token ids to generate() instead")
+        if isinstance(texts, str):
+            raise ValueError("translate() takes a list of strings; wrap a single sentence in a list")
+        texts = list(texts)
+        if not texts or any(not t.strip() for t in texts):
+            raise ValueError("translate() needs non-empty sentences")
+        out = []
+        for i in range(0, len(texts), batch_size):
+            chunk = texts[i:i + batch_size]
+            enc = self.tokenizer(chunk, padding=True, truncation=True, max_length=self.config.max_length,
+                                 return_tensors="np")
+            ids, mask = enc["input_ids"], enc["attention_mask"]
+            s = min(-(-ids.shape[1] // 8) * 8, self.config.max_length)
+            rows = -(-len(chunk) // 8) * 8
+            pad_ids = np.full((rows, s), self.config.pad_token_id, ids.dtype)  # (rows, s)
+            pad_mask = np.zeros((rows, s), mask.dtype)  # (rows, s)
+            pad_ids[:, : ids.shape[1]] = ids[0]  # filler rows repeat sentence 0 (same stopping time)
+            pad_mask[:, : ids.shape[1]] = mask[0]
+            pad_ids[: len(chunk), : ids.shape[1]] = ids
+            pad_mask[: len(chunk), : ids.shape[1]] = mask
+            gen = self.generate(pad_ids, pad_mask, num_beams=num_beams, max_length=max_length,
+                                length_penalty=length_penalty)
+            out += self.tokenizer.batch_decode(gen[: len(chunk)], skip_special_tokens=True)
+        return out

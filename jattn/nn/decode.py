@@ -1,0 +1,216 @@
+"""Greedy and beam-search decoding under ``jax.jit`` with a key/value cache.
+
+The encoder runs once; each decoder step embeds one token per sequence, appends its keys and
+values to a fixed-size (L, B, H, T, d_h) cache, and attends over the filled prefix. The loop is
+a ``jax.lax.while_loop`` over fixed shapes, so a (batch, source length, beams, max_length)
+combination compiles once.
+
+The search reproduces Hugging Face ``generate`` (transformers v5, no sampling,
+``early_stopping=False``): greedy pads finished rows with ``pad_token_id``; beam search keeps
+2·k candidates per step, scores a finished hypothesis by Σ log p / len^length_penalty with len
+the number of generated tokens (Wu et al. 2016's length normalisation in HF's form), and stops
+with HF's heuristic (best running score / current length cannot beat the worst finished one).
+``forced_eos_token_id`` is forced at the last position and ``bad_token_ids`` are never chosen.
+Both return (b, max_length) token ids starting with ``decoder_start_token_id`` and each row's
+length; callers trim to HF's layout with ``trim``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jattn.config import Seq2SeqConfig
+from jattn.nn.attention import dense, layer_norm
+from jattn.nn.seq2seq import embed, encode, ffn_block, interventions, output_logits
+
+NEG = -1.0e9  # HF's sentinel for excluded beams
+
+
+def _heads(p, x):
+    return jnp.moveaxis(dense(p, x), 2, 1)  # (b, n, H, d_h) -> (b, H, n, d_h)
+
+
+def cached_attention(p, x, k, v, allowed, gate, disabled):
+    """Attention of one query position over cached keys/values (same math as
+    ``multi_head_attention``). x (B, 1, D), k/v (B, H, n, d_h), allowed (B, n) -> (B, 1, D)."""
+    q = _heads(p["query"], x)  # (B, H, 1, d_h)
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(q.shape[-1])  # (B, H, 1, n)
+    mask = allowed[:, None, None, :]  # (B, 1, 1, n)
+    weights = jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(jnp.float32).min), -1)  # (B, H, 1, n)
+    uniform = mask / mask.sum(-1, keepdims=True)  # (B, 1, 1, n)
+    weights = jnp.where(disabled[None, :, None, None], uniform, weights).astype(x.dtype)  # (B, H, 1, n)
+    context = jnp.einsum("bhqk,bhkd->bhqd", weights, v) * gate.astype(x.dtype)[None, :, None, None]  # (B, H, 1, d_h)
+    return jnp.einsum("bhqd,hdo->bqo", context, p["out"]["kernel"].astype(x.dtype)) + p["out"]["bias"]  # (B, 1, D)
+
+
+def init_state(params, config: Seq2SeqConfig, input_ids, attention_mask, gates, disabled, max_length, dtype):
+    """Encode once; return the cross-attention keys/values and an empty self-attention cache."""
+    enc, _ = encode(params, config, input_ids, attention_mask, gates["encoder"], disabled["encoder"],
+                    dtype=dtype)  # (B, s, D)
+    layers = params["decoder"]["layers"]
+    cross_k = jax.vmap(lambda p: _heads(p, enc))(layers["cross_attn"]["key"])  # (L, B, H, s, d_h)
+    cross_v = jax.vmap(lambda p: _heads(p, enc))(layers["cross_attn"]["value"])  # (L, B, H, s, d_h)
+    B, H = input_ids.shape[0], config.decoder_heads
+    shape = (config.decoder_layers, B, H, max_length, config.d_model // H)
+    return {"cross_k": cross_k, "cross_v": cross_v,
+            "self_k": jnp.zeros(shape, dtype), "self_v": jnp.zeros(shape, dtype)}  # (L, B, H, T, d_h)
+
+
+def decoder_step(params, config: Seq2SeqConfig, tokens, pos, cache, src_mask, gates, disabled):
+    """One decoder position for every row. tokens (B,) at position ``pos`` (0-based) ->
+    (logits (B, V) float32, updated cache)."""
+    T = cache["self_k"].shape[3]
+    y = embed(params, config, tokens[:, None], "target", cache["self_k"].dtype, None, offset=pos)  # (B, 1, D)
+    seen = jnp.broadcast_to(jnp.arange(T) <= pos, (tokens.shape[0], T))  # (B, T)
+    src = src_mask.astype(bool)  # (B, s)
+
+    def layer(y, xs):
+        p, k_c, v_c, ck, cv, gs, ds, gc, dc = xs
+        k_c = jax.lax.dynamic_update_slice_in_dim(k_c, _heads(p["self_attn"]["key"], y), pos, axis=2)  # (B, H, T, d_h)
+        v_c = jax.lax.dynamic_update_slice_in_dim(v_c, _heads(p["self_attn"]["value"], y), pos, axis=2)
+        h = layer_norm(p["self_attn_ln"], y + cached_attention(p["self_attn"], y, k_c, v_c, seen, gs, ds),
+                       config.layer_norm_eps)  # (B, 1, D)
+        h = layer_norm(p["cross_attn_ln"], h + cached_attention(p["cross_attn"], h, ck, cv, src, gc, dc),
+                       config.layer_norm_eps)  # (B, 1, D)
+        return ffn_block(p, config, h, None), (k_c, v_c)
+
+    xs = (params["decoder"]["layers"], cache["self_k"], cache["self_v"], cache["cross_k"], cache["cross_v"],
+          gates["decoder"], disabled["decoder"], gates["cross"], disabled["cross"])
+    y, (k, v) = jax.lax.scan(layer, y, xs)
+    return output_logits(params, config, y)[:, 0], dict(cache, self_k=k, self_v=v)  # (B, V)
+
+
+def process(config: Seq2SeqConfig, scores, cur_len, max_length):
+    """HF logits processors: bad tokens to -inf; at cur_len == max_length - 1 only
+    ``forced_eos_token_id`` is allowed (score 0)."""
+    if config.bad_token_ids:
+        scores = scores.at[:, jnp.asarray(config.bad_token_ids)].set(-jnp.inf)
+    if config.forced_eos_token_id is not None:
+        forced = jnp.full_like(scores, -jnp.inf).at[:, config.forced_eos_token_id].set(0.0)  # (B, V)
+        scores = jnp.where(cur_len == max_length - 1, forced, scores)
+    return scores
+
+
+def _fill(config: Seq2SeqConfig) -> int:
+    return config.pad_token_id or config.eos_token_id  # HF: `pad_token_id or eos_token_id`
+
+
+@partial(jax.jit, static_argnames=("config", "max_length", "dtype"))
+def greedy(params, config: Seq2SeqConfig, input_ids, attention_mask, gates, disabled, *, max_length: int,
+           dtype=jnp.float32):
+    """Greedy search. input_ids, attention_mask (b, s) -> ids (b, max_length), lengths (b,)."""
+    b = input_ids.shape[0]
+    cache = init_state(params, config, input_ids, attention_mask, gates, disabled, max_length, dtype)
+    seqs = jnp.full((b, max_length), _fill(config), jnp.int32).at[:, 0].set(config.decoder_start_token_id)
+    state = (seqs, jnp.ones((b,), bool), jnp.int32(1), cache)
+
+    def cond(s):
+        return (s[2] < max_length) & s[1].any()
+
+    def body(s):
+        seqs, unfinished, cur_len, cache = s
+        logits, cache = decoder_step(params, config, seqs[:, cur_len - 1], cur_len - 1, cache, attention_mask,
+                                     gates, disabled)  # (b, V)
+        nxt = jnp.argmax(process(config, logits, cur_len, max_length), -1).astype(jnp.int32)  # (b,)
+        nxt = jnp.where(unfinished, nxt, config.pad_token_id)  # (b,)
+        seqs = jax.lax.dynamic_update_slice_in_dim(seqs, nxt[:, None], cur_len, axis=1)
+        return seqs, unfinished & (nxt != config.eos_token_id), cur_len + 1, cache
+
+    seqs, _, cur_len, _ = jax.lax.while_loop(cond, body, state)
+    return seqs, jnp.full((b,), cur_len)
+
+
+def _gather(x, idx):
+    """x (b, n, ...), idx (b, m) -> (b, m, ...)."""
+    return jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1)
+
+
+@partial(jax.jit, static_argnames=("config", "num_beams", "max_length", "length_penalty", "dtype"))
+def beam_search(params, config: Seq2SeqConfig, input_ids, attention_mask, gates, disabled, *, num_beams: int,
+                max_length: int, length_penalty: float = 1.0, dtype=jnp.float32):
+    """Beam search as HF ``generate(num_beams=k, early_stopping=False)``.
+
+    input_ids, attention_mask (b, s) -> best hypothesis ids (b, max_length), lengths (b,)."""
+    b, k, T = input_ids.shape[0], num_beams, max_length
+    rep = lambda x: jnp.repeat(x, k, axis=0)  # (b, ...) -> (b*k, ...) beam-major per sentence
+    src_mask = rep(attention_mask)  # (b*k, s)
+    cache = init_state(params, config, rep(input_ids), src_mask, gates, disabled, T, dtype)
+    running = jnp.full((b, k, T), _fill(config), jnp.int32).at[:, :, 0].set(config.decoder_start_token_id)
+    state = dict(
+        running=running,  # (b, k, T)
+        running_scores=jnp.zeros((b, k), jnp.float32).at[:, 1:].set(NEG),  # (b, k) Σ log p
+        seqs=running,  # (b, k, T) finished hypotheses, best first
+        scores=jnp.full((b, k), NEG, jnp.float32),  # (b, k) length-normalised
+        finished=jnp.zeros((b, k), bool),
+        lengths=jnp.ones((b, k), jnp.int32),  # (b, k) tokens incl. the start token
+        open=jnp.ones((b, 1), bool),  # HF's is_early_stop_heuristic_unsatisfied
+        all_hit=jnp.zeros((), bool),
+        cur_len=jnp.int32(1),
+        cache=cache,
+    )
+    top_k = jnp.arange(2 * k) < k  # (2k,) candidates that may enter the finished set
+
+    def cond(s):
+        return (s["cur_len"] < T) & s["open"].any() & ~s["all_hit"]
+
+    def body(s):
+        cur_len = s["cur_len"]
+        tokens = s["running"][:, :, cur_len - 1].reshape(-1)  # (b*k,)
+        logits, cache = decoder_step(params, config, tokens, cur_len - 1, s["cache"], src_mask, gates, disabled)
+        logp = process(config, jax.nn.log_softmax(logits, -1), cur_len, T)  # (b*k, V)
+        V = logp.shape[-1]
+        logp = (logp.reshape(b, k, V) + s["running_scores"][:, :, None]).reshape(b, k * V)  # (b, k*V)
+        cand_lp, cand = jax.lax.top_k(logp, 2 * k)  # (b, 2k)
+        src_beam, tok = cand // V, (cand % V).astype(jnp.int32)  # (b, 2k)
+        cand_seqs = _gather(s["running"], src_beam)  # (b, 2k, T)
+        cand_seqs = jax.lax.dynamic_update_slice_in_dim(cand_seqs, tok[:, :, None], cur_len, axis=2)
+        hit = (tok == config.eos_token_id) | (cur_len + 1 >= T)  # (b, 2k) stopping criteria
+
+        # Running beams: the best k candidates that did not stop.
+        _, keep = jax.lax.top_k(cand_lp + hit * NEG, k)  # (b, k)
+        running_scores = _gather(cand_lp + hit * NEG, keep)  # (b, k)
+        running = _gather(cand_seqs, keep)  # (b, k, T)
+        rows = (_gather(src_beam, keep) + jnp.arange(b)[:, None] * k).reshape(-1)  # (b*k,) cache rows
+        cache = dict(cache, self_k=cache["self_k"][:, rows], self_v=cache["self_v"][:, rows])
+
+        # Finished set: merge candidates that just stopped among the top k.
+        just = hit & top_k[None]  # (b, 2k)
+        fin = cand_lp / jnp.power(cur_len.astype(jnp.float32), length_penalty)  # len = generated tokens
+        fin = fin + (~s["open"]) * NEG + (~just) * NEG  # (b, 2k)
+        m_scores = jnp.concatenate([s["scores"], fin], 1)  # (b, 3k)
+        _, best = jax.lax.top_k(m_scores, k)  # (b, k)
+        m_len = jnp.concatenate([s["lengths"], jnp.full((b, 2 * k), cur_len + 1)], 1)  # (b, 3k)
+        seqs = _gather(jnp.concatenate([s["seqs"], cand_seqs], 1), best)  # (b, k, T)
+        finished = _gather(jnp.concatenate([s["finished"], just], 1), best)  # (b, k)
+        scores, lengths = _gather(m_scores, best), _gather(m_len, best)  # (b, k)
+
+        # HF's stopping heuristic, evaluated at the new length.
+        best_running = running_scores[:, :1] / jnp.power(cur_len.astype(jnp.float32), length_penalty)  # (b, 1)
+        worst = jnp.where(finished, scores.min(1, keepdims=True), NEG)  # (b, k)
+        open_ = s["open"] & (best_running > worst).any(-1, keepdims=True)  # (b, 1)
+        return dict(running=running, running_scores=running_scores, seqs=seqs, scores=scores, finished=finished,
+                    lengths=lengths, open=open_, all_hit=hit.all(), cur_len=cur_len + 1, cache=cache)
+
+    s = jax.lax.while_loop(cond, body, state)
+    return s["seqs"][:, 0], s["lengths"][:, 0]
+
+
+def trim(ids, lengths) -> np.ndarray:
+    """HF's output layout: every row cut to the longest returned length in the batch."""
+    return np.asarray(ids)[:, : int(np.max(np.asarray(lengths)))]
+
+
+def generate(params, config: Seq2SeqConfig, input_ids, attention_mask, *, num_beams: int = 1, max_length: int,
+             length_penalty: float = 1.0, head_gates=None, disabled_heads=None, dtype=jnp.float32) -> np.ndarray:
+    """Translate a padded batch; returns HF-layout ids (b, n ≤ max_length), starting with the
+    decoder start token and padded with ``pad_token_id`` after EOS."""
+    gates, disabled = interventions(config, head_gates, disabled_heads)
+    args = (params, config, jnp.asarray(input_ids, jnp.int32), jnp.asarray(attention_mask, jnp.int32), gates, disabled)
+    if num_beams == 1:
+        return trim(*greedy(*args, max_length=max_length, dtype=dtype))
+    return trim(*beam_search(*args, num_beams=num_beams, max_length=max_length, length_penalty=length_penalty,
+                             dtype=dtype))

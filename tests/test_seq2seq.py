@@ -1,0 +1,190 @@
+"""Seq2seq forward vs Hugging Face PyTorch (Marian, FSMT), causality, interventions, export, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import jattn
+from tiny_seq2seq import hf_model, padded_batch, save_tiny
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module", params=["marian", "fsmt"])
+def tiny(request, tmp_path_factory):
+    kind = request.param
+    folder = save_tiny(tmp_path_factory.mktemp(kind), kind)
+    return kind, folder, jattn.load(folder, use_cache=False), hf_model(folder, kind)
+
+
+def _hf_forward(hf, kind, batch):
+    import torch
+
+    kw = {k: torch.tensor(v) for k, v in batch.items()}
+    with torch.no_grad():
+        # FSMT builds its causal mask only without a cache (its teacher-forcing path).
+        return hf(**kw, output_attentions=True, use_cache=False)
+
+
+def _err(ours, theirs) -> float:
+    return float(np.max(np.abs(np.asarray(ours) - np.asarray(theirs))))
+
+
+def test_parity_teacher_forced_padded(tiny):
+    kind, _, model, hf = tiny
+    batch = padded_batch(model.config)
+    ours = model.forward(batch)
+    ref = _hf_forward(hf, kind, batch)
+    enc_mask = batch["attention_mask"].astype(bool)
+    dec_mask = batch["decoder_attention_mask"].astype(bool)
+    # Compare real positions (padded queries' values are unspecified in both).
+    assert _err(np.asarray(ours.encoder_last_hidden_state)[enc_mask], ref.encoder_last_hidden_state.numpy()[enc_mask]) <= TOL
+    assert _err(np.asarray(ours.logits)[dec_mask], ref.logits.numpy()[dec_mask]) <= TOL
+    for name, theirs in (("encoder", ref.encoder_attentions), ("decoder", ref.decoder_attentions),
+                         ("cross", ref.cross_attentions)):
+        theirs = np.stack([a.numpy() for a in theirs])  # (L, b, H, q, k)
+        mine = np.asarray(getattr(ours, f"{name}_attentions"))
+        assert mine.shape == theirs.shape, name
+        q_mask = enc_mask if name == "encoder" else dec_mask  # (b, q)
+        assert _err(mine.transpose(1, 3, 0, 2, 4)[q_mask], theirs.transpose(1, 3, 0, 2, 4)[q_mask]) <= TOL, name
+
+
+def test_internals_complete(tiny):
+    _, _, model, _ = tiny
+    batch = padded_batch(model.config, b=2)
+    ours = model.forward(batch)
+    c = model.config
+    for kind, L, H in (("encoder", c.encoder_layers, c.encoder_heads), ("decoder", c.decoder_layers, c.decoder_heads),
+                       ("cross", c.decoder_layers, c.decoder_heads)):
+        internals = ours.internals[kind]
+        for key in ("weights", "values", "context", "output", "out_kernel", "residual", "pre_ln", "ln_scale"):
+            assert internals[key].shape[0] == L, (kind, key)
+        assert internals["weights"].shape[:3] == (L, 2, H)
+        # The block output is Σ_h Σ_j α f_h(x_j) + b_O (Kobayashi et al. 2020, Eq. 5).
+        f = np.einsum("lbhkd,lhde->lbhke", internals["values"], internals["out_kernel"])
+        y = np.einsum("lbhqk,lbhke->lbqe", internals["weights"], f) + np.asarray(internals["out_bias"])[:, None, None]
+        assert _err(y, internals["output"]) <= 1e-4, kind
+
+
+def test_causality(tiny):
+    """Changing a future target token leaves earlier decoder outputs unchanged."""
+    _, _, model, _ = tiny
+    batch = padded_batch(model.config, b=2)
+    batch["decoder_attention_mask"][:] = 1
+    changed = {k: v.copy() for k, v in batch.items()}
+    changed["decoder_input_ids"][:, 4] = (changed["decoder_input_ids"][:, 4] + 7) % (model.config.tgt_vocab_size - 5) + 4
+    a, b = model.forward(batch), model.forward(changed)
+    assert _err(np.asarray(a.logits)[:, :4], np.asarray(b.logits)[:, :4]) == 0.0
+    assert _err(np.asarray(a.decoder_attentions)[:, :, :, :4], np.asarray(b.decoder_attentions)[:, :, :, :4]) == 0.0
+    assert _err(np.asarray(a.logits)[:, 4:], np.asarray(b.logits)[:, 4:]) > 1e-3  # the change is visible later
+
+
+def test_interventions_per_kind(tiny):
+    _, _, model, _ = tiny
+    c = model.config
+    batch = padded_batch(c, b=2)
+    base = model.forward(batch)
+    ones = {"encoder": np.ones((c.encoder_layers, c.encoder_heads)),
+            "decoder": np.ones((c.decoder_layers, c.decoder_heads)), "cross": np.ones((c.decoder_layers, c.decoder_heads))}
+    assert _err(model.forward(batch, head_gates=ones).logits, base.logits) == 0.0
+    gated = model.forward(batch, head_gates={"cross": np.zeros((c.decoder_layers, c.decoder_heads))})
+    assert np.all(np.asarray(gated.internals["cross"]["context"]) == 0)
+    assert _err(gated.internals["encoder"]["context"], base.internals["encoder"]["context"]) == 0.0
+    dis = np.zeros((c.decoder_layers, c.decoder_heads), bool)
+    dis[0, 0] = True
+    uniform = model.forward(batch, disabled_heads={"decoder": dis}).decoder_attentions[0, :, 0]  # (b, t, t)
+    expected = np.tril(np.ones(uniform.shape[1:])) * batch["decoder_attention_mask"][:, None, :]
+    expected = expected / expected.sum(-1, keepdims=True)
+    assert _err(uniform, expected) <= 1e-6
+    with pytest.raises(ValueError, match="keys must be among"):
+        model.forward(batch, head_gates={"self": ones["decoder"]})
+    with pytest.raises(ValueError, match=r"head_gates\['encoder'\] must have shape"):
+        model.forward(batch, head_gates={"encoder": np.ones((1, 1))})
+
+
+def test_bad_input(tiny, tmp_path):
+    _, folder, model, _ = tiny
+    batch = padded_batch(model.config, b=2)
+    with pytest.raises(ValueError, match="empty"):
+        model.forward(dict(batch, input_ids=np.zeros((2, 0), int), attention_mask=np.zeros((2, 0), int)))
+    with pytest.raises(ValueError, match="empty sentence"):
+        model.generate(batch["input_ids"], np.zeros_like(batch["attention_mask"]))
+    with pytest.raises(ValueError, match="empty"):
+        model.translate([""])
+    too_long = np.full((1, model.config.max_length + 1), 5)
+    with pytest.raises(ValueError, match="positions; truncate"):
+        model.generate(too_long, np.ones_like(too_long))
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model.forward(dict(batch, input_ids=batch["input_ids"] + 10_000))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    cfg = json.loads((folder / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps(dict(cfg, model_type="t5")))
+    with pytest.raises(jattn.config.ConfigError, match="unsupported model_type 't5'"):
+        jattn.load(bad, use_cache=False)
+
+
+def test_unsupported_config_refused(tiny):
+    from jattn.config import ConfigError, Seq2SeqConfig
+
+    _, folder, _, _ = tiny
+    cfg = json.loads((folder / "config.json").read_text())
+    with pytest.raises(ConfigError, match="LayerDrop"):
+        Seq2SeqConfig.from_hf_config(dict(cfg, encoder_layerdrop=0.1))
+    with pytest.raises(ConfigError, match="activation_function"):
+        Seq2SeqConfig.from_hf_config(dict(cfg, activation_function="glu"))
+
+
+def test_conversion_reports_all_problems(tiny):
+    from jattn.convert import fsmt, marian
+    from jattn.convert.hf import ConversionError, read_state_dict
+
+    kind, folder, model, _ = tiny
+    state = read_state_dict(folder)
+    key = "model.encoder.layers.0.fc1.weight"
+    state.pop(key)
+    state["model.encoder.extra.weight"] = np.zeros(3)
+    convert = marian.convert if kind == "marian" else fsmt.convert
+    with pytest.raises(ConversionError) as err:
+        convert(state, model.config)
+    assert key in str(err.value) and "model.encoder.extra.weight" in str(err.value)
+
+
+def test_translate_uses_tokenizer(tiny):
+    _, _, model, _ = tiny
+    out = model.translate(["un homme court sur la plage", "la femme"], num_beams=2, max_length=8)
+    assert len(out) == 2 and all(isinstance(s, str) for s in out)
+
+
+def test_marian_export_roundtrip(tmp_path):
+    """jattn params -> Marian folder -> HF MarianMTModel and jattn.load give the same logits."""
+    import torch
+
+    from jattn.convert.marian import save_marian_folder
+    from jattn.train import init_params
+
+    import jax
+
+    src = save_tiny(tmp_path / "src", "marian")
+    config = jattn.load(src, use_cache=False).config
+
+    params = jax.tree.map(np.asarray, init_params(config, jax.random.key(3)))
+    params["final_logits_bias"] = np.random.default_rng(0).normal(size=config.tgt_vocab_size).astype(np.float32)
+    save_marian_folder(tmp_path / "out", params, config, src)
+    ours = jattn.load(tmp_path / "out", use_cache=False)
+    hf = hf_model(tmp_path / "out", "marian")
+    batch = padded_batch(config)
+    batch["decoder_attention_mask"][:] = 1
+    with torch.no_grad():
+        ref = hf(**{k: torch.tensor(v) for k, v in batch.items()}).logits.numpy()
+    assert _err(ours.forward(batch).logits, ref) <= TOL
+    assert ours.tokenizer("la plage")["input_ids"] == hf_tokenizer_ids(tmp_path / "out", "la plage")
+
+
+def hf_tokenizer_ids(folder, text):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"]
