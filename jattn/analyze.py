@@ -20,18 +20,24 @@ METHOD_HELP = {
     "grad": "|dL/d attention| per key class (masked-LM loss; needs an MLM head)",
     "word-weights": "'weights' on the word-level map (needs --format conllu)",
     "word-entropy": "'entropy' on the word-level map (needs --format conllu)",
+    "norms": "weight- vs norm-based (‖αf‖) attention to token classes, ‖f(x)‖ per class (Kobayashi 2020)",
+    "norm-freq": "mean received α and ‖f(x)‖ per token id, Spearman vs frequency rank (Kobayashi 2020)",
+    "mixing": "mixing ratios Attn-W/N, AttnRes-W/N, AttnResLn-N, 12% masked (Kobayashi 2021)",
 }
 
 
 def make_methods(model, names: list[str]) -> list:
     from jattn.methods.distance import JSDistance
     from jattn.methods.grad import AttentionGradient
+    from jattn.methods.norm_stats import MixingRatio, NormClassAttention, NormFrequency
     from jattn.methods.weights import ClassAttention, Entropy
 
     factories = {
         "weights": lambda: ClassAttention(), "entropy": lambda: Entropy(), "js": lambda: JSDistance(),
         "grad": lambda: AttentionGradient(model), "word-weights": lambda: ClassAttention("word"),
         "word-entropy": lambda: Entropy("word"),
+        "norms": lambda: NormClassAttention(), "norm-freq": lambda: NormFrequency(model.config.vocab_size),
+        "mixing": lambda: MixingRatio(model),
     }
     unknown = [n for n in names if n not in factories]
     if unknown or not names:

@@ -33,6 +33,16 @@ import numpy as np
 from jattn.nn.attention import transformed_vectors
 
 
+def transformed_norm(values: jax.Array, out_kernel: jax.Array) -> jax.Array:
+    """‖f_h(x_j)‖ without forming f: ‖v_hj W_O^h‖² = v_hj (W_O^h W_O^hᵀ) v_hjᵀ, H times cheaper.
+    values (b, H, n, d_h), out_kernel (H, d_h, D) -> (b, H, n)."""
+    w = out_kernel.astype(jnp.float32)
+    m = jnp.einsum("hde,hfe->hdf", w, w)  # (H, d_h, d_h)
+    v = values.astype(jnp.float32)
+    sq = jnp.einsum("bhnd,hdf,bhnf->bhn", v, m, v)  # (b, H, n)
+    return jnp.sqrt(jnp.maximum(sq, 0.0))
+
+
 def head_gram(f: jax.Array) -> jax.Array:
     """G_j[h,g] = ⟨f_h(x_j), f_g(x_j)⟩. f (b, H, n, D) -> (b, n, H, H)."""
     return jnp.einsum("bhnd,bgnd->bnhg", f, f)  # (b, n, H, H)

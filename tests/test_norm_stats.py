@@ -1,0 +1,145 @@
+"""Runner methods of the norm analysis vs numpy loops over examples, heads and rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from norms_testing import assert_close, brute_force, tiny_bert
+
+from jattn.methods import norm_stats as NS
+from jattn.methods.base import CLASS_NAMES, HostBatch
+from jattn.run import run_corpus, token_classes
+
+CORPUS = [  # all ≤ 16 tokens: one padded bucket, one compile of the runner's step
+    "The cat sat on the mat, and slept.",
+    "Norms matter.",
+    "Commas, full stops. And more, here.",
+    "the the the cat",
+    "Short one, with a comma",
+]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("norm_stats")
+    model = tiny_bert(tmp / "model")
+    ranks = tmp / "ranks.txt"  # a frequency ranking of a few ids: the/cat/,/./mat
+    ids = model.tokenizer.convert_tokens_to_ids(["the", ",", ".", "cat", "mat", "a", "with"])
+    ranks.write_text("".join(f"{r + 1} {1000 - r} {i}\n" for r, i in enumerate(ids)))
+    methods = [NS.NormClassAttention(), NS.NormFrequency(model.config.vocab_size, ranks),
+               NS.MixingRatio(model, rank_file=ranks)]
+    result = run_corpus(model, CORPUS, methods, batch_size=2, progress=False)
+    return model, ranks, result.statistics
+
+
+PAD = 16  # every example is run padded to one length: one compile, and padding must not matter
+
+
+def example(model, k: int, masked: bool):
+    """Example k: its unpadded HostBatch, per-layer brute-force quantities of its real tokens,
+    and the ids the model saw (masked or not)."""
+    b = model.tokenize([CORPUS[k]])
+    host = HostBatch(b.input_ids, b.attention_mask, b.token_type_ids,
+                     token_classes(model.tokenizer, b.input_ids, b.attention_mask), None, np.array([k]))
+    ids = NS.mask_tokens(host, model.tokenizer.mask_token_id, 0.12, 0) if masked else b.input_ids
+    n = ids.shape[1]
+    pad = lambda x: np.pad(x, ((0, 0), (0, PAD - n)))
+    mask = pad(b.attention_mask)
+    res = model.forward({"input_ids": pad(ids), "attention_mask": mask, "token_type_ids": pad(b.token_type_ids)})
+    bfs = []
+    for l in range(model.config.num_layers):
+        bf = brute_force({key: np.asarray(v[l], np.float64) for key, v in res.internals.items()},
+                         mask, model.config.layer_norm_eps)
+        bfs.append({key: bf[key][..., :n, :n] if key in ("weights",) else bf[key][..., :n]
+                    for key in ("weights", "f_norm", *(f"mixing_{m}" for m in NS.MIXING))})
+    return host, bfs, ids
+
+
+def test_class_statistics_against_loops(setup):
+    model, _, stats = setup
+    L, H = model.config.num_layers, model.config.num_heads
+    want = {f"{s}_{c}": [] for s in ("weight_to", "norm_to", "norm_share_to", "fnorm", "received") for c in CLASS_NAMES}
+    for k in range(len(CORPUS)):
+        host, bfs, _ = example(model, k, masked=False)
+        cls, n = host.token_class[0], host.input_ids.shape[1]
+        per = {key: np.full((L, H), np.nan) for key in want}
+        for l, bf in enumerate(bfs):
+            for h in range(H):
+                a, fn = bf["weights"][0, h], bf["f_norm"][0, h]
+                for c, name in enumerate(CLASS_NAMES):
+                    cols = cls == c
+                    af = a * fn[None, :]
+                    per[f"weight_to_{name}"][l, h] = np.mean([a[i, cols].sum() for i in range(n)])
+                    per[f"norm_to_{name}"][l, h] = np.mean([af[i, cols].sum() for i in range(n)])
+                    per[f"norm_share_to_{name}"][l, h] = np.mean([af[i, cols].sum() / af[i].sum() for i in range(n)])
+                    if cols.any():
+                        per[f"fnorm_{name}"][l, h] = fn[cols].mean()
+                        per[f"received_{name}"][l, h] = a[:, cols].mean(0).mean()
+        for key in want:
+            want[key].append(per[key])
+    for key, values in want.items():
+        assert_close(stats[key].value, np.nanmean(np.stack(values), 0), name=key)  # sequences lacking a class skipped
+
+
+def test_frequency_against_loops(setup):
+    model, ranks_file, stats = setup
+    V = model.config.vocab_size
+    sums = {"alpha": np.zeros(V), "fnorm": np.zeros(V), "count": np.zeros(V)}
+    for k in range(len(CORPUS)):
+        host, bfs, _ = example(model, k, masked=False)
+        for j, tok in enumerate(host.input_ids[0]):
+            sums["alpha"][tok] += np.mean([bf["weights"][0, :, :, j].mean() for bf in bfs])
+            sums["fnorm"][tok] += np.mean([bf["f_norm"][0, :, j].mean() for bf in bfs])
+            sums["count"][tok] += 1
+    seen = sums["count"] > 0
+    np.testing.assert_array_equal(stats["freq_token_count"].value, sums["count"])
+    ranks = NS.read_ranks(ranks_file, V)
+    for key in ("alpha", "fnorm"):
+        got = stats[f"freq_{key}_by_id"].value
+        assert_close(got[seen], sums[key][seen] / sums["count"][seen], name=key)
+        assert np.isnan(got[~seen]).all()
+        from scipy.stats import spearmanr
+        ok = seen & ~np.isnan(ranks)
+        rho = spearmanr(sums[key][ok] / sums["count"][ok], ranks[ok]).statistic
+        assert stats[f"freq_{key}_spearman_rank"].value == pytest.approx(rho, abs=1e-6)
+
+
+def test_mixing_against_loops(setup):
+    model, _, stats = setup
+    L = model.config.num_layers
+    total = {k: np.zeros(L) for k in NS.MIXING}
+    tokens = 0
+    for k in range(len(CORPUS)):
+        host, bfs, _ = example(model, k, masked=True)
+        tokens += host.input_ids.shape[1]
+        for l, bf in enumerate(bfs):
+            for key in NS.MIXING:
+                total[key][l] += bf[f"mixing_{key}"].sum()
+    for key in NS.MIXING:
+        assert_close(stats[f"mixing_{key}"].value, total[key] / tokens, name=key)
+        assert stats[f"mixing_{key}_mean"].value == pytest.approx(total[key].sum() / (tokens * L), rel=1e-5)
+
+
+def test_mask_tokens_rule_and_batch_independence(setup):
+    model, _, _ = setup
+    b = model.tokenize(CORPUS)
+    host = HostBatch(b.input_ids, b.attention_mask, b.token_type_ids,
+                     token_classes(model.tokenizer, b.input_ids, b.attention_mask), None, np.arange(len(CORPUS)))
+    mask_id = model.tokenizer.mask_token_id
+    masked = NS.mask_tokens(host, mask_id, 0.12, 0)
+    for r in range(len(CORPUS)):
+        m = int(((host.attention_mask[r] > 0) & (host.token_class[r] >= 2)).sum())
+        assert (masked[r] == mask_id).sum() == max(1, int(0.12 * m))
+        assert (masked[r][host.token_class[r] < 2] != mask_id).all()  # [CLS]/[SEP]/padding kept
+        alone, _, ids = example(model, r, masked=True)
+        np.testing.assert_array_equal(ids[0], masked[r, :ids.shape[1]])
+
+
+def test_read_ranks_errors(tmp_path):
+    bad = tmp_path / "r.txt"
+    bad.write_text("1 10\n")
+    with pytest.raises(ValueError, match="rank count id"):
+        NS.read_ranks(bad, 100)
+    bad.write_text("1 10 500\n")
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        NS.read_ranks(bad, 100)
