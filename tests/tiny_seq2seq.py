@@ -54,8 +54,9 @@ def fsmt_tokenizer(folder: Path):
 def save_tiny(folder: Path, kind: str, seed: int = 0, eos_boost: float = 2.0, **overrides) -> Path:
     """Save a random ``kind`` ("marian" | "fsmt") model with its tokenizer to ``folder``.
 
-    ``eos_boost`` raises the EOS logit (by about that much) so that generated sequences end at
-    different lengths, which exercises the finished-hypothesis paths of the searches."""
+    ``eos_boost`` raises Marian's EOS logit (through ``final_logits_bias``) so that generated
+    sequences end at different lengths, exercising the finished-hypothesis paths of the searches
+    (random FSMT models, which have no such bias, run to ``max_length``)."""
     import torch
     from transformers import FSMTConfig, FSMTForConditionalGeneration, MarianConfig, MarianMTModel
 
@@ -78,13 +79,8 @@ def save_tiny(folder: Path, kind: str, seed: int = 0, eos_boost: float = 2.0, **
         for name, p in model.named_parameters():
             if p.dim() == 2 and "embed_positions" not in name:
                 p.normal_(0, 0.3)
-        eos = model.config.eos_token_id
         if kind == "marian":
-            model.final_logits_bias[0, eos] += eos_boost
-        else:  # no bias: align the EOS output row with the last LayerNorm's bias
-            u = torch.randn(model.config.d_model)
-            model.model.decoder.layers[-1].final_layer_norm.bias.copy_(u)
-            model.model.decoder.output_projection.weight[eos] += eos_boost * u / u.dot(u)
+            model.final_logits_bias[0, model.config.eos_token_id] += eos_boost
     model.save_pretrained(str(folder))
     return folder
 
