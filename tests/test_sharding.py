@@ -1,0 +1,78 @@
+"""Data parallelism over 8 faked CPU devices and over 2 processes (gloo) give the 1-device result."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis_helpers import tiny_bert
+
+WORKER = Path(__file__).with_name("sharding_worker.py")
+
+
+def _env(**extra):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(WORKER.parent), **extra)
+    env.pop("XLA_FLAGS", None) if "XLA_FLAGS" not in extra else None
+    return env
+
+
+def _compare(got: dict, want: dict, names):
+    for k in names:
+        a, b = got[k], want[k]
+        if k == "js_mds":  # an embedding is defined up to rotation/reflection: compare its distances
+            a, b = (np.linalg.norm(x[:, None] - x[None], axis=-1) for x in (a, b))
+        np.testing.assert_allclose(a, b, rtol=1e-5 if k == "js_mds" else 1e-6, atol=1e-9, err_msg=k)
+
+
+@pytest.fixture(scope="module")
+def eight_devices(tmp_path_factory):
+    """One subprocess with 8 faked devices: the 1-device and the 8-device results."""
+    tmp = tmp_path_factory.mktemp("shard")
+    folder = tiny_bert(tmp / "model", mlm=True, layers=1, heads=2)
+    out = tmp / "devices.npz"
+    subprocess.run([sys.executable, str(WORKER), str(folder), str(out), "devices"], check=True, timeout=600,
+                   env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=8"))
+    data = np.load(out)
+    one = {k[4:]: data[k] for k in data if k.startswith("one_")}
+    many = {k[5:]: data[k] for k in data if k.startswith("many_")}
+    return folder, one, many
+
+
+def test_eight_devices_match_one(eight_devices):
+    _, one, many = eight_devices
+    assert int(one["meta_devices"]) == 1 and int(many["meta_devices"]) == 8
+    stats = [k for k in one if not k.startswith("meta_")]
+    assert {"attn_to_sep", "entropy", "js_distance", "grad_to_sep"} <= set(stats)
+    _compare(many, one, stats + ["meta_segments", "meta_tokens"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_match_one(eight_devices, tmp_path):
+    folder, one, _ = eight_devices
+    out = tmp_path / "processes.npz"
+    address = f"127.0.0.1:{_free_port()}"
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(folder), str(out), "process", address, "2", str(i)],
+                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    logs = []
+    for p in procs:
+        try:
+            logs.append(p.communicate(timeout=600)[0])
+        finally:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
+    got = dict(np.load(out))
+    assert int(got["meta_processes"]) == 2
+    stats = [k for k in one if not k.startswith("meta_")]
+    _compare(got, one, stats + ["meta_segments", "meta_tokens"])
