@@ -10,6 +10,7 @@ from norms_testing import SENTENCES, assert_close, brute_force, internals_np, ti
 
 import jattn
 from jattn.methods import norms as N
+from jattn.nn.attention import transformed_vectors
 
 KEYS_2020 = ("f_norm", "weighted_norm", "summed_norm", "weights")
 PAIR_KEYS = ("weighted_norm", "summed_norm", "weights", "attnres_norm", "attnresln_norm")
@@ -60,8 +61,8 @@ def test_vector_identities(model, batch, reference):
     real = batch.attention_mask.astype(bool)
     for layer in range(model.config.num_layers):
         it, bf = internals_np(model, batch, layer), reference[layer]
-        f = np.asarray(N.transformed_vectors(jnp.asarray(it["values"], jnp.float32),
-                                             jnp.asarray(it["out_kernel"], jnp.float32)))
+        f = np.asarray(transformed_vectors(jnp.asarray(it["values"], jnp.float32),
+                                           jnp.asarray(it["out_kernel"], jnp.float32)))
         assert_close(f, bf["f"], name="f")
         y = bf["s"].sum(2) + it["out_bias"]  # (b, n, D)
         assert_close(y[real], it["output"][real], name="Σ_j S_ij + b_O")

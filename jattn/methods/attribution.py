@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.methods.norms import head_gram, layer_norm_map, ln_sigma, over_layers, quadratic_norm
+from jattn.methods.norms import diagonal_sum, head_gram, layer_norm_map, ln_sigma, over_layers, quadratic_norm
 from jattn.nn.attention import dense, transformed_vectors
 
 
@@ -79,16 +79,15 @@ def globenc_layer(layer: dict, mask: jax.Array, config) -> jax.Array:
 
     p, eps = layer["params"], config.layer_norm_eps
     alpha = layer["weights"].astype(jnp.float32) * _pair_mask(mask)[:, None]  # (b, H, n, n)
-    f = transformed_vectors(layer["values"], layer["out_kernel"]).astype(jnp.float32)  # (b, H, n, D)
+    values, w_o = layer["values"], layer["out_kernel"].astype(jnp.float32)  # (b, H, n, d_h), (H, d_h, D)
     g1, g2 = layer["ln_scale"].astype(jnp.float32), p["ffn_ln"]["scale"].astype(jnp.float32)  # (D,)
     h = layer["attention_ln_out"].astype(jnp.float32)  # (b, n, D)
     pre2 = h + dense(p["ffn_out"], ACT[config.hidden_act](dense(p["ffn_in"], h)))  # (b, n, D)
     sigma = ln_sigma(layer["pre_ln"], eps) * ln_sigma(pre2, eps)  # (b, n, 1)
     one = jnp.ones(())
-    both = lambda v, s: layer_norm_map(layer_norm_map(v, g1, one), g2, s)  # LN2 ∘ LN1, linear
-    off = quadratic_norm(alpha, head_gram(both(f, one))) / sigma  # (b, n, n)  j ≠ i
-    alpha_ii = jnp.diagonal(alpha, axis1=-2, axis2=-1)  # (b, H, n)
-    r_ii = jnp.einsum("bhn,bhnd->bnd", alpha_ii, f) + layer["residual"].astype(jnp.float32)  # (b, n, D)
+    both = lambda v, s: layer_norm_map(layer_norm_map(v, g1, one), g2, s)  # LN2 ∘ LN1, linear (rows of v)
+    off = quadratic_norm(alpha, head_gram(values, both(w_o, one))) / sigma  # (b, n, n)  j ≠ i
+    r_ii = diagonal_sum(alpha, values, w_o) + layer["residual"].astype(jnp.float32)  # (b, n, D)
     on = jnp.linalg.norm(both(r_ii, sigma), axis=-1)  # (b, n)
     eye = jnp.eye(alpha.shape[-1], dtype=bool)
     return jnp.where(eye, on[:, :, None], off) * _pair_mask(mask)  # (b, n, n)
@@ -104,10 +103,10 @@ def alti_layer(layer: dict, mask: jax.Array, eps: float, chunk: int = 8) -> jax.
     """
     pair = _pair_mask(mask)  # (b, n, n)
     alpha = layer["weights"].astype(jnp.float32) * pair[:, None]  # (b, H, n, n)
-    f = transformed_vectors(layer["values"], layer["out_kernel"]).astype(jnp.float32)  # (b, H, n, D)
     gamma = layer["ln_scale"].astype(jnp.float32)  # (D,)
     sigma = ln_sigma(layer["pre_ln"], eps)  # (b, n, 1)
-    g = layer_norm_map(f, gamma, jnp.ones(()))  # (b, H, n, D)  γ ⊙ C f
+    w_ln = layer_norm_map(layer["out_kernel"].astype(jnp.float32), gamma, jnp.ones(()))  # (H, d_h, D)
+    g = transformed_vectors(layer["values"].astype(jnp.float32), w_ln)  # (b, H, n, D)  γ ⊙ C f
     gx = layer_norm_map(layer["residual"].astype(jnp.float32), gamma, sigma)  # (b, n, D)  LN-map of x_i
     y = layer["attention_ln_out"].astype(jnp.float32)  # (b, n, D)
     n = alpha.shape[-1]

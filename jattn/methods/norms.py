@@ -12,10 +12,12 @@ and the mixing ratio r_i = ‖Σ_{j≠i} V_ij‖ / (‖Σ_{j≠i} V_ij‖ + ‖V
 
 The authors' code forms the (b, H, n, n, D) tensor α f. Here nothing of size n×n×D exists:
   * ‖Σ_h α f‖²[i,j] = Σ_{h,g} α[h,i,j] α[g,i,j] G_j[h,g] with the per-key head Gram matrix
-    G_j[h,g] = ⟨f_h(x_j), f_g(x_j)⟩ (n × H × H);
+    G_j[h,g] = ⟨f_h(x_j), f_g(x_j)⟩ = v_hj W_O^h W_O^gᵀ v_gjᵀ (n × H × H; f itself is never
+    formed either);
   * Σ_j S_ij is the block output minus b_O, so ‖Σ_{j≠i} V_ij‖ needs only (n, D) vectors;
   * given var_i, the LayerNorm is linear, so ‖Z_ij‖ (j ≠ i) uses the Gram matrix of the
-    centred, γ-scaled vectors γ ⊙ (f_h − mean f_h), divided by sqrt(var_i + eps).
+    centred, γ-scaled vectors γ ⊙ (f_h − mean f_h) — the same Gram with that map composed into
+    W_O's rows — divided by sqrt(var_i + eps).
 
 Every function takes one attention block's internals (see ``jattn.nn.attention``) without
 the layer axis; ``over_layers`` maps one over stacked (L, ...) internals, one layer at a time.
@@ -30,7 +32,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.nn.attention import transformed_vectors
 
 
 def transformed_norm(values: jax.Array, out_kernel: jax.Array) -> jax.Array:
@@ -43,19 +44,44 @@ def transformed_norm(values: jax.Array, out_kernel: jax.Array) -> jax.Array:
     return jnp.sqrt(jnp.maximum(sq, 0.0))
 
 
-def head_gram(f: jax.Array) -> jax.Array:
-    """G_j[h,g] = ⟨f_h(x_j), f_g(x_j)⟩. f (b, H, n, D) -> (b, n, H, H)."""
-    return jnp.einsum("bhnd,bgnd->bnhg", f, f)  # (b, n, H, H)
+def head_gram(values: jax.Array, out_kernel: jax.Array) -> jax.Array:
+    """G_j[h,g] = ⟨f_h(x_j), f_g(x_j)⟩ = v_hj (W_O^h W_O^gᵀ) v_gjᵀ, without forming f.
+
+    values (b, H, n, d_h), out_kernel (H, d_h, D) -> (b, n, H, H). One head h at a time
+    (``lax.map``): v_h (b·n, d_h) @ [W_O^h W_O^gᵀ]_g (d_h, H·d_h), then a product with v
+    reduced over d_h — the same b·n·D² multiply-adds as forming f, but a (b·n, D) working set
+    instead of (b, H, n, D) (several times faster on CPU than the (b, n)-batched H×H matmuls).
+    """
+    b, H, n, d = values.shape
+    w = out_kernel.astype(jnp.float32)
+    k = jnp.einsum("hde,gfe->hdgf", w, w).reshape(H, d, H * d)  # (H, d_h, H·d_h)  W_O^h W_O^gᵀ
+    v = values.astype(jnp.float32)
+    vt = jnp.transpose(v, (1, 0, 2, 3)).reshape(H, b * n, d)  # (H, b·n, d_h)
+    vn = jnp.transpose(v, (0, 2, 1, 3)).reshape(b * n, H, d)  # (b·n, H, d_h)
+    rows = jax.lax.map(lambda x: (jnp.matmul(x[0], x[1]).reshape(b * n, H, d) * vn).sum(-1), (vt, k))  # (H, b·n, H)
+    return jnp.transpose(rows, (1, 0, 2)).reshape(b, n, H, H)  # (b, n, H, H)
 
 
 def quadratic_norm(weights: jax.Array, gram: jax.Array) -> jax.Array:
     """‖Σ_h α[h,i,j] u_h(x_j)‖ from the Gram matrix of the u_h(x_j).
 
-    weights (b, H, q, k), gram (b, k, H, H) -> (b, q, k); Σ_{h,g} α_h α_g G[h,g], clipped at 0
-    against rounding before the square root.
+    weights (b, H, q, k), gram (b, k, H, H) -> (b, q, k): Σ_h α_h² G[h,h] + 2 Σ_{h<g} α_h α_g G[h,g]
+    as H(H+1)/2 fused elementwise terms, clipped at 0 against rounding before the square root.
     """
-    t = jnp.einsum("bhqk,bkhg->bgqk", weights, gram)  # (b, H, q, k)
-    return jnp.sqrt(jnp.maximum(jnp.sum(t * weights, axis=1), 0.0))  # (b, q, k)
+    H = weights.shape[1]
+    sq = jnp.zeros(weights.shape[:1] + weights.shape[2:], jnp.float32)  # (b, q, k)
+    for h in range(H):
+        for g in range(h, H):
+            sq = sq + (1.0 if g == h else 2.0) * weights[:, h] * weights[:, g] * gram[:, None, :, h, g]
+    return jnp.sqrt(jnp.maximum(sq, 0.0))
+
+
+def diagonal_sum(weights: jax.Array, values: jax.Array, out_kernel: jax.Array) -> jax.Array:
+    """S_ii = Σ_h α[h,i,i] f_h(x_i) as one (b·n, D) @ (D, D) product. -> (b, n, D)"""
+    b, H, n, d = values.shape
+    a_ii = jnp.diagonal(weights, axis1=-2, axis2=-1)  # (b, H, n)
+    c = (a_ii[..., None] * values.astype(jnp.float32)).transpose(0, 2, 1, 3).reshape(b, n, H * d)  # (b, n, D)
+    return c @ out_kernel.astype(jnp.float32).reshape(H * d, -1)  # (b, n, D)
 
 
 def _masks(weights, q_mask, k_mask):
@@ -76,12 +102,13 @@ def attention_norms(internals: dict, q_mask=None, k_mask=None) -> dict:
     alpha = internals["weights"].astype(jnp.float32)  # (b, H, q, k)
     q_mask, k_mask, pair = _masks(alpha, q_mask, k_mask)
     alpha = alpha * pair[:, None]  # (b, H, q, k)
-    f = transformed_vectors(internals["values"], internals["out_kernel"]).astype(jnp.float32)  # (b, H, k, D)
-    f_norm = jnp.linalg.norm(f, axis=-1) * k_mask[:, None]  # (b, H, k)
+    gram = head_gram(internals["values"], internals["out_kernel"])  # (b, k, H, H)
+    f_norm = jnp.sqrt(jnp.maximum(jnp.diagonal(gram, axis1=-2, axis2=-1), 0.0))  # (b, k, H)
+    f_norm = jnp.transpose(f_norm, (0, 2, 1)) * k_mask[:, None]  # (b, H, k)
     return {
         "f_norm": f_norm,  # (b, H, k)
         "weighted_norm": alpha * f_norm[:, :, None, :],  # (b, H, q, k)
-        "summed_norm": quadratic_norm(alpha, head_gram(f)),  # (b, q, k)
+        "summed_norm": quadratic_norm(alpha, gram),  # (b, q, k)
         "weights": alpha,  # (b, H, q, k)
     }
 
@@ -123,13 +150,13 @@ def residual_norms(internals: dict, mask: jax.Array, eps: float) -> dict:
         raise ValueError(f"residual_norms needs self-attention (q = k), got weights {alpha.shape}")
     mask, _, pair = _masks(alpha, mask, mask)
     alpha = alpha * pair[:, None]  # (b, H, n, n)
-    f = transformed_vectors(internals["values"], internals["out_kernel"]).astype(jnp.float32)  # (b, H, n, D)
+    values, w_o = internals["values"], internals["out_kernel"]  # (b, H, n, d_h), (H, d_h, D)
     gamma = internals["ln_scale"].astype(jnp.float32)  # (D,)
     sigma = ln_sigma(internals["pre_ln"], eps)  # (b, n, 1)
     x = internals["residual"].astype(jnp.float32)  # (b, n, D)
 
     alpha_ii = jnp.diagonal(alpha, axis1=-2, axis2=-1)  # (b, H, n)
-    s_ii = jnp.einsum("bhn,bhnd->bnd", alpha_ii, f)  # (b, n, D)  S_ii
+    s_ii = diagonal_sum(alpha, values, w_o)  # (b, n, D)  S_ii
     s_sum = internals["output"].astype(jnp.float32) - internals["out_bias"].astype(jnp.float32)  # (b, n, D)
     mixing = s_sum - s_ii  # (b, n, D)  Σ_{j≠i} S_ij = Σ_{j≠i} R_ij
     r_ii = s_ii + x  # (b, n, D)  R_ii
@@ -137,9 +164,9 @@ def residual_norms(internals: dict, mask: jax.Array, eps: float) -> dict:
     z_ii = layer_norm_map(r_ii, gamma, sigma)  # (b, n, D)  Z_ii
 
     eye = jnp.eye(alpha.shape[-1], dtype=bool)  # (n, n)
-    g = layer_norm_map(f, gamma, jnp.ones(()))  # (b, H, n, D)  γ ⊙ (f − mean f)
-    z_off = quadratic_norm(alpha, head_gram(g)) / sigma  # (b, n, n)  ‖Z_ij‖, j ≠ i
-    s_off = quadratic_norm(alpha, head_gram(f))  # (b, n, n)  ‖S_ij‖ = ‖R_ij‖, j ≠ i
+    w_ln = layer_norm_map(w_o.astype(jnp.float32), gamma, jnp.ones(()))  # (H, d_h, D) rows: f ↦ γ ⊙ (f − mean f)
+    z_off = quadratic_norm(alpha, head_gram(values, w_ln)) / sigma  # (b, n, n)  ‖Z_ij‖, j ≠ i
+    s_off = quadratic_norm(alpha, head_gram(values, w_o))  # (b, n, n)  ‖S_ij‖ = ‖R_ij‖, j ≠ i
     diag = lambda v: jnp.linalg.norm(v, axis=-1)[:, :, None] * eye  # (b, n, n)
     bar_ii = alpha_ii.mean(1)  # (b, n)  ᾱ_ii
     real = mask.astype(jnp.float32)  # (b, n)
