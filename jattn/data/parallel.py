@@ -1,0 +1,141 @@
+"""Parallel text for NMT: reading line-aligned files, a joint SentencePiece vocabulary saved as a
+Hugging Face Marian tokenizer folder, and token-based batching into few padded shapes.
+
+Vocabulary: a unigram SentencePiece model (Kudo 2018) trained on source + target text, laid
+out as Opus-MT does (``vocab.json``: ``</s>`` = 0, ``<unk>`` = 1, the pieces, ``<pad>`` last),
+so ``MarianTokenizer`` (and so ``jattn.load``) reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+
+
+def normalize(line: str, lowercase: bool) -> str:
+    """NFKC, collapsed whitespace, optionally lowercased."""
+    line = " ".join(unicodedata.normalize("NFKC", line).split())
+    return line.lower() if lowercase else line
+
+
+def read_parallel(src_path, tgt_path, lowercase: bool = False) -> tuple[list[str], list[str]]:
+    """Line-aligned source and target files -> two lists of normalised sentences."""
+    src = Path(src_path).read_text(encoding="utf-8").splitlines()
+    tgt = Path(tgt_path).read_text(encoding="utf-8").splitlines()
+    if len(src) != len(tgt):
+        raise ValueError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: not a parallel corpus")
+    return [normalize(s, lowercase) for s in src], [normalize(t, lowercase) for t in tgt]
+
+
+def train_sentencepiece(texts: list[str], folder, vocab_size: int, seed: int = 0):
+    """Train a joint unigram SentencePiece model on ``texts`` and write a Marian tokenizer folder
+    (source.spm = target.spm, vocab.json, tokenizer_config.json). Returns the MarianTokenizer;
+    its length is at most ``vocab_size`` (pieces + ``</s>``, ``<unk>``, ``<pad>``; fewer on a
+    corpus too small for that many pieces)."""
+    import sentencepiece as spm
+    from transformers import MarianTokenizer
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    corpus = folder / "spm_corpus.txt"
+    corpus.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    prefix = folder / "spm"
+    spm.set_random_generator_seed(seed)
+    # spm ids: 0 <unk>, 1 </s>; no <s>/<pad> inside spm (Marian's pad is a vocab.json entry).
+    spm.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(prefix), vocab_size=vocab_size - 1, model_type="unigram",
+        character_coverage=1.0, unk_id=0, eos_id=1, bos_id=-1, pad_id=-1, hard_vocab_limit=False,
+        input_sentence_size=2_000_000, shuffle_input_sentence=True, minloglevel=2, num_threads=2)
+    corpus.unlink()
+    sp = spm.SentencePieceProcessor(model_file=str(prefix) + ".model")
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    vocab = {"</s>": 0, "<unk>": 1}
+    for p in pieces:
+        if p not in vocab:
+            vocab[p] = len(vocab)
+    vocab["<pad>"] = len(vocab)
+    for name in ("source.spm", "target.spm"):
+        shutil.copy(str(prefix) + ".model", folder / name)
+    for suffix in (".model", ".vocab"):
+        (Path(str(prefix) + suffix)).unlink()
+    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=0), encoding="utf-8")
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "MarianTokenizer", "model_max_length": 512, "separate_vocabs": False,
+         "unk_token": "<unk>", "eos_token": "</s>", "pad_token": "<pad>"}), encoding="utf-8")
+    return MarianTokenizer.from_pretrained(str(folder))
+
+
+def encode(tokenizer, texts: list[str], max_tokens: int, target: bool = False) -> list[np.ndarray]:
+    """Token ids (with the closing ``</s>``) per sentence, truncated to ``max_tokens``."""
+    kw = {"text_target": texts} if target else {"text": texts}
+    ids = tokenizer(**kw, truncation=True, max_length=max_tokens)["input_ids"]
+    return [np.asarray(x, np.int32) for x in ids]
+
+
+@dataclasses.dataclass
+class Batch:
+    """A padded batch: source ids/mask (b, s); decoder inputs (start + target[:-1]), labels
+    (target), label mask (b, t)."""
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    decoder_input_ids: np.ndarray
+    labels: np.ndarray
+    label_mask: np.ndarray
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.label_mask.sum())
+
+
+def bucket(n: int, step: int = 8) -> int:
+    """Round a length up to a multiple of ``step`` (few shapes, few compiles)."""
+    return max(step, -(-n // step) * step)
+
+
+def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], pad: int, start: int, rows: int | None = None,
+               length: int | None = None) -> Batch:
+    """Pad pairs to (rows, length) arrays (default: their count and bucketed longest length);
+    filler rows are fully masked."""
+    n = len(src) if rows is None else rows
+    L = length or bucket(max(max(len(x), len(y)) for x, y in zip(src, tgt)))
+    ids = np.full((n, L), pad, np.int32)
+    mask = np.zeros((n, L), np.int32)
+    labels = np.full((n, L), pad, np.int32)
+    lmask = np.zeros((n, L), np.int32)
+    dec = np.full((n, L), pad, np.int32)
+    dec[:, 0] = start
+    mask[:, 0] = 1  # filler rows see one pad token, so no softmax row is empty
+    for i, (x, y) in enumerate(zip(src, tgt)):
+        ids[i, : len(x)], mask[i, : len(x)] = x, 1
+        labels[i, : len(y)], lmask[i, : len(y)] = y, 1
+        dec[i, 1: len(y)] = y[:-1]
+    return Batch(ids, mask, dec, labels, lmask)
+
+
+def token_batches(src: list[np.ndarray], tgt: list[np.ndarray], max_tokens: int, pad: int, start: int,
+                  rng: np.random.Generator | None = None) -> list[Batch]:
+    """Batches of at most ``max_tokens`` padded tokens per side, grouping pairs by the bucketed
+    length L of their longer side (Vaswani et al. 2017, §5.1: batches by approximate length).
+    Every batch of a group has shape (max_tokens // L, L), so only one shape per L compiles.
+    Shuffled (within groups, then batch order) when ``rng`` is given."""
+    groups: dict[int, list[int]] = {}
+    for i, (x, y) in enumerate(zip(src, tgt)):
+        groups.setdefault(bucket(max(len(x), len(y))), []).append(i)
+    batches = []
+    for L, items in sorted(groups.items()):
+        items = np.asarray(items)
+        if rng is not None:
+            items = rng.permutation(items)
+        rows = max(1, max_tokens // L)
+        for k in range(0, len(items), rows):
+            chunk = items[k:k + rows]
+            batches.append(make_batch([src[j] for j in chunk], [tgt[j] for j in chunk], pad, start, rows, L))
+    if rng is not None:
+        rng.shuffle(batches)
+    return batches
