@@ -124,7 +124,7 @@ def test_no_nxnxD_intermediate(model, batch):
 
 
 def test_bad_model():
-    with pytest.raises(TypeError, match="encoder models"):
+    with pytest.raises(TypeError, match="encoder-decoder models"):
         jattn.norms(object(), None)
 
 
@@ -134,3 +134,31 @@ def test_minilm_layer0_matches_explicit_tensor(minilm):
     want = brute_force(internals_np(minilm, batch, 0), batch.attention_mask, minilm.config.layer_norm_eps)
     for key in KEYS_2020:
         assert_close(got[key][0], want[key], name=key)
+
+
+def test_seq2seq_all_attention_types_against_explicit_tensor(tmp_path):
+    """jattn.norms on an encoder-decoder (tiny random FSMT, padded both sides): encoder self,
+    decoder self (causal) and cross-attention vs αf formed explicitly; the 2021 extension on
+    the two self-attention types."""
+    from tiny_seq2seq import padded_batch, save_tiny
+
+    model = jattn.load(save_tiny(tmp_path / "fsmt", "fsmt"), use_cache=False)
+    batch = padded_batch(model.config)
+    got = jattn.norms(model, batch, residual=True)
+    internals = model.forward(batch).internals
+    eps = model.config.layer_norm_eps
+    src, tgt = batch["attention_mask"], batch["decoder_attention_mask"]
+    for kind, (q_mask, k_mask) in {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}.items():
+        for layer in range(internals[kind]["weights"].shape[0]):
+            it = {k: np.asarray(v[layer], np.float64) for k, v in internals[kind].items()}
+            if kind == "cross":
+                a = it["weights"] * (q_mask[:, None, :, None] * k_mask[:, None, None, :])
+                f = np.einsum("bhnd,hde->bhne", it["values"], it["out_kernel"])  # (b, H, s, D)
+                af = a[..., None] * f[:, :, None]  # (b, H, t, s, D)
+                want = {"f_norm": np.linalg.norm(f, axis=-1) * k_mask[:, None], "weighted_norm": np.linalg.norm(af, axis=-1), "summed_norm": np.linalg.norm(af.sum(1), axis=-1),
+                        "weights": a}
+            else:
+                want = brute_force(it, q_mask, eps)
+            for key in [k for k in got[kind] if k in want]:
+                assert_close(got[kind][key][layer], want[key], name=f"{kind} {key} layer {layer}")
+    assert set(got["cross"]) == set(KEYS_2020) and set(KEYS_2021) <= set(got["decoder"])

@@ -201,22 +201,41 @@ def _encoder_norms(params, config, inputs, residual: bool):
     return out
 
 
-def norms(model, batch, *, residual: bool = False) -> dict[str, np.ndarray]:
+@partial(jax.jit, static_argnames=("config", "residual"))
+def _seq2seq_norms(params, config, inputs, residual: bool):
+    from jattn.nn import seq2seq
+
+    _, internals = seq2seq.forward(params, config, inputs)
+    src, tgt = inputs["attention_mask"], inputs["decoder_attention_mask"]  # (b, s), (b, t)
+    masks = {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}
+    out = {kind: over_layers(attention_norms, internals[kind], *masks[kind]) for kind in masks}
+    if residual:  # the residual + LayerNorm decomposition needs q = k: self-attention only
+        for kind in ("encoder", "decoder"):
+            out[kind].update(over_layers(residual_norms, internals[kind], masks[kind][0], config.layer_norm_eps))
+    return out
+
+
+def norms(model, batch, *, residual: bool = False) -> dict:
     """Norm-based analysis of every attention layer of ``model`` on ``batch`` (Kobayashi et al. 2020).
 
-    Returns numpy arrays ``f_norm`` (L, b, H, n), ``weighted_norm`` (L, b, H, n, n),
-    ``summed_norm`` (L, b, n, n), ``weights`` (L, b, H, n, n); padding is 0.
+    Encoder (BERT, RoBERTa): numpy arrays ``f_norm`` (L, b, H, n), ``weighted_norm``
+    (L, b, H, n, n), ``summed_norm`` (L, b, n, n), ``weights`` (L, b, H, n, n); padding is 0.
     ``residual=True`` adds the 2021 extension (see ``residual_norms``): ``attnres_norm``,
     ``attnresln_norm`` (L, b, n, n) and the five ``mixing_*`` ratios (L, b, n).
 
-    Encoder models only for now: the NMT model's three attention types (encoder self,
-    decoder self, cross) take the same ``attention_norms`` on their internals, to be wired
-    here once that model family lands (issue 3).
+    Encoder–decoder (Marian, FSMT, the NMT model trained here; ``batch`` with ``input_ids``,
+    ``attention_mask``, ``decoder_input_ids``, optional ``decoder_attention_mask``): a dict
+    keyed ``"encoder"``, ``"decoder"``, ``"cross"`` of the same arrays per attention type
+    (queries × keys: s × s, t × t, t × s); ``residual=True`` adds the extension to the two
+    self-attention types.
     """
     from jattn.models.encoder import EncoderModel
+    from jattn.models.seq2seq import Seq2SeqModel
 
-    if not isinstance(model, EncoderModel):
-        raise TypeError(f"jattn.norms supports encoder models (BERT, RoBERTa), got {type(model).__name__}")
-    inputs = model.check_batch(batch)
-    out = _encoder_norms(model.params, model.config, inputs, residual)
-    return {k: np.asarray(v) for k, v in out.items()}
+    if isinstance(model, EncoderModel):
+        out = _encoder_norms(model.params, model.config, model.check_batch(batch), residual)
+    elif isinstance(model, Seq2SeqModel):
+        out = _seq2seq_norms(model.params, model.config, model.check_batch(batch), residual)
+    else:
+        raise TypeError(f"jattn.norms supports jattn encoder and encoder-decoder models, got {type(model).__name__}")
+    return jax.tree.map(np.asarray, out)
