@@ -143,3 +143,23 @@ def test_read_ranks_errors(tmp_path):
     bad.write_text("1 10 500\n")
     with pytest.raises(ValueError, match="outside the vocabulary"):
         NS.read_ranks(bad, 100)
+
+
+def test_cli_runs_the_norm_methods(setup, tmp_path):
+    """``jattn analyze --methods norms,norm-freq,mixing`` end to end: the statistics are in
+    results.json and equal the Python API's."""
+    import json
+
+    from jattn.cli import main
+
+    model, _, stats = setup
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n")
+    out = tmp_path / "out"
+    main(["analyze", "--model", model.source, "--input", str(corpus), "--methods", "norms,norm-freq,mixing",
+          "--out", str(out), "--batch-size", "2"])
+    doc = json.loads((out / "results.json").read_text())
+    for key in ("norm_share_to_sep", "fnorm_cls", "mixing_attnresln_n", "mixing_attn_w_mean"):
+        assert doc[key]["shape"] == list(stats[key].value.shape)
+        np.testing.assert_allclose(np.array(doc[key]["value"], float), stats[key].value, rtol=1e-6)
+    assert (out / "figures" / "heatmap_norm_share_to_sep.png").stat().st_size > 2000
