@@ -66,11 +66,14 @@ def load_tokenizer(folder: Path, vocab_size: int):
     return tokenizer
 
 
-def load(name_or_path=None, *, cache_dir=None, use_cache: bool = True, verbose: bool = False):
+def load(name_or_path=None, *, cache_dir=None, use_cache: bool | None = None, verbose: bool = False):
     """Load a model. ``None`` = the embedded MiniLM; else a local HF folder or a hub id.
 
-    Supported model types: see ``FAMILIES``. ``cache_dir`` overrides where converted params
-    are cached (default ``checkpoints/`` in a source checkout, or ``$JATTN_CACHE``).
+    Supported model types: see ``FAMILIES``. ``use_cache``: keep converted params with orbax
+    under ``cache_dir`` (default ``checkpoints/`` in a source checkout, or ``$JATTN_CACHE``).
+    ``None`` caches only PyTorch-pickle checkpoints: reading safetensors and applying the key
+    table is faster than an orbax restore (measured 0.25 s vs 0.79 s on MiniLM), while
+    unpickling a ``pytorch_model.bin`` is not (bert-base: 12.0 s vs 4.5 s restored).
     """
     folder = default_model_path() if name_or_path is None else resolve(name_or_path)
     hf_config = read_config(folder)
@@ -82,9 +85,11 @@ def load(name_or_path=None, *, cache_dir=None, use_cache: bool = True, verbose: 
     config = family.config_from_hf(hf_config)
     source = str(folder)
     files = [folder / "config.json", *weight_files(folder)]
-    cached = Path(cache_dir or checkpoints.default_cache_dir()) / "converted" / \
-        f"{model_type}-{checkpoints.source_key(files)}"
+    if use_cache is None:
+        use_cache = any(f.suffix == ".bin" for f in files)
     t0 = time.perf_counter()
+    cached = Path(cache_dir or checkpoints.default_cache_dir()) / "converted" / \
+        f"{model_type}-{checkpoints.source_key(files)}" if use_cache else None
     if use_cache and cached.is_dir():
         params = checkpoints.restore_params(cached)
         how = f"restored from {cached}"

@@ -110,16 +110,30 @@ def test_hub_id_offline_fails_fast(monkeypatch, tmp_path):
     assert time.monotonic() - start < 30  # generous: it must not wait on the network
 
 
-def test_conversion_cache_round_trip(folder, tmp_path):
+def test_safetensors_are_not_cached_by_default(folder, tmp_path):
+    jattn.load(folder, cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_pickle_checkpoints_are_cached_by_default(tmp_path):
+    folder = save_tiny(tmp_path / "bin", "bert-2x4", safe=False)
     first = jattn.load(folder, cache_dir=tmp_path / "cache")
+    assert len(list((tmp_path / "cache" / "converted").iterdir())) == 1
+    second = jattn.load(folder, cache_dir=tmp_path / "cache")
+    for a, b in zip(jax_leaves(first.params), jax_leaves(second.params)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_conversion_cache_round_trip(folder, tmp_path):
+    first = jattn.load(folder, cache_dir=tmp_path / "cache", use_cache=True)
     entries = list((tmp_path / "cache" / "converted").iterdir())
     assert len(entries) == 1 and entries[0].name.startswith("bert-")
-    second = jattn.load(folder, cache_dir=tmp_path / "cache")
+    second = jattn.load(folder, cache_dir=tmp_path / "cache", use_cache=True)
     for a, b in zip(*(jax_leaves(m.params) for m in (first, second))):
         np.testing.assert_array_equal(a, b)
     # A changed checkpoint gets a new key, not the stale cache.
     _edit(folder, lambda s: s.update({"pooler.dense.bias": s["pooler.dense.bias"] + 1}))
-    third = jattn.load(folder, cache_dir=tmp_path / "cache")
+    third = jattn.load(folder, cache_dir=tmp_path / "cache", use_cache=True)
     assert len(list((tmp_path / "cache" / "converted").iterdir())) == 2
     np.testing.assert_allclose(np.asarray(third.params["pooler"]["bias"]),
                                np.asarray(first.params["pooler"]["bias"]) + 1)
