@@ -112,3 +112,28 @@ def test_subword_words():
     assert AL.subword_words(enc, ["le", "chat"]) == ([5, 7, 8], [0, 1, 1])
     with pytest.raises(ValueError, match="tokenizes to nothing"):
         AL.subword_words(lambda w: [], ["x"])
+
+
+def test_alignment_experiment_end_to_end(tmp_path):
+    """experiments/kobayashi_alignment.py on a tiny random Marian model and the first Hansards
+    pairs: it runs, and reports AER for every setting, map, decoder layer and head."""
+    import json
+    import sys
+
+    if not DATA.is_dir():
+        pytest.skip("shared alignment data not present")
+    from tiny_seq2seq import CONFIGS, save_tiny
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import kobayashi_alignment as KA
+
+    folder = save_tiny(tmp_path / "marian", "marian")
+    KA.main(["--model", str(folder), "--limit", "12", "--out", str(tmp_path / "out")])
+    doc = json.loads((tmp_path / "out" / "aer.json").read_text())
+    assert doc["pairs"] + doc["pairs_skipped_too_long"] == 12 and doc["pairs"] > 0
+    L, H = CONFIGS["marian"]["decoder_layers"], CONFIGS["marian"]["decoder_attention_heads"]
+    for key in ("AWO/weights", "AWO/norms", "AWI/weights", "AWI/norms"):
+        row = doc["aer_percent"][key]
+        assert len(row["per_layer"]) == L and np.array(row["per_head"]).shape == (L, H)
+        assert all(0 <= a <= 100 for a in row["per_layer"])
+        assert row["best_layer_aer"] == min(row["per_layer"])
