@@ -183,7 +183,7 @@ def residual_norms(internals: dict, mask: jax.Array, eps: float) -> dict:
 
 def over_layers(fn, internals: dict, *args) -> dict:
     """Apply a per-block function to internals stacked as (L, ...), one layer at a time
-    (``lax.map``), so only one layer's f_h(x) (b, H, n, D) is alive at once."""
+    (``lax.map``), so only one layer's working arrays are alive at once."""
     return jax.lax.map(lambda layer: fn(layer, *args), internals)
 
 
