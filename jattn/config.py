@@ -142,13 +142,12 @@ class Seq2SeqConfig:
         return self.max_position_embeddings
 
     @classmethod
-    def from_hf_config(cls, hf: dict[str, Any], generation: dict[str, Any] | None = None) -> "Seq2SeqConfig":
-        """Build from a Marian or FSMT ``config.json`` dict (and ``generation_config.json``),
-        refusing what jattn does not implement."""
+    def from_hf_config(cls, hf: dict[str, Any]) -> "Seq2SeqConfig":
+        """Build from a Marian or FSMT ``config.json`` dict, refusing what jattn does not
+        implement. (``Seq2SeqModel`` applies a folder's ``generation_config.json`` on top.)"""
         model_type = hf.get("model_type")
         if model_type not in SEQ2SEQ_TYPES:
             raise ConfigError(f"Seq2SeqConfig supports model_type {SEQ2SEQ_TYPES}, got {model_type!r}")
-        gen = {**hf, **(generation or {})}
         act = hf.get("activation_function", "gelu" if model_type == "marian" else "relu")
         if act not in ACTIVATIONS:
             raise ConfigError(f"unsupported activation_function {act!r}; supported: {', '.join(ACTIVATIONS)}")
@@ -166,11 +165,11 @@ class Seq2SeqConfig:
         for side in ("encoder", "decoder"):
             if hf["d_model"] % hf[f"{side}_attention_heads"]:
                 raise ConfigError(f"d_model must be divisible by {side}_attention_heads")
-        bad = gen.get("bad_words_ids") or []
+        bad = hf.get("bad_words_ids") or []
         if any(len(w) != 1 for w in bad):
             raise ConfigError("only single-token bad_words_ids are supported in generation")
-        eos = gen.get("eos_token_id")
-        forced = gen.get("forced_eos_token_id")
+        eos = hf.get("eos_token_id")
+        forced = hf.get("forced_eos_token_id")
         if isinstance(eos, list) or isinstance(forced, list):
             raise ConfigError("a list of eos_token_id / forced_eos_token_id is not supported; use one id")
         if model_type == "marian":

@@ -52,6 +52,15 @@ def test_parity_teacher_forced_padded(tiny):
         assert _err(mine.transpose(1, 3, 0, 2, 4)[q_mask], theirs.transpose(1, 3, 0, 2, 4)[q_mask]) <= TOL, name
 
 
+def test_default_decoder_mask_matches_hf(tiny):
+    """Without decoder_attention_mask both follow HF: Marian sees every target token, FSMT masks pads."""
+    kind, _, model, hf = tiny
+    batch = padded_batch(model.config, seed=5)
+    real = batch.pop("decoder_attention_mask").astype(bool)
+    ours, ref = model.forward(batch), _hf_forward(hf, kind, batch)
+    assert _err(np.asarray(ours.logits)[real], ref.logits.numpy()[real]) <= TOL
+
+
 def test_internals_complete(tiny):
     _, _, model, _ = tiny
     batch = padded_batch(model.config, b=2)

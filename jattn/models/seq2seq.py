@@ -97,8 +97,11 @@ class Seq2SeqModel:
                 raise ValueError(f"a batch needs {key}; have {sorted(batch)}")
         ids, mask = self._check_ids("input_ids", batch["input_ids"], batch["attention_mask"],
                                     self.config.src_vocab_size)
-        dec, dec_mask = self._check_ids("decoder_input_ids", batch["decoder_input_ids"],
-                                        batch.get("decoder_attention_mask"), self.config.tgt_vocab_size)
+        dec_mask = batch.get("decoder_attention_mask")
+        if dec_mask is None:
+            dec_mask = np.asarray(seq2seq.default_decoder_mask(self.config, np.asarray(batch["decoder_input_ids"])))
+        dec, dec_mask = self._check_ids("decoder_input_ids", batch["decoder_input_ids"], dec_mask,
+                                        self.config.tgt_vocab_size)
         if dec.shape[0] != ids.shape[0]:
             raise ValueError(f"decoder_input_ids has {dec.shape[0]} rows, input_ids has {ids.shape[0]}")
         return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec, "decoder_attention_mask": dec_mask}

@@ -189,12 +189,20 @@ def output_logits(params, config: Seq2SeqConfig, h: jax.Array) -> jax.Array:
     return logits
 
 
+def default_decoder_mask(config: Seq2SeqConfig, decoder_input_ids):
+    """HF's default when no decoder mask is given: Marian attends to every target position (its
+    start token is the pad id); FSMT masks pad tokens. (b, t) -> (b, t) int."""
+    if config.model_type == "marian":
+        return jnp.ones_like(decoder_input_ids)
+    return (decoder_input_ids != config.pad_token_id).astype(jnp.int32)
+
+
 def forward(params, config: Seq2SeqConfig, batch: dict, *, head_gates=None, disabled_heads=None,
             dropout_rng=None, compute_dtype=jnp.float32):
     """Teacher-forced encoder–decoder pass; returns (outputs, internals).
 
     batch: ``input_ids``, ``attention_mask`` (b, s); ``decoder_input_ids`` (b, t) and optional
-    ``decoder_attention_mask`` (b, t) (default all ones, as HF Marian). head_gates /
+    ``decoder_attention_mask`` (b, t) (default as HF: see ``default_decoder_mask``). head_gates /
     disabled_heads: dicts keyed "encoder", "decoder", "cross" of (L, H) arrays (missing = none).
     ``dropout_rng`` None means evaluation.
 
@@ -206,7 +214,7 @@ def forward(params, config: Seq2SeqConfig, batch: dict, *, head_gates=None, disa
     r = _split(dropout_rng, 2)
     dec_mask = batch.get("decoder_attention_mask")
     if dec_mask is None:
-        dec_mask = jnp.ones_like(batch["decoder_input_ids"])  # (b, t)
+        dec_mask = default_decoder_mask(config, batch["decoder_input_ids"])  # (b, t)
     enc, enc_int = encode(params, config, batch["input_ids"], batch["attention_mask"], gates["encoder"],
                           disabled["encoder"], r[0], compute_dtype)  # (b, s, D)
     dec, dec_int = decode(params, config, enc, batch["attention_mask"], batch["decoder_input_ids"], dec_mask,
