@@ -103,3 +103,16 @@ def test_grad_without_mlm_head_needs_a_loss(tmp_path):
     model = jattn.load(tiny_bert(tmp_path, mlm=False, layers=1, heads=2), use_cache=False)
     with pytest.raises(ValueError, match="no masked-LM head"):
         AttentionGradient(model)
+
+
+def test_js_in_example_chunks_equals_whole_batch():
+    import jax
+    import jax.numpy as jnp
+
+    from jattn.methods.distance import pairwise_js, pairwise_js_all
+
+    rng = np.random.default_rng(0)
+    L, b, H, n = 2, 16, 3, 10
+    weights = jax.nn.softmax(jnp.asarray(rng.normal(size=(L, b, H, n, n)) * 3, jnp.float32), -1)
+    real = jnp.asarray(np.arange(n)[None] < rng.integers(1, n + 1, (b, 1)))  # ragged lengths
+    close(pairwise_js(weights, real, chunk=4), pairwise_js_all(weights, real), tol=1e-6)

@@ -22,7 +22,20 @@ def xlogx_sum(x: jax.Array) -> jax.Array:
     return (x * jnp.log(jnp.where(x > 0, x, 1.0))).sum(tuple(range(1, x.ndim)))
 
 
-def pairwise_js(weights: jax.Array, real: jax.Array) -> jax.Array:
+def pairwise_js(weights: jax.Array, real: jax.Array, chunk: int = 8) -> jax.Array:
+    """``pairwise_js_all`` over groups of ``chunk`` examples (``lax.map``), summed: same result,
+    a working set of O(K·chunk·n²) instead of O(K·b·n²), and faster for its cache locality.
+    The batch axis is split as (chunk, b/chunk) so a device-sharded batch stays sharded."""
+    L, b, H, n, _ = weights.shape
+    if b <= chunk or b % chunk:
+        return pairwise_js_all(weights, real)
+    groups = weights.reshape(L, chunk, b // chunk, H, n, n)  # (L, chunk, g, H, n, n)
+    groups = jnp.moveaxis(groups, 2, 0)  # (g, L, chunk, H, n, n)
+    rows = jnp.moveaxis(real.reshape(chunk, b // chunk, n), 1, 0)  # (g, chunk, n)
+    return jax.lax.map(lambda x: pairwise_js_all(*x), (groups, rows)).sum(0)  # (K, K)
+
+
+def pairwise_js_all(weights: jax.Array, real: jax.Array) -> jax.Array:
     """Σ over sequences and real rows of JS between every pair of heads.
 
     weights (L, b, H, n, n), real (b, n) bool -> (K, K), K = L·H, symmetric, zero diagonal.
