@@ -163,3 +163,16 @@ def test_cli_runs_the_norm_methods(setup, tmp_path):
         assert doc[key]["shape"] == list(stats[key].value.shape)
         np.testing.assert_allclose(np.array(doc[key]["value"], float), stats[key].value, rtol=1e-6)
     assert (out / "figures" / "heatmap_norm_share_to_sep.png").stat().st_size > 2000
+
+
+def test_spearman_occurrences_equals_repeated_arrays():
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(0)
+    values = rng.integers(0, 5, 40).astype(float)  # many ties
+    ranks = rng.permutation(40).astype(float)
+    counts = rng.integers(0, 6, 40)
+    values[3], ranks[7] = np.nan, np.nan
+    ok = ~np.isnan(values) & ~np.isnan(ranks)
+    want = spearmanr(np.repeat(values[ok], counts[ok]), np.repeat(ranks[ok], counts[ok])).statistic
+    assert NS.spearman_occurrences(values, ranks, counts) == pytest.approx(want, abs=1e-12)
