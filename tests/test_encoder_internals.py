@@ -90,6 +90,7 @@ def test_gates_are_differentiable(tiny, batch):
 
     inputs = tiny.check_batch(batch)
 
+    @jax.jit
     def loss(g):
         out, _ = forward(tiny.params, tiny.config, inputs, head_gates=g)
         return jnp.sum(out["last_hidden_state"] ** 2)
@@ -126,9 +127,8 @@ def test_dropout_only_with_rng(tiny, batch):
     from jattn.nn.encoder import forward
 
     inputs = tiny.check_batch(batch)
-    a, _ = forward(tiny.params, tiny.config, inputs)
-    b, _ = forward(tiny.params, tiny.config, inputs, dropout_rng=jax.random.key(0))
-    c, _ = forward(tiny.params, tiny.config, inputs, dropout_rng=jax.random.key(0))
+    run = jax.jit(lambda rng: forward(tiny.params, tiny.config, inputs, dropout_rng=rng)[0])
+    a, b, c = run(None), run(jax.random.key(0)), run(jax.random.key(0))
     np.testing.assert_array_equal(b["last_hidden_state"], c["last_hidden_state"])
     assert np.abs(np.asarray(a["last_hidden_state"]) - np.asarray(b["last_hidden_state"])).max() > 1e-3
 
