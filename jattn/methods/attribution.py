@@ -7,7 +7,8 @@
 * GlobEnc (Modarressi et al. 2022, Eq. 6-8): per layer ‖N_ij‖ with N_ij the AttnResLn
   vector of Kobayashi et al. (2021) passed on through the second (FFN) LayerNorm, linearised
   with the variance of the real pre-LN2 vector (FFN output ignored, β and biases dropped);
-  rows normalised to sum 1, then rolled out.
+  rows normalised to sum 1, then rolled out. (The released rollout leaves normalisation to
+  its caller; we normalise so that every rolled-out map is row-stochastic, like the others.)
 * ALTI (Ferrando et al. 2022, Eq. 7-9): T_i(x_j) = Z_ij, the LN-transformed contribution
   of x_j to the attention-LayerNorm output y_i; c_ij = max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁),
   rows normalised, then rolled out.
