@@ -1,51 +1,32 @@
-"""Run the main job on the embedded default: attention maps and per-head summaries of a sample.
+"""Run the main job on the embedded default: an attention report on the bundled sample.
 
-Loads the model (default: the embedded all-MiniLM-L6-v2), runs it over the bundled sample
-(300 UD English EWT sentences), and writes to ``--out``:
-  * ``attention_maps_<k>.png``: every (layer, head) attention map of sample sentence k;
-  * ``head_summary.json``: per (layer, head) means over all sample sentences, real tokens only.
+Loads the model (default: the embedded all-MiniLM-L6-v2), streams the bundled sample (300 UD
+English EWT sentences) through the corpus runner and writes to ``--out``:
+  * ``report.md``: what the heads do, in numbers, with links to the figures;
+  * ``results.json`` / ``results.npz`` / ``figures/``: as ``jattn analyze`` writes them
+    (Clark et al. 2019's weight statistics, entropies, head distances; Kobayashi et al. 2020's
+    weight- vs norm-based attention per token class);
+  * ``attention_maps_<k>.png``: every (layer, head) attention map of sample sentence k.
 """
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from tqdm import tqdm
+
+METHODS = ["weights", "entropy", "js", "norms"]
+
+
+def sample_path(name: str) -> Path:
+    return Path(str(resources.files("jattn.data").joinpath("sample", name)))
 
 
 def sample_sentences() -> list[str]:
     """The bundled sample: 300 sentences of UD English EWT dev (CC BY-SA 4.0)."""
     text = resources.files("jattn.data").joinpath("sample/sentences.txt").read_text()
     return [line for line in text.splitlines() if line.strip()]
-
-
-@jax.jit
-def head_sums(weights, input_ids, mask, cls_id, sep_id):
-    """Per-(layer, head) sums over sequences of per-sequence means over real query rows.
-
-    weights (L, b, H, n, n), mask (b, n). Returns (L, H) sums of: attention to [CLS], to [SEP],
-    maximum weight (Voita et al. 2019's confidence), row entropy in nats.
-    """
-    m = mask.astype(weights.dtype)  # (b, n)
-    rows = m.sum(-1)  # (b,) real query rows per sequence
-
-    def per_seq_mean(x):  # x (L, b, H, n) per query row -> (L, H) sum over b of the row mean
-        return jnp.einsum("lbhi,bi->lh", x, m / rows[:, None])
-
-    to_cls = weights @ (input_ids == cls_id).astype(weights.dtype)[None, :, None, :, None]  # (L, b, H, n, 1)
-    to_sep = weights @ (input_ids == sep_id).astype(weights.dtype)[None, :, None, :, None]  # (L, b, H, n, 1)
-    entropy = -jnp.sum(weights * jnp.log(jnp.where(weights > 0, weights, 1.0)), -1)  # (L, b, H, n)
-    return {
-        "attn_to_cls": per_seq_mean(to_cls[..., 0]),
-        "attn_to_sep": per_seq_mean(to_sep[..., 0]),
-        "max_weight": per_seq_mean(weights.max(-1)),
-        "entropy": per_seq_mean(entropy),
-    }
 
 
 def attention_grid(weights: np.ndarray, tokens: list[str], path: Path, title: str) -> None:
@@ -79,39 +60,72 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default="results/demo", help="output folder")
     parser.add_argument("--maps", type=int, default=3, help="number of sentences to draw")
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N sample sentences")
+
+
+def top_heads(stat: np.ndarray, k: int = 3) -> str:
+    """The k largest entries of an (L, H) statistic as 'layer-head (value)', 0-based."""
+    flat = np.argsort(np.nan_to_num(stat, nan=-np.inf), axis=None)[::-1][:k]
+    return ", ".join(f"{l}-{h} ({stat[l, h]:.2f})" for l, h in zip(*np.unravel_index(flat, stat.shape)))
+
+
+def report(stats: dict, meta: dict, name: str, figures: list[Path], out: Path) -> str:
+    """A short Markdown report of the per-head statistics (0-based layer-head)."""
+    L = stats["attn_to_cls"].shape[0]
+    rows = ["| layer | [CLS] | [SEP] | . or , | other |", "|---|---|---|---|---|"]
+    for l in range(L):
+        rows.append(f"| {l} | " + " | ".join(f"{stats[k][l].mean():.3f}" for k in
+                                              ("attn_to_cls", "attn_to_sep", "attn_to_punct", "attn_to_other")) + " |")
+    lines = [
+        f"# Attention report: {name}",
+        "",
+        f"{meta['segments']} sentences, {meta['tokens']} tokens (bundled UD English EWT sample). "
+        "Heads are named layer-head, 0-based; every number is a mean over real query tokens, then "
+        "over sentences.",
+        "",
+        "## Where attention goes (Clark et al. 2019, Fig. 2): head-mean per layer",
+        "", *rows, "",
+        "## Notable heads",
+        "",
+        f"- previous token: {top_heads(stats['attn_prev'])}",
+        f"- next token: {top_heads(stats['attn_next'])}",
+        f"- self: {top_heads(stats['attn_self'])}",
+        f"- [SEP]: {top_heads(stats['attn_to_sep'])}",
+        f"- broadest (row entropy, nats; uniform would be {float(stats['entropy_uniform']):.2f}): "
+        f"{top_heads(stats['entropy'])}",
+    ]
+    if "norm_share_to_sep" in stats:
+        lines += ["", "## Weights vs vector norms (Kobayashi et al. 2020), mean over all heads", "",
+                  "| key class | share by weight α | share by norm ‖αf(x)‖ |", "|---|---|---|"]
+        for c, label in (("cls", "[CLS]"), ("sep", "[SEP]"), ("punct", ". or ,"), ("other", "other")):
+            lines.append(f"| {label} | {np.nanmean(stats['weight_to_' + c]):.3f} | "
+                         f"{np.nanmean(stats['norm_share_to_' + c]):.3f} |")
+    lines += ["", "## Figures", "", *[f"- [{p.name}]({p.relative_to(out)})" for p in figures], ""]
+    return "\n".join(lines)
 
 
 def run(args) -> None:
     import jattn
+    from jattn.analyze import make_methods, write_results
+    from jattn.data.readers import Corpus
+    from jattn.run import run_corpus
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = jattn.load(args.model)
-    tok = model.tokenizer
     name = "all-MiniLM-L6-v2 (embedded default)" if args.model is None else str(args.model)
+    examples = list(Corpus(sample_path("en_ewt-ud-dev.sample.conllu"), "conllu"))[: args.limit]
+    result = run_corpus(model, examples, make_methods(model, METHODS), batch_size=args.batch_size)
+    write_results(result, out, model.config.num_layers)
+    stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
     sentences = sample_sentences()
-    order = np.argsort([len(s) for s in sentences])  # similar lengths per batch: less padding
-    totals, count = None, 0
-    for start in tqdm(range(0, len(order), args.batch_size), desc="demo", unit="batch"):
-        texts = [sentences[i] for i in order[start:start + args.batch_size]]
-        longest = max(len(ids) for ids in tok(texts)["input_ids"])
-        batch = model.tokenize(texts, pad_to=-(-longest // 32) * 32)  # few shapes: few compiles
-        weights = model.forward(batch).attentions  # (L, b, H, n, n)
-        sums = head_sums(weights, batch.input_ids, batch.attention_mask, tok.cls_token_id, tok.sep_token_id)
-        totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
-        count += len(batch.input_ids)
-    summary = {
-        "model": model.source,
-        "num_sentences": count,
-        "description": "per (layer, head), 0-based: mean over sentences of the mean over real query "
-                       "rows; attn_to_cls/sep = attention mass on [CLS]/[SEP], max_weight = largest "
-                       "weight in the row, entropy = row entropy in nats",
-        **{k: np.round(np.asarray(v) / count, 6).tolist() for k, v in totals.items()},
-    }
-    (out / "head_summary.json").write_text(json.dumps(summary, indent=1))
+    maps = []
     for k in range(args.maps):
         batch = model.tokenize([sentences[k]])
         weights = np.asarray(model.forward(batch).attentions)[:, 0]  # (L, H, n, n)
-        tokens = tok.convert_ids_to_tokens(batch.input_ids[0].tolist())
-        attention_grid(weights, tokens, out / f"attention_maps_{k}.png", name + f": sentence {k}")
-    print(f"wrote {out}/head_summary.json and {args.maps} attention-map grids")
+        tokens = model.tokenizer.convert_ids_to_tokens(batch.input_ids[0].tolist())
+        maps.append(out / f"attention_maps_{k}.png")
+        attention_grid(weights, tokens, maps[-1], name + f": sentence {k}")
+    figures = maps + sorted((out / "figures").glob("*.png"))
+    (out / "report.md").write_text(report(stats, result.meta, name, figures, out))
+    print(f"jattn demo: wrote {out}/report.md, results.json, {len(figures)} figures")

@@ -22,7 +22,8 @@ CONFIGS = {
 }
 
 
-def save_tiny(folder: Path, name: str, head: str = "base", seed: int = 0, safe: bool = True) -> Path:
+def save_tiny(folder: Path, name: str, head: str = "base", seed: int = 0, safe: bool = True,
+              max_positions: int = 64) -> Path:
     """Save a random ``name`` model (head: base | mlm) with MiniLM's WordPiece tokenizer files."""
     import torch
     from transformers import (BertConfig, BertForMaskedLM, BertModel, RobertaConfig,
@@ -32,7 +33,7 @@ def save_tiny(folder: Path, name: str, head: str = "base", seed: int = 0, safe: 
 
     kw = dict(CONFIGS[name])
     model_type = kw.pop("model_type")
-    kw.update(vocab_size=30522, max_position_embeddings=64, hidden_dropout_prob=0.1,
+    kw.update(vocab_size=30522, max_position_embeddings=max_positions, hidden_dropout_prob=0.1,
               attention_probs_dropout_prob=0.1)
     torch.manual_seed(seed)
     if model_type == "bert":
