@@ -63,26 +63,24 @@ def test_all_problems_in_one_error(folder):
     assert "embeddings.LayerNorm.weight" in msg and "extra.weight" in msg and "output.dense.bias" in msg
 
 
-def test_unsupported_model_type(folder):
+def _edit_config(folder, **changes):
     cfg = json.loads((folder / "config.json").read_text())
-    cfg["model_type"] = "gpt2"
-    (folder / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match="unsupported model_type 'gpt2'"):
-        jattn.load(folder, use_cache=False)
+    (folder / "config.json").write_text(json.dumps({**cfg, **changes}))
 
 
-def test_unsupported_config_field(folder):
-    cfg = json.loads((folder / "config.json").read_text())
-    cfg["position_embedding_type"] = "relative_key"
-    (folder / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match="absolute position"):
+@pytest.mark.parametrize("changes, message", [
+    ({"model_type": "gpt2"}, "unsupported model_type 'gpt2'"),
+    ({"position_embedding_type": "relative_key"}, "absolute position"),
+    ({"hidden_act": "mish"}, "unsupported hidden_act 'mish'"),
+])
+def test_unsupported_config(folder, changes, message):
+    _edit_config(folder, **changes)
+    with pytest.raises(ConfigError, match=message):
         jattn.load(folder, use_cache=False)
 
 
 def test_mismatched_tokenizer(folder):
-    cfg = json.loads((folder / "config.json").read_text())
-    cfg["vocab_size"] = 1000
-    (folder / "config.json").write_text(json.dumps(cfg))
+    _edit_config(folder, vocab_size=1000)
     _edit(folder, lambda s: s.update({"embeddings.word_embeddings.weight":
                                       s["embeddings.word_embeddings.weight"][:1000]}))
     with pytest.raises(ConfigError, match="tokenizer .* another model"):
