@@ -143,6 +143,8 @@ def test_read_ranks_errors(tmp_path):
     bad.write_text("1 10 500\n")
     with pytest.raises(ValueError, match="outside the vocabulary"):
         NS.read_ranks(bad, 100)
+    with pytest.raises(FileNotFoundError, match="rank_file="):
+        NS.read_ranks(tmp_path / "missing.txt", 100)
 
 
 def test_cli_runs_the_norm_methods(setup, tmp_path):

@@ -92,6 +92,9 @@ class NormClassAttention:
 
 def read_ranks(path, vocab_size: int) -> np.ndarray:
     """``rank count id`` lines -> rank per vocabulary id (V,), NaN for ids not ranked."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"frequency rank file {path} not found. Fix: pass rank_file= a file of "
+                                "'rank count id' lines (../shared/data/frequency/rank_count_ids.txt in the project)")
     ranks = np.full(vocab_size, np.nan)
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         parts = line.split()
