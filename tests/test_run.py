@@ -35,7 +35,10 @@ def methods(model):
 def assert_same(a: dict, b: dict, rtol=1e-6):
     assert a.keys() == b.keys()
     for k in a:
-        np.testing.assert_allclose(a[k].value, b[k].value, rtol=rtol, atol=1e-9, err_msg=k)
+        x, y = a[k].value, b[k].value
+        if k == "js_mds":  # MDS amplifies summation-order noise; compare the embedding's distances
+            x, y = (np.linalg.norm(v[:, None] - v[None], axis=-1) for v in (x, y))
+        np.testing.assert_allclose(x, y, rtol=1e-5 if k == "js_mds" else rtol, atol=1e-9, err_msg=k)
 
 
 def test_batch_size_invariance(model):

@@ -36,8 +36,30 @@ Batch fields available in ``ctx.batch`` (all (b, n) int32 unless stated):
 numbered 0.. in order; -1 on padding), or None when the input was not pre-split into words;
 ``example`` (b,) corpus index of each row, -1 for padding rows.
 
+Word level: a method with attribute ``level = "word"`` makes the runner require pre-split
+words and fill ``unit_ids``; ``jattn.methods.weights.view(ctx, "word")`` then gives the
+word-level map (sum TO a word over its subword columns, mean FROM it over its rows).
+
+A minimal method (mean attention weight on the diagonal, per layer and head)::
+
+    class SelfAttention:
+        name = "self_attention"
+
+        def prepare(self, batch):
+            return {}
+
+        def reduce(self, ctx):
+            real = ctx.batch["attention_mask"] > 0                              # (b, n)
+            diag = jnp.diagonal(ctx.internals["weights"], axis1=-2, axis2=-1)  # (L, b, H, n)
+            total, count = segment_mean(diag, real)                             # (L, H), ()
+            return {"sum": total, "n": count}
+
+        def finalize(self, totals, meta):
+            return {"self_attention": Statistic(totals["sum"] / totals["n"], "(L, H) mean α[i, i]")}
+
 To plug a method into the runner: ``jattn.run.run_corpus(model, examples, [MyMethod(...)])``;
-to expose it on the command line, add a factory to ``jattn.analyze.METHODS``.
+to expose it on the command line, add a factory to ``make_methods`` and ``METHOD_HELP`` in
+``jattn.analyze``.
 """
 
 from __future__ import annotations

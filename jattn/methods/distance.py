@@ -17,9 +17,9 @@ from jattn.methods.base import Statistic, StepContext
 JS_SMOOTHING = 1e-3  # A' = 0.999 A + 0.001 / n  (Clark's released code)
 
 
-def xlogx_sum(x: jax.Array) -> jax.Array:
-    """Σ x log x over all but the leading axis (0 log 0 = 0). (K, ...) -> (K,)"""
-    return (x * jnp.log(jnp.where(x > 0, x, 1.0))).sum(tuple(range(1, x.ndim)))
+def xlogx_rows(x: jax.Array) -> jax.Array:
+    """Σ_j x log x over the last axis (0 log 0 = 0). (..., n) -> (...)"""
+    return (x * jnp.log(jnp.where(x > 0, x, 1.0))).sum(-1)
 
 
 def pairwise_js(weights: jax.Array, real: jax.Array, chunk: int = 8) -> jax.Array:
@@ -39,10 +39,11 @@ def pairwise_js_all(weights: jax.Array, real: jax.Array) -> jax.Array:
     """Σ over sequences and real rows of JS between every pair of heads.
 
     weights (L, b, H, n, n), real (b, n) bool -> (K, K), K = L·H, symmetric, zero diagonal.
-    Uses JS(p, q) written as ½(Σ p log p + Σ q log q) − Σ m log m, so a pair
-    costs one log per entry, and p is zero on padded rows and keys, which then add nothing.
-    Each unordered pair is computed once: step s of a scan pairs head a with head (a+s) mod K,
-    s = 1..K//2, so memory is O(K·b·n²) and work ~K²/2 maps of n² entries.
+    Per row, JS(p, q) = ½(Σ p log p + Σ q log q) − Σ m log m: one log per entry of a pair, the
+    per-head Σ p log p computed once; the difference is taken per row (before summing rows) so
+    float32 cancellation stays at the size of one row. p is zero on padded rows and keys, which
+    then add nothing. Each unordered pair is computed once: step s of a scan pairs head a with
+    head (a+s) mod K, s = 1..K//2, so memory is O(K·b·n²) and work ~K²/2 maps of n² entries.
     """
     L, b, H, n, _ = weights.shape
     K = L * H
@@ -50,18 +51,19 @@ def pairwise_js_all(weights: jax.Array, real: jax.Array) -> jax.Array:
     cells = real[None, :, :, None] & real[None, :, None, :]  # (1, b, n, n) real row and key
     length = jnp.maximum(real.sum(-1), 1).astype(heads.dtype)[None, :, None, None]  # (1, b, 1, 1)
     p = jnp.where(cells, (1 - JS_SMOOTHING) * heads + JS_SMOOTHING / length, 0.0)  # (K, b, n, n)
-    p_log_p = xlogx_sum(p)  # (K,)
-    p2 = jnp.concatenate([p, p])  # (2K, b, n, n)
+    p_log_p = xlogx_rows(p)  # (K, b, n) per row
+    p2, p_log_p2 = jnp.concatenate([p, p]), jnp.concatenate([p_log_p, p_log_p])  # (2K, ...)
 
     def shift(_, s):
         q = jax.lax.dynamic_slice_in_dim(p2, s, K)  # (K, b, n, n) head (a+s) mod K
-        return None, xlogx_sum(0.5 * (p + q))  # (K,) Σ m log m
+        q_log_q = jax.lax.dynamic_slice_in_dim(p_log_p2, s, K)  # (K, b, n)
+        js_rows = 0.5 * (p_log_p + q_log_q) - xlogx_rows(0.5 * (p + q))  # (K, b, n)
+        return None, js_rows.sum((1, 2))  # (K,)
 
     shifts = jnp.arange(1, K // 2 + 1)  # (S,)
-    _, m_log_m = jax.lax.scan(shift, None, shifts)  # (S, K)
-    a = jnp.broadcast_to(jnp.arange(K), m_log_m.shape)  # (S, K)
+    _, js = jax.lax.scan(shift, None, shifts)  # (S, K)
+    a = jnp.broadcast_to(jnp.arange(K), js.shape)  # (S, K)
     g = (a + shifts[:, None]) % K  # (S, K)
-    js = 0.5 * (p_log_p[a] + p_log_p[g]) - m_log_m  # (S, K)
     d = jnp.zeros((K, K), js.dtype).at[a, g].set(js)  # (K, K) for even K the pair at s = K/2
     return d.at[g, a].set(js)  # appears twice with the same value
 
