@@ -61,7 +61,8 @@ def entropy_plot(entropy: np.ndarray, entropy_cls: np.ndarray, uniform: float, p
     ax.scatter(x - 0.1, entropy.ravel(), s=10, label="all rows")
     ax.scatter(x + 0.1, entropy_cls.ravel(), s=10, label="[CLS] row")
     ax.axhline(uniform, ls="--", color="k", lw=1, label="uniform attention (mean log n)")
-    ax.set(xlabel=LAYER, ylabel="mean entropy (nats)", title="Attention entropy per head", xticks=range(L))
+    ax.set(xlabel=LAYER, ylabel="mean entropy (nats)", title="Attention entropy per head", xticks=range(L),
+           ylim=(0, 1.1 * max(uniform, float(np.nanmax(entropy)), float(np.nanmax(entropy_cls)))))
     ax.legend(fontsize=8)
     return _save(fig, path)
 
