@@ -26,18 +26,19 @@ METHOD_HELP = {
 }
 
 
-def make_methods(model, names: list[str]) -> list:
+def make_methods(model, names: list[str], rank_file=None) -> list:
     from jattn.methods.distance import JSDistance
     from jattn.methods.grad import AttentionGradient
-    from jattn.methods.norm_stats import MixingRatio, NormClassAttention, NormFrequency
+    from jattn.methods.norm_stats import DEFAULT_RANKS, MixingRatio, NormClassAttention, NormFrequency
     from jattn.methods.weights import ClassAttention, Entropy
 
+    ranks = rank_file or DEFAULT_RANKS
     factories = {
         "weights": lambda: ClassAttention(), "entropy": lambda: Entropy(), "js": lambda: JSDistance(),
         "grad": lambda: AttentionGradient(model), "word-weights": lambda: ClassAttention("word"),
         "word-entropy": lambda: Entropy("word"),
-        "norms": lambda: NormClassAttention(), "norm-freq": lambda: NormFrequency(model.config.vocab_size),
-        "mixing": lambda: MixingRatio(model),
+        "norms": lambda: NormClassAttention(), "norm-freq": lambda: NormFrequency(model.config.vocab_size, ranks),
+        "mixing": lambda: MixingRatio(model, rank_file=ranks),
     }
     unknown = [n for n in names if n not in factories]
     if unknown or not names:
@@ -59,6 +60,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=128, help="longest segment in tokens (specials included)")
     parser.add_argument("--truncate", action="store_true", help="cut over-long segments instead of failing")
+    parser.add_argument("--rank-file", default=None,
+                        help="token frequency ranks, 'rank count vocab_id' per line, for norm-freq and mixing "
+                             "(default: ../shared/data/frequency/rank_count_ids.txt, BERT-vocabulary ranks)")
     parser.add_argument("--coordinator", help="HOST:PORT of process 0, for a multi-process run")
     parser.add_argument("--num-processes", type=int, default=1)
     parser.add_argument("--process-id", type=int, default=0)
@@ -125,7 +129,7 @@ def run(args) -> None:
 
     corpus = Corpus(args.input, args.format)
     model = jattn.load(args.model)
-    methods = make_methods(model, [m.strip() for m in args.methods.split(",") if m.strip()])
+    methods = make_methods(model, [m.strip() for m in args.methods.split(",") if m.strip()], args.rank_file)
     result = run_corpus(model, corpus, methods, batch_size=args.batch_size, max_length=args.max_length,
                         truncate=args.truncate)
     if jax.process_index() == 0:

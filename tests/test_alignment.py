@@ -9,7 +9,7 @@ import pytest
 
 from jattn.methods import alignment as AL
 
-DATA = Path("/work/shared/data/alignment")
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alignment"  # beside the repo
 
 
 def test_parse_talp_one_based():
@@ -120,15 +120,20 @@ def test_alignment_experiment_end_to_end(tmp_path):
     import json
     import sys
 
-    if not DATA.is_dir():
-        pytest.skip("shared alignment data not present")
     from tiny_seq2seq import CONFIGS, save_tiny
+
+    data = tmp_path / "data"  # 12 made-up pairs in the Hansards layout: "en ||| fr", 1-based "i-j" / "ipj"
+    data.mkdir()
+    words = ["a", "dog", "runs", "on", "the", "grass", "today"]
+    pairs = [(words[: 2 + k % 5], words[1: 4 + k % 4]) for k in range(12)]
+    (data / "enfr.src-tgt").write_text("".join(f"{' '.join(e)} ||| {' '.join(f)}\n" for e, f in pairs))
+    (data / "enfr.gold").write_text("".join(f"1-1 2p2\n" for _ in pairs))
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
     import kobayashi_alignment as KA
 
     folder = save_tiny(tmp_path / "marian", "marian")
-    KA.main(["--model", str(folder), "--limit", "12", "--out", str(tmp_path / "out")])
+    KA.main(["--model", str(folder), "--data-dir", str(data), "--limit", "12", "--out", str(tmp_path / "out")])
     doc = json.loads((tmp_path / "out" / "aer.json").read_text())
     assert doc["pairs"] + doc["pairs_skipped_too_long"] == 12 and doc["pairs"] > 0
     L, H = CONFIGS["marian"]["decoder_layers"], CONFIGS["marian"]["decoder_attention_heads"]

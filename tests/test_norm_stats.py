@@ -154,12 +154,12 @@ def test_cli_runs_the_norm_methods(setup, tmp_path):
 
     from jattn.cli import main
 
-    model, _, stats = setup
+    model, ranks, stats = setup
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(CORPUS) + "\n")
     out = tmp_path / "out"
     main(["analyze", "--model", model.source, "--input", str(corpus), "--methods", "norms,norm-freq,mixing",
-          "--out", str(out), "--batch-size", "2"])
+          "--out", str(out), "--batch-size", "2", "--rank-file", str(ranks)])
     doc = json.loads((out / "results.json").read_text())
     for key in ("norm_share_to_sep", "fnorm_cls", "mixing_attnresln_n", "mixing_attn_w_mean"):
         assert doc[key]["shape"] == list(stats[key].value.shape)
