@@ -72,7 +72,6 @@ def bench(name: str, repeats: int, max_length: int) -> dict:
     import jax
     import torch
 
-    import jattn
 
     with tempfile.TemporaryDirectory() as tmp:
         hf = make_model(Path(tmp), name)

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from functools import partial
 from typing import Iterable, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 from tqdm.auto import tqdm

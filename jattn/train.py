@@ -10,7 +10,6 @@ root decay, Eq. 3; §5.4 dropout and label smoothing ε_ls=0.1, Szegedy et al. 2
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from functools import partial
@@ -22,7 +21,7 @@ import numpy as np
 import optax
 
 from jattn.config import Seq2SeqConfig
-from jattn.data.parallel import Batch, bucket, make_batch, token_batches
+from jattn.data.parallel import Batch, make_batch, token_batches
 from jattn.nn import decode, seq2seq
 
 

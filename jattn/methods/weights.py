@@ -16,7 +16,6 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jattn.methods.base import CLASS_NAMES, CLS, SEP, Statistic, StepContext, ratio, segment_mean
 
