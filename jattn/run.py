@@ -136,8 +136,10 @@ def _batches(model, examples: Iterable, batch_size: int, max_length: int, trunca
 
 
 def make_step(model, methods: Sequence, mesh):
-    """The jitted step: forward + every method's reduce; batch sharded over ``mesh``."""
+    """The jitted step: forward + every method's reduce; batch sharded over ``mesh``. Methods
+    marked ``layerwise`` reduce each layer inside the encoder's scan (``layer_reduce``)."""
     config = model.config
+    layerwise = [m for m in methods if getattr(m, "layerwise", False)]
 
     def step(params, batch, features):
         inputs = {k: batch[k] for k in INPUT_KEYS}
@@ -146,15 +148,27 @@ def make_step(model, methods: Sequence, mesh):
             b = inputs if input_ids is None else dict(inputs, input_ids=input_ids)
             return encoder.forward(params, config, b, **kwargs)
 
-        outputs, internals = forward()
-        stats = {m.name: m.reduce(StepContext(params, config, batch, features[m.name], outputs, internals,
-                                              forward)) for m in methods}
+        def per_layer(layer):  # one layer's internals (b, ...) -> layerwise methods' statistics
+            one = jax.tree.map(lambda x: x[None], layer)  # (1, b, ...)
+            return {m.name: m.reduce(StepContext(params, config, batch, features[m.name], None, one, forward))
+                    for m in layerwise}
+
+        outputs, internals = forward(layer_reduce=per_layer if layerwise else None)
+        stats = {name: jax.tree.map(unstack_layers, per) for name, per in outputs.pop("layer_reduced", {}).items()}
+        stats.update({m.name: m.reduce(StepContext(params, config, batch, features[m.name], outputs, internals,
+                                                   forward)) for m in methods if m not in layerwise})
         mask = batch["attention_mask"]  # (b, n)
         stats["_meta"] = {"segments": (mask.sum(1) > 0).sum(), "tokens": mask.sum()}
         return stats
 
     data, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
     return jax.jit(step, in_shardings=(replicated, data, data), out_shardings=replicated), data, replicated
+
+
+def unstack_layers(x: jax.Array) -> jax.Array:
+    """A layerwise statistic stacked by the scan: (L, 1, ...) -> (L, ...); a scalar, which by
+    the protocol does not depend on the layer, (L,) -> its layer-0 value."""
+    return x[0] if x.ndim == 1 else x.reshape(x.shape[:1] + x.shape[2:])
 
 
 def combine_processes(totals: dict) -> dict:

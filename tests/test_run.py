@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jattn
-from analysis_helpers import SENTENCES, tiny_bert
+from analysis_helpers import SENTENCES, WORDS, tiny_bert
 from jattn.data.readers import as_example
 from jattn.data.tokenize import SequenceTooLongError
 from jattn.methods.distance import JSDistance
@@ -67,6 +67,27 @@ def test_padding_examples_and_columns_change_nothing(model):
         for key in tight[name]:
             np.testing.assert_allclose(padded[name][key], tight[name][key], rtol=1e-6, atol=1e-9,
                                        err_msg=f"{name}/{key}")
+
+
+def test_layerwise_reduction_inside_the_scan_equals_reduction_of_the_stack(model):
+    """A ``layerwise`` method reduced per layer inside the encoder's scan gives what its
+    ``reduce`` gives on the stacked (L, b, ...) internals (token and word level)."""
+
+    class Stacked:  # the same method, reduced after the scan
+        layerwise = False
+
+        def __init__(self, method):
+            self.method, self.name = method, method.name
+
+        def __getattr__(self, attr):
+            return getattr(self.method, attr)
+
+    corpus = WORDS * 3
+    inside = [ClassAttention(), Entropy(), ClassAttention("word"), Entropy("word")]
+    assert all(m.layerwise for m in inside)
+    a = run_corpus(model, corpus, inside, batch_size=4, progress=False)
+    b = run_corpus(model, corpus, [Stacked(m) for m in inside], batch_size=4, progress=False)
+    assert_same(a.statistics, b.statistics)
 
 
 def test_too_long_is_an_error_naming_the_example_unless_truncate(model):

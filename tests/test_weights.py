@@ -105,14 +105,25 @@ def test_grad_without_mlm_head_needs_a_loss(tmp_path):
         AttentionGradient(model)
 
 
-def test_js_in_example_chunks_equals_whole_batch():
+def test_js_blocks_equal_brute_force_for_any_block_size():
+    """The cache blocking of pairwise_js (rows padded to a block multiple, sequences grouped by
+    gcd(b, 8)) changes only the summation order: brute-force loops agree for every block size."""
     import jax
     import jax.numpy as jnp
 
-    from jattn.methods.distance import pairwise_js, pairwise_js_all
+    from jattn.methods.distance import pairwise_js
 
     rng = np.random.default_rng(0)
-    L, b, H, n = 2, 16, 3, 10
-    weights = jax.nn.softmax(jnp.asarray(rng.normal(size=(L, b, H, n, n)) * 3, jnp.float32), -1)
-    real = jnp.asarray(np.arange(n)[None] < rng.integers(1, n + 1, (b, 1)))  # ragged lengths
-    close(pairwise_js(weights, real, chunk=4), pairwise_js_all(weights, real), tol=1e-6)
+    L, H, n = 2, 3, 10
+    for b in (16, 6, 1):
+        weights = rng.random((L, b, H, n, n)) ** 4
+        lengths = rng.integers(1, n + 1, b)
+        real = np.arange(n)[None] < lengths[:, None]  # (b, n) ragged lengths
+        weights = weights * real[None, :, None, None, :]
+        weights /= weights.sum(-1, keepdims=True)
+        refs = [{"maps": weights[:, s, :, :lengths[s], :lengths[s]]} for s in range(b)]
+        expected = brute_js(refs)
+        for block_rows in (1, 3, 16, 64):
+            got = pairwise_js(jnp.asarray(weights, jnp.float32), jnp.asarray(real), block_rows=block_rows)
+            close(jax.device_get(got), expected, tol=1e-5)
+

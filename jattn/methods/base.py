@@ -29,6 +29,14 @@ A method is any object with:
     Host-side, once, on the summed totals (float64). Returns named statistics; the names are
     the keys written to ``results.json``. ``meta`` holds ``segments`` and ``tokens``.
 
+``layerwise: bool`` (optional, default False)
+    A promise that ``reduce`` treats the leading axis of every internal as independent layers
+    and returns, per output, either an array with that layer axis first or a scalar that does
+    not depend on the internals (a count). The runner then calls ``reduce`` inside the
+    encoder's scan on each layer alone (internals (1, b, ...), ``ctx.outputs`` None) and
+    stacks the results, so α is reduced while still in cache and the stacked (L, b, H, n, n)
+    is never written (``jattn.nn.encoder.forward(..., layer_reduce=...)``).
+
 Batch fields available in ``ctx.batch`` (all (b, n) int32 unless stated):
 ``input_ids``, ``attention_mask`` (1 on real tokens), ``token_type_ids``; ``token_class``
 (``CLS``=0, ``SEP``=1, ``PUNCT``=2 for "." and ",", ``OTHER``=3, -1 on padding); ``unit_ids``
@@ -131,6 +139,19 @@ def segment_mean(per_row: jax.Array, rows: jax.Array) -> tuple[jax.Array, jax.Ar
     total = jnp.einsum("lbhi,bi->lbh", per_row, rows)  # (L, b, H)
     mean = total / jnp.maximum(count, 1.0)[None, :, None]  # (L, b, H)
     return mean.sum(1), (count > 0).sum().astype(per_row.dtype)  # (L, H), ()
+
+
+def class_sums(A: jax.Array, token_class: jax.Array) -> jax.Array:
+    """Σ_{j∈c} A[l, s, h, i, j] for each token class c (``CLS``..``OTHER``): one pass over A.
+
+    A (L, b, H, q, k), token_class (b, k) int (-1 on padding) -> (C, L, b, H, q). Computed as a
+    batched matmul with the batch axis leading, (b, L·H·q, k) @ (b, k, C): XLA's CPU dot then
+    reads A in place, where an einsum with the batch axis in the middle copies A first."""
+    L, b, H, q, k = A.shape
+    onehot = (token_class[:, :, None] == jnp.arange(len(CLASS_NAMES))).astype(A.dtype)  # (b, k, C)
+    rows = jnp.moveaxis(A, 1, 0).reshape(b, L * H * q, k)  # (b, L·H·q, k)  free when L = 1
+    sums = jnp.matmul(rows, onehot).reshape(b, L, H, q, -1)  # (b, L, H, q, C)
+    return jnp.transpose(sums, (4, 1, 0, 2, 3))  # (C, L, b, H, q)
 
 
 def ratio(totals: dict, key: str) -> np.ndarray:

@@ -8,6 +8,8 @@ A' = 0.999·A + 0.001/n over the n real keys and JS(p, q) = ½[KL(p‖m) + KL(q�
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,20 +24,7 @@ def xlogx_rows(x: jax.Array) -> jax.Array:
     return (x * jnp.log(jnp.where(x > 0, x, 1.0))).sum(-1)
 
 
-def pairwise_js(weights: jax.Array, real: jax.Array, chunk: int = 8) -> jax.Array:
-    """``pairwise_js_all`` over groups of ``chunk`` examples (``lax.map``), summed: same result,
-    a working set of O(K·chunk·n²) instead of O(K·b·n²), and faster for its cache locality.
-    The batch axis is split as (chunk, b/chunk) so a device-sharded batch stays sharded."""
-    L, b, H, n, _ = weights.shape
-    if b <= chunk or b % chunk:
-        return pairwise_js_all(weights, real)
-    groups = weights.reshape(L, chunk, b // chunk, H, n, n)  # (L, chunk, g, H, n, n)
-    groups = jnp.moveaxis(groups, 2, 0)  # (g, L, chunk, H, n, n)
-    rows = jnp.moveaxis(real.reshape(chunk, b // chunk, n), 1, 0)  # (g, chunk, n)
-    return jax.lax.map(lambda x: pairwise_js_all(*x), (groups, rows)).sum(0)  # (K, K)
-
-
-def pairwise_js_all(weights: jax.Array, real: jax.Array) -> jax.Array:
+def pairwise_js(weights: jax.Array, real: jax.Array, *, block_rows: int = 16) -> jax.Array:
     """Σ over sequences and real rows of JS between every pair of heads.
 
     weights (L, b, H, n, n), real (b, n) bool -> (K, K), K = L·H, symmetric, zero diagonal.
@@ -43,29 +32,48 @@ def pairwise_js_all(weights: jax.Array, real: jax.Array) -> jax.Array:
     per-head Σ p log p computed once; the difference is taken per row (before summing rows) so
     float32 cancellation stays at the size of one row. p is zero on padded rows and keys, which
     then add nothing. Each unordered pair is computed once: step s of a scan pairs head a with
-    head (a+s) mod K, s = 1..K//2, so memory is O(K·b·n²) and work ~K²/2 maps of n² entries.
+    head (a+s) mod K, s = 1..K//2, ~K²/2 maps of n² entries.
+
+    That work reads every map K/2 times, so it is cut into blocks of ``block_rows`` query rows,
+    e = gcd(b, 8) sequences × block_rows/e rows each (K·block_rows·n floats, ~0.6 MB for K=72,
+    n=128: cache-resident while all pairs are formed), visited one after another by ``lax.map``.
+    The batch is split as (e, b/e) and the block keeps the outer axis, so a device-sharded batch
+    stays sharded.
     """
     L, b, H, n, _ = weights.shape
-    K = L * H
+    K, e = L * H, math.gcd(b, 8)
+    rows = max(1, block_rows // e)
+    pad = -n % rows
     heads = jnp.moveaxis(weights, 2, 1).reshape(K, b, n, n)  # (K, b, n, n) head k = l·H + h
     cells = real[None, :, :, None] & real[None, :, None, :]  # (1, b, n, n) real row and key
     length = jnp.maximum(real.sum(-1), 1).astype(heads.dtype)[None, :, None, None]  # (1, b, 1, 1)
     p = jnp.where(cells, (1 - JS_SMOOTHING) * heads + JS_SMOOTHING / length, 0.0)  # (K, b, n, n)
-    p_log_p = xlogx_rows(p)  # (K, b, n) per row
-    p2, p_log_p2 = jnp.concatenate([p, p]), jnp.concatenate([p_log_p, p_log_p])  # (2K, ...)
-
-    def shift(_, s):
-        q = jax.lax.dynamic_slice_in_dim(p2, s, K)  # (K, b, n, n) head (a+s) mod K
-        q_log_q = jax.lax.dynamic_slice_in_dim(p_log_p2, s, K)  # (K, b, n)
-        js_rows = 0.5 * (p_log_p + q_log_q) - xlogx_rows(0.5 * (p + q))  # (K, b, n)
-        return None, js_rows.sum((1, 2))  # (K,)
-
+    p = jnp.pad(p, ((0, 0), (0, 0), (0, pad), (0, 0)))  # (K, b, r·R, n) zero rows add nothing
+    R = (n + pad) // rows
+    blocks = p.reshape(K, e, b // e, R, rows, n)  # (K, e, g, R, rows, n)
+    blocks = blocks.transpose(2, 3, 0, 1, 4, 5).reshape(b // e * R, K, e * rows, n)  # (g·R, K, e·rows, n)
+    js = jax.lax.map(_block_js, blocks).sum(0)  # (S, K)
     shifts = jnp.arange(1, K // 2 + 1)  # (S,)
-    _, js = jax.lax.scan(shift, None, shifts)  # (S, K)
     a = jnp.broadcast_to(jnp.arange(K), js.shape)  # (S, K)
     g = (a + shifts[:, None]) % K  # (S, K)
     d = jnp.zeros((K, K), js.dtype).at[a, g].set(js)  # (K, K) for even K the pair at s = K/2
     return d.at[g, a].set(js)  # appears twice with the same value
+
+
+def _block_js(p: jax.Array) -> jax.Array:
+    """Σ over a block's rows of JS(p_a, p_(a+s) mod K). p (K, rows, n) -> (S, K), S = K//2."""
+    K = p.shape[0]
+    p_log_p = xlogx_rows(p)  # (K, rows)
+    p2, p_log_p2 = jnp.concatenate([p, p]), jnp.concatenate([p_log_p, p_log_p])  # (2K, ...)
+
+    def shift(_, s):
+        q = jax.lax.dynamic_slice_in_dim(p2, s, K)  # (K, rows, n) head (a+s) mod K
+        q_log_q = jax.lax.dynamic_slice_in_dim(p_log_p2, s, K)  # (K, rows)
+        js_rows = 0.5 * (p_log_p + q_log_q) - xlogx_rows(0.5 * (p + q))  # (K, rows)
+        return None, js_rows.sum(1)  # (K,)
+
+    _, js = jax.lax.scan(shift, None, jnp.arange(1, K // 2 + 1))  # (S, K)
+    return js
 
 
 def mds(distance: np.ndarray, seed: int = 0) -> np.ndarray:

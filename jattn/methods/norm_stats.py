@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.methods.base import CLASS_NAMES, CLS, SEP, HostBatch, Statistic, StepContext, ratio, segment_mean
+from jattn.methods.base import CLASS_NAMES, CLS, SEP, HostBatch, Statistic, StepContext, class_sums, ratio, segment_mean
 from jattn.methods.norms import over_layers, residual_norms, transformed_norm
 
 DEFAULT_RANKS = Path(__file__).resolve().parents[3] / "shared" / "data" / "frequency" / "rank_count_ids.txt"
@@ -50,6 +50,7 @@ class NormClassAttention:
     """Weight- vs norm-based attention to token classes per (layer, head) (Kobayashi et al. 2020)."""
 
     name = "norms"
+    layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
 
     def prepare(self, batch: HostBatch) -> dict:
         return {}
@@ -61,11 +62,12 @@ class NormClassAttention:
         AN = A * fn[:, :, :, None, :]  # (L, b, H, n, n)  ‖α f‖
         total = AN.sum(-1)  # (L, b, H, n)
         received = A.sum(3) / jnp.maximum(real.sum(-1), 1)[None, :, None, None]  # (L, b, H, n) row-mean α[:, j]
+        to_w = class_sums(A, ctx.batch["token_class"])  # (C, L, b, H, n)
+        to_n = class_sums(AN, ctx.batch["token_class"])  # (C, L, b, H, n)
         out = {}
         for c, name in enumerate(CLASS_NAMES):
             cols = (ctx.batch["token_class"] == c)  # (b, n)
-            w = jnp.einsum("lbhij,bj->lbhi", A, cols.astype(A.dtype))  # (L, b, H, n)
-            nrm = jnp.einsum("lbhij,bj->lbhi", AN, cols.astype(A.dtype))  # (L, b, H, n)
+            w, nrm = to_w[c], to_n[c]  # (L, b, H, n) each
             out[f"weight_to_{name}"], out[f"weight_to_{name}_n"] = segment_mean(w, real)
             out[f"norm_to_{name}"], out[f"norm_to_{name}_n"] = segment_mean(nrm, real)
             share = nrm / jnp.where(total > 0, total, 1.0)  # (L, b, H, n)

@@ -193,12 +193,16 @@ def over_layers(fn, internals: dict, *args) -> dict:
 def _encoder_norms(params, config, inputs, residual: bool):
     from jattn.nn import encoder
 
-    _, internals = encoder.forward(params, config, inputs)
     mask = inputs["attention_mask"]  # (b, n)
-    out = over_layers(attention_norms, internals, mask, mask)
-    if residual:
-        out.update(over_layers(residual_norms, internals, mask, config.layer_norm_eps))
-    return out
+
+    def layer_norms(layer):  # one layer's internals -> its norms, inside the encoder's scan
+        out = attention_norms(layer, mask, mask)
+        if residual:
+            out.update(residual_norms(layer, mask, config.layer_norm_eps))
+        return out
+
+    outputs, _ = encoder.forward(params, config, inputs, layer_reduce=layer_norms)
+    return outputs["layer_reduced"]  # each (L, ...)
 
 
 @partial(jax.jit, static_argnames=("config", "residual"))

@@ -17,7 +17,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jattn.methods.base import CLASS_NAMES, CLS, SEP, Statistic, StepContext, ratio, segment_mean
+from jattn.methods.base import CLASS_NAMES, CLS, SEP, Statistic, StepContext, class_sums, ratio, segment_mean
 
 ENTROPY_SMOOTHING = 1e-4  # A' = (1 - 1e-4) A + 1e-4 / n  (Clark's released code)
 
@@ -75,6 +75,8 @@ class ClassAttention:
     Clark's released plot swaps the labels); attn_self = α[h,i,i].
     """
 
+    layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
+
     def __init__(self, level: str = "token"):
         self.level, self.prefix = level, _check_level(level)
         self.name = self.prefix + "weights"
@@ -86,10 +88,8 @@ class ClassAttention:
         v = view(ctx, self.level)
         A, real, cls = v.weights, v.real, v.token_class  # (L, b, H, n, n), (b, n), (b, n)
         out = {}
-        to_class = {}
+        to_class = dict(enumerate(class_sums(A, cls)))  # class -> (L, b, H, n)
         for c, name in enumerate(CLASS_NAMES):
-            cols = (cls == c).astype(A.dtype)  # (b, n)
-            to_class[c] = jnp.einsum("lbhij,bj->lbhi", A, cols)  # (L, b, H, n)
             out[f"attn_to_{name}"], out[f"attn_to_{name}_n"] = segment_mean(to_class[c], real)
         is_sep = cls == SEP  # (b, n)
         out["sep_to_sep"], out["sep_to_sep_n"] = segment_mean(to_class[SEP], real & is_sep)
@@ -122,6 +122,8 @@ class Entropy:
     """Mean row entropy of the smoothed map, all rows and the [CLS] row (Clark et al. 2019,
     Fig. 4): A' = 0.9999·A + 0.0001/n over the n real keys, H_i = −Σ_j A'_ij log A'_ij (nats).
     Uniform reference: mean over sequences of log n."""
+
+    layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
 
     def __init__(self, level: str = "token"):
         self.level, self.prefix = level, _check_level(level)

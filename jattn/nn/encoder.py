@@ -83,6 +83,7 @@ def forward(
     dropout_rng: jax.Array | None = None,
     compute_dtype=jnp.float32,
     weights_delta: jax.Array | None = None,
+    layer_reduce=None,
 ):
     """Run the encoder; return (outputs, internals).
 
@@ -91,6 +92,12 @@ def forward(
     bool, default none. ``dropout_rng`` None means evaluation (no dropout). ``weights_delta``
     (L, b, H, n, n), default None, is added to α in every layer: the gradient of a loss w.r.t.
     a zero delta is ∂L/∂α (Clark et al. 2019, Fig. 3).
+
+    ``layer_reduce``, optional, is applied inside the scan to each layer's internals (the dict
+    below without the layer axis, e.g. ``weights`` (b, H, n, n)); its results, stacked (L, ...),
+    are ``outputs["layer_reduced"]``. An analysis that reduces every layer at once thus reads
+    α while it is still in cache; under ``jit`` the stacked internals it does not use are
+    never written.
 
     outputs: ``last_hidden_state`` (b, n, D), ``hidden_states`` (L+1, b, n, D).
     internals: every entry of ``multi_head_attention`` and ``encoder_layer`` stacked on a
@@ -105,18 +112,22 @@ def forward(
     rngs = (None, None) if dropout_rng is None else tuple(jax.random.split(dropout_rng))
     layer_rngs = None if dropout_rng is None else jax.random.split(rngs[1], L)
 
-    x = embed(params["embeddings"], config, batch, compute_dtype, rngs[0])  # (b, n, D)
+    x0 = embed(params["embeddings"], config, batch, compute_dtype, rngs[0])  # (b, n, D)
     allowed = batch["attention_mask"].astype(bool)[:, None, :]  # (b, 1, n)
 
     def step(x, xs):
         p, gate, dis, rng, delta = xs
         y, internals = encoder_layer(p, config, x, allowed, gate, dis, rng, delta)
-        return y, (y, internals)
+        reduced = None if layer_reduce is None else layer_reduce(internals)
+        return y, (y, internals, reduced)
 
     xs = (params["layers"], gates, disabled, layer_rngs, weights_delta)
-    x, (hidden, internals) = jax.lax.scan(step, x, xs)
-    hidden_states = jnp.concatenate([internals["residual"][:1], hidden], axis=0)  # (L+1, b, n, D)
-    return {"last_hidden_state": x, "hidden_states": hidden_states}, internals
+    x, (hidden, internals, reduced) = jax.lax.scan(step, x0, xs)
+    hidden_states = jnp.concatenate([x0[None], hidden], axis=0)  # (L+1, b, n, D)
+    outputs = {"last_hidden_state": x, "hidden_states": hidden_states}
+    if layer_reduce is not None:
+        outputs["layer_reduced"] = reduced  # (L, ...) per layer
+    return outputs, internals
 
 
 def pooler(params, hidden: jax.Array) -> jax.Array:
