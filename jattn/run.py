@@ -18,6 +18,7 @@ process order: the combine is the only communication.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from typing import Iterable, Sequence
 
@@ -138,7 +139,13 @@ def _batches(model, examples: Iterable, batch_size: int, max_length: int, trunca
 def make_step(model, methods: Sequence, mesh):
     """The jitted step: forward + every method's reduce; batch sharded over ``mesh``. Methods
     marked ``layerwise`` reduce each layer inside the encoder's scan (``layer_reduce``)."""
-    config = model.config
+    return _step(model.config, tuple(methods), mesh)
+
+
+@functools.lru_cache(maxsize=16)
+def _step(config, methods: tuple, mesh):
+    """``make_step``, kept per (config, method objects, mesh): calling ``run_corpus`` again with
+    the same methods reuses the compiled step instead of tracing and compiling every bucket."""
     layerwise = [m for m in methods if getattr(m, "layerwise", False)]
 
     def step(params, batch, features):
