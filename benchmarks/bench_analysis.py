@@ -6,6 +6,8 @@ Modes, each in its own subprocess (so peak RSS is its own):
   forward     jattn's plain jitted forward over the same length-bucketed batches (hidden states fetched)
   stats       jattn.run.run_corpus with all weight statistics + entropy + JS distances
   stats-nojs  the same without JS distances
+  overhead    forward and stats-nojs alternately in one process, ``--rounds`` times: the median
+              ratio, which machine load cannot skew the way separate runs can
   original    how Clark et al. worked: HF PyTorch ``output_attentions=True`` in batches of 32, keep
               every (L, H, n, n) map, then the weight statistics + entropies in numpy per example
               (no JS: its numpy cost is timed on the first ``--original-js`` examples and extrapolated)
@@ -57,7 +59,7 @@ def warmup_subset(model, examples, batch_size):
     return [ex for group in picked.values() for ex in group[:batch_size]]
 
 
-def run_jattn(mode: str, n: int, batch_size: int) -> dict:
+def run_jattn(mode: str, n: int, batch_size: int, rounds: int) -> dict:
     import jax
 
     jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="jattn-bench-cache-"))
@@ -65,28 +67,39 @@ def run_jattn(mode: str, n: int, batch_size: int) -> dict:
     import jattn
     from jattn.methods.distance import JSDistance
     from jattn.methods.weights import ClassAttention, Entropy
-    from jattn.run import run_corpus
+    from jattn.nn import encoder
+    from jattn.run import _batches, run_corpus
 
     model = jattn.load()
     examples = corpus(model, n)
     base = peak_mb()
-    if mode == "forward":
-        from jattn.nn import encoder
-        from jattn.run import _batches
+    fwd = jax.jit(lambda p, b: encoder.forward(p, model.config, b)[0]["last_hidden_state"])
 
-        fwd = jax.jit(lambda p, b: encoder.forward(p, model.config, b)[0]["last_hidden_state"])
+    def forward(exs):
+        for host, _ in _batches(model, exs, batch_size, 128, False, False, (0, 1), batch_size * 16):
+            np.asarray(fwd(model.params, {k: host.arrays()[k] for k in ("input_ids", "attention_mask", "token_type_ids")}))
 
-        def go(exs):
-            for host, _ in _batches(model, exs, batch_size, 128, False, False, (0, 1), batch_size * 16):
-                np.asarray(fwd(model.params, {k: host.arrays()[k] for k in
-                                              ("input_ids", "attention_mask", "token_type_ids")}))
-    else:
-        methods = [ClassAttention(), Entropy()] + ([JSDistance()] if mode == "stats" else [])
+    def analysis(methods):
+        return lambda exs: run_corpus(model, exs, methods, batch_size=batch_size, progress=False)
 
-        def go(exs):
-            run_corpus(model, exs, methods, batch_size=batch_size, progress=False)
+    stats_nojs = analysis([ClassAttention(), Entropy()])
+    go = {"forward": forward, "stats-nojs": stats_nojs, "stats": analysis([ClassAttention(), Entropy(), JSDistance()]),
+          "overhead": None}[mode]
+    warm_set = warmup_subset(model, examples, batch_size)
+    if mode == "overhead":  # forward and statistics alternately in one process: their ratio, robust to load
+        for fn in (forward, stats_nojs):
+            fn(warm_set)
+        times = {"forward": [], "stats-nojs": []}
+        for _ in range(rounds):
+            for name, fn in (("forward", forward), ("stats-nojs", stats_nojs)):
+                t0 = time.perf_counter()
+                fn(examples)
+                times[name].append(time.perf_counter() - t0)
+        med = {k: float(np.median(v)) for k, v in times.items()}
+        return {"seconds": med["stats-nojs"], "forward_seconds": med["forward"], "rounds": times,
+                "overhead": med["stats-nojs"] / med["forward"] - 1, "peak_mb": peak_mb(), "base_mb": base}
     t0 = time.perf_counter()
-    go(warmup_subset(model, examples, batch_size))
+    go(warm_set)
     warm = time.perf_counter() - t0
     t0 = time.perf_counter()
     go(examples)
@@ -156,8 +169,8 @@ def run_original(n: int, batch_size: int, js_examples: int) -> dict:
             "maps_mb": sum(A.nbytes for A in maps) / 2**20, "js_seconds_per_example": js_per_example}
 
 
-def worker(mode: str, n: int, batch_size: int, js_examples: int) -> None:
-    res = run_original(n, batch_size, js_examples) if mode == "original" else run_jattn(mode, n, batch_size)
+def worker(mode: str, n: int, batch_size: int, js_examples: int, rounds: int) -> None:
+    res = run_original(n, batch_size, js_examples) if mode == "original" else run_jattn(mode, n, batch_size, rounds)
     print("RESULT " + json.dumps(res))
 
 
@@ -165,17 +178,19 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--segments", type=int, default=1000)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--modes", default="forward,stats,stats-nojs,original")
+    p.add_argument("--modes", default="forward,stats,stats-nojs,original,overhead")
+    p.add_argument("--rounds", type=int, default=3, help="alternations of forward and statistics in 'overhead'")
     p.add_argument("--original-js", type=int, default=10, help="examples to time the original's numpy JS on")
     p.add_argument("--json", type=Path)
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        return worker(args.worker, args.segments, args.batch_size, args.original_js)
+        return worker(args.worker, args.segments, args.batch_size, args.original_js, args.rounds)
     results = {}
     for mode in args.modes.split(","):
         out = subprocess.run([sys.executable, __file__, "--worker", mode, "--segments", str(args.segments),
-                              "--batch-size", str(args.batch_size), "--original-js", str(args.original_js)],
+                              "--batch-size", str(args.batch_size), "--original-js", str(args.original_js),
+                              "--rounds", str(args.rounds)],
                              capture_output=True, text=True)
         line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
         if out.returncode or not line:
@@ -187,10 +202,21 @@ def main(argv=None):
     print(f"\n| mode | segments | seconds | examples/s | peak RSS (MB) |\n|---|---|---|---|---|")
     for mode, r in results.items():
         print(f"| {mode} | {args.segments} | {r['seconds']:.1f} | {args.segments / r['seconds']:.1f} | {r['peak_mb']:.0f} |")
+    if "overhead" in results:
+        o = results["overhead"]
+        print(f"\nstatistics without JS over the plain forward, alternated in one process ({args.rounds} rounds, "
+              f"medians {o['seconds']:.1f} s vs {o['forward_seconds']:.1f} s): {o['overhead']:+.1%}")
     if "original" in results:
         o = results["original"]
+        full = o["seconds"] + o["js_seconds_per_example"] * args.segments
         print(f"\noriginal: maps kept {o['maps_mb']:.0f} MB; numpy JS {o['js_seconds_per_example']:.2f} s/example "
               f"(x{args.segments} = {o['js_seconds_per_example'] * args.segments:.0f} s if run)")
+        for mode, label in (("stats", "all statistics + JS, vs the original with JS"),
+                            ("stats-nojs", "statistics without JS, vs the original without JS")):
+            if mode in results:
+                base = full if mode == "stats" else o["seconds"]
+                results[f"speedup_{mode}"] = base / results[mode]["seconds"]
+                print(f"{label}: {results[f'speedup_{mode}']:.2f}x")
     if args.json:
         args.json.write_text(json.dumps({"segments": args.segments, **results}, indent=1))
 

@@ -1,6 +1,7 @@
 """jattn: attention internals of BERT-family encoders and NMT Transformers, as JAX data."""
 
 from jattn.load import load
+from jattn.methods.attribution import attributions
 from jattn.methods.norms import norms
 
-__all__ = ["load", "norms"]
+__all__ = ["attributions", "load", "norms"]

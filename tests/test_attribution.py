@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from norms_testing import SENTENCES, assert_close, tiny_bert
 
+import jattn
 from jattn.methods import attribution as A
 
 
@@ -15,7 +16,7 @@ def setup(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny_bert_attr")
     model = tiny_bert(path)
     batch = model.tokenize(SENTENCES)
-    return model, batch, A.attributions(model, batch), [hf_reference(path, batch, k) for k in range(len(SENTENCES))]
+    return model, batch, jattn.attributions(model, batch), [hf_reference(path, batch, k) for k in range(len(SENTENCES))]
 
 
 def hf_reference(path, batch, k: int) -> dict:

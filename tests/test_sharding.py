@@ -58,13 +58,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_match_one(eight_devices, tmp_path):
-    folder, one, _ = eight_devices
-    out = tmp_path / "processes.npz"
-    address = f"127.0.0.1:{_free_port()}"
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(folder), str(out), "process", address, "2", str(i)],
-                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i in range(2)]
+def _run_together(commands: list[list[str]], env: dict) -> None:
+    """Start every command at once (the processes of one distributed run); all must succeed."""
+    procs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for c in commands]
     logs = []
     for p in procs:
         try:
@@ -72,7 +69,42 @@ def test_two_processes_match_one(eight_devices, tmp_path):
         finally:
             p.kill()
     assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
+
+
+def test_two_processes_match_one(eight_devices, tmp_path):
+    folder, one, _ = eight_devices
+    out = tmp_path / "processes.npz"
+    address = f"127.0.0.1:{_free_port()}"
+    _run_together([[sys.executable, str(WORKER), str(folder), str(out), "process", address, "2", str(i)]
+                   for i in range(2)], _env())
     got = dict(np.load(out))
     assert int(got["meta_processes"]) == 2
     stats = [k for k in one if not k.startswith("meta_")]
     _compare(got, one, stats + ["meta_segments", "meta_tokens"])
+
+
+def test_cli_two_processes_match_one_process(tmp_path):
+    """``jattn analyze --coordinator … --num-processes 2 --process-id i``, launched twice, writes
+    (from process 0) the results of a single-process ``jattn analyze`` on the same corpus."""
+    import json
+
+    folder = tiny_bert(tmp_path / "model", layers=1, heads=2)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("The cat sat on the mat.\nAlice met Bob, then left.\tHe stayed.\nShort.\n"
+                      "A fourth line, with a comma.\nAnd a fifth one.\n")
+
+    def analyze(out, *extra):
+        return [sys.executable, "-m", "jattn.cli", "analyze", "--model", str(folder), "--input", str(corpus),
+                "--methods", "weights,entropy,js", "--batch-size", "2", "--out", str(out), *extra]
+
+    env = _env(JATTN_CACHE=str(tmp_path / "cache"))
+    subprocess.run(analyze(tmp_path / "one"), check=True, timeout=600, env=env, capture_output=True)
+    address = f"127.0.0.1:{_free_port()}"
+    _run_together([analyze(tmp_path / "two", "--coordinator", address, "--num-processes", "2", "--process-id", str(i))
+                   for i in range(2)], env)
+    one, two = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("one", "two"))
+    assert two["meta"]["processes"] == 2 and one["meta"]["processes"] == 1
+    assert two["meta"]["segments"] == one["meta"]["segments"] == 5
+    names = [k for k in one if k not in ("meta", "js_mds")]
+    _compare({k: np.array(two[k]["value"], float) for k in names},
+             {k: np.array(one[k]["value"], float) for k in names}, names)

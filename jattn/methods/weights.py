@@ -155,7 +155,7 @@ class Entropy:
             p + "entropy": Statistic(ratio(totals, "entropy"),
                                      f"(L, H) mean {w}row entropy over real rows, then sequences" + tail),
             p + "entropy_cls": Statistic(ratio(totals, "entropy_cls"),
-                                         f"(L, H) mean entropy of the [CLS] row over sequences" + tail),
+                                         "(L, H) mean entropy of the [CLS] row over sequences" + tail),
             p + "entropy_uniform": Statistic(ratio(totals, "entropy_uniform"),
                                              f"() uniform reference: mean over sequences of log n, "
                                              f"n = number of real {'units' if p else 'tokens'}"),
