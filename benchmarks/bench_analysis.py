@@ -77,7 +77,8 @@ def run_jattn(mode: str, n: int, batch_size: int, rounds: int) -> dict:
 
     def forward(exs):
         for host, _ in _batches(model, exs, batch_size, 128, False, False, (0, 1), batch_size * 16):
-            np.asarray(fwd(model.params, {k: host.arrays()[k] for k in ("input_ids", "attention_mask", "token_type_ids")}))
+            arrays = host.arrays()
+            np.asarray(fwd(model.params, {k: arrays[k] for k in ("input_ids", "attention_mask", "token_type_ids")}))
 
     def analysis(methods):
         return lambda exs: run_corpus(model, exs, methods, batch_size=batch_size, progress=False)
