@@ -32,6 +32,8 @@ from jattn.methods.weights import ClassAttention, Entropy
 from jattn.plots import behaviours
 from jattn.run import run_corpus
 
+from experiment_data import add_data_dir, data_file
+
 OUT = Path(__file__).parent / "results" / "clark_minilm"
 
 
@@ -39,7 +41,7 @@ def gap_segments(data_dir: Path, tokenizer, n: int, max_length: int):
     """First ``n`` GAP development paragraphs that are a sentence pair of ≤ max_length tokens."""
     kept = skipped = 0
     out = []
-    for ex in read(data_dir / "gap" / "gap-development.tsv", "gap"):
+    for ex in read(data_file(data_dir, "gap/gap-development.tsv"), "gap"):
         if len(out) == n:
             break
         length = tokenize(tokenizer, [(ex.a, ex.b)] if ex.b else [ex.a], max_length=10**9).lengths[0]
@@ -141,7 +143,7 @@ figures/class_attention.png, positional.png, entropy.png, mds_heads.png, heatmap
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data-dir", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
+    add_data_dir(p)
     p.add_argument("--segments", type=int, default=1000)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--out", type=Path, default=OUT)

@@ -29,6 +29,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from experiment_data import add_data_dir, data_file
+
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = ("AWO", "AWI")
 METHODS = ("weights", "norms")
@@ -37,7 +39,7 @@ METHODS = ("weights", "norms")
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, default=REPO / "checkpoints" / "nmt_multi30k" / "model")
-    p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "alignment")
+    add_data_dir(p)
     p.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "kobayashi_alignment")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--cased", action="store_true")
@@ -85,8 +87,8 @@ def main(argv=None) -> dict:
     if not (args.model / "config.json").is_file():
         raise SystemExit(f"no model at {args.model}: train it with experiments/train_nmt_multi30k.py")
     model = jattn.load(str(args.model))
-    pairs = AL.read_parallel(args.data_dir / "enfr.src-tgt")  # (English, French)
-    gold = [(AL.swap(s), AL.swap(p)) for s, p in AL.read_gold(args.data_dir / "enfr.gold", one_based=True)]
+    pairs = AL.read_parallel(data_file(args.data_dir, "alignment/enfr.src-tgt"))  # (English, French)
+    gold = [(AL.swap(s), AL.swap(p)) for s, p in AL.read_gold(data_file(args.data_dir, "alignment/enfr.gold"), one_based=True)]
     if args.limit:
         pairs, gold = pairs[:args.limit], gold[:args.limit]
     items = encode_pairs(model, pairs, args.cased)

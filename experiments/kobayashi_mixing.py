@@ -19,11 +19,11 @@ AttnResLn-N −0.544.
 
 from __future__ import annotations
 
-import argparse
-import itertools
 from pathlib import Path
 
 import numpy as np
+
+from experiment_data import gap_paragraphs, gap_study_arguments
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = {"attn_w": 96.41, "attn_n": 85.28, "attnres_w": 48.21, "attnres_n": 22.25, "attnresln_n": 18.75}
@@ -33,13 +33,7 @@ NAMES = {"attn_w": "Attn-W", "attn_n": "Attn-N", "attnres_w": "AttnRes-W", "attn
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=None, help="HF folder (default: the embedded MiniLM)")
-    p.add_argument("--gap", type=Path, default=REPO.parent / "shared" / "data" / "gap" / "gap-development.tsv")
-    p.add_argument("--segments", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "kobayashi_mixing")
-    return p.parse_args(argv)
+    return gap_study_arguments(__doc__.split("\n\n")[0], REPO / "experiments" / "results" / "kobayashi_mixing", argv)
 
 
 def table(stats: dict) -> str:
@@ -67,12 +61,11 @@ def main(argv=None) -> dict:
     import jattn
     from jattn import plots
     from jattn.analyze import write_results
-    from jattn.data.readers import read
     from jattn.methods.norm_stats import MixingRatio
     from jattn.run import run_corpus
 
     model = jattn.load(args.model)
-    corpus = list(itertools.islice(read(args.gap, "gap"), args.segments))
+    corpus = gap_paragraphs(args.data_dir, args.segments)
     result = run_corpus(model, corpus, [MixingRatio(model, mask_rate=0.12, seed=0)],
                         batch_size=args.batch_size, max_length=128, truncate=True)
     write_results(result, args.out, model.config.num_layers)

@@ -19,24 +19,18 @@ large α but small ‖α f‖ (α and ‖f‖ cancel); ‖f(x)‖ correlates wit
 
 from __future__ import annotations
 
-import argparse
-import itertools
 from pathlib import Path
 
 import numpy as np
+
+from experiment_data import gap_paragraphs, gap_study_arguments
 
 REPO = Path(__file__).resolve().parents[1]
 CLASSES = {"cls": "[CLS]", "sep": "[SEP]", "punct": '"." ","', "other": "other"}
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default=None, help="HF folder (default: the embedded MiniLM)")
-    p.add_argument("--gap", type=Path, default=REPO.parent / "shared" / "data" / "gap" / "gap-development.tsv")
-    p.add_argument("--segments", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--out", type=Path, default=REPO / "experiments" / "results" / "kobayashi_norms")
-    return p.parse_args(argv)
+    return gap_study_arguments(__doc__.split("\n\n")[0], REPO / "experiments" / "results" / "kobayashi_norms", argv)
 
 
 def figures(stats: dict, ranks: np.ndarray, folder: Path) -> None:
@@ -104,12 +98,11 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     import jattn
     from jattn.analyze import write_results
-    from jattn.data.readers import read
     from jattn.methods.norm_stats import NormClassAttention, NormFrequency
     from jattn.run import run_corpus
 
     model = jattn.load(args.model)
-    corpus = list(itertools.islice(read(args.gap, "gap"), args.segments))
+    corpus = gap_paragraphs(args.data_dir, args.segments)
     freq = NormFrequency(model.config.vocab_size)
     result = run_corpus(model, corpus, [NormClassAttention(), freq], batch_size=args.batch_size,
                         max_length=128, truncate=True)

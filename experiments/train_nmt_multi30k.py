@@ -35,12 +35,14 @@ import json
 import time
 from pathlib import Path
 
+from experiment_data import add_data_dir, data_file
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data" / "multi30k")
+    add_data_dir(p)
     p.add_argument("--workdir", type=Path, default=REPO / "checkpoints" / "nmt_multi30k")
     p.add_argument("--results", type=Path, default=REPO / "experiments" / "results" / "nmt_multi30k.json")
     p.add_argument("--src", default="fr")
@@ -86,7 +88,8 @@ def main(argv=None) -> dict:
     t_start = time.time()
     jax.config.update("jax_compilation_cache_dir", str(args.workdir / "jax_cache"))  # resumes skip compiles
     lower = not args.cased
-    split = lambda name: read_parallel(args.data_dir / f"{name}.{args.src}", args.data_dir / f"{name}.{args.tgt}", lower)
+    split = lambda name: read_parallel(*(data_file(args.data_dir, f"multi30k/{name}.{lang}") for lang in (args.src, args.tgt)),
+                                       lower)
     (tr_s, tr_t), (va_s, va_t), (te_s, te_t) = split("train"), split("val"), split("test_2016_flickr")
     if args.limit_train:
         tr_s, tr_t = tr_s[: args.limit_train], tr_t[: args.limit_train]

@@ -123,11 +123,11 @@ def test_alignment_experiment_end_to_end(tmp_path):
     from tiny_seq2seq import CONFIGS, save_tiny
 
     data = tmp_path / "data"  # 12 made-up pairs in the Hansards layout: "en ||| fr", 1-based "i-j" / "ipj"
-    data.mkdir()
+    (data / "alignment").mkdir(parents=True)
     words = ["a", "dog", "runs", "on", "the", "grass", "today"]
     pairs = [(words[: 2 + k % 5], words[1: 4 + k % 4]) for k in range(12)]
-    (data / "enfr.src-tgt").write_text("".join(f"{' '.join(e)} ||| {' '.join(f)}\n" for e, f in pairs))
-    (data / "enfr.gold").write_text("".join(f"1-1 2p2\n" for _ in pairs))
+    (data / "alignment" / "enfr.src-tgt").write_text("".join(f"{' '.join(e)} ||| {' '.join(f)}\n" for e, f in pairs))
+    (data / "alignment" / "enfr.gold").write_text("".join(f"1-1 2p2\n" for _ in pairs))
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
     import kobayashi_alignment as KA

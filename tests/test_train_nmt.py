@@ -108,7 +108,7 @@ def test_token_batches_cover_corpus_with_few_shapes():
     assert np.all(b.decoder_input_ids[:, 1:][real[:, 1:]] == b.labels[:, :-1][real[:, 1:]])  # shifted right
 
 
-def test_experiment_script_end_to_end(tmp_path):
+def test_experiment_script_end_to_end(tmp_path, monkeypatch):
     """A tiny run of experiments/train_nmt_multi30k.py on a slice of Multi30k: trains, exports
     a Marian folder that jattn.load reads, writes the results JSON."""
     import importlib.util
@@ -119,6 +119,7 @@ def test_experiment_script_end_to_end(tmp_path):
     if not (data / "train.fr").is_file():
         pytest.skip(f"Multi30k not found at {data}")
     path = Path(__file__).resolve().parents[1] / "experiments" / "train_nmt_multi30k.py"
+    monkeypatch.syspath_prepend(str(path.parent))  # as when run as a script: experiments/ on the path
     spec = importlib.util.spec_from_file_location("train_nmt_multi30k", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

@@ -1,0 +1,54 @@
+"""Where the experiment scripts find their data.
+
+Every script takes ``--data-dir``: the folder laid out like ``../shared/data`` (its default when
+it exists beside the repository). A missing file stops the script with the public source to
+download it from and the path to put it at.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data"
+SOURCES = {  # sub-folder -> where its public files come from (../shared/data/README.md)
+    "gap": "https://github.com/google-research-datasets/gap-coreference (gap-development.tsv)",
+    "multi30k": "https://github.com/multi30k/dataset (data/task1/raw: train, val, test_2016_flickr "
+                "in .en/.fr/.de, uncompressed)",
+    "alignment": "https://github.com/neulab/awesome-align (examples/enfr.src-tgt, examples/enfr.gold)",
+}
+
+
+def add_data_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, default=DEFAULT,
+                        help=f"folder laid out like ../shared/data (default: {DEFAULT})")
+
+
+def data_file(data_dir: Path, relative: str) -> Path:
+    """``data_dir / relative``, or a SystemExit naming what to download and where."""
+    path = Path(data_dir) / relative
+    if not path.is_file():
+        source = SOURCES.get(Path(relative).parts[0], "../shared/data/README.md lists the sources")
+        raise SystemExit(f"{path} not found. Download it from {source} into {path.parent}, "
+                         "or point --data-dir at a folder laid out like ../shared/data")
+    return path
+
+
+def gap_study_arguments(description: str, out: Path, argv=None) -> argparse.Namespace:
+    """Arguments of a study over GAP paragraphs: --model, --data-dir, --segments, --batch-size, --out."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", default=None, help="HF folder (default: the embedded MiniLM)")
+    add_data_dir(p)
+    p.add_argument("--segments", type=int, default=1000)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--out", type=Path, default=out)
+    return p.parse_args(argv)
+
+
+def gap_paragraphs(data_dir: Path, n: int) -> list:
+    """The first ``n`` GAP development paragraphs as [CLS] A [SEP] B [SEP] examples."""
+    import itertools
+
+    from jattn.data.readers import read
+
+    return list(itertools.islice(read(data_file(data_dir, "gap/gap-development.tsv"), "gap"), n))
