@@ -52,3 +52,10 @@ def gap_paragraphs(data_dir: Path, n: int) -> list:
     from jattn.data.readers import read
 
     return list(itertools.islice(read(data_file(data_dir, "gap/gap-development.tsv"), "gap"), n))
+
+
+def write_table(result, text: str, out: Path) -> None:
+    """Print a study's Markdown table and write it to ``out/table.md`` under a corpus-size line."""
+    (Path(out) / "table.md").write_text(f"{result.meta['segments']} segments, {result.meta['tokens']} tokens\n\n"
+                                        + text)
+    print(text)

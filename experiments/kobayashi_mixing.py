@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiment_data import gap_paragraphs, gap_study_arguments
+from experiment_data import gap_paragraphs, gap_study_arguments, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = {"attn_w": 96.41, "attn_n": 85.28, "attnres_w": 48.21, "attnres_n": 22.25, "attnresln_n": 18.75}
@@ -77,9 +77,7 @@ def main(argv=None) -> dict:
     ax.legend(fontsize=8)
     fig.savefig(args.out / "figures" / "mixing_per_layer.png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    text = table(stats)
-    (args.out / "table.md").write_text(f"{result.meta['segments']} segments, {result.meta['tokens']} tokens\n\n" + text)
-    print(text)
+    write_table(result, table(stats), args.out)
     return {"meta": result.meta, "stats": stats}
 
 

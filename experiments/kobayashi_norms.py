@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiment_data import gap_paragraphs, gap_study_arguments
+from experiment_data import gap_paragraphs, gap_study_arguments, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 CLASSES = {"cls": "[CLS]", "sep": "[SEP]", "punct": '"." ","', "other": "other"}
@@ -109,9 +109,7 @@ def main(argv=None) -> dict:
     write_results(result, args.out, model.config.num_layers)
     stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
     figures(stats, freq.ranks, args.out / "figures")
-    text = table(stats)
-    (args.out / "table.md").write_text(f"{result.meta['segments']} segments, {result.meta['tokens']} tokens\n\n" + text)
-    print(text)
+    write_table(result, table(stats), args.out)
     return {"meta": result.meta, "stats": stats}
 
 
