@@ -1,7 +1,8 @@
 """jattn: attention internals of BERT-family encoders and NMT Transformers, as JAX data."""
 
+from jattn.interventions import Interventions
 from jattn.load import load
 from jattn.methods.attribution import attributions
 from jattn.methods.norms import norms
 
-__all__ = ["attributions", "load", "norms"]
+__all__ = ["Interventions", "attributions", "load", "norms"]

@@ -38,6 +38,8 @@ class EncoderConfig:
     pad_token_id: int
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
+    with_pooler: bool = False  # the checkpoint has BERT's pooler (set by the converter)
+    with_mlm_head: bool = False  # the checkpoint has a masked-LM head (set by the converter)
 
     @property
     def head_dim(self) -> int:

@@ -151,19 +151,22 @@ def _step(config, methods: tuple, mesh):
     def step(params, batch, features):
         inputs = {k: batch[k] for k in INPUT_KEYS}
 
-        def forward(input_ids=None, **kwargs):
+        def forward(input_ids=None, interventions=None, **kwargs):
             b = inputs if input_ids is None else dict(inputs, input_ids=input_ids)
-            return encoder.forward(params, config, b, **kwargs)
+            return encoder.forward(params, config, b, interventions, **kwargs)
 
-        def per_layer(layer):  # one layer's internals (b, ...) -> layerwise methods' statistics
-            one = jax.tree.map(lambda x: x[None], layer)  # (1, b, ...)
-            return {m.name: m.reduce(StepContext(params, config, batch, features[m.name], None, one, forward))
-                    for m in layerwise}
+        def per_layer(layer, view):  # one layer's internals (b, ...) -> layerwise methods' statistics
+            one, one_view = jax.tree.map(lambda x: x[None], (layer, view))  # (1, b, ...), (1, ...)
+            return {m.name: m.reduce(StepContext(params, config, batch, features[m.name], None, one, forward,
+                                                 one_view)) for m in layerwise}
 
-        outputs, internals = forward(layer_reduce=per_layer if layerwise else None)
+        stacked = [m for m in methods if m not in layerwise]
+        outputs, internals = forward(layer_reduce=per_layer if layerwise else None,
+                                     internals="all" if stacked else None)
         stats = {name: jax.tree.map(unstack_layers, per) for name, per in outputs.pop("layer_reduced", {}).items()}
+        view = encoder.module(params, config).view()  # (L, ...)
         stats.update({m.name: m.reduce(StepContext(params, config, batch, features[m.name], outputs, internals,
-                                                   forward)) for m in methods if m not in layerwise})
+                                                   forward, view)) for m in stacked})
         mask = batch["attention_mask"]  # (b, n)
         stats["_meta"] = {"segments": (mask.sum(1) > 0).sum(), "tokens": mask.sum()}
         return stats

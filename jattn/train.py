@@ -2,6 +2,10 @@
 dropout, token-based batches, gradient accumulation, orbax checkpoints (latest for resuming,
 best by validation BLEU), a tqdm bar with loss and tokens/s, and sacreBLEU evaluation.
 
+Training stays on the split state (``nnx.split``'s parameters as a nested dict, optax over it)
+rather than ``nnx.Optimizer``: one jitted, buffer-donating step, and orbax saves and restores
+the same plain tree with the optimizer state beside it for exact resume.
+
 References: Vaswani et al. 2017 (§5.3 Adam β=(0.9, 0.98), ε=1e-9, warm-up then inverse square
 root decay, Eq. 3; §5.4 dropout and label smoothing ε_ls=0.1, Szegedy et al. 2016); Post 2018
 (sacreBLEU); Ott et al. 2018 (token-based batching, accumulated gradients).
@@ -10,7 +14,6 @@ root decay, Eq. 3; §5.4 dropout and label smoothing ε_ls=0.1, Szegedy et al. 2
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from functools import partial
 from pathlib import Path
@@ -19,10 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx
 
 from jattn.config import Seq2SeqConfig
 from jattn.data.parallel import Batch, make_batch, token_batches
 from jattn.nn import decode, seq2seq
+from jattn.nn.seq2seq import Seq2Seq
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,48 +49,10 @@ class TrainConfig:
 
 
 def init_params(config: Seq2SeqConfig, key) -> dict:
-    """Random parameters in the ``jattn.nn.seq2seq`` layout: Xavier-uniform kernels (Glorot &
-    Bengio 2010), N(0, D^-1/2) embeddings with a zero pad row, zero biases, unit LayerNorm."""
-    D = config.d_model
-    keys = iter(jax.random.split(key, 64))
-
-    def xavier(shape, fan_in, fan_out, n=None):
-        lim = math.sqrt(6.0 / (fan_in + fan_out))
-        full = shape if n is None else (n,) + shape
-        return jax.random.uniform(next(keys), full, jnp.float32, -lim, lim)
-
-    def attn(n, H):
-        d_h = D // H
-        qkv = {k: {"kernel": xavier((D, H, d_h), D, D, n), "bias": jnp.zeros((n, H, d_h))}
-               for k in ("query", "key", "value")}
-        return dict(qkv, out={"kernel": xavier((H, d_h, D), D, D, n), "bias": jnp.zeros((n, D))})
-
-    def ln(n):
-        return {"scale": jnp.ones((n, D)), "bias": jnp.zeros((n, D))}
-
-    def stack(n, H, F, cross):
-        p = {"self_attn": attn(n, H), "self_attn_ln": ln(n), "ffn_ln": ln(n),
-             "ffn_in": {"kernel": xavier((D, F), D, F, n), "bias": jnp.zeros((n, F))},
-             "ffn_out": {"kernel": xavier((F, D), F, D, n), "bias": jnp.zeros((n, D))}}
-        if cross:
-            p.update(cross_attn=attn(n, H), cross_attn_ln=ln(n))
-        return {"layers": p}
-
-    def table(V):
-        return (jax.random.normal(next(keys), (V, D)) * D ** -0.5).at[config.pad_token_id].set(0.0)
-
-    if config.shared_embeddings:
-        emb = {"shared": table(config.src_vocab_size)}
-    else:
-        emb = {"source": table(config.src_vocab_size), "target": table(config.tgt_vocab_size)}
-    params = {"embeddings": emb,
-              "encoder": stack(config.encoder_layers, config.encoder_heads, config.encoder_ffn_dim, False),
-              "decoder": stack(config.decoder_layers, config.decoder_heads, config.decoder_ffn_dim, True)}
-    if not config.tie_output:
-        params["output"] = table(config.tgt_vocab_size)
-    if config.final_logits_bias:
-        params["final_logits_bias"] = jnp.zeros((config.tgt_vocab_size,))
-    return params
+    """Random parameters of ``jattn.nn.seq2seq.Seq2Seq`` as a nested dict of arrays (what optax
+    and orbax hold): Xavier-uniform kernels (Glorot & Bengio 2010), N(0, D^-1/2) embeddings with a
+    zero pad row, zero biases, unit LayerNorm."""
+    return nnx.to_pure_dict(nnx.state(Seq2Seq(config, rngs=nnx.Rngs(key)), nnx.Param))
 
 
 def label_smoothed_loss(logits, labels, mask, eps: float):
@@ -141,12 +108,12 @@ def translate_ids(params, config: Seq2SeqConfig, src: list[np.ndarray], *, num_b
     """Decode token-id sentences in length-sorted batches of ``rows`` (padded, few shapes)."""
     order = np.argsort([len(x) for x in src])
     out: list = [None] * len(src)
-    gates, disabled = seq2seq.interventions(config, None, None)
+    iv = seq2seq.check_interventions(config, None)
     for k in range(0, len(order), rows):
         idx = order[k:k + rows]
         chunk = [src[i] for i in idx] + [src[idx[0]]] * (rows - len(idx))  # filler: repeat a sentence
         b = make_batch(chunk, [np.zeros(1, np.int32)] * rows, config.pad_token_id, config.decoder_start_token_id)
-        args = (params, config, jnp.asarray(b.input_ids), jnp.asarray(b.attention_mask), gates, disabled)
+        args = (params, config, jnp.asarray(b.input_ids), jnp.asarray(b.attention_mask), iv)
         if num_beams == 1:
             ids, lengths = decode.greedy(*args, max_length=max_length, dtype=dtype)
         else:

@@ -42,10 +42,45 @@ def tiny_bert(tmp_path, **overrides):
     return jattn.load(str(tmp_path), use_cache=False)
 
 
+_HF = {}
+
+
 def internals_np(model, batch, layer: int) -> dict:
-    """One layer's internals as float64 numpy arrays."""
-    res = model.forward(batch)
-    return {k: np.asarray(v[layer], np.float64) for k, v in res.internals.items()}
+    """One encoder layer's quantities taken from the Hugging Face PyTorch model (forward hooks),
+    float64 numpy: ``weights`` α, ``values`` (value projection output, bias included),
+    ``out_kernel`` W_O split by head (H, d_h, D), ``out_bias``, ``output`` (attention dense
+    output), ``residual`` (the layer input), ``pre_ln`` (the attention LayerNorm's input),
+    ``ln_scale`` γ, ``ln_bias`` β, ``attention_ln_out``. Nothing here comes from jattn, so the norms are checked against HF."""
+    import torch
+    from transformers import AutoModel
+
+    if model.source not in _HF:
+        _HF[model.source] = AutoModel.from_pretrained(model.source, attn_implementation="eager").eval()
+    hf = _HF[model.source]
+    block = hf.encoder.layer[layer]
+    H = hf.config.num_attention_heads
+    seen = {}
+    hooks = [block.register_forward_pre_hook(lambda m, a: seen.__setitem__("residual", a[0])),
+             block.attention.self.value.register_forward_hook(lambda m, a, o: seen.__setitem__("values", o)),
+             block.attention.output.dense.register_forward_hook(lambda m, a, o: seen.__setitem__("output", o)),
+             block.attention.output.LayerNorm.register_forward_pre_hook(lambda m, a: seen.__setitem__("pre_ln", a[0])),
+             block.attention.output.LayerNorm.register_forward_hook(lambda m, a, o: seen.__setitem__("ln_out", o))]
+    try:
+        with torch.no_grad():
+            out = hf(input_ids=torch.tensor(np.asarray(batch.input_ids)),
+                     attention_mask=torch.tensor(np.asarray(batch.attention_mask)), output_attentions=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    np64 = lambda t: t.detach().double().numpy()
+    b, n, D = seen["values"].shape
+    w = np64(block.attention.output.dense.weight)  # (D_out, D_in)
+    return {"weights": np64(out.attentions[layer]),
+            "values": np64(seen["values"]).reshape(b, n, H, D // H).transpose(0, 2, 1, 3),  # (b, H, n, d_h)
+            "out_kernel": w.T.reshape(H, D // H, D), "out_bias": np64(block.attention.output.dense.bias),
+            "output": np64(seen["output"]), "residual": np64(seen["residual"]), "pre_ln": np64(seen["pre_ln"]),
+            "ln_scale": np64(block.attention.output.LayerNorm.weight),
+            "ln_bias": np64(block.attention.output.LayerNorm.bias), "attention_ln_out": np64(seen["ln_out"])}
 
 
 # ---------------------------------------------------------------- the original formulation

@@ -6,8 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 import jattn
+from jattn import Interventions
 from jattn.models.encoder import EncoderModel, _forward
 from tiny_encoders import random_batch, save_tiny
 
@@ -24,17 +26,17 @@ def batch(tiny):
 
 def test_transformed_vectors_reconstruct_attention_output(tiny, batch):
     """Σ_h Σ_j α[h,i,j] f_h(x_j) + b_O equals the block output before the residual (Kobayashi Eq. 5)."""
-    internals = tiny.forward(batch).internals
+    internals, view = tiny.forward(batch).internals, tiny.module.view()
     alpha = np.asarray(internals["weights"], np.float64)  # (L, b, H, n, n)
     v = np.asarray(internals["values"], np.float64)  # (L, b, H, n, d_h)
-    w_o = np.asarray(internals["out_kernel"], np.float64)  # (L, H, d_h, D)
+    w_o = np.asarray(view["out_kernel"], np.float64)  # (L, H, d_h, D)
     L, b, H, n, _ = alpha.shape
     for l in range(L):
         y = np.zeros((b, n, w_o.shape[-1]))
         for h in range(H):
             f = v[l, :, h] @ w_o[l, h]  # (b, n, D) f_h(x_j), explicit
             y += np.einsum("bij,bjd->bid", alpha[l, :, h], f)
-        y += np.asarray(internals["out_bias"][l])
+        y += np.asarray(view["out_bias"][l])
         np.testing.assert_allclose(y, internals["output"][l], atol=1e-5)
         np.testing.assert_allclose(np.asarray(internals["residual"][l]) + y, internals["pre_ln"][l], atol=1e-5)
 
@@ -42,16 +44,18 @@ def test_transformed_vectors_reconstruct_attention_output(tiny, batch):
 def test_transformed_vectors_helper(tiny, batch):
     from jattn.nn.attention import transformed_vectors
 
-    internals = tiny.forward(batch).internals
-    f = jax.vmap(transformed_vectors)(internals["values"], internals["out_kernel"])  # (L, b, H, n, D)
-    explicit = np.einsum("lbhnd,lhde->lbhne", np.asarray(internals["values"]), np.asarray(internals["out_kernel"]))
+    internals, w_o = tiny.forward(batch).internals, tiny.module.view()["out_kernel"]
+    f = jax.vmap(transformed_vectors)(internals["values"], w_o)  # (L, b, H, n, D)
+    explicit = np.einsum("lbhnd,lhde->lbhne", np.asarray(internals["values"]), np.asarray(w_o))
     np.testing.assert_allclose(f, explicit, atol=1e-5)
 
 
 def test_all_ones_gates_equal_no_gates(tiny, batch):
     L, H = tiny.config.num_layers, tiny.config.num_heads
-    a, b = tiny.forward(batch), tiny.forward(batch, head_gates=np.ones((L, H)))
+    a, b = tiny.forward(batch), tiny.forward(batch, Interventions(head_gates=np.ones((L, H), np.float32)))
     np.testing.assert_array_equal(a.last_hidden_state, b.last_hidden_state)
+    c = tiny.forward(batch, Interventions(head_gates=np.full((L, H), 0.5, np.float32)))  # a changed gate changes it
+    assert np.abs(np.asarray(a.last_hidden_state) - np.asarray(c.last_hidden_state)).max() > 1e-3
 
 
 def test_zero_gate_equals_zeroing_output_rows(tiny, batch):
@@ -59,8 +63,8 @@ def test_zero_gate_equals_zeroing_output_rows(tiny, batch):
     layer, head = 1, 2
     gates = np.ones((tiny.config.num_layers, tiny.config.num_heads), np.float32)
     gates[layer, head] = 0.0
-    gated = tiny.forward(batch, head_gates=gates)
-    params = jax.tree.map(np.array, tiny.params)
+    gated = tiny.forward(batch, Interventions(head_gates=gates))
+    params = jax.tree.map(np.array, nnx.to_pure_dict(tiny.params))
     params["layers"]["attention"]["out"]["kernel"][layer, head] = 0.0  # (H, d_h, D) slice of layer
     edited = EncoderModel(tiny.config, params, tiny.tokenizer).forward(batch)
     np.testing.assert_allclose(gated.last_hidden_state, edited.last_hidden_state, atol=1e-6)
@@ -74,7 +78,7 @@ def test_disabled_head_is_uniform_over_real_tokens(tiny, batch):
     """Kovaleva et al. 2019: the disabled head attends uniformly to the non-padding keys."""
     disabled = np.zeros((tiny.config.num_layers, tiny.config.num_heads), bool)
     disabled[0, 1] = True
-    alpha = np.asarray(tiny.forward(batch, disabled_heads=disabled).attentions)  # (L, b, H, n, n)
+    alpha = np.asarray(tiny.forward(batch, Interventions(disabled_heads=disabled)).attentions)  # (L, b, H, n, n)
     mask = batch["attention_mask"]
     for i, length in enumerate(mask.sum(1)):
         rows = alpha[0, i, 1]  # (n, n)
@@ -92,7 +96,7 @@ def test_gates_are_differentiable(tiny, batch):
 
     @jax.jit
     def loss(g):
-        out, _ = forward(tiny.params, tiny.config, inputs, head_gates=g)
+        out, _ = forward(tiny.params, tiny.config, inputs, Interventions(head_gates=g))
         return jnp.sum(out["last_hidden_state"] ** 2)
 
     g0 = jnp.ones((tiny.config.num_layers, tiny.config.num_heads))
@@ -104,13 +108,17 @@ def test_gates_are_differentiable(tiny, batch):
 
 
 def test_no_recompilation_for_same_padded_shape(tiny):
+    """One compile per (padded shape, which interventions are given): new lengths, gate values and
+    disabled heads reuse it."""
+    L, H = tiny.config.num_layers, tiny.config.num_heads
     batches = [random_batch(tiny.config, lengths, seed=s) for s, lengths in enumerate([[8, 3], [5, 8], [8, 8]])]
+    both = lambda g, d: Interventions(head_gates=np.full((L, H), g, np.float32), disabled_heads=d)
     tiny.forward(batches[0])
+    tiny.forward(batches[0], both(1.0, np.zeros((L, H), bool)))
     size = _forward._cache_size()
     for b in batches[1:]:
         tiny.forward(b)
-        L, H = tiny.config.num_layers, tiny.config.num_heads
-        tiny.forward(b, head_gates=np.full((L, H), 0.5), disabled_heads=np.eye(L, H, dtype=bool))
+        tiny.forward(b, both(0.5, np.eye(L, H, dtype=bool)))
     assert _forward._cache_size() == size
 
 
@@ -133,14 +141,97 @@ def test_dropout_only_with_rng(tiny, batch):
     assert np.abs(np.asarray(a["last_hidden_state"]) - np.asarray(b["last_hidden_state"])).max() > 1e-3
 
 
-def test_bad_inputs_name_the_problem(tiny):
-    L, H = tiny.config.num_layers, tiny.config.num_heads
+BAD = {  # (batch edit, interventions, compute dtype) -> the phrase the error must contain
+    "gate shape": (None, Interventions(head_gates=np.ones((3, 9), np.float32)), None, "head_gates must be"),
+    "NaN gate": (None, Interventions(head_gates=np.full((2, 4), np.nan, np.float32)), None, "NaN"),
+    "int gate": (None, Interventions(head_gates=np.ones((2, 4), int)), None, "float array"),
+    "half-disabled": (None, Interventions(disabled_heads=np.full((2, 4), 0.5)), None, "boolean"),
+    "not Interventions": (None, {"head_gates": np.ones((2, 4))}, None, "jattn.Interventions"),
+    "vocabulary": (lambda g, c: {**g, "input_ids": g["input_ids"] + c.vocab_size}, None, None, "vocabulary"),
+    "float ids": (lambda g, c: {**g, "input_ids": g["input_ids"].astype(float)}, None, None, "integer"),
+    "rank": (lambda g, c: {k: v[0] for k, v in g.items()}, None, None, r"\(batch, length\)"),
+    "empty": (lambda g, c: {k: v[:, :0] for k, v in g.items()}, None, None, "non-empty"),
+    "mask values": (lambda g, c: {**g, "attention_mask": g["attention_mask"] * 2}, None, None, "0 .padding."),
+    "token types": (lambda g, c: {**g, "token_type_ids": g["token_type_ids"] + 5}, None, None, "token_type_ids"),
+    "strings": (lambda g, c: ["a sentence"], None, None, "model.tokenize"),
+    "no mask": (lambda g, c: {"input_ids": g["input_ids"]}, None, None, "attention_mask"),
+    "dtype": (None, None, jnp.int32, "float type"),
+    "positions": (lambda g, c: random_batch(c, [c.max_length + 1]), None, None, "positions"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_inputs_name_the_problem(tiny, case):
+    edit, iv, dtype, phrase = BAD[case]
     good = random_batch(tiny.config, [4, 2])
-    with pytest.raises(ValueError, match="shape"):
-        tiny.forward(good, head_gates=np.ones((L + 1, H)))
-    with pytest.raises(ValueError, match="vocabulary"):
-        tiny.forward({**good, "input_ids": good["input_ids"] + tiny.config.vocab_size})
-    with pytest.raises(ValueError, match=r"\(batch, length\)"):
-        tiny.forward({k: v[0] for k, v in good.items()})
-    with pytest.raises(ValueError, match="positions"):
-        tiny.forward(random_batch(tiny.config, [tiny.config.max_length + 1]))
+    batch = good if edit is None else edit(good, tiny.config)
+    with pytest.raises(ValueError, match=phrase):
+        tiny.forward(batch, iv, compute_dtype=dtype or jnp.float32)
+
+
+def test_per_example_and_per_token_gates(tiny, batch):
+    """(L, b, H) gates act on one example only; (L, b, H, n) gates on one query token only."""
+    L, H = tiny.config.num_layers, tiny.config.num_heads
+    base = tiny.forward(batch)
+    g = np.ones((L, 3, H), np.float32)
+    g[1, 0, 2] = 0.0  # example 0 only
+    per_example = tiny.forward(batch, Interventions(head_gates=g))
+    head = np.ones((L, H), np.float32)
+    head[1, 2] = 0.0
+    per_head = tiny.forward(batch, Interventions(head_gates=head))
+    np.testing.assert_allclose(per_example.last_hidden_state[0], per_head.last_hidden_state[0], atol=1e-6)
+    np.testing.assert_array_equal(per_example.last_hidden_state[1:], base.last_hidden_state[1:])
+    n = batch["input_ids"].shape[1]
+    t = np.ones((L, 3, H, n), np.float32)
+    t[1, 0, 2, 3] = 0.0  # example 0, query token 3, head (1, 2)
+    per_token = tiny.forward(batch, Interventions(head_gates=t))
+    ctx, ctx0 = np.asarray(per_token.internals["context"]), np.asarray(base.internals["context"])
+    np.testing.assert_array_equal(ctx[1, 0, 2, 3], 0.0)
+    np.testing.assert_array_equal(np.delete(ctx[1, 0, 2], 3, axis=0), np.delete(ctx0[1, 0, 2], 3, axis=0))
+
+
+def test_internals_selection(tiny, batch):
+    """internals=("weights",) returns α alone, equal to the full forward's; None returns none."""
+    full = tiny.forward(batch)
+    lean = tiny.forward(batch, internals=("weights",))
+    assert set(lean.internals) == {"weights"}
+    np.testing.assert_array_equal(lean.attentions, full.attentions)
+    np.testing.assert_array_equal(lean.last_hidden_state, full.last_hidden_state)
+    assert tiny.forward(batch, internals=None).internals == {}
+    with pytest.raises(ValueError, match="unknown internals"):
+        tiny.forward(batch, internals=("nonsense",))
+
+
+def test_nnx_grad_on_module_equals_pure_face(tiny, batch):
+    """nnx.grad through the module and jax.grad through the pure forward agree on head gates."""
+    from jattn.nn.encoder import forward
+
+    inputs = tiny.check_batch(batch)
+    g0 = jnp.full((tiny.config.num_layers, tiny.config.num_heads), 0.9)
+    pure = jax.grad(lambda g: forward(tiny.params, tiny.config, inputs,
+                                      Interventions(head_gates=g))[0]["last_hidden_state"].sum())(g0)
+    module_grad = nnx.grad(lambda m, g: m(inputs, Interventions(head_gates=g))[0]["last_hidden_state"].sum(),
+                           argnums=1)(tiny.module, g0)
+    np.testing.assert_allclose(module_grad, pure, atol=1e-6)
+
+
+def test_detach_switches(tiny, batch):
+    """detach_weights stops the gradient through α (queries/keys get none); detach_ln through σ;
+    neither changes the forward values."""
+    from jattn.nn.encoder import forward
+
+    inputs = tiny.check_batch(batch)
+
+    def grads(iv):
+        loss = lambda p: forward(p, tiny.config, inputs, iv)[0]["last_hidden_state"].sum()
+        return jax.grad(loss)(tiny.params)
+
+    plain, no_alpha = grads(Interventions()), grads(Interventions(detach_weights=True))
+    no_sigma = grads(Interventions(detach_ln=True))
+    q = lambda g: np.abs(np.asarray(g["layers"]["attention"]["query"]["kernel"][...])).max()
+    assert q(plain) > 0 and q(no_alpha) == 0
+    v = lambda g: np.asarray(g["layers"]["attention"]["value"]["kernel"][...])
+    assert np.abs(v(no_sigma) - v(plain)).max() > 1e-6
+    for iv in (Interventions(detach_weights=True), Interventions(detach_ln=True)):
+        np.testing.assert_allclose(tiny.forward(batch, iv).last_hidden_state, tiny.forward(batch).last_hidden_state,
+                                   atol=1e-6)

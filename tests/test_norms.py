@@ -88,18 +88,18 @@ def test_cross_attention_shapes_against_explicit_tensor():
     b, H, q, k, d, D = 2, 3, 5, 7, 4, 12
     scores = rng.normal(size=(b, H, q, k))
     alpha = (np.exp(scores) / np.exp(scores).sum(-1, keepdims=True)).astype(np.float32)
-    it = {"weights": alpha, "values": rng.normal(size=(b, H, k, d)).astype(np.float32),
-          "out_kernel": rng.normal(size=(H, d, D)).astype(np.float32)}
+    it = {"weights": alpha, "values": rng.normal(size=(b, H, k, d)).astype(np.float32)}
+    view = {"out_kernel": rng.normal(size=(H, d, D)).astype(np.float32)}
     k_mask = np.array([[1] * 7, [1] * 5 + [0] * 2])
     q_mask = np.array([[1] * 5, [1] * 3 + [0] * 2])
-    got = jax.jit(N.attention_norms)(it, q_mask, k_mask)
+    got = jax.jit(N.attention_norms)(it, view, q_mask, k_mask)
     a = np.asarray(alpha, np.float64) * (q_mask[:, None, :, None] * k_mask[:, None, None, :])
-    f = np.einsum("bhnd,hde->bhne", np.asarray(it["values"], np.float64), np.asarray(it["out_kernel"], np.float64))
+    f = np.einsum("bhnd,hde->bhne", np.asarray(it["values"], np.float64), np.asarray(view["out_kernel"], np.float64))
     af = a[..., None] * f[:, :, None]  # (b, H, q, k, D)
     assert_close(got["summed_norm"], np.linalg.norm(af.sum(1), axis=-1), name="summed")
     assert_close(got["weighted_norm"], np.linalg.norm(af, axis=-1), name="weighted")
     with pytest.raises(ValueError, match="self-attention"):
-        N.residual_norms(dict(it), q_mask, 1e-12)
+        N.residual_norms(dict(it), view, q_mask, 1e-12)
 
 
 def test_no_nxnxD_intermediate(model, batch):
@@ -108,7 +108,7 @@ def test_no_nxnxD_intermediate(model, batch):
     arrays are the stacked outputs (L, b, H, n, n), smaller here since L·H < D."""
     assert model.config.num_layers * model.config.num_heads < model.config.hidden_size
     inputs = model.check_batch(batch)
-    jaxpr = jax.make_jaxpr(lambda p, x: N._encoder_norms(p, model.config, x, True))(model.params, inputs)
+    jaxpr = jax.make_jaxpr(lambda p, x: N.encoder_norms(p, model.config, x, True))(model.params, inputs)
     b, n = batch.input_ids.shape
     limit = b * n * n * model.config.hidden_size
 
@@ -125,7 +125,7 @@ def test_no_nxnxD_intermediate(model, batch):
 
 
 def test_bad_model():
-    with pytest.raises(TypeError, match="encoder-decoder models"):
+    with pytest.raises(TypeError, match="model from jattn.load"):
         jattn.norms(object(), None)
 
 
@@ -147,11 +147,12 @@ def test_seq2seq_all_attention_types_against_explicit_tensor(tmp_path):
     batch = padded_batch(model.config)
     got = jattn.norms(model, batch, residual=True)
     internals = model.forward(batch).internals
+    views = {kind: model.module.view(kind) for kind in ("encoder", "decoder", "cross")}  # W_O, γ from the params
     eps = model.config.layer_norm_eps
     src, tgt = batch["attention_mask"], batch["decoder_attention_mask"]
     for kind, (q_mask, k_mask) in {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}.items():
         for layer in range(internals[kind]["weights"].shape[0]):
-            it = {k: np.asarray(v[layer], np.float64) for k, v in internals[kind].items()}
+            it = {k: np.asarray(v[layer], np.float64) for k, v in {**internals[kind], **views[kind]}.items()}
             if kind == "cross":
                 a = it["weights"] * (q_mask[:, None, :, None] * k_mask[:, None, None, :])
                 f = np.einsum("bhnd,hde->bhne", it["values"], it["out_kernel"])  # (b, H, s, D)

@@ -30,8 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.methods.norms import diagonal_sum, head_gram, layer_norm_map, ln_sigma, over_layers, quadratic_norm
-from jattn.nn.attention import dense, transformed_vectors
+from jattn.methods.norms import diagonal_sum, head_gram, layer_norm_map, over_layers, quadratic_norm
+from jattn.nn.attention import transformed_vectors
+from jattn.nn.layers import ln_sigma
 
 
 def _pair_mask(mask: jax.Array) -> jax.Array:
@@ -70,21 +71,16 @@ def attention_rollout(weights: jax.Array, mask: jax.Array) -> jax.Array:
 
 # ---------------------------------------------------------------- GlobEnc
 
-def globenc_layer(layer: dict, mask: jax.Array, config) -> jax.Array:
+def globenc_layer(layer: dict, view: dict, mask: jax.Array, eps: float) -> jax.Array:
     """‖N_ij‖ for one encoder layer (Modarressi et al. 2022, Eq. 6-7), padding 0.
 
-    ``layer`` = one layer's internals plus ``params`` (that layer's parameters), from which the
-    real pre-LN2 vector h + FFN(h) is recomputed (h = ``attention_ln_out``) for its variance.
+    ``layer``: one layer's internals, with ``ffn_pre_ln`` (h + FFN(h), the real pre-LN2 vector,
+    whose variance linearises the second LayerNorm); ``view``: the layer's W_O, γ₁ and γ₂.
     """
-    from jattn.nn.encoder import ACT
-
-    p, eps = layer["params"], config.layer_norm_eps
     alpha = layer["weights"].astype(jnp.float32) * _pair_mask(mask)[:, None]  # (b, H, n, n)
-    values, w_o = layer["values"], layer["out_kernel"].astype(jnp.float32)  # (b, H, n, d_h), (H, d_h, D)
-    g1, g2 = layer["ln_scale"].astype(jnp.float32), p["ffn_ln"]["scale"].astype(jnp.float32)  # (D,)
-    h = layer["attention_ln_out"].astype(jnp.float32)  # (b, n, D)
-    pre2 = h + dense(p["ffn_out"], ACT[config.hidden_act](dense(p["ffn_in"], h)))  # (b, n, D)
-    sigma = ln_sigma(layer["pre_ln"], eps) * ln_sigma(pre2, eps)  # (b, n, 1)
+    values, w_o = layer["values"], view["out_kernel"].astype(jnp.float32)  # (b, H, n, d_h), (H, d_h, D)
+    g1, g2 = view["ln_scale"].astype(jnp.float32), view["ffn_ln_scale"].astype(jnp.float32)  # (D,)
+    sigma = ln_sigma(layer["pre_ln"], eps) * ln_sigma(layer["ffn_pre_ln"], eps)  # (b, n, 1)
     one = jnp.ones(())
     both = lambda v, s: layer_norm_map(layer_norm_map(v, g1, one), g2, s)  # LN2 ∘ LN1, linear (rows of v)
     off = quadratic_norm(alpha, head_gram(values, both(w_o, one))) / sigma  # (b, n, n)  j ≠ i
@@ -96,7 +92,7 @@ def globenc_layer(layer: dict, mask: jax.Array, config) -> jax.Array:
 
 # ---------------------------------------------------------------- ALTI
 
-def alti_layer(layer: dict, mask: jax.Array, eps: float, chunk: int = 8) -> jax.Array:
+def alti_layer(layer: dict, view: dict, mask: jax.Array, eps: float, chunk: int = 8) -> jax.Array:
     """ALTI contributions c_ij of one layer (Ferrando et al. 2022, Eq. 7-9), rows sum to 1.
 
     T_i(x_j) = γ ⊙ C(Σ_h α f_h(x_j) + δ_ij x_i) / σ_i; y_i = the attention LayerNorm output.
@@ -104,9 +100,9 @@ def alti_layer(layer: dict, mask: jax.Array, eps: float, chunk: int = 8) -> jax.
     """
     pair = _pair_mask(mask)  # (b, n, n)
     alpha = layer["weights"].astype(jnp.float32) * pair[:, None]  # (b, H, n, n)
-    gamma = layer["ln_scale"].astype(jnp.float32)  # (D,)
+    gamma = view["ln_scale"].astype(jnp.float32)  # (D,)
     sigma = ln_sigma(layer["pre_ln"], eps)  # (b, n, 1)
-    w_ln = layer_norm_map(layer["out_kernel"].astype(jnp.float32), gamma, jnp.ones(()))  # (H, d_h, D)
+    w_ln = layer_norm_map(view["out_kernel"].astype(jnp.float32), gamma, jnp.ones(()))  # (H, d_h, D)
     g = transformed_vectors(layer["values"].astype(jnp.float32), w_ln)  # (b, H, n, D)  γ ⊙ C f
     gx = layer_norm_map(layer["residual"].astype(jnp.float32), gamma, sigma)  # (b, n, D)  LN-map of x_i
     y = layer["attention_ln_out"].astype(jnp.float32)  # (b, n, D)
@@ -128,15 +124,16 @@ def alti_layer(layer: dict, mask: jax.Array, eps: float, chunk: int = 8) -> jax.
 # ---------------------------------------------------------------- one-call API
 
 @partial(jax.jit, static_argnames=("config",))
-def _encoder_attributions(params, config, inputs):
+def encoder_attributions(params, config, inputs):
+    """Every per-layer map and rollout of ``attributions`` for an encoder batch, (L, b, n, n)."""
     from jattn.nn import encoder
 
-    _, internals = encoder.forward(params, config, inputs)
-    mask = inputs["attention_mask"]  # (b, n)
-    layers = dict(internals, params=params["layers"])
+    model = encoder.module(params, config)
+    _, internals = model(inputs)
+    mask, eps, view = inputs["attention_mask"], config.layer_norm_eps, model.view()  # (b, n)
     residual = residual_attention(internals["weights"], mask)  # (L, b, n, n)
-    globenc = row_normalize(over_layers(globenc_layer, layers, mask, config))  # (L, b, n, n)
-    alti = over_layers(alti_layer, internals, mask, config.layer_norm_eps)  # (L, b, n, n)
+    globenc = row_normalize(over_layers(globenc_layer, internals, view, mask, eps))  # (L, b, n, n)
+    alti = over_layers(alti_layer, internals, view, mask, eps)  # (L, b, n, n)
     return {"residual_attention": residual, "rollout": rollout(residual),
             "globenc_layers": globenc, "globenc": rollout(globenc),
             "alti_layers": alti, "alti": rollout(alti)}
@@ -148,12 +145,9 @@ def attributions(model, batch) -> dict[str, np.ndarray]:
     (Modarressi et al.), ``alti_layers`` / ``alti`` (Ferrando et al.). Padding is 0.
     Attention flow is per example: ``attention_flow(out["residual_attention"][:, k, :n, :n])``.
     """
-    from jattn.models.encoder import EncoderModel
-
-    if not isinstance(model, EncoderModel):
+    if not hasattr(model, "attribution_maps"):
         raise TypeError(f"attributions supports encoder models (BERT, RoBERTa), got {type(model).__name__}")
-    out = _encoder_attributions(model.params, model.config, model.check_batch(batch))
-    return {k: np.asarray(v) for k, v in out.items()}
+    return {k: np.asarray(v) for k, v in model.attribution_maps(batch).items()}
 
 
 # ---------------------------------------------------------------- attention flow

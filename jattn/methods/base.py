@@ -20,9 +20,10 @@ A method is any object with:
     invariant.
 ``reduce(ctx: StepContext) -> dict[str, jax.Array]``
     Traced inside the runner's single jitted step. Reads ``ctx.internals`` (every entry of
-    ``jattn.nn.encoder.forward``'s internals, stacked (L, b, ...)), ``ctx.batch`` (fields
-    below) and may re-run the model with interventions via ``ctx.forward(...)`` (e.g. under
-    ``jax.grad``). Must return arrays whose leading axis is **not** the batch: reduce over
+    ``jattn.nn.encoder.forward``'s internals, stacked (L, b, ...)), ``ctx.view`` (the
+    parameters the norm methods need, (L, ...)), ``ctx.batch`` (fields below) and may re-run
+    the model with interventions via ``ctx.forward(interventions=Interventions(...))`` (e.g.
+    under ``jax.grad``). Must return arrays whose leading axis is **not** the batch: reduce over
     examples inside. Padding rows, padding columns and padding examples (``example == -1``,
     all-zero ``attention_mask``) must contribute exactly zero.
 ``finalize(totals: dict[str, np.ndarray], meta: dict) -> dict[str, Statistic]``
@@ -115,9 +116,10 @@ class StepContext:
     batch: dict  # HostBatch fields as arrays
     features: dict  # this method's ``prepare`` output
     outputs: dict  # encoder outputs: last_hidden_state (b, n, D), hidden_states (L+1, b, n, D)
-    internals: dict  # encoder internals, each (L, b, ...)
+    internals: dict  # encoder internals (activations), each (L, b, ...)
     forward: Callable  # forward(**overrides) -> (outputs, internals); overrides batch fields
-    # (e.g. input_ids=...) or encoder.forward keywords (weights_delta=..., head_gates=...)
+    # (e.g. input_ids=...) or encoder.forward keywords (interventions=Interventions(...), internals=...)
+    view: dict  # the attention blocks' parameters (W_O, b_O, LayerNorm γ), each (L, ...)
 
 
 class Method(Protocol):

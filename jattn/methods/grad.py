@@ -2,7 +2,7 @@
 
 grad_to_c[l, h] = mean over sequences of the mean over real rows i of Σ_{j ∈ c} |∂L_s/∂α[h,i,j]|,
 c ∈ {[CLS], [SEP], punctuation, other}. ∂L/∂α is the gradient w.r.t. a zero additive
-perturbation of α (``weights_delta`` of ``jattn.nn.encoder.forward``). L_s is the loss of
+perturbation of α (``Interventions.weights_delta``). L_s is the loss of
 sequence s; the batch loss is Σ_s L_s, so one backward pass gives every sequence's own gradient.
 
 Loss: the masked-LM loss for a checkpoint with an MLM head (15% of the real non-special tokens
@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jattn.interventions import Interventions
 from jattn.methods.base import CLASS_NAMES, CLS, OTHER, SEP, HostBatch, Statistic, StepContext, ratio, \
     segment_mean
 from jattn.nn import encoder
@@ -67,7 +68,7 @@ class AttentionGradient:
     name = "grad"
 
     def __init__(self, model, loss=None, *, mask_rate: float = 0.15, seed: int = 0):
-        if loss is None and "mlm_head" not in model.params:
+        if loss is None and not model.config.with_mlm_head:
             raise ValueError(f"{model.source or 'this model'} has no masked-LM head, so the default "
                              "masked-LM loss is unavailable. Fix: load a *ForMaskedLM checkpoint, or "
                              "pass loss=fn(params, config, outputs, batch) -> (b,) per-sequence losses")
@@ -86,7 +87,7 @@ class AttentionGradient:
         used = ctx.batch["example"] >= 0  # (b,)
 
         def total_loss(delta):
-            outputs, _ = ctx.forward(weights_delta=delta, **overrides)
+            outputs, _ = ctx.forward(interventions=Interventions(weights_delta=delta), internals=None, **overrides)
             per_seq = (mlm_loss(ctx.params, ctx.config, outputs, f) if self.loss is None
                        else self.loss(ctx.params, ctx.config, outputs, ctx.batch))  # (b,)
             return jnp.where(used, per_seq, 0.0).sum()

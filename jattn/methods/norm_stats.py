@@ -40,10 +40,9 @@ DEFAULT_RANKS = Path(__file__).resolve().parents[3] / "shared" / "data" / "frequ
 MIXING = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
 
 
-def _f_norms(internals) -> jax.Array:
-    """‖f_h(x_j)‖ for stacked internals, one layer at a time. -> (L, b, H, n)"""
-    return jax.lax.map(lambda it: transformed_norm(it["values"], it["out_kernel"]),
-                       {k: internals[k] for k in ("values", "out_kernel")})
+def _f_norms(internals, view) -> jax.Array:
+    """‖f_h(x_j)‖ for stacked internals and parameter views, one layer at a time. -> (L, b, H, n)"""
+    return jax.lax.map(lambda it: transformed_norm(*it), (internals["values"], view["out_kernel"]))
 
 
 class NormClassAttention:
@@ -58,7 +57,7 @@ class NormClassAttention:
     def reduce(self, ctx: StepContext) -> dict:
         real = ctx.batch["attention_mask"] > 0  # (b, n)
         A = ctx.internals["weights"].astype(jnp.float32) * real[None, :, None, :, None]  # (L, b, H, n, n) real rows
-        fn = _f_norms(ctx.internals) * real[None, :, None, :]  # (L, b, H, n)
+        fn = _f_norms(ctx.internals, ctx.view) * real[None, :, None, :]  # (L, b, H, n)
         AN = A * fn[:, :, :, None, :]  # (L, b, H, n, n)  ‖α f‖
         total = AN.sum(-1)  # (L, b, H, n)
         received = A.sum(3) / jnp.maximum(real.sum(-1), 1)[None, :, None, None]  # (L, b, H, n) row-mean α[:, j]
@@ -198,7 +197,7 @@ class NormFrequency:
         real = (ctx.batch["attention_mask"] > 0).astype(jnp.float32)  # (b, n)
         A = ctx.internals["weights"].astype(jnp.float32) * real[None, :, None, :, None]  # (L, b, H, n, n) real rows
         received = A.sum(3).mean((0, 2)) / jnp.maximum(real.sum(-1, keepdims=True), 1.0)  # (b, n)
-        fn = _f_norms(ctx.internals).mean((0, 2))  # (b, n)
+        fn = _f_norms(ctx.internals, ctx.view).mean((0, 2))  # (b, n)
         ids = ctx.batch["input_ids"]
         return {"count": _per_id(self.vocab, ids, jnp.ones_like(real), real),
                 "alpha": _per_id(self.vocab, ids, received, real),
@@ -244,10 +243,10 @@ class MixingRatio:
 
     def reduce(self, ctx: StepContext) -> dict:
         ids = ctx.features["input_ids"]  # (b, n)
-        _, internals = ctx.forward(input_ids=ids)
+        _, internals = ctx.forward(input_ids=ids, internals=("weights", "values", "output", "residual", "pre_ln"))
         mask = ctx.batch["attention_mask"]  # (b, n)
         real = (mask > 0).astype(jnp.float32)  # (b, n)
-        r = over_layers(residual_norms, internals, mask, self.eps)  # mixing_* (L, b, n)
+        r = over_layers(residual_norms, internals, ctx.view, mask, self.eps)  # mixing_* (L, b, n)
         out = {"tokens": real.sum()}
         for k in MIXING:
             ratio_ = r[f"mixing_{k}"]  # (L, b, n)

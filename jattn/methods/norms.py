@@ -19,8 +19,10 @@ The authors' code forms the (b, H, n, n, D) tensor α f. Here nothing of size n�
     centred, γ-scaled vectors γ ⊙ (f_h − mean f_h) — the same Gram with that map composed into
     W_O's rows — divided by sqrt(var_i + eps).
 
-Every function takes one attention block's internals (see ``jattn.nn.attention``) without
-the layer axis; ``over_layers`` maps one over stacked (L, ...) internals, one layer at a time.
+Every function takes one attention block's internals (activations, see ``jattn.nn.attention``)
+and its parameter view (``view``: W_O, b_O, the LayerNorm's γ; ``EncoderLayer.view``,
+``Seq2Seq.view``) without the layer axis; ``over_layers`` maps one over stacked (L, ...)
+internals and views, one layer at a time.
 Padding: rows of padded queries and columns of padded keys are 0 in every output.
 """
 
@@ -32,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jattn.nn.layers import ln_sigma
 
 
 def transformed_norm(values: jax.Array, out_kernel: jax.Array) -> jax.Array:
@@ -91,10 +94,10 @@ def _masks(weights, q_mask, k_mask):
     return q_mask, k_mask, q_mask[:, :, None] & k_mask[:, None, :]  # (b, q), (b, k), (b, q, k)
 
 
-def attention_norms(internals: dict, q_mask=None, k_mask=None) -> dict:
+def attention_norms(internals: dict, view: dict, q_mask=None, k_mask=None) -> dict:
     """Kobayashi et al. (2020) norms for one attention block (self- or cross-attention).
 
-    internals: ``weights`` α (b, H, q, k), ``values`` (b, H, k, d_h), ``out_kernel`` (H, d_h, D).
+    internals: ``weights`` α (b, H, q, k), ``values`` (b, H, k, d_h); view: ``out_kernel`` (H, d_h, D).
     q_mask (b, q), k_mask (b, k): 1 on real tokens (default all real).
     Returns ``f_norm`` ‖f_h(x_j)‖ (b, H, k); ``weighted_norm`` ‖α f‖ = α‖f‖ (b, H, q, k);
     ``summed_norm`` ‖Σ_h α f‖ (b, q, k); ``weights`` α (b, H, q, k).
@@ -102,7 +105,7 @@ def attention_norms(internals: dict, q_mask=None, k_mask=None) -> dict:
     alpha = internals["weights"].astype(jnp.float32)  # (b, H, q, k)
     q_mask, k_mask, pair = _masks(alpha, q_mask, k_mask)
     alpha = alpha * pair[:, None]  # (b, H, q, k)
-    gram = head_gram(internals["values"], internals["out_kernel"])  # (b, k, H, H)
+    gram = head_gram(internals["values"], view["out_kernel"])  # (b, k, H, H)
     f_norm = jnp.sqrt(jnp.maximum(jnp.diagonal(gram, axis1=-2, axis2=-1), 0.0))  # (b, k, H)
     f_norm = jnp.transpose(f_norm, (0, 2, 1)) * k_mask[:, None]  # (b, H, k)
     return {
@@ -119,12 +122,6 @@ def layer_norm_map(v: jax.Array, scale: jax.Array, sigma: jax.Array) -> jax.Arra
     return scale * (v - v.mean(-1, keepdims=True)) / sigma
 
 
-def ln_sigma(pre_ln: jax.Array, eps: float) -> jax.Array:
-    """sqrt(var_i + eps) of the real pre-LayerNorm vectors. (b, n, D) -> (b, n, 1)."""
-    pre = pre_ln.astype(jnp.float32)
-    return jnp.sqrt(jnp.square(pre - pre.mean(-1, keepdims=True)).mean(-1, keepdims=True) + eps)
-
-
 def _ratio(mixing: jax.Array, preserving: jax.Array) -> jax.Array:
     """r_i = ‖mixing‖ / (‖mixing‖ + ‖preserving‖). (b, n, D) each -> (b, n)."""
     m = jnp.linalg.norm(mixing, axis=-1)  # (b, n)
@@ -132,13 +129,13 @@ def _ratio(mixing: jax.Array, preserving: jax.Array) -> jax.Array:
     return m / jnp.maximum(m + p, jnp.finfo(jnp.float32).tiny)
 
 
-def residual_norms(internals: dict, mask: jax.Array, eps: float) -> dict:
+def residual_norms(internals: dict, view: dict, mask: jax.Array, eps: float) -> dict:
     """Kobayashi et al. (2021) AttnRes-N / AttnResLn-N norms and mixing ratios, one
     self-attention block followed by a residual and a post-LayerNorm (BERT, post-norm NMT).
 
-    internals: ``weights`` (b, H, n, n), ``values`` (b, H, n, d_h), ``out_kernel`` (H, d_h, D),
-    ``output`` (b, n, D) = Σ_j S_ij + b_O, ``out_bias`` (D,), ``residual`` x (b, n, D),
-    ``pre_ln`` x + y (b, n, D), ``ln_scale`` γ (D,). mask (b, n): 1 on real tokens.
+    internals: ``weights`` (b, H, n, n), ``values`` (b, H, n, d_h), ``output`` (b, n, D) =
+    Σ_j S_ij + b_O, ``residual`` x (b, n, D), ``pre_ln`` x + y (b, n, D); view: ``out_kernel``
+    (H, d_h, D), ``out_bias`` (D,), ``ln_scale`` γ (D,). mask (b, n): 1 on real tokens.
     eps: the LayerNorm's epsilon.
 
     Returns (b, n, n): ``attnres_norm`` ‖R_ij‖, ``attnresln_norm`` ‖Z_ij‖; (b, n) mixing
@@ -150,14 +147,14 @@ def residual_norms(internals: dict, mask: jax.Array, eps: float) -> dict:
         raise ValueError(f"residual_norms needs self-attention (q = k), got weights {alpha.shape}")
     mask, _, pair = _masks(alpha, mask, mask)
     alpha = alpha * pair[:, None]  # (b, H, n, n)
-    values, w_o = internals["values"], internals["out_kernel"]  # (b, H, n, d_h), (H, d_h, D)
-    gamma = internals["ln_scale"].astype(jnp.float32)  # (D,)
+    values, w_o = internals["values"], view["out_kernel"]  # (b, H, n, d_h), (H, d_h, D)
+    gamma = view["ln_scale"].astype(jnp.float32)  # (D,)
     sigma = ln_sigma(internals["pre_ln"], eps)  # (b, n, 1)
     x = internals["residual"].astype(jnp.float32)  # (b, n, D)
 
     alpha_ii = jnp.diagonal(alpha, axis1=-2, axis2=-1)  # (b, H, n)
     s_ii = diagonal_sum(alpha, values, w_o)  # (b, n, D)  S_ii
-    s_sum = internals["output"].astype(jnp.float32) - internals["out_bias"].astype(jnp.float32)  # (b, n, D)
+    s_sum = internals["output"].astype(jnp.float32) - view["out_bias"].astype(jnp.float32)  # (b, n, D)
     mixing = s_sum - s_ii  # (b, n, D)  Σ_{j≠i} S_ij = Σ_{j≠i} R_ij
     r_ii = s_ii + x  # (b, n, D)  R_ii
     z_mixing = layer_norm_map(mixing, gamma, sigma)  # (b, n, D)  Σ_{j≠i} Z_ij
@@ -181,41 +178,45 @@ def residual_norms(internals: dict, mask: jax.Array, eps: float) -> dict:
     }
 
 
-def over_layers(fn, internals: dict, *args) -> dict:
-    """Apply a per-block function to internals stacked as (L, ...), one layer at a time
-    (``lax.map``), so only one layer's working arrays are alive at once."""
-    return jax.lax.map(lambda layer: fn(layer, *args), internals)
+def over_layers(fn, internals: dict, view: dict, *args) -> dict:
+    """Apply a per-block function to internals and parameter views stacked as (L, ...), one
+    layer at a time (``lax.map``), so only one layer's working arrays are alive at once."""
+    return jax.lax.map(lambda layer: fn(layer[0], layer[1], *args), (internals, view))
 
 
 # ---------------------------------------------------------------- one-call API on a model
 
 @partial(jax.jit, static_argnames=("config", "residual"))
-def _encoder_norms(params, config, inputs, residual: bool):
+def encoder_norms(params, config, inputs, residual: bool):
+    """Norms of every encoder layer, computed inside the encoder's scan. -> each (L, ...)."""
     from jattn.nn import encoder
 
     mask = inputs["attention_mask"]  # (b, n)
 
-    def layer_norms(layer):  # one layer's internals -> its norms, inside the encoder's scan
-        out = attention_norms(layer, mask, mask)
+    def layer_norms(layer, view):  # one layer's internals -> its norms, inside the encoder's scan
+        out = attention_norms(layer, view, mask, mask)
         if residual:
-            out.update(residual_norms(layer, mask, config.layer_norm_eps))
+            out.update(residual_norms(layer, view, mask, config.layer_norm_eps))
         return out
 
-    outputs, _ = encoder.forward(params, config, inputs, layer_reduce=layer_norms)
+    outputs, _ = encoder.forward(params, config, inputs, layer_reduce=layer_norms, internals=None)
     return outputs["layer_reduced"]  # each (L, ...)
 
 
 @partial(jax.jit, static_argnames=("config", "residual"))
-def _seq2seq_norms(params, config, inputs, residual: bool):
+def seq2seq_norms(params, config, inputs, residual: bool):
+    """Norms of the three attention types of a translation model. -> {kind: each (L, ...)}."""
     from jattn.nn import seq2seq
 
-    _, internals = seq2seq.forward(params, config, inputs)
+    model = seq2seq.module(params, config)
+    _, internals = model(inputs)
     src, tgt = inputs["attention_mask"], inputs["decoder_attention_mask"]  # (b, s), (b, t)
     masks = {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}
-    out = {kind: over_layers(attention_norms, internals[kind], *masks[kind]) for kind in masks}
+    out = {kind: over_layers(attention_norms, internals[kind], model.view(kind), *masks[kind]) for kind in masks}
     if residual:  # the residual + LayerNorm decomposition needs q = k: self-attention only
         for kind in ("encoder", "decoder"):
-            out[kind].update(over_layers(residual_norms, internals[kind], masks[kind][0], config.layer_norm_eps))
+            out[kind].update(over_layers(residual_norms, internals[kind], model.view(kind), masks[kind][0],
+                                         config.layer_norm_eps))
     return out
 
 
@@ -233,13 +234,6 @@ def norms(model, batch, *, residual: bool = False) -> dict:
     (queries × keys: s × s, t × t, t × s); ``residual=True`` adds the extension to the two
     self-attention types.
     """
-    from jattn.models.encoder import EncoderModel
-    from jattn.models.seq2seq import Seq2SeqModel
-
-    if isinstance(model, EncoderModel):
-        out = _encoder_norms(model.params, model.config, model.check_batch(batch), residual)
-    elif isinstance(model, Seq2SeqModel):
-        out = _seq2seq_norms(model.params, model.config, model.check_batch(batch), residual)
-    else:
-        raise TypeError(f"jattn.norms supports jattn encoder and encoder-decoder models, got {type(model).__name__}")
-    return jax.tree.map(np.asarray, out)
+    if not hasattr(model, "norm_maps"):
+        raise TypeError(f"jattn.norms takes a model from jattn.load, got {type(model).__name__}")
+    return jax.tree.map(np.asarray, model.norm_maps(batch, residual))

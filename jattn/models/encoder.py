@@ -1,4 +1,5 @@
-"""``EncoderModel``: a converted BERT/RoBERTa checkpoint with its tokenizer and a jitted forward."""
+"""``EncoderModel``: a converted BERT/RoBERTa checkpoint as its NNX module (``.module``) with its
+tokenizer, input checks and a jitted forward."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from jattn.config import EncoderConfig
 from jattn.data.tokenize import Batch, tokenize
-from jattn.nn import encoder
+from jattn.interventions import NONE, Interventions
+from jattn.nn import encoder, state
 
 
 @dataclasses.dataclass
@@ -23,23 +26,67 @@ class EncoderResult:
 
     @property
     def attentions(self) -> jax.Array:  # (L, b, H, n, n)
+        if "weights" not in self.internals:
+            raise ValueError("this forward did not return the attention weights: pass internals='all' "
+                             "or a tuple including 'weights'")
         return self.internals["weights"]
 
 
-@partial(jax.jit, static_argnames=("config", "compute_dtype"))
-def _forward(params, config, batch, head_gates, disabled_heads, compute_dtype):
-    outputs, internals = encoder.forward(params, config, batch, head_gates=head_gates,
-                                         disabled_heads=disabled_heads, compute_dtype=compute_dtype)
-    pooled = encoder.pooler(params, outputs["last_hidden_state"]) if "pooler" in params else None
-    return outputs, internals, pooled
+@partial(jax.jit, static_argnames=("config", "compute_dtype", "internals"))
+def _forward(params, config, batch, interventions, compute_dtype, internals):
+    return encoder.forward(params, config, batch, interventions, compute_dtype=compute_dtype, internals=internals)
+
+
+def check_dtype(compute_dtype):
+    """A float compute dtype, or a clear error."""
+    try:
+        dt = jnp.dtype(compute_dtype)
+    except TypeError:
+        dt = None
+    if dt is None or not jnp.issubdtype(dt, jnp.floating):
+        raise ValueError(f"compute_dtype must be a float type (float32, bfloat16, float16), got {compute_dtype!r}")
+    return dt
+
+
+def internals_arg(internals):
+    """``internals`` as a hashable static argument: "all", () or a tuple of names."""
+    if internals == "all":
+        return "all"
+    if isinstance(internals, str):
+        return (internals,)
+    return () if internals is None else tuple(internals)
+
+
+def int_array(x, name: str, what: str = "a batch") -> np.ndarray:
+    """An integer numpy array, or a clear error (strings, floats)."""
+    if isinstance(x, str) or (isinstance(x, (list, tuple)) and x and isinstance(x[0], str)):
+        raise ValueError(f"{name} holds strings: {what} needs token ids. Fix: call model.tokenize(texts) first")
+    a = np.asarray(x)
+    if not np.issubdtype(a.dtype, np.integer) and not (a.dtype == bool and name.endswith("mask")):
+        raise ValueError(f"{name} must be an integer array, got dtype {a.dtype}. Fix: pass token ids as "
+                         "int32/int64 (float ids would be truncated silently)")
+    return a
 
 
 class EncoderModel:
-    """A BERT-family encoder: ``.config``, ``.params``, ``.tokenizer``, ``.tokenize``, ``.forward``."""
+    """A BERT-family encoder: ``.module`` (the ``jattn.nn.encoder.Encoder``), ``.config``,
+    ``.params`` (its ``nnx.Param`` state), ``.tokenizer``, ``.tokenize``, ``.forward``."""
 
     def __init__(self, config: EncoderConfig, params, tokenizer, source: str = ""):
+        if not isinstance(params, nnx.State):  # converted arrays: the heads present decide the module
+            config = dataclasses.replace(config, with_pooler="pooler" in params, with_mlm_head="mlm_head" in params)
         self.config, self.tokenizer, self.source = config, tokenizer, source
-        self.params = jax.tree.map(jnp.asarray, params)
+        self.module = nnx.merge(encoder.graphdef(config), state.from_arrays(config, params))
+
+    @property
+    def params(self):
+        """The module's parameters (``nnx.State``): the first argument of the pure face."""
+        return nnx.state(self.module, nnx.Param)
+
+    def shard(self, mesh) -> "EncoderModel":
+        """Place the parameters on ``mesh`` by their partitioning metadata (in place; returns self)."""
+        nnx.update(self.module, state.shard(self.params, mesh))
+        return self
 
     def __repr__(self) -> str:
         c = self.config
@@ -54,30 +101,62 @@ class EncoderModel:
         return tokenize(self.tokenizer, examples, max_length=max_length, truncate=truncate, pad_to=pad_to)
 
     def check_batch(self, batch) -> dict:
-        """Validate a Batch or dict of (b, n) arrays and return the forward's input dict."""
+        """Validate a Batch or dict of (b, n) arrays on the host; return the forward's input dict."""
+        if isinstance(batch, (str, list, tuple)):
+            raise ValueError("forward takes a tokenized batch, not text. Fix: batch = model.tokenize(texts)")
         inputs = batch.inputs() if isinstance(batch, Batch) else dict(batch)
         if "input_ids" not in inputs or "attention_mask" not in inputs:
-            raise ValueError("a batch needs input_ids and attention_mask (b, n)")
-        ids = np.asarray(inputs["input_ids"])
-        if ids.ndim != 2:
-            raise ValueError(f"input_ids must be (batch, length), got shape {ids.shape}")
+            raise ValueError("a batch needs input_ids and attention_mask (b, n). Fix: use model.tokenize(texts)")
+        ids = int_array(inputs["input_ids"], "input_ids")
+        if ids.ndim != 2 or 0 in ids.shape:
+            raise ValueError(f"input_ids must be a non-empty (batch, length) array, got shape {ids.shape}")
         if ids.shape[1] > self.config.max_length:
             raise ValueError(f"sequences of {ids.shape[1]} tokens exceed the model's "
                              f"{self.config.max_length} positions")
-        if ids.size and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
+        if ids.min() < 0 or ids.max() >= self.config.vocab_size:
             raise ValueError(f"input_ids outside the vocabulary [0, {self.config.vocab_size}): "
                              "was the batch made with another model's tokenizer?")
         inputs.setdefault("token_type_ids", np.zeros_like(ids))
-        for k in ("input_ids", "attention_mask", "token_type_ids"):
-            if np.shape(inputs[k]) != ids.shape:
-                raise ValueError(f"{k} has shape {np.shape(inputs[k])}, input_ids has {ids.shape}")
+        for k in ("attention_mask", "token_type_ids"):
+            a = int_array(inputs[k], k)
+            if a.shape != ids.shape:
+                raise ValueError(f"{k} has shape {a.shape}, input_ids has {ids.shape}")
+            inputs[k] = a
+        if not np.isin(inputs["attention_mask"], (0, 1)).all():
+            raise ValueError("attention_mask must hold 0 (padding) and 1 (real token) only, got values "
+                             f"{np.unique(inputs['attention_mask'])[:6].tolist()}")
+        types = inputs["token_type_ids"]
+        if types.min() < 0 or types.max() >= self.config.type_vocab_size:
+            raise ValueError(f"token_type_ids must be in [0, {self.config.type_vocab_size}) for this model, got "
+                             f"values up to {types.max()}")
         return {k: jnp.asarray(inputs[k], jnp.int32) for k in ("input_ids", "attention_mask", "token_type_ids")}
 
-    def forward(self, batch, head_gates=None, disabled_heads=None, compute_dtype=jnp.float32) -> EncoderResult:
-        """Jitted forward; one compile per padded shape. Gates (L, H) float, disabled (L, H) bool."""
-        L, H = self.config.num_layers, self.config.num_heads
-        gates = jnp.ones((L, H), jnp.float32) if head_gates is None else jnp.asarray(head_gates, jnp.float32)
-        disabled = jnp.zeros((L, H), bool) if disabled_heads is None else jnp.asarray(disabled_heads, bool)
-        outputs, internals, pooled = _forward(self.params, self.config, self.check_batch(batch),
-                                              gates, disabled, compute_dtype)
-        return EncoderResult(outputs["last_hidden_state"], outputs["hidden_states"], internals, pooled)
+    def check_interventions(self, interventions) -> Interventions:
+        if interventions is None:
+            return NONE
+        if not isinstance(interventions, Interventions):
+            raise ValueError(f"interventions must be a jattn.Interventions, got {type(interventions).__name__}")
+        return interventions.check(self.config.num_layers, self.config.num_heads)
+
+    def forward(self, batch, interventions: Interventions | None = None, *, compute_dtype=jnp.float32,
+                internals="all") -> EncoderResult:
+        """Jitted forward; one compile per padded shape and ``internals`` choice (gates are
+        arguments: new values never recompile). ``internals``: "all", None or names (see
+        ``jattn.nn.encoder.INTERNALS``); those not asked for are never written."""
+        outputs, kept = _forward(self.params, self.config, self.check_batch(batch),
+                                 self.check_interventions(interventions), check_dtype(compute_dtype),
+                                 internals_arg(internals))
+        return EncoderResult(outputs["last_hidden_state"], outputs["hidden_states"], kept,
+                             outputs.get("pooler_output"))
+
+    def norm_maps(self, batch, residual: bool) -> dict:
+        """``jattn.norms`` for this family (Kobayashi et al. 2020/2021), device arrays."""
+        from jattn.methods.norms import encoder_norms
+
+        return encoder_norms(self.params, self.config, self.check_batch(batch), residual)
+
+    def attribution_maps(self, batch) -> dict:
+        """``jattn.attributions`` for this family, device arrays."""
+        from jattn.methods.attribution import encoder_attributions
+
+        return encoder_attributions(self.params, self.config, self.check_batch(batch))

@@ -1,5 +1,6 @@
-"""``Seq2SeqModel``: a converted Marian/FSMT checkpoint (or one trained here) with its tokenizer,
-a jitted teacher-forced forward returning every attention internal, and jitted decoding."""
+"""``Seq2SeqModel``: a converted Marian/FSMT checkpoint (or one trained here) as its NNX module
+(``.module``) with its tokenizer, a jitted teacher-forced forward returning the attention
+internals, and jitted decoding."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from jattn.config import Seq2SeqConfig
-from jattn.nn import decode, seq2seq
+from jattn.models.encoder import check_dtype, int_array, internals_arg
+from jattn.nn import decode, seq2seq, state
 
 
 @dataclasses.dataclass
@@ -36,10 +39,9 @@ class Seq2SeqResult:
         return self.internals["cross"]["weights"]
 
 
-@partial(jax.jit, static_argnames=("config", "compute_dtype"))
-def _forward(params, config, batch, head_gates, disabled_heads, compute_dtype):
-    return seq2seq.forward(params, config, batch, head_gates=head_gates, disabled_heads=disabled_heads,
-                           compute_dtype=compute_dtype)
+@partial(jax.jit, static_argnames=("config", "compute_dtype", "internals"))
+def _forward(params, config, batch, interventions, compute_dtype, internals):
+    return seq2seq.forward(params, config, batch, interventions, compute_dtype=compute_dtype, internals=internals)
 
 
 def _generation_overrides(source: str) -> dict:
@@ -57,13 +59,24 @@ def _generation_overrides(source: str) -> dict:
 
 
 class Seq2SeqModel:
-    """An encoder–decoder translation model: ``.config``, ``.params``, ``.tokenizer``,
-    ``.forward`` (teacher forcing, all internals), ``.generate`` and ``.translate``."""
+    """An encoder–decoder translation model: ``.module`` (the ``jattn.nn.seq2seq.Seq2Seq``),
+    ``.config``, ``.params`` (its ``nnx.Param`` state), ``.tokenizer``, ``.forward`` (teacher
+    forcing, internals of the three attention types), ``.generate`` and ``.translate``."""
 
     def __init__(self, config: Seq2SeqConfig, params, tokenizer=None, source: str = ""):
         self.config = dataclasses.replace(config, **_generation_overrides(source))
         self.tokenizer, self.source = tokenizer, source
-        self.params = jax.tree.map(jnp.asarray, params)
+        self.module = nnx.merge(seq2seq.graphdef(self.config), state.from_arrays(self.config, params))
+
+    @property
+    def params(self):
+        """The module's parameters (``nnx.State``): the first argument of the pure face."""
+        return nnx.state(self.module, nnx.Param)
+
+    def shard(self, mesh) -> "Seq2SeqModel":
+        """Place the parameters on ``mesh`` by their partitioning metadata (in place; returns self)."""
+        nnx.update(self.module, state.shard(self.params, mesh))
+        return self
 
     def __repr__(self) -> str:
         c = self.config
@@ -71,7 +84,7 @@ class Seq2SeqModel:
                 f"H={c.encoder_heads}/{c.decoder_heads}, D={c.d_model}, source={self.source!r})")
 
     def _check_ids(self, name, ids, mask, vocab):
-        ids = np.asarray(ids)
+        ids = int_array(ids, name, "a translation batch")
         if ids.ndim != 2:
             raise ValueError(f"{name} must be (batch, length), got shape {ids.shape}")
         if ids.shape[0] == 0 or ids.shape[1] == 0:
@@ -82,15 +95,20 @@ class Seq2SeqModel:
         if ids.min() < 0 or ids.max() >= vocab:
             raise ValueError(f"{name} has ids outside the vocabulary [0, {vocab}): was it made with "
                              "another model's tokenizer?")
-        mask = np.ones_like(ids) if mask is None else np.asarray(mask)
+        mask = np.ones_like(ids) if mask is None else int_array(mask, f"{name} attention_mask")
         if mask.shape != ids.shape:
             raise ValueError(f"the attention mask of {name} has shape {mask.shape}, {name} has {ids.shape}")
+        if not np.isin(mask, (0, 1)).all():
+            raise ValueError(f"the attention mask of {name} must hold 0 and 1 only, got {np.unique(mask)[:6].tolist()}")
         if not mask.any(axis=1).all():
             raise ValueError(f"{name} has an empty sentence (an all-zero attention-mask row); remove it")
         return jnp.asarray(ids, jnp.int32), jnp.asarray(mask, jnp.int32)
 
     def check_batch(self, batch) -> dict:
         """Validate a dict of (b, s) source and (b, t) target arrays; return the forward's input."""
+        if isinstance(batch, (str, list, tuple)):
+            raise ValueError("forward takes a dict of token-id arrays (input_ids, attention_mask, "
+                             "decoder_input_ids), not text. Fix: tokenize with model.tokenizer(src, text_target=tgt)")
         batch = dict(batch)
         for key in ("input_ids", "attention_mask", "decoder_input_ids"):
             if key not in batch:
@@ -106,19 +124,26 @@ class Seq2SeqModel:
             raise ValueError(f"decoder_input_ids has {dec.shape[0]} rows, input_ids has {ids.shape[0]}")
         return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec, "decoder_attention_mask": dec_mask}
 
-    def forward(self, batch, head_gates=None, disabled_heads=None, compute_dtype=jnp.float32) -> Seq2SeqResult:
-        """Teacher-forced forward; one compile per padded shape. Interventions: dicts keyed
-        "encoder" / "decoder" / "cross" of (L, H) arrays (gates float, disabled bool)."""
-        gates, disabled = seq2seq.interventions(self.config, head_gates, disabled_heads)
-        outputs, internals = _forward(self.params, self.config, self.check_batch(batch), gates, disabled,
-                                      compute_dtype)
+    def forward(self, batch, interventions=None, *, compute_dtype=jnp.float32, internals="all") -> Seq2SeqResult:
+        """Teacher-forced forward; one compile per padded shape. ``interventions``:
+        {"encoder"|"decoder"|"cross": jattn.Interventions} (missing = none)."""
+        iv = seq2seq.check_interventions(self.config, interventions)
+        outputs, kept = _forward(self.params, self.config, self.check_batch(batch), iv, check_dtype(compute_dtype),
+                                 internals_arg(internals))
         return Seq2SeqResult(outputs["logits"], outputs["encoder_last_hidden_state"],
-                             outputs["decoder_last_hidden_state"], internals)
+                             outputs["decoder_last_hidden_state"], kept)
+
+    def norm_maps(self, batch, residual: bool) -> dict:
+        """``jattn.norms`` for this family: {kind: arrays} (Kobayashi et al. 2020/2021)."""
+        from jattn.methods.norms import seq2seq_norms
+
+        return seq2seq_norms(self.params, self.config, self.check_batch(batch), residual)
 
     def generate(self, input_ids, attention_mask=None, num_beams: int = 1, max_length: int | None = None,
-                 length_penalty: float = 1.0, head_gates=None, disabled_heads=None) -> np.ndarray:
+                 length_penalty: float = 1.0, interventions=None) -> np.ndarray:
         """Greedy (num_beams=1) or beam search; ids (b, n ≤ max_length) in HF's layout.
-        ``max_length`` counts the start token; default min(128, the model's positions)."""
+        ``max_length`` counts the start token; default min(128, the model's positions).
+        ``interventions``: per attention type, per-head (L, H) arrays only."""
         max_length = min(128, self.config.max_length) if max_length is None else max_length
         if num_beams < 1 or max_length < 2:
             raise ValueError(f"need num_beams >= 1 and max_length >= 2, got {num_beams} and {max_length}")
@@ -126,7 +151,7 @@ class Seq2SeqModel:
             raise ValueError(f"max_length={max_length} exceeds the model's {self.config.max_length} positions")
         ids, mask = self._check_ids("input_ids", input_ids, attention_mask, self.config.src_vocab_size)
         return decode.generate(self.params, self.config, ids, mask, num_beams=num_beams, max_length=max_length,
-                               length_penalty=length_penalty, head_gates=head_gates, disabled_heads=disabled_heads)
+                               length_penalty=length_penalty, interventions=interventions)
 
     def translate(self, texts, num_beams: int = 4, max_length: int | None = None, batch_size: int = 64,
                   length_penalty: float = 1.0) -> list[str]:
@@ -137,7 +162,9 @@ class Seq2SeqModel:
         if isinstance(texts, str):
             raise ValueError("translate() takes a list of strings; wrap a single sentence in a list")
         texts = list(texts)
-        if not texts or any(not t.strip() for t in texts):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
             raise ValueError("translate() needs non-empty sentences")
         out = []
         for i in range(0, len(texts), batch_size):

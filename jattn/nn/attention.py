@@ -1,96 +1,129 @@
-"""Multi-head attention that returns its internals (Vaswani et al. 2017, Eq. 1 and §3.2.2).
+"""Multi-head attention that returns its internals (Vaswani et al. 2017, Eq. 1 and §3.2.2), and
+the post-LayerNorm attention and feed-forward sublayers every jattn model is built from.
 
-Shared by every attention block in jattn (encoder self-attention, decoder self- and
-cross-attention). Notation follows ``METHODS.md``: α[h,i,j] the softmax weight of query i on
-key j in head h, v_hj = x_j W_V^h + b_V^h the value (bias included), W_O^h the (d_h, D) slice of
-the output projection, f_h(x_j) = v_hj W_O^h (Kobayashi et al. 2020, Eq. 5), so that the block's
-output is  y_i = Σ_h Σ_j α[h,i,j] f_h(x_j) + b_O.
+Notation follows Kobayashi et al. (2020): α[h,i,j] the softmax weight of query i on key j in
+head h, v_hj = x_j W_V^h + b_V^h the value (bias included), W_O^h the (d_h, D) slice of the
+output projection, f_h(x_j) = v_hj W_O^h (Eq. 5), so the block's output is
+y_i = Σ_h Σ_j α[h,i,j] f_h(x_j) + b_O.
 
-Interventions enter as arrays:
-  * ``gate`` (H,) multiplies head h's context Σ_j α v_hj before W_O (Michel et al. 2019, ξ_h;
-    Voita et al. 2019, g_h). Ones = identity, zeros = masking the head.
-  * ``disabled`` (H,) bool replaces the head's weights by the uniform distribution over the
-    keys the query may see (Kovaleva et al. 2019, §4.2).
-  * ``weights_delta`` (b, H, q, k), optional, is added to α before it multiplies the values:
-    at zero it changes nothing, and the gradient of a loss w.r.t. it is ∂L/∂α (Clark et al.
-    2019, Fig. 3).
+Interventions (``jattn.interventions.Interventions``, one layer's slice) enter as arrays:
+``head_gates`` multiply head h's context Σ_j α v_hj before W_O (Michel et al. 2019's ξ_h);
+``disabled_heads`` replace the head's weights by the uniform distribution over the keys the
+query may see (Kovaleva et al. 2019); ``weights_delta`` is added to α (∂L/∂delta = ∂L/∂α).
+
+Every sublayer is used by the encoder, the translation model and cached decoding alike.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
-Params = dict
-
-
-def dense(p: Params, x: jax.Array) -> jax.Array:
-    """x @ kernel + bias, contracting x's last axis with the kernel's first."""
-    return jnp.tensordot(x, p["kernel"].astype(x.dtype), axes=1) + p["bias"].astype(x.dtype)
+from jattn.interventions import Interventions
+from jattn.nn.layers import ACT, Dense, LayerNorm, dropout, ln_sigma, split_rng
 
 
-def layer_norm(p: Params, x: jax.Array, eps: float) -> jax.Array:
-    """LayerNorm over the last axis, computed in float32 (Ba et al. 2016)."""
-    x32 = x.astype(jnp.float32)
-    mean = x32.mean(-1, keepdims=True)
-    var = jnp.square(x32 - mean).mean(-1, keepdims=True)
-    y = (x32 - mean) * jax.lax.rsqrt(var + eps) * p["scale"] + p["bias"]
-    return y.astype(x.dtype)
+def _per_head(x: jax.Array) -> jax.Array:
+    """A per-layer gate or mask, (H,), (b, H) or (b, H, q), as (1 or b, H, 1 or q, 1)."""
+    if x.ndim == 1:
+        return x[None, :, None, None]
+    if x.ndim == 2:
+        return x[:, :, None, None]
+    return x[..., None]
 
 
-def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
-    """Inverted dropout; the identity when ``rng`` is None (evaluation)."""
-    if rng is None or rate == 0.0:
-        return x
-    keep = jax.random.bernoulli(rng, 1.0 - rate, x.shape)
-    return jnp.where(keep, x / (1.0 - rate), 0.0).astype(x.dtype)
+class MultiHeadAttention(nnx.Module):
+    """query/key/value kernels (D, H, d_h) with biases (H, d_h); out kernel (H, d_h, D), bias (D,).
+    Heads carry the ``"model"`` partitioning name."""
+
+    def __init__(self, d_model: int, num_heads: int, *, rngs: nnx.Rngs, stack: tuple = (), std=None):
+        d_h = d_model // num_heads
+        proj = dict(rngs=rngs, stack=stack, out_names=("model", None), std=std)
+        self.query = Dense((d_model,), (num_heads, d_h), **proj)
+        self.key = Dense((d_model,), (num_heads, d_h), **proj)
+        self.value = Dense((d_model,), (num_heads, d_h), **proj)
+        self.out = Dense((num_heads, d_h), (d_model,), rngs=rngs, stack=stack, in_names=("model", None), std=std)
+
+    def keys_values(self, x_kv: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """x_kv (b, k, D) -> keys and values (b, k, H, d_h), value bias included."""
+        return self.key(x_kv), self.value(x_kv)
+
+    def __call__(self, x_q, k, v, allowed, iv: Interventions, *, dropout_rate: float = 0.0, rng=None):
+        """Attention of queries x_q (b, q, D) over keys/values (b, k, H, d_h); ``allowed``
+        (b, 1 or q, k) bool. Returns (output before the residual (b, q, D), internals).
+        Softmax is taken in float32 whatever the compute dtype."""
+        dt = x_q.dtype
+        q = self.query(x_q)  # (b, q, H, d_h)
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(q.shape[-1])  # (b, H, q, k)
+        mask = allowed[:, None]  # (b, 1, 1 or q, k)
+        weights = jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(jnp.float32).min), axis=-1)  # (b, H, q, k)
+        if iv.disabled_heads is not None:
+            uniform = mask / mask.sum(-1, keepdims=True)  # (b, 1, 1 or q, k)  Kovaleva's disabled head
+            weights = jnp.where(_per_head(iv.disabled_heads), uniform, weights)  # (b, H, q, k)
+        internal_weights = weights
+        if iv.detach_weights:
+            weights = jax.lax.stop_gradient(weights)
+        if iv.weights_delta is not None:
+            weights = weights + iv.weights_delta  # (b, H, q, k)  zero delta: ∂L/∂delta = ∂L/∂α
+        probs = dropout(weights, dropout_rate, rng).astype(dt)  # (b, H, q, k)
+        context = jnp.einsum("bhqk,bkhd->bhqd", probs, v)  # (b, H, q, d_h)
+        if iv.head_gates is not None:
+            context = context * _per_head(iv.head_gates).astype(dt)  # (b, H, q, d_h)  ξ_h · head_h
+        out = self.out.bias[...].astype(dt) + jnp.einsum(
+            "bhqd,hdo->bqo", context, self.out.kernel[...].astype(dt))  # (b, q, D)
+        internals = {
+            "weights": internal_weights,  # (b, H, q, k) α, float32
+            "values": jnp.moveaxis(v, 2, 1),  # (b, H, k, d_h) v_hj
+            "context": context,  # (b, H, q, d_h) per-head output before W_O (after the gate)
+            "output": out,  # (b, q, D) Σ_h Σ_j α f_h(x_j) + b_O
+        }
+        return out, internals
 
 
-def multi_head_attention(
-    p: Params,
-    x_q: jax.Array,  # (b, q, D) queries' input
-    x_kv: jax.Array,  # (b, k, D) keys' and values' input
-    allowed: jax.Array,  # (b, 1 or q, k) bool: query i may attend to key j
-    gate: jax.Array,  # (H,) multiplies each head's context
-    disabled: jax.Array,  # (H,) bool: uniform attention instead of softmax
-    *,
-    dropout_rate: float = 0.0,
-    rng: jax.Array | None = None,
-    weights_delta: jax.Array | None = None,  # (b, H, q, k) additive perturbation of α
-) -> tuple[jax.Array, dict[str, jax.Array]]:
-    """Scaled dot-product attention over H heads; returns (output before residual, internals).
+def post_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, iv: Interventions, *,
+                      attention_dropout: float, dropout_rate: float, rng=None):
+    """h = LN(x + Attn(x, kv)), the post-LayerNorm attention sublayer (Vaswani et al. 2017, §3.1).
 
-    ``p`` holds ``query``/``key``/``value`` kernels (D, H, d_h) with biases (H, d_h) and the
-    ``out`` kernel (H, d_h, D) with bias (D,). Softmax is taken in float32 whatever the
-    compute dtype.
+    ``kv`` is the keys' input (b, k, D), or already projected (keys, values) (b, k, H, d_h) as
+    cached decoding holds them. Returns (h (b, q, D), internals): the attention's, plus
+    ``residual`` x (b, q, D), ``pre_ln`` x + y (the vector the LayerNorm normalises) and
+    ``attention_ln_out`` h.
     """
-    dt = x_q.dtype
-    d_h = p["query"]["kernel"].shape[-1]
-    q = dense(p["query"], x_q)  # (b, q, H, d_h)
-    k = dense(p["key"], x_kv)  # (b, k, H, d_h)
-    v = dense(p["value"], x_kv)  # (b, k, H, d_h)  value bias included
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(d_h)  # (b, H, q, k)
-    mask = allowed[:, None]  # (b, 1, 1 or q, k)
-    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-    weights = jax.nn.softmax(scores, axis=-1)  # (b, H, q, k)
-    uniform = mask / mask.sum(-1, keepdims=True)  # (b, 1, 1 or q, k)  Kovaleva's disabled head
-    weights = jnp.where(disabled[None, :, None, None], uniform, weights)  # (b, H, q, k)
-    if weights_delta is not None:
-        weights = weights + weights_delta  # (b, H, q, k)  zero delta: ∂L/∂delta = ∂L/∂α
-    probs = dropout(weights, dropout_rate, rng).astype(dt)  # (b, H, q, k)
-    context = jnp.einsum("bhqk,bkhd->bhqd", probs, v)  # (b, H, q, d_h)
-    context = context * gate.astype(dt)[None, :, None, None]  # (b, H, q, d_h)  ξ_h · head_h
-    out = jnp.einsum("bhqd,hdo->bqo", context, p["out"]["kernel"].astype(dt))  # (b, q, D)
-    out = out + p["out"]["bias"].astype(dt)  # (b, q, D)
-    internals = {
-        "weights": weights,  # (b, H, q, k) α, float32
-        "values": jnp.moveaxis(v, 2, 1),  # (b, H, k, d_h) v_hj
-        "context": context,  # (b, H, q, d_h) per-head output before W_O (after the gate)
-        "output": out,  # (b, q, D) Σ_h Σ_j α f_h(x_j) + b_O
-        "out_kernel": p["out"]["kernel"],  # (H, d_h, D) W_O split by head
-        "out_bias": p["out"]["bias"],  # (D,) b_O
-    }
-    return out, internals
+    r = split_rng(rng, 2)
+    k, v = attn.keys_values(kv) if not isinstance(kv, tuple) else kv
+    y, internals = attn(x, k, v, allowed, iv, dropout_rate=attention_dropout, rng=r[0])  # (b, q, D)
+    pre_ln = x + dropout(y, dropout_rate, r[1])  # (b, q, D)
+    h = ln(pre_ln, _sigma(pre_ln, ln.eps, iv))  # (b, q, D)
+    internals.update(residual=x, pre_ln=pre_ln, attention_ln_out=h)
+    return h, internals
+
+
+def post_ln_ffn(ffn_in: Dense, ffn_out: Dense, ln: LayerNorm, h, iv: Interventions, *, activation: str,
+                activation_dropout: float, dropout_rate: float, rng=None):
+    """LN(h + W_2 act(W_1 h)), the post-LayerNorm feed-forward sublayer (Vaswani et al. 2017, Eq. 2).
+    h (b, n, D) -> (out (b, n, D), the pre-LayerNorm vector h + FFN(h) (b, n, D))."""
+    r = split_rng(rng, 2)
+    a = dropout(ACT[activation](ffn_in(h)), activation_dropout, r[0])  # (b, n, F)
+    pre_ln = h + dropout(ffn_out(a), dropout_rate, r[1])  # (b, n, D)
+    return ln(pre_ln, _sigma(pre_ln, ln.eps, iv)), pre_ln
+
+
+def _sigma(pre_ln, eps, iv: Interventions):
+    """The LayerNorm's σ with its gradient stopped when ``iv.detach_ln``; else None (the
+    LayerNorm computes it)."""
+    return jax.lax.stop_gradient(ln_sigma(pre_ln, eps)) if iv.detach_ln else None  # (b, n, 1)
+
+
+def block_view(attn: MultiHeadAttention, ln: LayerNorm, ffn_ln: LayerNorm | None = None) -> dict:
+    """The parameters the norm-based methods read for one attention sublayer (stacked or not):
+    ``out_kernel`` W_O (…, H, d_h, D), ``out_bias`` b_O, ``ln_scale`` γ, ``ln_bias`` β (…, D), and
+    ``ffn_ln_scale`` (the next LayerNorm's γ) when given."""
+    view = {"out_kernel": attn.out.kernel[...], "out_bias": attn.out.bias[...],
+            "ln_scale": ln.scale[...], "ln_bias": ln.bias[...]}
+    if ffn_ln is not None:
+        view["ffn_ln_scale"] = ffn_ln.scale[...]
+    return view
 
 
 def transformed_vectors(values: jax.Array, out_kernel: jax.Array) -> jax.Array:

@@ -1,7 +1,7 @@
 """Greedy and beam-search decoding under ``jax.jit`` with a key/value cache.
 
 The encoder runs once; each decoder step embeds one token per sequence, appends its keys and
-values to a fixed-size (L, B, H, T, d_h) cache, and attends over the filled prefix. The loop is
+values to a fixed-size (L, B, T, H, d_h) cache, and attends over the filled prefix. The loop is
 a ``jax.lax.while_loop`` over fixed shapes, so a (batch, source length, beams, max_length)
 combination compiles once.
 
@@ -22,66 +22,53 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from jattn.config import Seq2SeqConfig
-from jattn.nn.attention import dense, layer_norm
-from jattn.nn.seq2seq import embed, encode, ffn_block, interventions, output_logits
+from jattn.nn.seq2seq import check_interventions, module
 
 NEG = -1.0e9  # HF's sentinel for excluded beams
 
 
-def _heads(p, x):
-    return jnp.moveaxis(dense(p, x), 2, 1)  # (b, n, H, d_h) -> (b, H, n, d_h)
-
-
-def cached_attention(p, x, k, v, allowed, gate, disabled):
-    """Attention of one query position over cached keys/values (same math as
-    ``multi_head_attention``). x (B, 1, D), k/v (B, H, n, d_h), allowed (B, n) -> (B, 1, D)."""
-    q = _heads(p["query"], x)  # (B, H, 1, d_h)
-    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(q.shape[-1])  # (B, H, 1, n)
-    mask = allowed[:, None, None, :]  # (B, 1, 1, n)
-    weights = jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(jnp.float32).min), -1)  # (B, H, 1, n)
-    uniform = mask / mask.sum(-1, keepdims=True)  # (B, 1, 1, n)
-    weights = jnp.where(disabled[None, :, None, None], uniform, weights).astype(x.dtype)  # (B, H, 1, n)
-    context = jnp.einsum("bhqk,bhkd->bhqd", weights, v) * gate.astype(x.dtype)[None, :, None, None]  # (B, H, 1, d_h)
-    return jnp.einsum("bhqd,hdo->bqo", context, p["out"]["kernel"].astype(x.dtype)) + p["out"]["bias"]  # (B, 1, D)
-
-
-def init_state(params, config: Seq2SeqConfig, input_ids, attention_mask, gates, disabled, max_length, dtype):
-    """Encode once; return the cross-attention keys/values and an empty self-attention cache."""
-    enc, _ = encode(params, config, input_ids, attention_mask, gates["encoder"], disabled["encoder"],
-                    dtype=dtype)  # (B, s, D)
-    layers = params["decoder"]["layers"]
-    cross_k = jax.vmap(lambda p: _heads(p, enc))(layers["cross_attn"]["key"])  # (L, B, H, s, d_h)
-    cross_v = jax.vmap(lambda p: _heads(p, enc))(layers["cross_attn"]["value"])  # (L, B, H, s, d_h)
+def init_state(params, config: Seq2SeqConfig, input_ids, attention_mask, iv, max_length, dtype):
+    """Encode once; return the cross-attention keys/values (L, B, s, H, d_h) and an empty
+    self-attention cache (L, B, T, H, d_h)."""
+    model = module(params, config)
+    enc, _ = model.encode(input_ids, attention_mask, iv["encoder"], dtype=dtype, internals=None)  # (B, s, D)
+    graphdef, stacked = nnx.split(model.decoder.layers)
+    cross_k, cross_v = jax.lax.map(lambda s: nnx.merge(graphdef, s).cross_attn.keys_values(enc), stacked)
     B, H = input_ids.shape[0], config.decoder_heads
-    shape = (config.decoder_layers, B, H, max_length, config.d_model // H)
+    shape = (config.decoder_layers, B, max_length, H, config.d_model // H)
     return {"cross_k": cross_k, "cross_v": cross_v,
-            "self_k": jnp.zeros(shape, dtype), "self_v": jnp.zeros(shape, dtype)}  # (L, B, H, T, d_h)
+            "self_k": jnp.zeros(shape, dtype), "self_v": jnp.zeros(shape, dtype)}
 
 
-def decoder_step(params, config: Seq2SeqConfig, tokens, pos, cache, src_mask, gates, disabled):
-    """One decoder position for every row. tokens (B,) at position ``pos`` (0-based) ->
-    (logits (B, V) float32, updated cache)."""
-    T = cache["self_k"].shape[3]
-    y = embed(params, config, tokens[:, None], "target", cache["self_k"].dtype, None, offset=pos)  # (B, 1, D)
-    seen = jnp.broadcast_to(jnp.arange(T) <= pos, (tokens.shape[0], T))  # (B, T)
-    src = src_mask.astype(bool)  # (B, s)
+def decoder_step(params, config: Seq2SeqConfig, tokens, pos, cache, src_mask, iv):
+    """One decoder position for every row, through the same post-LN sublayers as the
+    teacher-forced forward. tokens (B,) at position ``pos`` (0-based) -> (logits (B, V)
+    float32, updated cache)."""
+    model = module(params, config)
+    T = cache["self_k"].shape[2]
+    y = model.embeddings(tokens[:, None], "target", cache["self_k"].dtype, None, offset=pos)  # (B, 1, D)
+    seen = jnp.broadcast_to(jnp.arange(T) <= pos, (tokens.shape[0], T))[:, None, :]  # (B, 1, T)
+    src = src_mask.astype(bool)[:, None, :]  # (B, 1, s)
+    graphdef, stacked = nnx.split(model.decoder.layers)
+    iv_self, iv_cross = iv["decoder"], iv["cross"]
 
     def layer(y, xs):
-        p, k_c, v_c, ck, cv, gs, ds, gc, dc = xs
-        k_c = jax.lax.dynamic_update_slice_in_dim(k_c, _heads(p["self_attn"]["key"], y), pos, axis=2)  # (B, H, T, d_h)
-        v_c = jax.lax.dynamic_update_slice_in_dim(v_c, _heads(p["self_attn"]["value"], y), pos, axis=2)
-        h = layer_norm(p["self_attn_ln"], y + cached_attention(p["self_attn"], y, k_c, v_c, seen, gs, ds),
-                       config.layer_norm_eps)  # (B, 1, D)
-        h = layer_norm(p["cross_attn_ln"], h + cached_attention(p["cross_attn"], h, ck, cv, src, gc, dc),
-                       config.layer_norm_eps)  # (B, 1, D)
-        return ffn_block(p, config, h, None), (k_c, v_c)
+        state, k_c, v_c, ck, cv, s_self, s_cross = xs
+        lay = nnx.merge(graphdef, state)
+        k_new, v_new = lay.self_attn.keys_values(y)  # (B, 1, H, d_h)
+        k_c = jax.lax.dynamic_update_slice_in_dim(k_c, k_new.astype(k_c.dtype), pos, axis=1)  # (B, T, H, d_h)
+        v_c = jax.lax.dynamic_update_slice_in_dim(v_c, v_new.astype(v_c.dtype), pos, axis=1)
+        h, _ = lay.attend("self", y, (k_c, v_c), seen, iv_self.for_layer(*s_self), None)  # (B, 1, D)
+        h, _ = lay.attend("cross", h, (ck, cv), src, iv_cross.for_layer(*s_cross), None)  # (B, 1, D)
+        return lay.ffn(h, iv_cross.for_layer(*s_cross), None)[0], (k_c, v_c)
 
-    xs = (params["decoder"]["layers"], cache["self_k"], cache["self_v"], cache["cross_k"], cache["cross_v"],
-          gates["decoder"], disabled["decoder"], gates["cross"], disabled["cross"])
+    xs = (stacked, cache["self_k"], cache["self_v"], cache["cross_k"], cache["cross_v"],
+          iv_self.layer_slices(), iv_cross.layer_slices())
     y, (k, v) = jax.lax.scan(layer, y, xs)
-    return output_logits(params, config, y)[:, 0], dict(cache, self_k=k, self_v=v)  # (B, V)
+    return model.logits(y)[:, 0], dict(cache, self_k=k, self_v=v)  # (B, V)
 
 
 def process(config: Seq2SeqConfig, scores, cur_len, max_length):
@@ -100,11 +87,11 @@ def _fill(config: Seq2SeqConfig) -> int:
 
 
 @partial(jax.jit, static_argnames=("config", "max_length", "dtype"))
-def greedy(params, config: Seq2SeqConfig, input_ids, attention_mask, gates, disabled, *, max_length: int,
+def greedy(params, config: Seq2SeqConfig, input_ids, attention_mask, iv, *, max_length: int,
            dtype=jnp.float32):
     """Greedy search. input_ids, attention_mask (b, s) -> ids (b, max_length), lengths (b,)."""
     b = input_ids.shape[0]
-    cache = init_state(params, config, input_ids, attention_mask, gates, disabled, max_length, dtype)
+    cache = init_state(params, config, input_ids, attention_mask, iv, max_length, dtype)
     seqs = jnp.full((b, max_length), _fill(config), jnp.int32).at[:, 0].set(config.decoder_start_token_id)
     state = (seqs, jnp.ones((b,), bool), jnp.int32(1), cache)
 
@@ -114,7 +101,7 @@ def greedy(params, config: Seq2SeqConfig, input_ids, attention_mask, gates, disa
     def body(s):
         seqs, unfinished, cur_len, cache = s
         logits, cache = decoder_step(params, config, seqs[:, cur_len - 1], cur_len - 1, cache, attention_mask,
-                                     gates, disabled)  # (b, V)
+                                     iv)  # (b, V)
         nxt = jnp.argmax(process(config, logits, cur_len, max_length), -1).astype(jnp.int32)  # (b,)
         nxt = jnp.where(unfinished, nxt, config.pad_token_id)  # (b,)
         seqs = jax.lax.dynamic_update_slice_in_dim(seqs, nxt[:, None], cur_len, axis=1)
@@ -130,7 +117,7 @@ def _gather(x, idx):
 
 
 @partial(jax.jit, static_argnames=("config", "num_beams", "max_length", "length_penalty", "dtype"))
-def beam_search(params, config: Seq2SeqConfig, input_ids, attention_mask, gates, disabled, *, num_beams: int,
+def beam_search(params, config: Seq2SeqConfig, input_ids, attention_mask, iv, *, num_beams: int,
                 max_length: int, length_penalty: float = 1.0, dtype=jnp.float32):
     """Beam search as HF ``generate(num_beams=k, early_stopping=False)``.
 
@@ -138,7 +125,7 @@ def beam_search(params, config: Seq2SeqConfig, input_ids, attention_mask, gates,
     b, k, T = input_ids.shape[0], num_beams, max_length
     rep = lambda x: jnp.repeat(x, k, axis=0)  # (b, ...) -> (b*k, ...) beam-major per sentence
     src_mask = rep(attention_mask)  # (b*k, s)
-    cache = init_state(params, config, rep(input_ids), src_mask, gates, disabled, T, dtype)
+    cache = init_state(params, config, rep(input_ids), src_mask, iv, T, dtype)
     running = jnp.full((b, k, T), _fill(config), jnp.int32).at[:, :, 0].set(config.decoder_start_token_id)
     state = dict(
         running=running,  # (b, k, T)
@@ -160,7 +147,7 @@ def beam_search(params, config: Seq2SeqConfig, input_ids, attention_mask, gates,
     def body(s):
         cur_len = s["cur_len"]
         tokens = s["running"][:, :, cur_len - 1].reshape(-1)  # (b*k,)
-        logits, cache = decoder_step(params, config, tokens, cur_len - 1, s["cache"], src_mask, gates, disabled)
+        logits, cache = decoder_step(params, config, tokens, cur_len - 1, s["cache"], src_mask, iv)
         logp = process(config, jax.nn.log_softmax(logits, -1), cur_len, T)  # (b*k, V)
         V = logp.shape[-1]
         logp = (logp.reshape(b, k, V) + s["running_scores"][:, :, None]).reshape(b, k * V)  # (b, k*V)
@@ -205,11 +192,16 @@ def trim(ids, lengths) -> np.ndarray:
 
 
 def generate(params, config: Seq2SeqConfig, input_ids, attention_mask, *, num_beams: int = 1, max_length: int,
-             length_penalty: float = 1.0, head_gates=None, disabled_heads=None, dtype=jnp.float32) -> np.ndarray:
+             length_penalty: float = 1.0, interventions=None, dtype=jnp.float32) -> np.ndarray:
     """Translate a padded batch; returns HF-layout ids (b, n ≤ max_length), starting with the
-    decoder start token and padded with ``pad_token_id`` after EOS."""
-    gates, disabled = interventions(config, head_gates, disabled_heads)
-    args = (params, config, jnp.asarray(input_ids, jnp.int32), jnp.asarray(attention_mask, jnp.int32), gates, disabled)
+    decoder start token and padded with ``pad_token_id`` after EOS. ``interventions``:
+    {"encoder"|"decoder"|"cross": Interventions} with per-head (L, H) gates / disabled heads."""
+    iv = check_interventions(config, interventions)
+    for kind, one in iv.items():
+        if one.weights_delta is not None or any(a is not None and a.ndim != 2 for a in one.layer_slices()[:2]):
+            raise ValueError(f"decoding takes per-head interventions only: interventions[{kind!r}] must have "
+                             "(L, H) head_gates / disabled_heads and no weights_delta")
+    args = (params, config, jnp.asarray(input_ids, jnp.int32), jnp.asarray(attention_mask, jnp.int32), iv)
     if num_beams == 1:
         return trim(*greedy(*args, max_length=max_length, dtype=dtype))
     return trim(*beam_search(*args, num_beams=num_beams, max_length=max_length, length_penalty=length_penalty,

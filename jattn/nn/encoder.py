@@ -1,35 +1,44 @@
-"""BERT-family encoder as a pure function (Devlin et al. 2019; Liu et al. 2019 for RoBERTa).
+"""BERT-family encoder as a Flax NNX module (Devlin et al. 2019; Liu et al. 2019 for RoBERTa).
 
-``forward(params, config, batch, *, head_gates, disabled_heads) -> (outputs, internals)``.
-The L identical post-LayerNorm blocks are stacked on a leading axis and run with
-``jax.lax.scan``, so every internal comes out stacked as (L, ...).
+Two faces of one definition:
+  * the module ``Encoder(config, rngs=...)``: compose it, fine-tune it with ``nnx.Optimizer``,
+    inspect it with ``nnx.display``; ``encoder(batch, interventions) -> (outputs, internals)``;
+  * the pure function ``forward(params, config, batch, interventions) -> (outputs, internals)``,
+    where ``params = nnx.state(encoder, nnx.Param)`` (an ``nnx.State``, the module's parameters,
+    what ``nnx.split`` returns beside the graph): what ``jax.jit``, ``jax.grad``, ``jax.vmap`` and
+    meshes act on.
 
-Params pytree (kernels are (in, out); attention kernels split by head):
+The L identical post-LayerNorm blocks are one ``EncoderLayer`` created *stacked* (every
+parameter has a leading L axis) and run with ``jax.lax.scan`` over its split state: one compiled
+layer, internals stacked as (L, ...). (``lax.scan`` over the split state rather than
+``nnx.scan``: the same compiled program, and the per-layer interventions and the
+``layer_reduce`` callback ride along as ordinary scanned arrays.)
+
+Parameters (kernels (in, out); attention kernels split by head; ``L`` leads every layer tensor):
   embeddings: word (V, D), position (P, D), token_type (T, D), ln {scale, bias} (D,)
-  layers (leading axis L):
-    attention: query/key/value {kernel (D, H, d_h), bias (H, d_h)}, out {kernel (H, d_h, D), bias (D,)}
-    attention_ln {scale, bias}: LayerNorm after the attention residual
-    ffn_in {kernel (D, F), bias (F,)}, ffn_out {kernel (F, D), bias (D,)}, ffn_ln {scale, bias}
-  pooler (optional): {kernel (D, D), bias (D,)}
-  mlm_head (optional): transform {kernel, bias}, ln {scale, bias}, bias (V,) — decoder tied to word
+  layers: attention.{query,key,value} {kernel (L, D, H, d_h), bias (L, H, d_h)},
+          attention.out {kernel (L, H, d_h, D), bias (L, D)}, attention_ln, ffn_in {kernel
+          (L, D, F), bias}, ffn_out {kernel (L, F, D), bias}, ffn_ln
+  pooler (``config.with_pooler``): {kernel (D, D), bias (D,)}
+  mlm_head (``config.with_mlm_head``): transform {kernel, bias}, ln, bias (V,); decoder tied to word
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from jattn.config import EncoderConfig
-from jattn.nn.attention import dense, dropout, layer_norm, multi_head_attention
+from jattn.interventions import NONE, Interventions
+from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention, post_ln_ffn
+from jattn.nn import state
+from jattn.nn.layers import ACT, Dense, LayerNorm, dropout, param, split_rng
 
-ACT = {
-    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
-    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
-    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
-    "relu": jax.nn.relu,
-    "silu": jax.nn.silu,
-    "swish": jax.nn.silu,
-}
+INTERNALS = ("weights", "values", "context", "output", "residual", "pre_ln", "attention_ln_out", "ffn_pre_ln")
+STD = 0.02  # BERT's initializer_range
 
 
 def position_ids(config: EncoderConfig, input_ids: jax.Array) -> jax.Array:
@@ -41,104 +50,158 @@ def position_ids(config: EncoderConfig, input_ids: jax.Array) -> jax.Array:
     return jnp.broadcast_to(jnp.arange(n), input_ids.shape)  # (b, n)
 
 
-def embed(p, config: EncoderConfig, batch, dtype, rng) -> jax.Array:
-    ids = batch["input_ids"]  # (b, n)
-    types = batch.get("token_type_ids")
-    if types is None:
-        types = jnp.zeros_like(ids)  # (b, n)
-    x = p["word"][ids] + p["position"][position_ids(config, ids)] + p["token_type"][types]  # (b, n, D)
-    x = layer_norm(p["ln"], x, config.layer_norm_eps)  # (b, n, D)
-    return dropout(x.astype(dtype), config.hidden_dropout, rng)
+class Embeddings(nnx.Module):
+    def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
+        D = config.hidden_size
+        self.word = param(rngs, (config.vocab_size, D), "normal", STD)
+        self.position = param(rngs, (config.max_position_embeddings, D), "normal", STD)
+        self.token_type = param(rngs, (config.type_vocab_size, D), "normal", STD)
+        self.ln = LayerNorm(D, config.layer_norm_eps)
+        self.config = config
+
+    def __call__(self, batch: dict, dtype, rng) -> jax.Array:
+        ids = batch["input_ids"]  # (b, n)
+        types = batch.get("token_type_ids")
+        types = jnp.zeros_like(ids) if types is None else types  # (b, n)
+        pos = position_ids(self.config, ids)  # (b, n)
+        x = self.word[...][ids] + self.position[...][pos] + self.token_type[...][types]  # (b, n, D)
+        return dropout(self.ln(x).astype(dtype), self.config.hidden_dropout, rng)  # (b, n, D)
 
 
-def encoder_layer(p, config: EncoderConfig, x, allowed, gate, disabled, rng, weights_delta=None):
-    """One post-LN block: x -> LN(x + Attn(x)) -> LN(h + FFN(h)). Returns (x', internals)."""
-    rngs = [None] * 3 if rng is None else list(jax.random.split(rng, 3))
-    attn_out, att = multi_head_attention(
-        p["attention"], x, x, allowed, gate, disabled,
-        dropout_rate=config.attention_dropout, rng=rngs[0], weights_delta=weights_delta,
-    )  # (b, n, D)
-    pre_ln = x + dropout(attn_out, config.hidden_dropout, rngs[1])  # (b, n, D)
-    h = layer_norm(p["attention_ln"], pre_ln, config.layer_norm_eps)  # (b, n, D)
-    ff = dense(p["ffn_out"], ACT[config.hidden_act](dense(p["ffn_in"], h)))  # (b, n, D)
-    out = layer_norm(p["ffn_ln"], h + dropout(ff, config.hidden_dropout, rngs[2]), config.layer_norm_eps)
-    internals = dict(
-        att,
-        residual=x,  # (b, n, D) the block input x_i, added back after attention
-        pre_ln=pre_ln,  # (b, n, D) x_i + y_i, the vector the attention LayerNorm normalises
-        ln_scale=p["attention_ln"]["scale"],  # (D,) γ
-        ln_bias=p["attention_ln"]["bias"],  # (D,) β
-        attention_ln_out=h,  # (b, n, D)
-    )
-    return out, internals
+class EncoderLayer(nnx.Module):
+    """One post-LN block x -> LN(x + Attn(x)) -> LN(h + FFN(h)), created stacked (``stack=(L,)``)."""
+
+    def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs, stack: tuple = ()):
+        D, H, F, eps = config.hidden_size, config.num_heads, config.intermediate_size, config.layer_norm_eps
+        self.attention = MultiHeadAttention(D, H, rngs=rngs, stack=stack, std=STD)
+        self.attention_ln = LayerNorm(D, eps, stack=stack)
+        self.ffn_in = Dense((D,), (F,), rngs=rngs, stack=stack, out_names=("model",), std=STD)
+        self.ffn_out = Dense((F,), (D,), rngs=rngs, stack=stack, in_names=("model",), std=STD)
+        self.ffn_ln = LayerNorm(D, eps, stack=stack)
+        self.config = config
+
+    def __call__(self, x, allowed, iv: Interventions, rng):
+        """One layer's slice: x (b, n, D) -> (x' (b, n, D), internals of this layer)."""
+        c, r = self.config, split_rng(rng, 2)
+        h, internals = post_ln_attention(self.attention, self.attention_ln, x, x, allowed, iv,
+                                         attention_dropout=c.attention_dropout, dropout_rate=c.hidden_dropout,
+                                         rng=r[0])  # (b, n, D)
+        out, ffn_pre_ln = post_ln_ffn(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
+                                      activation_dropout=0.0, dropout_rate=c.hidden_dropout, rng=r[1])  # (b, n, D)
+        internals["ffn_pre_ln"] = ffn_pre_ln  # (b, n, D) h + FFN(h), the vector the second LayerNorm normalises
+        return out, internals
+
+    def view(self) -> dict:
+        """This layer's (or the stack's) parameters as the norm-based methods read them."""
+        return block_view(self.attention, self.attention_ln, self.ffn_ln)
 
 
-def forward(
-    params,
-    config: EncoderConfig,
-    batch: dict,
-    *,
-    head_gates: jax.Array | None = None,
-    disabled_heads: jax.Array | None = None,
-    dropout_rng: jax.Array | None = None,
-    compute_dtype=jnp.float32,
-    weights_delta: jax.Array | None = None,
-    layer_reduce=None,
-):
-    """Run the encoder; return (outputs, internals).
-
-    batch: ``input_ids`` (b, n) int, ``attention_mask`` (b, n) {0,1}, optional
-    ``token_type_ids`` (b, n). head_gates (L, H) float, default ones; disabled_heads (L, H)
-    bool, default none. ``dropout_rng`` None means evaluation (no dropout). ``weights_delta``
-    (L, b, H, n, n), default None, is added to α in every layer: the gradient of a loss w.r.t.
-    a zero delta is ∂L/∂α (Clark et al. 2019, Fig. 3).
-
-    ``layer_reduce``, optional, is applied inside the scan to each layer's internals (the dict
-    below without the layer axis, e.g. ``weights`` (b, H, n, n)); its results, stacked (L, ...),
-    are ``outputs["layer_reduced"]``. An analysis that reduces every layer at once thus reads
-    α while it is still in cache; under ``jit`` the stacked internals it does not use are
-    never written.
-
-    outputs: ``last_hidden_state`` (b, n, D), ``hidden_states`` (L+1, b, n, D).
-    internals: every entry of ``multi_head_attention`` and ``encoder_layer`` stacked on a
-    leading layer axis, e.g. ``weights`` (L, b, H, n, n).
-    """
-    L, H = config.num_layers, config.num_heads
-    gates = jnp.ones((L, H), jnp.float32) if head_gates is None else jnp.asarray(head_gates)
-    disabled = jnp.zeros((L, H), bool) if disabled_heads is None else jnp.asarray(disabled_heads, bool)
-    if gates.shape != (L, H) or disabled.shape != (L, H):
-        raise ValueError(f"head_gates and disabled_heads must have shape (L, H) = {(L, H)}, "
-                         f"got {gates.shape} and {disabled.shape}")
-    rngs = (None, None) if dropout_rng is None else tuple(jax.random.split(dropout_rng))
-    layer_rngs = None if dropout_rng is None else jax.random.split(rngs[1], L)
-
-    x0 = embed(params["embeddings"], config, batch, compute_dtype, rngs[0])  # (b, n, D)
-    allowed = batch["attention_mask"].astype(bool)[:, None, :]  # (b, 1, n)
-
-    def step(x, xs):
-        p, gate, dis, rng, delta = xs
-        y, internals = encoder_layer(p, config, x, allowed, gate, dis, rng, delta)
-        reduced = None if layer_reduce is None else layer_reduce(internals)
-        return y, (y, internals, reduced)
-
-    xs = (params["layers"], gates, disabled, layer_rngs, weights_delta)
-    x, (hidden, internals, reduced) = jax.lax.scan(step, x0, xs)
-    hidden_states = jnp.concatenate([x0[None], hidden], axis=0)  # (L+1, b, n, D)
-    outputs = {"last_hidden_state": x, "hidden_states": hidden_states}
-    if layer_reduce is not None:
-        outputs["layer_reduced"] = reduced  # (L, ...) per layer
-    return outputs, internals
+class MLMHead(nnx.Module):
+    def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
+        D = config.hidden_size
+        self.transform = Dense((D,), (D,), rngs=rngs, std=STD)
+        self.ln = LayerNorm(D, config.layer_norm_eps)
+        self.bias = param(None, (config.vocab_size,), "zeros")
 
 
-def pooler(params, hidden: jax.Array) -> jax.Array:
-    """BERT pooler: tanh(W h_[CLS] + b). hidden (b, n, D) -> (b, D)."""
-    return jnp.tanh(dense(params["pooler"], hidden[:, 0]))
+def select(internals: dict, which) -> dict:
+    """Keep the internals named in ``which`` ("all", None/() for none, or a tuple of names)."""
+    if which == "all":
+        return internals
+    which = () if which is None else tuple(which)
+    if unknown := [k for k in which if k not in internals]:
+        raise ValueError(f"unknown internals {unknown}; available: {sorted(internals)}")
+    return {k: internals[k] for k in which}
+
+
+class Encoder(nnx.Module):
+    """Embeddings, L stacked post-LN layers, optional pooler and masked-LM head."""
+
+    def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.embeddings = Embeddings(config, rngs=rngs)
+        self.layers = EncoderLayer(config, rngs=rngs, stack=(config.num_layers,))
+        D = config.hidden_size
+        self.pooler = Dense((D,), (D,), rngs=rngs, std=STD) if config.with_pooler else None
+        self.mlm_head = MLMHead(config, rngs=rngs) if config.with_mlm_head else None
+
+    def __call__(self, batch: dict, interventions: Interventions | None = None, *, dropout_rng=None,
+                 compute_dtype=jnp.float32, layer_reduce=None, internals="all"):
+        """Run the encoder; return (outputs, internals).
+
+        batch: ``input_ids`` (b, n) int, ``attention_mask`` (b, n) {0,1}, optional
+        ``token_type_ids`` (b, n). ``interventions``: see ``jattn.interventions`` (None = none).
+        ``dropout_rng`` None means evaluation. ``internals``: "all", None, or names from
+        ``INTERNALS``; under ``jit`` the others are never written.
+
+        ``layer_reduce(internals, view)``, optional, runs inside the scan on each layer's
+        internals (one layer, e.g. ``weights`` (b, H, n, n)) and that layer's parameter view
+        (``EncoderLayer.view``); its results, stacked (L, ...), are ``outputs["layer_reduced"]``:
+        an analysis then reads α while it is in cache.
+
+        outputs: ``last_hidden_state`` (b, n, D), ``hidden_states`` (L+1, b, n, D), and
+        ``pooler_output`` (b, D) with a pooler. internals: each entry stacked (L, b, ...), e.g.
+        ``weights`` (L, b, H, n, n): α, values, per-head context, attention output, the block
+        input (``residual``), the vectors entering both LayerNorms (``pre_ln``, ``ffn_pre_ln``)
+        and the attention LayerNorm's output.
+        """
+        iv = NONE if interventions is None else interventions
+        r = split_rng(dropout_rng, 2)
+        layer_rngs = None if dropout_rng is None else jax.random.split(r[1], self.config.num_layers)
+        x0 = self.embeddings(batch, compute_dtype, r[0])  # (b, n, D)
+        allowed = batch["attention_mask"].astype(bool)[:, None, :]  # (b, 1, n)
+        graphdef, stacked = nnx.split(self.layers)
+
+        def step(x, xs):
+            state, slices, rng = xs
+            layer = nnx.merge(graphdef, state)
+            y, ints = layer(x, allowed, iv.for_layer(*slices), rng)  # (b, n, D)
+            reduced = None if layer_reduce is None else layer_reduce(ints, layer.view())
+            return y, (y, select(ints, internals), reduced)
+
+        x, (hidden, kept, reduced) = jax.lax.scan(step, x0, (stacked, iv.layer_slices(), layer_rngs))
+        outputs = {"last_hidden_state": x, "hidden_states": jnp.concatenate([x0[None], hidden], 0)}  # (L+1, b, n, D)
+        if self.pooler is not None:
+            outputs["pooler_output"] = self.pool(x)  # (b, D)
+        if layer_reduce is not None:
+            outputs["layer_reduced"] = reduced  # (L, ...)
+        return outputs, kept
+
+    def pool(self, hidden: jax.Array) -> jax.Array:
+        """BERT pooler: tanh(W h_[CLS] + b). hidden (b, n, D) -> (b, D)."""
+        return jnp.tanh(self.pooler(hidden[:, 0]))
+
+    def mlm_logits(self, hidden: jax.Array) -> jax.Array:
+        """Masked-LM head (BERT ``cls.predictions`` / RoBERTa ``lm_head``), decoder tied to the
+        word embeddings. hidden (b, n, D) -> logits (b, n, V)."""
+        p = self.mlm_head
+        h = p.ln(ACT[self.config.hidden_act](p.transform(hidden)))  # (b, n, D)
+        return h @ self.embeddings.word[...].T.astype(h.dtype) + p.bias[...]  # (b, n, V)
+
+    def view(self) -> dict:
+        """Every layer's parameter view, stacked (L, ...)."""
+        return self.layers.view()
+
+
+@functools.lru_cache(maxsize=32)
+def graphdef(config: EncoderConfig):
+    """The module's graph for ``config`` (no arrays are allocated)."""
+    return nnx.split(nnx.eval_shape(lambda: Encoder(config, rngs=nnx.Rngs(0))))[0]
+
+
+def module(params, config: EncoderConfig) -> Encoder:
+    """The module with ``params`` as its parameters: an ``nnx.State``, or the same tree as a
+    nested dict of arrays (``nnx.to_pure_dict``; what optax and orbax hold while training)."""
+    if not isinstance(params, nnx.State):
+        params = state.from_arrays(config, params)
+    return nnx.merge(graphdef(config), params)
+
+
+def forward(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None, **kwargs):
+    """The pure face: ``Encoder.__call__`` with the parameters as an argument."""
+    return module(params, config)(batch, interventions, **kwargs)
 
 
 def mlm_logits(params, config: EncoderConfig, hidden: jax.Array) -> jax.Array:
-    """Masked-LM head (BERT ``cls.predictions`` / RoBERTa ``lm_head``), decoder tied to the
-    word embeddings. hidden (b, n, D) -> logits (b, n, V)."""
-    p = params["mlm_head"]
-    h = ACT[config.hidden_act](dense(p["transform"], hidden))  # (b, n, D)
-    h = layer_norm(p["ln"], h, config.layer_norm_eps)  # (b, n, D)
-    return h @ params["embeddings"]["word"].T.astype(h.dtype) + p["bias"]  # (b, n, V)
+    """``Encoder.mlm_logits`` on ``params``. hidden (b, n, D) -> (b, n, V)."""
+    return module(params, config).mlm_logits(hidden)

@@ -1,14 +1,16 @@
-"""Encoder–decoder Transformer as a pure function (Vaswani et al. 2017, §3.1), configured for
+"""Encoder–decoder Transformer as a Flax NNX module (Vaswani et al. 2017, §3.1), configured for
 Hugging Face Marian (Opus-MT; Junczys-Dowmunt et al. 2018) and FSMT (fairseq WMT19; Ng et al. 2019).
 
-``forward(params, config, batch, *, head_gates, disabled_heads) -> (outputs, internals)``.
-Every block is post-LayerNorm: x -> LN(x + Sublayer(x)). The L identical layers of each stack
-are stacked on a leading axis and run with ``jax.lax.scan``; internals come out as (L, ...) for
-the three attention types, keyed ``"encoder"`` (self), ``"decoder"`` (causal self) and
-``"cross"`` (decoder queries on encoder outputs). Interventions are dicts with the same keys,
-each an (L, H) array (see ``jattn.nn.attention`` for what a gate and a disabled head do).
+As ``jattn.nn.encoder``: the module ``Seq2Seq(config, rngs=...)`` and the pure face
+``forward(params, config, batch, interventions) -> (outputs, internals)`` with
+``params = nnx.state(model, nnx.Param)``. Every block is post-LayerNorm (the shared sublayers of
+``jattn.nn.attention``). Each stack's L identical layers are created stacked and run with
+``jax.lax.scan``; internals come out as (L, ...) for the three attention types, keyed
+``"encoder"`` (self), ``"decoder"`` (causal self) and ``"cross"`` (decoder queries on encoder
+outputs). Interventions are a mapping with the same keys, each an ``Interventions`` for that
+attention type (missing = none).
 
-Params pytree (kernels are (in, out); attention kernels split by head, as in the encoder):
+Parameters (kernels (in, out); attention kernels split by head, as in the encoder):
   embeddings: shared (V, D)  or  source (V_src, D) + target (V_tgt, D)
   output (V_tgt, D): the output projection when it is not tied to the target embeddings
   final_logits_bias (V_tgt,): Marian only
@@ -22,14 +24,19 @@ Positions are sinusoidal (not parameters), in the family's layout (``sinusoid_ta
 from __future__ import annotations
 
 import functools
+from typing import Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from jattn.config import Seq2SeqConfig
-from jattn.nn.attention import dense, dropout, layer_norm, multi_head_attention
-from jattn.nn.encoder import ACT
+from jattn.interventions import NONE, Interventions
+from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention, post_ln_ffn
+from jattn.nn.encoder import select
+from jattn.nn import state
+from jattn.nn.layers import Dense, LayerNorm, dropout, param, split_rng
 
 KINDS = ("encoder", "decoder", "cross")
 
@@ -68,127 +75,6 @@ def position_ids(config: Seq2SeqConfig, ids: jax.Array, offset=0) -> jax.Array:
     return jnp.cumsum(real, axis=1) * real + config.pad_token_id + offset  # (b, n)
 
 
-def embedding_table(params, side: str) -> jax.Array:
-    """Token table of ``side`` ("source" | "target"): (V, D)."""
-    emb = params["embeddings"]
-    return emb["shared"] if "shared" in emb else emb[side]
-
-
-def embed(params, config: Seq2SeqConfig, ids, side: str, dtype, rng, offset=0) -> jax.Array:
-    """Scaled token embedding + sinusoidal position, then dropout. ids (b, n) -> (b, n, D)."""
-    scale = np.sqrt(config.d_model) if config.scale_embedding else 1.0
-    tokens = embedding_table(params, side)[ids] * scale  # (b, n, D)
-    pos = jnp.asarray(sinusoid_table(config))[position_ids(config, ids, offset)]  # (b, n, D)
-    return dropout((tokens + pos).astype(dtype), config.dropout, rng)
-
-
-def _split(rng, n):
-    return [None] * n if rng is None else list(jax.random.split(rng, n))
-
-
-def attention_block(p, ln, config: Seq2SeqConfig, x, kv, allowed, gate, disabled, rng):
-    """Post-LN attention sublayer h = LN(x + Attn(x, kv)); returns (h, internals)."""
-    r = _split(rng, 2)
-    attn_out, att = multi_head_attention(p, x, kv, allowed, gate, disabled,
-                                         dropout_rate=config.attention_dropout, rng=r[0])  # (b, q, D)
-    pre_ln = x + dropout(attn_out, config.dropout, r[1])  # (b, q, D)
-    h = layer_norm(ln, pre_ln, config.layer_norm_eps)  # (b, q, D)
-    internals = dict(
-        att,
-        residual=x,  # (b, q, D) the block input x_i, added back after attention
-        pre_ln=pre_ln,  # (b, q, D) x_i + y_i, the vector the LayerNorm normalises
-        ln_scale=ln["scale"],  # (D,) γ
-        ln_bias=ln["bias"],  # (D,) β
-        attention_ln_out=h,  # (b, q, D)
-    )
-    return h, internals
-
-
-def ffn_block(p, config: Seq2SeqConfig, h, rng) -> jax.Array:
-    """Post-LN position-wise feed-forward sublayer (Vaswani et al. 2017, Eq. 2). (b, n, D)."""
-    r = _split(rng, 2)
-    a = dropout(ACT[config.activation](dense(p["ffn_in"], h)), config.activation_dropout, r[0])  # (b, n, F)
-    ff = dense(p["ffn_out"], a)  # (b, n, D)
-    return layer_norm(p["ffn_ln"], h + dropout(ff, config.dropout, r[1]), config.layer_norm_eps)
-
-
-def interventions(config: Seq2SeqConfig, head_gates, disabled_heads):
-    """Fill and check the per-kind (L, H) gate and disabled-head arrays."""
-    shapes = {"encoder": (config.encoder_layers, config.encoder_heads),
-              "decoder": (config.decoder_layers, config.decoder_heads),
-              "cross": (config.decoder_layers, config.decoder_heads)}
-    out = {}
-    for name, given, default, dtype in (("head_gates", head_gates, jnp.ones, jnp.float32),
-                                        ("disabled_heads", disabled_heads, jnp.zeros, bool)):
-        given = {} if given is None else dict(given)
-        unknown = set(given) - set(KINDS)
-        if unknown:
-            raise ValueError(f"{name} keys must be among {KINDS}, got {sorted(unknown)}")
-        arrays = {}
-        for kind, shape in shapes.items():
-            a = default(shape, dtype) if given.get(kind) is None else jnp.asarray(given[kind], dtype)
-            if a.shape != shape:
-                raise ValueError(f"{name}[{kind!r}] must have shape (L, H) = {shape}, got {a.shape}")
-            arrays[kind] = a
-        out[name] = arrays
-    return out["head_gates"], out["disabled_heads"]
-
-
-def encode(params, config: Seq2SeqConfig, input_ids, attention_mask, gates, disabled, rng=None,
-           dtype=jnp.float32):
-    """Encoder stack. input_ids, attention_mask (b, s) -> (b, s, D), internals stacked (L_enc, ...)."""
-    r = _split(rng, 2)
-    x = embed(params, config, input_ids, "source", dtype, r[0])  # (b, s, D)
-    allowed = attention_mask.astype(bool)[:, None, :]  # (b, 1, s)
-    layer_rngs = None if rng is None else jax.random.split(r[1], config.encoder_layers)
-
-    def step(x, xs):
-        p, gate, dis, lr = xs
-        lr = _split(lr, 2)
-        h, internals = attention_block(p["self_attn"], p["self_attn_ln"], config, x, x, allowed, gate, dis, lr[0])
-        return ffn_block(p, config, h, lr[1]), internals
-
-    return jax.lax.scan(step, x, (params["encoder"]["layers"], gates, disabled, layer_rngs))
-
-
-def decode(params, config: Seq2SeqConfig, encoder_out, attention_mask, decoder_input_ids,
-           decoder_attention_mask, gates, disabled, rng=None, dtype=jnp.float32):
-    """Decoder stack with teacher forcing. encoder_out (b, s, D), decoder_input_ids (b, t) ->
-    (b, t, D) and internals {"decoder": (L_dec, ...), "cross": (L_dec, ...)}.
-
-    ``gates`` and ``disabled`` are dicts with "decoder" and "cross" (L_dec, H) arrays.
-    """
-    r = _split(rng, 2)
-    t = decoder_input_ids.shape[1]
-    y = embed(params, config, decoder_input_ids, "target", dtype, r[0])  # (b, t, D)
-    causal = jnp.tril(jnp.ones((t, t), bool))[None] & decoder_attention_mask.astype(bool)[:, None, :]  # (b, t, t)
-    cross_allowed = attention_mask.astype(bool)[:, None, :]  # (b, 1, s)
-    layer_rngs = None if rng is None else jax.random.split(r[1], config.decoder_layers)
-
-    def step(y, xs):
-        p, g_self, d_self, g_cross, d_cross, lr = xs
-        lr = _split(lr, 3)
-        h, self_int = attention_block(p["self_attn"], p["self_attn_ln"], config, y, y, causal,
-                                      g_self, d_self, lr[0])  # (b, t, D)
-        h, cross_int = attention_block(p["cross_attn"], p["cross_attn_ln"], config, h, encoder_out,
-                                       cross_allowed, g_cross, d_cross, lr[1])  # (b, t, D)
-        return ffn_block(p, config, h, lr[2]), {"decoder": self_int, "cross": cross_int}
-
-    xs = (params["decoder"]["layers"], gates["decoder"], disabled["decoder"], gates["cross"],
-          disabled["cross"], layer_rngs)
-    return jax.lax.scan(step, y, xs)
-
-
-def output_logits(params, config: Seq2SeqConfig, h: jax.Array) -> jax.Array:
-    """Output projection (tied to the target embeddings or not) + Marian's final_logits_bias.
-    h (b, t, D) -> (b, t, V_tgt), float32."""
-    table = params["output"] if "output" in params else embedding_table(params, "target")  # (V, D)
-    logits = jnp.einsum("btd,vd->btv", h, table.astype(h.dtype)).astype(jnp.float32)  # (b, t, V)
-    if "final_logits_bias" in params:
-        logits = logits + params["final_logits_bias"]
-    return logits
-
-
 def default_decoder_mask(config: Seq2SeqConfig, decoder_input_ids):
     """HF's default when no decoder mask is given: Marian attends to every target position (its
     start token is the pad id); FSMT masks pad tokens. (b, t) -> (b, t) int."""
@@ -197,28 +83,212 @@ def default_decoder_mask(config: Seq2SeqConfig, decoder_input_ids):
     return (decoder_input_ids != config.pad_token_id).astype(jnp.int32)
 
 
-def forward(params, config: Seq2SeqConfig, batch: dict, *, head_gates=None, disabled_heads=None,
-            dropout_rng=None, compute_dtype=jnp.float32):
-    """Teacher-forced encoder–decoder pass; returns (outputs, internals).
+def _table(rngs, config: Seq2SeqConfig, V: int) -> nnx.Param:
+    """A token table, N(0, D^-1/2) with a zero pad row (Vaswani et al. 2017 with fairseq's init)."""
+    p = param(rngs, (V, config.d_model), "normal", config.d_model ** -0.5)
+    p[...] = p[...].at[config.pad_token_id].set(0.0)
+    return p
 
-    batch: ``input_ids``, ``attention_mask`` (b, s); ``decoder_input_ids`` (b, t) and optional
-    ``decoder_attention_mask`` (b, t) (default as HF: see ``default_decoder_mask``). head_gates /
-    disabled_heads: dicts keyed "encoder", "decoder", "cross" of (L, H) arrays (missing = none).
-    ``dropout_rng`` None means evaluation.
 
-    outputs: ``logits`` (b, t, V), ``encoder_last_hidden_state`` (b, s, D),
-    ``decoder_last_hidden_state`` (b, t, D). internals: {"encoder", "decoder", "cross"}, each
-    the entries of ``attention_block`` stacked (L, ...), e.g. ``weights`` (L, b, H, q, k).
-    """
-    gates, disabled = interventions(config, head_gates, disabled_heads)
-    r = _split(dropout_rng, 2)
-    dec_mask = batch.get("decoder_attention_mask")
-    if dec_mask is None:
-        dec_mask = default_decoder_mask(config, batch["decoder_input_ids"])  # (b, t)
-    enc, enc_int = encode(params, config, batch["input_ids"], batch["attention_mask"], gates["encoder"],
-                          disabled["encoder"], r[0], compute_dtype)  # (b, s, D)
-    dec, dec_int = decode(params, config, enc, batch["attention_mask"], batch["decoder_input_ids"], dec_mask,
-                          gates, disabled, r[1], compute_dtype)  # (b, t, D)
-    outputs = {"logits": output_logits(params, config, dec), "encoder_last_hidden_state": enc,
-               "decoder_last_hidden_state": dec}
-    return outputs, {"encoder": enc_int, **dec_int}
+class Seq2SeqEmbeddings(nnx.Module):
+    def __init__(self, config: Seq2SeqConfig, *, rngs: nnx.Rngs):
+        if config.shared_embeddings:
+            self.shared = _table(rngs, config, config.src_vocab_size)
+        else:
+            self.source = _table(rngs, config, config.src_vocab_size)
+            self.target = _table(rngs, config, config.tgt_vocab_size)
+        self.config = config
+
+    def table(self, side: str) -> jax.Array:
+        """Token table of ``side`` ("source" | "target"): (V, D)."""
+        return (self.shared if self.config.shared_embeddings else getattr(self, side))[...]
+
+    def __call__(self, ids, side: str, dtype, rng, offset=0) -> jax.Array:
+        """Scaled token embedding + sinusoidal position, then dropout. ids (b, n) -> (b, n, D)."""
+        c = self.config
+        scale = np.sqrt(c.d_model) if c.scale_embedding else 1.0
+        pos = jnp.asarray(sinusoid_table(c))[position_ids(c, ids, offset)]  # (b, n, D)
+        return dropout((self.table(side)[ids] * scale + pos).astype(dtype), c.dropout, rng)  # (b, n, D)
+
+
+class Seq2SeqLayer(nnx.Module):
+    """An encoder layer (self-attention, FFN) or, with ``cross``, a decoder layer (causal
+    self-attention, cross-attention, FFN); created stacked (``stack=(L,)``)."""
+
+    def __init__(self, config: Seq2SeqConfig, cross: bool, *, rngs: nnx.Rngs, stack: tuple):
+        D, eps = config.d_model, config.layer_norm_eps
+        H = config.decoder_heads if cross else config.encoder_heads
+        F = config.decoder_ffn_dim if cross else config.encoder_ffn_dim
+        self.self_attn = MultiHeadAttention(D, H, rngs=rngs, stack=stack)
+        self.self_attn_ln = LayerNorm(D, eps, stack=stack)
+        if cross:
+            self.cross_attn = MultiHeadAttention(D, H, rngs=rngs, stack=stack)
+            self.cross_attn_ln = LayerNorm(D, eps, stack=stack)
+        self.ffn_in = Dense((D,), (F,), rngs=rngs, stack=stack, out_names=("model",))
+        self.ffn_out = Dense((F,), (D,), rngs=rngs, stack=stack, in_names=("model",))
+        self.ffn_ln = LayerNorm(D, eps, stack=stack)
+        self.config = config
+
+    def attend(self, kind: str, x, kv, allowed, iv: Interventions, rng):
+        """The post-LN sublayer of attention type ``kind`` ("self" | "cross")."""
+        c = self.config
+        attn, ln = (self.self_attn, self.self_attn_ln) if kind == "self" else (self.cross_attn, self.cross_attn_ln)
+        return post_ln_attention(attn, ln, x, kv, allowed, iv, attention_dropout=c.attention_dropout,
+                                 dropout_rate=c.dropout, rng=rng)
+
+    def ffn(self, h, iv: Interventions, rng):
+        c = self.config
+        return post_ln_ffn(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.activation,
+                           activation_dropout=c.activation_dropout, dropout_rate=c.dropout, rng=rng)
+
+    def view(self, kind: str) -> dict:
+        """Parameters of attention type ``kind`` ("self" | "cross") as the norm methods read them."""
+        if kind == "self":
+            after = self.cross_attn_ln if hasattr(self, "cross_attn") else self.ffn_ln
+            return block_view(self.self_attn, self.self_attn_ln, after)
+        return block_view(self.cross_attn, self.cross_attn_ln, self.ffn_ln)
+
+
+class Stack(nnx.Module):
+    def __init__(self, config: Seq2SeqConfig, cross: bool, *, rngs: nnx.Rngs):
+        n = config.decoder_layers if cross else config.encoder_layers
+        self.layers = Seq2SeqLayer(config, cross, rngs=rngs, stack=(n,))
+
+
+def check_interventions(config: Seq2SeqConfig, given) -> dict[str, Interventions]:
+    """A mapping kind -> ``Interventions`` (missing kinds: none), shapes checked on the host."""
+    if given is None:
+        given = {}
+    if isinstance(given, Interventions) or not isinstance(given, Mapping):
+        raise ValueError("a translation model takes interventions per attention type: a dict "
+                         "{'encoder'|'decoder'|'cross': Interventions(...)}, e.g. "
+                         "{'encoder': Interventions(head_gates=gates)} with gates (L_enc, H)")
+    if unknown := set(given) - set(KINDS):
+        raise ValueError(f"interventions keys must be among {KINDS}, got {sorted(unknown)}")
+    shapes = {"encoder": (config.encoder_layers, config.encoder_heads),
+              "decoder": (config.decoder_layers, config.decoder_heads),
+              "cross": (config.decoder_layers, config.decoder_heads)}
+    out = {}
+    for kind in KINDS:
+        iv = given.get(kind) or NONE
+        if not isinstance(iv, Interventions):
+            raise ValueError(f"interventions[{kind!r}] must be an Interventions, got {type(iv).__name__}")
+        out[kind] = iv.check(*shapes[kind], what=f"interventions[{kind!r}]")
+    return out
+
+
+class Seq2Seq(nnx.Module):
+    """Embeddings, encoder and decoder stacks, output projection (tied or not)."""
+
+    def __init__(self, config: Seq2SeqConfig, *, rngs: nnx.Rngs):
+        self.config = config
+        self.embeddings = Seq2SeqEmbeddings(config, rngs=rngs)
+        self.encoder = Stack(config, False, rngs=rngs)
+        self.decoder = Stack(config, True, rngs=rngs)
+        if not config.tie_output:
+            self.output = _table(rngs, config, config.tgt_vocab_size)
+        if config.final_logits_bias:
+            self.final_logits_bias = param(None, (config.tgt_vocab_size,), "zeros")
+
+    def encode(self, input_ids, attention_mask, iv: Interventions = NONE, rng=None, dtype=jnp.float32,
+               internals="all"):
+        """Encoder stack. input_ids, attention_mask (b, s) -> (b, s, D), internals (L_enc, ...)."""
+        r = split_rng(rng, 2)
+        x = self.embeddings(input_ids, "source", dtype, r[0])  # (b, s, D)
+        allowed = attention_mask.astype(bool)[:, None, :]  # (b, 1, s)
+        layer_rngs = None if rng is None else jax.random.split(r[1], self.config.encoder_layers)
+        graphdef, stacked = nnx.split(self.encoder.layers)
+
+        def step(x, xs):
+            state, slices, lr = xs
+            layer, lr = nnx.merge(graphdef, state), split_rng(lr, 2)
+            layer_iv = iv.for_layer(*slices)
+            h, ints = layer.attend("self", x, x, allowed, layer_iv, lr[0])  # (b, s, D)
+            out, ints["ffn_pre_ln"] = layer.ffn(h, layer_iv, lr[1])  # (b, s, D)
+            return out, select(ints, internals)
+
+        return jax.lax.scan(step, x, (stacked, iv.layer_slices(), layer_rngs))
+
+    def decode(self, encoder_out, attention_mask, decoder_input_ids, decoder_attention_mask,
+               iv: Mapping[str, Interventions], rng=None, dtype=jnp.float32, internals="all"):
+        """Decoder stack with teacher forcing. encoder_out (b, s, D), decoder_input_ids (b, t) ->
+        (b, t, D) and internals {"decoder": (L_dec, ...), "cross": (L_dec, ...)}."""
+        r = split_rng(rng, 2)
+        t = decoder_input_ids.shape[1]
+        y = self.embeddings(decoder_input_ids, "target", dtype, r[0])  # (b, t, D)
+        causal = jnp.tril(jnp.ones((t, t), bool))[None] & decoder_attention_mask.astype(bool)[:, None, :]  # (b, t, t)
+        cross_allowed = attention_mask.astype(bool)[:, None, :]  # (b, 1, s)
+        layer_rngs = None if rng is None else jax.random.split(r[1], self.config.decoder_layers)
+        graphdef, stacked = nnx.split(self.decoder.layers)
+        iv_self, iv_cross = iv.get("decoder", NONE), iv.get("cross", NONE)
+
+        def step(y, xs):
+            state, s_self, s_cross, lr = xs
+            layer, lr = nnx.merge(graphdef, state), split_rng(lr, 3)
+            h, self_int = layer.attend("self", y, y, causal, iv_self.for_layer(*s_self), lr[0])  # (b, t, D)
+            h, cross_int = layer.attend("cross", h, encoder_out, cross_allowed, iv_cross.for_layer(*s_cross),
+                                        lr[1])  # (b, t, D)
+            out, cross_int["ffn_pre_ln"] = layer.ffn(h, iv_cross.for_layer(*s_cross), lr[2])  # (b, t, D)
+            return out, {"decoder": select(self_int, internals), "cross": select(cross_int, internals)}
+
+        xs = (stacked, iv_self.layer_slices(), iv_cross.layer_slices(), layer_rngs)
+        return jax.lax.scan(step, y, xs)
+
+    def logits(self, h: jax.Array) -> jax.Array:
+        """Output projection (tied to the target embeddings or not) + Marian's final_logits_bias.
+        h (b, t, D) -> (b, t, V_tgt), float32."""
+        table = self.output[...] if not self.config.tie_output else self.embeddings.table("target")  # (V, D)
+        logits = jnp.einsum("btd,vd->btv", h, table.astype(h.dtype)).astype(jnp.float32)  # (b, t, V)
+        if self.config.final_logits_bias:
+            logits = logits + self.final_logits_bias[...]
+        return logits
+
+    def __call__(self, batch: dict, interventions: Mapping[str, Interventions] | None = None, *,
+                 dropout_rng=None, compute_dtype=jnp.float32, internals="all"):
+        """Teacher-forced encoder–decoder pass; returns (outputs, internals).
+
+        batch: ``input_ids``, ``attention_mask`` (b, s); ``decoder_input_ids`` (b, t) and optional
+        ``decoder_attention_mask`` (b, t) (default as HF: see ``default_decoder_mask``).
+        ``interventions``: {"encoder"|"decoder"|"cross": Interventions} (missing = none).
+        ``dropout_rng`` None means evaluation. ``internals``: "all", None or names.
+
+        outputs: ``logits`` (b, t, V), ``encoder_last_hidden_state`` (b, s, D),
+        ``decoder_last_hidden_state`` (b, t, D). internals: {"encoder", "decoder", "cross"}, each
+        the sublayer internals stacked (L, ...), e.g. ``weights`` (L, b, H, q, k).
+        """
+        iv = {} if interventions is None else interventions
+        r = split_rng(dropout_rng, 2)
+        dec_mask = batch.get("decoder_attention_mask")
+        if dec_mask is None:
+            dec_mask = default_decoder_mask(self.config, batch["decoder_input_ids"])  # (b, t)
+        enc, enc_int = self.encode(batch["input_ids"], batch["attention_mask"], iv.get("encoder", NONE), r[0],
+                                   compute_dtype, internals)  # (b, s, D)
+        dec, dec_int = self.decode(enc, batch["attention_mask"], batch["decoder_input_ids"], dec_mask, iv, r[1],
+                                   compute_dtype, internals)  # (b, t, D)
+        outputs = {"logits": self.logits(dec), "encoder_last_hidden_state": enc, "decoder_last_hidden_state": dec}
+        return outputs, {"encoder": enc_int, **dec_int}
+
+    def view(self, kind: str) -> dict:
+        """Stacked (L, ...) parameter view of attention type ``kind`` (``KINDS``)."""
+        if kind == "encoder":
+            return self.encoder.layers.view("self")
+        return self.decoder.layers.view("self" if kind == "decoder" else "cross")
+
+
+@functools.lru_cache(maxsize=32)
+def graphdef(config: Seq2SeqConfig):
+    """The module's graph for ``config`` (no arrays are allocated)."""
+    return nnx.split(nnx.eval_shape(lambda: Seq2Seq(config, rngs=nnx.Rngs(0))))[0]
+
+
+def module(params, config: Seq2SeqConfig) -> Seq2Seq:
+    """The module with ``params`` as its parameters: an ``nnx.State``, or the same tree as a
+    nested dict of arrays (``nnx.to_pure_dict``; what optax and orbax hold while training)."""
+    if not isinstance(params, nnx.State):
+        params = state.from_arrays(config, params)
+    return nnx.merge(graphdef(config), params)
+
+
+def forward(params, config: Seq2SeqConfig, batch: dict, interventions=None, **kwargs):
+    """The pure face: ``Seq2Seq.__call__`` with the parameters as an argument."""
+    return module(params, config)(batch, interventions, **kwargs)

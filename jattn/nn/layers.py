@@ -1,0 +1,107 @@
+"""Generic layers as Flax NNX modules: ``Dense`` (any in/out shape), ``LayerNorm``; dropout and
+the activations as functions.
+
+Parameters are ``nnx.Param`` with partitioning metadata (``out_sharding``): axis names ``"model"``
+on the axis a tensor-parallel mesh splits (attention heads, FFN columns), ``None`` elsewhere.
+A module may be created *stacked* (``stack=(L,)``): every parameter gains leading axes, and the
+module's ``__call__`` then acts on one slice, as ``jax.lax.scan`` hands it over (see
+``jattn.nn.encoder``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+ACT = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+}
+
+
+def param(rngs: nnx.Rngs | None, shape: tuple, init: str, scale: float = 0.0, sharding=None) -> nnx.Param:
+    """A parameter initialised as ``"zeros"``, ``"ones"``, ``"normal"`` (std ``scale``) or
+    ``"uniform"`` (±``scale``), with partitioning names ``sharding`` (one per axis)."""
+    if init == "zeros":
+        value = jnp.zeros(shape, jnp.float32)
+    elif init == "ones":
+        value = jnp.ones(shape, jnp.float32)
+    elif init == "normal":
+        value = scale * jax.random.normal(rngs.params(), shape, jnp.float32)
+    else:
+        value = jax.random.uniform(rngs.params(), shape, jnp.float32, -scale, scale)
+    names = tuple(sharding) if sharding else (None,) * len(shape)
+    return nnx.Param(value, out_sharding=names, eager_sharding=False)  # placed by jattn.nn.state.shard
+
+
+class Dense(nnx.Module):
+    """y = x · kernel + bias, contracting x's last ``len(in_shape)`` axes.
+
+    kernel (*stack, *in_shape, *out_shape), bias (*stack, *out_shape). ``in_names`` /
+    ``out_names`` name the axes for sharding. Init: Xavier-uniform over the flattened fan-in and
+    fan-out (Glorot & Bengio 2010), or N(0, ``std``) when ``std`` is given (BERT's 0.02).
+    """
+
+    def __init__(self, in_shape: tuple, out_shape: tuple, *, rngs: nnx.Rngs, stack: tuple = (),
+                 in_names: tuple | None = None, out_names: tuple | None = None, std: float | None = None):
+        fan_in, fan_out = math.prod(in_shape), math.prod(out_shape)
+        in_names = in_names or (None,) * len(in_shape)
+        out_names = out_names or (None,) * len(out_shape)
+        lead = (None,) * len(stack)
+        shape = (*stack, *in_shape, *out_shape)
+        if std is None:
+            self.kernel = param(rngs, shape, "uniform", math.sqrt(6.0 / (fan_in + fan_out)), lead + in_names + out_names)
+        else:
+            self.kernel = param(rngs, shape, "normal", std, lead + in_names + out_names)
+        self.bias = param(rngs, (*stack, *out_shape), "zeros", sharding=lead + out_names)
+        self.n_in = len(in_shape)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return jnp.tensordot(x, self.kernel[...].astype(x.dtype), axes=self.n_in) + self.bias[...].astype(x.dtype)
+
+
+class LayerNorm(nnx.Module):
+    """LayerNorm over the last axis, computed in float32 (Ba et al. 2016). scale γ, bias β (D,)."""
+
+    def __init__(self, dim: int, eps: float, *, stack: tuple = ()):
+        lead = (None,) * len(stack)
+        self.scale = param(None, (*stack, dim), "ones", sharding=lead + (None,))
+        self.bias = param(None, (*stack, dim), "zeros", sharding=lead + (None,))
+        self.eps = eps
+
+    def __call__(self, x: jax.Array, sigma: jax.Array | None = None) -> jax.Array:
+        """``sigma`` (…, 1), optional, replaces sqrt(var + eps) (e.g. a gradient-detached copy)."""
+        x32 = x.astype(jnp.float32)
+        centred = x32 - x32.mean(-1, keepdims=True)
+        if sigma is None:
+            normed = centred * jax.lax.rsqrt(jnp.square(centred).mean(-1, keepdims=True) + self.eps)
+        else:
+            normed = centred / sigma
+        y = normed * self.scale[...] + self.bias[...]
+        return y.astype(x.dtype)
+
+
+def ln_sigma(x: jax.Array, eps: float) -> jax.Array:
+    """sqrt(var + eps) over the last axis, float32. (…, D) -> (…, 1)."""
+    x32 = x.astype(jnp.float32)
+    return jnp.sqrt(jnp.square(x32 - x32.mean(-1, keepdims=True)).mean(-1, keepdims=True) + eps)
+
+
+def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
+    """Inverted dropout; the identity when ``rng`` is None (evaluation)."""
+    if rng is None or rate == 0.0:
+        return x
+    keep = jax.random.bernoulli(rng, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0.0).astype(x.dtype)
+
+
+def split_rng(rng: jax.Array | None, n: int) -> list:
+    """``n`` independent keys, or ``n`` Nones in evaluation."""
+    return [None] * n if rng is None else list(jax.random.split(rng, n))
