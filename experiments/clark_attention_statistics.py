@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 import jattn
-from jattn.analyze import write_results
+from jattn.results import write_results
 from jattn.data.readers import read
 from jattn.data.tokenize import tokenize
 from jattn.methods.distance import JSDistance

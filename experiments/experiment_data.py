@@ -16,6 +16,8 @@ SOURCES = {  # sub-folder -> where its public files come from (../shared/data/RE
     "multi30k": "https://github.com/multi30k/dataset (data/task1/raw: train, val, test_2016_flickr "
                 "in .en/.fr/.de, uncompressed)",
     "alignment": "https://github.com/neulab/awesome-align (examples/enfr.src-tgt, examples/enfr.gold)",
+    "frequency": "https://github.com/gorokoba560/norm-analysis-of-transformer (emnlp2020/exp1_bert/data: "
+                 "token frequency ranks 'rank count vocab_id' for the bert-base-uncased vocabulary)",
 }
 
 

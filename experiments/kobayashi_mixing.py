@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiment_data import gap_paragraphs, gap_study_arguments, write_table
+from experiment_data import data_file, gap_paragraphs, gap_study_arguments, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = {"attn_w": 96.41, "attn_n": 85.28, "attnres_w": 48.21, "attnres_n": 22.25, "attnresln_n": 18.75}
@@ -60,13 +60,14 @@ def main(argv=None) -> dict:
 
     import jattn
     from jattn import plots
-    from jattn.analyze import write_results
+    from jattn.results import write_results
     from jattn.methods.norm_stats import MixingRatio
     from jattn.run import run_corpus
 
     model = jattn.load(args.model)
     corpus = gap_paragraphs(args.data_dir, args.segments)
-    result = run_corpus(model, corpus, [MixingRatio(model, mask_rate=0.12, seed=0)],
+    result = run_corpus(model, corpus, [MixingRatio(model, mask_rate=0.12, seed=0,
+                                                       rank_file=data_file(args.data_dir, "frequency/rank_count_ids.txt"))],
                         batch_size=args.batch_size, max_length=128, truncate=True)
     write_results(result, args.out, model.config.num_layers)
     stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}

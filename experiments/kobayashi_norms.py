@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiment_data import gap_paragraphs, gap_study_arguments, write_table
+from experiment_data import data_file, gap_paragraphs, gap_study_arguments, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 CLASSES = {"cls": "[CLS]", "sep": "[SEP]", "punct": '"." ","', "other": "other"}
@@ -97,13 +97,13 @@ def table(stats: dict) -> str:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     import jattn
-    from jattn.analyze import write_results
+    from jattn.results import write_results
     from jattn.methods.norm_stats import NormClassAttention, NormFrequency
     from jattn.run import run_corpus
 
     model = jattn.load(args.model)
     corpus = gap_paragraphs(args.data_dir, args.segments)
-    freq = NormFrequency(model.config.vocab_size)
+    freq = NormFrequency(model.config.vocab_size, data_file(args.data_dir, "frequency/rank_count_ids.txt"))
     result = run_corpus(model, corpus, [NormClassAttention(), freq], batch_size=args.batch_size,
                         max_length=128, truncate=True)
     write_results(result, args.out, model.config.num_layers)

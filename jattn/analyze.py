@@ -1,137 +1,128 @@
 """Corpus attention statistics (Clark et al. 2019): ``jattn analyze --input FILE --out DIR``.
 
-Streams the corpus through ``jattn.run.run_corpus`` and writes ``DIR/results.json`` (every
-statistic: nested-list value, shape, description; plus ``meta``), ``DIR/results.npz`` and
-``DIR/figures/*.png``. Several processes: start one per host with ``--coordinator HOST:PORT
+Streams the corpus through ``jattn.run.run_corpus`` with the methods of the registry
+(``jattn.methods.registry``) and writes ``DIR/results.json``, ``DIR/results.npz`` and
+``DIR/figures/*.png`` (``jattn.results``), replacing DIR as a whole once everything is
+written. Several processes: start one per host with ``--coordinator HOST:PORT
 --num-processes N --process-id I``; each reads its own shard, process 0 writes the outputs.
 """
 
 from __future__ import annotations
 
-import json
+import argparse
+import socket
+import time
 from pathlib import Path
 
-import numpy as np
 
-METHOD_HELP = {
-    "weights": "attention to [CLS]/[SEP]/punctuation/other, SEP->SEP, prev/self/next",
-    "entropy": "mean row entropy, [CLS]-row entropy, uniform reference",
-    "js": "Jensen-Shannon distance between all heads + MDS",
-    "grad": "|dL/d attention| per key class (masked-LM loss; needs an MLM head)",
-    "word-weights": "'weights' on the word-level map (needs --format conllu)",
-    "word-entropy": "'entropy' on the word-level map (needs --format conllu)",
-    "norms": "weight- vs norm-based (‖αf‖) attention to token classes, ‖f(x)‖ per class (Kobayashi 2020)",
-    "norm-freq": "mean received α and ‖f(x)‖ per token id, Spearman vs frequency rank (Kobayashi 2020)",
-    "mixing": "mixing ratios Attn-W/N, AttnRes-W/N, AttnResLn-N, 12% masked (Kobayashi 2021)",
-}
+def positive_int(text: str) -> int:
+    """argparse type: an integer ≥ 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
 
 
-def make_methods(model, names: list[str], rank_file=None) -> list:
-    from jattn.methods.distance import JSDistance
-    from jattn.methods.grad import AttentionGradient
-    from jattn.methods.norm_stats import DEFAULT_RANKS, MixingRatio, NormClassAttention, NormFrequency
-    from jattn.methods.weights import ClassAttention, Entropy
-
-    ranks = rank_file or DEFAULT_RANKS
-    factories = {
-        "weights": lambda: ClassAttention(), "entropy": lambda: Entropy(), "js": lambda: JSDistance(),
-        "grad": lambda: AttentionGradient(model), "word-weights": lambda: ClassAttention("word"),
-        "word-entropy": lambda: Entropy("word"),
-        "norms": lambda: NormClassAttention(), "norm-freq": lambda: NormFrequency(model.config.vocab_size, ranks),
-        "mixing": lambda: MixingRatio(model, rank_file=ranks),
-    }
-    unknown = [n for n in names if n not in factories]
-    if unknown or not names:
-        raise SystemExit(f"jattn analyze: unknown method(s) {', '.join(unknown) or '(none given)'}; "
-                         f"choose from {', '.join(factories)}")
-    return [factories[n]() for n in dict.fromkeys(names)]
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer ≥ 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 def add_arguments(parser) -> None:
     from jattn.data.readers import FORMATS
+    from jattn.methods.registry import entries
 
+    helps = "; ".join(f"{name}: {e.help}" for name, e in entries().items()).replace("%", "%%")
     parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
     parser.add_argument("--input", required=True, help="corpus file")
     parser.add_argument("--format", default="text", choices=FORMATS,
                         help="text: a segment per line, 'A<TAB>B' for a pair; conllu; gap (GAP tsv)")
-    parser.add_argument("--methods", default="weights,entropy,js",
-                        help="comma-separated: " + "; ".join(f"{k}: {v}" for k, v in METHOD_HELP.items()))
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-length", type=int, default=128, help="longest segment in tokens (specials included)")
+    parser.add_argument("--encoding", default="utf-8", help="text encoding of --input (default utf-8)")
+    parser.add_argument("--methods", default="weights,entropy,js", help="comma-separated: " + helps)
+    parser.add_argument("--out", required=True, help="output folder, replaced as a whole when the run completes")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out even if it is a non-empty folder without jattn results")
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--max-length", type=positive_int, default=128,
+                        help="longest segment in tokens (specials included)")
     parser.add_argument("--truncate", action="store_true", help="cut over-long segments instead of failing")
-    parser.add_argument("--rank-file", default=None,
-                        help="token frequency ranks, 'rank count vocab_id' per line, for norm-freq and mixing "
-                             "(default: ../shared/data/frequency/rank_count_ids.txt, BERT-vocabulary ranks)")
+    parser.add_argument("--rank-file", type=Path, default=None,
+                        help="token frequency ranks, 'rank count vocab_id' per line, needed by norm-freq and "
+                             "mixing (e.g. frequency/rank_count_ids.txt of the project's shared data)")
     parser.add_argument("--coordinator", help="HOST:PORT of process 0, for a multi-process run")
-    parser.add_argument("--num-processes", type=int, default=1)
-    parser.add_argument("--process-id", type=int, default=0)
+    parser.add_argument("--num-processes", type=positive_int, default=None, help="with --coordinator")
+    parser.add_argument("--process-id", type=nonnegative_int, default=None, help="with --coordinator")
+    parser.add_argument("--coordinator-timeout", type=positive_int, default=60,
+                        help="seconds to wait for the coordinator and the other processes (default 60)")
 
 
-def to_json(value: np.ndarray):
-    """Nested lists; NaN (a statistic with no contributing sequence) becomes null."""
-    value = np.asarray(value, np.float64)
-    return np.where(np.isnan(value), None, value).tolist() if np.isnan(value).any() else value.tolist()
+def _wait_for(address: str, timeout: float) -> None:
+    """Return once a TCP connection to HOST:PORT succeeds; ValueError after ``timeout`` s."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--coordinator {address!r} is not HOST:PORT. Fix: e.g. --coordinator 10.0.0.1:1234")
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            return
+        except OSError as e:
+            last = e
+            time.sleep(0.5)
+    raise ValueError(f"cannot reach the coordinator {address} within {timeout} s ({last}). Fix: start process 0 "
+                     "first with the same --coordinator, check the address and port, or raise --coordinator-timeout")
 
 
-def write_results(result, out: Path, num_layers: int) -> None:
+def init_distributed(args) -> None:
+    """``jax.distributed.initialize`` from the command line, with a bounded wait."""
+    if args.coordinator is None:
+        given = [o for o, v in (("--num-processes", args.num_processes), ("--process-id", args.process_id))
+                 if v is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} without --coordinator: a multi-process run needs all three. "
+                             "Fix: add --coordinator HOST:PORT (of process 0), or drop them for one process")
+        return
+    if args.num_processes is None or args.process_id is None:
+        raise ValueError("--coordinator needs --num-processes N and --process-id I (0 on the coordinator's host)")
+    if args.process_id >= args.num_processes:
+        raise ValueError(f"--process-id {args.process_id} must be below --num-processes {args.num_processes}")
+    import jax
 
-    out.mkdir(parents=True, exist_ok=True)
-    stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
-    doc = {k: {"value": to_json(v), "shape": list(v.shape), "description": result.statistics[k].description}
-           for k, v in stats.items()}
-    doc["meta"] = result.meta
-    (out / "results.json").write_text(json.dumps(doc, indent=1))
-    np.savez(out / "results.npz", **stats)
-    write_figures(stats, num_layers, out / "figures")
-
-
-def write_figures(stats: dict[str, np.ndarray], num_layers: int, folder: Path) -> list[Path]:
-    from jattn import plots
-
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = [plots.heatmap(v, k, folder / f"heatmap_{k}.png") for k, v in stats.items()
-             if v.ndim == 2 and v.shape[0] == num_layers]
-    classes = {"attn_to_cls": "[CLS]", "attn_to_sep": "[SEP]", "attn_to_punct": '"." or ","', "attn_to_other": "other"}
-    for p in ("", "word_"):
-        if all(p + k in stats for k in classes):
-            paths.append(plots.per_layer({k: stats[p + k] for k in classes}, classes,
-                                         f"{p.replace('_', '-')}attention to token classes", "mean attention",
-                                         folder / f"{p}class_attention.png"))
-            positional = {"attn_prev": "previous token", "attn_self": "self", "attn_next": "next token"}
-            paths.append(plots.per_layer({k: stats[p + k] for k in positional}, positional,
-                                         f"{p.replace('_', '-')}positional attention", "mean attention",
-                                         folder / f"{p}positional.png"))
-        if p + "entropy" in stats:
-            paths.append(plots.entropy_plot(stats[p + "entropy"], stats[p + "entropy_cls"],
-                                            float(stats[p + "entropy_uniform"]), folder / f"{p}entropy.png"))
-    grads = {f"grad_to_{k}": v for k, v in (("cls", "[CLS]"), ("sep", "[SEP]"), ("punct", '"." or ","'), ("other", "other"))}
-    if all(k in stats for k in grads):
-        paths.append(plots.per_layer(stats, grads, "gradient of the loss w.r.t. attention, by key class",
-                                     "mean Σ|dL/dα|", folder / "grad_by_class.png"))
-    if "js_mds" in stats:
-        needed = ["entropy", "attn_prev", "attn_next", "attn_self", "attn_to_cls", "attn_to_sep", "attn_to_punct"]
-        labels = plots.behaviours(stats) if all(k in stats for k in needed) else None
-        paths.append(plots.mds_scatter(stats["js_mds"], num_layers, folder / "mds_heads.png", labels))
-    return paths
+    if args.process_id != 0:
+        _wait_for(args.coordinator, args.coordinator_timeout)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id,
+                               initialization_timeout=args.coordinator_timeout)
 
 
 def run(args) -> None:
+    import contextlib
+
+    init_distributed(args)
     import jax
 
-    if args.coordinator:
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
-
     import jattn
+    from jattn import results
     from jattn.data.readers import Corpus
+    from jattn.methods.registry import Options, make_methods
     from jattn.run import run_corpus
 
-    corpus = Corpus(args.input, args.format)
-    model = jattn.load(args.model)
-    methods = make_methods(model, [m.strip() for m in args.methods.split(",") if m.strip()], args.rank_file)
-    result = run_corpus(model, corpus, methods, batch_size=args.batch_size, max_length=args.max_length,
-                        truncate=args.truncate)
-    if jax.process_index() == 0:
-        write_results(result, Path(args.out), model.config.num_layers)
-        print(f"jattn analyze: {result.meta['segments']} segments, {result.meta['tokens']} tokens -> {args.out}")
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    writer = jax.process_index() == 0
+    output = results.Output(args.out, overwrite=args.overwrite) if writer else contextlib.nullcontext()
+    with output:
+        corpus = Corpus(args.input, args.format, encoding=args.encoding)
+        model = jattn.load(args.model)
+        methods = make_methods(model, names, Options(rank_file=args.rank_file))
+        result = run_corpus(model, corpus, methods, batch_size=args.batch_size, max_length=args.max_length,
+                            truncate=args.truncate)
+        if writer:
+            meta = results.run_meta(input=str(Path(args.input).absolute()), format=args.format,
+                                    methods=[m.name for m in methods])
+            output.write(lambda folder: results.write_files(result, folder, model.config.num_layers, meta))
+            skipped = result.meta.get("skipped_empty", 0) + corpus.skipped
+            print(f"jattn analyze: {result.meta['segments']} segments, {result.meta['tokens']} tokens"
+                  + (f" ({skipped} empty segments skipped)" if skipped else "") + f" -> {args.out}")

@@ -56,11 +56,15 @@ def attention_grid(weights: np.ndarray, tokens: list[str], path: Path, title: st
 
 
 def add_arguments(parser) -> None:
+    from jattn.analyze import nonnegative_int, positive_int
+
     parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded MiniLM)")
-    parser.add_argument("--out", default="results/demo", help="output folder")
-    parser.add_argument("--maps", type=int, default=3, help="number of sentences to draw")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--limit", type=int, default=None, help="use only the first N sample sentences")
+    parser.add_argument("--out", default="results/demo", help="output folder, replaced as a whole when done")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out even if it is a non-empty folder without jattn results")
+    parser.add_argument("--maps", type=nonnegative_int, default=3, help="number of sentences to draw")
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--limit", type=positive_int, default=None, help="use only the first N sample sentences")
 
 
 def top_heads(stat: np.ndarray, k: int = 3) -> str:
@@ -106,26 +110,35 @@ def report(stats: dict, meta: dict, name: str, figures: list[Path], out: Path) -
 
 def run(args) -> None:
     import jattn
-    from jattn.analyze import make_methods, write_results
+    from jattn import results
     from jattn.data.readers import Corpus
+    from jattn.methods.registry import make_methods
     from jattn.run import run_corpus
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = jattn.load(args.model)
-    name = "all-MiniLM-L6-v2 (embedded default)" if args.model is None else str(args.model)
-    examples = list(Corpus(sample_path("en_ewt-ud-dev.sample.conllu"), "conllu"))[: args.limit]
-    result = run_corpus(model, examples, make_methods(model, METHODS), batch_size=args.batch_size)
-    write_results(result, out, model.config.num_layers)
-    stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
-    sentences = sample_sentences()
-    maps = []
-    for k in range(args.maps):
-        batch = model.tokenize([sentences[k]])
-        weights = np.asarray(model.forward(batch).attentions)[:, 0]  # (L, H, n, n)
-        tokens = model.tokenizer.convert_ids_to_tokens(batch.input_ids[0].tolist())
-        maps.append(out / f"attention_maps_{k}.png")
-        attention_grid(weights, tokens, maps[-1], name + f": sentence {k}")
-    figures = maps + sorted((out / "figures").glob("*.png"))
-    (out / "report.md").write_text(report(stats, result.meta, name, figures, out))
-    print(f"jattn demo: wrote {out}/report.md, results.json, {len(figures)} figures")
+    with results.Output(args.out, overwrite=args.overwrite) as output:
+        model = jattn.load(args.model)
+        name = "all-MiniLM-L6-v2 (embedded default)" if args.model is None else str(args.model)
+        examples = list(Corpus(sample_path("en_ewt-ud-dev.sample.conllu"), "conllu"))[: args.limit]
+        result = run_corpus(model, examples, make_methods(model, METHODS), batch_size=args.batch_size)
+        sentences = sample_sentences()
+        if args.maps > len(sentences):
+            raise ValueError(f"--maps {args.maps}: the sample has {len(sentences)} sentences. Fix: --maps "
+                             f"{len(sentences)} or fewer")
+
+        def fill(out: Path) -> list[Path]:
+            figures = results.write_files(result, out, model.config.num_layers,
+                                          results.run_meta(input="bundled UD English EWT sample", methods=METHODS))
+            stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
+            maps = []
+            for k in range(args.maps):
+                batch = model.tokenize([sentences[k]])
+                weights = np.asarray(model.forward(batch).attentions)[:, 0]  # (L, H, n, n)
+                tokens = model.tokenizer.convert_ids_to_tokens(batch.input_ids[0].tolist())
+                maps.append(out / f"attention_maps_{k}.png")
+                attention_grid(weights, tokens, maps[-1], name + f": sentence {k}")
+            figures = maps + sorted(figures)
+            (out / "report.md").write_text(report(stats, result.meta, name, figures, out))
+            return figures
+
+        figures = output.write(fill)
+    print(f"jattn demo: wrote {args.out}/report.md, results.json, {len(figures)} figures")

@@ -119,10 +119,12 @@ def _pad_batch(model, rows: list[tuple[int, dict]], batch_size: int, length: int
 
 
 def _batches(model, examples: Iterable, batch_size: int, max_length: int, truncate: bool, words: bool,
-             shard: tuple[int, int], chunk: int):
-    """Yield (HostBatch, number of real rows): chunks of ``chunk`` examples, length-sorted."""
+             shard: tuple[int, int], chunk: int, skipped: list):
+    """Yield (HostBatch, number of real rows): chunks of ``chunk`` examples, length-sorted.
+    Empty examples (no text) are left out; their corpus indices are appended to ``skipped``."""
     index, count = shard
     mine = ((i, as_example(x, i)) for i, x in enumerate(examples) if i % count == index)
+    mine = (item for item in mine if not (item[1].is_empty and not skipped.append(item[0])))
     sizes = buckets(max_length)
     while True:
         part = list(itertools.islice(mine, chunk))
@@ -227,8 +229,9 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
         totals = result if totals is None else jax.tree.map(np.add, totals, result)
 
     bar = tqdm(total=total, unit="ex", desc="analyze", disable=not progress, dynamic_ncols=True)
+    skipped = []
     for host, real in _batches(model, examples, batch_size, max_length, truncate, words, shard,
-                               batch_size * chunk_batches):
+                               batch_size * chunk_batches, skipped):
         features = {m.name: m.prepare(host) for m in methods}
         arrays = {k: v for k, v in host.arrays().items() if v is not None}
         out = step(params, jax.device_put(arrays, data), jax.device_put(features, data))
@@ -241,12 +244,14 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
         accumulate(pending)
     if totals is None:
         totals = _zeros(model, methods, step, devices, words)
+    totals["_meta"]["skipped_empty"] = np.float64(len(skipped))
     totals = combine_processes(totals)
     meta = {"model": model.source, "segments": int(totals["_meta"]["segments"]),
             "tokens": int(totals["_meta"]["tokens"]), "batch_size": batch_size, "max_length": max_length,
-            "devices": len(devices), "processes": shard[1]}
+            "devices": len(devices), "processes": shard[1], "skipped_empty": int(totals["_meta"]["skipped_empty"])}
     if meta["segments"] == 0:
-        raise ValueError("the corpus is empty: no example reached the model")
+        raise ValueError(f"the corpus is empty: no example reached the model ({meta['skipped_empty']} empty "
+                         "examples skipped). Fix: check the input file and --format")
     statistics = {}
     for m in methods:
         for name, stat in m.finalize(totals[m.name], meta).items():

@@ -51,11 +51,9 @@ word-level map (sum TO a word over its subword columns, mean FROM it over its ro
 
 A minimal method (mean attention weight on the diagonal, per layer and head)::
 
-    class SelfAttention:
+    @dataclasses.dataclass(frozen=True)
+    class SelfAttention(Method):
         name = "self_attention"
-
-        def prepare(self, batch):
-            return {}
 
         def reduce(self, ctx):
             real = ctx.batch["attention_mask"] > 0                              # (b, n)
@@ -67,14 +65,15 @@ A minimal method (mean attention weight on the diagonal, per layer and head)::
             return {"self_attention": Statistic(totals["sum"] / totals["n"], "(L, H) mean α[i, i]")}
 
 To plug a method into the runner: ``jattn.run.run_corpus(model, examples, [MyMethod(...)])``;
-to expose it on the command line, add a factory to ``make_methods`` and ``METHOD_HELP`` in
-``jattn.analyze``.
+to expose it on the command line, register it at the bottom of its module with
+``jattn.methods.registry.register(name, help, factory, figures)`` (``jattn analyze --methods``
+then lists it; ``name`` equals the method's ``name``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Protocol
+from typing import Callable, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -122,14 +121,29 @@ class StepContext:
     view: dict  # the attention blocks' parameters (W_O, b_O, LayerNorm γ), each (L, ...)
 
 
-class Method(Protocol):
-    name: str
+@dataclasses.dataclass(frozen=True, eq=False)
+class Method:
+    """Base of the runner's methods (protocol above), with its defaults: ``prepare`` returns
+    ``{}``, ``layerwise = False``, ``level = "token"``.
 
-    def prepare(self, batch: HostBatch) -> dict[str, np.ndarray]: ...
+    Declare a subclass as ``@dataclasses.dataclass(frozen=True)`` with its configuration as
+    fields: it then compares and hashes by value, so the runner's compiled step (cached per
+    method objects) is reused for an equal configuration and never for a different one. A
+    subclass that is not itself a dataclass keeps identity semantics (equal only to itself).
+    """
 
-    def reduce(self, ctx: StepContext) -> dict[str, jax.Array]: ...
+    name: ClassVar[str]
+    layerwise: ClassVar[bool] = False
+    level: ClassVar[str] = "token"
 
-    def finalize(self, totals: dict[str, np.ndarray], meta: dict) -> dict[str, Statistic]: ...
+    def prepare(self, batch: HostBatch) -> dict[str, np.ndarray]:
+        return {}
+
+    def reduce(self, ctx: StepContext) -> dict[str, jax.Array]:
+        raise NotImplementedError
+
+    def finalize(self, totals: dict[str, np.ndarray], meta: dict) -> dict[str, Statistic]:
+        raise NotImplementedError
 
 
 def segment_mean(per_row: jax.Array, rows: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -8,13 +8,15 @@ A' = 0.999·A + 0.001/n over the n real keys and JS(p, q) = ½[KL(p‖m) + KL(q�
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.methods.base import Statistic, StepContext
+from jattn.methods.base import Method, Statistic, StepContext
+from jattn.methods.registry import register
 
 JS_SMOOTHING = 1e-3  # A' = 0.999 A + 0.001 / n  (Clark's released code)
 
@@ -85,13 +87,11 @@ def mds(distance: np.ndarray, seed: int = 0) -> np.ndarray:
     return model.fit_transform(distance)
 
 
-class JSDistance:
+@dataclasses.dataclass(frozen=True)
+class JSDistance(Method):
     """Jensen–Shannon distance between all pairs of heads and its MDS embedding."""
 
     name = "js"
-
-    def prepare(self, batch):
-        return {}
 
     def reduce(self, ctx: StepContext) -> dict:
         real = ctx.batch["attention_mask"] > 0  # (b, n)
@@ -106,3 +106,17 @@ class JSDistance:
             "js_mds": Statistic(mds(d), "(L·H, 2) metric MDS embedding of js_distance "
                                 "(n_init=5, max_iter=1000, eps=1e-10, random_state=0)"),
         }
+
+
+def mds_figures(stats: dict, num_layers: int, folder) -> list:
+    """The MDS map of heads (Clark et al. 2019, Fig. 6), coloured by behaviour when the
+    'weights' and 'entropy' statistics are there too."""
+    from jattn import plots
+
+    needed = ["entropy", "attn_prev", "attn_next", "attn_self", "attn_to_cls", "attn_to_sep", "attn_to_punct"]
+    labels = plots.behaviours(stats) if all(k in stats for k in needed) else None
+    return [plots.mds_scatter(stats["js_mds"], num_layers, folder / "mds_heads.png", labels)]
+
+
+register("js", "Jensen-Shannon distance between all heads + MDS (Clark et al. 2019)",
+         lambda model, options: JSDistance(), mds_figures)

@@ -14,15 +14,18 @@ on batching), or any differentiable per-sequence loss ``loss(params, config, out
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jattn.interventions import Interventions
-from jattn.methods.base import CLASS_NAMES, CLS, OTHER, SEP, HostBatch, Statistic, StepContext, ratio, \
+from jattn.methods.base import CLASS_NAMES, CLS, OTHER, SEP, HostBatch, Method, Statistic, StepContext, ratio, \
     segment_mean
+from jattn.methods.registry import register
 from jattn.nn import encoder
 
 
@@ -62,18 +65,24 @@ def mlm_loss(params, config, outputs, features) -> jax.Array:
     return (nll * used).sum(-1) / jnp.maximum(used.sum(-1), 1.0)  # (b,)
 
 
-class AttentionGradient:
+@dataclasses.dataclass(frozen=True)
+class AttentionGradient(Method):
     """Σ_{j ∈ class} |∂L/∂α[h,i,j]|, averaged over real rows then sequences, per (l, h)."""
 
+    model: dataclasses.InitVar[object]
+    loss: Callable | None = None
+    _: dataclasses.KW_ONLY
+    mask_rate: float = 0.15
+    seed: int = 0
+    mask_token_id: int = dataclasses.field(init=False)
     name = "grad"
 
-    def __init__(self, model, loss=None, *, mask_rate: float = 0.15, seed: int = 0):
-        if loss is None and not model.config.with_mlm_head:
+    def __post_init__(self, model):
+        if self.loss is None and not model.config.with_mlm_head:
             raise ValueError(f"{model.source or 'this model'} has no masked-LM head, so the default "
                              "masked-LM loss is unavailable. Fix: load a *ForMaskedLM checkpoint, or "
                              "pass loss=fn(params, config, outputs, batch) -> (b,) per-sequence losses")
-        self.loss, self.mask_rate, self.seed = loss, mask_rate, seed
-        self.mask_token_id = model.tokenizer.mask_token_id
+        object.__setattr__(self, "mask_token_id", model.tokenizer.mask_token_id)
 
     def prepare(self, batch: HostBatch) -> dict:
         if self.loss is not None:
@@ -107,3 +116,16 @@ class AttentionGradient:
                                           f"(L, H) Σ over {c} keys of |∂L/∂α|, mean over real rows then "
                                           f"sequences; L = {loss} (Clark et al. 2019, Fig. 3)")
                 for c in CLASS_NAMES}
+
+
+def grad_figures(stats: dict, num_layers: int, folder) -> list:
+    """Σ|∂L/∂α| by key class per layer (Clark et al. 2019, Fig. 3)."""
+    from jattn import plots
+
+    labels = {f"grad_to_{c}": label for c, label in zip(CLASS_NAMES, ("[CLS]", "[SEP]", '"." or ","', "other"))}
+    return [plots.per_layer(stats, labels, "gradient of the loss w.r.t. attention, by key class",
+                            "mean Σ|dL/dα|", folder / "grad_by_class.png")]
+
+
+register("grad", "|dL/d attention| per key class (masked-LM loss; needs an MLM head; Clark et al. 2019)",
+         lambda model, options: AttentionGradient(model), grad_figures)

@@ -9,7 +9,7 @@
 * ``NormFrequency`` ("norm-freq", §4.3): per vocabulary id, the mean over occurrences of the
   received α (mean over layers, heads and real query rows) and of ‖f(x)‖ (mean over layers and
   heads); Spearman ρ of each against the frequency rank, per token type, from a rank file
-  (``rank count id`` lines, default ``../shared/data/frequency/rank_count_ids.txt``) and from
+  (``rank count id`` lines, ``rank_file=``; ``jattn analyze --rank-file``) and from
   the token counts of the analysed corpus itself.
 * ``MixingRatio`` ("mixing", Kobayashi et al. 2021, §4, Table 1): 12% of each sequence's real
   non-special tokens (⌊0.12·m⌋, at least one, as the authors' code) replaced by [MASK],
@@ -27,16 +27,18 @@ disagree completely (MiniLM on GAP: ρ(‖f‖, rank) ≈ −0.08 over types, �
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.methods.base import CLASS_NAMES, CLS, SEP, HostBatch, Statistic, StepContext, class_sums, ratio, segment_mean
+from jattn.methods.base import CLASS_NAMES, CLS, SEP, HostBatch, Method, Statistic, StepContext, class_sums, ratio, \
+    segment_mean
 from jattn.methods.norms import over_layers, residual_norms, transformed_norm
+from jattn.methods.registry import register, require_rank_file
 
-DEFAULT_RANKS = Path(__file__).resolve().parents[3] / "shared" / "data" / "frequency" / "rank_count_ids.txt"
 MIXING = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
 
 
@@ -45,14 +47,12 @@ def _f_norms(internals, view) -> jax.Array:
     return jax.lax.map(lambda it: transformed_norm(*it), (internals["values"], view["out_kernel"]))
 
 
-class NormClassAttention:
+@dataclasses.dataclass(frozen=True)
+class NormClassAttention(Method):
     """Weight- vs norm-based attention to token classes per (layer, head) (Kobayashi et al. 2020)."""
 
     name = "norms"
     layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
-
-    def prepare(self, batch: HostBatch) -> dict:
-        return {}
 
     def reduce(self, ctx: StepContext) -> dict:
         real = ctx.batch["attention_mask"] > 0  # (b, n)
@@ -94,13 +94,15 @@ class NormClassAttention:
 def read_ranks(path, vocab_size: int) -> np.ndarray:
     """``rank count id`` lines -> rank per vocabulary id (V,), NaN for ids not ranked."""
     if not Path(path).is_file():
-        raise FileNotFoundError(f"frequency rank file {path} not found. Fix: pass rank_file= a file of "
-                                "'rank count id' lines (../shared/data/frequency/rank_count_ids.txt in the project)")
+        raise FileNotFoundError(f"frequency rank file {path} not found. Fix: pass --rank-file (rank_file=) a "
+                                "file of 'rank count id' lines, e.g. frequency/rank_count_ids.txt of the "
+                                "project's shared data")
     ranks = np.full(vocab_size, np.nan)
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         parts = line.split()
-        if len(parts) != 3:
-            raise ValueError(f"{path}:{n}: expected 'rank count id', got {line!r}")
+        if len(parts) != 3 or not all(p.lstrip("-").isdigit() for p in parts):
+            raise ValueError(f"{path}:{n}: expected three integers 'rank count id', got {line!r}. "
+                             "Fix: pass a rank file of 'rank count vocab_id' lines")
         rank, _, i = map(int, parts)
         if not 0 <= i < vocab_size:
             raise ValueError(f"{path}:{n}: id {i} outside the vocabulary [0, {vocab_size})")
@@ -181,17 +183,20 @@ def _frequency_stats(counts: np.ndarray, sums: dict, ranks: np.ndarray, what: st
     return stats
 
 
-class NormFrequency:
+@dataclasses.dataclass(frozen=True)
+class NormFrequency(Method):
     """Mean received α and ‖f(x)‖ per vocabulary id vs frequency rank (Kobayashi et al. 2020, §4.3)."""
 
-    name = "norm_freq"
+    vocab_size: dataclasses.InitVar[int]
+    rank_file: Path
+    vocab: int = dataclasses.field(init=False)
+    ranks: np.ndarray = dataclasses.field(init=False, repr=False, compare=False)
+    name = "norm-freq"
 
-    def __init__(self, vocab_size: int, rank_file=DEFAULT_RANKS):
-        self.vocab, self.rank_file = vocab_size, Path(rank_file)
-        self.ranks = read_ranks(self.rank_file, vocab_size)
-
-    def prepare(self, batch: HostBatch) -> dict:
-        return {}
+    def __post_init__(self, vocab_size):
+        object.__setattr__(self, "vocab", vocab_size)
+        object.__setattr__(self, "rank_file", Path(self.rank_file))
+        object.__setattr__(self, "ranks", read_ranks(self.rank_file, vocab_size))
 
     def reduce(self, ctx: StepContext) -> dict:
         real = (ctx.batch["attention_mask"] > 0).astype(jnp.float32)  # (b, n)
@@ -226,15 +231,27 @@ def mask_tokens(batch: HostBatch, mask_token_id: int, rate: float, seed: int) ->
     return ids
 
 
-class MixingRatio:
+@dataclasses.dataclass(frozen=True)
+class MixingRatio(Method):
     """Mixing ratios of Attn-W, Attn-N, AttnRes-W, AttnRes-N, AttnResLn-N (Kobayashi et al. 2021)."""
 
+    model: dataclasses.InitVar[object]
+    _: dataclasses.KW_ONLY
+    mask_rate: dataclasses.InitVar[float] = 0.12
+    seed: int = 0
+    rank_file: Path
+    mask_id: int = dataclasses.field(init=False)
+    eps: float = dataclasses.field(init=False)
+    vocab: int = dataclasses.field(init=False)
+    rate: float = dataclasses.field(init=False)
+    ranks: np.ndarray = dataclasses.field(init=False, repr=False, compare=False)
     name = "mixing"
 
-    def __init__(self, model, *, mask_rate: float = 0.12, seed: int = 0, rank_file=DEFAULT_RANKS):
-        self.mask_id, self.eps = model.tokenizer.mask_token_id, model.config.layer_norm_eps
-        self.vocab, self.rate, self.seed, self.rank_file = model.config.vocab_size, mask_rate, seed, Path(rank_file)
-        self.ranks = read_ranks(self.rank_file, self.vocab)
+    def __post_init__(self, model, mask_rate):
+        for k, v in dict(mask_id=model.tokenizer.mask_token_id, eps=model.config.layer_norm_eps,
+                         vocab=model.config.vocab_size, rate=mask_rate, rank_file=Path(self.rank_file)).items():
+            object.__setattr__(self, k, v)
+        object.__setattr__(self, "ranks", read_ranks(self.rank_file, self.vocab))
 
     def prepare(self, batch: HostBatch) -> dict:
         if self.rate == 0:
@@ -268,3 +285,13 @@ class MixingRatio:
             f"mixing_{k}": (totals[f"{k}_by_id"], f"mean {k} mixing ratio (over layers)")
             for k in ("attnres_n", "attnresln_n")}, self.ranks, str(self.rank_file)))
         return stats
+
+
+register("norms", "weight- vs norm-based (‖αf‖) attention to token classes, ‖f(x)‖ per class (Kobayashi et al. 2020)",
+         lambda model, options: NormClassAttention())
+register("norm-freq", "mean received α and ‖f(x)‖ per token id, Spearman vs frequency rank (needs --rank-file; "
+         "Kobayashi et al. 2020)",
+         lambda model, options: NormFrequency(model.config.vocab_size, require_rank_file(options, "norm-freq")))
+register("mixing", "mixing ratios Attn-W/N, AttnRes-W/N, AttnResLn-N, 12% masked (needs --rank-file; "
+         "Kobayashi et al. 2021)",
+         lambda model, options: MixingRatio(model, rank_file=require_rank_file(options, "mixing")))

@@ -17,7 +17,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jattn.methods.base import CLASS_NAMES, CLS, SEP, Statistic, StepContext, class_sums, ratio, segment_mean
+from jattn.methods.base import CLASS_NAMES, CLS, SEP, Method, Statistic, StepContext, class_sums, ratio, segment_mean
+from jattn.methods.registry import register
 
 ENTROPY_SMOOTHING = 1e-4  # A' = (1 - 1e-4) A + 1e-4 / n  (Clark's released code)
 
@@ -65,7 +66,8 @@ def _check_level(level: str) -> str:
     return "" if level == "token" else "word_"
 
 
-class ClassAttention:
+@dataclasses.dataclass(frozen=True)
+class ClassAttention(Method):
     """Attention to [CLS], [SEP], punctuation ("." ","), other; [SEP]→[SEP], non-[SEP]→[SEP];
     previous/self/next token (Clark et al. 2019, Fig. 1-2, §3.1-3.2).
 
@@ -75,14 +77,19 @@ class ClassAttention:
     Clark's released plot swaps the labels); attn_self = α[h,i,i].
     """
 
+    level: str = "token"
     layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
 
-    def __init__(self, level: str = "token"):
-        self.level, self.prefix = level, _check_level(level)
-        self.name = self.prefix + "weights"
+    def __post_init__(self):
+        _check_level(self.level)
 
-    def prepare(self, batch):
-        return {}
+    @property
+    def prefix(self) -> str:
+        return _check_level(self.level)
+
+    @property
+    def name(self) -> str:
+        return self.prefix.replace("_", "-") + "weights"
 
     def reduce(self, ctx: StepContext) -> dict:
         v = view(ctx, self.level)
@@ -118,19 +125,25 @@ class ClassAttention:
                                  "sequences (Clark et al. 2019)") for k, d in desc.items()}
 
 
-class Entropy:
+@dataclasses.dataclass(frozen=True)
+class Entropy(Method):
     """Mean row entropy of the smoothed map, all rows and the [CLS] row (Clark et al. 2019,
     Fig. 4): A' = 0.9999·A + 0.0001/n over the n real keys, H_i = −Σ_j A'_ij log A'_ij (nats).
     Uniform reference: mean over sequences of log n."""
 
+    level: str = "token"
     layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
 
-    def __init__(self, level: str = "token"):
-        self.level, self.prefix = level, _check_level(level)
-        self.name = self.prefix + "entropy"
+    def __post_init__(self):
+        _check_level(self.level)
 
-    def prepare(self, batch):
-        return {}
+    @property
+    def prefix(self) -> str:
+        return _check_level(self.level)
+
+    @property
+    def name(self) -> str:
+        return self.prefix.replace("_", "-") + "entropy"
 
     def reduce(self, ctx: StepContext) -> dict:
         v = view(ctx, self.level)
@@ -160,3 +173,42 @@ class Entropy:
                                              f"() uniform reference: mean over sequences of log n, "
                                              f"n = number of real {'units' if p else 'tokens'}"),
         }
+
+
+def class_figures(prefix: str):
+    """Figures of ``ClassAttention`` at one level: attention to token classes, positional."""
+
+    def figures(stats: dict, num_layers: int, folder) -> list:
+        from jattn import plots
+
+        title = prefix.replace("_", "-")
+        classes = {"attn_to_cls": "[CLS]", "attn_to_sep": "[SEP]", "attn_to_punct": '"." or ","',
+                   "attn_to_other": "other"}
+        positional = {"attn_prev": "previous token", "attn_self": "self", "attn_next": "next token"}
+        return [plots.per_layer({k: stats[prefix + k] for k in classes}, classes,
+                                f"{title}attention to token classes", "mean attention",
+                                folder / f"{prefix}class_attention.png"),
+                plots.per_layer({k: stats[prefix + k] for k in positional}, positional,
+                                f"{title}positional attention", "mean attention", folder / f"{prefix}positional.png")]
+    return figures
+
+
+def entropy_figures(prefix: str):
+    """Figure of ``Entropy`` at one level: mean row entropy per layer vs the uniform reference."""
+
+    def figures(stats: dict, num_layers: int, folder) -> list:
+        from jattn import plots
+
+        return [plots.entropy_plot(stats[prefix + "entropy"], stats[prefix + "entropy_cls"],
+                                   float(stats[prefix + "entropy_uniform"]), folder / f"{prefix}entropy.png")]
+    return figures
+
+
+register("weights", "attention to [CLS]/[SEP]/punctuation/other, SEP->SEP, prev/self/next (Clark et al. 2019)",
+         lambda model, options: ClassAttention(), class_figures(""))
+register("entropy", "mean row entropy, [CLS]-row entropy, uniform reference (Clark et al. 2019)",
+         lambda model, options: Entropy(), entropy_figures(""))
+register("word-weights", "'weights' on the word-level map (needs --format conllu)",
+         lambda model, options: ClassAttention("word"), class_figures("word_"))
+register("word-entropy", "'entropy' on the word-level map (needs --format conllu)",
+         lambda model, options: Entropy("word"), entropy_figures("word_"))
