@@ -37,7 +37,21 @@ def read_config(folder: Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{folder} has no config.json; a Hugging Face model folder "
                                 "needs config.json and model.safetensors (or pytorch_model.bin)")
-    return json.loads(path.read_text())
+    return read_json(path, "a Hugging Face config.json")
+
+
+def read_json(path: Path, what: str):
+    """A JSON file, or a ``ConversionError`` naming the file, line and column."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConversionError(f"{path}:{e.lineno}:{e.colno}: invalid JSON ({e.msg}). Fix: repair the file or "
+                              "download it again") from None
+    except UnicodeDecodeError:
+        raise ConversionError(f"{path} is not UTF-8 text. Fix: download {Path(path).name} again") from None
+    if not isinstance(value, dict):
+        raise ConversionError(f"{path}: expected {what} (a JSON object), got a {type(value).__name__}")
+    return value
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -48,8 +62,15 @@ def weight_files(folder: Path) -> list[Path]:
         if (folder / name).is_file():
             return [folder / name]
         if (folder / index).is_file():
-            shards = sorted(set(json.loads((folder / index).read_text())["weight_map"].values()))
-            return [folder / s for s in shards]
+            weight_map = read_json(folder / index, "a sharded checkpoint index").get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise ConversionError(f"{folder / index} has no 'weight_map'. Fix: download the index again")
+            shards = [folder / s for s in sorted(set(weight_map.values()))]
+            missing = [s.name for s in shards if not s.is_file()]
+            if missing:
+                raise FileNotFoundError(f"{folder}: shard(s) {', '.join(missing)} listed in {index} are missing. "
+                                        "Fix: download them")
+            return shards
     raise FileNotFoundError(f"{folder} has no model.safetensors or pytorch_model.bin; save the "
                             "model with `model.save_pretrained(folder)`")
 
@@ -61,21 +82,38 @@ def read_state_dict(folder: Path) -> dict[str, np.ndarray]:
         if path.suffix == ".safetensors":
             from safetensors import safe_open
 
-            with safe_open(str(path), framework="numpy") as f:
-                for k in f.keys():
-                    state[k] = f.get_tensor(k)
+            try:
+                with safe_open(str(path), framework="numpy") as f:
+                    for k in f.keys():
+                        state[k] = f.get_tensor(k)
+            except Exception as e:  # SafetensorError, OSError, ...: truncated, empty or not safetensors
+                raise ConversionError(f"{path} cannot be read as safetensors ({_first_line(e)}): the file is "
+                                      "truncated, empty or damaged. Fix: download it again (or re-save the model "
+                                      "with save_pretrained)") from None
         else:
             try:
                 import torch
             except ImportError as e:
                 raise ConversionError(f"{path} is a PyTorch pickle and reading it needs torch; "
                                       "install torch or re-save the model as safetensors") from e
-            sd = torch.load(path, map_location="cpu", weights_only=True)
+            try:
+                sd = torch.load(path, map_location="cpu", weights_only=True)
+            except Exception as e:  # RuntimeError, EOFError, UnpicklingError on a truncated file
+                raise ConversionError(f"{path} cannot be read as a PyTorch checkpoint ({_first_line(e)}): the "
+                                      "file is truncated or damaged. Fix: download it again") from None
+            if not isinstance(sd, dict):
+                raise ConversionError(f"{path} holds a {type(sd).__name__}, not a state dict of tensors. Fix: "
+                                      "save model.state_dict() (or use save_pretrained)")
             state.update({k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in sd.items()})
     # Old TF-converted BERT checkpoints name LayerNorm parameters gamma/beta.
     renamed = {re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k)): v
                for k, v in state.items()}
     return {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in renamed.items()}
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return f"{e.__class__.__name__}: {text[0]}" if text else e.__class__.__name__
 
 
 def apply_table(state: dict[str, np.ndarray], entries: list[Entry], ignore: tuple[str, ...] = (),

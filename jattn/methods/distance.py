@@ -82,6 +82,11 @@ def mds(distance: np.ndarray, seed: int = 0) -> np.ndarray:
     """2-D metric MDS of a precomputed distance matrix, Clark's settings. (K, K) -> (K, 2)."""
     from sklearn.manifold import MDS
 
+    bad = np.argwhere(~np.isfinite(distance))
+    if len(bad):
+        raise ValueError(f"the head distances hold {len(bad)} NaN/inf entries, the first between heads "
+                         f"{bad[0][0]} and {bad[0][1]} (index l·H + h): the model produced non-finite "
+                         "attention. Fix: check the model's weights (jattn.load refuses non-finite ones)")
     model = MDS(n_components=2, metric_mds=True, metric="precomputed", init="random", n_init=5,
                 max_iter=1000, eps=1e-10, random_state=seed)
     return model.fit_transform(distance)
