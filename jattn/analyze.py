@@ -123,6 +123,6 @@ def run(args) -> None:
             meta = results.run_meta(input=str(Path(args.input).absolute()), format=args.format,
                                     methods=[m.name for m in methods])
             output.write(lambda folder: results.write_files(result, folder, model.config.num_layers, meta))
-            skipped = result.meta.get("skipped_empty", 0) + corpus.skipped
+            skipped = result.meta["skipped_empty"]
             print(f"jattn analyze: {result.meta['segments']} segments, {result.meta['tokens']} tokens"
                   + (f" ({skipped} empty segments skipped)" if skipped else "") + f" -> {args.out}")

@@ -2,7 +2,7 @@
 
 The cache is an optimisation, never a source of truth: ``save_params`` writes synchronously
 (nothing waits at interpreter exit) and stores a checksum of every file of the checkpoint
-beside it (``<name>.blake2b``); ``restore_params`` verifies it before orbax reads anything and
+in it (``jattn.blake2b``); ``restore_params`` verifies it before orbax reads anything and
 raises ``CacheError`` on a missing, unreadable or mismatching entry, which ``jattn.load``
 answers by converting again.
 """
@@ -47,9 +47,10 @@ def source_key(files: list[Path]) -> str:
 
 
 def checksum(folder: Path) -> str:
-    """blake2b of the relative path and bytes of every file under ``folder``, in sorted order."""
+    """blake2b of the relative path and bytes of every file under ``folder`` (but the checksum
+    file), in sorted order."""
     h = hashlib.blake2b(digest_size=16)
-    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name != CHECKSUM_FILE):
         h.update(f"{path.relative_to(folder)}|{path.stat().st_size}|".encode())
         with open(path, "rb") as f:
             while chunk := f.read(1 << 22):
@@ -57,8 +58,11 @@ def checksum(folder: Path) -> str:
     return h.hexdigest()
 
 
+CHECKSUM_FILE = "jattn.blake2b"  # inside the checkpoint folder; orbax ignores it
+
+
 def _checksum_file(path: Path) -> Path:
-    return path.with_name(path.name + ".blake2b")
+    return path / CHECKSUM_FILE
 
 
 def writable_folder(folder: Path) -> None:
@@ -111,10 +115,5 @@ def restore_params(path: Path):
 
 
 def remove(path: Path) -> None:
-    """Delete a cache entry and its checksum, ignoring errors (a read-only cache stays as is)."""
-    path = Path(path)
+    """Delete a cache entry, ignoring errors (a read-only cache stays as is)."""
     shutil.rmtree(path, ignore_errors=True)
-    try:
-        _checksum_file(path).unlink(missing_ok=True)
-    except OSError:
-        pass

@@ -22,15 +22,22 @@ COMMANDS = {
 USER_ERRORS = (ValueError, OSError, ImportError)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (status 2) instead of the usage block."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def debugging(args=None) -> bool:
     return bool(getattr(args, "debug", False)) or os.environ.get("JATTN_DEBUG", "") not in ("", "0")
 
 
 def main(argv=None) -> None:
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks (also JATTN_DEBUG=1)")
-    parser = argparse.ArgumentParser(prog="jattn", description=__doc__.splitlines()[0], parents=[common])
+    parser = Parser(prog="jattn", description=__doc__.splitlines()[0], parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
     modules = {}
     for name, module in COMMANDS.items():

@@ -107,8 +107,8 @@ def load_tokenizer(folder: Path, family: Family, config):
         if token_id is None or not 0 <= token_id < vocab_size:
             raise ConfigError(f"the tokenizer in {folder} has no {name} token (id {token_id}), which a "
                               f"{config.model_type} model needs. Fix: use the tokenizer saved with the model")
-        expected = getattr(config, f"{name}_token_id", None) if name in ("pad", "eos") else None
-        if expected is not None and token_id != expected and config.model_type != "bert":
+        expected = getattr(config, f"{name}_token_id", None) if isinstance(config, Seq2SeqConfig) else None
+        if expected is not None and token_id != expected:  # decoding starts from, pads with, stops at them
             raise ConfigError(f"the tokenizer in {folder} has {name}_token_id {token_id} but config.json says "
                               f"{expected}: tokenizer and model disagree. Fix: use the tokenizer saved with the model")
     return tokenizer

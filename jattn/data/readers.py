@@ -1,9 +1,10 @@
 """Corpus readers: plain text, CoNLL-U and the GAP tsv behind one interface.
 
 ``read(path, format)`` yields ``Example``s lazily (memory does not grow with the file):
-  * ``text``: one segment per non-blank line, tokenized as ``[CLS] line [SEP]``; a line with
-    one tab is a pair ``[CLS] A [SEP] B [SEP]``. Blank lines (and a pair with a blank side)
-    are skipped and counted (``Corpus.skipped``), as ``run_corpus`` skips empty examples.
+  * ``text``: one segment per non-empty line, tokenized as ``[CLS] line [SEP]``; a line with
+    one tab is a pair ``[CLS] A [SEP] B [SEP]``. Empty lines separate nothing and are passed
+    over; a line of blanks (or a pair with a blank side) is an empty ``Example``, which
+    ``run_corpus`` skips and counts (``meta["skipped_empty"]``), as for any empty input.
   * ``conllu``: one sentence per example, as its list of words (pre-split, so word-level
     methods can aggregate subwords); multiword-token lines (``3-4``) and empty nodes
     (``8.1``) are skipped.
@@ -14,11 +15,13 @@
 
 from __future__ import annotations
 
+import codecs
 import csv
 import dataclasses
+import itertools
 import re
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 FORMATS = ("text", "conllu", "gap")
 
@@ -57,47 +60,45 @@ def as_example(x, index: int) -> Example:
 
 
 class _Lines:
-    """Numbered lines of a text file; a decoding error names the file, the line and ``--encoding``."""
+    """Numbered lines of a text file, decoded incrementally; a decoding error names the file,
+    the line and ``--encoding``. ``newline=""`` keeps line endings (for ``csv``)."""
 
     def __init__(self, path: Path, encoding: str, newline: str | None = None):
-        self.path, self.encoding, self.newline, self.number = path, encoding, newline, 0
+        self.path, self.encoding, self.keep_ends, self.number = path, encoding, newline == "", 0
 
     def __iter__(self) -> Iterator[str]:
-        with open(self.path, encoding=self.encoding, newline=self.newline) as f:
-            while True:
+        decoder = codecs.getincrementaldecoder(self.encoding)()
+        pending = ""
+        with open(self.path, "rb") as f:
+            for raw in itertools.chain(f, [None]):
                 try:
-                    line = f.readline()
+                    pending += decoder.decode(b"" if raw is None else raw, final=raw is None)
                 except UnicodeDecodeError as e:
-                    raise ValueError(f"{self.path}:{self.number + 1}: not valid {self.encoding} ({e.reason} at "
-                                     f"byte {e.start} of the chunk read). Fix: pass the file's encoding, e.g. "
+                    raise ValueError(f"{self.path}:{self.number + pending.count(chr(10)) + 1}: not valid "
+                                     f"{self.encoding} ({e.reason}). Fix: pass the file's encoding, e.g. "
                                      "--encoding latin-1 (encoding= in Python), or convert it to UTF-8") from None
-                if not line:
-                    return
-                self.number += 1
-                yield line
+                lines = pending.splitlines(keepends=True)
+                pending = lines.pop() if lines and raw is not None and not lines[-1].endswith("\n") else ""
+                for line in lines:
+                    self.number += 1
+                    yield line if self.keep_ends else line.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def read_text(path: Path, encoding: str = "utf-8", skipped: Callable[[], None] = lambda: None) -> Iterator[Example]:
+def read_text(path: Path, encoding: str = "utf-8") -> Iterator[Example]:
     lines = _Lines(path, encoding)
     for line in lines:
         i = lines.number
         line = line.rstrip("\n\r")
-        if not line.strip():
-            if line:
-                skipped()
+        if not line:
             continue
         parts = line.split("\t")
         if len(parts) > 2:
             raise ValueError(f"{path}:{i}: {len(parts) - 1} tabs; a line is one segment or a "
                              "pair 'A<TAB>B'. Fix: remove the extra tabs")
-        example = Example(parts[0], parts[1] if len(parts) == 2 else None, f"{path}:{i}")
-        if example.is_empty:
-            skipped()
-            continue
-        yield example
+        yield Example(parts[0], parts[1] if len(parts) == 2 else None, f"{path}:{i}")
 
 
-def read_conllu(path: Path, encoding: str = "utf-8", skipped: Callable[[], None] = lambda: None) -> Iterator[Example]:
+def read_conllu(path: Path, encoding: str = "utf-8") -> Iterator[Example]:
     words, start = [], None
     lines = _Lines(path, encoding)
     for line in lines:
@@ -134,7 +135,7 @@ def split_paragraph(text: str) -> tuple[str, str | None]:
     return text[:cut].strip(), text[cut:].strip()
 
 
-def read_gap(path: Path, encoding: str = "utf-8", skipped: Callable[[], None] = lambda: None) -> Iterator[Example]:
+def read_gap(path: Path, encoding: str = "utf-8") -> Iterator[Example]:
     rows = csv.reader(_Lines(path, encoding, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
     header = next(rows, None)
     if not header or "Text" not in header:
@@ -143,28 +144,21 @@ def read_gap(path: Path, encoding: str = "utf-8", skipped: Callable[[], None] = 
     col = header.index("Text")
     for row in rows:
         i = rows.line_num
-        if not any(cell.strip() for cell in row):
-            skipped()
+        if not row:  # an empty line
             continue
         if len(row) <= col:
             raise ValueError(f"{path}:{i}: {len(row)} tab-separated fields, the 'Text' column is field "
                              f"{col + 1} of the header's {len(header)}. Fix: repair the row (a GAP row has "
                              f"{len(header)} fields)")
         a, b = split_paragraph(row[col])
-        example = Example(a, b, f"{path}:{i}")
-        if example.is_empty:
-            skipped()
-            continue
-        yield example
+        yield Example(a, b, f"{path}:{i}")
 
 
 READERS = {"text": read_text, "conllu": read_conllu, "gap": read_gap}
 
 
-def read(path, format: str = "text", encoding: str = "utf-8", skipped: Callable[[], None] = lambda: None
-         ) -> Iterator[Example]:
-    """Yield the examples of ``path`` read as ``format`` (one of ``FORMATS``); ``skipped()`` is
-    called once per blank segment left out."""
+def read(path, format: str = "text", encoding: str = "utf-8") -> Iterator[Example]:
+    """Yield the examples of ``path`` read as ``format`` (one of ``FORMATS``)."""
     if format not in READERS:
         raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
     path = Path(path)
@@ -172,36 +166,24 @@ def read(path, format: str = "text", encoding: str = "utf-8", skipped: Callable[
         raise IsADirectoryError(f"input {path} is a folder. Fix: pass a corpus file ({format} format)")
     if not path.is_file():
         raise FileNotFoundError(f"input file {path} does not exist. Fix: check the path")
-    import codecs
-
     try:
         codecs.lookup(encoding)
     except LookupError:
         raise ValueError(f"unknown encoding {encoding!r}. Fix: e.g. --encoding utf-8 or latin-1") from None
-    return READERS[format](path, encoding, skipped)
+    return READERS[format](path, encoding)
 
 
 class Corpus:
     """A re-readable file corpus: iterating streams ``read(path, format)``; ``len`` counts the
-    examples once (a cheap pass without tokenization) so progress bars can show an ETA.
-    ``skipped``: blank segments left out by the last complete pass."""
+    examples once (a cheap pass without tokenization) so progress bars can show an ETA."""
 
     def __init__(self, path, format: str = "text", encoding: str = "utf-8"):
         self.path, self.format, self.encoding = Path(path), format, encoding
-        self._len, self.skipped = None, 0
+        self._len = None
         iter(self)  # fail early on a bad path, format or encoding
 
     def __iter__(self) -> Iterator[Example]:
-        count = [0]
-
-        def skipped():
-            count[0] += 1
-
-        def examples():
-            yield from read(self.path, self.format, self.encoding, skipped)
-            self.skipped = count[0]
-        read(self.path, self.format, self.encoding)  # raise here, not at the first next()
-        return examples()
+        return read(self.path, self.format, self.encoding)
 
     def __len__(self) -> int:
         if self._len is None:
