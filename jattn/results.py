@@ -173,6 +173,9 @@ class Output:
         """``fill(folder)`` writes into a fresh folder beside ``out``, which then replaces
         ``out`` atomically; on any error ``out`` is left as it was. Returns what ``fill`` returns."""
         tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would become out's mode
         try:
             try:
                 value = fill(tmp)

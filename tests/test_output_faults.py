@@ -1,0 +1,231 @@
+"""Faults around ``jattn analyze``'s output folder, in real processes (issue 11): SIGINT and
+SIGKILL mid-run, two runs at once into one --out, a full disk, and a read-only conversion
+cache. Whatever happens, --out holds either the previous complete results or the new complete
+ones, never a mix of two runs or a partial file."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tiny_encoders import save_tiny
+
+FIGURES = {  # figures each method set writes (heatmaps of its (L, H) statistics included)
+    "weights": {"class_attention.png", "positional.png"} | {f"heatmap_{k}.png" for k in (
+        "attn_to_cls", "attn_to_sep", "attn_to_punct", "attn_to_other", "sep_to_sep", "nonsep_to_sep",
+        "attn_prev", "attn_self", "attn_next")},
+    "entropy": {"entropy.png", "heatmap_entropy.png", "heatmap_entropy_cls.png"},
+}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A tiny model, a long corpus (seconds of work), a short one, and one complete 'weights' run."""
+    root = tmp_path_factory.mktemp("faults")
+    model = save_tiny(root / "model", "bert-2x4", max_positions=64)
+    rng = random.Random(0)
+    words = "the cat sat on a mat dog ran far away , . and then it slept in sun".split()
+    (root / "long.txt").write_text("\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(4, 20)))
+                                             for _ in range(20000)) + "\n")
+    (root / "short.txt").write_text("The cat sat.\nA dog ran, far away.\n")
+    previous = root / "previous"
+    proc = analyze(root, model, "short.txt", "weights", previous)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    return root, model, previous
+
+
+def analyze(root: Path, model: Path, corpus: str, methods: str, out: Path, **popen) -> subprocess.Popen:
+    env = dict(os.environ, JATTN_CACHE=str(root / "cache"), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    return subprocess.Popen([sys.executable, "-m", "jattn.cli", "analyze", "--model", str(model), "--input",
+                             str(root / corpus), "--methods", methods, "--out", str(out), "--batch-size", "16",
+                             "--max-length", "64"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **popen)
+
+
+class Stderr:
+    """Collects a process's stderr in a thread, so a test can wait for the progress bar."""
+
+    def __init__(self, proc):
+        self.text = ""
+        self.thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self.thread.start()
+
+    def _read(self, proc):
+        while chunk := proc.stderr.read(1):
+            self.text += chunk
+
+    def wait_for_progress(self, proc, timeout=240):
+        """Until the progress bar shows examples done (the corpus is being computed)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(int(done) > 0 for done in re.findall(r"\| *(\d+)/\d+ \[", self.text)):
+                return
+            time.sleep(0.05)
+        pytest.fail(f"no progress before the deadline: {self.text[-500:]}")
+
+
+def snapshot(out: Path) -> dict | None:
+    """{relative path: bytes} of the folder, read through one directory handle (one version)."""
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return None
+    try:
+        files = {}
+        for name in os.listdir(fd):
+            if name == "figures":
+                sub = os.open("figures", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                try:
+                    for f in os.listdir(sub):
+                        files["figures/" + f] = _read(f, sub)
+                finally:
+                    os.close(sub)
+            else:
+                files[name] = _read(name, fd)
+        return files
+    finally:
+        os.close(fd)
+
+
+def _read(name, dir_fd) -> bytes:
+    fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def assert_complete(files: dict, methods: str) -> None:
+    """One run's complete results: results.json/npz and exactly that method set's figures."""
+    doc = json.loads(files["results.json"])
+    assert doc["meta"]["complete"] is True and doc["meta"]["methods"] == methods.split(",")
+    figures = {k.removeprefix("figures/") for k in files if k.startswith("figures/")}
+    assert figures == set().union(*(FIGURES[m] for m in methods.split(","))), figures
+    assert set(files) == {"results.json", "results.npz"} | {"figures/" + f for f in figures}
+    assert all(files[f"figures/{f}"].startswith(b"\x89PNG") for f in figures)
+    import io
+
+    import numpy as np
+
+    assert set(np.load(io.BytesIO(files["results.npz"]))) == set(doc) - {"meta"}
+
+
+def leftovers(out: Path) -> list[str]:
+    return sorted(p.name for p in out.parent.glob(f".{out.name}.tmp-*"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_interrupted_run_leaves_the_previous_results(sig, setup, tmp_path):
+    root, model, previous = setup
+    out = shutil.copytree(previous, tmp_path / "out")
+    before = snapshot(out)
+    proc = analyze(root, model, "long.txt", "entropy", out)
+    err = Stderr(proc)
+    err.wait_for_progress(proc)
+    proc.send_signal(sig)
+    code = proc.wait(timeout=120)
+    err.thread.join(timeout=10)
+    assert snapshot(out) == before
+    assert_complete(before, "weights")
+    if sig == signal.SIGINT:
+        assert code == 130 and "interrupted; --out was left as it was" in err.text
+        assert "Traceback" not in err.text and leftovers(out) == []
+    else:
+        assert code == -signal.SIGKILL
+    again = analyze(root, model, "short.txt", "entropy", out)  # and the next run replaces them whole
+    assert again.wait(timeout=300) == 0, again.stderr.read()
+    assert_complete(snapshot(out), "entropy")  # no stale 'weights' figure left
+    assert leftovers(out) == []  # a killed run's temporary folder was removed
+
+
+def test_two_runs_into_one_out(setup, tmp_path):
+    """Two runs at once: the second stops at once ('in use') or waits its turn; a reader
+    polling --out all along sees only complete results of one run."""
+    root, model, previous = setup
+    out = shutil.copytree(previous, tmp_path / "out")
+    procs = [analyze(root, model, "long.txt", "entropy", out), analyze(root, model, "long.txt", "weights,entropy", out)]
+    seen = set()
+    while any(p.poll() is None for p in procs):
+        files = snapshot(out)
+        if files is not None:
+            try:
+                doc = json.loads(files["results.json"])
+            except KeyError:  # the old folder deleted under the reader after the swap: read again
+                continue
+            methods = ",".join(doc["meta"]["methods"])
+            try:
+                assert_complete(files, methods)
+            except FileNotFoundError:
+                continue
+            seen.add(methods)
+        time.sleep(0.05)
+    results = [(p.returncode, p.stderr.read()) for p in procs]
+    assert all(code == 0 or (code == 1 and "in use by another jattn run" in err) for code, err in results), results
+    assert any(code == 0 for code, _ in results)
+    final = snapshot(out)
+    methods = ",".join(json.loads(final["results.json"])["meta"]["methods"])
+    assert_complete(final, methods)
+    winners = [m for m, (code, _) in zip(("entropy", "weights,entropy"), results) if code == 0]
+    assert methods in winners and seen <= {"weights", *winners}
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, options: str):
+    path.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or a user namespace): {proc.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def test_full_disk_leaves_the_previous_results(setup, tmp_path):
+    root, model, previous = setup
+    with tmpfs(tmp_path / "disk", "size=2m") as disk:
+        out = shutil.copytree(previous, disk / "out")
+        before = snapshot(out)
+        free = shutil.disk_usage(disk).free
+        with open(disk / "filler", "wb") as f:  # leave ~16 kB: less than the new results need
+            f.write(b"\0" * max(0, free - 16 * 1024))
+        proc = analyze(root, model, "short.txt", "weights,entropy", out)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1, err
+        last = err.strip().splitlines()[-1]
+        assert "No space left on device" in last and "was left as it was" in last and "Fix" in last, err
+        assert "Traceback" not in err
+        assert snapshot(out) == before and leftovers(out) == []
+
+
+def test_read_only_cache_costs_seconds_not_minutes(tmp_path):
+    """A pickle checkpoint is cached by default; a read-only cache folder is reported once and
+    skipped, and the process exits without waiting on the failed save."""
+    model = save_tiny(tmp_path / "model", "bert-2x4", safe=False, max_positions=64)
+    code = ("import time, jattn; t = time.perf_counter(); jattn.load({!r}, use_cache={})\n"
+            "print(time.perf_counter() - t)")
+
+    def run(use_cache, cache):
+        env = dict(os.environ, JATTN_CACHE=str(cache), HF_HUB_OFFLINE="1")
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", code.format(str(model), use_cache)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return time.perf_counter() - t0, proc.stderr
+
+    with tmpfs(tmp_path / "ro", "size=1m,ro") as ro:
+        baseline, _ = run(False, ro)
+        elapsed, err = run(None, ro)
+    assert elapsed - baseline < 5.0, (elapsed, baseline)
+    warnings = [line for line in err.splitlines() if line.strip()]
+    assert len(warnings) == 1 and "not caching" in warnings[0] and "Read-only file system" in warnings[0], err
