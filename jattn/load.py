@@ -119,7 +119,8 @@ def check_finite(state: dict, source) -> None:
     bad = [(k, int((~np.isfinite(v)).sum())) for k, v in state.items()
            if v.dtype.kind == "f" and not np.isfinite(v).all()]
     if bad:
-        names = ", ".join(f"{k} ({n} values)" for k, n in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        names = ", ".join(f"{k} ({n} values)" for k, n in bad[:5])
+        names += f" and {len(bad) - 5} more" if len(bad) > 5 else ""
         raise ConversionError(f"{source}: NaN or inf weights in {names}. Fix: download the checkpoint again, "
                               "or fix the training run that wrote it")
 

@@ -287,7 +287,8 @@ class MixingRatio(Method):
         return stats
 
 
-register("norms", "weight- vs norm-based (‖αf‖) attention to token classes, ‖f(x)‖ per class (Kobayashi et al. 2020)",
+register("norms", "weight- vs norm-based (‖αf‖) attention to token classes, ‖f(x)‖ per class "
+         "(Kobayashi et al. 2020)",
          lambda model, options: NormClassAttention())
 register("norm-freq", "mean received α and ‖f(x)‖ per token id, Spearman vs frequency rank (needs --rank-file; "
          "Kobayashi et al. 2020)",
