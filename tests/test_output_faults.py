@@ -229,3 +229,11 @@ def test_read_only_cache_costs_seconds_not_minutes(tmp_path):
     assert elapsed - baseline < 5.0, (elapsed, baseline)
     warnings = [line for line in err.splitlines() if line.strip()]
     assert len(warnings) == 1 and "not caching" in warnings[0] and "Read-only file system" in warnings[0], err
+
+
+def test_unwritable_out_fails_before_any_work(tmp_path):
+    from jattn.cli import main
+
+    with tmpfs(tmp_path / "ro", "size=1m,ro") as ro:
+        with pytest.raises(SystemExit, match=r"ro is not writable\. Fix: choose a writable --out"):
+            main(["analyze", "--input", str(tmp_path), "--out", str(ro / "out"), "--model", str(tmp_path / "none")])
