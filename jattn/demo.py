@@ -115,15 +115,15 @@ def run(args) -> None:
     from jattn.methods.registry import make_methods
     from jattn.run import run_corpus
 
-    with results.Output(args.out, overwrite=args.overwrite) as output:
+    sentences = sample_sentences()
+    if args.maps > len(sentences):
+        raise ValueError(f"--maps {args.maps}: the sample has {len(sentences)} sentences. Fix: --maps "
+                         f"{len(sentences)} or fewer")
+    with results.Output(args.out, overwrite=args.overwrite) as output:  # checked and locked before any work
         model = jattn.load(args.model)
         name = "all-MiniLM-L6-v2 (embedded default)" if args.model is None else str(args.model)
         examples = list(Corpus(sample_path("en_ewt-ud-dev.sample.conllu"), "conllu"))[: args.limit]
         result = run_corpus(model, examples, make_methods(model, METHODS), batch_size=args.batch_size)
-        sentences = sample_sentences()
-        if args.maps > len(sentences):
-            raise ValueError(f"--maps {args.maps}: the sample has {len(sentences)} sentences. Fix: --maps "
-                             f"{len(sentences)} or fewer")
 
         def fill(out: Path) -> list[Path]:
             figures = results.write_files(result, out, model.config.num_layers,
