@@ -178,3 +178,100 @@ def test_spearman_occurrences_equals_repeated_arrays():
     ok = ~np.isnan(values) & ~np.isnan(ranks)
     want = spearmanr(np.repeat(values[ok], counts[ok]), np.repeat(ranks[ok], counts[ok])).statistic
     assert NS.spearman_occurrences(values, ranks, counts) == pytest.approx(want, abs=1e-12)
+
+
+# ------------------------------------------------ the authors' occurrence-level statistic
+
+def brute_spearman(x, y) -> float:
+    """Spearman ρ by definition: Pearson correlation of tie-averaged ranks, ranks by counting."""
+    def ranks(v):
+        v = np.asarray(v, np.float64)
+        return np.array([1 + (v < a).sum() + ((v == a).sum() - 1) / 2 for a in v])
+
+    rx, ry = ranks(x), ranks(y)
+    dx, dy = rx - rx.mean(), ry - ry.mean()
+    return float((dx * dy).sum() / np.sqrt((dx ** 2).sum() * (dy ** 2).sum()))
+
+
+@pytest.fixture(scope="module")
+def occurrences(tmp_path_factory):
+    """The streamed pass over CORPUS (+ one pair) in batches of 2 (padding rows and columns),
+    and, per example alone and unpadded, the per-token values by loops over layers and heads,
+    in the pass's order (examples sorted by token length, then corpus index)."""
+    import jattn
+    from jattn.methods.norm_occurrences import occurrence_pass
+
+    tmp = tmp_path_factory.mktemp("occurrences")
+    model = tiny_bert(tmp / "model")
+    corpus = CORPUS + [("A pair, first.", "Second part")]
+    logs = {res: occurrence_pass(model, corpus, tmp / f"log{res}", residual=res, batch_size=2, progress=False)
+            for res in (False, True)}
+    L, H = model.config.num_layers, model.config.num_heads
+    want = {"ids": [], "fnorm": [], "alpha": [], **{f"mixing_{k}": [] for k in NS.MIXING}}
+    lengths = [model.tokenize([text]).input_ids.shape[1] for text in corpus]
+    for e in sorted(range(len(corpus)), key=lambda e: (lengths[e], e)):  # the pass's documented order
+        b = model.tokenize([corpus[e]])
+        n = b.input_ids.shape[1]
+        out = jattn.norms(model, b.inputs(), residual=True)
+        for j in range(n):
+            want["ids"].append(int(b.input_ids[0, j]))
+            want["fnorm"].append(sum(out["f_norm"][l, 0, h, j] for l in range(L) for h in range(H)) / (L * H))
+            want["alpha"].append(sum(out["weights"][l, 0, h, :, j].sum() / n for l in range(L) for h in range(H))
+                                 / (L * H))
+            for k in NS.MIXING:
+                want[f"mixing_{k}"].append(sum(out[f"mixing_{k}"][l, 0, j] for l in range(L)) / L)
+    return model, logs, {k: np.array(v) for k, v in want.items()}
+
+
+def test_occurrence_pass_streams_every_token_once(occurrences):
+    """Every real token of the corpus, with its own (unpadded, single-example) value, batching
+    and padding notwithstanding; the log is on disk in the declared dtypes."""
+    _, logs, want = occurrences
+    for res, fields in ((False, ("fnorm", "alpha")), (True, tuple(f"mixing_{k}" for k in NS.MIXING))):
+        got = logs[res].read()
+        assert logs[res].count == len(want["ids"]) == len(got["ids"])
+        assert got["ids"].dtype == np.int32 and (logs[res].folder / "ids.bin").stat().st_size == 4 * len(want["ids"])
+        np.testing.assert_array_equal(got["ids"], want["ids"])
+        for f in fields:
+            np.testing.assert_allclose(got[f], want[f], rtol=2e-5, atol=1e-6, err_msg=f)
+
+
+def test_occurrence_spearman_equals_brute_force(occurrences, tmp_path):
+    """spearman_authors on the streamed values is exactly the by-definition ρ, with every
+    occurrence's rank looked up by hand ([CLS]/[SEP] and unranked ids at the bottom rank)."""
+    from jattn.methods.norm_occurrences import spearman_authors
+
+    model, logs, _ = occurrences
+    ids = model.tokenizer.convert_tokens_to_ids(["the", ",", ".", "cat", "mat", "a", "with"])
+    table = {i: 3 * r + 2 for r, i in enumerate(ids)}  # ranks 2, 5, 8, ...: not 1..k
+    rank_file = tmp_path / "ranks.txt"
+    rank_file.write_text("".join(f"{r} {1000 - r} {i}\n" for i, r in table.items()))
+    ranks = NS.read_ranks(rank_file, model.config.vocab_size)
+    bottom = max(table.values()) + 1
+    for res, field in ((False, "fnorm"), (False, "alpha"), (True, "mixing_attnres_n"), (True, "mixing_attnresln_n")):
+        occ = logs[res].read()
+        freq = [table.get(int(i), bottom) for i in occ["ids"]]
+        assert bottom in freq and len(set(freq)) > 3  # the rule is exercised
+        want = brute_spearman(occ[field], freq)
+        assert spearman_authors(occ[field], occ["ids"], ranks) == pytest.approx(want, abs=1e-12)
+
+
+def test_type_mean_and_occurrence_statistics_differ():
+    """Type A (rank 1) occurs with ‖f‖ 0 and 10, type B (rank 2) with 4 and 5. Type means 5 > 4.5
+    give ρ = −1 when every occurrence carries its type's mean; the occurrences' own values give
+    ranks (1, 4, 2, 3) against (1.5, 1.5, 3.5, 3.5): covariance 0, ρ = 0."""
+    from jattn.methods.norm_occurrences import bottom_ranked, spearman_authors
+
+    ids = np.array([0, 0, 1, 1])
+    values = np.array([0.0, 10.0, 4.0, 5.0])
+    ranks = np.array([1.0, 2.0, np.nan])  # id 2 unranked
+    means = np.array([5.0, 4.5, np.nan])
+    counts = np.array([2, 2, 0])
+    assert NS.spearman_occurrences(means, ranks, counts) == pytest.approx(-1.0, abs=1e-12)
+    assert spearman_authors(values, ids, ranks) == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_array_equal(bottom_ranked(ranks), [1.0, 2.0, 3.0])
+    # an unranked occurrence joins at the bottom rank: (0, 10, 4, 5, 7) vs (1, 1, 2, 2, 3)
+    assert spearman_authors(np.r_[values, 7.0], np.r_[ids, 2], ranks) == pytest.approx(
+        brute_spearman([0, 10, 4, 5, 7], [1, 1, 2, 2, 3]), abs=1e-12)
+    with pytest.raises(ValueError, match="matching 1-D"):
+        spearman_authors(values, ids[:3], ranks)
