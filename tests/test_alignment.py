@@ -114,31 +114,116 @@ def test_subword_words():
         AL.subword_words(lambda w: [], ["x"])
 
 
+def test_diagonal_alignment_and_its_aer_known_answers():
+    # 4 target words over 2 source words: centres 1/8, 3/8, 5/8, 7/8 of the sentence -> 0, 0, 1, 1
+    assert AL.diagonal_alignment(2, 4) == {(0, 0), (0, 1), (1, 2), (1, 3)}
+    # 3 target words over 6 source words: centres at source positions 1, 3, 5
+    assert AL.diagonal_alignment(6, 3) == {(1, 0), (3, 1), (5, 2)}
+    assert AL.diagonal_alignment(3, 3) == {(0, 0), (1, 1), (2, 2)}
+    assert AL.diagonal_alignment(1, 2) == {(0, 0), (0, 1)}
+    with pytest.raises(ValueError, match="words on both sides"):
+        AL.diagonal_alignment(0, 3)
+    # gold (source, target): sure {0-0, 1-2}, possible also {0-1}; pair 2: sure {1-0, 0-1, 2-2}
+    gold = [({(0, 0), (1, 2)}, {(0, 0), (1, 2), (0, 1)}), ({(1, 0), (0, 1), (2, 2)}, {(1, 0), (0, 1), (2, 2)})]
+    diagonal = [AL.diagonal_alignment(2, 4), AL.diagonal_alignment(3, 3)]
+    # |A| = 4 + 3, |S| = 2 + 3; A∩S = {0-0, 1-2} + {2-2} = 3; A∩P = {0-0, 0-1, 1-2} + {2-2} = 4 -> 1 − 7/12
+    assert AL.aer(diagonal, gold) == pytest.approx(5 / 12)
+    # a hand-made alignment: pair 1 {0-0, 0-1, 1-3} (A∩S 1, A∩P 2), pair 2 {1-0, 0-1} (2, 2) -> 1 − 7/10
+    assert AL.aer([{(0, 0), (0, 1), (1, 3)}, {(1, 0), (0, 1)}], gold) == pytest.approx(0.3)
+
+
+def test_grow_diag_final_and_known_answers():
+    # intersection {0-0, 1-1}; 2-1 and 1-2 are diagonal/adjacent union links touching an unaligned word
+    assert AL.grow_diag_final_and({(0, 0), (1, 1), (2, 1)}, {(0, 0), (1, 1), (1, 2)}) == \
+        {(0, 0), (1, 1), (2, 1), (1, 2)}
+    # 3-3 is nobody's neighbour but both its words are unaligned: added by final-and
+    assert AL.grow_diag_final_and({(0, 0), (3, 3)}, {(0, 0)}) == {(0, 0), (3, 3)}
+    # 0-3: not a neighbour and source word 0 is aligned: left out; 2-1 grows from 1-1 only after
+    # 1-1 itself was grown from 0-0 (the loop repeats until nothing changes)
+    assert AL.grow_diag_final_and({(0, 0), (0, 3), (1, 1), (2, 1)}, {(0, 0)}) == {(0, 0), (1, 1), (2, 1)}
+    # final-and takes the forward links first: 4-4 (forward) blocks 4-5 (reverse)
+    assert AL.grow_diag_final_and({(4, 4)}, {(4, 5)}) == {(4, 4)}
+    assert AL.grow_diag_final_and(set(), set()) == set()
+    assert AL.parse_links(AL.format_links({(2, 1), (0, 0)}), one_based=False)[0] == {(0, 0), (2, 1)}
+    assert AL.format_links({(2, 1), (0, 0)}) == "0-0 2-1"
+
+
+def test_eflomal_wrapper_gives_symmetrised_links():
+    """eflomal on a tiny repeated parallel text: one (fwd, rev, sym) link set per pair, in range,
+    sym = grow-diag-final-and(fwd, rev), and close to the hand-made gold (far better than diagonal)."""
+    pytest.importorskip("eflomal", reason="eflomal is not installed (pip install eflomal; it is in the "
+                                          "test extra, which CI installs)")
+    from jattn.methods.eflomal_align import eflomal_align
+
+    fr = ["le chat noir", "le chien", "un chat", "le chat dort", "un chien noir", "le chien dort"]
+    en = ["the black cat", "the dog", "a cat", "the cat sleeps", "a black dog", "the dog sleeps"]
+    src, tgt = [s.split() for s in fr] * 30, [t.split() for t in en] * 30
+    fwd, rev, sym = eflomal_align(src, tgt)
+    assert len(fwd) == len(rev) == len(sym) == len(src)
+    for k in range(len(src)):
+        assert sym[k] == AL.grow_diag_final_and(fwd[k], rev[k])
+        assert fwd[k] & rev[k] <= sym[k] <= fwd[k] | rev[k]
+        assert all(0 <= i < len(src[k]) and 0 <= j < len(tgt[k]) for i, j in sym[k])
+        assert all(isinstance(i, int) and isinstance(j, int) for i, j in sym[k])
+    # it aligns: the sampler is seeded from /dev/urandom, so a bound, not fixed links (0.00-0.13 in 8 runs)
+    gold = [{(0, 0), (1, 2), (2, 1)}, {(0, 0), (1, 1)}, {(0, 0), (1, 1)}, {(0, 0), (1, 1), (2, 2)},
+            {(0, 0), (1, 2), (2, 1)}, {(0, 0), (1, 1), (2, 2)}]
+    gold = [(g, g) for g in gold] * 30
+    diagonal = AL.aer([AL.diagonal_alignment(len(a), len(b)) for a, b in zip(src, tgt)], gold)
+    assert AL.aer(sym, gold) < 0.2 < diagonal
+    with pytest.raises(ValueError, match="empty"):
+        eflomal_align([["a"], []], [["b"], ["c"]])
+    with pytest.raises(ValueError, match="2 source sentences for 1"):
+        eflomal_align([["a"], ["b"]], [["c"]])
+
+
 def test_alignment_experiment_end_to_end(tmp_path):
-    """experiments/kobayashi_alignment.py on a tiny random Marian model and the first Hansards
-    pairs: it runs, and reports AER for every setting, map, decoder layer and head."""
+    """experiments/kobayashi_alignment.py on a tiny random Marian model, made-up Hansards-layout
+    pairs and made-up Multi30k files: it runs, and reports AER for both sets, every setting, map,
+    decoder layer and head, with the two baselines, and writes the silver links."""
     import json
     import sys
 
-    from tiny_seq2seq import CONFIGS, save_tiny
+    pytest.importorskip("eflomal", reason="eflomal is not installed (pip install eflomal)")
+    from tiny_seq2seq import CONFIGS, WORDS, save_tiny
 
     data = tmp_path / "data"  # 12 made-up pairs in the Hansards layout: "en ||| fr", 1-based "i-j" / "ipj"
     (data / "alignment").mkdir(parents=True)
     words = ["a", "dog", "runs", "on", "the", "grass", "today"]
     pairs = [(words[: 2 + k % 5], words[1: 4 + k % 4]) for k in range(12)]
     (data / "alignment" / "enfr.src-tgt").write_text("".join(f"{' '.join(e)} ||| {' '.join(f)}\n" for e, f in pairs))
-    (data / "alignment" / "enfr.gold").write_text("".join(f"1-1 2p2\n" for _ in pairs))
+    (data / "alignment" / "enfr.gold").write_text("".join("1-1 2p2\n" for _ in pairs))
+    (data / "multi30k").mkdir()
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 30), ("test_2016_flickr", 10)):
+        lines = [" ".join(rng.choice(WORDS, rng.integers(2, 7))) for _ in range(n)]
+        (data / "multi30k" / f"{split}.fr").write_text("".join(f"{x.capitalize()}.\n" for x in lines))
+        (data / "multi30k" / f"{split}.en").write_text("".join(f"{x}\n" for x in lines))
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
     import kobayashi_alignment as KA
 
     folder = save_tiny(tmp_path / "marian", "marian")
-    KA.main(["--model", str(folder), "--data-dir", str(data), "--limit", "12", "--out", str(tmp_path / "out")])
-    doc = json.loads((tmp_path / "out" / "aer.json").read_text())
-    assert doc["pairs"] + doc["pairs_skipped_too_long"] == 12 and doc["pairs"] > 0
+    KA.main(["--model", str(folder), "--data-dir", str(data), "--out", str(tmp_path / "out")])
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
     L, H = CONFIGS["marian"]["decoder_layers"], CONFIGS["marian"]["decoder_attention_heads"]
-    for key in ("AWO/weights", "AWO/norms", "AWI/weights", "AWI/norms"):
-        row = doc["aer_percent"][key]
-        assert len(row["per_layer"]) == L and np.array(row["per_head"]).shape == (L, H)
-        assert all(0 <= a <= 100 for a in row["per_layer"])
-        assert row["best_layer_aer"] == min(row["per_layer"])
+    assert doc["eflomal"]["training_pairs"] == 30 + 10 + 12
+    for key, n in (("hansards", 12), ("multi30k_silver", 10)):
+        part = doc[key]
+        assert part["pairs"] + part["pairs_skipped_too_long"] == n and part["pairs"] > 0
+        assert 0 <= part["diagonal"] <= 100 and 0 <= part["eflomal"] <= 100
+        for setting in ("AWO", "AWI"):
+            for name in ("weights", "norms", "summed_norms"):
+                row = part[setting][name]
+                assert len(row["per_layer"]) == L and all(0 <= a <= 100 for a in row["per_layer"])
+                assert row["best_layer_aer"] == min(row["per_layer"])
+                assert ("per_head" in row) == (name != "summed_norms")
+                if name != "summed_norms":
+                    assert np.array(row["per_head"]).shape == (L, H)
+    silver = (tmp_path / "out" / "multi30k_silver.txt").read_text().splitlines()
+    assert len(silver) == 10
+    for line in silver:  # "fr words ||| en words ||| links", links inside both sentences
+        fr, en, links = (x.split() for x in line.split("|||"))
+        assert fr[-1] == "." and all(i < len(fr) and j < len(en) for i, j in AL.parse_links(" ".join(links),
+                                                                                             one_based=False)[1])
+    assert "silver" in (tmp_path / "out" / "table.md").read_text().lower()

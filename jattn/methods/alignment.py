@@ -13,6 +13,9 @@
   + the target shifted right), decoder row t *outputs* target token t (AWO) and row t + 1 has
   target token t as its *input* (AWI).
 * AER = 1 − (|A∩S| + |A∩P|) / (|A| + |S|) (Och & Ney 2003), pooled over the corpus.
+* Baselines: ``diagonal_alignment`` (each target word linked to the source word at the same
+  relative position) and a statistical aligner's two directions symmetrised by
+  ``grow_diag_final_and`` (Koehn et al. 2003; ``jattn.methods.eflomal_align``).
 """
 
 from __future__ import annotations
@@ -142,3 +145,49 @@ def aer(predicted: Sequence[Links], gold: Sequence[tuple[Links, Links]]) -> floa
     if n_a + n_s == 0:
         raise ValueError("AER is undefined with no predicted and no sure links")
     return 1.0 - (a_s + a_p) / (n_a + n_s)
+
+
+def diagonal_alignment(n_source: int, n_target: int) -> Links:
+    """Position-proportional baseline: target word t -> source word ⌊(t + ½)·n_s / n_t⌋, the
+    source word whose share of the sentence holds the centre of t's share. (source, target) links."""
+    if n_source < 1 or n_target < 1:
+        raise ValueError(f"diagonal alignment needs words on both sides, got {n_source} and {n_target}")
+    return {(min(n_source - 1, (2 * t + 1) * n_source // (2 * n_target)), t) for t in range(n_target)}
+
+
+_NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
+
+
+def grow_diag_final_and(forward: Links, reverse: Links) -> Links:
+    """Symmetrise two directional alignments (Koehn et al. 2003, "grow-diag-final-and"): start
+    from their intersection; repeatedly add a union link adjacent (also diagonally) to a kept
+    link when its source or its target word is still unaligned; finally add each remaining
+    link of ``forward``, then of ``reverse`` (in sorted order), whose source and target words
+    are both unaligned. Links are (source, target) pairs in both arguments."""
+    union = set(forward) | set(reverse)
+    kept = set(forward) & set(reverse)
+    src = {i for i, _ in kept}
+    tgt = {j for _, j in kept}
+    grown = True
+    while grown:
+        grown = False
+        for i, j in sorted(kept):
+            for di, dj in _NEIGHBOURS:
+                p = (i + di, j + dj)
+                if p in union and p not in kept and (p[0] not in src or p[1] not in tgt):
+                    kept.add(p)
+                    src.add(p[0])
+                    tgt.add(p[1])
+                    grown = True
+    for direction in (forward, reverse):
+        for i, j in sorted(direction):
+            if i not in src and j not in tgt:
+                kept.add((i, j))
+                src.add(i)
+                tgt.add(j)
+    return kept
+
+
+def format_links(links: Iterable[tuple[int, int]]) -> str:
+    """Links -> one 0-based Pharaoh line ``i-j i-j ...`` (sorted), readable by ``parse_links``."""
+    return " ".join(f"{i}-{j}" for i, j in sorted(links))
