@@ -61,3 +61,15 @@ def write_table(result, text: str, out: Path) -> None:
     (Path(out) / "table.md").write_text(f"{result.meta['segments']} segments, {result.meta['tokens']} tokens\n\n"
                                         + text)
     print(text)
+
+
+def write_study(result, out: Path, num_layers: int) -> None:
+    """``jattn.results.write_results`` for a study's own folder, keeping its hand-written
+    ``summary.md``: the results folder is swapped in whole, which would otherwise drop it."""
+    from jattn.results import write_results
+
+    summary = Path(out) / "summary.md"
+    text = summary.read_bytes() if summary.is_file() else None
+    write_results(result, out, num_layers)
+    if text is not None:
+        summary.write_bytes(text)

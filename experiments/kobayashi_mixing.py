@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiment_data import data_file, gap_paragraphs, gap_study_arguments, write_table
+from experiment_data import data_file, gap_paragraphs, gap_study_arguments, write_study, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = {"attn_w": 96.41, "attn_n": 85.28, "attnres_w": 48.21, "attnres_n": 22.25, "attnresln_n": 18.75}
@@ -92,7 +92,6 @@ def main(argv=None) -> dict:
 
     import jattn
     from jattn import plots
-    from jattn.results import write_results
     from jattn.methods.norm_stats import MixingRatio, read_ranks
     from jattn.run import run_corpus
 
@@ -104,7 +103,7 @@ def main(argv=None) -> dict:
     result.statistics["spearman_freq_unmasked"] = unmasked_spearman(
         model, corpus, read_ranks(rank_file, model.config.vocab_size), result.meta["tokens"],
         min(args.batch_size, 16))
-    write_results(result, args.out, model.config.num_layers)
+    write_study(result, args.out, model.config.num_layers)
     stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for k, name in NAMES.items():

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiment_data import data_file, gap_paragraphs, gap_study_arguments, write_table
+from experiment_data import data_file, gap_paragraphs, gap_study_arguments, write_study, write_table
 
 REPO = Path(__file__).resolve().parents[1]
 CLASSES = {"cls": "[CLS]", "sep": "[SEP]", "punct": '"." ","', "other": "other"}
@@ -167,7 +167,6 @@ def occurrence_statistics(model, corpus, ranks: np.ndarray, stats: dict, tokens:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     import jattn
-    from jattn.results import write_results
     from jattn.methods.norm_stats import NormClassAttention, NormFrequency, read_ranks
     from jattn.run import run_corpus
 
@@ -182,7 +181,7 @@ def main(argv=None) -> dict:
     occ_file = args.out.parent / f".{args.out.name}-occurrences.npz"  # moved into out once it is written
     result.statistics.update(occurrence_statistics(model, corpus, ranks, stats, result.meta["tokens"],
                                                    min(args.batch_size, 16), occ_file))
-    write_results(result, args.out, model.config.num_layers)
+    write_study(result, args.out, model.config.num_layers)
     occ_file.replace(args.out / "occurrences.npz")
     stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
     figures(stats, ranks, args.out / "figures")
