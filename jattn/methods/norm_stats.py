@@ -20,9 +20,11 @@
 
 Spearman ρ is reported over token types (ids seen in the corpus and in the ranking), and over
 token occurrences with each occurrence carrying its type's mean (exact from the per-id sums
-and counts). The authors' code correlates occurrences with each occurrence's own value, which
-a streaming reducer cannot do without keeping every occurrence; the two weightings can
-disagree completely (MiniLM on GAP: ρ(‖f‖, rank) ≈ −0.08 over types, ≈ 0.76 over occurrences).
+and counts) — a *type-mean weighting*, not the authors' statistic. Their code correlates each
+occurrence's own value (and for mixing ratios uses unmasked input), which needs every
+occurrence kept: ``jattn.methods.norm_occurrences`` computes it from a streamed pass. The
+weightings differ (MiniLM, 1,000 GAP paragraphs: ρ(‖f‖, rank) −0.08 over types, 0.76 with the
+type-mean weighting, 0.73 with the authors' own-value statistic).
 """
 
 from __future__ import annotations
@@ -179,7 +181,8 @@ def _frequency_stats(counts: np.ndarray, sums: dict, ranks: np.ndarray, what: st
         stats[f"{name}_spearman_rank_occurrences"] = Statistic(
             np.array(spearman_occurrences(mean, ranks, counts)),
             f"() Spearman ρ of {desc} vs frequency rank ({what}) over token occurrences, each carrying its "
-            "type's mean (the authors' code correlates each occurrence's own value)")
+            "type's mean (a type-mean weighting; the authors' statistic gives each occurrence its own value: "
+            "jattn.methods.norm_occurrences)")
     return stats
 
 
