@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
-from norms_testing import assert_close, brute_force, tiny_bert
+from norms_testing import assert_close, brute_force, internals_np, tiny_bert
 
 from jattn.methods import norm_stats as NS
 from jattn.methods.base import CLASS_NAMES, HostBatch
@@ -45,11 +47,10 @@ def example(model, k: int, masked: bool):
     n = ids.shape[1]
     pad = lambda x: np.pad(x, ((0, 0), (0, PAD - n)))
     mask = pad(b.attention_mask)
-    res = model.forward({"input_ids": pad(ids), "attention_mask": mask, "token_type_ids": pad(b.token_type_ids)})
+    padded = SimpleNamespace(input_ids=pad(ids), attention_mask=mask)  # single segments: token types all 0
     bfs = []
-    for l in range(model.config.num_layers):
-        bf = brute_force({key: np.asarray(v[l], np.float64) for key, v in res.internals.items()},
-                         mask, model.config.layer_norm_eps)
+    for l in range(model.config.num_layers):  # each layer's activations and W_O from the HF PyTorch model
+        bf = brute_force(internals_np(model, padded, l), mask, model.config.layer_norm_eps)
         bfs.append({key: bf[key][..., :n, :n] if key in ("weights",) else bf[key][..., :n]
                     for key in ("weights", "f_norm", *(f"mixing_{m}" for m in NS.MIXING))})
     return host, bfs, ids
