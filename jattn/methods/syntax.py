@@ -104,18 +104,24 @@ def relation_ids(tree_relations: list[str], relations: tuple[str, ...]) -> np.nd
     return np.array([index[r] for r in tree_relations], np.int64)
 
 
-def table(counts: DependencyCounts, min_count: int = MIN_COUNT) -> dict:
+def table(counts: DependencyCounts, min_count: int = MIN_COUNT, select: DependencyCounts | None = None) -> dict:
     """Clark et al. 2019 Table 1: per relation with ≥ ``min_count`` scored words, and "all":
     count, best head [layer, head, direction] (0-based), its accuracy, best offset, its
-    accuracy (percent). Sorted by count."""
+    accuracy (percent), sorted by count. The best head and offset are chosen on ``select``
+    (e.g. dev) when given, else on ``counts`` itself as Clark did; accuracies are ``counts``'."""
     acc, off, total = counts.accuracy()
+    sel_acc, sel_off, _ = (select or counts).accuracy()
+    if select is not None and select.relations != counts.relations:
+        raise ValueError("select and counts must share the relation list")
     names = counts.relations + ("all",)
     out = {}
     for r in np.argsort(-total, kind="stable"):
         if total[r] < min_count:
             continue
-        d, l, h = np.unravel_index(np.nanargmax(acc[..., r]), acc.shape[:3])
-        k = int(np.nanargmax(off[:, r]))
+        with np.errstate(invalid="ignore"):
+            pick = np.nan_to_num(sel_acc[..., r], nan=-1.0)
+        d, l, h = np.unravel_index(np.argmax(pick), acc.shape[:3])
+        k = int(np.argmax(np.nan_to_num(sel_off[:, r], nan=-1.0)))
         out[names[r]] = {"count": int(total[r]), "best_head": [int(l), int(h), DIRECTIONS[d]],
                          "head_accuracy": float(acc[d, l, h, r]), "best_offset": OFFSETS[k],
                          "offset_accuracy": float(off[k, r])}
