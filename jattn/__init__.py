@@ -4,5 +4,6 @@ from jattn.interventions import Interventions
 from jattn.load import load
 from jattn.methods.attribution import attributions
 from jattn.methods.norms import norms
+from jattn.view import view
 
-__all__ = ["Interventions", "attributions", "load", "norms"]
+__all__ = ["Interventions", "attributions", "load", "norms", "view"]

@@ -16,6 +16,7 @@ import sys
 COMMANDS = {
     "demo": "jattn.demo",
     "analyze": "jattn.analyze",
+    "view": "jattn.view",
 }
 
 # what a user can cause by what they pass; anything else is a bug and keeps its traceback

@@ -22,9 +22,13 @@ share (so that every row's structure shows); hovering gives the share and the ra
 Storage: a row's shares are quantised to 8 bits relative to the row's largest share m
 (q = round(255 · share / m)); m and the row's raw sum are stored as float32. The decoded share
 q·m/255 is within m/510 ≤ 1/510 of the exact one, the decoded raw value (share × sum) within
-(largest raw value of the row)/510. The bytes are zlib-compressed and base64-encoded in a
-JSON block the page inflates with the browser's ``DecompressionStream``; ``read_page`` decodes
-a page in Python.
+(largest raw value of the row)/510. The per-head norm is not stored but rebuilt from the
+decoded α and the stored ‖f_h(x_j)‖ (float32): ‖αf‖ = α‖f‖ exactly (α ≥ 0), so the page holds
+one per-head array instead of two (the L·H·n² arrays are nearly all of its size). Its raw
+value α̂‖f_j‖ is within δ_i‖f_j‖ of the exact one (δ_i = α's row max / 510), its share within
+δ_i (‖f_j‖ + p_ij Σ_k ‖f_k‖) / Ŝ_i (p the exact share, Ŝ_i the rebuilt row sum).
+The bytes are zlib-compressed and base64-encoded in a JSON block the page inflates with the
+browser's ``DecompressionStream``; ``read_page`` decodes a page in Python the same way.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ MEASURES = {
     "alti": ("ALTI (rollout)", "Ferrando et al. 2022: L1-based contributions, rolled out"),
 }
 PER_HEAD = ("alpha", "norm")
-NORM_KEYS = {"norm": "weighted_norm", "summed": "summed_norm", "attnres": "attnres_norm",
+NORM_KEYS = {"summed": "summed_norm", "attnres": "attnres_norm",
              "attnresln": "attnresln_norm"}
 ATTRIBUTION_KEYS = {"rollout": "rollout", "globenc": "globenc", "alti": "alti"}
 
@@ -102,15 +106,39 @@ def encode_measure(key: str, maps: np.ndarray) -> dict:
             "codes": _pack(codes), "row_max": _pack(top.astype("<f4")), "row_sum": _pack(sums.astype("<f4"))}
 
 
-def decode_measure(entry: dict) -> dict:
-    """Page data of one measure -> ``share`` (decoded, ±ERROR_BOUND·row max), ``raw`` (share ×
-    row sum), ``row_max``, ``row_sum``, numpy arrays of the stored shape."""
+def encode_norm(f_norm: np.ndarray, shape) -> dict:
+    """The per-head norm ‖α f_h(x_j)‖ = α ‖f_h(x_j)‖ as page data: ‖f‖ (L, H, k) only, rebuilt
+    with the decoded α by the page (and ``decode_measure``)."""
+    f_norm = np.asarray(f_norm, np.float32)
+    if f_norm.shape != (shape[0], shape[1], shape[3]) or (f_norm < 0).any() or not np.isfinite(f_norm).all():
+        raise ValueError(f"‖f‖ must be finite, ≥ 0 and (L, H, k) = {(shape[0], shape[1], shape[3])}, got {f_norm.shape}")
+    label, help_ = MEASURES["norm"]
+    return {"key": "norm", "label": label, "help": help_, "per_head": True, "shape": list(shape),
+            "from": "alpha", "f_norm": _pack(f_norm.astype("<f4"))}
+
+
+def decode_measure(entry: dict, alpha: dict | None = None) -> dict:
+    """Page data of one measure -> ``share`` (rows sum to 1, within the module docstring's
+    bounds), ``raw`` (share × row sum), ``row_max``, ``row_sum``; numpy arrays of the stored
+    shape. A measure rebuilt from α (``"from": "alpha"``) needs α decoded (``alpha``)."""
     shape = tuple(entry["shape"])
+    if entry.get("from") == "alpha":
+        f_norm = _unpack(entry["f_norm"], "<f4", (shape[0], shape[1], shape[3])).astype(np.float64)  # (L, H, k)
+        raw = alpha["raw"] * f_norm[:, :, None, :]  # (L, H, q, k)  α̂ ‖f‖
+        share, sums = row_shares(raw)
+        return {"share": share, "raw": raw, "row_max": share.max(-1), "row_sum": sums, "f_norm": f_norm}
     codes = _unpack(entry["codes"], np.uint8, shape)
     top = _unpack(entry["row_max"], "<f4", shape[:-1])
     sums = _unpack(entry["row_sum"], "<f4", shape[:-1])
     share = dequantize(codes, top)
     return {"share": share, "raw": share * sums[..., None], "row_max": top, "row_sum": sums}
+
+
+def encode_view(maps: dict) -> list[dict]:
+    """A view's measures in page order: ``maps`` holds "alpha", "f_norm" (from which the page
+    rebuilds the per-head norm) and the other measures' maps."""
+    out = [encode_measure("alpha", maps["alpha"]), encode_norm(maps["f_norm"], maps["alpha"].shape)]
+    return out + [encode_measure(k, v) for k, v in maps.items() if k not in ("alpha", "f_norm")]
 
 
 # ---------------------------------------------------------------- model -> maps
@@ -130,7 +158,8 @@ def _too_long(what: str, n: int, limit: int) -> ValueError:
 
 
 def encoder_maps(model, text: str, pair: str | None, max_length: int, truncate: bool) -> tuple[dict, list]:
-    """Every measure of an encoder on one text (or pair): ({key: (L, [H,] n, n)}, tokens)."""
+    """Every stored measure of an encoder on one text (or pair): ({key: (L, [H,] n, n)} with
+    ``f_norm`` ‖f_h(x_j)‖ (L, H, n) for the per-head norm, tokens)."""
     import jattn
     from jattn.data.tokenize import SequenceTooLongError
 
@@ -144,7 +173,7 @@ def encoder_maps(model, text: str, pair: str | None, max_length: int, truncate: 
     tokens = model.tokenizer.convert_ids_to_tokens(batch.input_ids[0, :n].tolist())
     alpha = np.asarray(model.forward(batch, internals=("weights",)).attentions)[:, 0, :, :n, :n]  # (L, H, n, n)
     norms = jattn.norms(model, batch, residual=True)
-    maps = {"alpha": alpha}
+    maps = {"alpha": alpha, "f_norm": norms["f_norm"][:, 0, :, :n]}  # (L, H, n)
     for key, name in NORM_KEYS.items():
         maps[key] = norms[name][:, 0, ..., :n, :n]  # (L, [H,] n, n)
     attributions = jattn.attributions(model, batch)
@@ -205,7 +234,7 @@ def seq2seq_maps(model, text: str, target: str | None, max_length: int, truncate
     maps = {}
     for kind, alpha in (("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions),
                         ("cross", out.cross_attentions)):
-        maps[kind] = {"alpha": np.asarray(alpha)[:, 0]}  # (L, H, q, k)
+        maps[kind] = {"alpha": np.asarray(alpha)[:, 0], "f_norm": norms[kind]["f_norm"][:, 0]}  # (L, H, q, k), (L, H, k)
         for key, name in NORM_KEYS.items():
             if name in norms[kind]:
                 maps[kind][key] = norms[kind][name][:, 0]  # (L, [H,] q, k)
@@ -242,7 +271,7 @@ def page_data(model, text: str, pair: str | None = None, target: str | None = No
         data.update(tokens=tokens, target=target, generated=generated)
         for kind, (label, queries, keys) in KINDS.items():
             data["views"].append({"name": kind, "label": label, "queries": queries, "keys": keys,
-                                  "measures": [encode_measure(k, v) for k, v in maps[kind].items()]})
+                                  "measures": encode_view(maps[kind])})
     else:
         if target is not None:
             raise ValueError("--target is for translation models; an encoder reads --text (and --pair)")
@@ -251,7 +280,7 @@ def page_data(model, text: str, pair: str | None = None, target: str | None = No
         maps, tokens = encoder_maps(model, text, pair, limit, truncate)
         data.update(tokens={"input": tokens}, pair=pair)
         data["views"].append({"name": "encoder", "label": "self-attention", "queries": "input", "keys": "input",
-                              "measures": [encode_measure(k, v) for k, v in maps.items()]})
+                              "measures": encode_view(maps)})
     return data
 
 
@@ -302,8 +331,13 @@ def read_page(html: str) -> dict:
     data = json.loads(found.group(1))
     if data.get("format") != FORMAT:
         raise ValueError(f"page format {data.get('format')!r}, expected {FORMAT!r}")
-    data["views"] = {v["name"]: dict(v, measures={m["key"]: decode_measure(m) for m in v["measures"]})
-                     for v in data["views"]}
+    views = {}
+    for v in data["views"]:
+        measures = {}
+        for m in v["measures"]:  # α comes first: the per-head norm is rebuilt from it
+            measures[m["key"]] = decode_measure(m, measures.get("alpha"))
+        views[v["name"]] = dict(v, measures=measures)
+    data["views"] = views
     return data
 
 

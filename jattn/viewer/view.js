@@ -45,12 +45,30 @@ function dims(m) {  // (L, H or 0, nq, nk)
   return m.per_head ? [s[0], s[1], s[2], s[3]] : [s[0], 0, s[1], s[2]];
 }
 
-async function load(v, m) {
+async function load(v, m) {  // -> {share, rowMax, rowSum}: Float32Array shares (rows sum to 1)
   const id = `${v.name}/${m.key}`;
-  if (!decoded.has(id)) {
+  if (decoded.has(id)) return decoded.get(id);
+  const [, , nq, nk] = dims(m), rows = m.shape.slice(0, -1).reduce((a, b) => a * b, 1);
+  const share = new Float32Array(rows * nk), rowMax = new Float32Array(rows), rowSum = new Float32Array(rows);
+  if (m.from === "alpha") {  // ‖αf‖ = α̂ ‖f_h(x_j)‖, rows normalised here (as jattn.view.decode_measure does)
+    const a = await load(v, measureOf(v, "alpha")), f = new Float32Array((await inflate(m.f_norm)).buffer);
+    for (let r = 0; r < rows; r++) {
+      const fo = Math.floor(r / nq) * nk;  // (l, h) of this row
+      let sum = 0;
+      for (let j = 0; j < nk; j++) sum += (share[r * nk + j] = a.share[r * nk + j] * a.rowSum[r] * f[fo + j]);
+      let top = 0;
+      for (let j = 0; j < nk; j++) top = Math.max(top, (share[r * nk + j] = sum > 0 ? share[r * nk + j] / sum : 0));
+      rowSum[r] = sum; rowMax[r] = top;
+    }
+  } else {
     const [codes, top, sum] = await Promise.all([inflate(m.codes), inflate(m.row_max), inflate(m.row_sum)]);
-    decoded.set(id, { codes, rowMax: new Float32Array(top.buffer), rowSum: new Float32Array(sum.buffer) });
+    rowMax.set(new Float32Array(top.buffer)); rowSum.set(new Float32Array(sum.buffer));
+    for (let r = 0; r < rows; r++) {
+      const scale = rowMax[r] / 255;
+      for (let j = 0; j < nk; j++) share[r * nk + j] = codes[r * nk + j] * scale;
+    }
   }
+  decoded.set(id, { share, rowMax, rowSum });
   return decoded.get(id);
 }
 
@@ -59,9 +77,8 @@ function rowIndex(m, l, h, i) {
   return m.per_head ? (l * H + h) * nq + i : l * nq + i;
 }
 
-function share(m, d, l, h, i, j) {  // the decoded share (within row max / 510 of the exact one)
-  const r = rowIndex(m, l, h, i);
-  return d.codes[r * dims(m)[3] + j] * d.rowMax[r] / 255;
+function share(m, d, l, h, i, j) {  // the decoded share (bounds: jattn/view.py's docstring)
+  return d.share[rowIndex(m, l, h, i) * dims(m)[3] + j];
 }
 
 function rawValue(m, d, l, h, i, j) {
@@ -211,9 +228,10 @@ let observer = null;
 function drawCell(canvas, m, d) {
   const [, , nq, nk] = dims(m), l = +canvas.dataset.layer, h = +canvas.dataset.head;
   const ctx = canvas.getContext("2d"), img = ctx.createImageData(nk, nq), px = img.data;
-  const base = rowIndex(m, l, h, 0) * nk;
+  const row0 = rowIndex(m, l, h, 0);
   for (let p = 0; p < nq * nk; p++) {
-    const c = d.codes[base + p];
+    const top = d.rowMax[row0 + Math.floor(p / nk)];
+    const c = top > 0 ? Math.round(255 * d.share[row0 * nk + p] / top) : 0;
     px[4 * p] = RAMP[3 * c]; px[4 * p + 1] = RAMP[3 * c + 1]; px[4 * p + 2] = RAMP[3 * c + 2]; px[4 * p + 3] = 255;
   }
   ctx.putImageData(img, 0, 0);
@@ -345,15 +363,22 @@ function wireControls() {
   });
 }
 
+function clip(text, n = 140) {
+  return text.length > n ? `${text.slice(0, n)}…` : text;
+}
+
 function notes() {
   const t = DATA.tokens, parts = Object.keys(t).map((k) => `${t[k].length} ${k} tokens`);
-  $("subtitle").textContent = `${DATA.model} · ` + (DATA.views.length > 1
+  const full = DATA.views.length > 1
     ? `source: “${DATA.text}” → target (${DATA.generated ? "the model's own translation" : "teacher-forced"}): “${DATA.target}”`
-    : `“${DATA.text}”${DATA.pair ? ` + “${DATA.pair}”` : ""}`) + ` · ${parts.join(", ")}`;
+    : `“${DATA.text}”${DATA.pair ? ` + “${DATA.pair}”` : ""}`;
+  $("subtitle").textContent = `${DATA.model} · ${clip(full)} · ${parts.join(", ")}`;
+  $("subtitle").title = full;
   $("notes").textContent = "Layers and heads are 0-based. Keys: ↑/↓ layer, ←/→ head (one at a time). " +
     "Every query row is divided by its sum, so values are shares of the row (α unchanged). Head view: line opacity = share; " +
     "model view: each row coloured relative to its largest share. Stored as 8-bit codes relative to the row's largest share: " +
-    `a shown share is within ${(DATA.error_bound * 100).toFixed(2)}% of that row maximum; raw = share × the row's sum.` +
+    `a shown share is within ${(DATA.error_bound * 100).toFixed(2)}% of that row maximum; raw = share × the row's sum. ` +
+    "‖αf‖ per head is rebuilt from the decoded α and the stored ‖f‖ (= α‖f‖ exactly), so it carries α's error scaled by ‖f‖." +
     (DATA.views.length > 1 ? " Target row t is the decoder position whose input is target token t (it predicts token t+1)." : "");
 }
 
