@@ -22,11 +22,11 @@ share (so that every row's structure shows); hovering gives the share and the ra
 Storage: a row's shares are quantised to 8 bits relative to the row's largest share m
 (q = round(255 · share / m)); m and the row's raw sum are stored as float32. The decoded share
 q·m/255 is within m/510 ≤ 1/510 of the exact one, the decoded raw value (share × sum) within
-(largest raw value of the row)/510. The per-head norm is not stored but rebuilt from the
-decoded α and the stored ‖f_h(x_j)‖ (float32): ‖αf‖ = α‖f‖ exactly (α ≥ 0), so the page holds
-one per-head array instead of two (the L·H·n² arrays are nearly all of its size). Its raw
-value α̂‖f_j‖ is within δ_i‖f_j‖ of the exact one (δ_i = α's row max / 510), its share within
-δ_i (‖f_j‖ + p_ij Σ_k ‖f_k‖) / Ŝ_i (p the exact share, Ŝ_i the rebuilt row sum).
+(largest raw value of the row)/510. The per-head norm's codes are stored as their difference
+from a prediction (‖αf‖ = α‖f‖: the decoded α times the stored ‖f_h(x_j)‖, quantised the same
+way), which is mostly 0: the page then holds about one L·H·n² array instead of two (those are
+nearly all of its size) and the norm keeps the bound above (α's quantisation alone would not:
+a key whose α rounds to 0 can hold a large share of the norm).
 The bytes are zlib-compressed and base64-encoded in a JSON block the page inflates with the
 browser's ``DecompressionStream``; ``read_page`` decodes a page in Python the same way.
 """
@@ -59,7 +59,7 @@ MEASURES = {
     "alti": ("ALTI (rollout)", "Ferrando et al. 2022: L1-based contributions, rolled out"),
 }
 PER_HEAD = ("alpha", "norm")
-NORM_KEYS = {"summed": "summed_norm", "attnres": "attnres_norm",
+NORM_KEYS = {"norm": "weighted_norm", "summed": "summed_norm", "attnres": "attnres_norm",
              "attnresln": "attnresln_norm"}
 ATTRIBUTION_KEYS = {"rollout": "rollout", "globenc": "globenc", "alti": "alti"}
 
@@ -106,39 +106,63 @@ def encode_measure(key: str, maps: np.ndarray) -> dict:
             "codes": _pack(codes), "row_max": _pack(top.astype("<f4")), "row_sum": _pack(sums.astype("<f4"))}
 
 
-def encode_norm(f_norm: np.ndarray, shape) -> dict:
-    """The per-head norm ‖α f_h(x_j)‖ = α ‖f_h(x_j)‖ as page data: ‖f‖ (L, H, k) only, rebuilt
-    with the decoded α by the page (and ``decode_measure``)."""
-    f_norm = np.asarray(f_norm, np.float32)
+def predict_norm_codes(alpha_codes, alpha_top, alpha_sum, f_norm) -> np.ndarray:
+    """8-bit codes of the per-head norm predicted from the stored α and ‖f‖: α̂‖f_j‖ (exact
+    for exact α, since ‖α f‖ = α ‖f‖ with α ≥ 0), row-normalised and quantised like
+    ``quantize``. The page computes the same prediction bit for bit: the same IEEE float64
+    operations in the same order (left-to-right row sums, round half up).
+    codes (L, H, q, k) uint8, top and sum (L, H, q) float32, f_norm (L, H, k) float32 -> (L, H, q, k) uint8."""
+    scale = alpha_top.astype(np.float64) / LEVELS  # (L, H, q)
+    raw = alpha_codes * scale[..., None] * alpha_sum.astype(np.float64)[..., None]  # (L, H, q, k)  α̂
+    raw = raw * f_norm.astype(np.float64)[:, :, None, :]  # (L, H, q, k)  α̂ ‖f_j‖
+    sums = np.cumsum(raw, -1)[..., -1:]  # (L, H, q, 1), summed left to right
+    share = np.divide(raw, sums, out=np.zeros_like(raw), where=sums > 0)
+    top = share.max(-1, keepdims=True)
+    scaled = np.divide(share, top, out=np.zeros_like(share), where=top > 0)
+    return np.floor(scaled * LEVELS + 0.5).astype(np.uint8)
+
+
+def encode_norm(maps: np.ndarray, alpha_entry: dict, f_norm: np.ndarray) -> dict:
+    """The per-head norm ‖α f_h(x_j)‖ (L, H, q, k) as page data: its own 8-bit codes (so the
+    bound of a stored measure holds), stored as their difference (mod 256) from the codes
+    ``predict_norm_codes`` gets from α and ‖f‖ (L, H, k). The difference is mostly 0 and
+    compresses to a fraction of the codes themselves."""
+    entry = encode_measure("norm", maps)
+    shape = tuple(entry["shape"])
+    f_norm = np.asarray(f_norm, "<f4")
     if f_norm.shape != (shape[0], shape[1], shape[3]) or (f_norm < 0).any() or not np.isfinite(f_norm).all():
         raise ValueError(f"‖f‖ must be finite, ≥ 0 and (L, H, k) = {(shape[0], shape[1], shape[3])}, got {f_norm.shape}")
-    label, help_ = MEASURES["norm"]
-    return {"key": "norm", "label": label, "help": help_, "per_head": True, "shape": list(shape),
-            "from": "alpha", "f_norm": _pack(f_norm.astype("<f4"))}
-
-
-def decode_measure(entry: dict, alpha: dict | None = None) -> dict:
-    """Page data of one measure -> ``share`` (rows sum to 1, within the module docstring's
-    bounds), ``raw`` (share × row sum), ``row_max``, ``row_sum``; numpy arrays of the stored
-    shape. A measure rebuilt from α (``"from": "alpha"``) needs α decoded (``alpha``)."""
-    shape = tuple(entry["shape"])
-    if entry.get("from") == "alpha":
-        f_norm = _unpack(entry["f_norm"], "<f4", (shape[0], shape[1], shape[3])).astype(np.float64)  # (L, H, k)
-        raw = alpha["raw"] * f_norm[:, :, None, :]  # (L, H, q, k)  α̂ ‖f‖
-        share, sums = row_shares(raw)
-        return {"share": share, "raw": raw, "row_max": share.max(-1), "row_sum": sums, "f_norm": f_norm}
     codes = _unpack(entry["codes"], np.uint8, shape)
-    top = _unpack(entry["row_max"], "<f4", shape[:-1])
-    sums = _unpack(entry["row_sum"], "<f4", shape[:-1])
+    predicted = predict_norm_codes(*_stored(alpha_entry), f_norm)
+    entry.update(codes=_pack(codes - predicted), predicted_from="alpha", f_norm=_pack(f_norm))  # uint8: mod 256
+    return entry
+
+
+def _stored(entry: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    shape = tuple(entry["shape"])
+    return (_unpack(entry["codes"], np.uint8, shape), _unpack(entry["row_max"], "<f4", shape[:-1]),
+            _unpack(entry["row_sum"], "<f4", shape[:-1]))
+
+
+def decode_measure(entry: dict, alpha_entry: dict | None = None) -> dict:
+    """Page data of one measure -> ``share`` (rows sum to 1, within ERROR_BOUND · row max of
+    the exact share), ``raw`` (share × row sum), ``row_max``, ``row_sum``, ``codes``; numpy
+    arrays of the stored shape. The per-head norm needs α's page entry (``alpha_entry``)."""
+    codes, top, sums = _stored(entry)
+    if entry.get("predicted_from") == "alpha":
+        shape = tuple(entry["shape"])
+        f_norm = _unpack(entry["f_norm"], "<f4", (shape[0], shape[1], shape[3]))
+        codes = codes + predict_norm_codes(*_stored(alpha_entry), f_norm)  # uint8: mod 256
     share = dequantize(codes, top)
-    return {"share": share, "raw": share * sums[..., None], "row_max": top, "row_sum": sums}
+    return {"share": share, "raw": share * sums[..., None], "row_max": top, "row_sum": sums, "codes": codes}
 
 
 def encode_view(maps: dict) -> list[dict]:
-    """A view's measures in page order: ``maps`` holds "alpha", "f_norm" (from which the page
-    rebuilds the per-head norm) and the other measures' maps."""
-    out = [encode_measure("alpha", maps["alpha"]), encode_norm(maps["f_norm"], maps["alpha"].shape)]
-    return out + [encode_measure(k, v) for k, v in maps.items() if k not in ("alpha", "f_norm")]
+    """A view's measures in page order: ``maps`` holds "alpha", "f_norm" ‖f_h(x_j)‖ (L, H, k),
+    "norm" and the other measures' maps."""
+    alpha = encode_measure("alpha", maps["alpha"])
+    out = [alpha, encode_norm(maps["norm"], alpha, maps["f_norm"])]
+    return out + [encode_measure(k, v) for k, v in maps.items() if k not in ("alpha", "f_norm", "norm")]
 
 
 # ---------------------------------------------------------------- model -> maps
@@ -334,8 +358,9 @@ def read_page(html: str) -> dict:
     views = {}
     for v in data["views"]:
         measures = {}
-        for m in v["measures"]:  # α comes first: the per-head norm is rebuilt from it
-            measures[m["key"]] = decode_measure(m, measures.get("alpha"))
+        alpha = next(m for m in v["measures"] if m["key"] == "alpha")  # the per-head norm is predicted from it
+        for m in v["measures"]:
+            measures[m["key"]] = decode_measure(m, alpha)
         views[v["name"]] = dict(v, measures=measures)
     data["views"] = views
     return data
@@ -359,12 +384,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--num-beams", type=positive_int, default=4, help="beam size of the model's own translation")
 
 
-def write(html: str, out) -> Path:
+def check_out(out) -> Path:
+    """--out as a writable file path, or a clear error (checked before any work)."""
     out = Path(out)
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder. Fix: give a file name, e.g. {out / 'attention.html'}")
     if not out.parent.is_dir():
         raise ValueError(f"--out {out}: folder {out.parent} does not exist. Fix: create it first")
+    return out
+
+
+def write(html: str, out) -> Path:
+    """Write the page whole (a temporary file renamed over ``out``)."""
+    out = check_out(out)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(html, encoding="utf-8")
     tmp.replace(out)
@@ -374,8 +406,7 @@ def write(html: str, out) -> Path:
 def run(args) -> None:
     import jattn
 
-    if Path(args.out).is_dir():  # before loading anything
-        write("", args.out)
+    check_out(args.out)  # before loading anything
     model = jattn.load(args.model)
     html = view(model, args.text, args.pair, args.target, max_length=args.max_length, truncate=args.truncate,
                 num_beams=args.num_beams)

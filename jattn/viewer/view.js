@@ -45,30 +45,38 @@ function dims(m) {  // (L, H or 0, nq, nk)
   return m.per_head ? [s[0], s[1], s[2], s[3]] : [s[0], 0, s[1], s[2]];
 }
 
-async function load(v, m) {  // -> {share, rowMax, rowSum}: Float32Array shares (rows sum to 1)
+function predictNormCodes(a, f, rows, nq, nk) {
+  // jattn.view.predict_norm_codes, bit for bit: α̂‖f_j‖ in float64, row sums left to right,
+  // row-normalised, quantised relative to the row max with round half up.
+  const out = new Uint8Array(rows * nk), raw = new Float64Array(nk);
+  for (let r = 0; r < rows; r++) {
+    const scale = a.rowMax[r] / 255, sum = a.rowSum[r], fo = Math.floor(r / nq) * nk;  // fo: (l, h) of the row
+    let total = 0;
+    for (let j = 0; j < nk; j++) { raw[j] = a.codes[r * nk + j] * scale * sum * f[fo + j]; total += raw[j]; }
+    let top = 0;
+    for (let j = 0; j < nk; j++) { raw[j] = total > 0 ? raw[j] / total : 0; top = Math.max(top, raw[j]); }
+    for (let j = 0; j < nk; j++) out[r * nk + j] = top > 0 ? Math.floor(raw[j] / top * 255 + 0.5) : 0;
+  }
+  return out;
+}
+
+async function load(v, m) {  // -> {codes, share (Float32Array, rows sum to 1), rowMax, rowSum}
   const id = `${v.name}/${m.key}`;
   if (decoded.has(id)) return decoded.get(id);
   const [, , nq, nk] = dims(m), rows = m.shape.slice(0, -1).reduce((a, b) => a * b, 1);
-  const share = new Float32Array(rows * nk), rowMax = new Float32Array(rows), rowSum = new Float32Array(rows);
-  if (m.from === "alpha") {  // ‖αf‖ = α̂ ‖f_h(x_j)‖, rows normalised here (as jattn.view.decode_measure does)
+  const [codes, top, sum] = await Promise.all([inflate(m.codes), inflate(m.row_max), inflate(m.row_sum)]);
+  const rowMax = new Float32Array(top.buffer), rowSum = new Float32Array(sum.buffer);
+  if (m.predicted_from === "alpha") {  // stored: codes − prediction (mod 256)
     const a = await load(v, measureOf(v, "alpha")), f = new Float32Array((await inflate(m.f_norm)).buffer);
-    for (let r = 0; r < rows; r++) {
-      const fo = Math.floor(r / nq) * nk;  // (l, h) of this row
-      let sum = 0;
-      for (let j = 0; j < nk; j++) sum += (share[r * nk + j] = a.share[r * nk + j] * a.rowSum[r] * f[fo + j]);
-      let top = 0;
-      for (let j = 0; j < nk; j++) top = Math.max(top, (share[r * nk + j] = sum > 0 ? share[r * nk + j] / sum : 0));
-      rowSum[r] = sum; rowMax[r] = top;
-    }
-  } else {
-    const [codes, top, sum] = await Promise.all([inflate(m.codes), inflate(m.row_max), inflate(m.row_sum)]);
-    rowMax.set(new Float32Array(top.buffer)); rowSum.set(new Float32Array(sum.buffer));
-    for (let r = 0; r < rows; r++) {
-      const scale = rowMax[r] / 255;
-      for (let j = 0; j < nk; j++) share[r * nk + j] = codes[r * nk + j] * scale;
-    }
+    const predicted = predictNormCodes(a, f, rows, nq, nk);
+    for (let p = 0; p < codes.length; p++) codes[p] = (codes[p] + predicted[p]) & 255;
   }
-  decoded.set(id, { share, rowMax, rowSum });
+  const share = new Float32Array(rows * nk);
+  for (let r = 0; r < rows; r++) {
+    const scale = rowMax[r] / 255;
+    for (let j = 0; j < nk; j++) share[r * nk + j] = codes[r * nk + j] * scale;
+  }
+  decoded.set(id, { codes, share, rowMax, rowSum });
   return decoded.get(id);
 }
 
@@ -228,10 +236,9 @@ let observer = null;
 function drawCell(canvas, m, d) {
   const [, , nq, nk] = dims(m), l = +canvas.dataset.layer, h = +canvas.dataset.head;
   const ctx = canvas.getContext("2d"), img = ctx.createImageData(nk, nq), px = img.data;
-  const row0 = rowIndex(m, l, h, 0);
+  const base = rowIndex(m, l, h, 0) * nk;
   for (let p = 0; p < nq * nk; p++) {
-    const top = d.rowMax[row0 + Math.floor(p / nk)];
-    const c = top > 0 ? Math.round(255 * d.share[row0 * nk + p] / top) : 0;
+    const c = d.codes[base + p];  // relative to the row's largest share
     px[4 * p] = RAMP[3 * c]; px[4 * p + 1] = RAMP[3 * c + 1]; px[4 * p + 2] = RAMP[3 * c + 2]; px[4 * p + 3] = 255;
   }
   ctx.putImageData(img, 0, 0);
@@ -378,7 +385,6 @@ function notes() {
     "Every query row is divided by its sum, so values are shares of the row (α unchanged). Head view: line opacity = share; " +
     "model view: each row coloured relative to its largest share. Stored as 8-bit codes relative to the row's largest share: " +
     `a shown share is within ${(DATA.error_bound * 100).toFixed(2)}% of that row maximum; raw = share × the row's sum. ` +
-    "‖αf‖ per head is rebuilt from the decoded α and the stored ‖f‖ (= α‖f‖ exactly), so it carries α's error scaled by ‖f‖." +
     (DATA.views.length > 1 ? " Target row t is the decoder position whose input is target token t (it predicts token t+1)." : "");
 }
 
