@@ -126,3 +126,25 @@ def test_word_embedding_table(minilm):
     assert t.shape == (minilm.config.vocab_size, minilm.config.hidden_size)
     ids = minilm.tokenize(["cat"]).input_ids  # the embedding layer's input for "cat" is row t[id]
     assert np.isfinite(t[ids]).all()
+
+
+@pytest.mark.slow
+def test_experiment_smoke(tmp_path):
+    """experiments/clark_syntax_coref.py end to end on a few sentences (about 2 min)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import clark_syntax_coref
+
+    clark_syntax_coref.main(["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--train-sentences",
+                             "100", "--eval-sentences", "120", "--epochs", "1", "--gap-rows", "20",
+                             "--litbank-docs", "1", "--min-count", "20"])
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {"det", "all"} <= set(res["dependency"]) and set(res["dependency"]["det"]) == {
+        "count", "best_head", "head_accuracy", "best_offset", "offset_accuracy"}
+    for key in ("coref_gap", "coref_litbank"):
+        assert {"best_head", "accuracy", "nearest"} <= set(res[key])
+    assert set(res["probe_uas"]) == {"right-branching", "attn", "attn+emb", "dist+emb", "random-init attn+emb"}
+    assert (tmp_path / "out" / "figures" / "head_roles.png").is_file()
