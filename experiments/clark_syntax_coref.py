@@ -82,7 +82,8 @@ def features(model, trees, folder: Path, table: np.ndarray, relations, count: bo
                 counts = counts + syntax.sentence_counts(r.maps, t.heads, syntax.relation_ids(t.relations, relations),
                                                          relations)
             pair, root = probe.sentence_features(r.maps)
-            yield {"pair": pair, "root": root, "emb": probe.word_embeddings(table, r.input_ids, r.word_ids, len(t.words)),
+            emb = probe.word_embeddings(table, r.input_ids, r.word_ids, len(t.words))
+            yield {"pair": pair, "root": root, "emb": emb,
                    "heads": t.heads, "punct": np.array([p == "PUNCT" for p in t.upos])}
 
     probe.write_shards(records(), folder, shard_size=500)
@@ -144,7 +145,8 @@ def summary(res: dict, args, seconds: float) -> str:
              "## Dependency heads (Clark Table 1), EWT test; best head and offset chosen on EWT dev", "",
              "Heads are (layer-head, 0-based); the full table of every relation with ≥ 100 test words is "
              "`dependency.md`. Clark: bert-base on PTB (Stanford Dependencies).", "",
-             "| UD relation | count | MiniLM best head | acc | best offset | acc | gain | Clark (bert-base) head / offset |",
+             "| UD relation | count | MiniLM best head | acc | best offset | acc | gain "
+             "| Clark (bert-base) head / offset |",
              "|---|---:|---|---:|---:|---:|---:|---|"]
     for rel, (clark_name, ch, co) in CLARK_TABLE1.items():
         if rel not in dep:
@@ -159,12 +161,14 @@ def summary(res: dict, args, seconds: float) -> str:
               f"({', '.join(big)}).", "",
               f"Head roles (Voita et al. 2019, on EWT test): {res['head_roles']['counts']}; "
               "map in `figures/head_roles.png`.", "",
-              "## Coreference heads", "", "| data | count | best head | accuracy | baselines |", "|---|---:|---|---:|---|"]
+              "## Coreference heads", "", "| data | count | best head | accuracy | baselines |",
+              "|---|---:|---|---:|---|"]
     for key, base in (("coref_gap", ("nearest", "first")), ("coref_litbank", ("nearest", "same_head_word"))):
         c = res[key]
         lines.append(f"| {key} | {c['count']} | {c['best_head'][0]}-{c['best_head'][1]} | {c['accuracy']:.1f} | "
                      + ", ".join(f"{b} {c[b]:.1f}" for b in base) + " |")
-    lines += ["", "Clark (bert-base, CoNLL-2012): best head ≈ 65, nearest ≈ 27, same head word ≈ 52, rule-based ≈ 69. "
+    lines += ["", "Clark (bert-base, CoNLL-2012): best head ≈ 65, nearest ≈ 27, same head word ≈ 52, "
+              "rule-based ≈ 69. "
               "LitBank's head word is the mention's last word; GAP counts a head right when the coreferent name "
               "gets strictly more attention from the pronoun than the other name.", "",
               "## Attention probe (Clark Table 3), UAS on EWT test, punctuation excluded", "",

@@ -82,8 +82,8 @@ def test_distance_probe_learns_right_branching(tmp_path):
     probe.write_shards(sents[:100], tmp_path / "train")
     probe.write_shards(sents[100:], tmp_path / "dev")
     assert probe.right_branching_uas(tmp_path / "dev") == 100.0
-    _, history = probe.train("dist+emb", tmp_path / "train", tmp_path / "dev", epochs=15, batch_size=8, learning_rate=0.02,
-                             progress=False)
+    _, history = probe.train("dist+emb", tmp_path / "train", tmp_path / "dev", epochs=15, batch_size=8,
+                             learning_rate=0.02, progress=False)
     assert history[-1]["dev_uas"] > 97.0, history
 
 

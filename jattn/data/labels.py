@@ -117,13 +117,15 @@ def read_litbank(path, encoding: str = "utf-8") -> list[CorefDocument]:
         if words:
             sentences.append(list(words))
         if sentences:
-            docs.append(CorefDocument(name or path.stem, list(sentences), sorted(mentions, key=lambda m: (m.start, m.end))))
+            ordered = sorted(mentions, key=lambda m: (m.start, m.end))
+            docs.append(CorefDocument(name or path.stem, list(sentences), ordered))
 
     with open(path, encoding=encoding) as f:
         for i, line in enumerate(f, 1):
             line = line.rstrip("\n\r")
             if line.startswith("#begin document"):
-                name, sentences, words, mentions, open_, offset = line.split("(", 1)[-1].split(")")[0], [], [], [], {}, 0
+                name = line.split("(", 1)[-1].split(")")[0]
+                sentences, words, mentions, open_, offset = [], [], [], {}, 0
                 continue
             if line.startswith("#end document"):
                 close_doc()
