@@ -6,7 +6,8 @@ English EWT sentences) through the corpus runner and writes to ``--out``:
   * ``results.json`` / ``results.npz`` / ``figures/``: as ``jattn analyze`` writes them
     (Clark et al. 2019's weight statistics, entropies, head distances; Kobayashi et al. 2020's
     weight- vs norm-based attention per token class);
-  * ``attention_maps_<k>.png``: every (layer, head) attention map of sample sentence k.
+  * ``attention_maps_<k>.png``: every (layer, head) attention map of sample sentence k;
+  * ``attention_view.html``: the interactive viewer (``jattn.view``) on sample sentence 0.
 """
 
 from __future__ import annotations
@@ -136,7 +137,9 @@ def run(args) -> None:
                 tokens = model.tokenizer.convert_ids_to_tokens(batch.input_ids[0].tolist())
                 maps.append(out / f"attention_maps_{k}.png")
                 attention_grid(weights, tokens, maps[-1], name + f": sentence {k}")
-            figures = maps + sorted(figures)
+            page = out / "attention_view.html"  # interactive head/model views, weights vs norms
+            page.write_text(jattn.view(model, sentences[0]), encoding="utf-8")
+            figures = maps + [page] + sorted(figures)
             (out / "report.md").write_text(report(stats, result.meta, name, figures, out))
             return figures
 
