@@ -131,7 +131,8 @@ def encode_norm(maps: np.ndarray, alpha_entry: dict, f_norm: np.ndarray) -> dict
     shape = tuple(entry["shape"])
     f_norm = np.asarray(f_norm, "<f4")
     if f_norm.shape != (shape[0], shape[1], shape[3]) or (f_norm < 0).any() or not np.isfinite(f_norm).all():
-        raise ValueError(f"‖f‖ must be finite, ≥ 0 and (L, H, k) = {(shape[0], shape[1], shape[3])}, got {f_norm.shape}")
+        raise ValueError(f"‖f‖ must be finite, ≥ 0 and (L, H, k) = {(shape[0], shape[1], shape[3])}, "
+                         f"got {f_norm.shape}")
     codes = _unpack(entry["codes"], np.uint8, shape)
     predicted = predict_norm_codes(*_stored(alpha_entry), f_norm)
     entry.update(codes=_pack(codes - predicted), predicted_from="alpha", f_norm=_pack(f_norm))  # uint8: mod 256
@@ -258,7 +259,8 @@ def seq2seq_maps(model, text: str, target: str | None, max_length: int, truncate
     maps = {}
     for kind, alpha in (("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions),
                         ("cross", out.cross_attentions)):
-        maps[kind] = {"alpha": np.asarray(alpha)[:, 0], "f_norm": norms[kind]["f_norm"][:, 0]}  # (L, H, q, k), (L, H, k)
+        maps[kind] = {"alpha": np.asarray(alpha)[:, 0],  # (L, H, q, k)
+                      "f_norm": norms[kind]["f_norm"][:, 0]}  # (L, H, k)
         for key, name in NORM_KEYS.items():
             if name in norms[kind]:
                 maps[kind][key] = norms[kind][name][:, 0]  # (L, [H,] q, k)

@@ -111,7 +111,8 @@ def check_encoder_page(model, html: str, example) -> dict:
     norms = jattn.norms(model, batch, residual=True)
     attributions = jattn.attributions(model, batch)
     assert_stored(measures["alpha"], alpha)
-    for key, name in (("norm", "weighted_norm"), ("summed", "summed_norm"), ("attnres", "attnres_norm"), ("attnresln", "attnresln_norm")):
+    for key, name in (("norm", "weighted_norm"), ("summed", "summed_norm"), ("attnres", "attnres_norm"),
+                      ("attnresln", "attnresln_norm")):
         assert_stored(measures[key], norms[name][:, 0])
     for key in ("rollout", "globenc", "alti"):
         assert_stored(measures[key], attributions[key][:, 0])

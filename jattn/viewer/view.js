@@ -31,7 +31,9 @@ async function inflate(b64) {
   const bin = atob(b64);
   const bytes = new Uint8Array(bin.length);
   for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-  if (typeof DecompressionStream === "undefined") throw new Error("this browser lacks DecompressionStream (needs Chrome 80+, Firefox 113+, Safari 16.4+)");
+  if (typeof DecompressionStream === "undefined") {
+    throw new Error("this browser lacks DecompressionStream (needs Chrome 80+, Firefox 113+, Safari 16.4+)");
+  }
   const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
   return new Uint8Array(await new Response(stream).arrayBuffer());
 }
@@ -122,7 +124,8 @@ function renderControls() {
   fillSelect($("kind"), DATA.views.map((w, i) => [i, w.label]), state.view);
   fillSelect($("measure"), v.measures.map((w) => [w.key, w.label]), state.measure);
   fillSelect($("layer"), [...Array(L).keys()].map((l) => [l, String(l)]), state.layer);
-  $("measure-help").textContent = `${m.label}: ${m.help}. Rows are normalised to sum 1 (each value is its key's share of the row).`;
+  $("measure-help").textContent =
+    `${m.label}: ${m.help}. Rows are normalised to sum 1 (each value is its key's share of the row).`;
   const heads = $("heads");
   if (heads.childElementCount !== H) {
     heads.replaceChildren(...[...Array(H).keys()].map((h) => {
@@ -189,20 +192,23 @@ function renderHeadView(m, d) {
   Object.assign(svg.dataset, { view: v.name, measure: m.key, layer: state.layer, heads: heads.join(","),
                                lines: drawn.length, candidates: found.length });
   const cut = found.length > drawn.length ? `, the strongest ${drawn.length} of ${found.length} drawn` : "";
-  $("head-status").textContent = `layer ${state.layer}, ${m.per_head ? `heads ${heads.join(", ") || "none"}` : "all heads (layer measure)"}: ` +
+  const which = m.per_head ? `heads ${heads.join(", ") || "none"}` : "all heads (layer measure)";
+  $("head-status").textContent = `layer ${state.layer}, ${which}: ` +
     `${found.length} lines ≥ ${state.threshold}${cut}`;
 }
 
 function tokenTip(ev, m, d, side, index) {
-  const v = view(), [, H] = dims(m), qt = tokensOf(v.queries), kt = tokensOf(v.keys);
-  const lines = [`${side === "q" ? "query" : "key"} ${index} ${side === "q" ? qt[index] : kt[index]} — ${m.label}, layer ${state.layer}`];
+  const v = view(), qt = tokensOf(v.queries), kt = tokensOf(v.keys);
+  const name = side === "q" ? `query ${index} ${qt[index]}` : `key ${index} ${kt[index]}`;
+  const lines = [`${name} — ${m.label}, layer ${state.layer}`];
   for (const h of shownHeads(m)) {
     const other = side === "q" ? kt : qt;
-    const vals = other.map((_, o) => (side === "q" ? share(m, d, state.layer, h, index, o) : share(m, d, state.layer, h, o, index)));
+    const vals = other.map((_, o) => (side === "q" ? share(m, d, state.layer, h, index, o)
+                                                  : share(m, d, state.layer, h, o, index)));
     const top = [...vals.keys()].sort((a, b) => vals[b] - vals[a]).slice(0, 4);
     lines.push(`${h < 0 ? "layer" : `head ${h}`}: ` + top.map((o) => `${other[o]} ${fmt(vals[o])}`).join(", "));
   }
-  showTip(ev, lines.join("\n") + (H && m.per_head ? "" : ""));
+  showTip(ev, lines.join("\n"));
 }
 
 function wireHeadView() {
@@ -212,7 +218,8 @@ function wireHeadView() {
     if (t.tagName === "line") {
       const i = +t.dataset.q, j = +t.dataset.k, h = +t.dataset.h;
       showTip(ev, `${h < 0 ? "all heads" : `head ${h}`}, layer ${state.layer}: ${tokensOf(v.queries)[i]} (${i}) → ` +
-        `${tokensOf(v.keys)[j]} (${j})\n${m.label}: share ${fmt(share(m, d, state.layer, h, i, j))}, raw ${fmt(rawValue(m, d, state.layer, h, i, j))}`);
+        `${tokensOf(v.keys)[j]} (${j})\n${m.label}: share ${fmt(share(m, d, state.layer, h, i, j))}, ` +
+        `raw ${fmt(rawValue(m, d, state.layer, h, i, j))}`);
     } else if (t.tagName === "text" && (t.classList.contains("q") || t.classList.contains("k"))) {
       const side = t.classList.contains("q") ? "q" : "k", index = +(side === "q" ? t.dataset.i : t.dataset.j);
       svg.classList.add("focus");
@@ -306,7 +313,8 @@ function wireGrid() {
     const j = Math.min(nk - 1, Math.floor((ev.clientX - r.left - 2) / (r.width - 4) * nk));
     if (i < 0 || j < 0) { hideTip(); return; }
     const l = +c.dataset.layer, h = +c.dataset.head;
-    showTip(ev, `layer ${l}, ${h < 0 ? "all heads" : `head ${h}`}: ${tokensOf(v.queries)[i]} (${i}) → ${tokensOf(v.keys)[j]} (${j})\n` +
+    showTip(ev, `layer ${l}, ${h < 0 ? "all heads" : `head ${h}`}: ` +
+      `${tokensOf(v.queries)[i]} (${i}) → ${tokensOf(v.keys)[j]} (${j})\n` +
       `${m.label}: share ${fmt(share(m, d, l, h, i, j))}, raw ${fmt(rawValue(m, d, l, h, i, j))}`);
   });
   grid.addEventListener("mouseleave", hideTip);
@@ -377,15 +385,18 @@ function clip(text, n = 140) {
 function notes() {
   const t = DATA.tokens, parts = Object.keys(t).map((k) => `${t[k].length} ${k} tokens`);
   const full = DATA.views.length > 1
-    ? `source: “${DATA.text}” → target (${DATA.generated ? "the model's own translation" : "teacher-forced"}): “${DATA.target}”`
+    ? `source: “${DATA.text}” → target (${DATA.generated ? "the model's own translation" : "teacher-forced"}): ` +
+      `“${DATA.target}”`
     : `“${DATA.text}”${DATA.pair ? ` + “${DATA.pair}”` : ""}`;
   $("subtitle").textContent = `${DATA.model} · ${clip(full)} · ${parts.join(", ")}`;
   $("subtitle").title = full;
   $("notes").textContent = "Layers and heads are 0-based. Keys: ↑/↓ layer, ←/→ head (one at a time). " +
-    "Every query row is divided by its sum, so values are shares of the row (α unchanged). Head view: line opacity = share; " +
-    "model view: each row coloured relative to its largest share. Stored as 8-bit codes relative to the row's largest share: " +
-    `a shown share is within ${(DATA.error_bound * 100).toFixed(2)}% of that row maximum; raw = share × the row's sum. ` +
-    (DATA.views.length > 1 ? " Target row t is the decoder position whose input is target token t (it predicts token t+1)." : "");
+    "Every query row is divided by its sum, so values are shares of the row (α unchanged). " +
+    "Head view: line opacity = share; model view: each row coloured relative to its largest share. " +
+    "Stored as 8-bit codes relative to the row's largest share: a shown share is within " +
+    `${(DATA.error_bound * 100).toFixed(2)}% of that row maximum; raw = share × the row's sum.` +
+    (DATA.views.length > 1
+      ? " Target row t is the decoder position whose input is target token t (it predicts token t+1)." : "");
 }
 
 function fail(err) {
