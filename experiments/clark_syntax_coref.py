@@ -194,6 +194,8 @@ def main(argv=None):
     p.add_argument("--litbank-docs", type=int, default=0, help="first N LitBank files (0: all 100)")
     p.add_argument("--litbank-budget", type=int, default=256, help="subword tokens per LitBank segment")
     p.add_argument("--min-count", type=int, default=syntax.MIN_COUNT)
+    p.add_argument("--reuse-shards", action="store_true",
+                   help="keep the train/random feature shards already in --work (same arguments only)")
     args = p.parse_args(argv)
     start = time.time()
     model = jattn.load()
@@ -205,6 +207,10 @@ def main(argv=None):
     counts = {}
     for which, m in (("pretrained", model), ("random", rand)):  # real embeddings for both, as Clark's GloVe
         for split, (trees, _) in data.items():
+            folder = args.work / which / split
+            if args.reuse_shards and any(folder.glob("shard_*.npz")) and (which, split) not in (
+                    ("pretrained", "dev"), ("pretrained", "test")):  # those two also give the dependency counts
+                continue
             c = features(m, trees, args.work / which / split, table, relations, count=which == "pretrained")
             if which == "pretrained":
                 counts[split] = c
@@ -213,7 +219,6 @@ def main(argv=None):
     syntax.write_table(dep, args.out)
     syntax.figures(counts["test"], args.out / "figures", args.min_count)
     roles = syntax.head_roles(counts["test"], args.min_count)
-    uas, history = run_probes(args, args.work)
     res = {"command": "python experiments/clark_syntax_coref.py " + " ".join(argv if argv is not None else
                                                                              __import__("sys").argv[1:]),
            "data": {"ewt": {s: {"sentences": len(t), "skipped": sk} for s, (t, sk) in data.items()},
@@ -222,8 +227,11 @@ def main(argv=None):
            "head_roles": {"counts": {k: int((roles["role"] == k).sum()) for k in
                                      ("positional", "syntactic", "positional+syntactic", "other")},
                           "role": roles["role"].tolist(), "relation": roles["relation"].tolist()},
-           "coref_gap": run_gap(model, args), "coref_litbank": run_litbank(model, args),
-           "probe_uas": uas, "probe_history": history}
+           }
+    for key, fn in (("coref_gap", run_gap), ("coref_litbank", run_litbank)):
+        res[key] = fn(model, args)
+        (args.out / "results.json").write_text(json.dumps(res, indent=1))  # partial results as they come
+    res["probe_uas"], res["probe_history"] = run_probes(args, args.work)
     seconds = time.time() - start
     res["seconds"] = round(seconds)
     (args.out / "results.json").write_text(json.dumps(res, indent=1))

@@ -93,7 +93,8 @@ def write_shards(records: Iterable[dict], folder, shard_size: int = 1000) -> lis
 
 
 def _sentences(path: Path) -> list[dict]:
-    z = np.load(path)
+    with np.load(path) as npz:  # each z[key] access re-reads the array: read each once
+        z = {k: npz[k] for k in npz.files}
     out, p, q = [], 0, 0
     K = z["pair"].shape[0]
     for w in z["lengths"]:
