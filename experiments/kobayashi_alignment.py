@@ -182,6 +182,14 @@ def evaluate(model, pairs, gold, eflomal_links, batch_size: int, cased: bool, de
     return out
 
 
+def weights_sha256(folder: Path) -> dict:
+    """SHA-256 of the model's weight files, so a result names the exact model it came from."""
+    import hashlib
+
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir())
+            if f.suffix in (".safetensors", ".bin")}
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     import jattn
@@ -215,7 +223,7 @@ def main(argv=None) -> dict:
     silver_gold = [(links, links) for links in silver]  # every silver link is sure
 
     result = {
-        "model": str(args.model), "lowercased": lower,
+        "model": str(args.model), "model_sha256": weights_sha256(args.model), "lowercased": lower,
         "maps": {"weights": "ᾱ: α averaged over heads", "norms": "‖α_h f_h(x_j)‖ averaged over heads",
                  "summed_norms": "‖Σ_h α_h f_h(x_j)‖"},
         "eflomal": {"training_pairs": len(corpus), "parts": {"multi30k_train": len(train), "multi30k_test_2016_flickr":
