@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import jattn
+from jattn import Interventions
 from tiny_seq2seq import hf_model, padded_batch, save_tiny
 
 
@@ -52,19 +53,19 @@ def test_cached_steps_match_teacher_forcing(tiny):
     padded = batch["decoder_attention_mask"] == 0  # fill: fairseq numbers pad tokens' positions differently
     batch["decoder_input_ids"][padded] = rng.integers(4, c.tgt_vocab_size - 1, padded.sum())
     batch["decoder_attention_mask"][:] = 1
-    gates = {"encoder": rng.uniform(0, 2, (c.encoder_layers, c.encoder_heads)),
-             "decoder": rng.uniform(0, 2, (c.decoder_layers, c.decoder_heads)),
-             "cross": rng.uniform(0, 2, (c.decoder_layers, c.decoder_heads))}
-    disabled = {k: rng.uniform(size=v.shape) < 0.3 for k, v in gates.items()}
-    full = np.asarray(model.forward(batch, head_gates=gates, disabled_heads=disabled).logits)  # (b, t, V)
-    g, d = seq2seq.interventions(c, gates, disabled)
+    shapes = {"encoder": (c.encoder_layers, c.encoder_heads), "decoder": (c.decoder_layers, c.decoder_heads),
+              "cross": (c.decoder_layers, c.decoder_heads)}
+    given = {k: Interventions(head_gates=rng.uniform(0, 2, s).astype(np.float32), disabled_heads=rng.uniform(size=s) < 0.3)
+             for k, s in shapes.items()}
+    full = np.asarray(model.forward(batch, given).logits)  # (b, t, V)
+    iv = seq2seq.check_interventions(c, given)
     ids = jnp.asarray(batch["input_ids"], jnp.int32)
     mask = jnp.asarray(batch["attention_mask"], jnp.int32)
     t = batch["decoder_input_ids"].shape[1]
-    cache = decode.init_state(model.params, c, ids, mask, g, d, t, jnp.float32)
+    cache = decode.init_state(model.params, c, ids, mask, iv, t, jnp.float32)
     for pos in range(t):
         tokens = jnp.asarray(batch["decoder_input_ids"][:, pos], jnp.int32)
-        logits, cache = decode.decoder_step(model.params, c, tokens, pos, cache, mask, g, d)
+        logits, cache = decode.decoder_step(model.params, c, tokens, pos, cache, mask, iv)
         assert np.max(np.abs(np.asarray(logits) - full[:, pos])) <= 1e-5, pos
 
 

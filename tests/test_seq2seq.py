@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import jattn
+from jattn import Interventions
 from tiny_seq2seq import hf_model, padded_batch, save_tiny
 
 TOL = 1e-5
@@ -68,13 +69,14 @@ def test_internals_complete(tiny):
     c = model.config
     for kind, L, H in (("encoder", c.encoder_layers, c.encoder_heads), ("decoder", c.decoder_layers, c.decoder_heads),
                        ("cross", c.decoder_layers, c.decoder_heads)):
-        internals = ours.internals[kind]
-        for key in ("weights", "values", "context", "output", "out_kernel", "residual", "pre_ln", "ln_scale"):
+        internals, view = ours.internals[kind], model.module.view(kind)
+        keys = ("weights", "values", "context", "output", "residual", "pre_ln", "attention_ln_out")
+        for key in keys + (("ffn_pre_ln",) if kind != "decoder" else ()):  # the sublayer before an FFN has it
             assert internals[key].shape[0] == L, (kind, key)
         assert internals["weights"].shape[:3] == (L, 2, H)
         # The block output is Σ_h Σ_j α f_h(x_j) + b_O (Kobayashi et al. 2020, Eq. 5).
-        f = np.einsum("lbhkd,lhde->lbhke", internals["values"], internals["out_kernel"])
-        y = np.einsum("lbhqk,lbhke->lbqe", internals["weights"], f) + np.asarray(internals["out_bias"])[:, None, None]
+        f = np.einsum("lbhkd,lhde->lbhke", internals["values"], view["out_kernel"])
+        y = np.einsum("lbhqk,lbhke->lbqe", internals["weights"], f) + np.asarray(view["out_bias"])[:, None, None]
         assert _err(y, internals["output"]) <= 1e-4, kind
 
 
@@ -96,22 +98,21 @@ def test_interventions_per_kind(tiny):
     c = model.config
     batch = padded_batch(c, b=2)
     base = model.forward(batch)
-    ones = {"encoder": np.ones((c.encoder_layers, c.encoder_heads)),
-            "decoder": np.ones((c.decoder_layers, c.decoder_heads)), "cross": np.ones((c.decoder_layers, c.decoder_heads))}
-    assert _err(model.forward(batch, head_gates=ones).logits, base.logits) == 0.0
-    gated = model.forward(batch, head_gates={"cross": np.zeros((c.decoder_layers, c.decoder_heads))})
+    ones = {"encoder": Interventions(head_gates=np.ones((c.encoder_layers, c.encoder_heads), np.float32)),
+            "decoder": Interventions(head_gates=np.ones((c.decoder_layers, c.decoder_heads), np.float32)),
+            "cross": Interventions(head_gates=np.ones((c.decoder_layers, c.decoder_heads), np.float32))}
+    assert _err(model.forward(batch, ones).logits, base.logits) == 0.0
+    gated = model.forward(batch, {"cross": Interventions(head_gates=np.zeros((c.decoder_layers, c.decoder_heads),
+                                                                             np.float32))})
+    assert _err(gated.logits, base.logits) > 1e-3  # a changed gate changes the output
     assert np.all(np.asarray(gated.internals["cross"]["context"]) == 0)
     assert _err(gated.internals["encoder"]["context"], base.internals["encoder"]["context"]) == 0.0
     dis = np.zeros((c.decoder_layers, c.decoder_heads), bool)
     dis[0, 0] = True
-    uniform = model.forward(batch, disabled_heads={"decoder": dis}).decoder_attentions[0, :, 0]  # (b, t, t)
+    uniform = model.forward(batch, {"decoder": Interventions(disabled_heads=dis)}).decoder_attentions[0, :, 0]  # (b, t, t)
     expected = np.tril(np.ones(uniform.shape[1:])) * batch["decoder_attention_mask"][:, None, :]
     expected = expected / expected.sum(-1, keepdims=True)
     assert _err(uniform, expected) <= 1e-6
-    with pytest.raises(ValueError, match="keys must be among"):
-        model.forward(batch, head_gates={"self": ones["decoder"]})
-    with pytest.raises(ValueError, match=r"head_gates\['encoder'\] must have shape"):
-        model.forward(batch, head_gates={"encoder": np.ones((1, 1))})
 
 
 def test_bad_input(tiny, tmp_path):
@@ -197,3 +198,19 @@ def hf_tokenizer_ids(folder, text):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder))(text)["input_ids"]
+
+
+def test_bad_interventions(tiny):
+    _, _, model, _ = tiny
+    c = model.config
+    batch = padded_batch(c, b=2)
+    with pytest.raises(ValueError, match="per attention type"):
+        model.forward(batch, Interventions(head_gates=np.ones((c.encoder_layers, c.encoder_heads), np.float32)))
+    with pytest.raises(ValueError, match="keys must be among"):
+        model.forward(batch, {"self": Interventions()})
+    with pytest.raises(ValueError, match="head_gates must be"):
+        model.forward(batch, {"cross": Interventions(head_gates=np.ones((c.encoder_layers + 5, 1), np.float32))})
+    with pytest.raises(ValueError, match="not text"):
+        model.forward(["un chat"])
+    with pytest.raises(ValueError, match="batch_size"):
+        model.translate(["un chat"], batch_size=0) if model.tokenizer is not None else model.forward({}, None)
