@@ -182,6 +182,12 @@ def evaluate(model, pairs, gold, eflomal_links, batch_size: int, cased: bool, de
     return out
 
 
+def repo_relative(path: Path) -> str:
+    """``path`` relative to the repository when inside it (results stay valid on another clone)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def weights_sha256(folder: Path) -> dict:
     """SHA-256 of the model's weight files, so a result names the exact model it came from."""
     import hashlib
@@ -223,7 +229,7 @@ def main(argv=None) -> dict:
     silver_gold = [(links, links) for links in silver]  # every silver link is sure
 
     result = {
-        "model": str(args.model), "model_sha256": weights_sha256(args.model), "lowercased": lower,
+        "model": repo_relative(args.model), "model_sha256": weights_sha256(args.model), "lowercased": lower,
         "maps": {"weights": "ᾱ: α averaged over heads", "norms": "‖α_h f_h(x_j)‖ averaged over heads",
                  "summed_norms": "‖Σ_h α_h f_h(x_j)‖"},
         "eflomal": {"training_pairs": len(corpus), "parts": {"multi30k_train": len(train), "multi30k_test_2016_flickr":
