@@ -98,7 +98,7 @@ def child_jattn(model_path: str, batch: int, length: int, reps: int) -> list[dic
     L, H = model.config.num_layers, model.config.num_heads
     ones, none = jnp.ones((L, H)), jnp.zeros((L, H), bool)
     args = {"forward": (_forward, (model.params, model.config, inputs, ones, none, jnp.float32)),
-            "norms": (N._encoder_norms, (model.params, model.config, inputs, False))}
+            "norms": (N.encoder_norms, (model.params, model.config, inputs, False))}
     temp, best, peak = {}, {k: float("inf") for k in args}, {k: 0.0 for k in args}
     for kind, (fn, a) in args.items():
         temp[kind] = fn.lower(*a).compile().memory_analysis().temp_size_in_bytes / 2**20

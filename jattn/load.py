@@ -55,7 +55,8 @@ FAMILIES: dict[str, Family] = {
     "marian": Family(Seq2SeqConfig.from_hf_config, marian.convert, _seq2seq_model,
                      (("source.spm", "target.spm", "vocab.json"),), SEQ2SEQ_SPECIALS),
     "fsmt": Family(Seq2SeqConfig.from_hf_config, fsmt.convert, _seq2seq_model,
-                   (("vocab-src.json", "vocab-tgt.json", "merges.txt"),), SEQ2SEQ_SPECIALS),
+                   (("vocab-src.json", "vocab-tgt.json", "merges.txt"),), ("pad",)),  # FSMT's tokenizer ends
+    # sentences with its sep token "</s>" and may define no eos attribute; the model's eos id comes from config.json
 }
 VOCAB_PADDING = 128  # a model's vocabulary may exceed its tokenizer's by padding rows, not more
 
