@@ -22,6 +22,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from jattn.data.readers import conllu_sentences
+
 
 @dataclasses.dataclass(frozen=True)
 class Tree:
@@ -35,30 +37,12 @@ class Tree:
 def read_conllu_trees(path, encoding: str = "utf-8") -> Iterator[Tree]:
     """Yield the dependency trees of a CoNLL-U file (see module docstring)."""
     path = Path(path)
-    rows, start = [], None
-    with open(path, encoding=encoding) as f:
-        for i, line in enumerate(f, 1):
-            line = line.rstrip("\n\r")
-            if not line:
-                if rows:
-                    yield _tree(rows, f"{path}:{start}")
-                rows, start = [], None
-                continue
-            if line.startswith("#"):
-                continue
-            cols = line.split("\t")
-            if len(cols) != 10:
-                raise ValueError(f"{path}:{i}: a CoNLL-U token line has 10 tab-separated columns, found "
-                                 f"{len(cols)}. Fix: pass a CoNLL-U file")
-            if "-" in cols[0] or "." in cols[0]:  # multiword token or empty node
-                continue
+    for rows in conllu_sentences(path, encoding):
+        for i, cols in rows:
             if not cols[6].isdigit():
                 raise ValueError(f"{path}:{i}: word {cols[0]} has no numeric head ({cols[6]!r}). Fix: pass a "
                                  "treebank with gold trees (HEAD column filled)")
-            start = start or i
-            rows.append(cols)
-    if rows:
-        yield _tree(rows, f"{path}:{start}")
+        yield _tree([cols for _, cols in rows], f"{path}:{rows[0][0]}")
 
 
 def _tree(rows: list[list[str]], source: str) -> Tree:

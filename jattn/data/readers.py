@@ -98,16 +98,18 @@ def read_text(path: Path, encoding: str = "utf-8") -> Iterator[Example]:
         yield Example(parts[0], parts[1] if len(parts) == 2 else None, f"{path}:{i}")
 
 
-def read_conllu(path: Path, encoding: str = "utf-8") -> Iterator[Example]:
-    words, start = [], None
+def conllu_sentences(path: Path, encoding: str = "utf-8") -> Iterator[list[tuple[int, list[str]]]]:
+    """The sentences of a CoNLL-U file as lists of (line number, 10 columns), one per word:
+    comments, multiword-token lines (``3-4``) and empty nodes (``8.1``) skipped."""
+    rows = []
     lines = _Lines(path, encoding)
     for line in lines:
         i = lines.number
         line = line.rstrip("\n\r")
         if not line:
-            if words:
-                yield Example(words, None, f"{path}:{start}")
-            words, start = [], None
+            if rows:
+                yield rows
+            rows = []
             continue
         if line.startswith("#"):
             continue
@@ -117,10 +119,14 @@ def read_conllu(path: Path, encoding: str = "utf-8") -> Iterator[Example]:
                              f"found {len(cols)}. Is this a CoNLL-U file? Else pass --format")
         if "-" in cols[0] or "." in cols[0]:  # multiword token or empty node
             continue
-        start = start or i
-        words.append(cols[1])
-    if words:
-        yield Example(words, None, f"{path}:{start}")
+        rows.append((i, cols))
+    if rows:
+        yield rows
+
+
+def read_conllu(path: Path, encoding: str = "utf-8") -> Iterator[Example]:
+    for rows in conllu_sentences(path, encoding):
+        yield Example([cols[1] for _, cols in rows], None, f"{path}:{rows[0][0]}")
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")

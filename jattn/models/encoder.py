@@ -14,7 +14,8 @@ from flax import nnx
 from jattn.config import EncoderConfig
 from jattn.data.tokenize import Batch, tokenize
 from jattn.interventions import NONE, Interventions
-from jattn.nn import encoder, state
+from jattn.models.base import ModuleModel
+from jattn.nn import encoder
 
 
 @dataclasses.dataclass
@@ -68,25 +69,15 @@ def int_array(x, name: str, what: str = "a batch") -> np.ndarray:
     return a
 
 
-class EncoderModel:
+class EncoderModel(ModuleModel):
     """A BERT-family encoder: ``.module`` (the ``jattn.nn.encoder.Encoder``), ``.config``,
     ``.params`` (its ``nnx.Param`` state), ``.tokenizer``, ``.tokenize``, ``.forward``."""
 
     def __init__(self, config: EncoderConfig, params, tokenizer, source: str = ""):
         if not isinstance(params, nnx.State):  # converted arrays: the heads present decide the module
             config = dataclasses.replace(config, with_pooler="pooler" in params, with_mlm_head="mlm_head" in params)
-        self.config, self.tokenizer, self.source = config, tokenizer, source
-        self.module = nnx.merge(encoder.graphdef(config), state.from_arrays(config, params))
-
-    @property
-    def params(self):
-        """The module's parameters (``nnx.State``): the first argument of the pure face."""
-        return nnx.state(self.module, nnx.Param)
-
-    def shard(self, mesh) -> "EncoderModel":
-        """Place the parameters on ``mesh`` by their partitioning metadata (in place; returns self)."""
-        nnx.update(self.module, state.shard(self.params, mesh))
-        return self
+        super().__init__(config, params)
+        self.tokenizer, self.source = tokenizer, source
 
     def __repr__(self) -> str:
         c = self.config

@@ -12,11 +12,11 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from jattn.config import Seq2SeqConfig
 from jattn.models.encoder import check_dtype, int_array, internals_arg
-from jattn.nn import decode, seq2seq, state
+from jattn.models.base import ModuleModel
+from jattn.nn import decode, seq2seq
 
 
 @dataclasses.dataclass
@@ -58,25 +58,14 @@ def _generation_overrides(source: str) -> dict:
     return out
 
 
-class Seq2SeqModel:
+class Seq2SeqModel(ModuleModel):
     """An encoder–decoder translation model: ``.module`` (the ``jattn.nn.seq2seq.Seq2Seq``),
     ``.config``, ``.params`` (its ``nnx.Param`` state), ``.tokenizer``, ``.forward`` (teacher
     forcing, internals of the three attention types), ``.generate`` and ``.translate``."""
 
     def __init__(self, config: Seq2SeqConfig, params, tokenizer=None, source: str = ""):
-        self.config = dataclasses.replace(config, **_generation_overrides(source))
+        super().__init__(dataclasses.replace(config, **_generation_overrides(source)), params)
         self.tokenizer, self.source = tokenizer, source
-        self.module = nnx.merge(seq2seq.graphdef(self.config), state.from_arrays(self.config, params))
-
-    @property
-    def params(self):
-        """The module's parameters (``nnx.State``): the first argument of the pure face."""
-        return nnx.state(self.module, nnx.Param)
-
-    def shard(self, mesh) -> "Seq2SeqModel":
-        """Place the parameters on ``mesh`` by their partitioning metadata (in place; returns self)."""
-        nnx.update(self.module, state.shard(self.params, mesh))
-        return self
 
     def __repr__(self) -> str:
         c = self.config

@@ -25,7 +25,6 @@ Parameters (kernels (in, out); attention kernels split by head; ``L`` leads ever
 
 from __future__ import annotations
 
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -183,18 +182,9 @@ class Encoder(nnx.Module):
         return self.layers.view()
 
 
-@functools.lru_cache(maxsize=32)
-def graphdef(config: EncoderConfig):
-    """The module's graph for ``config`` (no arrays are allocated)."""
-    return nnx.split(nnx.eval_shape(lambda: Encoder(config, rngs=nnx.Rngs(0))))[0]
-
-
-def module(params, config: EncoderConfig) -> Encoder:
-    """The module with ``params`` as its parameters: an ``nnx.State``, or the same tree as a
-    nested dict of arrays (``nnx.to_pure_dict``; what optax and orbax hold while training)."""
-    if not isinstance(params, nnx.State):
-        params = state.from_arrays(config, params)
-    return nnx.merge(graphdef(config), params)
+def module(params, config) -> Encoder:
+    """The module with ``params`` as its parameters (``jattn.nn.state.merge``)."""
+    return state.merge(params, config)
 
 
 def forward(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None, **kwargs):

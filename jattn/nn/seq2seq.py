@@ -275,18 +275,9 @@ class Seq2Seq(nnx.Module):
         return self.decoder.layers.view("self" if kind == "decoder" else "cross")
 
 
-@functools.lru_cache(maxsize=32)
-def graphdef(config: Seq2SeqConfig):
-    """The module's graph for ``config`` (no arrays are allocated)."""
-    return nnx.split(nnx.eval_shape(lambda: Seq2Seq(config, rngs=nnx.Rngs(0))))[0]
-
-
-def module(params, config: Seq2SeqConfig) -> Seq2Seq:
-    """The module with ``params`` as its parameters: an ``nnx.State``, or the same tree as a
-    nested dict of arrays (``nnx.to_pure_dict``; what optax and orbax hold while training)."""
-    if not isinstance(params, nnx.State):
-        params = state.from_arrays(config, params)
-    return nnx.merge(graphdef(config), params)
+def module(params, config) -> Seq2Seq:
+    """The module with ``params`` as its parameters (``jattn.nn.state.merge``)."""
+    return state.merge(params, config)
 
 
 def forward(params, config: Seq2SeqConfig, batch: dict, interventions=None, **kwargs):

@@ -7,6 +7,8 @@ module is where those dicts become the modules' ``nnx.Param`` state.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 from flax import nnx
@@ -31,6 +33,21 @@ def abstract(config) -> nnx.State:
     """Parameter shapes/dtypes and metadata of ``config``'s module, without allocating."""
     cls = module_class(config)
     return nnx.state(nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0))), nnx.Param)
+
+
+@functools.lru_cache(maxsize=32)
+def graphdef(config):
+    """The module graph of ``config``'s family (no arrays are allocated)."""
+    cls = module_class(config)
+    return nnx.split(nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0))))[0]
+
+
+def merge(params, config):
+    """The module with ``params`` as its parameters: an ``nnx.State``, or the same tree as a
+    nested dict of arrays (``nnx.to_pure_dict``; what optax and orbax hold while training)."""
+    if not isinstance(params, nnx.State):
+        params = from_arrays(config, params)
+    return nnx.merge(graphdef(config), params)
 
 
 def init(config, seed: int = 0) -> nnx.State:
