@@ -40,6 +40,7 @@ class EncoderConfig:
     attention_dropout: float = 0.1
     with_pooler: bool = False  # the checkpoint has BERT's pooler (set by the converter)
     with_mlm_head: bool = False  # the checkpoint has a masked-LM head (set by the converter)
+    num_labels: int = 0  # classes of a sequence-classification head; 0: none (set by the converter)
 
     @property
     def head_dim(self) -> int:

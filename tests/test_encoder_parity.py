@@ -44,6 +44,24 @@ def test_mlm_head_parity(tmp_path, name):
     assert _max_err(logits, hf_run(oracle, batch).logits) <= 1e-4  # (b, n, V): sums over D
 
 
+@pytest.mark.parametrize("name", ["bert-2x4", "roberta-2x4"])
+def test_classification_head_parity_and_export(tmp_path, name):
+    """A converted HF sequence-classification head gives HF's logits; exported back, HF reads the
+    folder and agrees again (the fine-tuned models' round trip)."""
+    from jattn.finetune import save_classifier
+
+    folder = save_tiny(tmp_path / "hf", name, head="cls")
+    model, oracle = jattn.load(folder, use_cache=False), hf_model(folder, head="cls")
+    assert model.config.num_labels == 3
+    batch = random_batch(model.config, [9, 5, 2], seed=3)
+    logits = model.forward(batch).logits  # (b, 3)
+    assert _max_err(logits, hf_run(oracle, batch).logits) <= 1e-5
+    out = save_classifier(model, tmp_path / "exported")
+    again, oracle2 = jattn.load(out, use_cache=False), hf_model(out, head="cls")
+    assert _max_err(again.forward(batch).logits, logits) == 0.0
+    assert _max_err(hf_run(oracle2, batch).logits, logits) <= 1e-5
+
+
 def test_pytorch_bin_checkpoint(tmp_path):
     folder = save_tiny(tmp_path, "bert-2x4", safe=False)
     assert (folder / "pytorch_model.bin").is_file() and not (folder / "model.safetensors").exists()

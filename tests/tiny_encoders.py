@@ -24,10 +24,11 @@ CONFIGS = {
 
 def save_tiny(folder: Path, name: str, head: str = "base", seed: int = 0, safe: bool = True,
               max_positions: int = 64) -> Path:
-    """Save a random ``name`` model (head: base | mlm) with MiniLM's WordPiece tokenizer files."""
+    """Save a random ``name`` model (head: base | mlm | cls, cls = 3-class sequence classification)
+    with MiniLM's WordPiece tokenizer files."""
     import torch
-    from transformers import (BertConfig, BertForMaskedLM, BertModel, RobertaConfig,
-                              RobertaForMaskedLM, RobertaModel)
+    from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel,
+                              RobertaConfig, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaModel)
 
     from jattn.load import default_model_path
 
@@ -36,11 +37,13 @@ def save_tiny(folder: Path, name: str, head: str = "base", seed: int = 0, safe: 
     kw.update(vocab_size=30522, max_position_embeddings=max_positions, hidden_dropout_prob=0.1,
               attention_probs_dropout_prob=0.1)
     torch.manual_seed(seed)
+    if head == "cls":
+        kw["num_labels"] = 3
     if model_type == "bert":
-        cls = BertForMaskedLM if head == "mlm" else BertModel
+        cls = {"mlm": BertForMaskedLM, "cls": BertForSequenceClassification}.get(head, BertModel)
         model = cls(BertConfig(**kw))
     else:
-        cls = RobertaForMaskedLM if head == "mlm" else RobertaModel
+        cls = {"mlm": RobertaForMaskedLM, "cls": RobertaForSequenceClassification}.get(head, RobertaModel)
         model = cls(RobertaConfig(**kw))
     with torch.no_grad():  # random LayerNorm parameters and biases, so that every tensor matters
         for p in model.parameters():
@@ -60,9 +63,9 @@ def save_tiny(folder: Path, name: str, head: str = "base", seed: int = 0, safe: 
 
 def hf_model(folder: Path, head: str = "base"):
     """The HF PyTorch oracle for a saved folder, eager attention, eval mode."""
-    from transformers import AutoModel, AutoModelForMaskedLM
+    from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-    cls = AutoModelForMaskedLM if head == "mlm" else AutoModel
+    cls = {"mlm": AutoModelForMaskedLM, "cls": AutoModelForSequenceClassification}.get(head, AutoModel)
     return cls.from_pretrained(str(folder), attn_implementation="eager").eval()
 
 

@@ -1,17 +1,22 @@
 """Key table for BERT and RoBERTa checkpoints (``BertModel``, ``BertForMaskedLM``,
 ``BertForPreTraining``, ``RobertaModel``, ``RobertaForMaskedLM``, ...) -> jattn encoder params.
 
-Converted: the encoder, the pooler and the masked-LM head when present. Tensors that are
+Converted: the encoder, the pooler, the masked-LM head and the sequence-classification head
+(``BertForSequenceClassification``: linear on the pooled [CLS]; ``RobertaForSequenceClassification``:
+dense + tanh + linear on <s>) when present; every row carries its inverse, so a fine-tuned model
+is exported as a folder that ``BertForSequenceClassification.from_pretrained`` reads. Tensors that are
 known but not used (position-id buffers, the NSP classifier, a decoder matrix tied to the word
 embeddings) are allowed; anything else unexpected is an error.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from jattn.config import EncoderConfig
-from jattn.convert.hf import Entry, apply_table, linear, split_heads_in, split_heads_out
+from jattn.convert.hf import Entry, apply_table, linear, split_heads_in, split_heads_out, to_state_dict
 
 
 def _ln(key: str, path: tuple, d: int) -> list[Entry]:
@@ -19,8 +24,8 @@ def _ln(key: str, path: tuple, d: int) -> list[Entry]:
 
 
 def _dense(key: str, path: tuple, n_in: int, n_out: int) -> list[Entry]:
-    shape, fn = linear(n_in, n_out)
-    return [Entry(f"{key}.weight", path + ("kernel",), shape, fn), Entry(f"{key}.bias", path + ("bias",), (n_out,))]
+    return [Entry(f"{key}.weight", path + ("kernel",), *linear(n_in, n_out)),
+            Entry(f"{key}.bias", path + ("bias",), (n_out,))]
 
 
 def _prefix(state: dict, model_type: str) -> str:
@@ -37,18 +42,18 @@ def encoder_entries(c: EncoderConfig, prefix: str) -> list[Entry]:
         Entry(f"{emb}.token_type_embeddings.weight", ("embeddings", "token_type"), (c.type_vocab_size, D)),
         *_ln(f"{emb}.LayerNorm", ("embeddings", "ln"), D),
     ]
-    qkv_shape, qkv_fn = split_heads_in(D, H, d_h)
-    out_shape, out_fn = split_heads_out(D, H, d_h)
     for i in range(c.num_layers):
         k, p = f"{prefix}encoder.layer.{i}", ("layers", i)
         for name in ("query", "key", "value"):
             entries += [
-                Entry(f"{k}.attention.self.{name}.weight", p + ("attention", name, "kernel"), qkv_shape, qkv_fn),
+                Entry(f"{k}.attention.self.{name}.weight", p + ("attention", name, "kernel"),
+                      *split_heads_in(D, H, d_h)),
                 Entry(f"{k}.attention.self.{name}.bias", p + ("attention", name, "bias"), (H * d_h,),
-                      lambda b: b.reshape(H, d_h)),
+                      lambda b: b.reshape(H, d_h), lambda b: b.reshape(H * d_h)),
             ]
         entries += [
-            Entry(f"{k}.attention.output.dense.weight", p + ("attention", "out", "kernel"), out_shape, out_fn),
+            Entry(f"{k}.attention.output.dense.weight", p + ("attention", "out", "kernel"),
+                  *split_heads_out(D, H, d_h)),
             Entry(f"{k}.attention.output.dense.bias", p + ("attention", "out", "bias"), (D,)),
             *_ln(f"{k}.attention.output.LayerNorm", p + ("attention_ln",), D),
             *_dense(f"{k}.intermediate.dense", p + ("ffn_in",), D, F),
@@ -58,14 +63,32 @@ def encoder_entries(c: EncoderConfig, prefix: str) -> list[Entry]:
     return entries
 
 
-def head_entries(c: EncoderConfig, state: dict, prefix: str) -> list[Entry]:
-    """Pooler and masked-LM head, for the ones the checkpoint has."""
+def classifier_entries(c: EncoderConfig) -> list[Entry]:
+    """The sequence-classification head (``c.num_labels`` classes)."""
     D = c.hidden_size
-    entries = []
-    if f"{prefix}pooler.dense.weight" in state:
-        entries += _dense(f"{prefix}pooler.dense", ("pooler",), D, D)
-    mlm = "cls.predictions" if c.model_type == "bert" else "lm_head"
-    if f"{mlm}.bias" in state:
+    if c.model_type == "bert":
+        return _dense("classifier", ("classifier", "out"), D, c.num_labels)
+    return _dense("classifier.dense", ("classifier", "dense"), D, D) + \
+        _dense("classifier.out_proj", ("classifier", "out"), D, c.num_labels)
+
+
+def num_labels(state: dict, model_type: str) -> int:
+    """Classes of the checkpoint's classification head (0 without one)."""
+    key = "classifier.bias" if model_type == "bert" else "classifier.out_proj.bias"
+    return int(state[key].shape[0]) if key in state else 0
+
+
+def mlm_key(model_type: str) -> str:
+    return "cls.predictions" if model_type == "bert" else "lm_head"
+
+
+def head_entries(c: EncoderConfig, prefix: str) -> list[Entry]:
+    """Pooler, masked-LM head and classification head, as ``c`` says the checkpoint has them."""
+    D, mlm = c.hidden_size, mlm_key(c.model_type)
+    entries = _dense(f"{prefix}pooler.dense", ("pooler",), D, D) if c.with_pooler else []
+    if c.num_labels:
+        entries += classifier_entries(c)
+    if c.with_mlm_head:
         if c.model_type == "bert":
             entries += _dense(f"{mlm}.transform.dense", ("mlm_head", "transform"), D, D)
             entries += _ln(f"{mlm}.transform.LayerNorm", ("mlm_head", "ln"), D)
@@ -89,5 +112,36 @@ IGNORED = (
 def convert(state: dict[str, np.ndarray], config: EncoderConfig, source: str = "checkpoint") -> dict:
     """HF state dict -> jattn encoder params (see ``jattn.nn.encoder`` for the layout)."""
     prefix = _prefix(state, config.model_type)
-    entries = encoder_entries(config, prefix) + head_entries(config, state, prefix)
-    return apply_table(state, entries, IGNORED, source)
+    config = dataclasses.replace(config, with_pooler=f"{prefix}pooler.dense.weight" in state,
+                                 with_mlm_head=f"{mlm_key(config.model_type)}.bias" in state,
+                                 num_labels=num_labels(state, config.model_type))
+    return apply_table(state, encoder_entries(config, prefix) + head_entries(config, prefix), IGNORED, source)
+
+
+def to_hf_state_dict(params, config: EncoderConfig) -> dict[str, np.ndarray]:
+    """jattn encoder params -> a HF state dict, the inverse of ``convert``: the task model's layout
+    (``BertForSequenceClassification``, ``BertForMaskedLM``, RoBERTa's) when ``config`` has a head."""
+    prefix = f"{config.model_type}." if config.num_labels or config.with_mlm_head else ""
+    return to_state_dict(params, encoder_entries(config, prefix) + head_entries(config, prefix))
+
+
+def to_hf_config(config: EncoderConfig, label_names: list[str] | None = None) -> dict:
+    """The Hugging Face ``config.json`` dict of ``config`` (a task model's when it has a head)."""
+    kind = "Bert" if config.model_type == "bert" else "Roberta"
+    head = "ForSequenceClassification" if config.num_labels else "ForMaskedLM" if config.with_mlm_head else "Model"
+    out = {
+        "model_type": config.model_type, "architectures": [kind + head], "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size, "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads, "intermediate_size": config.intermediate_size,
+        "hidden_act": config.hidden_act, "max_position_embeddings": config.max_position_embeddings,
+        "type_vocab_size": config.type_vocab_size, "layer_norm_eps": config.layer_norm_eps,
+        "pad_token_id": config.pad_token_id, "hidden_dropout_prob": config.hidden_dropout,
+        "attention_probs_dropout_prob": config.attention_dropout, "position_embedding_type": "absolute",
+    }
+    if config.num_labels:
+        names = label_names or [f"LABEL_{i}" for i in range(config.num_labels)]
+        if len(names) != config.num_labels:
+            raise ValueError(f"{len(names)} label names for {config.num_labels} classes")
+        out["id2label"] = {str(i): n for i, n in enumerate(names)}
+        out["label2id"] = {n: i for i, n in enumerate(names)}
+    return out

@@ -24,12 +24,14 @@ class ConversionError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """One tensor: HF key, path in our params (ints index stacked layers), HF shape, transform."""
+    """One tensor: HF key, path in our params (ints index stacked layers), HF shape, transform
+    (HF -> ours) and its inverse (ours -> HF, for exporting)."""
 
     key: str
     path: tuple
     shape: tuple[int, ...]
     transform: Callable[[np.ndarray], np.ndarray] = lambda w: w
+    inverse: Callable[[np.ndarray], np.ndarray] = lambda w: w
 
 
 def read_config(folder: Path) -> dict:
@@ -172,19 +174,35 @@ def _stack_trees(items):
     return np.stack(items)
 
 
-def linear(n_in: int, n_out: int) -> tuple[tuple[int, int], Callable]:
-    """torch Linear weight (out, in) -> kernel (in, out)."""
-    return (n_out, n_in), lambda w: w.T
+def linear(n_in: int, n_out: int) -> tuple[tuple[int, int], Callable, Callable]:
+    """torch Linear weight (out, in) <-> kernel (in, out): (HF shape, transform, inverse)."""
+    return (n_out, n_in), lambda w: w.T, lambda k: k.T
 
 
-def split_heads_in(d: int, h: int, d_h: int) -> tuple[tuple[int, int], Callable]:
-    """Q/K/V projection (H*d_h, D) -> kernel (D, H, d_h)."""
-    return (h * d_h, d), lambda w: w.T.reshape(d, h, d_h)
+def split_heads_in(d: int, h: int, d_h: int) -> tuple[tuple[int, int], Callable, Callable]:
+    """Q/K/V projection (H*d_h, D) <-> kernel (D, H, d_h)."""
+    return (h * d_h, d), lambda w: w.T.reshape(d, h, d_h), lambda k: k.reshape(d, h * d_h).T
 
 
-def split_heads_out(d: int, h: int, d_h: int) -> tuple[tuple[int, int], Callable]:
-    """Output projection (D, H*d_h) -> kernel (H, d_h, D)."""
-    return (d, h * d_h), lambda w: w.T.reshape(h, d_h, d)
+def split_heads_out(d: int, h: int, d_h: int) -> tuple[tuple[int, int], Callable, Callable]:
+    """Output projection (D, H*d_h) <-> kernel (H, d_h, D)."""
+    return (d, h * d_h), lambda w: w.T.reshape(h, d_h, d), lambda k: k.reshape(h * d_h, d).T
+
+
+def to_state_dict(params, entries: list[Entry]) -> dict[str, np.ndarray]:
+    """jattn params -> a HF state dict through a key table's inverses (ints in a path index the
+    leading, stacked layer axis)."""
+    out = {}
+    for entry in entries:
+        node, layer = params, None
+        for k in entry.path:
+            if isinstance(k, int):
+                layer = k
+            else:
+                node = node[k]
+        node = np.asarray(node) if layer is None else np.asarray(node)[layer]
+        out[entry.key] = np.ascontiguousarray(np.asarray(entry.inverse(node), np.float32))
+    return out
 
 
 def resolve(name_or_path: str | os.PathLike) -> Path:

@@ -7,10 +7,12 @@ that ``MarianMTModel.from_pretrained`` loads (``to_hf_state_dict``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from jattn.config import Seq2SeqConfig
-from jattn.convert.hf import Entry, apply_table
+from jattn.convert.hf import Entry, apply_table, to_state_dict
 
 # (suffix, kind): kind picks the shape, transform and inverse of a row.
 _ATTN = ("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")
@@ -89,17 +91,7 @@ def convert(state: dict[str, np.ndarray], config: Seq2SeqConfig, source: str = "
 
 def to_hf_state_dict(params, config: Seq2SeqConfig) -> dict[str, np.ndarray]:
     """jattn seq2seq params -> a Marian state dict (``MarianMTModel.from_pretrained`` layout)."""
-    out = {}
-    for entry, inverse in rows(config):
-        node, layer = params, None
-        for k in entry.path:  # stacked layers: the int is an index into the leading axis
-            if isinstance(k, int):
-                layer = k
-            else:
-                node = node[k]
-        node = np.asarray(node) if layer is None else np.asarray(node)[layer]
-        out[entry.key] = np.ascontiguousarray(np.asarray(inverse(node), np.float32))
-    return out
+    return to_state_dict(params, [dataclasses.replace(e, inverse=inv) for e, inv in rows(config)])
 
 
 def to_hf_config(config: Seq2SeqConfig) -> dict:

@@ -24,6 +24,7 @@ class EncoderResult:
     hidden_states: jax.Array  # (L+1, b, n, D) embeddings, then each layer's output
     internals: dict  # per-layer attention internals, each (L, b, ...); see jattn.nn.encoder
     pooler_output: jax.Array | None  # (b, D) when the checkpoint has a pooler
+    logits: jax.Array | None = None  # (b, C) when the checkpoint has a classification head
 
     @property
     def attentions(self) -> jax.Array:  # (L, b, H, n, n)
@@ -75,7 +76,9 @@ class EncoderModel(ModuleModel):
 
     def __init__(self, config: EncoderConfig, params, tokenizer, source: str = ""):
         if not isinstance(params, nnx.State):  # converted arrays: the heads present decide the module
-            config = dataclasses.replace(config, with_pooler="pooler" in params, with_mlm_head="mlm_head" in params)
+            labels = int(params["classifier"]["out"]["bias"].shape[0]) if "classifier" in params else 0
+            config = dataclasses.replace(config, with_pooler="pooler" in params, with_mlm_head="mlm_head" in params,
+                                         num_labels=labels)
         super().__init__(config, params)
         self.tokenizer, self.source = tokenizer, source
 
@@ -138,7 +141,7 @@ class EncoderModel(ModuleModel):
                                  self.check_interventions(interventions), check_dtype(compute_dtype),
                                  internals_arg(internals))
         return EncoderResult(outputs["last_hidden_state"], outputs["hidden_states"], kept,
-                             outputs.get("pooler_output"))
+                             outputs.get("pooler_output"), outputs.get("logits"))
 
     def norm_maps(self, batch, residual: bool) -> dict:
         """``jattn.norms`` for this family (Kobayashi et al. 2020/2021), device arrays."""

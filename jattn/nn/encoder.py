@@ -21,6 +21,7 @@ Parameters (kernels (in, out); attention kernels split by head; ``L`` leads ever
           (L, D, F), bias}, ffn_out {kernel (L, F, D), bias}, ffn_ln
   pooler (``config.with_pooler``): {kernel (D, D), bias (D,)}
   mlm_head (``config.with_mlm_head``): transform {kernel, bias}, ln, bias (V,); decoder tied to word
+  classifier (``config.num_labels`` = C > 0): out {kernel (D, C), bias (C,)}; RoBERTa also dense (D, D)
 """
 
 from __future__ import annotations
@@ -103,6 +104,24 @@ class MLMHead(nnx.Module):
         self.bias = param(None, (config.vocab_size,), "zeros")
 
 
+class ClassificationHead(nnx.Module):
+    """Sequence classification as Hugging Face defines it. BERT: logits = W·dropout(pooler_output) + b
+    on the pooled [CLS]; RoBERTa: logits = W_o·dropout(tanh(W_d·dropout(h_<s>) + b_d)) + b_o."""
+
+    def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
+        D = config.hidden_size
+        self.dense = Dense((D,), (D,), rngs=rngs, std=STD) if config.model_type == "roberta" else None
+        self.out = Dense((D,), (config.num_labels,), rngs=rngs, std=STD)
+        self.rate = config.hidden_dropout
+
+    def __call__(self, features: jax.Array, rng) -> jax.Array:
+        """features (b, D): BERT's pooler output or RoBERTa's h_<s> -> logits (b, C)."""
+        r = split_rng(rng, 2)
+        if self.dense is not None:
+            features = jnp.tanh(self.dense(dropout(features, self.rate, r[0])))  # (b, D)
+        return self.out(dropout(features, self.rate, r[1]))  # (b, C)
+
+
 def select(internals: dict, which) -> dict:
     """Keep the internals named in ``which`` ("all", None/() for none, or a tuple of names)."""
     if which == "all":
@@ -123,6 +142,9 @@ class Encoder(nnx.Module):
         D = config.hidden_size
         self.pooler = Dense((D,), (D,), rngs=rngs, std=STD) if config.with_pooler else None
         self.mlm_head = MLMHead(config, rngs=rngs) if config.with_mlm_head else None
+        if config.num_labels and config.model_type == "bert" and not config.with_pooler:
+            raise ValueError("a BERT classification head reads the pooler: set with_pooler=True with num_labels")
+        self.classifier = ClassificationHead(config, rngs=rngs) if config.num_labels else None
 
     def __call__(self, batch: dict, interventions: Interventions | None = None, *, dropout_rng=None,
                  compute_dtype=jnp.float32, layer_reduce=None, internals="all"):
@@ -138,8 +160,8 @@ class Encoder(nnx.Module):
         (``EncoderLayer.view``); its results, stacked (L, ...), are ``outputs["layer_reduced"]``:
         an analysis then reads α while it is in cache.
 
-        outputs: ``last_hidden_state`` (b, n, D), ``hidden_states`` (L+1, b, n, D), and
-        ``pooler_output`` (b, D) with a pooler. internals: each entry stacked (L, b, ...), e.g.
+        outputs: ``last_hidden_state`` (b, n, D), ``hidden_states`` (L+1, b, n, D),
+        ``pooler_output`` (b, D) with a pooler, ``logits`` (b, C) with a classification head. internals: each entry stacked (L, b, ...), e.g.
         ``weights`` (L, b, H, n, n): α, values, per-head context, attention output, the block
         input (``residual``), the vectors entering both LayerNorms (``pre_ln``, ``ffn_pre_ln``)
         and the attention LayerNorm's output.
@@ -162,6 +184,10 @@ class Encoder(nnx.Module):
         outputs = {"last_hidden_state": x, "hidden_states": jnp.concatenate([x0[None], hidden], 0)}  # (L+1, b, n, D)
         if self.pooler is not None:
             outputs["pooler_output"] = self.pool(x)  # (b, D)
+        if self.classifier is not None:  # its dropout: a stream independent of the layers'
+            head_rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, self.config.num_layers)
+            features = outputs["pooler_output"] if self.config.model_type == "bert" else x[:, 0]  # (b, D)
+            outputs["logits"] = self.classifier(features, head_rng)  # (b, C)
         if layer_reduce is not None:
             outputs["layer_reduced"] = reduced  # (L, ...)
         return outputs, kept
