@@ -265,3 +265,34 @@ def save_classifier(model, folder, label_names: list[str] | None = None) -> Path
               metadata={"format": "pt"})
     model.tokenizer.save_pretrained(str(folder))
     return folder
+
+
+LABEL_NAMES = {"sst2": ["negative", "positive"], "cola": ["unacceptable", "acceptable"]}
+
+
+def finetune_task(task: str, out, *, base=None, fc: FinetuneConfig = FinetuneConfig(), workdir=None,
+                  max_steps: int | None = None, progress: bool = True) -> dict:
+    """Fine-tune ``base`` (default: the embedded MiniLM) on GLUE ``task`` ("sst2" | "cola"),
+    export the final model to ``out`` as a HF folder with a ``DONE`` marker, and return a record
+    (dev metric per epoch, train seconds). Resumes from ``workdir`` (default ``out`` + "-work");
+    a folder that is already ``DONE`` is returned as it is (its ``finetune.json``)."""
+    import jattn
+    from jattn.data import glue
+
+    out = Path(out)
+    if (out / "DONE").is_file():
+        return json.loads((out / "finetune.json").read_text())
+    model = with_classifier(jattn.load(base) if base is None or isinstance(base, (str, Path)) else base,
+                            2, fc.seed)
+    trainer = ClassifierTrainer(model, fc, workdir or out.with_name(out.name + "-work"),
+                                glue.read_task(task, "train"), glue.read_task(task, "dev"), glue.metric(task))
+    history = trainer.fit(max_steps=max_steps, progress=progress)
+    record = {"task": task, "metric_name": glue.METRICS[task], "config": dataclasses.asdict(fc),
+              "history": history, "train_seconds": round(trainer.meta["train_seconds"], 1),
+              "complete": trainer.meta["epoch"] >= fc.epochs}
+    if record["complete"]:
+        record["dev_metric"] = history[-1]["dev_metric"]
+        save_classifier(trainer.trained_model(), out, LABEL_NAMES[task])
+        (out / "finetune.json").write_text(json.dumps(record, indent=2) + "\n")
+        (out / "DONE").write_text("fine-tuning finished\n")
+    return record
