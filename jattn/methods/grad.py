@@ -5,64 +5,26 @@ c ∈ {[CLS], [SEP], punctuation, other}. ∂L/∂α is the gradient w.r.t. a ze
 perturbation of α (``Interventions.weights_delta``). L_s is the loss of
 sequence s; the batch loss is Σ_s L_s, so one backward pass gives every sequence's own gradient.
 
-Loss: the masked-LM loss for a checkpoint with an MLM head (15% of the real non-special tokens
-of each sequence, at least one, replaced by [MASK]; L_s = mean cross-entropy over them; masked
-positions drawn with a generator seeded by (seed, corpus index), so the result does not depend
-on batching), or any differentiable per-sequence loss ``loss(params, config, outputs, batch) ->
-(b,)``. Key classes are those of the input the model sees (a masked "." counts as other).
+Loss: the masked-LM loss for a checkpoint with an MLM head (``jattn.losses.mask_tokens`` /
+``mlm_loss``, shared with head importance: 15% of the real non-special tokens of each sequence,
+at least one, replaced by [MASK]; L_s = mean cross-entropy over them; masked positions drawn
+with a generator seeded by (seed, corpus index), so the result does not depend on batching),
+or any differentiable per-sequence loss ``loss(params, config, outputs, batch) -> (b,)``.
+Key classes are those of the input the model sees (a masked "." counts as other).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jattn.interventions import Interventions
-from jattn.methods.base import CLASS_NAMES, CLS, OTHER, SEP, HostBatch, Method, Statistic, StepContext, ratio, \
-    segment_mean
+from jattn.losses import mask_tokens, mlm_loss
+from jattn.methods.base import CLASS_NAMES, HostBatch, Method, Statistic, StepContext, ratio, segment_mean
 from jattn.methods.registry import register
-from jattn.nn import encoder
-
-
-def mask_tokens(batch: HostBatch, mask_token_id: int, rate: float, seed: int) -> dict[str, np.ndarray]:
-    """Choose ⌊rate·m⌉ (≥ 1) of the m real non-special tokens of each row, replace them by
-    [MASK]. Returns masked ``input_ids`` (b, n), ``positions``/``labels`` (b, M) (-1 = unused,
-    M = ⌈rate·n⌉ + 1 depends only on the padded length) and the model-side ``token_class``."""
-    b, n = batch.input_ids.shape
-    M = math.ceil(rate * n) + 1
-    ids = batch.input_ids.copy()  # (b, n)
-    positions = np.full((b, M), -1, np.int32)  # (b, M)
-    labels = np.full((b, M), -1, np.int32)  # (b, M)
-    token_class = batch.token_class.copy()  # (b, n)
-    for r in range(b):
-        if batch.example[r] < 0:
-            continue
-        cands = np.flatnonzero((batch.attention_mask[r] > 0) & (batch.token_class[r] != CLS)
-                               & (batch.token_class[r] != SEP))
-        if not len(cands):
-            continue
-        k = max(1, int(round(rate * len(cands))))
-        chosen = np.sort(np.random.default_rng([seed, int(batch.example[r])]).choice(cands, k, replace=False))
-        positions[r, :k], labels[r, :k] = chosen, ids[r, chosen]
-        ids[r, chosen] = mask_token_id
-        token_class[r, chosen] = OTHER
-    return {"input_ids": ids, "positions": positions, "labels": labels, "token_class": token_class}
-
-
-def mlm_loss(params, config, outputs, features) -> jax.Array:
-    """Per-sequence mean cross-entropy over the masked positions. -> (b,)"""
-    pos = jnp.maximum(features["positions"], 0)  # (b, M)
-    hidden = jnp.take_along_axis(outputs["last_hidden_state"], pos[..., None], axis=1)  # (b, M, D)
-    logits = encoder.mlm_logits(params, config, hidden).astype(jnp.float32)  # (b, M, V)
-    labels = jnp.maximum(features["labels"], 0)  # (b, M)
-    nll = jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, labels[..., None], -1)[..., 0]  # (b, M)
-    used = (features["labels"] >= 0).astype(nll.dtype)  # (b, M)
-    return (nll * used).sum(-1) / jnp.maximum(used.sum(-1), 1.0)  # (b,)
 
 
 @dataclasses.dataclass(frozen=True)
