@@ -1,5 +1,10 @@
 """Streaming, sharded corpus runner: attention statistics over a corpus in flat memory.
 
+Every model family runs here: an encoder (BERT, RoBERTa) on segments and segment pairs, a
+translation model (Marian, FSMT) on (source, target) pairs teacher-forced, each method reduced
+per attention type (``jattn.run_translation``). A method says which families it reads
+(``Method.families``); the runner refuses a mismatch before any work.
+
 ``run_corpus(model, examples, methods)`` reads examples in chunks, tokenizes them, sorts each
 chunk by length and cuts it into batches of ``batch_size`` rows padded to the smallest of a
 few bucket lengths (bounding recompiles to one per bucket). One jitted step per batch runs the
@@ -7,8 +12,10 @@ encoder and every method's ``reduce`` (``jattn.methods.base``), returning additi
 of a fixed shape; the host adds them in float64. Nothing of shape (examples, ..., n, n) is
 kept, so memory does not grow with the corpus.
 
-Parallelism. The batch axis is sharded over a 1-D device mesh (``jax.make_mesh`` +
-``NamedSharding(mesh, P('data'))``); XLA sums the per-device statistics. Over several
+Parallelism. The batch axis is sharded over the ``data`` axis of a device mesh (``jax.make_mesh`` +
+``NamedSharding(mesh, P('data'))``); XLA sums the per-device statistics. A 2-D ``data`` × ``model``
+mesh also splits the parameters by their partitioning metadata (heads and FFN columns over
+``model``, ``jattn.nn.state.partition_specs``) and JAX's SPMD partitioner does the rest. Over several
 processes (``jax.distributed.initialize``), process p takes the examples whose corpus index
 is ≡ p (mod process count), runs on its local devices, and the summed totals are gathered
 once at the end (``process_allgather``, exact: float64 bits travel as int32) and added in
@@ -29,8 +36,10 @@ from tqdm.auto import tqdm
 
 from jattn.data.readers import Example, as_example
 from jattn.data.tokenize import SequenceTooLongError, tokenize
+from jattn import run_translation
+from jattn.config import Seq2SeqConfig
 from jattn.methods.base import CLS, OTHER, PUNCT, SEP, HostBatch, Statistic, StepContext
-from jattn.nn import encoder
+from jattn.nn import encoder, state
 
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -103,6 +112,14 @@ def _tokenize_rows(model, examples: list[tuple[int, Example]], max_length: int, 
     return rows
 
 
+def self_attention_fields(batch: dict) -> dict:
+    """The attention-type fields of ``jattn.methods.base`` for an encoder's self-attention."""
+    real = batch["attention_mask"] > 0  # (b, n)
+    allowed = real[:, :, None] & real[:, None, :]  # (b, n, n)
+    return {"query_mask": batch["attention_mask"], "key_mask": batch["attention_mask"], "allowed": allowed,
+            "query_class": batch["token_class"], "key_class": batch["token_class"]}
+
+
 def _pad_batch(model, rows: list[tuple[int, dict]], batch_size: int, length: int, words: bool) -> HostBatch:
     ids = np.full((batch_size, length), model.tokenizer.pad_token_id, np.int32)  # (b, n)
     mask = np.zeros((batch_size, length), np.int32)  # (b, n)
@@ -120,8 +137,9 @@ def _pad_batch(model, rows: list[tuple[int, dict]], batch_size: int, length: int
 
 def _batches(model, examples: Iterable, batch_size: int, max_length: int, truncate: bool, words: bool,
              shard: tuple[int, int], chunk: int, skipped: list):
-    """Yield (HostBatch, number of real rows): chunks of ``chunk`` examples, length-sorted.
+    """Yield (host batch, number of real rows): chunks of ``chunk`` examples, length-sorted.
     Empty examples (no text) are left out; their corpus indices are appended to ``skipped``."""
+    translation = isinstance(model.config, Seq2SeqConfig)
     index, count = shard
     mine = ((i, as_example(x, i)) for i, x in enumerate(examples) if i % count == index)
     mine = (item for item in mine if not (item[1].is_empty and not skipped.append(item[0])))
@@ -130,17 +148,27 @@ def _batches(model, examples: Iterable, batch_size: int, max_length: int, trunca
         part = list(itertools.islice(mine, chunk))
         if not part:
             return
-        rows = _tokenize_rows(model, part, max_length, truncate, words)
-        rows.sort(key=lambda r: (len(r[1]["input_ids"]), r[0]))
+        if translation:
+            rows = run_translation.tokenize_pairs(model, part, max_length, truncate)
+            rows.sort(key=lambda r: (run_translation.row_length(r[1]), r[0]))
+        else:
+            rows = _tokenize_rows(model, part, max_length, truncate, words)
+            rows.sort(key=lambda r: (len(r[1]["input_ids"]), r[0]))
         for start in range(0, len(rows), batch_size):
             group = rows[start:start + batch_size]
+            if translation:
+                yield run_translation.pad_batch(model, group, batch_size, sizes), len(group)
+                continue
             length = next(s for s in sizes if s >= len(group[-1][1]["input_ids"]))
             yield _pad_batch(model, group, batch_size, length, words), len(group)
 
 
 def make_step(model, methods: Sequence, mesh):
     """The jitted step: forward + every method's reduce; batch sharded over ``mesh``. Methods
-    marked ``layerwise`` reduce each layer inside the encoder's scan (``layer_reduce``)."""
+    marked ``layerwise`` reduce each layer inside the encoder's scan (``layer_reduce``); a
+    translation model's step is ``jattn.run_translation.make_step``."""
+    if isinstance(model.config, Seq2SeqConfig):
+        return run_translation.make_step(model.config, tuple(methods), mesh)
     return _step(model.config, tuple(methods), mesh)
 
 
@@ -152,6 +180,7 @@ def _step(config, methods: tuple, mesh):
 
     def step(params, batch, features):
         inputs = {k: batch[k] for k in INPUT_KEYS}
+        batch = dict(batch, **self_attention_fields(batch))
 
         def forward(input_ids=None, interventions=None, **kwargs):
             b = inputs if input_ids is None else dict(inputs, input_ids=input_ids)
@@ -174,7 +203,8 @@ def _step(config, methods: tuple, mesh):
         return stats
 
     data, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
-    return jax.jit(step, in_shardings=(replicated, data, data), out_shardings=replicated), data, replicated
+    placed = jax.tree.map(lambda s: NamedSharding(mesh, s), state.partition_specs(state.abstract(config), mesh))
+    return jax.jit(step, in_shardings=(placed, data, data), out_shardings=replicated), data, replicated
 
 
 def unstack_layers(x: jax.Array) -> jax.Array:
@@ -196,28 +226,61 @@ def combine_processes(totals: dict) -> dict:
     return jax.tree.unflatten(tree, summed)
 
 
+def family(model) -> str:
+    """"seq2seq" for a translation model, else "encoder"."""
+    return "seq2seq" if isinstance(model.config, Seq2SeqConfig) else "encoder"
+
+
+def check_methods(model, methods: Sequence) -> None:
+    """Refuse methods that cannot read ``model``'s family, naming the ones that can."""
+    fam = family(model)
+    for m in methods:
+        families = getattr(m, "families", ("encoder",))
+        if fam not in families:
+            what = "a translation (seq2seq) model" if fam == "seq2seq" else "an encoder model"
+            raise ValueError(f"method {m.name!r} reads {' and '.join(families)} models, and {model.source or 'the model'} "
+                             f"is {what}. Fix: choose methods that declare families including {fam!r}"
+                             + (" (jattn analyze --help lists them)" if fam == "seq2seq" else ""))
+        if fam == "seq2seq" and getattr(m, "level", "token") != "token":
+            raise ValueError(f"method {m.name!r} is word-level; a translation model runs token-level methods only. "
+                             "Fix: drop the word-level methods")
+        if fam == "seq2seq" and (bad := set(getattr(m, "kinds", ())) - {"encoder", "decoder", "cross"}):
+            raise ValueError(f"method {m.name!r} declares unknown attention types {sorted(bad)}")
+
+
 def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int = 32, max_length: int = 128,
-               truncate: bool = False, devices=None, progress: bool = True, chunk_batches: int = 16) -> RunResult:
-    """Run ``methods`` over ``examples`` (Examples, strings, (A, B) pairs or word lists).
+               truncate: bool = False, devices=None, mesh=None, progress: bool = True,
+               chunk_batches: int = 16) -> RunResult:
+    """Run ``methods`` over ``examples`` (Examples, strings, (A, B) pairs or word lists; for a
+    translation model, (source, target) pairs).
 
     ``devices``: the local devices to shard the batch over (default all); ``batch_size`` must
     be a multiple of their number. In a multi-process run every process calls this with the
-    same corpus and reads its own shard.
+    same corpus and reads its own shard. ``mesh``: instead of ``devices``, a local mesh with a
+    ``data`` axis (the batch) and optionally a ``model`` axis (the parameters, by their
+    partitioning metadata), e.g. ``jax.make_mesh((2, 4), ("data", "model"))``.
     """
     names = [m.name for m in methods]
     if len(set(names)) != len(names) or "_meta" in names:
         raise ValueError(f"method names must be unique and not '_meta': {names}")
-    devices = list(devices or jax.local_devices())
-    if batch_size % len(devices):
-        raise ValueError(f"batch_size={batch_size} is not a multiple of the {len(devices)} devices. "
-                         f"Fix: use a batch size like {len(devices) * max(1, batch_size // len(devices))}")
+    if mesh is not None and (devices is not None or "data" not in mesh.axis_names):
+        raise ValueError(f"mesh axes {mesh.axis_names}: pass devices or a mesh with a 'data' axis, not both. "
+                         "Fix: jax.make_mesh((data, model), ('data', 'model'))")
+    devices = list(mesh.devices.flat) if mesh is not None else list(devices or jax.local_devices())
+    parts = mesh.shape["data"] if mesh is not None else len(devices)
+    if batch_size % parts:
+        raise ValueError(f"batch_size={batch_size} is not a multiple of the {parts} data-parallel devices. "
+                         f"Fix: use a batch size like {parts * max(1, batch_size // parts)}")
     if max_length > model.config.max_length:
         raise ValueError(f"max_length={max_length} exceeds the model's {model.config.max_length} positions")
+    check_methods(model, methods)
     words = any(getattr(m, "level", "token") == "word" for m in methods)
     shard = (jax.process_index(), jax.process_count())
-    mesh = jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=devices)
+    if mesh is None:
+        mesh = jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=devices)
+    mesh = state.auto_mesh(mesh)
     step, data, replicated = make_step(model, methods, mesh)
-    params = jax.device_put(model.params, replicated)
+    params = state.shard(model.params, mesh)  # replicated on a 1-D data mesh
     total = len(examples) if hasattr(examples, "__len__") else None
     if total is not None:
         total = len(range(shard[0], total, shard[1]))
@@ -253,8 +316,10 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
         raise ValueError(f"the corpus is empty: no example reached the model ({meta['skipped_empty']} empty "
                          "examples skipped). Fix: check the input file and --format")
     statistics = {}
-    for m in methods:
-        for name, stat in m.finalize(totals[m.name], meta).items():
+    finished = (run_translation.finalize([m], totals, meta) if family(model) == "seq2seq"
+                else m.finalize(totals[m.name], meta) for m in methods)
+    for stats in finished:
+        for name, stat in stats.items():
             if name in statistics:
                 raise ValueError(f"two methods produce a statistic named {name!r}")
             statistics[name] = stat
@@ -263,6 +328,11 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
 
 def _zeros(model, methods, step, devices, words):
     """Totals of a process whose shard is empty: the step's output shapes, all zeros."""
+    if family(model) == "seq2seq":
+        host = run_translation.empty_batch(model, len(devices))
+        features = {m.name: m.prepare(host) for m in methods}
+        shapes = jax.eval_shape(step, model.params, host.arrays(), features)
+        return jax.tree.map(lambda s: np.zeros(s.shape, np.float64), shapes)
     n = 16
     host = HostBatch(*(np.zeros((len(devices), n), np.int32) for _ in range(3)),
                      np.full((len(devices), n), -1, np.int32),

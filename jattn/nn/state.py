@@ -90,6 +90,16 @@ def to_arrays(params) -> dict:
     return jax.tree.map(np.asarray, nnx.to_pure_dict(params))
 
 
+def auto_mesh(mesh):
+    """``mesh`` with every axis ``AxisType.Auto``: the models leave intermediate shardings to JAX's
+    SPMD partitioner (``jax.make_mesh`` makes Explicit axes by default, under which an embedding
+    lookup on a sharded batch has no unambiguous output sharding)."""
+    auto = (jax.sharding.AxisType.Auto,) * len(mesh.axis_names)
+    if tuple(mesh.axis_types) == auto:
+        return mesh
+    return jax.sharding.Mesh(mesh.devices, mesh.axis_names, axis_types=auto)
+
+
 def partition_specs(params, mesh) -> nnx.State:
     """Each parameter's ``PartitionSpec`` from its ``out_sharding`` names, keeping only the axis
     names ``mesh`` has (a 1-D ``data`` mesh replicates everything) and only where the axis divides
@@ -106,6 +116,7 @@ def partition_specs(params, mesh) -> nnx.State:
 def shard(params, mesh) -> nnx.State:
     """Place ``params`` on ``mesh`` by their partitioning metadata (heads and FFN columns over a
     ``model`` axis, everything else replicated); JAX's SPMD partitioner does the rest under jit."""
+    mesh = auto_mesh(mesh)
     specs = partition_specs(params, mesh)
     return jax.tree.map(lambda v, s: v.replace(jax.device_put(v.value, NamedSharding(mesh, s))), params, specs,
                         is_leaf=lambda x: isinstance(x, nnx.Variable))
