@@ -32,6 +32,7 @@ class Options:
     """What the command line hands to every factory."""
 
     rank_file: Path | None = None  # token frequency ranks, 'rank count vocab_id' per line
+    relations: tuple[str, ...] = ()  # dependency relations of a labelled corpus (jattn analyze collects them)
 
 
 @dataclasses.dataclass(frozen=True)
