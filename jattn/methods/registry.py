@@ -33,6 +33,7 @@ class Options:
 
     rank_file: Path | None = None  # token frequency ranks, 'rank count vocab_id' per line
     relations: tuple[str, ...] = ()  # dependency relations of a labelled corpus (jattn analyze collects them)
+    min_count: int = 100  # 'syntax': relations with fewer scored words stay out of the table (Clark et al. 2019)
 
 
 @dataclasses.dataclass(frozen=True)
