@@ -1,0 +1,256 @@
+"""Head importance (Michel et al. 2019) against HF PyTorch in float64 with gates inserted by hooks:
+central finite differences of the summed loss (batch estimator) and a per-example autograd loop
+(example and token estimators), on a tiny random BERT classifier and a tiny random Marian model;
+pruning curves against an explicit loop of masked evaluations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jattn
+import tiny_seq2seq
+from hf_head_gates import gated
+from jattn.data.parallel import encode
+from jattn.interventions import Interventions
+from jattn.methods.importance import ESTIMATORS, importance
+from jattn.methods.pruning_curve import bleu_metric, choose, classification_metric, prunable_fraction, pruning_curve
+from tiny_encoders import hf_model, save_tiny
+
+TEXTS = ["the cat sat on the mat .", "a dog", "hello there my friend , how are you today ?", "yes",
+         "birds fly south in winter"]
+LABELS = [0, 2, 1, 1, 0]
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    folder = save_tiny(tmp_path_factory.mktemp("cls"), "bert-2x4", head="cls")
+    return jattn.load(folder, use_cache=False), hf_model(folder, "cls").double()
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory):
+    folder = tiny_seq2seq.save_tiny(tmp_path_factory.mktemp("marian"), "marian")
+    return jattn.load(folder, use_cache=False), tiny_seq2seq.hf_model(folder, "marian").double()
+
+
+def classifier_cases(model):
+    """Per example: (HF inputs, label, {kind: query length})."""
+    cases = []
+    for text, y in zip(TEXTS, LABELS):
+        b = model.tokenize([text], max_length=64)
+        inputs = {k: torch.tensor(np.asarray(v), dtype=torch.long) for k, v in b.inputs().items()}
+        cases.append((inputs, y, {"encoder": int(b.attention_mask.sum())}))
+    return cases
+
+
+def classifier_loss(hf, case, gates):
+    inputs, y, _ = case
+    with gated(hf, gates):
+        logits = hf(**inputs).logits  # (1, C)
+    return torch.nn.functional.cross_entropy(logits, torch.tensor([y]), reduction="sum")
+
+
+def translation_cases(model, pairs):
+    src = encode(model.tokenizer, [s for s, _ in pairs], 64)
+    tgt = encode(model.tokenizer, [t for _, t in pairs], 64, target=True)
+    cases = []
+    for x, y in zip(src, tgt):
+        dec = np.concatenate([[model.config.decoder_start_token_id], y[:-1]])
+        inputs = {"input_ids": torch.tensor(x[None], dtype=torch.long),
+                  "decoder_input_ids": torch.tensor(dec[None], dtype=torch.long)}
+        cases.append((inputs, torch.tensor(y, dtype=torch.long), {"encoder": len(x), "decoder": len(y),
+                                                                   "cross": len(y)}))
+    return cases
+
+
+def translation_loss(hf, case, gates):
+    inputs, y, _ = case
+    with gated(hf, gates):
+        logits = hf(**inputs).logits[0]  # (t, V)
+    return torch.nn.functional.cross_entropy(logits, y, reduction="sum")
+
+
+def reference(hf, cases, loss, shapes, estimator, mask=None, eps=1e-4):
+    """Σ over the estimator's units of |ξ ∂L/∂ξ| at ξ = mask, in float64 — finite differences of
+    the summed loss for "batch", autograd one example at a time otherwise."""
+    mask = {k: torch.ones(s, dtype=torch.float64) if mask is None or k not in mask
+            else torch.tensor(mask[k], dtype=torch.float64) for k, s in shapes.items()}
+    sums = {k: np.zeros(s) for k, s in shapes.items()}
+    if estimator == "batch":
+        with torch.no_grad():
+            for kind, (L, H) in shapes.items():
+                for l in range(L):
+                    for h in range(H):
+                        total = []
+                        for sign in (1, -1):
+                            g = {k: m.clone() for k, m in mask.items()}
+                            g[kind][l, h] += sign * eps
+                            total.append(sum(float(loss(hf, c, g)) for c in cases))
+                        sums[kind][l, h] = abs(mask[kind][l, h].item() * (total[0] - total[1]) / (2 * eps))
+        return sums
+    for case in cases:
+        gates = {}
+        for kind, (L, H) in shapes.items():
+            g = mask[kind][:, None, :]  # (L, 1, H)
+            if estimator == "token":
+                g = g[..., None].repeat(1, 1, 1, case[2][kind])  # (L, 1, H, q)
+            gates[kind] = g.clone().requires_grad_(True)
+        loss(hf, case, gates).backward()
+        for kind, g in gates.items():
+            grad = (g.grad * g.detach()).abs().numpy()  # ξ ∂L/∂ξ
+            sums[kind] += grad.sum(axis=(1, 3) if estimator == "token" else 1)
+    return sums
+
+
+def assert_close(got, want, tol=1e-4):
+    err = np.abs(np.asarray(got) - want).max()
+    assert err <= tol * np.abs(want).max(), f"max error {err:.3g} vs scale {np.abs(want).max():.3g}"
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_classifier_importance_equals_hf(classifier, estimator):
+    model, hf = classifier
+    cases = classifier_cases(model)
+    L, H = model.config.num_layers, model.config.num_heads
+    mask = np.ones((L, H), np.float32)
+    mask[0, 1] = 0.0  # the gradient is taken at the masked model; the masked head gets 0
+    got = importance(model, list(zip(TEXTS, LABELS)), estimator=estimator, normalize=False, mask=mask,
+                     batch_size=8, progress=False)  # one batch: the batch estimator sums all examples
+    sums = reference(hf, cases, classifier_loss, {"encoder": (L, H)}, estimator, {"encoder": mask})["encoder"]
+    count = np.full((L, 1), float(len(cases)))
+    if estimator == "token":  # tokens, but examples for the last layer of a [CLS] classifier
+        count[:-1] = sum(c[2]["encoder"] for c in cases)
+    assert_close(got, sums / count)
+    assert got[0, 1] == 0.0
+    normalized = importance(model, list(zip(TEXTS, LABELS)), estimator=estimator, mask=mask, batch_size=8,
+                            progress=False)
+    assert_close(normalized, got / np.linalg.norm(got, axis=1, keepdims=True), 1e-6)
+
+
+def test_example_and_token_estimators_do_not_depend_on_batching(classifier):
+    model, _ = classifier
+    examples = list(zip(TEXTS, LABELS))
+    for estimator in ("example", "token"):
+        a = importance(model, examples, estimator=estimator, normalize=False, batch_size=2, progress=False)
+        b = importance(model, examples, estimator=estimator, normalize=False, batch_size=8, progress=False)
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_translation_importance_equals_hf(marian, estimator):
+    model, hf = marian
+    pairs = list(zip(tiny_seq2seq.sentences(4, 1), tiny_seq2seq.sentences(4, 2)))
+    cases = translation_cases(model, pairs)
+    c = model.config
+    shapes = {"encoder": (c.encoder_layers, c.encoder_heads), "decoder": (c.decoder_layers, c.decoder_heads),
+              "cross": (c.decoder_layers, c.decoder_heads)}
+    mask = {"cross": np.ones(shapes["cross"], np.float32)}
+    mask["cross"][1, 0] = 0.0
+    got = importance(model, pairs, estimator=estimator, normalize=False, mask=mask, batch_size=4, progress=False)
+    sums = reference(hf, cases, translation_loss, shapes, estimator, mask)
+    for kind in shapes:
+        count = sum(case[2][kind] for case in cases) if estimator == "token" else len(cases)
+        assert_close(got[kind], sums[kind] / count)
+    assert got["cross"][1, 0] == 0.0
+
+
+def test_mlm_loss_by_default_and_errors(tmp_path):
+    model = jattn.load(save_tiny(tmp_path / "mlm", "bert-2x4", head="mlm"), use_cache=False)
+    a = importance(model, TEXTS, estimator="example", batch_size=2, progress=False)
+    b = importance(model, TEXTS, estimator="example", batch_size=8, progress=False)
+    np.testing.assert_allclose(a, b, rtol=1e-5)  # masked positions are seeded per corpus index
+    np.testing.assert_allclose(np.linalg.norm(a, axis=1), 1.0, rtol=1e-6)
+    base = jattn.load(save_tiny(tmp_path / "base", "bert-2x4"), use_cache=False)
+    with pytest.raises(ValueError, match="neither a classification nor a masked-LM head"):
+        importance(base, TEXTS, progress=False)
+    with pytest.raises(ValueError, match="unknown importance estimator"):
+        importance(model, TEXTS, estimator="head", progress=False)
+
+
+def test_classifier_needs_labels(classifier):
+    with pytest.raises(ValueError, match="pairs with an int label"):
+        importance(classifier[0], TEXTS, progress=False)
+
+
+def explicit_accuracy(model, mask) -> float:
+    """Accuracy ×100 with the head mask, one example at a time (no batching, no padding)."""
+    iv = Interventions(head_gates=np.asarray(mask, np.float32))
+    pred = [int(np.asarray(model.forward(model.tokenize([t], max_length=64), iv).logits).argmax()) for t in TEXTS]
+    return 100.0 * np.mean(np.asarray(pred) == np.asarray(LABELS))
+
+
+@pytest.mark.parametrize("schedule", ["once", "reestimate"])
+def test_pruning_curve_equals_explicit_loop(classifier, schedule):
+    model, _ = classifier
+    examples = list(zip(TEXTS, LABELS))
+    metric = classification_metric(model, examples, batch_size=2)
+    curve = pruning_curve(model, examples, metric, estimator="example", schedule=schedule, step=0.25, batch_size=4)
+    L, H = model.config.num_layers, model.config.num_heads
+    mask = np.ones((L, H), np.float32)
+    want = [[0.0, explicit_accuracy(model, mask)]]
+    scores = None
+    while mask.any():
+        if scores is None or schedule == "reestimate":
+            scores = importance(model, examples, estimator="example", mask=mask, batch_size=4, progress=False)
+        order = [i for i in np.argsort(scores.ravel(), kind="stable") if mask.ravel()[i]]
+        mask.ravel()[order[:2]] = 0.0
+        want.append([1 - mask.mean(), explicit_accuracy(model, mask)])
+    np.testing.assert_allclose(curve, want)
+
+
+def test_keep_one_per_layer_and_fixed_ranking(classifier):
+    model, _ = classifier
+    examples = list(zip(TEXTS, LABELS))
+    seen = []
+    metric = lambda m: seen.append(np.array(m)) or float(m.sum())
+    L, H = model.config.num_layers, model.config.num_heads
+    scores = np.arange(L * H, dtype=float).reshape(L, H)[::-1].copy()  # layer 1 first, then layer 0
+    curve = pruning_curve(model, examples, metric, scores=scores, step=0.25, keep_one_per_layer=True)
+    assert [c[0] for c in curve] == [0.0, 0.25, 0.5, 0.75]  # stops with one head per layer
+    assert (seen[-1].sum(1) == 1).all()
+    assert seen[1][1].sum() == 2 and seen[1][0].sum() == 4  # lowest scores go first
+    with pytest.raises(ValueError, match="cannot be re-estimated"):
+        pruning_curve(model, examples, metric, scores=scores, schedule="reestimate")
+
+
+def test_choose_and_prunable_fraction():
+    scores = np.array([0.5, 0.1, 0.3, 0.2])
+    layer_of = np.array([0, 0, 1, 1])
+    assert choose(scores, np.ones(4), layer_of, 2, False) == [1, 3]
+    assert choose(scores, np.ones(4), layer_of, 3, True) == [1, 3]
+    assert prunable_fraction([[0, 90.0], [0.1, 89.5], [0.2, 88.9], [0.3, 89.8]], 90.0) == 0.1
+
+
+def test_translation_curve_ranks_all_attention_types_together(marian):
+    model, _ = marian
+    pairs = list(zip(tiny_seq2seq.sentences(3, 1), tiny_seq2seq.sentences(3, 2)))
+    history, seen = [], []
+    metric = lambda m: seen.append({k: np.array(v) for k, v in m.items()}) or 0.0
+    pruning_curve(model, pairs, metric, estimator="token", step=0.1, history=history, batch_size=4)
+    flat = np.concatenate([history[0][k].ravel() for k in ("encoder", "decoder", "cross")])
+    N, k = len(flat), max(1, round(0.1 * len(flat)))
+    masks = np.stack([np.concatenate([m[kind].ravel() for kind in ("encoder", "decoder", "cross")]) for m in seen])
+    first = np.argsort(flat, kind="stable")[:k]
+    assert masks[1].sum() == N - k and (masks[1][first] == 0).all()
+
+
+def test_bleu_metric_equals_sentence_by_sentence_decoding(marian):
+    import sacrebleu
+
+    model, _ = marian
+    pairs = list(zip(tiny_seq2seq.sentences(5, 3), tiny_seq2seq.sentences(5, 4)))
+    c = model.config
+    rng = np.random.default_rng(0)
+    mask = {"encoder": rng.integers(0, 2, (c.encoder_layers, c.encoder_heads)).astype(np.float32),
+            "decoder": np.ones((c.decoder_layers, c.decoder_heads), np.float32),
+            "cross": rng.integers(0, 2, (c.decoder_layers, c.decoder_heads)).astype(np.float32)}
+    got = bleu_metric(model, pairs, batch_size=2, max_length=20)(mask)
+    iv = {k: Interventions(head_gates=v) for k, v in mask.items()}
+    hyps = []
+    for src, _ in pairs:
+        enc = model.tokenizer([src], return_tensors="np")
+        out = model.generate(enc["input_ids"], enc["attention_mask"], max_length=20, interventions=iv)
+        hyps += model.tokenizer.batch_decode(out.tolist(), skip_special_tokens=True)
+    assert got == pytest.approx(sacrebleu.corpus_bleu(hyps, [[t for _, t in pairs]]).score, abs=1e-9)
