@@ -18,6 +18,57 @@ ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 
 @dataclasses.dataclass(frozen=True)
+class PrunedHeads:
+    """The heads left in one physically pruned attention stack (``jattn.pruning``).
+
+    Layer l's remaining heads, by their index before pruning (ascending), fill the module's
+    head slots 0..len(kept[l])-1; slots after them hold zero weights and are not heads."""
+
+    heads: int  # heads per layer before pruning
+    kept: tuple[tuple[int, ...], ...]  # per layer, the original index of the head in each slot
+
+    @classmethod
+    def full(cls, num_layers: int, heads: int) -> "PrunedHeads":
+        """Nothing pruned."""
+        return cls(heads, (tuple(range(heads)),) * num_layers)
+
+    @classmethod
+    def from_removed(cls, removed, num_layers: int, heads: int, what: str) -> "PrunedHeads":
+        """From Hugging Face's ``pruned_heads`` convention {layer: [removed heads]} (JSON keys are
+        strings); ``what`` names the field in errors."""
+        if not isinstance(removed, dict):
+            raise ConfigError(f"{what} must map layers to lists of removed heads, got {type(removed).__name__}")
+        drop: dict[int, set] = {}
+        for layer, hs in removed.items():
+            try:
+                layer = int(layer)
+                hs = [int(h) for h in hs]
+            except (TypeError, ValueError):
+                raise ConfigError(f"{what}: {layer!r}: {hs!r} is not layer: [head, ...] with integers") from None
+            if not 0 <= layer < num_layers or any(not 0 <= h < heads for h in hs):
+                raise ConfigError(f"{what}: layer {layer}, heads {hs} outside the model's {num_layers} layers x "
+                                  f"{heads} heads (0-based). Fix: config.json and the weights disagree; export again")
+            drop.setdefault(layer, set()).update(hs)
+        return cls(heads, tuple(tuple(h for h in range(heads) if h not in drop.get(layer, ()))
+                                for layer in range(num_layers)))
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """Heads per layer."""
+        return tuple(len(k) for k in self.kept)
+
+    @property
+    def slots(self) -> int:
+        """Head slots per layer in the module: the most heads a layer keeps (at least 1)."""
+        return max((1, *self.counts))
+
+    def removed(self) -> dict[str, list[int]]:
+        """Hugging Face's ``pruned_heads``: {layer: removed heads}, for layers that lost heads."""
+        return {str(layer): [h for h in range(self.heads) if h not in kept]
+                for layer, kept in enumerate(self.kept) if len(kept) < self.heads}
+
+
+@dataclasses.dataclass(frozen=True)
 class EncoderConfig:
     """A BERT-family encoder (BERT, RoBERTa): post-LayerNorm blocks, learned positions.
 
@@ -29,7 +80,7 @@ class EncoderConfig:
     vocab_size: int
     hidden_size: int
     num_layers: int
-    num_heads: int
+    num_heads: int  # head slots per layer in the module (a pruned model: the most any layer keeps)
     intermediate_size: int
     hidden_act: str
     max_position_embeddings: int
@@ -41,10 +92,11 @@ class EncoderConfig:
     with_pooler: bool = False  # the checkpoint has BERT's pooler (set by the converter)
     with_mlm_head: bool = False  # the checkpoint has a masked-LM head (set by the converter)
     num_labels: int = 0  # classes of a sequence-classification head; 0: none (set by the converter)
+    pruned: PrunedHeads | None = None  # physically pruned heads (config.json "pruned_heads"; jattn.pruning)
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.hidden_size // (self.pruned.heads if self.pruned else self.num_heads)
 
     @property
     def max_length(self) -> int:
@@ -73,12 +125,17 @@ class EncoderConfig:
             raise ConfigError("decoder-style BERT configs (is_decoder / add_cross_attention) are not supported")
         if hf["hidden_size"] % hf["num_attention_heads"]:
             raise ConfigError("hidden_size must be divisible by num_attention_heads")
+        pruned = None
+        if hf.get("pruned_heads"):
+            pruned = PrunedHeads.from_removed(hf["pruned_heads"], hf["num_hidden_layers"],
+                                              hf["num_attention_heads"], "config.json pruned_heads")
         return cls(
             model_type=model_type,
             vocab_size=hf["vocab_size"],
             hidden_size=hf["hidden_size"],
             num_layers=hf["num_hidden_layers"],
-            num_heads=hf["num_attention_heads"],
+            num_heads=pruned.slots if pruned else hf["num_attention_heads"],
+            pruned=pruned,
             intermediate_size=hf["intermediate_size"],
             hidden_act=act,
             max_position_embeddings=hf["max_position_embeddings"],
@@ -110,8 +167,8 @@ class Seq2SeqConfig:
     d_model: int
     encoder_layers: int
     decoder_layers: int
-    encoder_heads: int
-    decoder_heads: int
+    encoder_heads: int  # head slots per layer in the module (a pruned model: the most any layer keeps)
+    decoder_heads: int  # the same, shared by decoder self- and cross-attention
     encoder_ffn_dim: int
     decoder_ffn_dim: int
     activation: str
@@ -129,6 +186,16 @@ class Seq2SeqConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
+    # physically pruned heads of (encoder, decoder, cross) (config.json "jattn_pruned_heads"; jattn.pruning)
+    pruned: tuple[PrunedHeads, PrunedHeads, PrunedHeads] | None = None
+
+    @property
+    def encoder_head_dim(self) -> int:
+        return self.d_model // (self.pruned[0].heads if self.pruned else self.encoder_heads)
+
+    @property
+    def decoder_head_dim(self) -> int:
+        return self.d_model // (self.pruned[1].heads if self.pruned else self.decoder_heads)
 
     @property
     def final_logits_bias(self) -> bool:
@@ -187,10 +254,14 @@ class Seq2SeqConfig:
                 raise ConfigError("FSMT with tie_word_embeddings=True is not supported")
             shared, tie, positions, scale = False, False, "fairseq", hf.get("scale_embedding", True)
             src_v, tgt_v = hf["src_vocab_size"], hf["tgt_vocab_size"]
+        heads = {"encoder": hf["encoder_attention_heads"], "decoder": hf["decoder_attention_heads"]}
+        pruned = cls.read_pruned(hf) if hf.get("jattn_pruned_heads") else None
+        if pruned:
+            heads = {"encoder": pruned[0].slots, "decoder": max(pruned[1].slots, pruned[2].slots)}
         return cls(
             model_type=model_type, src_vocab_size=src_v, tgt_vocab_size=tgt_v, d_model=hf["d_model"],
             encoder_layers=hf["encoder_layers"], decoder_layers=hf["decoder_layers"],
-            encoder_heads=hf["encoder_attention_heads"], decoder_heads=hf["decoder_attention_heads"],
+            encoder_heads=heads["encoder"], decoder_heads=heads["decoder"], pruned=pruned,
             encoder_ffn_dim=hf["encoder_ffn_dim"], decoder_ffn_dim=hf["decoder_ffn_dim"], activation=act,
             max_position_embeddings=hf["max_position_embeddings"], scale_embedding=bool(scale),
             shared_embeddings=bool(shared), tie_output=tie, positions=positions,
@@ -200,3 +271,18 @@ class Seq2SeqConfig:
             dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
             activation_dropout=hf.get("activation_dropout", 0.0),
         )
+
+    @staticmethod
+    def read_pruned(hf: dict) -> tuple[PrunedHeads, PrunedHeads, PrunedHeads]:
+        """config.json ``jattn_pruned_heads`` {"encoder"|"decoder"|"cross": {layer: [removed
+        heads]}} (a missing type lost no head) -> (encoder, decoder, cross)."""
+        given = hf["jattn_pruned_heads"]
+        kinds = ("encoder", "decoder", "cross")
+        if not isinstance(given, dict) or set(given) - set(kinds):
+            raise ConfigError(f"config.json jattn_pruned_heads must map {kinds} to {{layer: [removed heads]}}, "
+                              f"got {given!r:.200}")
+        shapes = {"encoder": (hf["encoder_layers"], hf["encoder_attention_heads"]),
+                  "decoder": (hf["decoder_layers"], hf["decoder_attention_heads"]),
+                  "cross": (hf["decoder_layers"], hf["decoder_attention_heads"])}
+        return tuple(PrunedHeads.from_removed(given.get(k, {}), *shapes[k], f"config.json jattn_pruned_heads.{k}")
+                     for k in kinds)

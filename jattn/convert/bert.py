@@ -16,7 +16,8 @@ import dataclasses
 import numpy as np
 
 from jattn.config import EncoderConfig
-from jattn.convert.hf import Entry, apply_table, linear, split_heads_in, split_heads_out, to_state_dict
+from jattn.convert.hf import (Entry, apply_table, linear, split_heads_bias, split_heads_in, split_heads_out,
+                              to_state_dict)
 
 
 def _ln(key: str, path: tuple, d: int) -> list[Entry]:
@@ -42,18 +43,18 @@ def encoder_entries(c: EncoderConfig, prefix: str) -> list[Entry]:
         Entry(f"{emb}.token_type_embeddings.weight", ("embeddings", "token_type"), (c.type_vocab_size, D)),
         *_ln(f"{emb}.LayerNorm", ("embeddings", "ln"), D),
     ]
-    for i in range(c.num_layers):
+    counts = c.pruned.counts if c.pruned else (H,) * c.num_layers  # heads stored per layer (pruned: fewer)
+    for i, h in enumerate(counts):
         k, p = f"{prefix}encoder.layer.{i}", ("layers", i)
         for name in ("query", "key", "value"):
             entries += [
                 Entry(f"{k}.attention.self.{name}.weight", p + ("attention", name, "kernel"),
-                      *split_heads_in(D, H, d_h)),
-                Entry(f"{k}.attention.self.{name}.bias", p + ("attention", name, "bias"), (H * d_h,),
-                      lambda b: b.reshape(H, d_h), lambda b: b.reshape(H * d_h)),
+                      *split_heads_in(D, h, d_h, H)),
+                Entry(f"{k}.attention.self.{name}.bias", p + ("attention", name, "bias"), *split_heads_bias(h, d_h, H)),
             ]
         entries += [
             Entry(f"{k}.attention.output.dense.weight", p + ("attention", "out", "kernel"),
-                  *split_heads_out(D, H, d_h)),
+                  *split_heads_out(D, h, d_h, H)),
             Entry(f"{k}.attention.output.dense.bias", p + ("attention", "out", "bias"), (D,)),
             *_ln(f"{k}.attention.output.LayerNorm", p + ("attention_ln",), D),
             *_dense(f"{k}.intermediate.dense", p + ("ffn_in",), D, F),
@@ -132,12 +133,15 @@ def to_hf_config(config: EncoderConfig, label_names: list[str] | None = None) ->
     out = {
         "model_type": config.model_type, "architectures": [kind + head], "vocab_size": config.vocab_size,
         "hidden_size": config.hidden_size, "num_hidden_layers": config.num_layers,
-        "num_attention_heads": config.num_heads, "intermediate_size": config.intermediate_size,
+        "num_attention_heads": config.pruned.heads if config.pruned else config.num_heads,
+        "intermediate_size": config.intermediate_size,
         "hidden_act": config.hidden_act, "max_position_embeddings": config.max_position_embeddings,
         "type_vocab_size": config.type_vocab_size, "layer_norm_eps": config.layer_norm_eps,
         "pad_token_id": config.pad_token_id, "hidden_dropout_prob": config.hidden_dropout,
         "attention_probs_dropout_prob": config.attention_dropout, "position_embedding_type": "absolute",
     }
+    if config.pruned:
+        out["pruned_heads"] = config.pruned.removed()
     if config.num_labels:
         names = label_names or [f"LABEL_{i}" for i in range(config.num_labels)]
         if len(names) != config.num_labels:

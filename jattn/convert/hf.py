@@ -179,14 +179,33 @@ def linear(n_in: int, n_out: int) -> tuple[tuple[int, int], Callable, Callable]:
     return (n_out, n_in), lambda w: w.T, lambda k: k.T
 
 
-def split_heads_in(d: int, h: int, d_h: int) -> tuple[tuple[int, int], Callable, Callable]:
-    """Q/K/V projection (H*d_h, D) <-> kernel (D, H, d_h)."""
-    return (h * d_h, d), lambda w: w.T.reshape(d, h, d_h), lambda k: k.reshape(d, h * d_h).T
+def pad_heads(x: np.ndarray, axis: int, slots: int) -> np.ndarray:
+    """Zero head slots appended along ``axis`` up to ``slots`` (a physically pruned layer with
+    fewer heads than its stack has slots; see ``jattn.pruning``)."""
+    width = [(0, 0)] * x.ndim
+    width[axis] = (0, slots - x.shape[axis])
+    return np.pad(x, width)
 
 
-def split_heads_out(d: int, h: int, d_h: int) -> tuple[tuple[int, int], Callable, Callable]:
-    """Output projection (D, H*d_h) <-> kernel (H, d_h, D)."""
-    return (d, h * d_h), lambda w: w.T.reshape(h, d_h, d), lambda k: k.reshape(h * d_h, d).T
+def split_heads_in(d: int, h: int, d_h: int, slots: int | None = None) -> tuple[tuple[int, int], Callable, Callable]:
+    """Q/K/V projection (h*d_h, D) <-> kernel (D, slots, d_h): h heads, zero slots after them
+    (``slots`` defaults to h)."""
+    s = h if slots is None else slots
+    return ((h * d_h, d), lambda w: pad_heads(w.T.reshape(d, h, d_h), 1, s),
+            lambda k: k[:, :h].reshape(d, h * d_h).T)
+
+
+def split_heads_bias(h: int, d_h: int, slots: int | None = None) -> tuple[tuple[int], Callable, Callable]:
+    """Q/K/V bias (h*d_h,) <-> (slots, d_h): h heads, zero slots after them."""
+    s = h if slots is None else slots
+    return (h * d_h,), lambda b: pad_heads(b.reshape(h, d_h), 0, s), lambda b: b[:h].reshape(h * d_h)
+
+
+def split_heads_out(d: int, h: int, d_h: int, slots: int | None = None) -> tuple[tuple[int, int], Callable, Callable]:
+    """Output projection (D, h*d_h) <-> kernel (slots, d_h, D): h heads, zero slots after them."""
+    s = h if slots is None else slots
+    return ((d, h * d_h), lambda w: pad_heads(w.T.reshape(h, d_h, d), 0, s),
+            lambda k: k[:h].reshape(h * d_h, d).T)
 
 
 def to_state_dict(params, entries: list[Entry]) -> dict[str, np.ndarray]:

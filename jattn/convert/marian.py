@@ -12,19 +12,15 @@ import dataclasses
 import numpy as np
 
 from jattn.config import Seq2SeqConfig
-from jattn.convert.hf import Entry, apply_table, to_state_dict
+from jattn.convert.hf import Entry, apply_table, split_heads_bias, split_heads_in, split_heads_out, to_state_dict
 
 # (suffix, kind): kind picks the shape, transform and inverse of a row.
 _ATTN = ("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")
 
 
-def _row(key, path, kind, n_in, n_out, heads=1):
-    """(Entry, inverse) for one tensor. kinds: qkv, qkv_bias, out, linear, vector, table."""
-    d_h = n_out // heads if kind in ("qkv", "qkv_bias") else n_in // heads
+def _row(key, path, kind, n_in, n_out):
+    """(Entry, inverse) for one tensor. kinds: linear, vector, table."""
     table = {
-        "qkv": ((n_out, n_in), lambda w: w.T.reshape(n_in, heads, d_h), lambda k: k.reshape(n_in, -1).T),
-        "qkv_bias": ((n_out,), lambda b: b.reshape(heads, d_h), lambda b: b.reshape(-1)),
-        "out": ((n_out, n_in), lambda w: w.T.reshape(heads, d_h, n_out), lambda k: k.reshape(-1, n_out).T),
         "linear": ((n_out, n_in), lambda w: w.T, lambda k: k.T),
         "vector": ((n_out,), lambda v: v, lambda v: v),
         "table": ((n_in, n_out), lambda t: t, lambda t: t),
@@ -33,22 +29,37 @@ def _row(key, path, kind, n_in, n_out, heads=1):
     return Entry(key, path, shape, fn), inv
 
 
+def _attention_rows(key, path, D, heads, d_h, slots) -> list:
+    """(Entry, inverse) rows of one attention block's projections: ``heads`` heads of width d_h
+    stored, held in ``slots`` head slots (more than ``heads`` in a physically pruned layer)."""
+    rows = []
+    for proj, ours in _ATTN:
+        for suffix, leaf, (shape, fn, inv) in (("weight", "kernel", split_heads_in(D, heads, d_h, slots)),
+                                              ("bias", "bias", split_heads_bias(heads, d_h, slots))):
+            rows.append((Entry(f"{key}.{proj}.{suffix}", path + (ours, leaf), shape, fn), inv))
+    shape, fn, inv = split_heads_out(D, heads, d_h, slots)
+    return rows + [(Entry(f"{key}.out_proj.weight", path + ("out", "kernel"), shape, fn), inv)]
+
+
 def layer_rows(config: Seq2SeqConfig, prefix: str, side: str) -> list:
     """Rows for every layer of the ``side`` ("encoder" | "decoder") stack under ``prefix``."""
     D = config.d_model
     H = config.encoder_heads if side == "encoder" else config.decoder_heads
+    d_h = config.encoder_head_dim if side == "encoder" else config.decoder_head_dim
     F = config.encoder_ffn_dim if side == "encoder" else config.decoder_ffn_dim
     n = config.encoder_layers if side == "encoder" else config.decoder_layers
-    blocks = [("self_attn", "self_attn")] + ([("encoder_attn", "cross_attn")] if side == "decoder" else [])
+    # (HF name, ours, heads stored per layer): a pruned model stores fewer than its H slots
+    pruned = dict(zip(("encoder", "decoder", "cross"), config.pruned)) if config.pruned else {}
+    counts = {kind: pruned[kind].counts if kind in pruned else (H,) * n for kind in ("encoder", "decoder", "cross")}
+    blocks = [("self_attn", "self_attn", counts[side])]
+    if side == "decoder":
+        blocks.append(("encoder_attn", "cross_attn", counts["cross"]))
     rows = []
     for i in range(n):
         k, p = f"{prefix}{side}.layers.{i}", (side, "layers", i)
-        for hf_name, name in blocks:
-            for proj, ours in _ATTN:
-                rows += [_row(f"{k}.{hf_name}.{proj}.weight", p + (name, ours, "kernel"), "qkv", D, D, H),
-                         _row(f"{k}.{hf_name}.{proj}.bias", p + (name, ours, "bias"), "qkv_bias", D, D, H)]
-            rows += [_row(f"{k}.{hf_name}.out_proj.weight", p + (name, "out", "kernel"), "out", D, D, H),
-                     _row(f"{k}.{hf_name}.out_proj.bias", p + (name, "out", "bias"), "vector", D, D),
+        for hf_name, name, heads in blocks:
+            rows += _attention_rows(f"{k}.{hf_name}", p + (name,), D, heads[i], d_h, H)
+            rows += [_row(f"{k}.{hf_name}.out_proj.bias", p + (name, "out", "bias"), "vector", D, D),
                      _row(f"{k}.{hf_name}_layer_norm.weight", p + (f"{name}_ln", "scale"), "vector", D, D),
                      _row(f"{k}.{hf_name}_layer_norm.bias", p + (f"{name}_ln", "bias"), "vector", D, D)]
         rows += [_row(f"{k}.fc1.weight", p + ("ffn_in", "kernel"), "linear", D, F),
@@ -98,11 +109,12 @@ def to_hf_config(config: Seq2SeqConfig) -> dict:
     """The Marian ``config.json`` dict describing ``config``."""
     if config.model_type != "marian":
         raise ValueError("only Marian-type configs can be exported as Marian folders")
-    return {
+    out = {
         "model_type": "marian", "architectures": ["MarianMTModel"], "vocab_size": config.src_vocab_size,
         "decoder_vocab_size": config.tgt_vocab_size, "d_model": config.d_model,
         "encoder_layers": config.encoder_layers, "decoder_layers": config.decoder_layers,
-        "encoder_attention_heads": config.encoder_heads, "decoder_attention_heads": config.decoder_heads,
+        "encoder_attention_heads": config.pruned[0].heads if config.pruned else config.encoder_heads,
+        "decoder_attention_heads": config.pruned[1].heads if config.pruned else config.decoder_heads,
         "encoder_ffn_dim": config.encoder_ffn_dim, "decoder_ffn_dim": config.decoder_ffn_dim,
         "activation_function": config.activation, "max_position_embeddings": config.max_position_embeddings,
         "scale_embedding": config.scale_embedding,
@@ -113,6 +125,9 @@ def to_hf_config(config: Seq2SeqConfig) -> dict:
         "attention_dropout": config.attention_dropout, "activation_dropout": config.activation_dropout,
         "is_encoder_decoder": True,
     }
+    if config.pruned:  # jattn's key (transformers has no head pruning for Marian): see jattn.pruning
+        out["jattn_pruned_heads"] = {k: p.removed() for k, p in zip(("encoder", "decoder", "cross"), config.pruned)}
+    return out
 
 
 def save_marian_folder(folder, params, config: Seq2SeqConfig, tokenizer_folder=None, generation: dict | None = None):

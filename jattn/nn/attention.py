@@ -35,10 +35,12 @@ def _per_head(x: jax.Array) -> jax.Array:
 
 class MultiHeadAttention(nnx.Module):
     """query/key/value kernels (D, H, d_h) with biases (H, d_h); out kernel (H, d_h, D), bias (D,).
-    Heads carry the ``"model"`` partitioning name."""
+    Heads carry the ``"model"`` partitioning name. ``head_dim`` d_h defaults to D / H; a physically
+    pruned stack (``jattn.pruning``) keeps its original d_h with fewer head slots."""
 
-    def __init__(self, d_model: int, num_heads: int, *, rngs: nnx.Rngs, stack: tuple = (), std=None):
-        d_h = d_model // num_heads
+    def __init__(self, d_model: int, num_heads: int, *, rngs: nnx.Rngs, stack: tuple = (), std=None,
+                 head_dim: int | None = None):
+        d_h = head_dim or d_model // num_heads
         proj = dict(rngs=rngs, stack=stack, out_names=("model", None), std=std)
         self.query = Dense((d_model,), (num_heads, d_h), **proj)
         self.key = Dense((d_model,), (num_heads, d_h), **proj)

@@ -38,7 +38,7 @@ def init_state(params, config: Seq2SeqConfig, input_ids, attention_mask, iv, max
     graphdef, stacked = nnx.split(model.decoder.layers)
     cross_k, cross_v = jax.lax.map(lambda s: nnx.merge(graphdef, s).cross_attn.keys_values(enc), stacked)
     B, H = input_ids.shape[0], config.decoder_heads
-    shape = (config.decoder_layers, B, max_length, H, config.d_model // H)
+    shape = (config.decoder_layers, B, max_length, H, config.decoder_head_dim)
     return {"cross_k": cross_k, "cross_v": cross_v,
             "self_k": jnp.zeros(shape, dtype), "self_v": jnp.zeros(shape, dtype)}
 

@@ -73,7 +73,7 @@ class EncoderLayer(nnx.Module):
 
     def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs, stack: tuple = ()):
         D, H, F, eps = config.hidden_size, config.num_heads, config.intermediate_size, config.layer_norm_eps
-        self.attention = MultiHeadAttention(D, H, rngs=rngs, stack=stack, std=STD)
+        self.attention = MultiHeadAttention(D, H, rngs=rngs, stack=stack, std=STD, head_dim=config.head_dim)
         self.attention_ln = LayerNorm(D, eps, stack=stack)
         self.ffn_in = Dense((D,), (F,), rngs=rngs, stack=stack, out_names=("model",), std=STD)
         self.ffn_out = Dense((F,), (D,), rngs=rngs, stack=stack, in_names=("model",), std=STD)

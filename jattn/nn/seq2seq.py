@@ -118,11 +118,12 @@ class Seq2SeqLayer(nnx.Module):
     def __init__(self, config: Seq2SeqConfig, cross: bool, *, rngs: nnx.Rngs, stack: tuple):
         D, eps = config.d_model, config.layer_norm_eps
         H = config.decoder_heads if cross else config.encoder_heads
+        d_h = config.decoder_head_dim if cross else config.encoder_head_dim
         F = config.decoder_ffn_dim if cross else config.encoder_ffn_dim
-        self.self_attn = MultiHeadAttention(D, H, rngs=rngs, stack=stack)
+        self.self_attn = MultiHeadAttention(D, H, rngs=rngs, stack=stack, head_dim=d_h)
         self.self_attn_ln = LayerNorm(D, eps, stack=stack)
         if cross:
-            self.cross_attn = MultiHeadAttention(D, H, rngs=rngs, stack=stack)
+            self.cross_attn = MultiHeadAttention(D, H, rngs=rngs, stack=stack, head_dim=d_h)
             self.cross_attn_ln = LayerNorm(D, eps, stack=stack)
         self.ffn_in = Dense((D,), (F,), rngs=rngs, stack=stack, out_names=("model",))
         self.ffn_out = Dense((F,), (D,), rngs=rngs, stack=stack, in_names=("model",))
