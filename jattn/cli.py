@@ -17,6 +17,7 @@ COMMANDS = {
     "demo": "jattn.demo",
     "analyze": "jattn.analyze",
     "view": "jattn.view",
+    "finetune": "jattn.finetune",
 }
 
 # what a user can cause by what they pass; anything else is a bug and keeps its traceback

@@ -16,6 +16,7 @@ and the data position, so a stopped run resumes bit for bit.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from functools import partial
@@ -103,8 +104,11 @@ def pad_batch(ids: list[np.ndarray], labels: np.ndarray, idx: np.ndarray, batch_
             "labels": label, "weights": weight}
 
 
+@functools.lru_cache(maxsize=8)
 def make_optimizer(fc: FinetuneConfig, total_updates: int) -> optax.GradientTransformation:
-    """AdamW with linear warm-up and linear decay; no decay on biases and LayerNorm scales."""
+    """AdamW with linear warm-up and linear decay; no decay on biases and LayerNorm scales.
+    Cached: the optimizer is a static argument of the jitted step, so equal settings share one
+    compiled program."""
     warmup = int(fc.warmup_fraction * total_updates)
     schedule = optax.join_schedules([optax.linear_schedule(0.0, fc.learning_rate, max(warmup, 1)),
                                      optax.linear_schedule(fc.learning_rate, 0.0, max(total_updates - warmup, 1))],
@@ -270,29 +274,96 @@ def save_classifier(model, folder, label_names: list[str] | None = None) -> Path
 LABEL_NAMES = {"sst2": ["negative", "positive"], "cola": ["unacceptable", "acceptable"]}
 
 
-def finetune_task(task: str, out, *, base=None, fc: FinetuneConfig = FinetuneConfig(), workdir=None,
-                  max_steps: int | None = None, progress: bool = True) -> dict:
-    """Fine-tune ``base`` (default: the embedded MiniLM) on GLUE ``task`` ("sst2" | "cola"),
-    export the final model to ``out`` as a HF folder with a ``DONE`` marker, and return a record
-    (dev metric per epoch, train seconds). Resumes from ``workdir`` (default ``out`` + "-work");
-    a folder that is already ``DONE`` is returned as it is (its ``finetune.json``)."""
+def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out, *, metric_name="accuracy",
+             label_names: list[str] | None = None, fc: FinetuneConfig = FinetuneConfig(), workdir=None,
+             max_steps: int | None = None, progress: bool = True) -> dict:
+    """Fine-tune ``base`` (a path, hub id, ``EncoderModel``, or None for the embedded MiniLM) on
+    (text, label) pairs, export the final model to ``out`` as a HF folder with a ``DONE`` marker
+    and ``finetune.json`` (dev metric per epoch, train seconds), and return that record. Resumes
+    from ``workdir`` (default: ``out`` + "-work"); an ``out`` that is already ``DONE`` is returned
+    as it is."""
     import jattn
     from jattn.data import glue
 
     out = Path(out)
     if (out / "DONE").is_file():
         return json.loads((out / "finetune.json").read_text())
-    model = with_classifier(jattn.load(base) if base is None or isinstance(base, (str, Path)) else base,
-                            2, fc.seed)
-    trainer = ClassifierTrainer(model, fc, workdir or out.with_name(out.name + "-work"),
-                                glue.read_task(task, "train"), glue.read_task(task, "dev"), glue.metric(task))
+    if metric_name not in ("accuracy", "matthews_corr"):
+        raise ValueError(f"metric_name must be accuracy or matthews_corr, got {metric_name!r}")
+    n_labels = max(y for _, y in train) + 1
+    model = base if hasattr(base, "config") else jattn.load(base)
+    model = with_classifier(model, max(n_labels, len(label_names or [])), fc.seed)
+    trainer = ClassifierTrainer(model, fc, workdir or out.with_name(out.name + "-work"), train, dev,
+                                getattr(glue, metric_name))
     history = trainer.fit(max_steps=max_steps, progress=progress)
-    record = {"task": task, "metric_name": glue.METRICS[task], "config": dataclasses.asdict(fc),
-              "history": history, "train_seconds": round(trainer.meta["train_seconds"], 1),
-              "complete": trainer.meta["epoch"] >= fc.epochs}
+    record = {"metric_name": metric_name, "config": dataclasses.asdict(fc), "history": history,
+              "train_seconds": round(trainer.meta["train_seconds"], 1), "complete": trainer.meta["epoch"] >= fc.epochs}
     if record["complete"]:
         record["dev_metric"] = history[-1]["dev_metric"]
-        save_classifier(trainer.trained_model(), out, LABEL_NAMES[task])
+        save_classifier(trainer.trained_model(), out, label_names)
         (out / "finetune.json").write_text(json.dumps(record, indent=2) + "\n")
         (out / "DONE").write_text("fine-tuning finished\n")
     return record
+
+
+def finetune_task(task: str, out, *, base=None, fc: FinetuneConfig = FinetuneConfig(), **kwargs) -> dict:
+    """``finetune`` on GLUE ``task`` ("sst2" | "cola", from ``jattn.data.glue``): train split, dev
+    split, the task's metric and label names."""
+    from jattn.data import glue
+
+    record = finetune(base, glue.read_task(task, "train"), glue.read_task(task, "dev"), out,
+                      metric_name=glue.METRICS[task], label_names=LABEL_NAMES[task], fc=fc, **kwargs)
+    return {"task": task, **record}
+
+
+def read_labelled(path) -> list[tuple[str, int]]:
+    """A ``text<TAB>label`` file (integer labels; a header line ``sentence<TAB>label`` is skipped)."""
+    rows = []
+    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        text, _, label = line.rpartition("\t")
+        if i == 1 and not label.strip().lstrip("-").isdigit():
+            continue
+        if not text.strip() or not label.strip().isdigit():
+            raise ValueError(f"{path}:{i}: expected 'text<TAB>label' with a non-negative integer label, "
+                             f"got {line[:80]!r}")
+        rows.append((text.strip(), int(label)))
+    if not rows:
+        raise ValueError(f"{path} holds no labelled lines ('text<TAB>label')")
+    return rows
+
+
+def add_arguments(parser) -> None:
+    from jattn.analyze import positive_int
+
+    parser.description = ("Fine-tune an encoder as a sequence classifier (BERT's head, AdamW, linear warm-up "
+                          "and decay) and export it as a Hugging Face folder. Stop with Ctrl-C and run the same "
+                          "command again to resume.")
+    parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
+    parser.add_argument("--task", choices=("sst2", "cola"), help="a GLUE task from the shared data (JATTN_DATA)")
+    parser.add_argument("--train", type=Path, help="instead of --task: 'text<TAB>label' training file")
+    parser.add_argument("--dev", type=Path, help="with --train: 'text<TAB>label' dev file")
+    parser.add_argument("--metric", choices=("accuracy", "matthews_corr"), default="accuracy",
+                        help="dev metric with --train (--task picks its own)")
+    parser.add_argument("--out", required=True, type=Path, help="output HF folder (resume state in OUT-work)")
+    parser.add_argument("--epochs", type=positive_int, default=3)
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--accumulation", type=positive_int, default=1, help="micro-batches per update")
+    parser.add_argument("--lr", type=float, default=5e-5, help="peak learning rate")
+    parser.add_argument("--max-length", type=positive_int, default=128, help="longest text in tokens")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run(args) -> None:
+    if (args.task is None) == (args.train is None):
+        raise ValueError("give either --task or --train (with --dev)")
+    if args.train is not None and args.dev is None:
+        raise ValueError("--train needs --dev (the dev metric is reported per epoch)")
+    fc = FinetuneConfig(epochs=args.epochs, batch_size=args.batch_size, accumulation=args.accumulation,
+                        learning_rate=args.lr, max_length=args.max_length, seed=args.seed)
+    if args.task:
+        record = finetune_task(args.task, args.out, base=args.model, fc=fc)
+    else:
+        record = finetune(args.model, read_labelled(args.train), read_labelled(args.dev), args.out,
+                          metric_name=args.metric, fc=fc)
+    print(f"dev {record['metric_name']}: {record['dev_metric']:.4f} after {len(record['history'])} epoch(s), "
+          f"{record['train_seconds']} s of training; model in {args.out}")

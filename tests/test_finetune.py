@@ -1,0 +1,124 @@
+"""Classifier fine-tuning: a tiny model fits a separable task; a stopped run resumes bit for bit;
+the exported folder is what jattn and HF PyTorch read; data readers and metrics."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import jattn
+from jattn.data import glue
+from jattn.finetune import ClassifierTrainer, FinetuneConfig, finetune, length_batches, pad_batch, with_classifier
+from tiny_encoders import save_tiny
+
+WORDS = ["red", "green", "blue", "small", "large", "old", "new", "warm"]
+
+
+def separable(n: int, seed: int) -> list[tuple[str, int]]:
+    """Label 1 iff the text contains 'cat' (else 'dog'), among random filler words."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        words = list(rng.choice(WORDS, size=rng.integers(2, 7)))
+        label = i % 2
+        words.insert(int(rng.integers(0, len(words) + 1)), "cat" if label else "dog")
+        rows.append((" ".join(words), label))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return jattn.load(save_tiny(tmp_path_factory.mktemp("ft"), "bert-2x4"), use_cache=False)
+
+
+def test_tiny_model_fits_separable_task(tiny, tmp_path):
+    fc = FinetuneConfig(epochs=12, batch_size=16, learning_rate=3e-3, warmup_fraction=0.1, max_length=16)
+    record = finetune(tiny, separable(64, 0), separable(32, 1), tmp_path / "out", fc=fc, progress=False)
+    assert record["complete"] and record["dev_metric"] == 1.0, record["history"]
+    assert (tmp_path / "out" / "DONE").is_file()
+    model = jattn.load(tmp_path / "out", use_cache=False)
+    assert model.config.num_labels == 2
+    batch = model.tokenize([t for t, _ in separable(8, 2)], max_length=16)
+    assert np.array_equal(np.asarray(model.forward(batch).logits).argmax(-1), np.arange(8) % 2)
+    assert json.loads((tmp_path / "out" / "finetune.json").read_text())["dev_metric"] == 1.0
+
+
+def test_stop_and_resume_is_bit_for_bit(tiny, tmp_path):
+    model = with_classifier(tiny, 2, seed=1)
+    data = separable(40, 3)
+    fc = FinetuneConfig(epochs=2, batch_size=8, accumulation=2, learning_rate=1e-3, max_length=16, save_every=3)
+    whole = ClassifierTrainer(model, fc, tmp_path / "whole", data)
+    whole.fit(progress=False)
+    first = ClassifierTrainer(model, fc, tmp_path / "parts", data)
+    first.fit(max_steps=7, progress=False)  # stops mid-epoch, between the two micro-batches of an update
+    assert first.meta["micro_step"] == 7
+    resumed = ClassifierTrainer(model, fc, tmp_path / "parts", data)
+    assert resumed.meta["micro_step"] == 7
+    resumed.fit(progress=False)
+    for a, b in zip(jax.tree.leaves(whole.state), jax.tree.leaves(resumed.state)):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    assert resumed.meta["micro_step"] == whole.meta["micro_step"] == 10
+
+
+def test_length_batches_cover_each_example_once():
+    lengths = np.random.default_rng(0).integers(3, 40, size=203)
+    batches = length_batches(lengths, 16, seed=0, epoch=1)
+    assert sorted(np.concatenate(batches).tolist()) == list(range(203))
+    assert [b.tolist() for b in batches] == [b.tolist() for b in length_batches(lengths, 16, seed=0, epoch=1)]
+    assert [b.tolist() for b in batches] != [b.tolist() for b in length_batches(lengths, 16, seed=0, epoch=2)]
+
+
+def test_padded_rows_weigh_nothing(tiny):
+    """A last, short batch padded with empty rows gives the loss of the real rows alone."""
+    from jattn.finetune import _model_inputs
+    from jattn.losses import classification_loss
+    from jattn.nn import encoder
+
+    model = with_classifier(tiny, 2)
+    ids = [np.asarray(x) for x in model.tokenizer(["a cat", "red dog here", "old"])["input_ids"]]
+    labels = np.array([1, 0, 1])
+    full = pad_batch(ids, labels, np.arange(3), 3, 0, 16)
+    padded = pad_batch(ids, labels, np.arange(3), 8, 0, 16)
+    assert padded["weights"].tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
+
+    def loss(batch):
+        logits = encoder.forward(model.params, model.config, _model_inputs(batch), internals=None)[0]["logits"]
+        return float(classification_loss(logits, batch["labels"], batch["weights"]))
+
+    assert abs(loss(full) - loss(padded)) < 1e-6
+
+
+def test_too_long_text_is_an_error_not_a_cut(tiny, tmp_path):
+    model = with_classifier(tiny, 2)
+    with pytest.raises(ValueError, match="exceed max_length=8"):
+        ClassifierTrainer(model, FinetuneConfig(max_length=8), tmp_path, [("a " * 20, 0), ("b", 1)])
+
+
+def test_glue_readers_and_metrics():
+    sst2, cola = glue.read_task("sst2", "dev"), glue.read_task("cola", "train")
+    assert len(sst2) == 872 and len(cola) == 8551 and len(glue.read_task("sst2", "train")) == 67349
+    assert {y for _, y in sst2} == {0, 1} and all(t for t, _ in cola)
+    rng = np.random.default_rng(0)
+    p, g = rng.integers(0, 2, 500), rng.integers(0, 2, 500)
+    from sklearn.metrics import matthews_corrcoef
+
+    assert abs(glue.matthews_corr(p, g) - matthews_corrcoef(g, p)) < 1e-12
+    assert glue.matthews_corr(np.ones(5), np.array([0, 1, 1, 0, 1])) == 0.0  # empty margin
+    with pytest.raises(ValueError, match="splits"):
+        glue.read_task("cola", "test")
+
+
+def test_cli_finetune_on_files(tiny, tmp_path, capsys):
+    from jattn.cli import main
+
+    for name, rows in (("train.tsv", separable(32, 4)), ("dev.tsv", separable(16, 5))):
+        (tmp_path / name).write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in rows))
+    main(["finetune", "--model", str(tiny.source), "--train", str(tmp_path / "train.tsv"), "--dev",
+          str(tmp_path / "dev.tsv"), "--out", str(tmp_path / "m"), "--epochs", "1", "--batch-size", "8",
+          "--max-length", "16"])
+    assert "dev accuracy" in capsys.readouterr().out and (tmp_path / "m" / "DONE").is_file()
+    with pytest.raises(SystemExit, match="either --task or --train"):
+        main(["finetune", "--out", str(tmp_path / "x")])
