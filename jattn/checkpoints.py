@@ -1,10 +1,14 @@
-"""Orbax save/restore of converted params, and the conversion cache keyed by source content.
+"""Orbax save/restore of a model's parameters (its NNX module state), and the conversion cache
+keyed by source content.
 
 The cache is an optimisation, never a source of truth: ``save_params`` writes synchronously
-(nothing waits at interpreter exit) and stores a checksum of every file of the checkpoint
-in it (``jattn.blake2b``); ``restore_params`` verifies it before orbax reads anything and
-raises ``CacheError`` on a missing, unreadable or mismatching entry, which ``jattn.load``
-answers by converting again.
+(nothing waits at interpreter exit), a format marker (``jattn.format``: the layout of the
+state it holds) and a checksum of every file of the checkpoint (``jattn.blake2b``);
+``restore_params`` verifies the checksum before orbax reads anything, then the marker, then
+(given the model's config) that every array matches the module's parameters. A missing,
+unreadable or mismatching entry raises ``CacheError``; an entry in another layout (written by
+jattn before its models were NNX modules: no marker) raises ``StaleCacheError``. ``jattn.load``
+answers both by converting again.
 """
 
 from __future__ import annotations
@@ -17,12 +21,20 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from flax import nnx
 
 CONVERSION_VERSION = "1"  # bump when a converter's output layout changes
+FORMAT = "jattn nnx.State 1"  # the pure-dict layout of the modules' nnx.Param state (jattn.nn.state)
+FORMAT_FILE = "jattn.format"  # inside the checkpoint folder, covered by the checksum; orbax ignores it
 
 
 class CacheError(RuntimeError):
     """A cache entry that cannot be used (damaged, incomplete) or a cache folder that cannot be written."""
+
+
+class StaleCacheError(CacheError):
+    """A sound cache entry in another layout than the one this jattn reads (e.g. written before the
+    models were NNX modules, or for a module without a classifier head)."""
 
 
 def default_cache_dir() -> Path:
@@ -76,17 +88,21 @@ def writable_folder(folder: Path) -> None:
 
 
 def save_params(path: Path, params) -> None:
-    """Save a params pytree synchronously, then its checksum. ``CacheError`` on any failure,
-    with nothing partial left behind."""
+    """Save a module state (``nnx.State``) or a nested dict of arrays (a converter's output, the
+    same layout) synchronously, then the format marker and the checksum. ``CacheError`` on any
+    failure, with nothing partial left behind."""
     import orbax.checkpoint as ocp
+
+    from jattn.nn import state
 
     path = Path(path).resolve()
     writable_folder(path.parent)
-    arrays = jax.tree.map(np.asarray, params)
+    arrays = state.to_arrays(params) if isinstance(params, nnx.State) else jax.tree.map(np.asarray, params)
     try:
         checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
         checkpointer.save(path, args=ocp.args.StandardSave(arrays), force=True)
         checkpointer.close()
+        (path / FORMAT_FILE).write_text(FORMAT + "\n")
         _checksum_file(path).write_text(checksum(path) + "\n")
     except Exception as e:  # orbax/tensorstore raise many types; the cache is optional
         remove(path)
@@ -94,16 +110,27 @@ def save_params(path: Path, params) -> None:
                          f"{str(e).splitlines()[0] if str(e) else ''})") from None
 
 
-def restore_params(path: Path):
-    """Restore a params pytree as numpy arrays, verified against the stored checksum."""
+def restore_params(path: Path, config=None):
+    """The saved parameters, verified against the stored checksum and format marker: with
+    ``config``, as that config's module state (``nnx.State``, checked array by array against the
+    module); without, as a nested dict of numpy arrays."""
     import orbax.checkpoint as ocp
 
+    from jattn.nn import state
+
     path = Path(path).resolve()
+    marker = path / FORMAT_FILE
+    if path.is_dir() and not marker.is_file() and (path / "_CHECKPOINT_METADATA").is_file():
+        raise StaleCacheError(f"{path} has no format marker {FORMAT_FILE}: it was written by jattn before its "
+                              "models were NNX modules, or by an interrupted save")
     stored = _checksum_file(path)
     if not stored.is_file():
         raise CacheError(f"{path} has no checksum file {stored.name} (an interrupted save)")
     if not path.is_dir() or checksum(path) != stored.read_text().strip():  # before orbax sees damaged files
         raise CacheError(f"{path} does not match its checksum (files changed, truncated or deleted)")
+    found = marker.read_text().strip() if marker.is_file() else None
+    if found != FORMAT:
+        raise StaleCacheError(f"{path} holds the layout {found!r}; this jattn reads {FORMAT!r}")
     try:
         checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
         restored = checkpointer.restore(path)
@@ -111,7 +138,13 @@ def restore_params(path: Path):
     except Exception as e:
         raise CacheError(f"{path} cannot be read ({e.__class__.__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''})") from None
-    return jax.tree.map(np.asarray, restored)
+    arrays = jax.tree.map(np.asarray, restored)
+    if config is None:
+        return arrays
+    try:
+        return state.from_arrays(config, arrays)
+    except ValueError as e:
+        raise StaleCacheError(f"{path} does not hold this model's parameters ({str(e).split('. Fix')[0]})") from None
 
 
 def remove(path: Path) -> None:

@@ -126,12 +126,20 @@ def check_finite(state: dict, source) -> None:
                               "or fix the training run that wrote it")
 
 
-def _cached_params(cached: Path, family: Family, folder: Path, config, source: str):
-    """Params from the cache entry ``cached`` if it is sound, else converted (and cached when
-    the cache folder can be written). -> (params, how)."""
+def _cached_model(cached: Path, family: Family, folder: Path, config, tokenizer, source: str):
+    """The model from the cache entry ``cached`` if it is sound and holds this model's parameters,
+    else converted (and cached when the cache folder can be written). -> (model, how)."""
     if cached.exists():
         try:
-            return checkpoints.restore_params(cached), f"restored from {cached}"
+            params = checkpoints.restore_params(cached)
+            try:  # the arrays decide the module's heads (pooler, MLM, classifier): build it to check them
+                return family.model(config, params, tokenizer, source), f"restored from {cached}"
+            except ValueError as e:  # a sound entry in another layout; the message lists what differs
+                raise checkpoints.StaleCacheError(f"{cached} does not hold this model's parameters "
+                                                  f"({str(e).split('. Fix')[0]})") from None
+        except checkpoints.StaleCacheError as e:
+            warn_once(str(cached), f"the conversion cache is in an older layout ({e}); converting again")
+            checkpoints.remove(cached)
         except checkpoints.CacheError as e:
             warn_once(str(cached), f"the conversion cache is damaged ({e}); converting again")
             checkpoints.remove(cached)
@@ -143,11 +151,14 @@ def _cached_params(cached: Path, family: Family, folder: Path, config, source: s
     except checkpoints.CacheError as e:
         warn_once(str(cached.parent), f"not caching the converted model: {e}. Fix: set JATTN_CACHE to a "
                   "writable folder (or load(..., use_cache=False))")
-    return params, "converted"
+    return family.model(config, params, tokenizer, source), "converted"
 
 
-def load(name_or_path=None, *, cache_dir=None, use_cache: bool | None = None, verbose: bool = False):
+def load(name_or_path=None, *, cache_dir=None, use_cache: bool | None = None, mesh=None, verbose: bool = False):
     """Load a model. ``None`` = the embedded MiniLM; else a local HF folder or a hub id.
+
+    ``mesh``: a ``jax.sharding.Mesh`` to place the parameters on by their partitioning metadata
+    (heads and FFN columns over its ``model`` axis, the rest replicated): ``model.shard(mesh)``.
 
     Supported model types: see ``FAMILIES``. ``use_cache``: keep converted params with orbax
     under ``cache_dir`` (default ``checkpoints/`` in a source checkout, or ``$JATTN_CACHE``).
@@ -172,11 +183,11 @@ def load(name_or_path=None, *, cache_dir=None, use_cache: bool | None = None, ve
     if use_cache:
         cached = Path(cache_dir or checkpoints.default_cache_dir()) / "converted" / \
             f"{model_type}-{checkpoints.source_key(files)}"
-        params, how = _cached_params(cached, family, folder, config, source)
+        model, how = _cached_model(cached, family, folder, config, tokenizer, source)
     else:
         state = read_state_dict(folder)
         check_finite(state, folder)
-        params, how = family.convert(state, config, source), "converted"
+        model, how = family.model(config, family.convert(state, config, source), tokenizer, source), "converted"
     if verbose:
         print(f"jattn.load: {how} in {time.perf_counter() - t0:.2f}s")
-    return family.model(config, params, tokenizer, source)
+    return model if mesh is None else model.shard(mesh)
