@@ -10,7 +10,8 @@ this was run on).
 Writes checkpoints/minilm-<task>/ (HF BertForSequenceClassification folders, git-ignored, with
 DONE when finished; resumable from checkpoints/minilm-<task>-work/) and
 experiments/results/finetune_glue.json (per task: dev_metric, metric_name, train_seconds,
-per-epoch history, and the majority-class baseline on dev). Runtime on 2 shared AMD EPYC cores:
+per-epoch history, the majority-class baseline on dev, and the largest |logit| difference between
+jattn and HF PyTorch reading the exported folder, over the dev set). Runtime on 2 shared AMD EPYC cores:
 see train_seconds in the results.
 """
 
@@ -36,6 +37,29 @@ def majority_baseline(task: str) -> float:
     return glue.metric(task)(np.full_like(gold, np.bincount(train).argmax()), gold)
 
 
+def hf_agreement(folder: Path, texts: list[str]) -> float | None:
+    """Largest |logit difference| between jattn and HF PyTorch (the oracle, if torch is installed)
+    on ``texts``, reading the exported folder."""
+    try:
+        import torch
+        from transformers import AutoModelForSequenceClassification
+    except ImportError:
+        return None
+    import jattn
+
+    model = jattn.load(folder, use_cache=False)
+    oracle = AutoModelForSequenceClassification.from_pretrained(str(folder), attn_implementation="eager").eval()
+    worst = 0.0
+    for s in range(0, len(texts), 64):
+        batch = model.tokenize(texts[s: s + 64])
+        with torch.no_grad():
+            ref = oracle(input_ids=torch.tensor(batch.input_ids, dtype=torch.long),
+                         attention_mask=torch.tensor(batch.attention_mask, dtype=torch.long),
+                         token_type_ids=torch.tensor(batch.token_type_ids, dtype=torch.long)).logits.numpy()
+        worst = max(worst, float(np.abs(np.asarray(model.forward(batch, internals=None).logits) - ref).max()))
+    return worst
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", nargs="+", default=["cola", "sst2"], choices=sorted(glue.FILES))
@@ -46,6 +70,8 @@ def main(argv=None):
     for task in args.tasks:
         record = finetune_task(task, args.out / f"minilm-{task}", fc=FinetuneConfig(epochs=EPOCHS[task]))
         record["majority_baseline"] = majority_baseline(task)
+        record["hf_logits_max_abs_diff_dev"] = hf_agreement(args.out / f"minilm-{task}",
+                                                            [t for t, _ in glue.read_task(task, "dev")])
         results[task] = record
         args.results.parent.mkdir(parents=True, exist_ok=True)
         args.results.write_text(json.dumps(results, indent=2) + "\n")
