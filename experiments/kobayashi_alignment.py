@@ -208,7 +208,7 @@ def main(argv=None) -> dict:
     model = jattn.load(str(args.model))
     lower = not args.cased
 
-    hansards = [(fr, en) for en, fr in AL.read_parallel(data_file(args.data_dir, "alignment/enfr.src-tgt"))]
+    hansards = [(fr, en) for en, fr in AL.read_tokenized_pairs(data_file(args.data_dir, "alignment/enfr.src-tgt"))]
     if lower:
         hansards = [([w.lower() for w in fr], [w.lower() for w in en]) for fr, en in hansards]
     h_gold = [(AL.swap(s), AL.swap(p))

@@ -25,7 +25,7 @@ import optax
 from flax import nnx
 
 from jattn.config import Seq2SeqConfig
-from jattn.data.parallel import Batch, make_batch, token_batches
+from jattn.data.parallel import TrainingBatch, make_batch, token_batches
 from jattn.nn import decode, seq2seq
 from jattn.nn.seq2seq import Seq2Seq
 
@@ -98,7 +98,7 @@ def train_step(params, opt_state, batch: dict, key, *, config: Seq2SeqConfig, tc
     return optax.apply_updates(params, updates), opt_state, {"loss": loss, "nll_sum": nll}
 
 
-def device_batch(b: Batch) -> dict:
+def device_batch(b: TrainingBatch) -> dict:
     return {"input_ids": b.input_ids, "attention_mask": b.attention_mask, "decoder_input_ids": b.decoder_input_ids,
             "labels": b.labels, "label_mask": b.label_mask}
 

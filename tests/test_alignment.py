@@ -37,7 +37,7 @@ def test_read_gold_formats(tmp_path):
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="shared alignment data not present")
 def test_real_gold_files_are_line_aligned_and_in_range():
-    pairs = AL.read_parallel(DATA / "enfr.src-tgt")
+    pairs = AL.read_tokenized_pairs(DATA / "enfr.src-tgt")
     gold = AL.read_gold(DATA / "enfr.gold", one_based=True)
     assert len(pairs) == len(gold)
     for (src, tgt), (sure, possible) in zip(pairs, gold):

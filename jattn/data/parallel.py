@@ -78,7 +78,7 @@ def encode(tokenizer, texts: list[str], max_tokens: int, target: bool = False) -
 
 
 @dataclasses.dataclass
-class Batch:
+class TrainingBatch:
     """A padded batch: source ids/mask (b, s); decoder inputs (start + target[:-1]), labels
     (target), label mask (b, t)."""
 
@@ -99,7 +99,7 @@ def bucket(n: int, step: int = 8) -> int:
 
 
 def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], pad: int, start: int, rows: int | None = None,
-               length: int | None = None) -> Batch:
+               length: int | None = None) -> TrainingBatch:
     """Pad pairs to (rows, length) arrays (default: their count and bucketed longest length);
     filler rows are fully masked."""
     n = len(src) if rows is None else rows
@@ -115,11 +115,11 @@ def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], pad: int, start: in
         ids[i, : len(x)], mask[i, : len(x)] = x, 1
         labels[i, : len(y)], lmask[i, : len(y)] = y, 1
         dec[i, 1: len(y)] = y[:-1]
-    return Batch(ids, mask, dec, labels, lmask)
+    return TrainingBatch(ids, mask, dec, labels, lmask)
 
 
 def token_batches(src: list[np.ndarray], tgt: list[np.ndarray], max_tokens: int, pad: int, start: int,
-                  rng: np.random.Generator | None = None) -> list[Batch]:
+                  rng: np.random.Generator | None = None) -> list[TrainingBatch]:
     """Batches of at most ``max_tokens`` padded tokens per side, grouping pairs by the bucketed
     length L of their longer side (Vaswani et al. 2017, §5.1: batches by approximate length).
     Every batch of a group has shape (max_tokens // L, L), so only one shape per L compiles.

@@ -58,7 +58,7 @@ def read_gold(path, *, one_based: bool) -> list[tuple[Links, Links]]:
     return out
 
 
-def read_parallel(path) -> list[tuple[list[str], list[str]]]:
+def read_tokenized_pairs(path) -> list[tuple[list[str], list[str]]]:
     """``src ||| tgt`` lines of whitespace-tokenized words (the awesome-align layout)."""
     pairs = []
     for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):

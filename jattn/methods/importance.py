@@ -257,7 +257,7 @@ def _seq2seq_step(params, config, batch: dict, masks: dict, estimator: str, loss
 
 
 def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int):
-    """(source, target) text pairs -> length-sorted padded ``jattn.data.parallel.Batch``es of
+    """(source, target) text pairs -> length-sorted padded ``jattn.data.parallel.TrainingBatch``es of
     ``batch_size`` rows (filler rows fully masked), lengths bucketed to multiples of 16."""
     from jattn.data.parallel import bucket, encode, make_batch
 

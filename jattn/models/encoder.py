@@ -12,7 +12,7 @@ import numpy as np
 from flax import nnx
 
 from jattn.config import EncoderConfig
-from jattn.data.tokenize import Batch, tokenize
+from jattn.data.tokenize import TokenBatch, tokenize
 from jattn.interventions import NONE, Interventions
 from jattn.models.base import ModuleModel
 from jattn.nn import encoder
@@ -88,17 +88,17 @@ class EncoderModel(ModuleModel):
                 f"source={self.source!r})")
 
     def tokenize(self, examples, max_length: int = 128, truncate: bool = False,
-                 pad_to: int | None = None) -> Batch:
+                 pad_to: int | None = None) -> TokenBatch:
         """Tokenize strings, (A, B) pairs or pre-split words; see ``jattn.data.tokenize``."""
         if max_length > self.config.max_length:
             raise ValueError(f"max_length={max_length} exceeds the model's {self.config.max_length} positions")
         return tokenize(self.tokenizer, examples, max_length=max_length, truncate=truncate, pad_to=pad_to)
 
     def check_batch(self, batch) -> dict:
-        """Validate a Batch or dict of (b, n) arrays on the host; return the forward's input dict."""
+        """Validate a TokenBatch or dict of (b, n) arrays on the host; return the forward's input dict."""
         if isinstance(batch, (str, list, tuple)):
             raise ValueError("forward takes a tokenized batch, not text. Fix: batch = model.tokenize(texts)")
-        inputs = batch.inputs() if isinstance(batch, Batch) else dict(batch)
+        inputs = batch.inputs() if isinstance(batch, TokenBatch) else dict(batch)
         if "input_ids" not in inputs or "attention_mask" not in inputs:
             raise ValueError("a batch needs input_ids and attention_mask (b, n). Fix: use model.tokenize(texts)")
         ids = int_array(inputs["input_ids"], "input_ids")

@@ -191,7 +191,7 @@ class Seq2Seq(nnx.Module):
         if config.final_logits_bias:
             self.final_logits_bias = param(None, (config.tgt_vocab_size,), "zeros")
 
-    def encode(self, input_ids, attention_mask, iv: Interventions = NONE, rng=None, dtype=jnp.float32,
+    def encoder_stack(self, input_ids, attention_mask, iv: Interventions = NONE, rng=None, dtype=jnp.float32,
                internals="all"):
         """Encoder stack. input_ids, attention_mask (b, s) -> (b, s, D), internals (L_enc, ...)."""
         r = split_rng(rng, 2)
@@ -210,7 +210,7 @@ class Seq2Seq(nnx.Module):
 
         return jax.lax.scan(step, x, (stacked, iv.layer_slices(), layer_rngs))
 
-    def decode(self, encoder_out, attention_mask, decoder_input_ids, decoder_attention_mask,
+    def decoder_stack(self, encoder_out, attention_mask, decoder_input_ids, decoder_attention_mask,
                iv: Mapping[str, Interventions], rng=None, dtype=jnp.float32, internals="all"):
         """Decoder stack with teacher forcing. encoder_out (b, s, D), decoder_input_ids (b, t) ->
         (b, t, D) and internals {"decoder": (L_dec, ...), "cross": (L_dec, ...)}."""
@@ -262,9 +262,9 @@ class Seq2Seq(nnx.Module):
         dec_mask = batch.get("decoder_attention_mask")
         if dec_mask is None:
             dec_mask = default_decoder_mask(self.config, batch["decoder_input_ids"])  # (b, t)
-        enc, enc_int = self.encode(batch["input_ids"], batch["attention_mask"], iv.get("encoder", NONE), r[0],
+        enc, enc_int = self.encoder_stack(batch["input_ids"], batch["attention_mask"], iv.get("encoder", NONE), r[0],
                                    compute_dtype, internals)  # (b, s, D)
-        dec, dec_int = self.decode(enc, batch["attention_mask"], batch["decoder_input_ids"], dec_mask, iv, r[1],
+        dec, dec_int = self.decoder_stack(enc, batch["attention_mask"], batch["decoder_input_ids"], dec_mask, iv, r[1],
                                    compute_dtype, internals)  # (b, t, D)
         outputs = {"logits": self.logits(dec), "encoder_last_hidden_state": enc, "decoder_last_hidden_state": dec}
         return outputs, {"encoder": enc_int, **dec_int}
