@@ -18,11 +18,12 @@ class SequenceTooLongError(ValueError):
 
 
 @dataclasses.dataclass
-class Batch:
+class TokenBatch:
     input_ids: np.ndarray  # (b, n) int32
     attention_mask: np.ndarray  # (b, n) int32, 1 on real tokens
     token_type_ids: np.ndarray  # (b, n) int32, 0 for segment A, 1 for B
     word_ids: np.ndarray | None = None  # (b, n) int32, -1 on special tokens and padding
+    offsets: np.ndarray | None = None  # (b, n, 2) int32 character span, -1 on special tokens and padding
 
     def inputs(self) -> dict[str, np.ndarray]:
         """The arrays the model's forward takes."""
@@ -69,17 +70,20 @@ def _encode(tokenizer, a: list, b: list, split: bool, **kwargs) -> list[dict]:
         index = [i for i in range(len(a)) if (b[i] is not None) == pair]
         if not index:
             continue
+        fast = getattr(tokenizer, "is_fast", False)
         enc = tokenizer([a[i] for i in index], [b[i] for i in index] if pair else None,
-                        is_split_into_words=split, padding=False, return_token_type_ids=True, **kwargs)
+                        is_split_into_words=split, padding=False, return_token_type_ids=True,
+                        return_offsets_mapping=fast, **kwargs)
         for r, i in enumerate(index):
             rows[i] = {"input_ids": enc["input_ids"][r], "token_type_ids": enc["token_type_ids"][r],
+                       "offsets": enc["offset_mapping"][r] if fast else None,
                        "word_ids": enc.word_ids(r) if split else None,
                        "sequence_ids": enc.sequence_ids(r) if split else None}
     return rows
 
 
 def tokenize(tokenizer, examples, *, max_length: int = 128, truncate: bool = False,
-             pad_to: int | None = None) -> Batch:
+             pad_to: int | None = None) -> TokenBatch:
     """Tokenize ``examples`` into one padded batch (padded to the longest, or to ``pad_to``).
     Single segments and (A, B) pairs may be mixed in one batch.
 
@@ -119,14 +123,19 @@ def tokenize(tokenizer, examples, *, max_length: int = 128, truncate: bool = Fal
     out = {k: np.zeros((size, n), np.int32) for k in ("input_ids", "attention_mask", "token_type_ids")}
     out["input_ids"][:] = tokenizer.pad_token_id
     word_ids = np.full((size, n), -1, np.int32) if split else None
+    offsets = np.full((size, n, 2), -1, np.int32) if rows[0]["offsets"] is not None else None
     for i, row in enumerate(rows):
         ids = row["input_ids"]
         out["input_ids"][i, : len(ids)] = ids
         out["attention_mask"][i, : len(ids)] = 1
         out["token_type_ids"][i, : len(ids)] = row["token_type_ids"]
+        if offsets is not None:
+            span = np.asarray(row["offsets"], np.int32).reshape(-1, 2)  # (n_i, 2)
+            special = (span[:, 0] == span[:, 1]) & (span[:, 0] == 0)  # HF marks specials (0, 0)
+            offsets[i, : len(ids)] = np.where(special[:, None], -1, span)
         if split:
             offset = len(a[i])  # words of B are numbered after A's
             for t, (w, s) in enumerate(zip(row["word_ids"], row["sequence_ids"])):
                 if w is not None:
                     word_ids[i, t] = w + (offset if s == 1 else 0)
-    return Batch(word_ids=word_ids, **out)
+    return TokenBatch(word_ids=word_ids, offsets=offsets, **out)
