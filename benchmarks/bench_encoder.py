@@ -6,8 +6,10 @@ Same inputs (batch 32 x 128 random token ids, no padding), same thread count (to
 ``--threads``; XLA's CPU client uses the same cores), the two measured alternately in one run
 so that machine load hits both alike. Models: the embedded MiniLM (6 x 12, D=384) and a
 random bert-base-sized config (12 x 12, D=768). Reports tokens/s and the ratio (median of
-``--repeats`` timed runs after a warm-up) for two jattn entry points:
+``--repeats`` timed runs after a warm-up) for four jattn entry points:
   * ``Model.forward``: every internal returned to the caller (values, contexts, residuals, ...);
+  * ``Model.forward(internals=("weights",))``: the attention weights only (what HF returns);
+  * ``Model.forward(internals=None)``: the lean forward, hidden states only;
   * ``jit(forward) -> (hidden, attentions)``: what HF returns, as a user's own jitted function.
 It also times the forward's matrix products alone (``gemm_bound``), in PyTorch and in XLA: HF's
 time divided by that is the largest speed-up over HF any float32 implementation can reach
@@ -116,23 +118,44 @@ def bench(folder: Path, batch_size: int, length: int, repeats: int) -> dict:
         hidden, attentions = slim(model.params, model.config, inputs)
         return np.asarray(hidden), np.asarray(attentions)  # (b, n, D), (L, b, H, n, n)
 
+    def ours_weights():
+        return np.asarray(model.forward(batch, internals=("weights",)).attentions)  # (L, b, H, n, n)
+
+    def ours_lean():
+        return np.asarray(model.forward(batch, internals=None).last_hidden_state)  # (b, n, D)
+
     def theirs():
         with torch.inference_mode():
             out = oracle(**torch_batch, output_attentions=True)
         return [a.numpy() for a in out.attentions]
 
-    secs = alternate({"jattn_forward": ours, "jattn_jit": ours_slim, "hf": theirs}, repeats)
+    secs = alternate({"jattn_forward": ours, "jattn_weights": ours_weights, "jattn_lean": ours_lean,
+                      "jattn_jit": ours_slim, "hf": theirs}, repeats)
     tokens = batch_size * length
     c = model.config
     result = {"model": f"L={c.num_layers} H={c.num_heads} D={c.hidden_size}", "batch": [batch_size, length],
               **{f"{k}_tokens_per_s": tokens / v for k, v in secs.items()}}
     result["ratio_forward"] = secs["hf"] / secs["jattn_forward"]
     result["ratio_jit"] = secs["hf"] / secs["jattn_jit"]
-    result["hf_seconds"] = secs["hf"]
+    result["ratio_weights"] = secs["hf"] / secs["jattn_weights"]
+    result["ratio_lean"] = secs["hf"] / secs["jattn_lean"]
+    result["weights_over_lean_seconds"] = secs["jattn_weights"] / secs["jattn_lean"]  # target <= 1.05
+    result.update({f"{k}_seconds": v for k, v in secs.items()})
     result.update(gemm_bound(c, batch_size, length, repeats))
     result["bound_torch_gemms"] = secs["hf"] / result["torch_gemm_seconds"]  # best ratio at PyTorch's GEMM speed
     result["bound_xla_gemms"] = secs["hf"] / result["xla_gemm_seconds"]  # best ratio at XLA's GEMM speed
+    # share of the bound the lean forward reaches = the products' time / the lean forward's time
+    result["lean_of_torch_bound"] = result["torch_gemm_seconds"] / secs["jattn_lean"]
+    result["lean_of_xla_bound"] = result["xla_gemm_seconds"] / secs["jattn_lean"]
     return result
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux), else what ``platform`` knows."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -163,9 +186,12 @@ def main() -> None:
                   f"{r['jattn_forward_tokens_per_s']:6.0f} ({r['ratio_forward']:.2f}x) | jattn jit "
                   f"{r['jattn_jit_tokens_per_s']:6.0f} ({r['ratio_jit']:.2f}x) | the forward's GEMMs alone: "
                   f"XLA {r['xla_gemm_gflops']:.0f}, torch {r['torch_gemm_gflops']:.0f} GFLOP/s -> no implementation "
-                  f"exceeds {r['bound_torch_gemms']:.2f}x HF at torch's GEMM speed, {r['bound_xla_gemms']:.2f}x at XLA's")
+                  f"exceeds {r['bound_torch_gemms']:.2f}x HF at torch's GEMM speed, {r['bound_xla_gemms']:.2f}x at XLA's"
+                  f" | internals=('weights',) {r['ratio_weights']:.2f}x, lean {r['ratio_lean']:.2f}x "
+                  f"(weights/lean time {r['weights_over_lean_seconds']:.3f}); lean at {r['lean_of_torch_bound']:.0%} "
+                  f"of the torch-GEMM bound, {r['lean_of_xla_bound']:.0%} of the XLA-GEMM bound")
             results.append(r)
-    meta = {"threads": args.threads, "cpu": platform.processor() or platform.machine(), "repeats": args.repeats,
+    meta = {"threads": args.threads, "cpu": cpu_model(), "repeats": args.repeats,
             "load_average_at_end": os.getloadavg()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
