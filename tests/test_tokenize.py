@@ -55,3 +55,18 @@ def test_pad_to_and_bad_input(minilm):
         minilm.tokenize(["a", ["b"]])
     with pytest.raises(ValueError, match="positions"):
         minilm.tokenize(["a"], max_length=1000)
+
+
+def test_character_offsets(minilm):
+    texts = [("The unbelievable cat.", "It sat."), "Hi"]
+    batch = minilm.tokenize(texts)
+    tokens = minilm.tokenizer.convert_ids_to_tokens(batch.input_ids[0].tolist())
+    for t, (start, end) in enumerate(batch.offsets[0]):
+        if tokens[t] in ("[CLS]", "[SEP]", "[PAD]"):
+            assert (start, end) == (-1, -1)
+            continue
+        text = texts[0][batch.token_type_ids[0, t]]
+        assert text[start:end].lower() == tokens[t].removeprefix("##")  # the span spells the piece
+    assert (batch.offsets[1, batch.lengths[1]:] == -1).all() and batch.offsets.shape == (2, batch.input_ids.shape[1], 2)
+    words = minilm.tokenize([["Jurists", "tokenization"]])  # jurist ##s token ##ization: spans within each word
+    assert words.offsets[0, 1:5].tolist() == [[0, 6], [6, 7], [0, 5], [5, 12]]
