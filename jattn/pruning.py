@@ -7,6 +7,9 @@ The layer's output is then y_i = Σ_{h kept} Σ_j α[h,i,j] f_h(x_j) + b_O, exac
 the removed heads gives (Michel et al.'s ξ_h = 0, ``Interventions.head_gates`` = the keep mask
 as floats). A layer may keep no head at all: its attention sublayer adds only b_O.
 
+Optional head gates g_h (e.g. Voita et al.'s deterministic L0 gates, open but not exactly 1) are
+folded into the kept heads' W_O rows, g_h W_O^h, so the pruned model equals the gated one.
+
 A keep mask is a bool (L, H) array for an encoder, and for a translation model a dict
 {"encoder": (L_enc, H_enc), "decoder": (L_dec, H_dec), "cross": (L_dec, H_dec)} (a missing
 type keeps all its heads). H is ``config.num_heads`` / ``encoder_heads`` / ``decoder_heads``: the
@@ -92,36 +95,45 @@ def real_heads(config) -> dict[str, np.ndarray]:
     return {kind: table >= 0 for kind, table in original_heads(config).items()}
 
 
+def _per_stack(config, value, name: str, what: str) -> dict[str, np.ndarray]:
+    """A per-head (L, H) array for an encoder, or a dict of them per attention type for a
+    translation model, as {stack: array} with shapes checked (missing types left out). ``name``:
+    the argument's name, ``what``: what it holds (plural), for errors."""
+    shapes = {kind: (len(p.kept), slots(config)[kind]) for kind, p in stacks(config).items()}
+    if isinstance(config, EncoderConfig):
+        if isinstance(value, dict):
+            raise ValueError(f"an encoder takes one (L, H) array of {what}, not a dict; the dict "
+                             "{'encoder', 'decoder', 'cross'} is for translation models")
+        given = {"encoder": value}
+    else:
+        if not isinstance(value, dict):
+            raise ValueError(f"a translation model takes a dict of {what} per attention type, "
+                             "{'encoder': (L_enc, H), 'decoder': (L_dec, H), 'cross': (L_dec, H)} (a missing type "
+                             "keeps every head)")
+        if unknown := sorted(set(value) - set(KINDS)):
+            raise ValueError(f"{name} is for attention types {KINDS}; got unknown {unknown}")
+        given = value
+    out = {}
+    for kind, array in given.items():
+        label = name if isinstance(config, EncoderConfig) else f"{name}[{kind!r}]"
+        array = np.asarray(array)
+        if array.shape != shapes[kind]:
+            raise ValueError(f"{label} must have shape (layers, heads) = {shapes[kind]}, got {array.shape}")
+        out[kind] = array
+    return out
+
+
 def check_keep(config, keep) -> dict[str, np.ndarray]:
-    """Validate a keep mask for ``config``'s model; return it per stack as (L, H') bool arrays.
+    """Validate a keep mask for ``config``'s model; return it per stack as (L, H') bool arrays
+    (a type missing from a translation model's dict keeps all its heads).
 
     Raises ``ValueError`` naming the problem and the fix: a dict for an encoder or an array for a
     translation model, unknown attention types, wrong shapes, values other than 0/1, or True on a
     padding slot of an already pruned model (not a head)."""
-    shapes = {kind: (len(p.kept), slots(config)[kind]) for kind, p in stacks(config).items()}
-    if isinstance(config, EncoderConfig):
-        if isinstance(keep, dict):
-            raise ValueError("an encoder takes one bool (L, H) keep mask, not a dict; the dict "
-                             "{'encoder', 'decoder', 'cross'} is for translation models")
-        given = {"encoder": keep}
-    else:
-        if not isinstance(keep, dict):
-            raise ValueError("a translation model takes a dict of keep masks per attention type, "
-                             "{'encoder': (L_enc, H), 'decoder': (L_dec, H), 'cross': (L_dec, H)} (missing types "
-                             "keep every head)")
-        if unknown := sorted(set(keep) - set(KINDS)):
-            raise ValueError(f"keep masks are for attention types {KINDS}; got unknown {unknown}")
-        given = keep
     real = real_heads(config)
-    out = {}
-    for kind, shape in shapes.items():
-        if kind not in given:
-            out[kind] = real[kind]
-            continue
+    out = dict(real)
+    for kind, mask in _per_stack(config, keep, "keep", "keep masks").items():
         name = "keep" if isinstance(config, EncoderConfig) else f"keep[{kind!r}]"
-        mask = np.asarray(given[kind])
-        if mask.shape != shape:
-            raise ValueError(f"{name} must have shape (layers, heads) = {shape}, got {mask.shape}")
         if mask.dtype != bool:
             if mask.dtype.kind not in "iuf" or not np.isin(mask, (0, 1)).all():
                 raise ValueError(f"{name} must be a bool mask (True = keep the head); got values "
@@ -135,10 +147,25 @@ def check_keep(config, keep) -> dict[str, np.ndarray]:
     return out
 
 
-def _take_heads(attn: dict, keep: np.ndarray, n_slots: int) -> dict:
+def check_gates(config, gates=None) -> dict[str, np.ndarray]:
+    """Validate head gates to fold into the kept heads (laid out as a keep mask); return them
+    per stack as float32 (L, H') arrays, 1 where not given (None: all 1)."""
+    out = {kind: np.ones(real.shape, np.float32) for kind, real in real_heads(config).items()}
+    if gates is None:
+        return out
+    for kind, g in _per_stack(config, gates, "gates", "head gates").items():
+        if g.dtype.kind not in "iuf" or not np.isfinite(g).all():
+            raise ValueError(f"gates must be finite numbers (the gate value of each head), got {g.dtype} "
+                             f"values {np.unique(g)[:5].tolist()}")
+        out[kind] = g.astype(np.float32)
+    return out
+
+
+def _take_heads(attn: dict, keep: np.ndarray, gates: np.ndarray, n_slots: int) -> dict:
     """One stack's attention params with layer l's kept slots moved to slots 0..k_l-1 and zeros
-    after them. attn: {query, key, value: {kernel (L, D, H, d_h), bias (L, H, d_h)},
-    out: {kernel (L, H, d_h, D), bias (L, D)}}; keep (L, H) bool."""
+    after them, each kept head's W_O rows multiplied by its gate. attn: {query, key, value:
+    {kernel (L, D, H, d_h), bias (L, H, d_h)}, out: {kernel (L, H, d_h, D), bias (L, D)}};
+    keep (L, H) bool, gates (L, H) float."""
     def gather(x, axis):  # x (L, ..., H, ...) with the head axis at ``axis`` -> H = n_slots
         shape = list(x.shape)
         shape[axis] = n_slots
@@ -152,7 +179,8 @@ def _take_heads(attn: dict, keep: np.ndarray, n_slots: int) -> dict:
     out = {name: {"kernel": gather(np.asarray(attn[name]["kernel"]), 2),  # (L, D, H', d_h)
                   "bias": gather(np.asarray(attn[name]["bias"]), 1)}  # (L, H', d_h)
            for name in ("query", "key", "value")}
-    out["out"] = {"kernel": gather(np.asarray(attn["out"]["kernel"]), 1),  # (L, H', d_h, D)
+    w_o = np.asarray(attn["out"]["kernel"]) * gates[:, :, None, None]  # (L, H, d_h, D)  g_h W_O^h
+    out["out"] = {"kernel": gather(w_o.astype(np.asarray(attn["out"]["kernel"]).dtype), 1),  # (L, H', d_h, D)
                   "bias": np.asarray(attn["out"]["bias"])}  # (L, D)
     return out
 
@@ -178,12 +206,14 @@ def pruned_config(config, keep: dict[str, np.ndarray]):
                                pruned=tuple(after[k] for k in KINDS))
 
 
-def prune_params(params, config, keep) -> tuple[dict, object]:
+def prune_params(params, config, keep, gates=None) -> tuple[dict, object]:
     """Physically prune ``params`` (an ``nnx.State`` or nested dict of arrays) of ``config``'s
-    model: returns (params as a nested dict of numpy arrays, the pruned config)."""
+    model: returns (params as a nested dict of numpy arrays, the pruned config). ``gates``: see
+    ``prune``."""
     from jattn.nn.state import to_arrays
 
     keep = check_keep(config, keep)
+    gates = check_gates(config, gates)
     new_config = pruned_config(config, keep)
     arrays = to_arrays(params) if not isinstance(params, dict) else params
     paths = {"encoder": ENCODER_PATH} if isinstance(config, EncoderConfig) else SEQ2SEQ_PATHS
@@ -192,14 +222,18 @@ def prune_params(params, config, keep) -> tuple[dict, object]:
         node = arrays
         for k in path:
             node = node[k]
-        arrays = _replace(arrays, path, _take_heads(node, keep[kind], n_slots[kind]))
+        arrays = _replace(arrays, path, _take_heads(node, keep[kind], gates[kind], n_slots[kind]))
     return arrays, new_config
 
 
-def prune(model, keep):
+def prune(model, keep, gates=None):
     """A copy of ``model`` (``EncoderModel`` or ``Seq2SeqModel``) with the heads ``keep`` drops
-    physically removed (see the module docstring for the in-memory layout)."""
-    params, config = prune_params(model.params, model.config, keep)
+    physically removed (see the module docstring for the in-memory layout).
+
+    ``gates`` (optional, laid out as ``keep``): head gates of the model being exported, e.g.
+    Voita et al.'s deterministic L0 gates, folded into the kept heads' W_O rows (g_h W_O^h), so
+    that the pruned model equals the gated one where an open gate is not exactly 1."""
+    params, config = prune_params(model.params, model.config, keep, gates)
     return type(model)(config, params, model.tokenizer, model.source)
 
 
@@ -225,11 +259,12 @@ def hf_state_dict(params, config) -> dict[str, np.ndarray]:
     return exporters[config.model_type](params, config)
 
 
-def export_pruned(model, keep, folder) -> Path:
+def export_pruned(model, keep, folder, gates=None) -> Path:
     """Write ``model`` with the heads ``keep`` drops removed as a Hugging Face folder that
     ``jattn.load`` reads: config.json (the source's, with the pruned heads recorded),
     model.safetensors (each layer's matrices hold only its kept heads) and the tokenizer files
-    (and generation_config.json) copied from the model's folder. Returns the folder.
+    (and generation_config.json) copied from the model's folder. Returns the folder. ``gates``:
+    see ``prune``.
 
     Every other parameter jattn holds (embeddings, FFNs, LayerNorms, an encoder's pooler,
     masked-LM and classification heads) is written unchanged; tensors jattn does not read
@@ -244,7 +279,7 @@ def export_pruned(model, keep, folder) -> Path:
     folder = Path(folder)
     if folder.exists() and folder.resolve() == source.resolve():
         raise ValueError(f"export_pruned would overwrite the model's own folder {folder}; choose another folder")
-    params, config = prune_params(model.params, model.config, keep)
+    params, config = prune_params(model.params, model.config, keep, gates)
     state = hf_state_dict(params, config)
     base = json.loads((source / "config.json").read_text(encoding="utf-8"))
     folder.mkdir(parents=True, exist_ok=True)

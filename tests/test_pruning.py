@@ -38,6 +38,14 @@ def _size(folder) -> int:
     return (Path(folder) / "model.safetensors").stat().st_size
 
 
+def _numel(folder) -> int:
+    """Parameters in a folder's model.safetensors (integer buffers such as position ids left out)."""
+    from safetensors import safe_open
+
+    with safe_open(str(Path(folder) / "model.safetensors"), framework="numpy") as f:
+        return sum(f.get_tensor(k).size for k in f.keys() if f.get_tensor(k).dtype.kind == "f")
+
+
 def _masked(model, keep):
     """The unpruned model with the dropped heads' outputs zeroed (b_O still passes)."""
     return Interventions(head_gates=jnp.asarray(keep, jnp.float32))
@@ -74,6 +82,18 @@ def test_pruned_equals_masked_encoder(bert_cls, batch, name):
         else:  # no head left: the attention sublayer adds its out bias only
             bias = pruned.params["layers"]["attention"]["out"]["bias"][layer]
             np.testing.assert_array_equal(out.internals["output"][layer], np.broadcast_to(bias, (3, 9, 32)))
+
+
+def test_gates_folded_into_kept_heads(bert_cls, batch):
+    """Open gates between 0 and 1 (e.g. deterministic L0 gates) are folded into W_O: the pruned
+    model equals the gated one."""
+    keep = np.array(PATTERNS["counts-3-1"], bool)
+    gates = np.where(keep, np.random.default_rng(0).uniform(0.2, 1.0, keep.shape), 0.0)  # (L, H)
+    ref = bert_cls.forward(batch, _masked(bert_cls, gates), internals=INTERNALS)
+    out = prune(bert_cls, keep, gates=gates).forward(batch, internals=INTERNALS)
+    assert _err(out.logits, ref.logits) <= TOL and _err(out.last_hidden_state, ref.last_hidden_state) <= TOL
+    with pytest.raises(ValueError, match="finite"):
+        prune(bert_cls, keep, gates=np.where(keep, np.nan, 0.0))
 
 
 def test_slot_maps(bert_cls):
@@ -227,3 +247,47 @@ def test_seq2seq_bad_keep_masks(seq2seq):
         check_keep(model.config, {"self": np.ones((L, model.config.encoder_heads), bool)})
     with pytest.raises(ValueError, match=r"keep\['cross'\] must have shape"):
         check_keep(model.config, {"cross": np.ones((L + 5, model.config.decoder_heads), bool)})
+
+
+@pytest.mark.slow
+def test_minilm_half_pruned(minilm, tmp_path):
+    """The real MiniLM (6 x 12) with half of its heads removed at random, one layer left with one
+    head: the exported folder reads back and equals the masked model on real sentences."""
+    from jattn.demo import sample_sentences
+
+    keep = np.random.default_rng(0).random((6, 12)) < 0.5
+    keep[2] = np.arange(12) == 7
+    folder = export_pruned(minilm, keep, tmp_path / "minilm")
+    D, d_h = 384, 32  # a removed head takes d_h columns of W_Q, W_K, W_V, their biases and d_h rows of W_O
+    assert _numel(minilm.source) - _numel(folder) == (~keep).sum() * (4 * D * d_h + 3 * d_h)
+    batch = minilm.tokenize(sample_sentences()[:16])
+    ref = minilm.forward(batch, _masked(minilm, keep), internals=None)
+    out = jattn.load(folder, use_cache=False).forward(batch, internals=None)
+    assert _err(out.last_hidden_state, ref.last_hidden_state) <= 1e-4  # D = 384 sums over 6 layers
+
+
+@pytest.mark.slow
+def test_multi30k_half_pruned(tmp_path):
+    """The committed Multi30k fr->en model with half of each attention type's heads removed:
+    teacher-forced outputs and beam-search translations equal the masked model's."""
+    model = jattn.load(Path(__file__).parents[1] / "checkpoints" / "multi30k-fr-en", use_cache=False)
+    rng = np.random.default_rng(0)
+    shapes = {"encoder": (model.config.encoder_layers, model.config.encoder_heads),
+              "decoder": (model.config.decoder_layers, model.config.decoder_heads),
+              "cross": (model.config.decoder_layers, model.config.decoder_heads)}
+    keep = {k: rng.random(s) < 0.5 for k, s in shapes.items()}
+    folder = export_pruned(model, keep, tmp_path / "nmt")
+    pruned = jattn.load(folder, use_cache=False)
+    assert _size(folder) < _size(model.source)
+    src = ["Un homme fait du vélo dans la rue.", "Deux enfants jouent au ballon sur la plage."]
+    enc = model.tokenizer(src, text_target=["A man rides a bike.", "Two kids play ball on the beach."],
+                          padding=True, return_tensors="np")
+    batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
+             "decoder_input_ids": np.concatenate([np.full((2, 1), model.config.decoder_start_token_id),
+                                                  enc["labels"][:, :-1]], 1)}
+    masked = {k: _masked(model, m) for k, m in keep.items()}
+    ref, out = model.forward(batch, masked, internals=None), pruned.forward(batch, internals=None)
+    assert _err(out.logits, ref.logits) <= 1e-4 * max(1.0, float(np.abs(ref.logits).max()))
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    np.testing.assert_array_equal(pruned.generate(ids, mask, num_beams=4, max_length=32),
+                                  model.generate(ids, mask, num_beams=4, max_length=32, interventions=masked))
