@@ -1,5 +1,10 @@
 """Corpus attention statistics (Clark et al. 2019): ``jattn analyze --input FILE --out DIR``.
 
+A translation model (``--model`` a Marian/FSMT folder) reads (source, target) pairs,
+``--format parallel --input SRC_FILE TGT_FILE`` (or one ``source ||| target`` file), and every
+statistic comes per attention type (``encoder_``, ``decoder_``, ``cross_``; figures in
+``figures/<type>/``).
+
 Streams the corpus through ``jattn.run.run_corpus`` with the methods of the registry
 (``jattn.methods.registry``) and writes ``DIR/results.json``, ``DIR/results.npz`` and
 ``DIR/figures/*.png`` (``jattn.results``), replacing DIR as a whole once everything is
@@ -10,9 +15,12 @@ written. Several processes: start one per host with ``--coordinator HOST:PORT
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import socket
 import time
 from pathlib import Path
+
+import numpy as np
 
 
 def positive_int(text: str) -> int:
@@ -37,9 +45,11 @@ def add_arguments(parser) -> None:
 
     helps = "; ".join(f"{name}: {e.help}" for name, e in entries().items()).replace("%", "%%")
     parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
-    parser.add_argument("--input", required=True, help="corpus file")
+    parser.add_argument("--input", required=True, nargs="+",
+                        help="corpus file (for --format parallel: SRC_FILE TGT_FILE, or one 'src ||| tgt' file)")
     parser.add_argument("--format", default="text", choices=FORMATS,
-                        help="text: a segment per line, 'A<TAB>B' for a pair; conllu; gap (GAP tsv)")
+                        help="text: a segment per line, 'A<TAB>B' for a pair; conllu; gap (GAP tsv); parallel: "
+                             "(source, target) pairs for a translation model")
     parser.add_argument("--encoding", default="utf-8", help="text encoding of --input (default utf-8)")
     parser.add_argument("--methods", default="weights,entropy,js", help="comma-separated: " + helps)
     parser.add_argument("--out", required=True, help="output folder, replaced as a whole when the run completes")
@@ -49,9 +59,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-length", type=positive_int, default=128,
                         help="longest segment in tokens (specials included)")
     parser.add_argument("--truncate", action="store_true", help="cut over-long segments instead of failing")
+    parser.add_argument("--skip-too-long", action="store_true",
+                        help="skip (and count) over-long segments instead of failing; never cuts them")
     parser.add_argument("--rank-file", type=Path, default=None,
                         help="token frequency ranks, 'rank count vocab_id' per line, needed by norm-freq and "
                              "mixing (e.g. frequency/rank_count_ids.txt of the project's shared data)")
+    parser.add_argument("--min-count", type=positive_int, default=100,
+                        help="syntax: relations with fewer scored words stay out of Table 1 (default 100, as Clark)")
     parser.add_argument("--coordinator", help="HOST:PORT of process 0, for a multi-process run")
     parser.add_argument("--num-processes", type=positive_int, default=None, help="with --coordinator")
     parser.add_argument("--process-id", type=nonnegative_int, default=None, help="with --coordinator")
@@ -113,16 +127,52 @@ def run(args) -> None:
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     writer = jax.process_index() == 0
     output = results.Output(args.out, overwrite=args.overwrite) if writer else contextlib.nullcontext()
+    inputs = args.input[0] if len(args.input) == 1 else args.input
     with output:
-        corpus = Corpus(args.input, args.format, encoding=args.encoding)
+        corpus = Corpus(inputs, args.format, encoding=args.encoding)
         model = jattn.load(args.model)
-        methods = make_methods(model, names, Options(rank_file=args.rank_file))
+        options = Options(rank_file=args.rank_file, min_count=args.min_count)
+        methods = make_methods(model, names, options)
+        if any(m.level == "word" for m in methods):  # formats with labels read as words (gap)
+            corpus = Corpus(inputs, args.format, encoding=args.encoding, words=True)
+        if "syntax" in names:  # the relation list fixes the shape of the counts: one pass over the corpus
+            relations = sorted({r for ex in corpus for r in (ex.labels or {}).get("relations", ())})
+            methods = make_methods(model, names, dataclasses.replace(options, relations=tuple(relations)))
         result = run_corpus(model, corpus, methods, batch_size=args.batch_size, max_length=args.max_length,
-                            truncate=args.truncate)
+                            truncate=args.truncate, skip_too_long=args.skip_too_long)
         if writer:
-            meta = results.run_meta(input=str(Path(args.input).absolute()), format=args.format,
+            meta = results.run_meta(input=" ".join(str(Path(p).absolute()) for p in args.input), format=args.format,
                                     methods=[m.name for m in methods])
-            output.write(lambda folder: results.write_files(result, folder, model.config.num_layers, meta))
+            output.write(lambda folder: write(result, folder, model, meta, methods))
             skipped = result.meta["skipped_empty"]
+            dropped = {k: v for k, v in result.meta.items() if k.startswith("skipped_") and v and k != "skipped_empty"}
             print(f"jattn analyze: {result.meta['segments']} segments, {result.meta['tokens']} tokens"
-                  + (f" ({skipped} empty segments skipped)" if skipped else "") + f" -> {args.out}")
+                  + (f" ({skipped} empty segments skipped)" if skipped else "")
+                  + "".join(f" ({v} {k[8:].replace('_', ' ')} skipped)" for k, v in dropped.items())
+                  + f" -> {args.out}")
+
+
+def write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
+    """``jattn.results.write_files``, then each labelled method's report (``write_report``:
+    tables and figures, e.g. Clark's Table 1); for a translation model the figures per attention
+    type, each in ``figures/<type>/`` (heatmaps, and the methods' own figures for self-attention)."""
+    from jattn import results
+    from jattn.config import Seq2SeqConfig
+
+    config = model.config
+    if not isinstance(config, Seq2SeqConfig):
+        paths = results.write_files(result, folder, config.num_layers, meta)
+        stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
+        for m in methods:
+            if hasattr(m, "write_report"):
+                paths += m.write_report(stats, folder)
+        return paths
+    paths = results.write_files(result, folder, 0, meta)  # 0 layers: no generic figures, drawn per type below
+    layers = {"encoder": config.encoder_layers, "decoder": config.decoder_layers, "cross": config.decoder_layers}
+    names = [m for m in result.totals if m != "_meta"]
+    for kind, L in layers.items():
+        stats = {k[len(kind) + 1:]: np.asarray(s.value) for k, s in result.statistics.items()
+                 if k.startswith(kind + "_")}
+        own = [n[len(kind) + 1:] for n in names if n.startswith(kind + "-")] if kind != "cross" else []
+        paths += results.write_figures(stats, L, folder / "figures" / kind, own)
+    return paths

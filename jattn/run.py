@@ -40,6 +40,7 @@ from jattn import run_translation
 from jattn.config import Seq2SeqConfig
 from jattn.methods.base import CLS, OTHER, PUNCT, SEP, HostBatch, Statistic, StepContext
 from jattn.nn import encoder, state
+from jattn.records import RecordWriter
 
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -84,32 +85,84 @@ def unit_ids(word_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
 
 
 def _tokenize_rows(model, examples: list[tuple[int, Example]], max_length: int, truncate: bool,
-                   words: bool) -> list[tuple[int, dict]]:
-    """Tokenize one chunk; -> [(corpus index, {input_ids, token_type_ids, word_ids} unpadded)]."""
+                   words: bool, dropped: dict | None = None) -> list[tuple[int, dict]]:
+    """Tokenize one chunk; -> [(corpus index, {input_ids, token_type_ids, word_ids, labels} unpadded)].
+    With ``dropped`` (a dict of lists), over-long examples are skipped into ``dropped["too_long"]``
+    instead of raising, and labelled word lists with a word that gives no subword (its labels
+    would land on the wrong unit) into ``dropped["unmappable"]``."""
     rows = []
     key = lambda item: (item[1].is_pair, item[1].is_words)
     for (pair, split), group in itertools.groupby(sorted(examples, key=key), key=key):
         group = list(group)
         if words and not split:
             raise ValueError(f"{group[0][1].source}: word-level methods need input pre-split into "
-                             "words. Fix: use --format conllu, or drop the word-level methods")
-        texts = [(ex.a, ex.b) if pair else ex.a for _, ex in group]
+                             "words. Fix: use --format conllu (or gap), or drop the word-level methods")
+        text = lambda ex: (ex.a, ex.b) if pair else ex.a  # noqa: E731
+        if dropped is not None and not truncate:
+            full = tokenize(model.tokenizer, [text(ex) for _, ex in group], max_length=10**9)
+            fits = full.attention_mask.sum(1) <= max_length  # (g,)
+            dropped["too_long"] += [i for (i, _), ok in zip(group, fits) if not ok]
+            group = [item for item, ok in zip(group, fits) if ok]
+            if not group:
+                continue
+        texts = [text(ex) for _, ex in group]
         try:
             batch = model.tokenize(texts, max_length=max_length, truncate=truncate)
         except SequenceTooLongError:
-            for (_, ex), text in zip(group, texts):
-                n = len(tokenize(model.tokenizer, [text], max_length=10**9).input_ids[0])
+            for (_, ex), one in zip(group, texts):
+                n = len(tokenize(model.tokenizer, [one], max_length=10**9).input_ids[0])
                 if n > max_length:
                     raise SequenceTooLongError(
                         f"{ex.source}: {n} tokens, more than --max-length {max_length}. Fix: raise "
-                        "--max-length (up to the model's maximum), shorten the segment, or pass "
-                        "--truncate to cut over-long segments explicitly") from None
+                        "--max-length (up to the model's maximum), shorten the segment, pass "
+                        "--truncate to cut over-long segments explicitly, or --skip-too-long") from None
             raise
-        for r, (index, _) in enumerate(group):
+        for r, (index, ex) in enumerate(group):
             n = int(batch.attention_mask[r].sum())
+            wids = None if batch.word_ids is None else batch.word_ids[r, :n]
+            if ex.labels is not None and wids is not None:
+                count = len(ex.a) + (len(ex.b) if pair else 0)
+                if len(set(wids[wids >= 0].tolist())) != count:
+                    if dropped is None:
+                        raise ValueError(f"{ex.source}: a word gives no subword token, so its labels cannot be "
+                                         "placed. Fix: remove the word, or run with --skip-too-long to skip "
+                                         "such examples with a count")
+                    dropped["unmappable"].append(index)
+                    continue
             rows.append((index, {"input_ids": batch.input_ids[r, :n], "token_type_ids": batch.token_type_ids[r, :n],
-                                 "word_ids": None if batch.word_ids is None else batch.word_ids[r, :n]}))
+                                 "word_ids": wids, "labels": ex.labels}))
     return rows
+
+
+def pad_labels(rows: list[tuple[int, dict]], batch_size: int, length: int) -> tuple[dict, dict]:
+    """Examples' labels as batch arrays: numbers padded to (b,), (b, n) or (b, n, n) with -1
+    (False for booleans) — word k at index k —, lists of strings as per-row lists (None on
+    padding rows). -> (labels, label_lists)."""
+    labelled = [r["labels"] for _, r in rows]
+    if all(x is None for x in labelled):
+        return {}, {}
+    keys = set(labelled[0] or ())
+    if any(set(x or ()) != keys for x in labelled):
+        raise ValueError("examples of one run carry different label names "
+                         f"({sorted(keys)} vs {sorted(set(next(x or {} for x in labelled if set(x or ()) != keys)))}). "
+                         "Fix: give every example the same labels")
+    arrays, lists = {}, {}
+    for key in sorted(keys):
+        first = labelled[0][key]
+        if isinstance(first, list):
+            lists[key] = [x[key] for x in labelled] + [None] * (batch_size - len(rows))
+            continue
+        first = np.asarray(first)
+        fill = False if first.dtype == bool else -1
+        out = np.full((batch_size,) + (length,) * first.ndim, fill, first.dtype)  # (b,) | (b, n) | (b, n, n)
+        for r, x in enumerate(labelled):
+            value = np.asarray(x[key])
+            if value.ndim != first.ndim or max(value.shape, default=0) > length:
+                raise ValueError(f"label {key!r}: shape {value.shape} does not fit a batch of length {length} "
+                                 f"(the first example's has {first.ndim} axes). Fix: one value per word")
+            out[(r,) + tuple(slice(0, d) for d in value.shape)] = value
+        arrays[key] = out
+    return arrays, lists
 
 
 def self_attention_fields(batch: dict) -> dict:
@@ -131,14 +184,16 @@ def _pad_batch(model, rows: list[tuple[int, dict]], batch_size: int, length: int
         ids[r, :n], mask[r, :n], types[r, :n], example[r] = row["input_ids"], 1, row["token_type_ids"], index
         if words:
             wids[r, :n] = row["word_ids"]
+    labels, lists = pad_labels(rows, batch_size, length)
     return HostBatch(ids, mask, types, token_classes(model.tokenizer, ids, mask),
-                     unit_ids(wids, mask) if words else None, example)
+                     unit_ids(wids, mask) if words else None, example, labels, lists)
 
 
 def _batches(model, examples: Iterable, batch_size: int, max_length: int, truncate: bool, words: bool,
-             shard: tuple[int, int], chunk: int, skipped: list):
+             shard: tuple[int, int], chunk: int, skipped: list, dropped: dict | None = None):
     """Yield (host batch, number of real rows): chunks of ``chunk`` examples, length-sorted.
-    Empty examples (no text) are left out; their corpus indices are appended to ``skipped``."""
+    Empty examples (no text) are left out; their corpus indices are appended to ``skipped``;
+    with ``dropped``, so are over-long and unmappable ones (``_tokenize_rows``)."""
     translation = isinstance(model.config, Seq2SeqConfig)
     index, count = shard
     mine = ((i, as_example(x, i)) for i, x in enumerate(examples) if i % count == index)
@@ -152,7 +207,9 @@ def _batches(model, examples: Iterable, batch_size: int, max_length: int, trunca
             rows = run_translation.tokenize_pairs(model, part, max_length, truncate)
             rows.sort(key=lambda r: (run_translation.row_length(r[1]), r[0]))
         else:
-            rows = _tokenize_rows(model, part, max_length, truncate, words)
+            rows = _tokenize_rows(model, part, max_length, truncate, words, dropped)
+            if not rows:
+                continue
             rows.sort(key=lambda r: (len(r[1]["input_ids"]), r[0]))
         for start in range(0, len(rows), batch_size):
             group = rows[start:start + batch_size]
@@ -192,12 +249,16 @@ def _step(config, methods: tuple, mesh):
                                                  one_view)) for m in layerwise}
 
         stacked = [m for m in methods if m not in layerwise]
+        recording = [m for m in methods if hasattr(m, "records")]
         outputs, internals = forward(layer_reduce=per_layer if layerwise else None,
-                                     internals="all" if stacked else None)
+                                     internals="all" if stacked or recording else None)
         stats = {name: jax.tree.map(unstack_layers, per) for name, per in outputs.pop("layer_reduced", {}).items()}
         view = encoder.module(params, config).view()  # (L, ...)
         stats.update({m.name: m.reduce(StepContext(params, config, batch, features[m.name], outputs, internals,
                                                    forward, view)) for m in stacked})
+        if recording:
+            stats["_records"] = {m.name: m.records(StepContext(params, config, batch, features[m.name], outputs,
+                                                               internals, forward, view)) for m in recording}
         mask = batch["attention_mask"]  # (b, n)
         stats["_meta"] = {"segments": (mask.sum(1) > 0).sum(), "tokens": mask.sum()}
         return stats
@@ -250,7 +311,8 @@ def check_methods(model, methods: Sequence) -> None:
 
 def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int = 32, max_length: int = 128,
                truncate: bool = False, devices=None, mesh=None, progress: bool = True,
-               chunk_batches: int = 16) -> RunResult:
+               chunk_batches: int = 16, skip_too_long: bool = False, records=None,
+               records_shard_size: int = 1000) -> RunResult:
     """Run ``methods`` over ``examples`` (Examples, strings, (A, B) pairs or word lists; for a
     translation model, (source, target) pairs).
 
@@ -259,6 +321,12 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
     same corpus and reads its own shard. ``mesh``: instead of ``devices``, a local mesh with a
     ``data`` axis (the batch) and optionally a ``model`` axis (the parameters, by their
     partitioning metadata), e.g. ``jax.make_mesh((2, 4), ("data", "model"))``.
+
+    ``skip_too_long``: skip (and count in ``meta``) examples over ``max_length`` tokens, and
+    labelled word lists whose labels cannot be placed, instead of raising — never cut.
+    Examples' ``labels`` reach the methods padded (``jattn.methods.base.HostBatch``).
+    ``records``: a folder for the per-example records of methods that define ``records``
+    (``jattn.records``: npz shards of ``records_shard_size`` examples, one folder per method).
     """
     names = [m.name for m in methods]
     if len(set(names)) != len(names) or "_meta" in names:
@@ -274,6 +342,11 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
     if max_length > model.config.max_length:
         raise ValueError(f"max_length={max_length} exceeds the model's {model.config.max_length} positions")
     check_methods(model, methods)
+    recording = [m for m in methods if hasattr(m, "records")]
+    if recording and (records is None or family(model) == "seq2seq"):
+        raise ValueError(f"method(s) {[m.name for m in recording]} write per-example records: "
+                         + ("pass records=FOLDER" if records is None else "an encoder model only for now")
+                         + ". Fix: give run_corpus a records folder (encoder models)")
     words = any(getattr(m, "level", "token") == "word" for m in methods)
     shard = (jax.process_index(), jax.process_count())
     if mesh is None:
@@ -285,33 +358,44 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
     if total is not None:
         total = len(range(shard[0], total, shard[1]))
     totals, pending = None, None
+    writers = {m.name: RecordWriter(records, m, records_shard_size, shard[0]) for m in recording}
 
     def accumulate(result):
         nonlocal totals
+        result, host = result
+        for name, rec in result.pop("_records", {}).items():
+            writers[name].add(jax.tree.map(np.asarray, rec), host)
         result = jax.tree.map(lambda x: np.asarray(x, np.float64), result)
         totals = result if totals is None else jax.tree.map(np.add, totals, result)
 
     bar = tqdm(total=total, unit="ex", desc="analyze", disable=not progress, dynamic_ncols=True)
     skipped = []
+    dropped = {"too_long": [], "unmappable": []} if skip_too_long else None
     for host, real in _batches(model, examples, batch_size, max_length, truncate, words, shard,
-                               batch_size * chunk_batches, skipped):
+                               batch_size * chunk_batches, skipped, dropped):
         features = {m.name: m.prepare(host) for m in methods}
         arrays = {k: v for k, v in host.arrays().items() if v is not None}
         out = step(params, jax.device_put(arrays, data), jax.device_put(features, data))
         if pending is not None:  # fetch the previous batch while this one runs
             accumulate(pending)
-        pending = out
+        pending = (out, host)
         bar.update(real)
     bar.close()
     if pending is not None:
         accumulate(pending)
+    for w in writers.values():
+        w.flush()
     if totals is None:
         totals = _zeros(model, methods, step, devices, words)
+        totals.pop("_records", None)
     totals["_meta"]["skipped_empty"] = np.float64(len(skipped))
+    for key, items in (dropped or {}).items():
+        totals["_meta"][f"skipped_{key}"] = np.float64(len(items))
     totals = combine_processes(totals)
     meta = {"model": model.source, "segments": int(totals["_meta"]["segments"]),
             "tokens": int(totals["_meta"]["tokens"]), "batch_size": batch_size, "max_length": max_length,
-            "devices": len(devices), "processes": shard[1], "skipped_empty": int(totals["_meta"]["skipped_empty"])}
+            "devices": len(devices), "processes": shard[1], "skipped_empty": int(totals["_meta"]["skipped_empty"]),
+            **{f"skipped_{k}": int(totals["_meta"][f"skipped_{k}"]) for k in (dropped or {})}}
     if meta["segments"] == 0:
         raise ValueError(f"the corpus is empty: no example reached the model ({meta['skipped_empty']} empty "
                          "examples skipped). Fix: check the input file and --format")

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+import jattn
 from analysis_helpers import tiny_bert
 from jattn.cli import main
 from jattn.data.readers import Corpus, read, split_paragraph
@@ -98,3 +99,97 @@ def test_analyze_cli_rejects_unknown_methods(tmp_path):
     with pytest.raises(SystemExit, match="unknown method"):
         main(["analyze", "--model", str(tiny_bert(tmp_path / "m", layers=1, heads=2)), "--input", str(corpus),
               "--methods", "weights,bogus", "--out", str(tmp_path / "o")])
+
+
+def test_analyze_cli_syntax_gives_the_experiments_table(tmp_path, monkeypatch):
+    """--format conllu --methods syntax: the runner's counts and Table 1 equal the per-sentence
+    code of experiments/clark_syntax_coref.py (word_attention + syntax.sentence_counts)."""
+    from jattn.data import labels
+    from jattn.methods import syntax
+    from jattn.methods.word_attention import word_attention
+    from test_syntax import CONLLU
+
+    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
+    folder = tiny_bert(tmp_path / "model", layers=2, heads=3)
+    corpus = _write(tmp_path / "t.conllu", (CONLLU + "\n") * 3)
+    out = tmp_path / "out"
+    main(["analyze", "--model", str(folder), "--input", str(corpus), "--format", "conllu", "--methods",
+          "syntax,word-weights", "--out", str(out), "--batch-size", "2", "--min-count", "2"])
+    trees = list(labels.read_conllu_trees(corpus))
+    relations = tuple(sorted({r for t in trees for r in t.relations}))
+    model = jattn.load(folder)
+    want = syntax.DependencyCounts.zeros(relations, 2, 3)
+    for r in word_attention(model, [t.words for t in trees], batch_size=4):
+        t = trees[r.index]
+        want = want + syntax.sentence_counts(r.maps, t.heads, syntax.relation_ids(t.relations, relations), relations)
+    doc = json.loads((out / "results.json").read_text())
+    for f in ("correct", "total", "offset_correct", "prev_hits", "next_hits", "prev_rows"):
+        np.testing.assert_array_equal(doc[f"dependency_{f}"]["value"], getattr(want, f), err_msg=f)
+    assert json.loads((out / "dependency.json").read_text()) == syntax.table(want, 2)
+    assert (out / "dependency.md").read_text().startswith("| relation | count |")
+    assert {"head_roles.png", "dependency_all.png", "dependency_det.png"} <= _check_figures(out / "figures")
+    assert doc["word_attn_to_cls"]["shape"] == [2, 3]
+
+
+def test_analyze_cli_coref_gives_the_experiments_scores(tmp_path, monkeypatch):
+    """--format gap --methods coref: the runner's GAP accuracy per head and baselines equal the
+    per-example code of experiments/clark_syntax_coref.py (coref.gap_counts on word maps)."""
+    from jattn.data import labels
+    from jattn.methods import coref
+    from jattn.methods.word_attention import word_attention
+
+    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
+    folder = tiny_bert(tmp_path / "model", layers=2, heads=3)
+    header = "ID\tText\tPronoun\tPronoun-offset\tA\tA-offset\tA-coref\tB\tB-offset\tB-coref\tURL\n"
+    rows = []
+    for i, (a, b, gold) in enumerate([("Mary Ann", "Sue", "TRUE\tFALSE"), ("Sue", "Mary Ann", "FALSE\tTRUE"),
+                                      ("Kim", "Jo", "TRUE\tFALSE"), ("Al", "Bo", "FALSE\tFALSE"),
+                                      ("Lee", "Maxine Smith", "FALSE\tTRUE")]):
+        text = f"{a} met {b} near the old river bank, and later she smiled at everyone there."
+        ga, gb = gold.split("\t")
+        rows.append(f"t-{i}\t{text}\tshe\t{text.index(' she ') + 1}\t{a}\t0\t{ga}\t{b}\t{len(a) + 5}\t{gb}\tu\n")
+    gap = _write(tmp_path / "g.tsv", header + "".join(rows))
+    out = tmp_path / "out"
+    main(["analyze", "--model", str(folder), "--input", str(gap), "--format", "gap", "--methods", "coref",
+          "--out", str(out), "--batch-size", "2"])
+    exs = [x for x in labels.read_gap(gap) if x.gold]
+    model = jattn.load(folder)
+    want = None
+    for r in word_attention(model, [x.words for x in exs], batch_size=3):
+        c = coref.gap_counts(r.maps, exs[r.index])
+        want = c if want is None else want + c
+    doc = json.loads((out / "results.json").read_text())
+    np.testing.assert_allclose(doc["coref_gap_accuracy"]["value"], 100.0 * want.correct / want.total)
+    got, expect = json.loads((out / "coref_gap.json").read_text()), want.summary()
+    assert got.pop("best_head") == expect.pop("best_head") and got == pytest.approx(expect)
+    assert doc["meta"]["segments"] == 5 and want.total == 4
+
+
+def test_analyze_cli_on_a_translation_model(tmp_path, monkeypatch):
+    """--format parallel: two line-aligned files, or one 'src ||| tgt' file; statistics per type."""
+    from tiny_seq2seq import save_tiny, sentences
+
+    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
+    folder = save_tiny(tmp_path / "marian", "marian")
+    src, tgt = sentences(5, 1), sentences(5, 2)
+    files = [_write(tmp_path / "s.fr", "\n".join(src) + "\n"), _write(tmp_path / "t.en", "\n".join(tgt) + "\n")]
+    out = tmp_path / "out"
+    main(["analyze", "--model", str(folder), "--format", "parallel", "--input", *map(str, files), "--methods",
+          "weights,entropy,norms", "--max-length", "32", "--batch-size", "2", "--out", str(out)])
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["encoder_attn_to_sep"]["shape"] == [2, 4] and doc["decoder_attn_prev"]["shape"] == [3, 2]
+    assert doc["cross_norm_to_sep"]["shape"] == [3, 2] and "cross_attn_prev" not in doc
+    assert doc["meta"]["segments"] == 5
+    assert {"class_attention.png", "entropy.png", "heatmap_attn_to_sep.png"} <= _check_figures(out / "figures" / "decoder")
+    assert "heatmap_norm_to_sep.png" in _check_figures(out / "figures" / "cross")
+    one = _write(tmp_path / "p.txt", "".join(f"{a} ||| {b}\n" for a, b in zip(src, tgt)))
+    main(["analyze", "--model", str(folder), "--format", "parallel", "--input", str(one), "--methods", "weights",
+          "--max-length", "32", "--batch-size", "2", "--out", str(tmp_path / "out2")])
+    again = json.loads((tmp_path / "out2" / "results.json").read_text())
+    np.testing.assert_allclose(again["cross_attn_to_sep"]["value"], doc["cross_attn_to_sep"]["value"], rtol=1e-6)
+    with pytest.raises(SystemExit, match="word-level"):
+        main(["analyze", "--model", str(folder), "--format", "parallel", "--input", str(one), "--methods", "word-weights",
+              "--max-length", "32", "--out", str(tmp_path / "o3")])
+    with pytest.raises(SystemExit, match="not line-aligned"):
+        main(["analyze", "--model", str(folder), "--format", "parallel", "--input", str(files[0]),
+              str(_write(tmp_path / "short.en", "a\n")), "--max-length", "32", "--out", str(tmp_path / "o4")])

@@ -136,3 +136,70 @@ def test_peak_memory_is_flat_in_corpus_size(tmp_path):
     kept_maps_kb = 10 * n * layers * heads * 16 * 16 * 4 / 1024  # keeping even unpadded 16-token maps
     assert kept_maps_kb > 100_000  # so the bound below catches a runner that keeps maps
     assert large - small < 20_000, (small, large)  # 10x the corpus: < 20 MB more peak RSS
+
+
+def test_labels_and_per_example_records(model, tmp_path):
+    """Labels reach prepare padded per word; records come back per example, cut to the
+    example's units, equal to the word-level maps of the per-sentence path."""
+    import dataclasses
+
+    import jax.numpy as jnp
+
+    from jattn.data.readers import Example
+    from jattn.methods.base import Method
+    from jattn.methods.weights import word_level
+    from jattn.methods.word_attention import word_attention
+    from jattn.records import read_records
+
+    seen = {}
+
+    @dataclasses.dataclass(frozen=True)
+    class WordMaps(Method):
+        name = "word-maps"
+        level = "word"
+        record_axes = {"maps": (2, 3)}  # (L, H, u, u): cut both unit axes
+
+        def prepare(self, batch):
+            for r, i in enumerate(batch.example):
+                if i >= 0:
+                    seen[int(i)] = (batch.labels["tag"][r].copy(), batch.labels["id"][r], batch.label_lists["pos"][r])
+            return {}
+
+        def reduce(self, ctx):
+            return {"n": (ctx.batch["example"] >= 0).sum()}
+
+        def records(self, ctx):
+            maps = word_level(ctx.internals["weights"], ctx.batch["unit_ids"])  # (L, b, H, u, u)
+            return {"maps": jnp.moveaxis(maps, 1, 0), "first": ctx.batch["input_ids"][:, 0]}  # (b, L, H, u, u), (b,)
+
+        def finalize(self, totals, meta):
+            return {}
+
+    examples = [Example(w, None, f"s{i}", {"tag": np.arange(len(w), dtype=np.int32) + 10 * i, "id": i,
+                                           "pos": ["X"] * len(w)}) for i, w in enumerate(WORDS)]
+    with pytest.raises(ValueError, match="records"):
+        run_corpus(model, examples, [WordMaps()], progress=False)
+    run_corpus(model, examples, [WordMaps()], batch_size=3, records=tmp_path / "rec", records_shard_size=3,
+               progress=False)
+    for i, w in enumerate(WORDS):
+        tag, index, pos = seen[i]
+        assert (tag[:len(w)] == np.arange(len(w)) + 10 * i).all() and (tag[len(w):] == -1).all()
+        assert index == i and pos == ["X"] * len(w)
+    got = {r["example"]: r for r in read_records(tmp_path / "rec" / "word-maps")}
+    assert len(list((tmp_path / "rec" / "word-maps").glob("shard_*.npz"))) == 2
+    for r in word_attention(model, WORDS, batch_size=2):
+        np.testing.assert_allclose(got[r.index]["maps"], r.maps, atol=1e-6)
+        assert got[r.index]["first"] == r.input_ids[0]
+
+
+def test_too_long_and_unmappable_examples_are_skipped_with_a_count(model):
+    from jattn.data.readers import Example
+
+    long = ["word"] * 200
+    examples = [Example(WORDS[0], labels={"x": np.zeros(len(WORDS[0]), np.int32)}),
+                Example(long, labels={"x": np.zeros(200, np.int32)}),
+                Example(["ok", "\u200b"], labels={"x": np.zeros(2, np.int32)})]  # a zero-width space: no subword
+    with pytest.raises(SequenceTooLongError, match="skip-too-long"):
+        run_corpus(model, examples, [ClassAttention("word")], max_length=64, progress=False)
+    got = run_corpus(model, examples, [ClassAttention("word")], max_length=64, skip_too_long=True, progress=False)
+    assert (got.meta["segments"], got.meta["skipped_too_long"], got.meta["skipped_unmappable"]) == (1, 1, 1)

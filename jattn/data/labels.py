@@ -196,6 +196,7 @@ class GapExample:
     a: tuple[int, ...]  # word indices of name A
     b: tuple[int, ...]  # word indices of name B
     gold: str | None  # "A", "B", or None (neither or both coreferent)
+    spans: tuple[tuple[int, int], ...] = ()  # character span of each word in the text
 
 
 _WORD = re.compile(r"\w+|[^\w\s]")  # BERT's basic split: runs of word characters, single punctuation
@@ -236,7 +237,7 @@ def read_gap(path, encoding: str = "utf-8") -> list[GapExample]:
                 idx[key] = _span_words(spans, start, start + len(name), key, where)
             a, b = row["A-coref"].upper() == "TRUE", row["B-coref"].upper() == "TRUE"
             gold = "A" if a and not b else "B" if b and not a else None
-            out.append(GapExample(row["ID"], words, idx["Pronoun"][0], idx["A"], idx["B"], gold))
+            out.append(GapExample(row["ID"], words, idx["Pronoun"][0], idx["A"], idx["B"], gold, tuple(spans)))
     return out
 
 

@@ -7,10 +7,18 @@
     ``run_corpus`` skips and counts (``meta["skipped_empty"]``), as for any empty input.
   * ``conllu``: one sentence per example, as its list of words (pre-split, so word-level
     methods can aggregate subwords); multiword-token lines (``3-4``) and empty nodes
-    (``8.1``) are skipped.
+    (``8.1``) are skipped. Labels: ``heads`` (w,) 1-based gold head (0 = ROOT) when every
+    HEAD is numeric, ``relations`` and ``upos`` (word lists of strings).
   * ``gap``: the ``Text`` column of the GAP coreference tsv (a Wikipedia paragraph), split at
     the sentence boundary closest to its middle into the pair ``[CLS] A [SEP] B [SEP]``
     (Clark et al. 2019's input shape); a one-sentence paragraph stays a single segment.
+    With ``words=True`` (the runner asks for it when a method is word-level) the paragraph is
+    one segment of words (``jattn.data.labels.split_words``) labelled for coreference:
+    ``pronoun`` (), ``candidates`` (w,) 1 on name A's words, 2 on name B's, else 0, ``gold``
+    () 0 = A, 1 = B, -1 when not exactly one name is coreferent, ``char_spans`` (w, 2).
+  * ``parallel``: (source, target) pairs for a translation model, from two line-aligned files
+    (``path`` a pair of paths) or from one file of ``source ||| target`` lines (fast_align's
+    format, as the gold-alignment test sets ship).
 """
 
 from __future__ import annotations
@@ -23,14 +31,22 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-FORMATS = ("text", "conllu", "gap")
+import numpy as np
+
+FORMATS = ("text", "conllu", "gap", "parallel")
 
 
 @dataclasses.dataclass(frozen=True)
 class Example:
+    """One input of the runner. ``labels``: what a labelled study reads, by name — numbers
+    (an int, or an array per word (w,) or per word pair (w, w), word k of the segment at index
+    k) are padded into the host batch (``HostBatch.labels``); lists of strings (per word) reach
+    the methods' ``prepare`` as ``HostBatch.label_lists``."""
+
     a: str | list[str]  # text, or words
     b: str | list[str] | None = None  # second segment of a pair
     source: str = ""  # where it came from, e.g. "corpus.txt:12", for error messages
+    labels: dict | None = dataclasses.field(default=None, compare=False)
 
     @property
     def is_pair(self) -> bool:
@@ -126,7 +142,11 @@ def conllu_sentences(path: Path, encoding: str = "utf-8") -> Iterator[list[tuple
 
 def read_conllu(path: Path, encoding: str = "utf-8") -> Iterator[Example]:
     for rows in conllu_sentences(path, encoding):
-        yield Example([cols[1] for _, cols in rows], None, f"{path}:{rows[0][0]}")
+        cols = [c for _, c in rows]
+        labels = {"relations": [c[7] for c in cols], "upos": [c[3] for c in cols]}
+        if all(c[6].isdigit() for c in cols):
+            labels["heads"] = np.array([int(c[6]) for c in cols], np.int32)
+        yield Example([c[1] for c in cols], None, f"{path}:{rows[0][0]}", labels)
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
@@ -141,7 +161,10 @@ def split_paragraph(text: str) -> tuple[str, str | None]:
     return text[:cut].strip(), text[cut:].strip()
 
 
-def read_gap(path: Path, encoding: str = "utf-8") -> Iterator[Example]:
+def read_gap(path: Path, encoding: str = "utf-8", words: bool = False) -> Iterator[Example]:
+    if words:
+        yield from _gap_words(path, encoding)
+        return
     rows = csv.reader(_Lines(path, encoding, newline=""), delimiter="\t", quoting=csv.QUOTE_NONE)
     header = next(rows, None)
     if not header or "Text" not in header:
@@ -160,36 +183,84 @@ def read_gap(path: Path, encoding: str = "utf-8") -> Iterator[Example]:
         yield Example(a, b, f"{path}:{i}")
 
 
-READERS = {"text": read_text, "conllu": read_conllu, "gap": read_gap}
+def read_translation_pairs(path, encoding: str = "utf-8") -> Iterator[Example]:
+    """(source, target) Examples: ``path`` a (source file, target file) pair of line-aligned
+    files, or one file of ``source ||| target`` lines. Blank lines are kept as empty examples
+    (the runner skips and counts them), so line numbers stay aligned with gold files."""
+    if isinstance(path, (tuple, list)):
+        sources, targets = (_Lines(Path(p), encoding) for p in path)
+        count = 0
+        for count, (a, b) in enumerate(itertools.zip_longest(sources, targets), 1):
+            if a is None or b is None:
+                short, n = (path[0], count - 1) if a is None else (path[1], count - 1)
+                raise ValueError(f"{short} ends after {n} lines but the other file goes on: not line-aligned. "
+                                 "Fix: pass the two sides of one parallel corpus")
+            yield Example(a.rstrip("\n"), b.rstrip("\n"), f"{path[0]}:{count}")
+        return
+    lines = _Lines(Path(path), encoding)
+    for line in lines:
+        parts = line.rstrip("\n").split(" ||| ")
+        if len(parts) != 2:
+            raise ValueError(f"{path}:{lines.number}: expected 'source ||| target', found {len(parts) - 1} "
+                             "' ||| ' separators. Fix: one pair per line, or pass the two sides as two files")
+        yield Example(parts[0], parts[1], f"{path}:{lines.number}")
 
 
-def read(path, format: str = "text", encoding: str = "utf-8") -> Iterator[Example]:
-    """Yield the examples of ``path`` read as ``format`` (one of ``FORMATS``)."""
-    if format not in READERS:
-        raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
-    path = Path(path)
+def _gap_words(path: Path, encoding: str) -> Iterator[Example]:
+    from jattn.data import labels
+
+    for ex in labels.read_gap(path, encoding):
+        candidates = np.zeros(len(ex.words), np.int32)
+        candidates[list(ex.a)], candidates[list(ex.b)] = 1, 2
+        gold = {"A": 0, "B": 1, None: -1}[ex.gold]
+        yield Example(list(ex.words), None, f"{path}:{ex.id}",
+                      {"pronoun": np.int32(ex.pronoun), "candidates": candidates, "gold": np.int32(gold),
+                       "char_spans": np.asarray(ex.spans, np.int32)})
+
+
+READERS = {"text": read_text, "conllu": read_conllu, "gap": read_gap, "parallel": read_translation_pairs}
+
+
+def _check_file(path: Path, format: str) -> None:
     if path.is_dir():
         raise IsADirectoryError(f"input {path} is a folder. Fix: pass a corpus file ({format} format)")
     if not path.is_file():
         raise FileNotFoundError(f"input file {path} does not exist. Fix: check the path")
+
+
+def read(path, format: str = "text", encoding: str = "utf-8", words: bool = False) -> Iterator[Example]:
+    """Yield the examples of ``path`` read as ``format`` (one of ``FORMATS``); for ``parallel``
+    ``path`` may be a (source, target) pair of files. ``words``: pre-split words where the
+    format offers both (``gap``)."""
+    if format not in READERS:
+        raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
+    paths = [Path(p) for p in path] if isinstance(path, (tuple, list)) else [Path(path)]
+    if len(paths) != 1 and (format != "parallel" or len(paths) != 2):
+        raise ValueError(f"{len(paths)} input files for --format {format}: one file, or for --format parallel a "
+                         "source file and a target file. Fix: pass one --input file (two for parallel)")
+    for p in paths:
+        _check_file(p, format)
     try:
         codecs.lookup(encoding)
     except LookupError:
         raise ValueError(f"unknown encoding {encoding!r}. Fix: e.g. --encoding utf-8 or latin-1") from None
-    return READERS[format](path, encoding)
+    if words and format == "gap":
+        return read_gap(paths[0], encoding, words=True)
+    return READERS[format](tuple(paths) if len(paths) == 2 else paths[0], encoding)
 
 
 class Corpus:
     """A re-readable file corpus: iterating streams ``read(path, format)``; ``len`` counts the
     examples once (a cheap pass without tokenization) so progress bars can show an ETA."""
 
-    def __init__(self, path, format: str = "text", encoding: str = "utf-8"):
-        self.path, self.format, self.encoding = Path(path), format, encoding
+    def __init__(self, path, format: str = "text", encoding: str = "utf-8", words: bool = False):
+        self.path = tuple(map(Path, path)) if isinstance(path, (tuple, list)) else Path(path)
+        self.format, self.encoding, self.words = format, encoding, words
         self._len = None
         iter(self)  # fail early on a bad path, format or encoding
 
     def __iter__(self) -> Iterator[Example]:
-        return read(self.path, self.format, self.encoding)
+        return read(self.path, self.format, self.encoding, self.words)
 
     def __len__(self) -> int:
         if self._len is None:

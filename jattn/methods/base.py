@@ -30,6 +30,20 @@ A method is any object with:
     Host-side, once, on the summed totals (float64). Returns named statistics; the names are
     the keys written to ``results.json``. ``meta`` holds ``segments`` and ``tokens``.
 
+``families: tuple[str, ...]`` (optional, default ``("encoder",)``)
+    The model families the method reads: ``"encoder"`` (BERT, RoBERTa) and/or ``"seq2seq"``
+    (Marian, FSMT, the NMT model trained here). The runner refuses any other with a clear error.
+    On a translation model the runner streams (source, target) pairs through the teacher-forced
+    forward and calls ``reduce`` once per attention type in ``kinds`` (default all three:
+    ``"encoder"`` self, ``"decoder"`` causal self, ``"cross"``), each time with that type's
+    internals, parameter view and batch fields (below); each type's totals are finalized
+    alone and its statistics named ``<kind>_<name>`` (``cross_attn_to_sep``).
+
+``records(ctx) -> dict[str, jax.Array]`` (optional) and ``record_axes: dict[str, tuple[int, ...]]``
+    Per-example records (leading axis the batch), traced in the step beside ``reduce``, which
+    ``run_corpus(..., records=folder)`` cuts to each example's length along ``record_axes[name]``
+    and streams into npz shards (``jattn.records``), for studies that train on top (a probe).
+
 ``layerwise: bool`` (optional, default False)
     A promise that ``reduce`` treats the leading axis of every internal as independent layers
     and returns, per output, either an array with that layer axis first or a scalar that does
@@ -38,12 +52,26 @@ A method is any object with:
     stacks the results, so α is reduced while still in cache and the stacked (L, b, H, n, n)
     is never written (``jattn.nn.encoder.forward(..., layer_reduce=...)``).
 
-Batch fields available in ``ctx.batch`` (all (b, n) int32 unless stated):
+Attention-type fields, in ``ctx.batch`` for every family (write new methods against these;
+``ctx.kind`` names the type, ``"encoder"`` on an encoder model): ``query_mask`` (b, q) and
+``key_mask`` (b, k) 1 on real tokens; ``allowed`` (b, q, k) bool, the keys each real query row
+may attend (real keys, and causal in the decoder); ``query_class`` (b, q) and ``key_class``
+(b, k) token classes. On a translation model ``SEP`` is ``</s>`` and ``CLS`` is the decoder's
+start token (position 0 of the decoder input); the source has no ``CLS``.
+
+Encoder batch fields available in ``ctx.batch`` (all (b, n) int32 unless stated):
 ``input_ids``, ``attention_mask`` (1 on real tokens), ``token_type_ids``; ``token_class``
 (``CLS``=0, ``SEP``=1, ``PUNCT``=2 for "." and ",", ``OTHER``=3, -1 on padding); ``unit_ids``
 (word-level unit of each token: every special token its own unit, each word one unit,
 numbered 0.. in order; -1 on padding), or None when the input was not pre-split into words;
-``example`` (b,) corpus index of each row, -1 for padding rows.
+``example`` (b,) corpus index of each row, -1 for padding rows; ``labels`` the examples'
+numeric labels (``jattn.data.readers.Example``) by name, (b,) per example or (b, n) per word
+(word k of the segment at index k; -1 padded), {} when the corpus has none. ``prepare`` also
+sees ``HostBatch.label_lists`` (labels that are strings, e.g. CoNLL-U relations, per row).
+Translation batch fields (``TranslationHostBatch``): ``input_ids``, ``attention_mask`` (b, s),
+``decoder_input_ids`` (start token + target[:-1]), ``decoder_attention_mask``, ``labels``
+(the target ids, -1 on padding) (b, t), ``source_class`` (b, s), ``target_class`` (b, t),
+``example`` (b,).
 
 Word level: a method with attribute ``level = "word"`` makes the runner require pre-split
 words and fill ``unit_ids``; ``jattn.methods.weights.view(ctx, "word")`` then gives the
@@ -101,6 +129,26 @@ class HostBatch:
     token_class: np.ndarray  # (b, n)
     unit_ids: np.ndarray | None  # (b, n)
     example: np.ndarray  # (b,)
+    labels: dict = dataclasses.field(default_factory=dict)  # name -> (b,) | (b, n) | (b, n, n), -1 padded
+    label_lists: dict = dataclasses.field(default_factory=dict)  # name -> per row a list of strings or None
+
+    def arrays(self) -> dict:
+        """The fields that go to the devices (``label_lists`` stays on the host)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "label_lists"}
+
+
+@dataclasses.dataclass
+class TranslationHostBatch:
+    """One padded batch of (source, target) pairs for a translation model, on the host."""
+
+    input_ids: np.ndarray  # (b, s) source ids, ending in </s>
+    attention_mask: np.ndarray  # (b, s)
+    decoder_input_ids: np.ndarray  # (b, t) start token + target[:-1] (teacher forcing)
+    decoder_attention_mask: np.ndarray  # (b, t)
+    labels: np.ndarray  # (b, t) target ids (what each decoder position predicts), -1 on padding
+    source_class: np.ndarray  # (b, s) token classes, -1 on padding
+    target_class: np.ndarray  # (b, t) token classes of the decoder input, -1 on padding
+    example: np.ndarray  # (b,) corpus index, -1 on padding rows
 
     def arrays(self) -> dict:
         return dataclasses.asdict(self)
@@ -119,12 +167,14 @@ class StepContext:
     forward: Callable  # forward(**overrides) -> (outputs, internals); overrides batch fields
     # (e.g. input_ids=...) or encoder.forward keywords (interventions=Interventions(...), internals=...)
     view: dict  # the attention blocks' parameters (W_O, b_O, LayerNorm γ), each (L, ...)
+    kind: str = "encoder"  # attention type: "encoder" (self), or on a translation model "decoder" / "cross"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Method:
     """Base of the runner's methods (protocol above), with its defaults: ``prepare`` returns
-    ``{}``, ``layerwise = False``, ``level = "token"``.
+    ``{}``, ``layerwise = False``, ``level = "token"``, ``families = ("encoder",)``, on a
+    translation model all three attention ``kinds``.
 
     Declare a subclass as ``@dataclasses.dataclass(frozen=True)`` with its configuration as
     fields: it then compares and hashes by value, so the runner's compiled step (cached per
@@ -135,6 +185,8 @@ class Method:
     name: ClassVar[str]
     layerwise: ClassVar[bool] = False
     level: ClassVar[str] = "token"
+    families: ClassVar[tuple[str, ...]] = ("encoder",)
+    kinds: ClassVar[tuple[str, ...]] = ("encoder", "decoder", "cross")  # attention types read on a seq2seq model
 
     def prepare(self, batch: HostBatch) -> dict[str, np.ndarray]:
         return {}

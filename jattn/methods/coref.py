@@ -21,10 +21,16 @@ cluster. Baselines: the nearest candidate; the nearest candidate with the same h
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 
 from jattn.data.labels import GapExample, Mention
+from jattn.methods.base import HostBatch, Method, Statistic, StepContext
+from jattn.methods.registry import register
+from jattn.methods.weights import word_level
 
 
 def gap_scores(word_map: np.ndarray, ex: GapExample) -> tuple[np.ndarray, np.ndarray]:
@@ -105,3 +111,71 @@ def litbank_counts(word_map: np.ndarray, mentions: list[Mention], words: list[st
         base["nearest"] += nearest in gold
         base["same_head_word"] += same in gold
     return CorefCounts(correct, total, base)
+
+
+# ---------------------------------------------------------------- GAP through the runner
+
+@dataclasses.dataclass(frozen=True)
+class GapCoreference(Method):
+    """``gap_counts`` summed over a corpus by the runner (``jattn analyze --format gap --methods
+    coref``): per head, the share of GAP examples with exactly one coreferent name where the
+    pronoun's word attends more to that name than to the other (word level), with the
+    nearest- and first-name baselines. Reads the labels of ``--format gap`` read as words
+    (``pronoun``, ``candidates``, ``gold``); other examples (gold -1) are not scored."""
+
+    name = "coref"
+    level = "word"
+
+    def prepare(self, batch: HostBatch) -> dict:
+        if not {"pronoun", "candidates", "gold"} <= set(batch.labels):
+            raise ValueError("method 'coref' needs GAP labels (pronoun, candidate names, gold name). "
+                             "Fix: --format gap with the GAP tsv")
+        base = np.zeros((2, len(batch.example)), np.int32)  # (2, b) nearest, first right
+        for r, gold in enumerate(batch.labels["gold"]):
+            if gold < 0:
+                continue
+            cand = batch.labels["candidates"][r]  # (n,)
+            ex = GapExample("", [], int(batch.labels["pronoun"][r]), tuple(np.flatnonzero(cand == 1)),
+                            tuple(np.flatnonzero(cand == 2)), "AB"[gold])
+            right = gap_baselines(ex)
+            base[:, r] = right["nearest"], right["first"]
+        return {"pronoun": batch.labels["pronoun"], "candidates": batch.labels["candidates"],
+                "gold": batch.labels["gold"], "baselines": base.T}  # (b,), (b, n), (b,), (b, 2)
+
+    def reduce(self, ctx: StepContext) -> dict:
+        W = word_level(ctx.internals["weights"], ctx.batch["unit_ids"])  # (L, b, H, u, u)
+        f = ctx.features
+        scored = f["gold"] >= 0  # (b,)
+        row = jnp.take_along_axis(W, (f["pronoun"] + 1)[None, :, None, None, None], axis=3)[:, :, :, 0]  # (L, b, H, u)
+        units = jnp.concatenate([jnp.zeros_like(f["candidates"][:, :1]), f["candidates"][:, :-1]], 1)  # (b, u)
+        to_a = (row * (units == 1)[None, :, None]).sum(-1)  # (L, b, H)
+        to_b = (row * (units == 2)[None, :, None]).sum(-1)  # (L, b, H)
+        right = jnp.where((f["gold"] == 0)[None, :, None], to_a > to_b, to_b > to_a) & scored[None, :, None]
+        return {"correct": right.astype(jnp.int32).sum(1),  # (L, H)
+                "total": scored.astype(jnp.int32).sum(),  # ()
+                "baselines": (f["baselines"] * scored[:, None]).sum(0)}  # (2,)
+
+    def finalize(self, totals, meta):
+        n = max(float(totals["total"]), 1.0)
+        return {"coref_gap_accuracy": Statistic(100.0 * totals["correct"] / n, "(L, H) percent of GAP examples "
+                                                "where the pronoun attends more to the coreferent name (Clark et al. "
+                                                "2019, §4.3)"),
+                "coref_gap_count": Statistic(np.float64(totals["total"]), "() GAP examples scored"),
+                "coref_gap_nearest": Statistic(100.0 * totals["baselines"][0] / n, "() percent right, nearest name"),
+                "coref_gap_first": Statistic(100.0 * totals["baselines"][1] / n, "() percent right, first name")}
+
+    def summary(self, stats: dict) -> dict:
+        """As ``CorefCounts.summary``: count, best_head [layer, head], accuracy, baselines (percent)."""
+        acc = np.asarray(stats["coref_gap_accuracy"])
+        l, h = np.unravel_index(int(np.argmax(acc)), acc.shape)
+        return {"count": int(stats["coref_gap_count"]), "best_head": [int(l), int(h)], "accuracy": float(acc[l, h]),
+                "nearest": float(stats["coref_gap_nearest"]), "first": float(stats["coref_gap_first"])}
+
+    def write_report(self, stats: dict, folder) -> list[Path]:
+        path = Path(folder) / "coref_gap.json"
+        path.write_text(json.dumps(self.summary(stats), indent=1))
+        return [path]
+
+
+register("coref", "GAP coreference heads: pronoun -> right name, nearest/first-name baselines (Clark et al. 2019; "
+         "needs --format gap)", lambda model, options: GapCoreference())

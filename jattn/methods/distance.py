@@ -30,6 +30,8 @@ def pairwise_js(weights: jax.Array, real: jax.Array, *, block_rows: int = 16) ->
     """Σ over sequences and real rows of JS between every pair of heads.
 
     weights (L, b, H, n, n), real (b, n) bool -> (K, K), K = L·H, symmetric, zero diagonal.
+    ``real`` may also be the allowed keys of every row, (b, q, k) bool (a causal decoder, or
+    cross-attention's q ≠ k); n in the smoothing is then each row's number of allowed keys.
     Per row, JS(p, q) = ½(Σ p log p + Σ q log q) − Σ m log m: one log per entry of a pair, the
     per-head Σ p log p computed once; the difference is taken per row (before summing rows) so
     float32 cancellation stays at the size of one row. p is zero on padded rows and keys, which
@@ -42,18 +44,19 @@ def pairwise_js(weights: jax.Array, real: jax.Array, *, block_rows: int = 16) ->
     The batch is split as (e, b/e) and the block keeps the outer axis, so a device-sharded batch
     stays sharded.
     """
-    L, b, H, n, _ = weights.shape
+    L, b, H, n, k = weights.shape
     K, e = L * H, math.gcd(b, 8)
     rows = max(1, block_rows // e)
     pad = -n % rows
-    heads = jnp.moveaxis(weights, 2, 1).reshape(K, b, n, n)  # (K, b, n, n) head k = l·H + h
-    cells = real[None, :, :, None] & real[None, :, None, :]  # (1, b, n, n) real row and key
-    length = jnp.maximum(real.sum(-1), 1).astype(heads.dtype)[None, :, None, None]  # (1, b, 1, 1)
-    p = jnp.where(cells, (1 - JS_SMOOTHING) * heads + JS_SMOOTHING / length, 0.0)  # (K, b, n, n)
-    p = jnp.pad(p, ((0, 0), (0, 0), (0, pad), (0, 0)))  # (K, b, R·rows, n) zero rows add nothing
+    heads = jnp.moveaxis(weights, 2, 1).reshape(K, b, n, k)  # (K, b, n, k) head k = l·H + h
+    allowed = real if real.ndim == 3 else real[:, :, None] & real[:, None, :]  # (b, n, k) real row and key
+    cells = allowed[None]  # (1, b, n, k)
+    length = jnp.maximum(allowed.sum(-1), 1).astype(heads.dtype)[None, :, :, None]  # (1, b, n, 1)
+    p = jnp.where(cells, (1 - JS_SMOOTHING) * heads + JS_SMOOTHING / length, 0.0)  # (K, b, n, k)
+    p = jnp.pad(p, ((0, 0), (0, 0), (0, pad), (0, 0)))  # (K, b, R·rows, k) zero rows add nothing
     R = (n + pad) // rows
-    blocks = p.reshape(K, e, b // e, R, rows, n)  # (K, e, g, R, rows, n)
-    blocks = blocks.transpose(2, 3, 0, 1, 4, 5).reshape(b // e * R, K, e * rows, n)  # (g·R, K, e·rows, n)
+    blocks = p.reshape(K, e, b // e, R, rows, k)  # (K, e, g, R, rows, k)
+    blocks = blocks.transpose(2, 3, 0, 1, 4, 5).reshape(b // e * R, K, e * rows, k)  # (g·R, K, e·rows, k)
     js = jax.lax.map(_block_js, blocks).sum(0)  # (S, K)
     shifts = jnp.arange(1, K // 2 + 1)  # (S,)
     a = jnp.broadcast_to(jnp.arange(K), js.shape)  # (S, K)
@@ -94,13 +97,15 @@ def mds(distance: np.ndarray, seed: int = 0) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class JSDistance(Method):
-    """Jensen–Shannon distance between all pairs of heads and its MDS embedding."""
+    """Jensen–Shannon distance between all pairs of heads and its MDS embedding (per attention
+    type on a translation model, over the keys each row may attend)."""
 
     name = "js"
+    families = ("encoder", "seq2seq")
 
     def reduce(self, ctx: StepContext) -> dict:
-        real = ctx.batch["attention_mask"] > 0  # (b, n)
-        return {"js_distance": pairwise_js(ctx.internals["weights"], real)}  # (K, K)
+        allowed = ctx.batch["allowed"]  # (b, q, k)
+        return {"js_distance": pairwise_js(ctx.internals["weights"], allowed)}  # (K, K)
 
     def finalize(self, totals, meta):
         d = totals["js_distance"]

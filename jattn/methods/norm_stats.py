@@ -51,30 +51,34 @@ def _f_norms(internals, view) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class NormClassAttention(Method):
-    """Weight- vs norm-based attention to token classes per (layer, head) (Kobayashi et al. 2020)."""
+    """Weight- vs norm-based attention to token classes per (layer, head) (Kobayashi et al. 2020);
+    on a translation model per attention type (queries × keys: source × source, target ×
+    target, target × source), the classes those of ``jattn.methods.base``."""
 
     name = "norms"
     layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
+    families = ("encoder", "seq2seq")
 
     def reduce(self, ctx: StepContext) -> dict:
-        real = ctx.batch["attention_mask"] > 0  # (b, n)
-        A = ctx.internals["weights"].astype(jnp.float32) * real[None, :, None, :, None]  # (L, b, H, n, n) real rows
-        fn = _f_norms(ctx.internals, ctx.view) * real[None, :, None, :]  # (L, b, H, n)
-        AN = A * fn[:, :, :, None, :]  # (L, b, H, n, n)  ‖α f‖
-        total = AN.sum(-1)  # (L, b, H, n)
-        received = A.sum(3) / jnp.maximum(real.sum(-1), 1)[None, :, None, None]  # (L, b, H, n) row-mean α[:, j]
-        to_w = class_sums(A, ctx.batch["token_class"])  # (C, L, b, H, n)
-        to_n = class_sums(AN, ctx.batch["token_class"])  # (C, L, b, H, n)
+        real, keys = ctx.batch["query_mask"] > 0, ctx.batch["key_mask"] > 0  # (b, q), (b, k)
+        key_class = ctx.batch["key_class"]  # (b, k)
+        A = ctx.internals["weights"].astype(jnp.float32) * real[None, :, None, :, None]  # (L, b, H, q, k) real rows
+        fn = _f_norms(ctx.internals, ctx.view) * keys[None, :, None, :]  # (L, b, H, k)
+        AN = A * fn[:, :, :, None, :]  # (L, b, H, q, k)  ‖α f‖
+        total = AN.sum(-1)  # (L, b, H, q)
+        received = A.sum(3) / jnp.maximum(real.sum(-1), 1)[None, :, None, None]  # (L, b, H, k) row-mean α[:, j]
+        to_w = class_sums(A, key_class)  # (C, L, b, H, q)
+        to_n = class_sums(AN, key_class)  # (C, L, b, H, q)
         out = {}
         for c, name in enumerate(CLASS_NAMES):
-            cols = (ctx.batch["token_class"] == c)  # (b, n)
-            w, nrm = to_w[c], to_n[c]  # (L, b, H, n) each
+            cols = (key_class == c)  # (b, k)
+            w, nrm = to_w[c], to_n[c]  # (L, b, H, q) each
             out[f"weight_to_{name}"], out[f"weight_to_{name}_n"] = segment_mean(w, real)
             out[f"norm_to_{name}"], out[f"norm_to_{name}_n"] = segment_mean(nrm, real)
-            share = nrm / jnp.where(total > 0, total, 1.0)  # (L, b, H, n)
+            share = nrm / jnp.where(total > 0, total, 1.0)  # (L, b, H, q)
             out[f"norm_share_to_{name}"], out[f"norm_share_to_{name}_n"] = segment_mean(share, real)
-            out[f"fnorm_{name}"], out[f"fnorm_{name}_n"] = segment_mean(fn, cols & real)
-            out[f"received_{name}"], out[f"received_{name}_n"] = segment_mean(received, cols & real)
+            out[f"fnorm_{name}"], out[f"fnorm_{name}_n"] = segment_mean(fn, cols & keys)
+            out[f"received_{name}"], out[f"received_{name}_n"] = segment_mean(received, cols & keys)
         return out
 
     def finalize(self, totals, meta):

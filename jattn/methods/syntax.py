@@ -21,7 +21,13 @@ import dataclasses
 import json
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+from jattn.methods.base import HostBatch, Method, Statistic, StepContext
+from jattn.methods.registry import register
+from jattn.methods.weights import word_level
 
 OFFSETS = (-3, -2, -1, 1, 2, 3)
 DIRECTIONS = ("dep->head", "head->dep")  # A, Aᵀ
@@ -212,3 +218,102 @@ def role_map(roles: dict, path) -> Path:
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return Path(path)
+
+
+# ---------------------------------------------------------------- the same counts through the runner
+
+def _word_rows(word_map: jax.Array) -> jax.Array:
+    """Rows of the words of a single segment: unit k + 1 is word k. (L, b, H, u, u) -> (L, b, H, u, u),
+    row k = word k's row (the last row zero)."""
+    return jnp.concatenate([word_map[..., 1:, :], jnp.zeros_like(word_map[..., :1, :])], axis=-2)
+
+
+@dataclasses.dataclass(frozen=True)
+class DependencyHeads(Method):
+    """``sentence_counts`` summed over a corpus by the runner (``jattn analyze --format conllu
+    --methods syntax``): per-head dependency accuracy both directions per relation, the offset
+    baselines and the previous/next-word counts of the head roles, from each sentence's
+    word-level map and its gold tree (labels ``heads`` and ``relations`` of the CoNLL-U reader).
+    ``relations``: the relation names counted (every relation of the corpus)."""
+
+    relations: tuple[str, ...]
+    min_count: int = MIN_COUNT  # relations with fewer scored words stay out of the table and the roles
+    name = "syntax"
+    level = "word"
+
+    def prepare(self, batch: HostBatch) -> dict:
+        if "heads" not in batch.labels or "relations" not in batch.label_lists:
+            raise ValueError("method 'syntax' needs gold trees: examples labelled with 'heads' and 'relations'. "
+                             "Fix: --format conllu with a treebank whose HEAD and DEPREL columns are filled")
+        index = {r: i for i, r in enumerate(self.relations)}
+        relation = np.full(batch.labels["heads"].shape, -1, np.int32)  # (b, n)
+        for r, names in enumerate(batch.label_lists["relations"]):
+            if names is None:
+                continue
+            if unknown := sorted(set(names) - set(index)):
+                raise ValueError(f"relations {unknown} are not in the method's list. Fix: build DependencyHeads "
+                                 "with every relation of the corpus (jattn analyze does)")
+            relation[r, :len(names)] = [index[x] for x in names]
+        return {"heads": batch.labels["heads"], "relation": relation}
+
+    def reduce(self, ctx: StepContext) -> dict:
+        W = word_level(ctx.internals["weights"], ctx.batch["unit_ids"])  # (L, b, H, u, u)
+        heads, relation = ctx.features["heads"], ctx.features["relation"]  # (b, n) word k: 1-based head, -1 pad
+        n = W.shape[-1]
+        word = heads >= 0  # (b, n) real words
+        w = word.sum(-1)  # (b,)
+        unit, pos = jnp.arange(n), jnp.arange(n) + 1  # (u,), (n,) unit of word k
+        word_unit = (unit >= 1)[None] & (unit[None] <= w[:, None])  # (b, u)
+        cands = word_unit[None, :, None, None, :] & (unit[None, :] != pos[:, None])[None, None, None]  # (1, b, 1, n, u)
+        rows = _word_rows(W)  # (L, b, H, n, u)
+        cols = _word_rows(jnp.swapaxes(W, -1, -2))  # (L, b, H, n, u) row k = word k's column
+        off_diag = lambda A: jnp.where(unit[None, :] == pos[:, None], 0.0, A)  # noqa: E731  zero diagonal
+        pick = lambda A: jnp.where(cands | (unit[None, :] == pos[:, None]), off_diag(A), -1.0).argmax(-1)  # noqa: E731
+        predicted = jnp.stack([pick(rows), pick(cols)])  # (2, L, b, H, n) 1-based word index
+        scored = word & (heads > 0)  # (b, n)
+        onehot = ((relation[..., None] == jnp.arange(len(self.relations))) & scored[..., None]).astype(jnp.int32)
+        hit = (predicted == heads[None, None, :, None, :]).astype(jnp.int32)  # (2, L, b, H, n)
+        real_unit = word_unit | (unit[None] == 0) | (unit[None] == (w + 1)[:, None])  # (b, u)
+        top = jnp.where(real_unit[None, :, None, None, :], rows, -1.0).argmax(-1)  # (L, b, H, n)
+        has_prev, has_next = word & (pos[None] >= 2), word & (pos[None] <= (w - 1)[:, None])  # (b, n)
+        count = lambda m: m.astype(jnp.int32).sum((1, 3))  # noqa: E731  (L, b, H, n) -> (L, H)
+        return {
+            "correct": jnp.einsum("dlbhn,bnr->dlhr", hit, onehot),  # (2, L, H, R)
+            "total": onehot.sum((0, 1)),  # (R,)
+            "offset_correct": jnp.stack([((heads == pos[None] + o)[..., None] * onehot).sum((0, 1))
+                                         for o in OFFSETS]),  # (K, R)
+            "prev_hits": count((top == pos - 1) & has_prev[None, :, None]),  # (L, H)
+            "prev_rows": jnp.maximum(w - 1, 0).sum(),  # ()
+            "next_hits": count((top == pos + 1) & has_next[None, :, None]),  # (L, H)
+            "next_rows": jnp.maximum(w - 1, 0).sum(),  # ()
+        }
+
+    def finalize(self, totals, meta):
+        c = self.counts(totals)
+        acc, off, total = c.accuracy()
+        return {
+            "dependency_accuracy": Statistic(np.nanmax(acc[..., -1], 0), "(L, H) percent of words (all relations) "
+                                             "whose gold head the head's argmax finds, better direction (Clark et al. "
+                                             "2019, §4.2)"),
+            **{f"dependency_{f.name}": Statistic(getattr(c, f.name).astype(np.float64), f"{f.name} of "
+                                                 "jattn.methods.syntax.DependencyCounts over relations "
+                                                 f"{', '.join(self.relations)}")
+               for f in dataclasses.fields(c)[1:]},
+        }
+
+    def counts(self, totals: dict) -> DependencyCounts:
+        """The summed totals (or ``dependency_*`` statistics) as ``DependencyCounts``."""
+        get = lambda k: np.rint(np.asarray(totals.get(k, totals.get(f"dependency_{k}")))).astype(np.int64)  # noqa
+        return DependencyCounts(self.relations, *(get(f.name) for f in dataclasses.fields(DependencyCounts)[1:]))
+
+    def write_report(self, stats: dict, folder) -> list[Path]:
+        """Table 1 (``dependency.json`` / ``.md``, best head chosen in-sample as Clark did), the
+        per-relation heatmaps and the head-role map (``figures/``)."""
+        c = self.counts(stats)
+        paths = list(write_table(table(c, self.min_count), folder))
+        return paths + figures(c, Path(folder) / "figures", self.min_count)
+
+
+register("syntax", "per-head dependency accuracy per relation, best offsets, head roles (Clark et al. 2019 Table 1, "
+         "Voita et al. 2019; needs --format conllu with gold trees)",
+         lambda model, options: DependencyHeads(tuple(options.relations), options.min_count))

@@ -25,11 +25,14 @@ ENTROPY_SMOOTHING = 1e-4  # A' = (1 - 1e-4) A + 1e-4 / n  (Clark's released code
 
 @dataclasses.dataclass
 class View:
-    """An attention map with its real-row mask and column classes, token- or word-level."""
+    """An attention map with its real-row and allowed-key masks and token classes, token- or
+    word-level; rows are queries, columns keys (q = k but for cross-attention)."""
 
-    weights: jax.Array  # (L, b, H, n, n) rows sum to 1 over real keys
-    real: jax.Array  # (b, n) bool
-    token_class: jax.Array  # (b, n) int, -1 on padding
+    weights: jax.Array  # (L, b, H, q, k) rows sum to 1 over allowed keys
+    real: jax.Array  # (b, q) bool real query rows
+    allowed: jax.Array  # (b, q, k) bool keys each real row may attend (causal in a decoder)
+    query_class: jax.Array  # (b, q) int, -1 on padding
+    key_class: jax.Array  # (b, k) int, -1 on padding
 
 
 def word_level(weights: jax.Array, unit_ids: jax.Array) -> jax.Array:
@@ -44,11 +47,12 @@ def word_level(weights: jax.Array, unit_ids: jax.Array) -> jax.Array:
 
 
 def view(ctx: StepContext, level: str) -> View:
-    """The token-level map, or its word-level aggregation (needs ``unit_ids``)."""
-    weights = ctx.internals["weights"]  # (L, b, H, n, n)
-    real = ctx.batch["attention_mask"] > 0  # (b, n)
+    """The token-level map of ``ctx.kind``, or the encoder's word-level aggregation (needs ``unit_ids``)."""
+    weights = ctx.internals["weights"]  # (L, b, H, q, k)
     if level == "token":
-        return View(weights, real, ctx.batch["token_class"])
+        return View(weights, ctx.batch["query_mask"] > 0, ctx.batch["allowed"], ctx.batch["query_class"],
+                    ctx.batch["key_class"])
+    real = ctx.batch["attention_mask"] > 0  # (b, n)
     units = ctx.batch["unit_ids"]  # (b, n)
     n = units.shape[1]
     first = (units[:, :, None] == jnp.arange(n)[None, None, :]) & real[:, :, None]  # (b, t, u)
@@ -57,7 +61,8 @@ def view(ctx: StepContext, level: str) -> View:
     unit_class = jnp.where(is_first.any(1), jnp.einsum("btu,bt->bu", is_first.astype(jnp.int32),
                                                                ctx.batch["token_class"]),
                            -1)  # (b, u)
-    return View(word_level(weights, units), unit_class >= 0, unit_class)
+    unit = unit_class >= 0  # (b, u)
+    return View(word_level(weights, units), unit, unit[:, :, None] & unit[:, None, :], unit_class, unit_class)
 
 
 def _check_level(level: str) -> str:
@@ -71,6 +76,10 @@ class ClassAttention(Method):
     """Attention to [CLS], [SEP], punctuation ("." ","), other; [SEP]→[SEP], non-[SEP]→[SEP];
     previous/self/next token (Clark et al. 2019, Fig. 1-2, §3.1-3.2).
 
+    On a translation model, per attention type (``jattn.methods.base``): [SEP] is ``</s>``,
+    [CLS] the decoder's start token; cross-attention (target rows, source keys) has the class
+    statistics only, prev/self/next being positions of one sequence.
+
     attn_to_c = mean_s mean_{i real} Σ_{j∈c} α[h,i,j]. sep_to_sep / nonsep_to_sep average
     Σ_{j∈SEP} α[h,i,j] over [SEP] rows / other real rows. attn_prev = mean over real rows i ≥ 1
     of α[h,i,i-1]; attn_next over real rows whose i+1 is real, α[h,i,i+1] ("next" = key i+1;
@@ -79,6 +88,7 @@ class ClassAttention(Method):
 
     level: str = "token"
     layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
+    families = ("encoder", "seq2seq")
 
     def __post_init__(self):
         _check_level(self.level)
@@ -93,14 +103,16 @@ class ClassAttention(Method):
 
     def reduce(self, ctx: StepContext) -> dict:
         v = view(ctx, self.level)
-        A, real, cls = v.weights, v.real, v.token_class  # (L, b, H, n, n), (b, n), (b, n)
+        A, real = v.weights, v.real  # (L, b, H, q, k), (b, q)
         out = {}
-        to_class = dict(enumerate(class_sums(A, cls)))  # class -> (L, b, H, n)
+        to_class = dict(enumerate(class_sums(A, v.key_class)))  # class -> (L, b, H, q)
         for c, name in enumerate(CLASS_NAMES):
             out[f"attn_to_{name}"], out[f"attn_to_{name}_n"] = segment_mean(to_class[c], real)
-        is_sep = cls == SEP  # (b, n)
+        is_sep = v.query_class == SEP  # (b, q)
         out["sep_to_sep"], out["sep_to_sep_n"] = segment_mean(to_class[SEP], real & is_sep)
         out["nonsep_to_sep"], out["nonsep_to_sep_n"] = segment_mean(to_class[SEP], real & ~is_sep)
+        if ctx.kind == "cross":
+            return out
         prev = jnp.diagonal(A, offset=-1, axis1=-2, axis2=-1)  # (L, b, H, n-1) α[i+1, i]
         nxt = jnp.diagonal(A, offset=1, axis1=-2, axis2=-1)  # (L, b, H, n-1) α[i, i+1]
         both = real[:, 1:] & real[:, :-1]  # (b, n-1) rows whose neighbour is real
@@ -121,6 +133,8 @@ class ClassAttention(Method):
             "attn_self": f"(L, H) mean {w}α[i, i] (the token itself)",
             "attn_next": f"(L, H) mean {w}α[i, i+1] (next token) over rows with a next token",
         }
+        if meta.get("kind") == "cross":
+            desc = {k: d for k, d in desc.items() if not k.startswith(("attn_prev", "attn_self", "attn_next"))}
         return {p + k: Statistic(ratio(totals, k), d + "; per sequence over real rows, then over "
                                  "sequences (Clark et al. 2019)") for k, d in desc.items()}
 
@@ -129,10 +143,13 @@ class ClassAttention(Method):
 class Entropy(Method):
     """Mean row entropy of the smoothed map, all rows and the [CLS] row (Clark et al. 2019,
     Fig. 4): A' = 0.9999·A + 0.0001/n over the n real keys, H_i = −Σ_j A'_ij log A'_ij (nats).
-    Uniform reference: mean over sequences of log n."""
+    Uniform reference: mean over sequences of log n. On a translation model per attention type,
+    n the keys row i may attend (i + 1 in the causal decoder; the uniform reference then the
+    per-sequence mean of log n_i over rows)."""
 
     level: str = "token"
     layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
+    families = ("encoder", "seq2seq")
 
     def __post_init__(self):
         _check_level(self.level)
@@ -147,18 +164,17 @@ class Entropy(Method):
 
     def reduce(self, ctx: StepContext) -> dict:
         v = view(ctx, self.level)
-        A, real = v.weights, v.real  # (L, b, H, n, n), (b, n)
-        n = jnp.maximum(real.sum(-1), 1).astype(A.dtype)  # (b,)
-        keys = real[None, :, None, None, :]  # (1, b, 1, 1, n)
-        smooth = (1 - ENTROPY_SMOOTHING) * A + ENTROPY_SMOOTHING / n[None, :, None, None, None]
-        plogp = jnp.where(keys, smooth * jnp.log(jnp.where(keys, smooth, 1.0)), 0.0)  # (L, b, H, n, n)
-        row_entropy = -plogp.sum(-1)  # (L, b, H, n)
+        A, real = v.weights, v.real  # (L, b, H, q, k), (b, q)
+        n = jnp.maximum(v.allowed.sum(-1), 1).astype(A.dtype)  # (b, q) keys a row may attend
+        keys = v.allowed[None, :, None]  # (1, b, 1, q, k)
+        smooth = (1 - ENTROPY_SMOOTHING) * A + ENTROPY_SMOOTHING / n[None, :, None, :, None]
+        plogp = jnp.where(keys, smooth * jnp.log(jnp.where(keys, smooth, 1.0)), 0.0)  # (L, b, H, q, k)
+        row_entropy = -plogp.sum(-1)  # (L, b, H, q)
         out = {}
         out["entropy"], out["entropy_n"] = segment_mean(row_entropy, real)
-        out["entropy_cls"], out["entropy_cls_n"] = segment_mean(row_entropy, real & (v.token_class == CLS))
-        has = real.any(-1)  # (b,)
-        out["entropy_uniform"] = jnp.where(has, jnp.log(n), 0.0).sum()  # ()
-        out["entropy_uniform_n"] = has.sum().astype(A.dtype)  # ()
+        out["entropy_cls"], out["entropy_cls_n"] = segment_mean(row_entropy, real & (v.query_class == CLS))
+        uniform, out["entropy_uniform_n"] = segment_mean(jnp.log(n)[None, :, None], real)  # (1, 1), ()
+        out["entropy_uniform"] = uniform.reshape(())
         return out
 
     def finalize(self, totals, meta):
