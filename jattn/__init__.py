@@ -3,7 +3,9 @@
 from jattn.interventions import Interventions
 from jattn.load import load
 from jattn.methods.attribution import attributions
+from jattn.methods.importance import importance
 from jattn.methods.norms import norms
+from jattn.methods.pruning_curve import pruning_curve
 from jattn.view import view
 
-__all__ = ["Interventions", "attributions", "load", "norms", "view"]
+__all__ = ["Interventions", "attributions", "importance", "load", "norms", "pruning_curve", "view"]
