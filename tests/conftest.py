@@ -36,3 +36,28 @@ def minilm_path():
     from jattn.load import default_model_path
 
     return default_model_path()
+
+
+# One copy per session of the tiny random checkpoints several test files build the same way.
+
+@pytest.fixture(scope="session")
+def tiny_bert_folder(tmp_path_factory):
+    """A random 2-layer × 3-head BERT with MiniLM's tokenizer (``analysis_helpers.tiny_bert``)."""
+    from analysis_helpers import tiny_bert
+
+    return tiny_bert(tmp_path_factory.mktemp("tiny_bert") / "model", layers=2, heads=3)
+
+
+@pytest.fixture(scope="session")
+def tiny_marian_folder(tmp_path_factory):
+    """A random Marian model (2 + 3 layers) with its SentencePiece tokenizer (``tiny_seq2seq.save_tiny``)."""
+    from tiny_seq2seq import save_tiny
+
+    return save_tiny(tmp_path_factory.mktemp("tiny_marian") / "model", "marian")
+
+
+@pytest.fixture(scope="session")
+def tiny_marian(tiny_marian_folder):
+    import jattn
+
+    return jattn.load(str(tiny_marian_folder), use_cache=False)
