@@ -1,5 +1,5 @@
-"""Physical head pruning: attention heads removed from the weight matrices (Michel et al. 2019, §5
-"pruning for efficiency"; Voita et al. 2019, §6 export of the L0-pruned model).
+"""Physical head pruning: attention heads removed from the weight matrices, as Michel et al. (2019)
+prune for efficiency and as Voita et al. (2019) keep only the heads their L0 gates leave open.
 
 Removing head h of a layer deletes its d_h columns of the query, key and value projections
 (and of their biases) and its d_h rows of the output projection W_O; the output bias b_O stays.
@@ -24,6 +24,7 @@ context Σ_j α v_j and its contribution to y are exactly 0 (its α, from zero s
 internals of padding slots are not heads; ``real_heads`` marks them, ``original_heads`` maps each
 slot to the head it was before pruning). Interventions are (L, H') arrays. The config records
 the pruning (``jattn.config.PrunedHeads``); with H' = H the module is the unpruned one's shape.
+A translation model's decoder self- and cross-attention share one slot count (the larger).
 The alternative, H slots everywhere with the removed ones zero, keeps head indices but never
 saves a flop; H' slots save compute whenever every layer loses heads.
 
