@@ -165,6 +165,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--out", default="benchmarks/results/encoder.json")
+    parser.add_argument("--models", nargs="+", choices=("minilm", "bert-base"), default=["minilm", "bert-base"])
     args = parser.parse_args()
     import torch
     from transformers import BertConfig, BertModel
@@ -178,6 +179,8 @@ def main() -> None:
         base = Path(tmp) / "bert-base-random"
         BertModel(BertConfig()).save_pretrained(base)  # bert-base-uncased's shape, random weights
         for name, folder in (("all-MiniLM-L6-v2", default_model_path()), ("bert-base (random)", base)):
+            if ("minilm" if folder != base else "bert-base") not in args.models:
+                continue
             if folder == base:
                 for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
                     (base / f).write_bytes((default_model_path() / f).read_bytes())
