@@ -180,8 +180,9 @@ def _take_heads(attn: dict, keep: np.ndarray, gates: np.ndarray, n_slots: int) -
     out = {name: {"kernel": gather(np.asarray(attn[name]["kernel"]), 2),  # (L, D, H', d_h)
                   "bias": gather(np.asarray(attn[name]["bias"]), 1)}  # (L, H', d_h)
            for name in ("query", "key", "value")}
-    w_o = np.asarray(attn["out"]["kernel"]) * gates[:, :, None, None]  # (L, H, d_h, D)  g_h W_O^h
-    out["out"] = {"kernel": gather(w_o.astype(np.asarray(attn["out"]["kernel"]).dtype), 1),  # (L, H', d_h, D)
+    w_o = np.asarray(attn["out"]["kernel"])  # (L, H, d_h, D)
+    w_o = w_o * gates.astype(w_o.dtype)[:, :, None, None]  # (L, H, d_h, D)  g_h W_O^h
+    out["out"] = {"kernel": gather(w_o, 1),  # (L, H', d_h, D)
                   "bias": np.asarray(attn["out"]["bias"])}  # (L, D)
     return out
 
