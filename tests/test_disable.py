@@ -1,0 +1,140 @@
+"""Head and layer disabling sweeps (issue 15): the batched sweep with prefix reuse equals one
+complete forward per disabled head or layer; a disabled head is exactly uniform over real keys;
+a zeroed head leaves the other heads' sum."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import jattn
+from jattn import Interventions
+from jattn.methods import disable
+from jattn.models.encoder import EncoderModel
+from jattn.nn import state
+from tiny_encoders import random_batch, save_tiny
+
+SENTENCES = ["A cat.", "The dog sat on the mat today.", "Nothing", "Is it raining, or not?", "Yes.",
+             "An unusually long sentence, with commas, and more words than the others have."]
+
+
+def classifier_model(folder, name: str, labels: int = 3, seed: int = 0) -> EncoderModel:
+    """A tiny random encoder with a random classification head (BERT: pooler + linear)."""
+    base = jattn.load(save_tiny(folder, name, max_positions=64), use_cache=False)
+    config = dataclasses.replace(base.config, num_labels=labels, with_pooler=base.config.model_type == "bert")
+    arrays = nnx.to_pure_dict(state.init(config, seed))  # the random classification head
+    arrays.update({k: v for k, v in nnx.to_pure_dict(base.params).items() if k in arrays})  # the HF random encoder
+    attention = arrays["layers"]["attention"]
+    for k in ("query", "key"):  # peaked attention maps, so that a disabled head matters
+        attention[k]["kernel"] = attention[k]["kernel"] * 6.0
+    for head in ("pooler", "classifier"):  # logits that vary between examples and variants
+        if head in arrays:
+            part = arrays[head] if "kernel" in arrays[head] else arrays[head]["out"]
+            part["kernel"] = part["kernel"] * 20.0
+    return EncoderModel(config, state.from_arrays(config, arrays), base.tokenizer, source=name)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return classifier_model(tmp_path_factory.mktemp("disable") / "m", "bert-2x4")
+
+
+@pytest.fixture(scope="module")
+def roberta(tmp_path_factory):
+    return classifier_model(tmp_path_factory.mktemp("disable") / "r", "roberta-2x4")
+
+
+@pytest.mark.parametrize("name, mode, unit", [("bert-2x4", "uniform", "head"), ("bert-2x4", "zero", "layer"),
+                                              ("roberta-2x4", "zero", "head"), ("roberta-2x4", "uniform", "layer")])
+def test_batched_logits_equal_one_forward_per_variant(name, mode, unit, model, roberta):
+    model = model if name == "bert-2x4" else roberta
+    c = model.config
+    batch = model.check_batch(random_batch(c, [9, 4, 7], seed=1, pairs=c.type_vocab_size > 1))
+    base, variants = disable.sweep_logits(model, batch, mode, unit)  # (b, C), (L, V, b, C)
+    masks = disable.variant_masks(c, unit)
+    assert variants.shape == (c.num_layers, len(masks), 3, c.num_labels)
+    np.testing.assert_allclose(base, disable._full_logits(model.params, c, batch, Interventions()), atol=1e-5)
+    for l in range(c.num_layers):
+        for v, m in enumerate(masks):
+            full = np.zeros((c.num_layers, c.num_heads), bool)
+            full[l] = m
+            iv = Interventions(disabled_heads=full) if mode == "uniform" else \
+                Interventions(head_gates=1.0 - full.astype(np.float32))
+            want = disable._full_logits(model.params, c, batch, iv.check(c.num_layers, c.num_heads))  # (b, C)
+            np.testing.assert_allclose(variants[l, v], want, atol=1e-5, err_msg=f"layer {l} variant {v}")
+            assert np.abs(np.asarray(want) - np.asarray(base)).max() > 1e-4  # the variant changes the logits
+
+
+@pytest.mark.parametrize("mode, unit", [("uniform", "head"), ("zero", "layer")])
+def test_sweep_metric_equals_the_loop(model, mode, unit):
+    examples = [(s, i % 3) for i, s in enumerate(SENTENCES)] + [(("A question?", "An answer."), 1)]
+    kw = dict(mode=mode, unit=unit, batch_size=8, max_length=32, progress=False)
+    fast = disable.disable_sweep(model, examples, "accuracy", **kw)
+    slow = disable.sweep_by_loop(model, examples, "accuracy", **kw)
+    assert fast.baseline == slow.baseline
+    np.testing.assert_allclose(fast.metric, slow.metric, atol=1e-6)
+    np.testing.assert_array_equal(fast.predictions, slow.predictions)
+    assert fast.metric.shape == ((model.config.num_layers, model.config.num_heads) if unit == "head"
+                                 else (model.config.num_layers,))
+
+
+def test_sweep_metric_by_hand(model):
+    """The metric of each variant is the metric of its predictions; improving() lists Δ > 0."""
+    examples = [(s, i % 2) for i, s in enumerate(SENTENCES)]
+    r = disable.disable_sweep(model, examples, "matthews_corr", unit="head", batch_size=8, max_length=32,
+                               progress=False)
+    from jattn.data.glue import matthews_corr
+
+    gold = np.array([y for _, y in examples])
+    for l, h in np.ndindex(r.metric.shape):
+        assert r.metric[l, h] == matthews_corr(r.predictions[l, h], gold)
+    better = r.improving()
+    assert [(d["layer"], d["head"]) for d in better] == \
+        [tuple(map(int, i)) for i in np.argwhere(r.delta > 0)[np.argsort(-r.delta[r.delta > 0], kind="stable")]]
+
+
+def test_disabled_head_is_uniform_over_real_tokens_and_zero_on_padding(model):
+    c = model.config
+    batch = model.check_batch(random_batch(c, [8, 5], seed=2))
+    disabled = np.zeros((c.num_layers, c.num_heads), bool)
+    disabled[-1, 0] = True
+    w = np.asarray(model.forward(batch, Interventions(disabled_heads=disabled)).attentions)  # (L, b, H, n, n)
+    mask = np.asarray(batch["attention_mask"])  # (b, n)
+    for s in range(2):
+        n = mask[s].sum()
+        np.testing.assert_array_equal(w[-1, s, 0, :n, :n], np.full((n, n), 1.0 / n, np.float32))
+        assert (w[-1, s, 0, :, n:] == 0).all()
+        assert np.abs(w[-1, s, 1, :n, :n] - 1.0 / n).max() > 1e-3  # other heads untouched
+
+
+def test_zeroed_head_leaves_the_sum_of_the_other_heads(model):
+    """Attention output with ξ_h = 0 equals b_O + Σ_{h'≠h} context_h' W_O^h', from the intact run."""
+    c = model.config
+    batch = model.check_batch(random_batch(c, [8, 5], seed=3))
+    intact = model.forward(batch).internals
+    gates = np.ones((c.num_layers, c.num_heads), np.float32)
+    gates[0, 1] = 0.0
+    zeroed = model.forward(batch, Interventions(head_gates=jnp.asarray(gates))).internals
+    view = model.module.view()
+    ctx = np.asarray(intact["context"][0], np.float64)  # (b, H, n, d_h) layer 0
+    W, b_o = np.asarray(view["out_kernel"][0], np.float64), np.asarray(view["out_bias"][0], np.float64)
+    want = b_o + sum(ctx[:, h] @ W[h] for h in range(c.num_heads) if h != 1)  # (b, n, D)
+    np.testing.assert_allclose(zeroed["output"][0], want, atol=1e-5)
+
+
+def test_bad_input_is_named(model, tmp_path):
+    with pytest.raises(ValueError, match="mode must be"):
+        disable.disable_sweep(model, [("a", 0)], mode="random", max_length=32)
+    with pytest.raises(ValueError, match="unit must be"):
+        disable.disable_sweep(model, [("a", 0)], unit="neuron", max_length=32)
+    with pytest.raises(ValueError, match="examples must be"):
+        disable.disable_sweep(model, ["just text"])
+    with pytest.raises(ValueError, match="unknown metric"):
+        disable.disable_sweep(model, [("a", 0)], "f1", max_length=32)
+    plain = jattn.load(save_tiny(tmp_path / "plain", "bert-2x4"), use_cache=False)
+    with pytest.raises(ValueError, match="sequence classifier"):
+        disable.disable_sweep(plain, [("a", 0)])
