@@ -18,6 +18,8 @@ COMMANDS = {
     "analyze": "jattn.analyze",
     "view": "jattn.view",
     "finetune": "jattn.finetune",
+    "importance": "jattn.importance_cli",
+    "prune": "jattn.prune_cli",
 }
 
 # what a user can cause by what they pass; anything else is a bug and keeps its traceback

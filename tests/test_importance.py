@@ -254,3 +254,35 @@ def test_bleu_metric_equals_sentence_by_sentence_decoding(marian):
         out = model.generate(enc["input_ids"], enc["attention_mask"], max_length=20, interventions=iv)
         hyps += model.tokenizer.batch_decode(out.tolist(), skip_special_tokens=True)
     assert got == pytest.approx(sacrebleu.corpus_bleu(hyps, [[t for _, t in pairs]]).score, abs=1e-9)
+
+
+def test_cli_importance_and_prune(classifier, marian, tmp_path):
+    import json
+
+    from jattn.cli import main
+
+    model, _ = classifier
+    labelled = tmp_path / "train.tsv"
+    labelled.write_text("".join(f"{t}\t{y}\n" for t, y in zip(TEXTS, LABELS)))
+    main(["importance", "--model", model.source, "--input", str(labelled), "--out", str(tmp_path / "imp"),
+          "--estimator", "example", "--max-length", "64", "--batch-size", "8"])
+    doc = json.loads((tmp_path / "imp" / "results.json").read_text())
+    want = importance(model, list(zip(TEXTS, LABELS)), estimator="example", batch_size=8, progress=False)
+    np.testing.assert_allclose(doc["importance"]["value"], want, rtol=1e-6)
+    assert (tmp_path / "imp" / "figures" / "heatmap_importance.png").is_file()
+
+    mt, _ = marian
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("\n".join(tiny_seq2seq.sentences(4, 1)) + "\n")
+    tgt.write_text("\n".join(tiny_seq2seq.sentences(4, 2)) + "\n")
+    main(["prune", "--model", mt.source, "--format", "parallel", "--input", str(src), str(tgt), "--dev", str(src),
+          str(tgt), "--out", str(tmp_path / "prune"), "--step", "0.25", "--batch-size", "4", "--tolerance", "100",
+          "--export", str(tmp_path / "pruned")])
+    doc = json.loads((tmp_path / "prune" / "results.json").read_text())
+    assert [f for f, _ in doc["curve"]] == pytest.approx([0, 0.25, 0.5, 0.75, 1.0], abs=0.03)
+    assert doc["prunable_fraction"] == doc["curve"][-1][0]  # tolerance 100: every step is within it
+    assert (tmp_path / "prune" / "figures" / "curve.png").is_file()
+    pruned = jattn.load(tmp_path / "pruned", use_cache=False)
+    assert pruned.params is not None
+    with pytest.raises(SystemExit, match="--format parallel"):
+        main(["importance", "--model", mt.source, "--input", str(labelled), "--out", str(tmp_path / "bad")])

@@ -62,14 +62,14 @@ def choose(scores: np.ndarray, kept: np.ndarray, layer_of: np.ndarray, k: int, k
 def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: str = "token",
                   schedule: str = "once", step: float = 0.1, keep_one_per_layer: bool = False, loss=None,
                   scores=None, batch_size: int = 32, max_length: int | None = None, progress: bool = False,
-                  history: list | None = None) -> list[list[float]]:
+                  history: list | None = None, masks_out: list | None = None) -> list[list[float]]:
     """Metric vs share of heads masked: [[fraction_pruned, metric], ...] from 0 to the last step.
 
     ``examples``: what ``jattn.importance`` takes (the data importance is estimated on).
     ``metric_fn(mask) -> float`` with mask (L, H) float {0, 1} (a dict per attention type for a
     translation model). ``scores``: a fixed ranking instead of importance (e.g. random: the
-    baseline), only with ``schedule="once"``. ``history``: if a list, the importance used at each
-    step is appended to it."""
+    baseline), only with ``schedule="once"``. ``history`` / ``masks_out``: if lists, the importance
+    used at each step / the head mask of each curve point are appended to them."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}. Fix: choose from {', '.join(SCHEDULES)}")
     if not 0 < step <= 1:
@@ -97,7 +97,12 @@ def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: 
             history.append(imp)
         return flat_scores(model, imp)
 
-    curve = [[0.0, float(metric_fn(masks()))]]
+    def evaluate() -> float:
+        if masks_out is not None:
+            masks_out.append(masks())
+        return float(metric_fn(masks()))
+
+    curve = [[0.0, evaluate()]]
     current = flat_scores(model, scores) if scores is not None else None
     while True:
         if current is None or schedule == "reestimate":
@@ -106,7 +111,7 @@ def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: 
         if not chosen:
             return curve
         kept[chosen] = 0.0
-        curve.append([float(1 - kept.mean()), float(metric_fn(masks()))])
+        curve.append([float(1 - kept.mean()), evaluate()])
 
 
 def prunable_fraction(curve: list, baseline: float, tolerance: float = 1.0, higher_is_better: bool = True) -> float:
