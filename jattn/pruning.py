@@ -7,9 +7,6 @@ The layer's output is then y_i = Σ_{h kept} Σ_j α[h,i,j] f_h(x_j) + b_O, exac
 the removed heads gives (Michel et al.'s ξ_h = 0, ``Interventions.head_gates`` = the keep mask
 as floats). A layer may keep no head at all: its attention sublayer adds only b_O.
 
-Optional head gates g_h (e.g. Voita et al.'s deterministic L0 gates, open but not exactly 1) are
-folded into the kept heads' W_O rows, g_h W_O^h, so the pruned model equals the gated one.
-
 A keep mask is a bool (L, H) array for an encoder, and for a translation model a dict
 {"encoder": (L_enc, H_enc), "decoder": (L_dec, H_dec), "cross": (L_dec, H_dec)} (a missing
 type keeps all its heads). H is ``config.num_heads`` / ``encoder_heads`` / ``decoder_heads``: the
@@ -148,25 +145,10 @@ def check_keep(config, keep) -> dict[str, np.ndarray]:
     return out
 
 
-def check_gates(config, gates=None) -> dict[str, np.ndarray]:
-    """Validate head gates to fold into the kept heads (laid out as a keep mask); return them
-    per stack as float32 (L, H') arrays, 1 where not given (None: all 1)."""
-    out = {kind: np.ones(real.shape, np.float32) for kind, real in real_heads(config).items()}
-    if gates is None:
-        return out
-    for kind, g in _per_stack(config, gates, "gates", "head gates").items():
-        if g.dtype.kind not in "iuf" or not np.isfinite(g).all():
-            raise ValueError(f"gates must be finite numbers (the gate value of each head), got {g.dtype} "
-                             f"values {np.unique(g)[:5].tolist()}")
-        out[kind] = g.astype(np.float32)
-    return out
-
-
-def _take_heads(attn: dict, keep: np.ndarray, gates: np.ndarray, n_slots: int) -> dict:
+def _take_heads(attn: dict, keep: np.ndarray, n_slots: int) -> dict:
     """One stack's attention params with layer l's kept slots moved to slots 0..k_l-1 and zeros
-    after them, each kept head's W_O rows multiplied by its gate. attn: {query, key, value:
-    {kernel (L, D, H, d_h), bias (L, H, d_h)}, out: {kernel (L, H, d_h, D), bias (L, D)}};
-    keep (L, H) bool, gates (L, H) float."""
+    after them. attn: {query, key, value: {kernel (L, D, H, d_h), bias (L, H, d_h)}, out:
+    {kernel (L, H, d_h, D), bias (L, D)}}; keep (L, H) bool."""
     def gather(x, axis):  # x (L, ..., H, ...) with the head axis at ``axis`` -> H = n_slots
         shape = list(x.shape)
         shape[axis] = n_slots
@@ -180,9 +162,7 @@ def _take_heads(attn: dict, keep: np.ndarray, gates: np.ndarray, n_slots: int) -
     out = {name: {"kernel": gather(np.asarray(attn[name]["kernel"]), 2),  # (L, D, H', d_h)
                   "bias": gather(np.asarray(attn[name]["bias"]), 1)}  # (L, H', d_h)
            for name in ("query", "key", "value")}
-    w_o = np.asarray(attn["out"]["kernel"])  # (L, H, d_h, D)
-    w_o = w_o * gates.astype(w_o.dtype)[:, :, None, None]  # (L, H, d_h, D)  g_h W_O^h
-    out["out"] = {"kernel": gather(w_o, 1),  # (L, H', d_h, D)
+    out["out"] = {"kernel": gather(np.asarray(attn["out"]["kernel"]), 1),  # (L, H', d_h, D)
                   "bias": np.asarray(attn["out"]["bias"])}  # (L, D)
     return out
 
@@ -208,14 +188,12 @@ def pruned_config(config, keep: dict[str, np.ndarray]):
                                pruned=tuple(after[k] for k in KINDS))
 
 
-def prune_params(params, config, keep, gates=None) -> tuple[dict, object]:
+def prune_params(params, config, keep) -> tuple[dict, object]:
     """Physically prune ``params`` (an ``nnx.State`` or nested dict of arrays) of ``config``'s
-    model: returns (params as a nested dict of numpy arrays, the pruned config). ``gates``: see
-    ``prune``."""
+    model: returns (params as a nested dict of numpy arrays, the pruned config)."""
     from jattn.nn.state import to_arrays
 
     keep = check_keep(config, keep)
-    gates = check_gates(config, gates)
     new_config = pruned_config(config, keep)
     arrays = to_arrays(params) if not isinstance(params, dict) else params
     paths = {"encoder": ENCODER_PATH} if isinstance(config, EncoderConfig) else SEQ2SEQ_PATHS
@@ -224,18 +202,15 @@ def prune_params(params, config, keep, gates=None) -> tuple[dict, object]:
         node = arrays
         for k in path:
             node = node[k]
-        arrays = _replace(arrays, path, _take_heads(node, keep[kind], gates[kind], n_slots[kind]))
+        arrays = _replace(arrays, path, _take_heads(node, keep[kind], n_slots[kind]))
     return arrays, new_config
 
 
-def prune(model, keep, gates=None):
+def prune(model, keep):
     """A copy of ``model`` (``EncoderModel`` or ``Seq2SeqModel``) with the heads ``keep`` drops
-    physically removed (see the module docstring for the in-memory layout).
-
-    ``gates`` (optional, laid out as ``keep``): head gates of the model being exported, e.g.
-    Voita et al.'s deterministic L0 gates, folded into the kept heads' W_O rows (g_h W_O^h), so
-    that the pruned model equals the gated one where an open gate is not exactly 1."""
-    params, config = prune_params(model.params, model.config, keep, gates)
+    physically removed (see the module docstring for the in-memory layout). Gates that are open
+    but not exactly 1 (L0 gates at evaluation) are folded into W_O first: ``jattn.l0.fold_gates``."""
+    params, config = prune_params(model.params, model.config, keep)
     return type(model)(config, params, model.tokenizer, model.source)
 
 
@@ -261,12 +236,11 @@ def hf_state_dict(params, config) -> dict[str, np.ndarray]:
     return exporters[config.model_type](params, config)
 
 
-def export_pruned(model, keep, folder, gates=None) -> Path:
+def export_pruned(model, keep, folder) -> Path:
     """Write ``model`` with the heads ``keep`` drops removed as a Hugging Face folder that
     ``jattn.load`` reads: config.json (the source's, with the pruned heads recorded),
     model.safetensors (each layer's matrices hold only its kept heads) and the tokenizer files
-    (and generation_config.json) copied from the model's folder. Returns the folder. ``gates``:
-    see ``prune``.
+    (and generation_config.json) copied from the model's folder. Returns the folder.
 
     Every other parameter jattn holds (embeddings, FFNs, LayerNorms, an encoder's pooler,
     masked-LM and classification heads) is written unchanged; tensors jattn does not read
@@ -281,7 +255,7 @@ def export_pruned(model, keep, folder, gates=None) -> Path:
     folder = Path(folder)
     if folder.exists() and folder.resolve() == source.resolve():
         raise ValueError(f"export_pruned would overwrite the model's own folder {folder}; choose another folder")
-    params, config = prune_params(model.params, model.config, keep, gates)
+    params, config = prune_params(model.params, model.config, keep)
     state = hf_state_dict(params, config)
     base = json.loads((source / "config.json").read_text(encoding="utf-8"))
     folder.mkdir(parents=True, exist_ok=True)

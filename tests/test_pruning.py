@@ -84,18 +84,6 @@ def test_pruned_equals_masked_encoder(bert_cls, batch, name):
             np.testing.assert_array_equal(out.internals["output"][layer], np.broadcast_to(bias, (3, 9, 32)))
 
 
-def test_gates_folded_into_kept_heads(bert_cls, batch):
-    """Open gates between 0 and 1 (e.g. deterministic L0 gates) are folded into W_O: the pruned
-    model equals the gated one."""
-    keep = np.array(PATTERNS["counts-3-1"], bool)
-    gates = np.where(keep, np.random.default_rng(0).uniform(0.2, 1.0, keep.shape), 0.0)  # (L, H)
-    ref = bert_cls.forward(batch, _masked(bert_cls, gates), internals=INTERNALS)
-    out = prune(bert_cls, keep, gates=gates).forward(batch, internals=INTERNALS)
-    assert _err(out.logits, ref.logits) <= TOL and _err(out.last_hidden_state, ref.last_hidden_state) <= TOL
-    with pytest.raises(ValueError, match="finite"):
-        prune(bert_cls, keep, gates=np.where(keep, np.nan, 0.0))
-
-
 def test_slot_maps(bert_cls):
     config = prune(bert_cls, np.array(PATTERNS["counts-3-1"], bool)).config
     np.testing.assert_array_equal(original_heads(config)["encoder"], [[0, 2, 3], [1, -1, -1]])
