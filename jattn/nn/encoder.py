@@ -161,8 +161,8 @@ class Encoder(nnx.Module):
         an analysis then reads α while it is in cache.
 
         outputs: ``last_hidden_state`` (b, n, D), ``hidden_states`` (L+1, b, n, D),
-        ``pooler_output`` (b, D) with a pooler, ``logits`` (b, C) with a classification head. internals: each entry stacked (L, b, ...), e.g.
-        ``weights`` (L, b, H, n, n): α, values, per-head context, attention output, the block
+        ``pooler_output`` (b, D) with a pooler, ``logits`` (b, C) with a classification head.
+        internals: each entry stacked (L, b, ...), e.g. ``weights`` (L, b, H, n, n): α, values, per-head context, attention output, the block
         input (``residual``), the vectors entering both LayerNorms (``pre_ln``, ``ffn_pre_ln``)
         and the attention LayerNorm's output.
         """
