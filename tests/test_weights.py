@@ -8,9 +8,9 @@ import pytest
 import jattn
 from analysis_helpers import (SENTENCES, WORDS, brute_class_attention, brute_entropy, brute_js, reference_maps,
                               tiny_bert, torch_model, word_maps)
-from jattn.methods.base import HostBatch
+from jattn.methods.base import OTHER
 from jattn.methods.distance import JSDistance
-from jattn.methods.grad import AttentionGradient, mask_tokens
+from jattn.methods.grad import AttentionGradient
 from jattn.methods.weights import ClassAttention, Entropy
 from jattn.run import run_corpus, token_classes
 
@@ -63,12 +63,15 @@ def _torch_grads(model, tmodel, example, index, loss_kind):
     n = int(batch.attention_mask.sum())
     ids, types = batch.input_ids[:, :n], batch.token_type_ids[:, :n]
     classes = token_classes(model.tokenizer, ids, np.ones_like(ids))
-    host = HostBatch(ids, np.ones_like(ids), types, classes, None, np.array([index], np.int32))
-    masked = mask_tokens(host, model.tokenizer.mask_token_id, 0.15, 0)
-    if loss_kind == "mlm":
+    if loss_kind == "mlm":  # the masking rule written out again (not jattn's mask_tokens): ⌊0.15·m⌉ ≥ 1 of
+        # the m non-special tokens, drawn by a generator seeded by (seed 0, corpus index), replaced by [MASK]
+        cands = np.flatnonzero(~np.isin(ids[0], [model.tokenizer.cls_token_id, model.tokenizer.sep_token_id]))
+        k = max(1, int(round(0.15 * len(cands))))
+        chosen = np.sort(np.random.default_rng([0, index]).choice(cands, k, replace=False))
         labels = np.full(ids.shape, -100)
-        labels[0, masked["positions"][0][masked["positions"][0] >= 0]] = masked["labels"][0][masked["labels"][0] >= 0]
-        ids, classes = masked["input_ids"], masked["token_class"]
+        labels[0, chosen] = ids[0, chosen]
+        ids, classes = ids.copy(), classes.copy()
+        ids[0, chosen], classes[0, chosen] = model.tokenizer.mask_token_id, OTHER
     out = tmodel(input_ids=torch.tensor(ids, dtype=torch.long), token_type_ids=torch.tensor(types, dtype=torch.long),
                  labels=torch.tensor(labels) if loss_kind == "mlm" else None, output_attentions=True,
                  output_hidden_states=True)
