@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+
+import numpy as np
 
 from jattn import demo
 from tiny_encoders import save_tiny
@@ -19,6 +22,16 @@ def test_demo_writes_report_results_and_figures(tmp_path):
     assert results["meta"]["segments"] == 40
     assert len(results["attn_to_cls"]["value"]) == 2  # (L, H) with L = 2
     report = (out / "report.md").read_text()
+    meta = results["meta"]
+    assert f"{meta['segments']} sentences, {meta['tokens']} tokens" in report
+    keys = ("attn_to_cls", "attn_to_sep", "attn_to_punct", "attn_to_other")
+    rows = [line for line in report.splitlines() if re.fullmatch(r"\| \d+ \|( [0-9.]+ \|){4}", line)]
+    assert len(rows) == 2  # one per layer: the head-mean of each class share, as results.json holds it
+    for l, line in enumerate(rows):
+        cells = [float(c) for c in line.strip("| ").split(" | ")[1:]]
+        want = [np.mean(results[k]["value"][l]) for k in keys]
+        assert np.allclose(cells, want, atol=5e-4), (line, want)
+        assert abs(sum(cells) - 1) < 3e-3  # the four classes partition the keys
     for figure in ["attention_maps_0.png", "figures/mds_heads.png", "figures/class_attention.png"]:
         assert (out / figure).stat().st_size > 1000
         assert f"({figure})" in report
