@@ -3,7 +3,8 @@ head gates inserted by forward hooks (tests/hf_head_gates.py) and autograd, same
 
 Command (from the repository root):
 
-    nice -n 10 python benchmarks/bench_importance.py [--sentences 872] [--batch 32] [--step 0.05]
+    nice -n 10 python benchmarks/bench_importance.py [--sentences 872] [--curve-sentences 872] [--batch 32] \\
+        [--step 0.05]
 
 Model: the SST-2 fine-tuned MiniLM (checkpoints/minilm-sst2) if it is there, else MiniLM with a
 random 2-class head (speed does not depend on the head's values). Data: SST-2 dev (872 sentences).
@@ -64,7 +65,7 @@ def jattn_child(args) -> dict:
     import jattn
     from jattn.methods.pruning_curve import classification_metric, pruning_curve
 
-    model, data = jattn.load(args.folder), dev(args.sentences)
+    model, data = jattn.load(args.folder), dev(args.sentences if args.part == "importance" else args.curve_sentences)
     if args.part == "importance":
         run = lambda: jattn.importance(model, data, estimator="token", batch_size=args.batch, progress=False)
         _, first, _ = measure(run)
@@ -138,11 +139,13 @@ def hf_child(args) -> dict:
 
     hf = AutoModelForSequenceClassification.from_pretrained(args.folder, attn_implementation="eager").eval()
     tokenizer = AutoTokenizer.from_pretrained(args.folder)
-    batches = list(hf_batches(tokenizer, dev(args.sentences), args.batch))
+    n = args.sentences if args.part == "importance" else args.curve_sentences
+    batches = list(hf_batches(tokenizer, dev(n), args.batch))
     L, H = hf.config.num_hidden_layers, hf.config.num_attention_heads
     if args.part == "importance":
         imp, seconds, peak = measure(lambda: hf_importance(hf, batches, np.ones((L, H))))
-        return {"seconds": seconds, "peak_mb": peak, "importance": imp.tolist(), "torch_threads": torch.get_num_threads()}
+        return {"seconds": seconds, "peak_mb": peak, "importance": imp.tolist(),
+                "torch_threads": torch.get_num_threads()}
 
     def loop():
         kept = np.ones(L * H)
@@ -175,7 +178,8 @@ def classifier_folder(tmp: Path) -> tuple[str, str]:
 
 def child(side: str, part: str, folder: str, args) -> dict:
     cmd = [sys.executable, __file__, "--child", side, "--part", part, "--folder", folder, "--sentences",
-           str(args.sentences), "--batch", str(args.batch), "--step", str(args.step)]
+           str(args.sentences), "--curve-sentences", str(args.curve_sentences), "--batch", str(args.batch),
+           "--step", str(args.step)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -183,6 +187,7 @@ def child(side: str, part: str, folder: str, args) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sentences", type=int, default=872)
+    p.add_argument("--curve-sentences", type=int, default=872, help="SST-2 dev sentences for the curve part")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--step", type=float, default=0.05)
     p.add_argument("--parts", nargs="+", default=["importance", "curve"], choices=["importance", "curve"])
@@ -196,7 +201,8 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder, what = classifier_folder(Path(tmp))
-        report = {"model": what, "sentences": args.sentences, "batch": args.batch, "step": args.step}
+        report = {"model": what, "sentences": args.sentences, "curve_sentences": args.curve_sentences,
+                  "batch": args.batch, "step": args.step}
         for part in args.parts:
             j, h = child("jattn", part, folder, args), child("hf", part, folder, args)
             row = {"jattn_s": round(j["seconds"], 2), "hf_s": round(h["seconds"], 2),

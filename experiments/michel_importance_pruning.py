@@ -4,22 +4,28 @@ fine-tuned MiniLM (6 × 12 heads) and the committed Multi30k fr→en model (3 + 
 
     nice -n 10 python experiments/michel_importance_pruning.py [--tasks multi30k cola sst2] [--step 0.1]
 
-Protocol, per task: importance (``jattn.importance``) is estimated on data that is not evaluated —
+Protocol, per task: importance (``jattn.importance``) is estimated on data that is not evaluated:
 a seeded random subset of ``--importance-examples`` training sentences (classifiers), or the
-Multi30k validation split (val, 1,014 pairs, lowercased like the model's training data) with the
-teacher-forced token cross-entropy. Heads are ranked globally (for Multi30k encoder self-, decoder
-self- and cross-attention together), masked (gate 0) in cumulative steps of ``--step`` of all heads,
-and the metric is taken after each step: dev accuracy (SST-2, 872) or dev Matthews correlation
-(CoLA in-domain, 527), ×100; BLEU (sacreBLEU 13a, lowercased references) of **greedy** decoding on
-the first ``--bleu-pairs`` pairs of test_2016_flickr (the model's full-test BLEU is 51.95 with beam 4,
-50.93 greedy). Curves for the three estimators (token / example / batch) × two schedules (importance
-once, or re-estimated before each step), and a baseline: random rankings (``--random-seeds``, mean
-and range). ``prunable_fraction_within_1pt``: the largest fraction pruned such that every step up to
-it stays within 1 point of the unpruned metric. Curves run in the order token/once,
+first ``--importance-examples`` pairs of the Multi30k validation split (lowercased like the
+model's training data) with the teacher-forced token cross-entropy. Heads are ranked globally
+(for Multi30k encoder self-, decoder self- and cross-attention together), masked (gate 0) in
+cumulative steps of ``--step`` of all heads, and the metric is taken after each step: dev
+accuracy (SST-2, 872) or dev Matthews correlation (CoLA in-domain, 527), ×100; BLEU (sacreBLEU
+13a, lowercased references) of **greedy** decoding on the first ``--bleu-pairs`` pairs of
+test_2016_flickr (the model's full-test BLEU is 51.95 with beam 4, 50.93 greedy). Curves for
+the three estimators (token / example / batch) × two schedules (importance once, or re-estimated
+before each step), and a baseline: random rankings (``--random-seeds``, mean and range).
+``prunable_fraction_within_1pt``: the largest fraction pruned such that every step up to it
+stays within 1 point of the unpruned metric. Curves run in the order token/once,
 token/reestimate, random, then the example and batch estimators. Tasks may run in separate
-processes (``--tasks cola`` beside ``--tasks multi30k``): each keeps state_<task>.json. When a fine-tuned MiniLM is absent
-(checkpoints/minilm-<task>/DONE), it is fine-tuned first with ``jattn.finetune.finetune_task``
-(as experiments/finetune_glue.py: CoLA 3 epochs, SST-2 1 epoch; resumable).
+processes (``--tasks cola`` beside ``--tasks multi30k``), each keeping state_<task>.json. When a
+fine-tuned MiniLM is absent (checkpoints/minilm-<task>/DONE), it is fine-tuned first with
+``jattn.finetune.finetune_task`` (as experiments/finetune_glue.py: CoLA 3 epochs, SST-2 1 epoch;
+resumable).
+
+As run here (7 jobs sharing 2 CPU cores, so the budget was cut): ``--tasks cola`` with the
+defaults, ``--tasks multi30k --bleu-pairs 200 --importance-examples 400 --random-seeds 2``;
+``--tasks sst2`` once its fine-tuned model existed. Runtimes are in results.json.
 
 Writes experiments/results/michel_importance_pruning/: results.json (per task: baseline_metric,
 curves "<estimator>/<schedule>" -> [[fraction_pruned, metric], ...], prunable_fraction_within_1pt,
@@ -74,6 +80,7 @@ def task_setup(task: str, args):
         model = jattn.load(ROOT / "checkpoints" / "multi30k-fr-en")
         d = args.data_dir / "multi30k"
         val = list(zip(*read_parallel(data_file(args.data_dir, "multi30k/val.fr"), d / "val.en", lowercase=True)))
+        val = val[: args.importance_examples]
         test = list(zip(*read_parallel(data_file(args.data_dir, "multi30k/test_2016_flickr.fr"),
                                        d / "test_2016_flickr.en", lowercase=True)))[: args.bleu_pairs]
         return model, val, bleu_metric(model, test, batch_size=64), "BLEU (greedy)"
@@ -257,7 +264,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", nargs="+", default=["multi30k", "cola", "sst2"], choices=["multi30k", "cola", "sst2"])
     p.add_argument("--step", type=float, default=0.1, help="share of all heads masked per step (0.1 or 0.05)")
-    p.add_argument("--importance-examples", type=int, default=1000, help="training sentences for importance")
+    p.add_argument("--importance-examples", type=int, default=1000,
+                   help="training sentences (classifiers) or validation pairs (multi30k) for importance")
     p.add_argument("--bleu-pairs", type=int, default=500, help="test_2016_flickr pairs decoded for BLEU")
     p.add_argument("--random-seeds", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)

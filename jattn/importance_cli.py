@@ -34,7 +34,8 @@ def add_common(parser) -> None:
     parser.add_argument("--max-length", type=positive_int, default=128,
                         help="longest segment in tokens (specials included)")
     parser.add_argument("--estimator", default="token", choices=ESTIMATORS,
-                        help="|dL/dξ| per token (the authors' code), per example (the paper) or per batch (HF's script)")
+                        help="|dL/dξ| per token (the authors' code), per example (the paper) or per batch "
+                             "(HF's script)")
 
 
 def read_examples(paths: list[str], fmt: str) -> list:
