@@ -133,7 +133,7 @@ def run(args) -> None:
         model = jattn.load(args.model)
         options = Options(rank_file=args.rank_file, min_count=args.min_count)
         methods = make_methods(model, names, options)
-        if any(m.level == "word" for m in methods):  # formats with labels read as words (gap)
+        if any(getattr(m, "level", "token") == "word" for m in methods):  # formats with labels read as words (gap)
             corpus = Corpus(inputs, args.format, encoding=args.encoding, words=True)
         if "syntax" in names:  # the relation list fixes the shape of the counts: one pass over the corpus
             relations = sorted({r for ex in corpus for r in (ex.labels or {}).get("relations", ())})

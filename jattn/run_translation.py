@@ -5,8 +5,8 @@ the runner's).
 
 A pair is tokenized as in training: source ids ending in ``</s>``, target ids (``text_target``)
 ending in ``</s>``; the decoder reads the start token + target[:-1] and each of its positions
-predicts the next target id (``labels``). Source and target are padded separately to the
-runner's bucket lengths. Filler rows (``example == -1``) see one source token so no softmax
+predicts the next target id (``labels``). Source and target are padded to one bucket length
+(the smallest that fits both), so each bucket compiles once, as for an encoder. Filler rows (``example == -1``) see one source token so no softmax
 row is empty; every mask of theirs is zero, so they contribute nothing.
 
 Per attention type the methods see (``jattn.methods.base``): ``encoder`` — source queries ×
@@ -72,11 +72,9 @@ def row_length(row: dict) -> int:
 
 
 def pad_batch(model, rows: list[tuple[int, dict]], batch_size: int, sizes: tuple[int, ...]) -> TranslationHostBatch:
-    """Pad source and target separately, each to the smallest bucket in ``sizes`` that fits."""
+    """Pad source and target to the smallest bucket in ``sizes`` that fits both."""
     c = model.config
-    fit = lambda n: next(s for s in sizes if s >= n)  # noqa: E731
-    s = fit(max((len(r["source"]) for _, r in rows), default=1))
-    t = fit(max((len(r["target"]) for _, r in rows), default=1))
+    s = t = next(n for n in sizes if n >= max((row_length(r) for _, r in rows), default=1))
     ids = np.full((batch_size, s), c.pad_token_id, np.int32)  # (b, s)
     mask = np.zeros((batch_size, s), np.int32)  # (b, s)
     dec = np.full((batch_size, t), c.pad_token_id, np.int32)  # (b, t)

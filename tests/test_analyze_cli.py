@@ -101,7 +101,7 @@ def test_analyze_cli_rejects_unknown_methods(tmp_path):
               "--methods", "weights,bogus", "--out", str(tmp_path / "o")])
 
 
-def test_analyze_cli_syntax_gives_the_experiments_table(tmp_path, monkeypatch):
+def test_analyze_cli_syntax_gives_the_experiments_table(tmp_path, monkeypatch, tiny_bert_folder):
     """--format conllu --methods syntax: the runner's counts and Table 1 equal the per-sentence
     code of experiments/clark_syntax_coref.py (word_attention + syntax.sentence_counts)."""
     from jattn.data import labels
@@ -110,14 +110,14 @@ def test_analyze_cli_syntax_gives_the_experiments_table(tmp_path, monkeypatch):
     from test_syntax import CONLLU
 
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
-    folder = tiny_bert(tmp_path / "model", layers=2, heads=3)
+    folder = tiny_bert_folder
     corpus = _write(tmp_path / "t.conllu", (CONLLU + "\n") * 3)
     out = tmp_path / "out"
     main(["analyze", "--model", str(folder), "--input", str(corpus), "--format", "conllu", "--methods",
           "syntax,word-weights", "--out", str(out), "--batch-size", "2", "--min-count", "2"])
     trees = list(labels.read_conllu_trees(corpus))
     relations = tuple(sorted({r for t in trees for r in t.relations}))
-    model = jattn.load(folder)
+    model = jattn.load(folder, use_cache=False)
     want = syntax.DependencyCounts.zeros(relations, 2, 3)
     for r in word_attention(model, [t.words for t in trees], batch_size=4):
         t = trees[r.index]
@@ -131,7 +131,7 @@ def test_analyze_cli_syntax_gives_the_experiments_table(tmp_path, monkeypatch):
     assert doc["word_attn_to_cls"]["shape"] == [2, 3]
 
 
-def test_analyze_cli_coref_gives_the_experiments_scores(tmp_path, monkeypatch):
+def test_analyze_cli_coref_gives_the_experiments_scores(tmp_path, monkeypatch, tiny_bert_folder):
     """--format gap --methods coref: the runner's GAP accuracy per head and baselines equal the
     per-example code of experiments/clark_syntax_coref.py (coref.gap_counts on word maps)."""
     from jattn.data import labels
@@ -139,7 +139,7 @@ def test_analyze_cli_coref_gives_the_experiments_scores(tmp_path, monkeypatch):
     from jattn.methods.word_attention import word_attention
 
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
-    folder = tiny_bert(tmp_path / "model", layers=2, heads=3)
+    folder = tiny_bert_folder
     header = "ID\tText\tPronoun\tPronoun-offset\tA\tA-offset\tA-coref\tB\tB-offset\tB-coref\tURL\n"
     rows = []
     for i, (a, b, gold) in enumerate([("Mary Ann", "Sue", "TRUE\tFALSE"), ("Sue", "Mary Ann", "FALSE\tTRUE"),
@@ -153,7 +153,7 @@ def test_analyze_cli_coref_gives_the_experiments_scores(tmp_path, monkeypatch):
     main(["analyze", "--model", str(folder), "--input", str(gap), "--format", "gap", "--methods", "coref",
           "--out", str(out), "--batch-size", "2"])
     exs = [x for x in labels.read_gap(gap) if x.gold]
-    model = jattn.load(folder)
+    model = jattn.load(folder, use_cache=False)
     want = None
     for r in word_attention(model, [x.words for x in exs], batch_size=3):
         c = coref.gap_counts(r.maps, exs[r.index])
@@ -165,12 +165,12 @@ def test_analyze_cli_coref_gives_the_experiments_scores(tmp_path, monkeypatch):
     assert doc["meta"]["segments"] == 5 and want.total == 4
 
 
-def test_analyze_cli_on_a_translation_model(tmp_path, monkeypatch):
+def test_analyze_cli_on_a_translation_model(tmp_path, monkeypatch, tiny_marian_folder):
     """--format parallel: two line-aligned files, or one 'src ||| tgt' file; statistics per type."""
-    from tiny_seq2seq import save_tiny, sentences
+    from tiny_seq2seq import sentences
 
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
-    folder = save_tiny(tmp_path / "marian", "marian")
+    folder = tiny_marian_folder
     src, tgt = sentences(5, 1), sentences(5, 2)
     files = [_write(tmp_path / "s.fr", "\n".join(src) + "\n"), _write(tmp_path / "t.en", "\n".join(tgt) + "\n")]
     out = tmp_path / "out"

@@ -144,13 +144,13 @@ def brute_counts(ref_maps: np.ndarray, heads, rel_names, relations):
     return correct
 
 
-def test_accuracy_per_head_matches_loops_on_a_tiny_model(tmp_path, trees):
+def test_accuracy_per_head_matches_loops_on_a_tiny_model(tiny_bert_folder, trees):
     pytest.importorskip("torch")
     import jattn
-    from analysis_helpers import reference_maps, tiny_bert, torch_model, word_maps
+    from analysis_helpers import reference_maps, torch_model, word_maps
     from jattn.methods.word_attention import word_attention
 
-    folder = tiny_bert(tmp_path / "tiny", layers=2, heads=3)
+    folder = tiny_bert_folder
     model, tmodel = jattn.load(folder, use_cache=False), torch_model(folder)
     rng = np.random.default_rng(0)
     extra = [["The", "unbelievable", "cat", "sat", "on", "a", "mat", "."], ["Hi", "there", "!"]]

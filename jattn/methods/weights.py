@@ -13,6 +13,7 @@ rows (the paper's choice), special tokens being their own units. Names get a ``w
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -72,7 +73,29 @@ def _check_level(level: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class ClassAttention(Method):
+class LevelStatistic(Method):
+    """A Clark et al. statistic at token level or on the word-level map (``level="word"``,
+    encoders only): its CLI name and statistic names get the ``word-`` / ``word_`` prefix."""
+
+    level: str = "token"
+    layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
+    families = ("encoder", "seq2seq")
+    base_name: ClassVar[str]
+
+    def __post_init__(self):
+        _check_level(self.level)
+
+    @property
+    def prefix(self) -> str:
+        return _check_level(self.level)
+
+    @property
+    def name(self) -> str:
+        return self.prefix.replace("_", "-") + self.base_name
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassAttention(LevelStatistic):
     """Attention to [CLS], [SEP], punctuation ("." ","), other; [SEP]→[SEP], non-[SEP]→[SEP];
     previous/self/next token (Clark et al. 2019, Fig. 1-2, §3.1-3.2).
 
@@ -86,20 +109,7 @@ class ClassAttention(Method):
     Clark's released plot swaps the labels); attn_self = α[h,i,i].
     """
 
-    level: str = "token"
-    layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
-    families = ("encoder", "seq2seq")
-
-    def __post_init__(self):
-        _check_level(self.level)
-
-    @property
-    def prefix(self) -> str:
-        return _check_level(self.level)
-
-    @property
-    def name(self) -> str:
-        return self.prefix.replace("_", "-") + "weights"
+    base_name = "weights"
 
     def reduce(self, ctx: StepContext) -> dict:
         v = view(ctx, self.level)
@@ -140,27 +150,14 @@ class ClassAttention(Method):
 
 
 @dataclasses.dataclass(frozen=True)
-class Entropy(Method):
+class Entropy(LevelStatistic):
     """Mean row entropy of the smoothed map, all rows and the [CLS] row (Clark et al. 2019,
     Fig. 4): A' = 0.9999·A + 0.0001/n over the n real keys, H_i = −Σ_j A'_ij log A'_ij (nats).
     Uniform reference: mean over sequences of log n. On a translation model per attention type,
     n the keys row i may attend (i + 1 in the causal decoder; the uniform reference then the
     per-sequence mean of log n_i over rows)."""
 
-    level: str = "token"
-    layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
-    families = ("encoder", "seq2seq")
-
-    def __post_init__(self):
-        _check_level(self.level)
-
-    @property
-    def prefix(self) -> str:
-        return _check_level(self.level)
-
-    @property
-    def name(self) -> str:
-        return self.prefix.replace("_", "-") + "entropy"
+    base_name = "entropy"
 
     def reduce(self, ctx: StepContext) -> dict:
         v = view(ctx, self.level)
