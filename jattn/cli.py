@@ -20,6 +20,8 @@ COMMANDS = {
     "finetune": "jattn.finetune",
     "importance": "jattn.importance_cli",
     "prune": "jattn.prune_cli",
+    "disable": "jattn.disable_cli",
+    "patterns": "jattn.patterns_cli",
 }
 
 # what a user can cause by what they pass; anything else is a bug and keeps its traceback
