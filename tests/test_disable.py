@@ -5,6 +5,7 @@ a zeroed head leaves the other heads' sum."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import jax.numpy as jnp
 import numpy as np
@@ -138,3 +139,25 @@ def test_bad_input_is_named(model, tmp_path):
     plain = jattn.load(save_tiny(tmp_path / "plain", "bert-2x4"), use_cache=False)
     with pytest.raises(ValueError, match="sequence classifier"):
         disable.disable_sweep(plain, [("a", 0)])
+
+
+def test_command_line(model, tmp_path, capsys):
+    from jattn.cli import main
+    from jattn.finetune import save_classifier
+
+    folder = save_classifier(model, tmp_path / "clf")
+    data = tmp_path / "dev.tsv"
+    data.write_text("".join(f"{s}\t{i % 3}\n" for i, s in enumerate(SENTENCES)))
+    out = tmp_path / "out"
+    main(["disable", "--model", str(folder), "--input", str(data), "--out", str(out), "--mode", "zero",
+          "--unit", "head,layer", "--max-length", "32"])
+    assert "baseline accuracy" in capsys.readouterr().out
+    doc = json.loads((out / "results.json").read_text())
+    want = disable.disable_sweep(jattn.load(folder), [(s, i % 3) for i, s in enumerate(SENTENCES)], mode="zero",
+                                 max_length=32, progress=False)
+    np.testing.assert_allclose(doc["delta_head_zero"]["value"], want.delta, atol=1e-9)
+    assert len(doc["disable_layer_zero"]["value"]) == model.config.num_layers
+    assert doc["meta"]["improving"]["head_zero"] == want.improving()
+    assert (out / "figures" / "delta_head_zero.png").is_file() and (out / "figures" / "delta_layer_zero.png").is_file()
+    with pytest.raises(SystemExit, match="--mode"):
+        main(["disable", "--model", str(folder), "--input", str(data), "--out", str(tmp_path / "o2"), "--mode", "x"])
