@@ -50,7 +50,44 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--cnn-maps", type=int, default=2500, help="rule-labelled maps drawn per task (train + held out)")
     p.add_argument("--fresh", action="store_true", help="recompute parts already in OUT/partial")
+    p.add_argument("--draw-hand-set", action="store_true",
+                   help="only redraw the 72 maps of the hand-labelled set (hand_maps.npz, hand_labelled_maps_*.png)")
     return p.parse_args(argv)
+
+
+def draw_hand_set(out: Path) -> None:
+    """The maps labelled by eye: pretrained MiniLM on SST-2 dev, 56 single sentences and 16 pairs
+    of consecutive sentences, (example, layer, head) from default_rng(0); drawn 24 to a figure,
+    each map on its own grey scale (0 to its maximum)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import jattn
+    from jattn.data.glue import read_task
+
+    model, dev = jattn.load(), read_task("sst2", "dev")
+    rng = np.random.default_rng(0)
+    maps, titles = {}, []
+    for k in range(72):
+        a = int(rng.integers(0, 400 if k >= 56 else len(dev)))
+        text = (dev[a][0], dev[a + 1][0]) if k >= 56 else dev[a][0]
+        l, h = int(rng.integers(6)), int(rng.integers(12))
+        b = model.tokenize([text], max_length=128, truncate=True)
+        maps[f"map_{k}"] = np.asarray(model.forward(b, internals=("weights",)).attentions[l, 0, h])
+        titles.append(f"#{k} L{l} H{h} n={int(b.attention_mask.sum())}")
+    np.savez_compressed(out / "hand_maps.npz", **maps)
+    for part in range(3):
+        fig, axes = plt.subplots(4, 6, figsize=(18, 12.5))
+        for ax, k in zip(axes.flat, range(part * 24, (part + 1) * 24)):
+            A = maps[f"map_{k}"]
+            ax.imshow(A, cmap="Greys", vmin=0, vmax=A.max())
+            ax.set(xticks=[], yticks=[])
+            ax.set_title(titles[k], fontsize=11)
+        fig.tight_layout()
+        fig.savefig(out / f"hand_labelled_maps_{part}.png", dpi=60)
+        plt.close(fig)
 
 
 def fine_tuned(task: str):
@@ -356,6 +393,8 @@ def summary(results: dict) -> str:
 def main(argv=None):
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.draw_hand_set:
+        return draw_hand_set(args.out)
     hand = json.loads(HAND.read_text())
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     previous = args.out / "results.json"
