@@ -398,9 +398,10 @@ def main(argv=None):
     hand = json.loads(HAND.read_text())
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     previous = args.out / "results.json"
-    done = json.loads(previous.read_text()) if previous.is_file() else {}
     for task in tasks:
-        done[task] = run_task(task, args)
+        record = run_task(task, args)
+        done = json.loads(previous.read_text()) if previous.is_file() else {}  # another task's run may have written
+        done[task] = record
         results = {"tasks": {t: done[t] for t in ("sst2", "cola") if t in done},
                    "hand_rule_agreement": hand["rule_agreement"]}
         results.update(results["tasks"])  # the stable names: results[task][name]
