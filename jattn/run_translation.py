@@ -5,7 +5,7 @@ the runner's).
 
 A pair is tokenized as in training: source ids ending in ``</s>``, target ids (``text_target``)
 ending in ``</s>``; the decoder reads the start token + target[:-1] and each of its positions
-predicts the next target id (``labels``). Source and target are padded to one bucket length
+predicts the next target id (``target_ids``). Source and target are padded to one bucket length
 (the smallest that fits both), so each bucket compiles once, as for an encoder. Filler rows (``example == -1``) see one source token so no softmax
 row is empty; every mask of theirs is zero, so they contribute nothing.
 
@@ -63,7 +63,8 @@ def tokenize_pairs(model, examples: list, max_length: int, truncate: bool) -> li
             raise SequenceTooLongError(f"{ex.source}: {n} tokens on one side, more than --max-length {max_length}. "
                                        "Fix: raise --max-length (up to the model's positions), shorten the pair, "
                                        "or pass --truncate")
-        rows.append((index, {"source": np.asarray(s, np.int32), "target": np.asarray(t, np.int32)}))
+        rows.append((index, {"source": np.asarray(s, np.int32), "target": np.asarray(t, np.int32),
+                             "labels": ex.labels}))
     return rows
 
 
@@ -79,17 +80,20 @@ def pad_batch(model, rows: list[tuple[int, dict]], batch_size: int, sizes: tuple
     mask = np.zeros((batch_size, s), np.int32)  # (b, s)
     dec = np.full((batch_size, t), c.pad_token_id, np.int32)  # (b, t)
     dec_mask = np.zeros((batch_size, t), np.int32)  # (b, t)
-    labels = np.full((batch_size, t), -1, np.int32)  # (b, t)
+    target_ids = np.full((batch_size, t), -1, np.int32)  # (b, t)
     example = np.full((batch_size,), -1, np.int32)  # (b,)
     dec[:, 0] = c.decoder_start_token_id
     for r, (index, row) in enumerate(rows):
         x, y = row["source"], row["target"]
         ids[r, :len(x)], mask[r, :len(x)], example[r] = x, 1, index
-        dec[r, 1:len(y)], dec_mask[r, :len(y)], labels[r, :len(y)] = y[:-1], 1, y
+        dec[r, 1:len(y)], dec_mask[r, :len(y)], target_ids[r, :len(y)] = y[:-1], 1, y
     source_class = token_classes(model.tokenizer, c, ids, mask, start=False)  # (b, s)
     target_class = token_classes(model.tokenizer, c, dec, dec_mask, start=True)  # (b, t)
     mask[len(rows):, 0] = 1  # filler rows see one token (no empty softmax row); their other masks stay 0
-    return TranslationHostBatch(ids, mask, dec, dec_mask, labels, source_class, target_class, example)
+    from jattn.run import pad_labels  # the encoder path's padding: words ≤ pieces on either side
+
+    extra, lists = pad_labels(rows, batch_size, s)
+    return TranslationHostBatch(ids, mask, dec, dec_mask, target_ids, source_class, target_class, example, extra, lists)
 
 
 def attention_fields(batch: dict, kind: str) -> dict:

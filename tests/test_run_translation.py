@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import jattn
+import jattn.methods.base
 from jattn.methods.distance import JSDistance
 from jattn.methods.base import Method
 from jattn.methods.norm_stats import NormClassAttention
@@ -126,3 +127,38 @@ def test_mismatched_methods_and_inputs_are_clear_errors(marian):
         run_corpus(marian, sentences(3), [ClassAttention()], max_length=32, progress=False)
     with pytest.raises(ValueError, match="corpus is empty"):  # an empty shard: zero totals of the step's shapes
         run_corpus(marian, [("", "")], [ClassAttention()], max_length=32, progress=False)
+
+
+def test_gold_alignment_links_reach_the_methods(marian, tmp_path):
+    """read(..., 'parallel', gold=) labels each pair with its (source word × target word) links;
+    the runner pads them into the translation batch for prepare."""
+    from jattn.data.readers import Corpus
+
+    (tmp_path / "p.txt").write_text("un homme court ||| a man runs\ndeux chiens ||| two dogs play\n")
+    (tmp_path / "p.gold").write_text("1-1 2-2 3p3\n1-1 2-2 2p3\n")
+    corpus = Corpus(tmp_path / "p.txt", "parallel", gold=tmp_path / "p.gold")
+    first = next(iter(corpus)).labels["links"]
+    np.testing.assert_array_equal(first, [[2, 0, 0], [0, 2, 0], [0, 0, 1]])
+    seen = {}
+
+    class Links(Method):
+        name, families = "links", ("seq2seq",)
+
+        def prepare(self, batch):
+            for r, i in enumerate(batch.example):
+                if i >= 0:
+                    seen[int(i)] = batch.labels["links"][r]
+            return {}
+
+        def reduce(self, ctx):
+            return {"n": (ctx.batch["labels"]["links"] == 2).sum()}  # sure links, on the devices
+
+        def finalize(self, totals, meta):
+            return {"sure": jattn.methods.base.Statistic(totals["n"], "() sure links")}
+
+    got = run_corpus(marian, corpus, [Links()], batch_size=2, max_length=32, progress=False)
+    assert got.statistics["encoder_sure"].value == 4 and (seen[0][:3, :3] == first).all()
+    assert (seen[0][3:] == -1).all() and (seen[1][:2, :3] == [[2, 0, 0], [0, 2, 1]]).all()
+    (tmp_path / "bad.gold").write_text("1-1 4-4\n1-1\n")
+    with pytest.raises(ValueError, match="outside"):
+        list(Corpus(tmp_path / "p.txt", "parallel", gold=tmp_path / "bad.gold"))

@@ -18,7 +18,10 @@
     () 0 = A, 1 = B, -1 when not exactly one name is coreferent, ``char_spans`` (w, 2).
   * ``parallel``: (source, target) pairs for a translation model, from two line-aligned files
     (``path`` a pair of paths) or from one file of ``source ||| target`` lines (fast_align's
-    format, as the gold-alignment test sets ship).
+    format, as the gold-alignment test sets ship). With a gold alignment file (``gold=``, one
+    line per pair, ``i-j`` sure / ``ipj`` possible links; ``jattn.methods.alignment.parse_links``)
+    each pair is labelled ``links`` (source words, target words) int32: 2 sure, 1 possible only,
+    0 none, words being the whitespace-separated tokens of each side.
 """
 
 from __future__ import annotations
@@ -183,10 +186,15 @@ def read_gap(path: Path, encoding: str = "utf-8", words: bool = False) -> Iterat
         yield Example(a, b, f"{path}:{i}")
 
 
-def read_translation_pairs(path, encoding: str = "utf-8") -> Iterator[Example]:
+def read_translation_pairs(path, encoding: str = "utf-8", gold=None, one_based: bool = True) -> Iterator[Example]:
     """(source, target) Examples: ``path`` a (source file, target file) pair of line-aligned
     files, or one file of ``source ||| target`` lines. Blank lines are kept as empty examples
-    (the runner skips and counts them), so line numbers stay aligned with gold files."""
+    (the runner skips and counts them), so line numbers stay aligned with gold files.
+    ``gold``: a gold alignment file line-aligned with the pairs (labels ``links``, see the module
+    docstring; ``one_based`` as the Hansards' talp format, False for 0-based files)."""
+    if gold is not None:
+        yield from _with_links(read_translation_pairs(path, encoding), Path(gold), encoding, one_based)
+        return
     if isinstance(path, (tuple, list)):
         sources, targets = (_Lines(Path(p), encoding) for p in path)
         count = 0
@@ -218,6 +226,30 @@ def _gap_words(path: Path, encoding: str) -> Iterator[Example]:
                        "char_spans": np.asarray(ex.spans, np.int32)})
 
 
+def _with_links(pairs: Iterator[Example], gold: Path, encoding: str, one_based: bool) -> Iterator[Example]:
+    from jattn.methods.alignment import parse_links
+
+    _check_file(gold, "gold alignment")
+    lines = iter(_Lines(gold, encoding))
+    for ex in pairs:
+        line = next(lines, None)
+        if line is None:
+            raise ValueError(f"{gold} ends before {ex.source}: the gold file has a line per pair. Fix: pass the "
+                             "gold alignments of this corpus")
+        line = line.split("\t", 1)[-1]  # simalign files prefix an id
+        try:
+            sure, possible = parse_links(line, one_based=one_based)
+        except ValueError as e:
+            raise ValueError(f"{gold}: {e}") from None
+        links = np.zeros((len(ex.a.split()), len(ex.b.split())), np.int32)  # (source words, target words)
+        for (i, j), kind in [(x, 1) for x in possible] + [(x, 2) for x in sure]:
+            if i >= links.shape[0] or j >= links.shape[1]:
+                raise ValueError(f"{gold}: link {i}-{j} (0-based) of {ex.source} is outside its {links.shape[0]} "
+                                 f"source and {links.shape[1]} target words. Fix: check one_based / the file")
+            links[i, j] = kind
+        yield dataclasses.replace(ex, labels={"links": links})
+
+
 READERS = {"text": read_text, "conllu": read_conllu, "gap": read_gap, "parallel": read_translation_pairs}
 
 
@@ -228,10 +260,11 @@ def _check_file(path: Path, format: str) -> None:
         raise FileNotFoundError(f"input file {path} does not exist. Fix: check the path")
 
 
-def read(path, format: str = "text", encoding: str = "utf-8", words: bool = False) -> Iterator[Example]:
+def read(path, format: str = "text", encoding: str = "utf-8", words: bool = False, gold=None) -> Iterator[Example]:
     """Yield the examples of ``path`` read as ``format`` (one of ``FORMATS``); for ``parallel``
-    ``path`` may be a (source, target) pair of files. ``words``: pre-split words where the
-    format offers both (``gap``)."""
+    ``path`` may be a (source, target) pair of files and ``gold`` a 1-based gold alignment
+    file (``read_translation_pairs``). ``words``: pre-split words where the format offers both
+    (``gap``)."""
     if format not in READERS:
         raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
     paths = [Path(p) for p in path] if isinstance(path, (tuple, list)) else [Path(path)]
@@ -246,6 +279,10 @@ def read(path, format: str = "text", encoding: str = "utf-8", words: bool = Fals
         raise ValueError(f"unknown encoding {encoding!r}. Fix: e.g. --encoding utf-8 or latin-1") from None
     if words and format == "gap":
         return read_gap(paths[0], encoding, words=True)
+    if gold is not None:
+        if format != "parallel":
+            raise ValueError(f"gold alignments go with --format parallel, not {format}. Fix: drop --gold")
+        return read_translation_pairs(tuple(paths) if len(paths) == 2 else paths[0], encoding, gold)
     return READERS[format](tuple(paths) if len(paths) == 2 else paths[0], encoding)
 
 
@@ -253,14 +290,14 @@ class Corpus:
     """A re-readable file corpus: iterating streams ``read(path, format)``; ``len`` counts the
     examples once (a cheap pass without tokenization) so progress bars can show an ETA."""
 
-    def __init__(self, path, format: str = "text", encoding: str = "utf-8", words: bool = False):
+    def __init__(self, path, format: str = "text", encoding: str = "utf-8", words: bool = False, gold=None):
         self.path = tuple(map(Path, path)) if isinstance(path, (tuple, list)) else Path(path)
-        self.format, self.encoding, self.words = format, encoding, words
+        self.format, self.encoding, self.words, self.gold = format, encoding, words, gold
         self._len = None
         iter(self)  # fail early on a bad path, format or encoding
 
     def __iter__(self) -> Iterator[Example]:
-        return read(self.path, self.format, self.encoding, self.words)
+        return read(self.path, self.format, self.encoding, self.words, self.gold)
 
     def __len__(self) -> int:
         if self._len is None:

@@ -69,9 +69,10 @@ numeric labels (``jattn.data.readers.Example``) by name, (b,) per example or (b,
 (word k of the segment at index k; -1 padded), {} when the corpus has none. ``prepare`` also
 sees ``HostBatch.label_lists`` (labels that are strings, e.g. CoNLL-U relations, per row).
 Translation batch fields (``TranslationHostBatch``): ``input_ids``, ``attention_mask`` (b, s),
-``decoder_input_ids`` (start token + target[:-1]), ``decoder_attention_mask``, ``labels``
-(the target ids, -1 on padding) (b, t), ``source_class`` (b, s), ``target_class`` (b, t),
-``example`` (b,).
+``decoder_input_ids`` (start token + target[:-1]), ``decoder_attention_mask``, ``target_ids``
+(what each decoder position predicts, -1 on padding) (b, t), ``source_class`` (b, s),
+``target_class`` (b, t), ``example`` (b,), ``labels`` as for an encoder (gold alignment
+``links`` (b, n, n): source word × target word, ``jattn.data.readers``).
 
 Word level: a method with attribute ``level = "word"`` makes the runner require pre-split
 words and fill ``unit_ids``; ``jattn.methods.weights.view(ctx, "word")`` then gives the
@@ -145,13 +146,16 @@ class TranslationHostBatch:
     attention_mask: np.ndarray  # (b, s)
     decoder_input_ids: np.ndarray  # (b, t) start token + target[:-1] (teacher forcing)
     decoder_attention_mask: np.ndarray  # (b, t)
-    labels: np.ndarray  # (b, t) target ids (what each decoder position predicts), -1 on padding
+    target_ids: np.ndarray  # (b, t) target ids (what each decoder position predicts), -1 on padding
     source_class: np.ndarray  # (b, s) token classes, -1 on padding
     target_class: np.ndarray  # (b, t) token classes of the decoder input, -1 on padding
     example: np.ndarray  # (b,) corpus index, -1 on padding rows
+    labels: dict = dataclasses.field(default_factory=dict)  # as HostBatch.labels, e.g. gold "links" (b, s, t)
+    label_lists: dict = dataclasses.field(default_factory=dict)
 
     def arrays(self) -> dict:
-        return dataclasses.asdict(self)
+        """The fields that go to the devices (``label_lists`` stays on the host)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "label_lists"}
 
 
 @dataclasses.dataclass
