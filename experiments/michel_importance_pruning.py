@@ -25,7 +25,8 @@ resumable).
 
 As run here (7 jobs sharing 2 CPU cores, so the budget was cut): ``--tasks cola`` with the
 defaults, ``--tasks multi30k --bleu-pairs 200 --importance-examples 400 --random-seeds 2``;
-``--tasks sst2`` once its fine-tuned model existed. Runtimes are in results.json.
+``--tasks sst2 --importance-examples 500`` once its fine-tuned model existed; runs still going at
+the deadline were stopped and reported with ``--report-only`` (summary.md lists the curves done). Runtimes are in results.json.
 
 Writes experiments/results/michel_importance_pruning/: results.json (per task: baseline_metric,
 curves "<estimator>/<schedule>" -> [[fraction_pruned, metric], ...], prunable_fraction_within_1pt,
@@ -253,6 +254,11 @@ def summary(results: dict, args) -> None:
             lines.append(f"| {key} | {r['prunable_fraction_within_1pt'].get(key, float('nan')):.1%} | "
                          f"{at[1]:.2f} (at {at[0]:.0%}) |")
         lines += ["", f"Michel et al.: {MICHEL[task]}.", ""]
+        if r.get("random", {}).get("curves"):
+            first = [c[1][1] - r["baseline_metric"] for c in r["random"]["curves"].values()]
+            lines += [f"Noise scale: after the first step ({r['random']['mean'][1][0]:.0%} of heads), random rankings "
+                      f"change the metric by {min(first):+.2f} to {max(first):+.2f} points; a 1-point criterion "
+                      "inside that spread measures noise as much as pruning.", ""]
         if "pruned_by_type" in r:
             lines += ["Heads of each type among the first k pruned (token estimator, once): " + "; ".join(
                 f"k={k}: " + ", ".join(f"{t} {n}" for t, n in v.items()) for k, v in r["pruned_by_type"].items()), ""]
@@ -269,12 +275,17 @@ def main() -> None:
     p.add_argument("--bleu-pairs", type=int, default=500, help="test_2016_flickr pairs decoded for BLEU")
     p.add_argument("--random-seeds", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--report-only", action="store_true",
+                   help="only redraw the figures and summary.md from the saved state (e.g. of stopped runs)")
     add_data_dir(p)
     args = p.parse_args()
     results = load_results()
-    for task in args.tasks:
+    for task in [] if args.report_only else args.tasks:
         run_task(task, args, results)
         results = load_results()
+        figures(results)
+        summary(results, args)
+    if args.report_only:
         figures(results)
         summary(results, args)
 
