@@ -148,3 +148,39 @@ def test_experiment_smoke(tmp_path):
         assert {"best_head", "accuracy", "nearest"} <= set(res[key])
     assert set(res["probe_uas"]) == {"right-branching", "attn", "attn+emb", "dist+emb", "random-init attn+emb"}
     assert (tmp_path / "out" / "figures" / "head_roles.png").is_file()
+
+
+def test_features_through_the_runner_equal_the_per_sentence_path(tiny_bert_folder, tmp_path):
+    """ProbeFeatures records -> shards_from_records give the shards the experiment writes from
+    word_attention + sentence_features + word_embeddings."""
+    import jattn
+    from jattn.data import labels
+    from jattn.data.readers import Corpus
+    from jattn.methods.word_attention import word_attention
+    from jattn.records import read_records
+    from jattn.run import run_corpus
+    from test_syntax import CONLLU
+
+    (tmp_path / "t.conllu").write_text(CONLLU)
+    model = jattn.load(tiny_bert_folder, use_cache=False)
+    table = probe.word_embedding_table(model)
+    trees = list(labels.read_conllu_trees(tmp_path / "t.conllu"))
+
+    def old():
+        for r in word_attention(model, [t.words for t in trees], batch_size=2):
+            t = trees[r.index]
+            pair, root = probe.sentence_features(r.maps)
+            yield {"pair": pair, "root": root, "emb": probe.word_embeddings(table, r.input_ids, r.word_ids, len(t.words)),
+                   "heads": t.heads, "punct": np.array([p == "PUNCT" for p in t.upos])}
+
+    probe.write_shards(old(), tmp_path / "old")
+    run_corpus(model, Corpus(tmp_path / "t.conllu", "conllu"), [probe.ProbeFeatures(table)], batch_size=2,
+               records=tmp_path / "rec", progress=False)
+    probe.shards_from_records(read_records(tmp_path / "rec" / "probe-features"), tmp_path / "new")
+    key = lambda s: (len(s["heads"]), s["heads"].tolist())  # noqa: E731  the sentences differ in their trees
+    old_s, new_s = (sorted(probe._sentences(tmp_path / d / "shard_00000.npz"), key=key) for d in ("old", "new"))
+    assert len(old_s) == len(new_s) == len(trees)
+    for a, b in zip(old_s, new_s):
+        for k in ("pair", "root", "emb"):
+            np.testing.assert_allclose(b[k].astype(np.float32), a[k].astype(np.float32), rtol=2e-3, atol=1e-4, err_msg=k)
+        assert (a["heads"] == b["heads"]).all() and (a["punct"] == b["punct"]).all()

@@ -20,6 +20,7 @@ never has to fit in memory; maps are stored as L·H float16 maps, transposes mad
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -29,6 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from tqdm.auto import tqdm
+
+from jattn.methods.base import HostBatch, Method, StepContext
+from jattn.methods.weights import word_level
 
 KINDS = ("attn", "attn+emb", "dist+emb")
 MAX_DISTANCE = 10  # distance features: j - i clipped to [-10, 10]
@@ -266,3 +270,61 @@ def restore(path, kind: str, num_maps: int, num_root: int, dim: int) -> dict:
 
     abstract = jax.tree.map(np.asarray, init_params(kind, num_maps, num_root, dim))
     return ocp.StandardCheckpointer().restore(Path(path).absolute(), abstract)
+
+
+# ---------------------------------------------------------------- features through the runner
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ProbeFeatures(Method):
+    """The probe's per-sentence inputs as the runner's per-example records (``jattn.records``):
+    ``maps`` (L·H, u, u) word-level maps ([CLS], words, [SEP]), ``emb`` (u, D) the input
+    embeddings averaged over each unit's subwords, ``heads`` and ``punct`` (u,) from the
+    CoNLL-U labels (word k at index k). ``shards_from_records`` turns them into the training
+    shards of ``write_shards``. ``table``: the (V, D) word-embedding table (``word_embedding_table``),
+    so a random-init model can be probed with real embeddings, as Clark kept GloVe."""
+
+    table: np.ndarray
+    name = "probe-features"
+    level = "word"
+    record_axes = {"maps": (1, 2), "emb": (0,), "heads": (0,), "punct": (0,)}
+
+    def prepare(self, batch: HostBatch) -> dict:
+        if "heads" not in batch.labels or "upos" not in batch.label_lists:
+            raise ValueError("method 'probe-features' needs gold trees (labels 'heads' and 'upos'). Fix: read the "
+                             "treebank with --format conllu (jattn.data.readers)")
+        punct = np.zeros(batch.labels["heads"].shape, bool)  # (b, n)
+        for r, upos in enumerate(batch.label_lists["upos"]):
+            if upos is not None:
+                punct[r, :len(upos)] = [p == "PUNCT" for p in upos]
+        return {"heads": batch.labels["heads"], "punct": punct}
+
+    def reduce(self, ctx: StepContext) -> dict:
+        return {"sentences": (ctx.batch["example"] >= 0).sum()}
+
+    def records(self, ctx: StepContext) -> dict:
+        L, b, H, n, _ = ctx.internals["weights"].shape
+        maps = word_level(ctx.internals["weights"], ctx.batch["unit_ids"])  # (L, b, H, u, u)
+        units = ctx.batch["unit_ids"]  # (b, n)
+        member = (units[:, None, :] == jnp.arange(n)[None, :, None]).astype(jnp.float32)  # (b, u, n)
+        emb = jnp.asarray(self.table)[ctx.batch["input_ids"]]  # (b, n, D)
+        mean = jnp.einsum("bun,bnd->bud", member, emb) / jnp.maximum(member.sum(-1, keepdims=True), 1.0)  # (b, u, D)
+        return {"maps": jnp.moveaxis(maps, 1, 0).reshape(b, L * H, n, n).astype(jnp.float16),  # as the shards
+                "emb": mean.astype(jnp.float16),
+                "heads": ctx.features["heads"], "punct": ctx.features["punct"]}
+
+    def finalize(self, totals, meta):
+        return {}
+
+
+def shards_from_records(records: Iterable[dict], folder, shard_size: int = 1000) -> list[Path]:
+    """``write_shards`` from ``ProbeFeatures`` records (``jattn.records.read_records``): the
+    [CLS]/[SEP] units dropped from the embeddings, labels cut to the words."""
+    def sentences():
+        for r in records:
+            maps = r["maps"]  # (L·H, u, u)
+            w = maps.shape[-1] - 2
+            pair, root = sentence_features(maps[None])
+            yield {"pair": pair, "root": root, "emb": r["emb"][1:-1], "heads": r["heads"][:w],
+                   "punct": r["punct"][:w].astype(bool)}
+
+    return write_shards(sentences(), folder, shard_size)
