@@ -200,7 +200,7 @@ def main(argv=None):
         r = results[mode]
         print(f"{mode}: {args.segments / r['seconds']:.1f} ex/s, {r['seconds']:.1f} s, peak RSS {r['peak_mb']:.0f} MB "
               f"(after loading {r['base_mb']:.0f} MB)", flush=True)
-    print(f"\n| mode | segments | seconds | examples/s | peak RSS (MB) |\n|---|---|---|---|---|")
+    print("\n| mode | segments | seconds | examples/s | peak RSS (MB) |\n|---|---|---|---|---|")
     for mode, r in results.items():
         print(f"| {mode} | {args.segments} | {r['seconds']:.1f} | {args.segments / r['seconds']:.1f} | {r['peak_mb']:.0f} |")
     if "overhead" in results:

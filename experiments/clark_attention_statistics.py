@@ -39,7 +39,7 @@ OUT = Path(__file__).parent / "results" / "clark_minilm"
 
 def gap_segments(data_dir: Path, tokenizer, n: int, max_length: int):
     """First ``n`` GAP development paragraphs that are a sentence pair of ≤ max_length tokens."""
-    kept = skipped = 0
+    skipped = 0
     out = []
     for ex in read(data_file(data_dir, "gap/gap-development.tsv"), "gap"):
         if len(out) == n:

@@ -8,6 +8,7 @@ download it from and the path to put it at.
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -19,6 +20,21 @@ SOURCES = {  # sub-folder -> where its public files come from (../shared/data/RE
     "frequency": "https://github.com/gorokoba560/norm-analysis-of-transformer (emnlp2020/exp1_bert/data: "
                  "token frequency ranks 'rank count vocab_id' for the bert-base-uncased vocabulary)",
 }
+
+
+@contextlib.contextmanager
+def compilation_cache(folder: Path):
+    """JAX's persistent compilation cache in ``folder`` while the block runs (a resumed run skips
+    its compiles), then the process's previous setting again: a script called from a test must not
+    leave every later compile of that process writing into the test's temporary folder."""
+    import jax
+
+    previous = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    try:
+        yield
+    finally:
+        jax.config.update("jax_compilation_cache_dir", previous)
 
 
 def add_data_dir(parser: argparse.ArgumentParser) -> None:

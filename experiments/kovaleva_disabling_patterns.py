@@ -363,7 +363,7 @@ def summary(results: dict) -> str:
                   f"{int((hz > sd).sum())} above 1σ; worst {hz.min():+.4f}.",
                   f"- Whole layer disabled: uniform Δ per layer {np.round(lu, 4).tolist()}, "
                   f"zeroed {np.round(lz, 4).tolist()}.",
-                  f"- Pattern types (fine-tuned / pretrained MiniLM, same dev sentences): " + ", ".join(
+                  "- Pattern types (fine-tuned / pretrained MiniLM, same dev sentences): " + ", ".join(
                       f"{t} {r['pattern_proportions'][t]:.2f} / {r['pattern_proportions_pretrained'][t]:.2f}"
                       for t in _types()) + ".",
                   f"- CNN vs rules on {r['cnn']['held_out']} held-out maps: agreement "
@@ -372,7 +372,7 @@ def summary(results: dict) -> str:
                   f"{results['hand_rule_agreement']:.3f}).",
                   f"- Fine-tuning change: mean cosine per layer {np.round(cos.mean(1), 3).tolist()}; "
                   f"lowest layer {int(cos.mean(1).argmin())}.",
-                  f"- Last layer [CLS] row (mean over heads), pretrained → fine-tuned: " + ", ".join(
+                  "- Last layer [CLS] row (mean over heads), pretrained → fine-tuned: " + ", ".join(
                       f"{c} {np.mean(r['last_layer_cls_to_class']['pretrained'][c]):.2f} → "
                       f"{np.mean(r['last_layer_cls_to_class']['finetuned'][c]):.2f}"
                       for c in ("cls", "sep", "punct", "other")) + ".", ""]

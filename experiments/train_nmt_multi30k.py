@@ -35,7 +35,7 @@ import json
 import time
 from pathlib import Path
 
-from experiment_data import add_data_dir, data_file
+from experiment_data import add_data_dir, compilation_cache, data_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,12 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    import jax
+    with compilation_cache(args.workdir / "jax_cache"):
+        return train(args)
+
+
+def train(args) -> dict:
+    """Train (or resume), export the Marian folder, decode val/test and write the results JSON."""
     from transformers import MarianTokenizer
 
     import jattn
@@ -86,7 +91,6 @@ def main(argv=None) -> dict:
     from jattn.train import Trainer, TrainConfig, bleu, translate_ids
 
     t_start = time.time()
-    jax.config.update("jax_compilation_cache_dir", str(args.workdir / "jax_cache"))  # resumes skip compiles
     lower = not args.cased
     split = lambda name: read_parallel(*(data_file(args.data_dir, f"multi30k/{name}.{lang}") for lang in (args.src, args.tgt)),
                                        lower)

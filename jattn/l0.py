@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jattn.config import EncoderConfig, Seq2SeqConfig
+from jattn.config import EncoderConfig
 from jattn.methods import gates as G
 from jattn.nn import encoder, seq2seq
 

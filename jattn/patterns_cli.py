@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     import jattn
-    from jattn import plots, results
+    from jattn import results
     from jattn.data.readers import Corpus
     from jattn.methods.base import Statistic
     from jattn.methods.patterns import PatternTypes, finetune_change

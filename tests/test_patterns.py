@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import jattn
 from jattn.methods import pattern_cnn, patterns as P

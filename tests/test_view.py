@@ -367,7 +367,7 @@ def test_browser_encoder_page(browser, minilm, tmp_path):
     cell = browser.find_element(By.CSS_SELECTOR, '#grid canvas[data-layer="2"][data-head="7"]')
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
     cell.click()
-    state = wait_for(browser, layer=2, heads=7)
+    wait_for(browser, layer=2, heads=7)
     assert "selected" in cell.get_attribute("class")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#head-svg text.q")) == len(tokens)
 
@@ -386,7 +386,7 @@ def test_browser_encoder_page(browser, minilm, tmp_path):
 
     # switch the measure
     Select(browser.find_element(By.ID, "measure")).select_by_value("norm")
-    state = wait_for(browser, measure="norm", layer=2, heads=7)
+    wait_for(browser, measure="norm", layer=2, heads=7)
     check_lines("norm", 2, 7)
     first = browser.find_element(By.CSS_SELECTOR, '#grid canvas[data-layer="0"][data-head="0"]')
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", first)
@@ -402,7 +402,7 @@ def test_browser_encoder_page(browser, minilm, tmp_path):
 
     # a layer-level measure: one map per layer, lines of the whole layer
     Select(browser.find_element(By.ID, "measure")).select_by_value("attnresln")
-    state = wait_for(browser, measure="attnresln", layer=3, heads=-1)
+    wait_for(browser, measure="attnresln", layer=3, heads=-1)
     assert len(browser.find_elements(By.CSS_SELECTOR, "#grid canvas")) == 6
     lines = browser.execute_script("return [...document.querySelectorAll('#head-svg line')].map(l => "
                                    "[+l.dataset.q, +l.dataset.k, +l.getAttribute('stroke-opacity')])")
