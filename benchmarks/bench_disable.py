@@ -28,25 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from peak_memory import measure  # benchmarks/peak_memory.py (the scripts run from their folder)
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _status(field: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def measure(fn):
-    """(seconds, Δ peak RSS MB, value) of one call of fn."""
-    base = _status("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset VmHWM to the current RSS
-    t0 = time.perf_counter()
-    value = fn()
-    return time.perf_counter() - t0, _status("VmHWM") - base, value
 
 
 def classifier(path):

@@ -27,30 +27,13 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
+from peak_memory import measure  # benchmarks/peak_memory.py (the scripts run from their folder)
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _status(field: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def measure(fn):
-    """(result, seconds, Δ peak RSS MB) of one call of fn."""
-    base = _status("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset VmHWM to the current RSS
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0, _status("VmHWM") - base
 
 
 def dev(n: int) -> list[tuple[str, int]]:
@@ -68,11 +51,11 @@ def jattn_child(args) -> dict:
     model, data = jattn.load(args.folder), dev(args.sentences if args.part == "importance" else args.curve_sentences)
     if args.part == "importance":
         run = lambda: jattn.importance(model, data, estimator="token", batch_size=args.batch, progress=False)
-        _, first, _ = measure(run)
-        imp, seconds, peak = measure(run)
+        first, _, _ = measure(run)
+        seconds, peak, imp = measure(run)
         return {"first_call_s": first, "seconds": seconds, "peak_mb": peak, "importance": imp.tolist()}
     metric = classification_metric(model, data, batch_size=args.batch)
-    curve, seconds, peak = measure(lambda: pruning_curve(model, data, metric, estimator="token",
+    seconds, peak, curve = measure(lambda: pruning_curve(model, data, metric, estimator="token",
                                                          schedule="reestimate", step=args.step,
                                                          batch_size=args.batch))
     return {"seconds": seconds, "peak_mb": peak, "curve": curve}
@@ -143,7 +126,7 @@ def hf_child(args) -> dict:
     batches = list(hf_batches(tokenizer, dev(n), args.batch))
     L, H = hf.config.num_hidden_layers, hf.config.num_attention_heads
     if args.part == "importance":
-        imp, seconds, peak = measure(lambda: hf_importance(hf, batches, np.ones((L, H))))
+        seconds, peak, imp = measure(lambda: hf_importance(hf, batches, np.ones((L, H))))
         return {"seconds": seconds, "peak_mb": peak, "importance": imp.tolist(),
                 "torch_threads": torch.get_num_threads()}
 
@@ -159,7 +142,7 @@ def hf_child(args) -> dict:
             kept[chosen] = 0.0
             curve.append([float(1 - kept.mean()), hf_accuracy(hf, batches, kept.reshape(L, H))])
 
-    curve, seconds, peak = measure(loop)
+    seconds, peak, curve = measure(loop)
     return {"seconds": seconds, "peak_mb": peak, "curve": curve}
 
 

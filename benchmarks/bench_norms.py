@@ -27,29 +27,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from peak_memory import measure  # benchmarks/peak_memory.py (the scripts run from their folder)
 
 REPO = Path(__file__).resolve().parents[1]
 GAP = REPO.parent / "shared" / "data" / "gap" / "gap-development.tsv"
-
-
-def _status(field: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def measure(fn) -> tuple[float, float]:
-    """(seconds, Δ peak RSS MB) of one call of fn."""
-    base = _status("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset VmHWM to the current RSS
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0, _status("VmHWM") - base
 
 
 def texts(count: int) -> list[str]:
@@ -105,7 +88,7 @@ def child_jattn(model_path: str, batch: int, length: int, reps: int) -> list[dic
         jax.block_until_ready(fn(*a))  # compile + warm-up
     for _ in range(reps):
         for kind, (fn, a) in args.items():
-            sec, mb = measure(lambda: jax.block_until_ready(fn(*a)))
+            sec, mb, _ = measure(lambda: jax.block_until_ready(fn(*a)))
             best[kind], peak[kind] = min(best[kind], sec), max(peak[kind], mb)
     return [{"kind": k, "batch": batch, "seq_per_s": batch / best[k], "sec_per_call": best[k],
              "delta_peak_mb": peak[k], "xla_temp_mb": temp[k]} for k in args]
@@ -140,7 +123,7 @@ def child_original(model_path: str, length: int, seqs: int) -> list[dict]:
     original(ids[:1])  # warm-up
     times, peaks = [], []
     for k in range(seqs):
-        sec, mb = measure(lambda: original(ids[k:k + 1]))
+        sec, mb, _ = measure(lambda: original(ids[k:k + 1]))
         times.append(sec)
         peaks.append(mb)
     return [{"kind": "original", "batch": 1, "seq_per_s": len(times) / sum(times), "sec_per_call": sum(times) / len(times),

@@ -31,6 +31,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """--out, --overwrite, --batch-size, --max-length: the conventions every corpus command shares."""
+    parser.add_argument("--out", required=True, help="output folder, replaced as a whole when the run completes")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out even if it is a non-empty folder without jattn results")
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--max-length", type=positive_int, default=128,
+                        help="longest segment in tokens (specials included)")
+
+
 def nonnegative_int(text: str) -> int:
     """argparse type: an integer ≥ 0."""
     value = int(text)
@@ -52,12 +62,7 @@ def add_arguments(parser) -> None:
                              "(source, target) pairs for a translation model")
     parser.add_argument("--encoding", default="utf-8", help="text encoding of --input (default utf-8)")
     parser.add_argument("--methods", default="weights,entropy,js", help="comma-separated: " + helps)
-    parser.add_argument("--out", required=True, help="output folder, replaced as a whole when the run completes")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace --out even if it is a non-empty folder without jattn results")
-    parser.add_argument("--batch-size", type=positive_int, default=32)
-    parser.add_argument("--max-length", type=positive_int, default=128,
-                        help="longest segment in tokens (specials included)")
+    add_output_arguments(parser)
     parser.add_argument("--truncate", action="store_true", help="cut over-long segments instead of failing")
     parser.add_argument("--skip-too-long", action="store_true",
                         help="skip (and count) over-long segments instead of failing; never cuts them")

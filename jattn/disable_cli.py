@@ -15,7 +15,7 @@ import numpy as np
 
 
 def add_arguments(parser) -> None:
-    from jattn.analyze import positive_int
+    from jattn.analyze import add_output_arguments
     from jattn.methods.disable import MODES, UNITS
 
     parser.add_argument("--model", required=True, help="a fine-tuned sequence classifier (HF folder)")
@@ -26,12 +26,7 @@ def add_arguments(parser) -> None:
                         help="default: the task's (CoLA: matthews_corr), else accuracy")
     parser.add_argument("--mode", default="uniform,zero", help=f"comma-separated, from {', '.join(MODES)}")
     parser.add_argument("--unit", default="head,layer", help=f"comma-separated, from {', '.join(UNITS)}")
-    parser.add_argument("--out", required=True, help="output folder, replaced as a whole when the run completes")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace --out even if it is a non-empty folder without jattn results")
-    parser.add_argument("--batch-size", type=positive_int, default=32)
-    parser.add_argument("--max-length", type=positive_int, default=128,
-                        help="longest segment in tokens (specials included)")
+    add_output_arguments(parser)
 
 
 def _choices(text: str, known: tuple, option: str) -> list[str]:

@@ -17,7 +17,7 @@ FORMATS = ("labelled", "text", "parallel")
 
 def add_common(parser) -> None:
     """Arguments ``jattn importance`` and ``jattn prune`` share (``jattn analyze``'s conventions)."""
-    from jattn.analyze import positive_int
+    from jattn.analyze import add_output_arguments
     from jattn.methods.importance import ESTIMATORS
 
     parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
@@ -27,12 +27,7 @@ def add_common(parser) -> None:
     parser.add_argument("--format", default="labelled", choices=FORMATS,
                         help="labelled: 'text<TAB>label' per line (a classifier); text: a segment per line (masked-LM "
                              "loss); parallel: (source, target) pairs for a translation model")
-    parser.add_argument("--out", required=True, help="output folder, replaced as a whole when the run completes")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace --out even if it is a non-empty folder without jattn results")
-    parser.add_argument("--batch-size", type=positive_int, default=32)
-    parser.add_argument("--max-length", type=positive_int, default=128,
-                        help="longest segment in tokens (specials included)")
+    add_output_arguments(parser)
     parser.add_argument("--estimator", default="token", choices=ESTIMATORS,
                         help="|dL/dξ| per token (the authors' code), per example (the paper) or per batch "
                              "(HF's script)")

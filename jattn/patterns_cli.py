@@ -15,7 +15,7 @@ import numpy as np
 
 
 def add_arguments(parser) -> None:
-    from jattn.analyze import positive_int
+    from jattn.analyze import add_output_arguments
     from jattn.data.readers import FORMATS
 
     parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
@@ -24,12 +24,7 @@ def add_arguments(parser) -> None:
                         help="text: a segment per line, 'A<TAB>B' for a pair; conllu; gap (GAP tsv)")
     parser.add_argument("--before", default=None,
                         help="a second model (e.g. the pretrained one) to compare each head's maps with")
-    parser.add_argument("--out", required=True, help="output folder, replaced as a whole when the run completes")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace --out even if it is a non-empty folder without jattn results")
-    parser.add_argument("--batch-size", type=positive_int, default=32)
-    parser.add_argument("--max-length", type=positive_int, default=128,
-                        help="longest segment in tokens (specials included)")
+    add_output_arguments(parser)
     parser.add_argument("--truncate", action="store_true", help="cut over-long segments instead of failing")
 
 
