@@ -76,7 +76,7 @@ def run_jattn(mode: str, n: int, batch_size: int, rounds: int) -> dict:
     fwd = jax.jit(lambda p, b: encoder.forward(p, model.config, b)[0]["last_hidden_state"])
 
     def forward(exs):
-        for host, _ in _batches(model, exs, batch_size, 128, False, False, (0, 1), batch_size * 16):
+        for host, _ in _batches(model, exs, batch_size, 128, False, False, (0, 1), batch_size * 16, []):
             arrays = host.arrays()
             np.asarray(fwd(model.params, {k: arrays[k] for k in ("input_ids", "attention_mask", "token_type_ids")}))
 
