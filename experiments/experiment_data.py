@@ -28,13 +28,16 @@ def compilation_cache(folder: Path):
     its compiles), then the process's previous setting again: a script called from a test must not
     leave every later compile of that process writing into the test's temporary folder."""
     import jax
+    from jax.experimental.compilation_cache import compilation_cache as cc
 
     previous = jax.config.jax_compilation_cache_dir
     jax.config.update("jax_compilation_cache_dir", str(folder))
+    cc.reset_cache()  # JAX opens its cache once per process: the new folder counts only after a reset
     try:
         yield
     finally:
         jax.config.update("jax_compilation_cache_dir", previous)
+        cc.reset_cache()
 
 
 def add_data_dir(parser: argparse.ArgumentParser) -> None:

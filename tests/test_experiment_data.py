@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-from experiment_data import data_file  # noqa: E402
+from experiment_data import compilation_cache, data_file  # noqa: E402
 
 
 def test_missing_file_names_the_source_and_the_destination(tmp_path):
@@ -42,3 +42,26 @@ def test_write_study_keeps_the_hand_written_summary(tmp_path):
     assert json.loads((out / "results.json").read_text())["x"]["value"] == [0.0, 1.0, 2.0]
     write_study(result, tmp_path / "fresh", num_layers=2)  # no summary yet: none is made up
     assert not (tmp_path / "fresh" / "summary.md").exists()
+
+
+def test_compilation_cache_is_used_inside_the_block_only(tmp_path):
+    """Compiles inside ``compilation_cache`` land in its folder; after the block none do, even
+    though JAX opens its cache once per process (a test calling an experiment's main once left the
+    whole pytest process writing executables into that test's folder)."""
+    import jax
+    import jax.numpy as jnp
+
+    folder = tmp_path / "cache"
+    min_time = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    try:
+        with compilation_cache(folder):
+            jax.jit(lambda x: jnp.sin(x) * 3.0)(jnp.ones(7)).block_until_ready()
+        inside = sorted(p.name for p in folder.iterdir())
+        jax.jit(lambda x: jnp.cos(x) * 5.0)(jnp.ones(9)).block_until_ready()
+        after = sorted(p.name for p in folder.iterdir())
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", min_time)
+    assert inside, "nothing was cached inside the block"
+    assert after == inside, f"compiles after the block still wrote {sorted(set(after) - set(inside))}"
+    assert jax.config.jax_compilation_cache_dir is None
