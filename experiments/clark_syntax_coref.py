@@ -37,7 +37,10 @@ gives the same numbers: ``jattn analyze --format conllu --input .../en_ewt-ud-te
 at the heads chosen here on dev, the same test accuracies (its own Table 1 picks the best head
 in-sample, as Clark did); ``jattn analyze --format gap --input .../gap-development.tsv --methods
 coref --max-length 256 --skip-too-long --out OUT`` gives 1,797 examples, head 3-1 73.3, nearest
-51.3, first 48.6. The probe features still come from the per-sentence ``word_attention`` path.
+51.3, first 48.6. The dependency counts and probe features come from one runner pass per split
+(``ProbeFeatures`` records -> probe shards); the committed numbers were produced by the earlier
+per-sentence path (``word_attention``), which gives the same counts (shown above) and the same
+shards up to float16 rounding (``tests/test_probe.py``).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -52,8 +56,11 @@ import numpy as np
 
 import jattn
 from jattn.data import labels
+from jattn.data.readers import Example
 from jattn.methods import coref, probe, syntax
 from jattn.methods.word_attention import word_attention
+from jattn.records import read_records
+from jattn.run import run_corpus
 
 from experiment_data import add_data_dir, data_file
 
@@ -87,24 +94,17 @@ def ewt(args, split: str, tokenizer):
 
 
 def features(model, trees, folder: Path, table: np.ndarray, relations, count: bool):
-    """Stream word-level maps into probe shards; dependency counts of the trees when ``count``."""
-    counts = syntax.DependencyCounts.zeros(relations, model.config.num_layers, model.config.num_heads)
-
-    def records():
-        nonlocal counts
-        for r in word_attention(model, [t.words for t in trees], max_length=MAX_LENGTH, batch_size=32,
-                                progress=f"{model.source} {folder.name}"):
-            t = trees[r.index]
-            if count:
-                counts = counts + syntax.sentence_counts(r.maps, t.heads, syntax.relation_ids(t.relations, relations),
-                                                         relations)
-            pair, root = probe.sentence_features(r.maps)
-            emb = probe.word_embeddings(table, r.input_ids, r.word_ids, len(t.words))
-            yield {"pair": pair, "root": root, "emb": emb,
-                   "heads": t.heads, "punct": np.array([p == "PUNCT" for p in t.upos])}
-
-    probe.write_shards(records(), folder, shard_size=500)
-    return counts
+    """Probe shards of the trees through the runner (records -> shards); their dependency
+    counts (Table 1) from the same pass when ``count``."""
+    examples = [Example(t.words, None, t.source, {"heads": t.heads, "relations": t.relations, "upos": t.upos})
+                for t in trees]
+    methods = [probe.ProbeFeatures(table)] + ([syntax.DependencyHeads(relations)] if count else [])
+    records = folder.parent / f".{folder.name}_records"
+    shutil.rmtree(records, ignore_errors=True)
+    result = run_corpus(model, examples, methods, batch_size=32, max_length=MAX_LENGTH, records=records)
+    probe.shards_from_records(read_records(records / methods[0].name), folder, shard_size=500)
+    shutil.rmtree(records)
+    return methods[1].counts(result.totals["syntax"]) if count else None
 
 
 def run_gap(model, args) -> dict:
