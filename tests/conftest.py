@@ -23,6 +23,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def release_compiled_programs():
+    """Drop JAX's compiled programs after each test file. Every XLA CPU executable holds a few
+    memory mappings; the whole suite compiles enough of them in one process to approach Linux's
+    vm.max_map_count (65,530), where a late compile aborted or segfaulted inside XLA (test_view,
+    the last files of the suite)."""
+    yield
+    import jax
+
+    jax.clear_caches()
+
+
 @pytest.fixture(scope="session")
 def minilm():
     """The embedded all-MiniLM-L6-v2, converted once per session (conversion cache off)."""
