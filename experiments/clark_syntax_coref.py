@@ -138,7 +138,16 @@ def run_litbank(model, args) -> dict:
         c = coref.litbank_counts(r.maps, s.mentions, s.words)
         total = c if total is None else total + c
     return {**total.summary(), "documents": len(docs), "segments": len(kept), "dropped": dropped,
-            "skipped": skipped, "head_rule": "last word of the mention"}
+            "skipped": skipped, "head_rule": "last word of the mention", "queries": litbank_profile(segs, kept)}
+
+
+def litbank_profile(segs, kept) -> dict:
+    """``coref.litbank_query_profile`` summed over the scored segments."""
+    out: dict = {}
+    for i in kept:
+        for k, v in coref.litbank_query_profile(segs[i].mentions, segs[i].words).items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def run_probes(args, work: Path) -> tuple[dict, dict]:
@@ -184,6 +193,17 @@ def summary(res: dict, args, seconds: float) -> str:
         c = res[key]
         lines.append(f"| {key} | {c['count']} | {c['best_head'][0]}-{c['best_head'][1]} | {c['accuracy']:.1f} | "
                      + ", ".join(f"{b} {c[b]:.1f}" for b in base) + " |")
+    lit = res["coref_litbank"]
+    if lit["accuracy"] < lit["same_head_word"] and "queries" in lit:
+        q = lit["queries"]
+        lines += ["", f"On LitBank the best head ({lit['accuracy']:.1f}) stays below the same-head-word baseline "
+                  f"({lit['same_head_word']:.1f}): of the {q['queries']} scored mentions {100 * q['pronoun'] / q['queries']:.0f} % "
+                  f"are pronouns and {100 * q['same_word_candidate'] / q['queries']:.0f} % have an earlier candidate "
+                  "with the same head word, which is a right antecedent in "
+                  f"{100 * q['same_word_right'] / max(q['same_word_candidate'], 1):.0f} % of those cases — fiction "
+                  "repeats its pronouns and names (he … he), so string matching is a much stronger baseline than on "
+                  "Clark's CoNLL-2012 (≈ 52). The head still beats the nearest mention by "
+                  f"{lit['accuracy'] - lit['nearest']:.1f} points without seeing the strings."]
     lines += ["", "Clark (bert-base, CoNLL-2012): best head ≈ 65, nearest ≈ 27, same head word ≈ 52, "
               "rule-based ≈ 69. "
               "LitBank's head word is the mention's last word; GAP counts a head right when the coreferent name "

@@ -133,6 +133,16 @@ def test_litbank_scoring_known_answers(doc):
     assert c.baselines == {"nearest": 1, "same_head_word": 1}
 
 
+def test_litbank_query_profile_known_answers(doc):
+    """Queries "He"(6), "her"(8), "dog"(12): two pronouns; only "dog" has an earlier candidate
+    with its head word ("dog" at 9), and that candidate is its antecedent."""
+    words = [w for s in doc.sentences for w in s]
+    assert coref.litbank_query_profile(doc.mentions, words) == {
+        "queries": 3, "pronoun": 2, "same_word_candidate": 1, "same_word_right": 1}
+    words[9] = "cat"  # no same-word candidate left
+    assert coref.litbank_query_profile(doc.mentions, words)["same_word_candidate"] == 0
+
+
 def test_litbank_counts_match_loop():
     rng = np.random.default_rng(0)
     words = [f"w{k % 7}" for k in range(30)]

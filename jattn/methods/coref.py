@@ -99,6 +99,24 @@ def antecedent_queries(mentions: list[Mention], words: list[str]):
         yield m.head, cands, gold, nearest, (same[-1] if same else nearest)
 
 
+PRONOUNS = frozenset("i me my mine myself we us our ours ourselves you your yours yourself yourselves he him his "
+                     "himself she her hers herself it its itself they them their theirs themselves".split())
+
+
+def litbank_query_profile(mentions: list[Mention], words: list[str]) -> dict[str, int]:
+    """What makes the same-head-word baseline strong on a segment: of the scored mentions
+    (``antecedent_queries``), how many are pronouns, how many have an earlier candidate with the
+    same head word, and how often that nearest same-word candidate is a right antecedent."""
+    out = {"queries": 0, "pronoun": 0, "same_word_candidate": 0, "same_word_right": 0}
+    for q, cands, gold, _, same in antecedent_queries(mentions, words):
+        has_same = any(words[c].lower() == words[q].lower() for c in cands)
+        out["queries"] += 1
+        out["pronoun"] += words[q].lower() in PRONOUNS
+        out["same_word_candidate"] += has_same
+        out["same_word_right"] += has_same and same in gold
+    return out
+
+
 def litbank_counts(word_map: np.ndarray, mentions: list[Mention], words: list[str]) -> CorefCounts:
     """Antecedent selection counts of one segment. word_map (L, H, u, u)."""
     L, H = word_map.shape[:2]
