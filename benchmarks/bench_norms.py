@@ -73,14 +73,15 @@ def child_jattn(model_path: str, batch: int, length: int, reps: int) -> list[dic
     import jax
     import jax.numpy as jnp
 
+    from jattn import Interventions
     from jattn.methods import norms as N
     from jattn.models.encoder import _forward
 
     model, data = load(model_path, batch, length)
     inputs = model.check_batch(data)
     L, H = model.config.num_layers, model.config.num_heads
-    ones, none = jnp.ones((L, H)), jnp.zeros((L, H), bool)
-    args = {"forward": (_forward, (model.params, model.config, inputs, ones, none, jnp.float32)),
+    iv = Interventions(head_gates=jnp.ones((L, H)), disabled_heads=jnp.zeros((L, H), bool))
+    args = {"forward": (_forward, (model.params, model.config, inputs, iv, jnp.float32, "all")),
             "norms": (N.encoder_norms, (model.params, model.config, inputs, False))}
     temp, best, peak = {}, {k: float("inf") for k in args}, {k: 0.0 for k in args}
     for kind, (fn, a) in args.items():
