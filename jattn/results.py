@@ -12,7 +12,10 @@ existing file, a writable parent, not a foreign non-empty folder unless ``overwr
 an exclusive lock (``.<name>.lock`` beside ``out``; a second run into the same folder stops at
 once), and ``Output.write(fill)`` lets ``fill`` write into a fresh temporary folder beside
 ``out`` that then replaces ``out`` in one atomic exchange. A run interrupted (SIGINT, SIGKILL,
-full disk) leaves ``out`` exactly as it was: the previous complete results or nothing.
+full disk) leaves ``out`` exactly as it was: the previous complete results or nothing. While
+an ``Output`` is open, a SIGINT is also remembered, so a run whose KeyboardInterrupt was
+swallowed on the way (Python drops exceptions raised in finalizers and some callbacks) still
+never publishes.
 ``meta["complete"]`` is true in every published ``results.json``.
 """
 
@@ -25,7 +28,9 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -132,6 +137,8 @@ class Output:
     def __init__(self, out, *, overwrite: bool = False, option: str = "--out"):
         self.out = Path(out).absolute()
         self._lock = None
+        self._handler = None  # the SIGINT handler to restore on close, when this one guards the run
+        self.interrupted = False
         out, parent = self.out, self.out.parent
         if out.exists() and not out.is_dir():
             raise OutputError(f"{option} {out} is an existing file. Fix: give a folder path for the results")
@@ -183,17 +190,30 @@ class Output:
                 raise OutputError(f"writing the results failed ({e.strerror or e}: {e.filename or tmp}); "
                                   f"{self.out} was left as it was. Fix: free space on that disk or choose "
                                   "another --out") from e
+            if self.interrupted:  # a SIGINT arrived and its KeyboardInterrupt was lost on the way
+                raise KeyboardInterrupt
             _replace(tmp, self.out)
             return value
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def close(self) -> None:
+        if self._handler is not None:
+            signal.signal(signal.SIGINT, self._handler)
+            self._handler = None
         if self._lock is not None:
             self._lock.close()
             self._lock = None
 
+    def _on_sigint(self, signum, frame):
+        self.interrupted = True
+        (self._handler or signal.default_int_handler)(signum, frame)  # raises KeyboardInterrupt
+
     def __enter__(self):
+        """Also remember SIGINTs while open (main thread, Python's default handler only)."""
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._handler = signal.signal(signal.SIGINT, self._on_sigint)
         return self
 
     def __exit__(self, *exc):

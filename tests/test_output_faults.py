@@ -196,6 +196,55 @@ def test_two_runs_into_one_out(setup, tmp_path):
     assert methods in winners and seen <= {"weights", *winners}
 
 
+class Finalizer:
+    """An object whose finalizer receives a SIGINT: its KeyboardInterrupt is raised inside
+    ``__del__``, where Python reports it as 'Exception ignored' and drops it."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)  # the handler runs here
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_swallowed_interrupt_still_leaves_the_previous_results(tmp_path):
+    """Python drops a KeyboardInterrupt raised inside a finalizer ('Exception ignored in ...'):
+    the run would go on and publish. Output remembers the SIGINT and refuses to replace --out."""
+    from jattn.results import Output
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text('{"meta": {"complete": true}}')
+
+    def fill(folder):
+        (folder / "results.json").write_text('{"meta": {"new": true}}')
+        Finalizer()  # collected at once, so __del__ runs and swallows the interrupt
+        return "filled"
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with Output(out) as output, pytest.raises(KeyboardInterrupt):
+            output.write(fill)
+        assert (out / "results.json").read_text() == '{"meta": {"complete": true}}'  # not replaced
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored on close
+        with Output(out) as output:  # without a signal, a write publishes
+            assert output.write(lambda folder: (folder / "results.json").write_text("{}")) == 2
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert (out / "results.json").read_text() == "{}" and leftovers(out) == []
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_swallowed_interrupt_is_dropped_without_the_guard():
+    """The premise of the test above: without Output's handler the interrupt really is lost."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        Finalizer()
+        reached = True
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert reached
+
+
 @contextlib.contextmanager
 def tmpfs(path: Path, options: str):
     path.mkdir(parents=True, exist_ok=True)
