@@ -14,10 +14,14 @@ random 2-class head (speed does not depend on the head's values). Data: SST-2 de
       one backward per batch, Σ|grad| over real tokens, the same normalisation;
   (2) the full pruning curve, importance re-estimated before every step (``--step`` 0.05: 18 steps
       on 72 heads, 19 points), dev accuracy after every step: ``jattn.pruning_curve`` vs the loop
-      the original code runs (HF importance under the mask, mask the k lowest, HF evaluation).
+      the original code runs (HF importance under the mask, mask the k lowest, HF evaluation);
+  (3) ``--parts batch``: one fixed batch (``--batch`` × ``--length`` tokens, best of 10 calls):
+      forward alone, and the token gates' gradient — jattn jitted; HF with its parameters requiring
+      gradients (as the original code and part (1) run it) and with them frozen (gates only).
 Each side runs in its own process; peak memory = VmHWM reset (Linux clear_refs) before the timed
 part, minus the RSS just before it. Both sides' results are compared (importance max |Δ|, curve
-max |Δ accuracy|). Writes benchmarks/results/bench_importance.json and prints a table.
+max |Δ accuracy|). Writes benchmarks/results/bench_importance.json (keeping parts not re-run) and
+prints a table.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ def dev(n: int) -> list[tuple[str, int]]:
 # ---- jattn -------------------------------------------------------------------------------------
 
 def jattn_child(args) -> dict:
+    if args.part == "batch":
+        return jattn_batch_child(args)
     import jattn
     from jattn.methods.pruning_curve import classification_metric, pruning_curve
 
@@ -59,6 +65,50 @@ def jattn_child(args) -> dict:
                                                          schedule="reestimate", step=args.step,
                                                          batch_size=args.batch))
     return {"seconds": seconds, "peak_mb": peak, "curve": curve}
+
+
+def best_of(fn, repeats: int = 10) -> float:
+    """Fastest of ``repeats`` calls after one warm-up call, in ms."""
+    import time
+
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * min(times)
+
+
+def fixed_batch(args):
+    """(ids (b, n), labels (b,)) numpy: random in-vocabulary ids, seeded (speed ignores values)."""
+    rng = np.random.default_rng(0)
+    return rng.integers(1000, 5000, (args.batch, args.length)), rng.integers(0, 2, args.batch)
+
+
+def jattn_batch_child(args) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    import jattn
+    from jattn.interventions import Interventions
+    from jattn.nn import encoder
+
+    model = jattn.load(args.folder)
+    ids, labels = fixed_batch(args)
+    batch = {"input_ids": jnp.asarray(ids, jnp.int32), "attention_mask": jnp.ones(ids.shape, jnp.int32),
+             "token_type_ids": jnp.zeros(ids.shape, jnp.int32)}
+    L, H = model.config.num_layers, model.config.num_heads
+
+    def loss(gates):  # summed cross-entropy at per-token gates (L, b, H, n)
+        out, _ = encoder.forward(model.params, model.config, batch, Interventions(head_gates=gates), internals=None)
+        logp = jax.nn.log_softmax(out["logits"])  # (b, classes)
+        return -jnp.take_along_axis(logp, jnp.asarray(labels)[:, None], 1).sum()
+
+    gates = jnp.ones((L, *ids.shape[:1], H, ids.shape[1]))
+    forward, grad = jax.jit(loss), jax.jit(jax.grad(loss))
+    return {"forward_ms": best_of(lambda: forward(gates).block_until_ready()),
+            "grad_ms": best_of(lambda: grad(gates).block_until_ready())}
 
 
 # ---- Hugging Face PyTorch with hook gates --------------------------------------------------------
@@ -113,6 +163,31 @@ def hf_accuracy(hf, batches, mask) -> float:
     return 100.0 * right / total
 
 
+def hf_batch_child(hf, args) -> dict:
+    import torch
+
+    from hf_head_gates import gated
+
+    ids, labels = (torch.tensor(a, dtype=torch.long) for a in fixed_batch(args))
+    L, H = hf.config.num_hidden_layers, hf.config.num_attention_heads
+
+    def forward():
+        with torch.no_grad():
+            hf(input_ids=ids)
+
+    def grad(weights: bool):
+        for param in hf.parameters():
+            param.requires_grad_(weights)
+        gates = torch.ones(L, *ids.shape[:1], H, ids.shape[1], requires_grad=True)  # (L, b, H, n)
+        with gated(hf, {"encoder": gates}):
+            logits = hf(input_ids=ids).logits
+        torch.nn.functional.cross_entropy(logits, labels, reduction="sum").backward()
+        hf.zero_grad(set_to_none=True)
+
+    return {"forward_ms": best_of(forward), "grad_ms": best_of(lambda: grad(True)),
+            "grad_gates_only_ms": best_of(lambda: grad(False)), "torch_threads": torch.get_num_threads()}
+
+
 def hf_child(args) -> dict:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -121,6 +196,8 @@ def hf_child(args) -> dict:
     from jattn.methods.pruning_curve import choose
 
     hf = AutoModelForSequenceClassification.from_pretrained(args.folder, attn_implementation="eager").eval()
+    if args.part == "batch":
+        return hf_batch_child(hf, args)
     tokenizer = AutoTokenizer.from_pretrained(args.folder)
     n = args.sentences if args.part == "importance" else args.curve_sentences
     batches = list(hf_batches(tokenizer, dev(n), args.batch))
@@ -161,7 +238,7 @@ def classifier_folder(tmp: Path) -> tuple[str, str]:
 
 def child(side: str, part: str, folder: str, args) -> dict:
     cmd = [sys.executable, __file__, "--child", side, "--part", part, "--folder", folder, "--sentences",
-           str(args.sentences), "--curve-sentences", str(args.curve_sentences), "--batch", str(args.batch),
+           str(args.sentences), "--length", str(args.length), "--curve-sentences", str(args.curve_sentences), "--batch", str(args.batch),
            "--step", str(args.step)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -173,10 +250,11 @@ def main() -> None:
     p.add_argument("--curve-sentences", type=int, default=872, help="SST-2 dev sentences for the curve part")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--step", type=float, default=0.05)
-    p.add_argument("--parts", nargs="+", default=["importance", "curve"], choices=["importance", "curve"])
+    p.add_argument("--length", type=int, default=40, help="tokens per row of the fixed batch (part batch)")
+    p.add_argument("--parts", nargs="+", default=["importance", "curve"], choices=["importance", "curve", "batch"])
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "bench_importance.json")
     p.add_argument("--child", choices=["jattn", "hf"], help=argparse.SUPPRESS)
-    p.add_argument("--part", choices=["importance", "curve"], help=argparse.SUPPRESS)
+    p.add_argument("--part", choices=["importance", "curve", "batch"], help=argparse.SUPPRESS)
     p.add_argument("--folder", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -188,6 +266,15 @@ def main() -> None:
                   "batch": args.batch, "step": args.step}
         for part in args.parts:
             j, h = child("jattn", part, folder, args), child("hf", part, folder, args)
+            if part == "batch":
+                report["fixed_batch"] = row = {"shape": [args.batch, args.length], "jattn": j, "hf": h,
+                                      "forward_speedup": round(h["forward_ms"] / j["forward_ms"], 2),
+                                      "grad_speedup": round(h["grad_ms"] / j["grad_ms"], 2),
+                                      "grad_speedup_gates_only": round(h["grad_gates_only_ms"] / j["grad_ms"], 2)}
+                print(f"| batch {args.batch}x{args.length} | forward {j['forward_ms']:.0f} vs {h['forward_ms']:.0f} ms"
+                      f" | gate gradient {j['grad_ms']:.0f} vs {h['grad_ms']:.0f} ms (HF gates only "
+                      f"{h['grad_gates_only_ms']:.0f} ms) |", flush=True)
+                continue
             row = {"jattn_s": round(j["seconds"], 2), "hf_s": round(h["seconds"], 2),
                    "speedup": round(h["seconds"] / j["seconds"], 2),
                    "jattn_peak_mb": round(j["peak_mb"], 1), "hf_peak_mb": round(h["peak_mb"], 1)}
@@ -203,6 +290,8 @@ def main() -> None:
             print(f"| {part} | jattn {row['jattn_s']} s | HF {row['hf_s']} s | ×{row['speedup']} | peak "
                   f"{row['jattn_peak_mb']} vs {row['hf_peak_mb']} MB |", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.out.is_file():  # keep the parts not re-run
+        report = {**json.loads(args.out.read_text()), **report}
     args.out.write_text(json.dumps(report, indent=1) + "\n")
 
 
