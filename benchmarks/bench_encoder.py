@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from peak_memory import fastest  # benchmarks/peak_memory.py (the scripts run from their folder)
+
 
 def alternate(fns: dict, repeats: int) -> dict[str, float]:
     """Median seconds of each function, run in turn ``repeats`` times after a warm-up."""
@@ -41,17 +43,6 @@ def alternate(fns: dict, repeats: int) -> dict[str, float]:
             fn()
             times[k].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in times.items()}
-
-
-def fastest(fn, repeats: int) -> float:
-    """Shortest of ``repeats`` timed calls after a warm-up, in seconds: the best a product can do."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def gemm_bound(config, batch_size: int, length: int, repeats: int) -> dict:

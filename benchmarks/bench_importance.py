@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from peak_memory import measure  # benchmarks/peak_memory.py (the scripts run from their folder)
+from peak_memory import fastest, measure  # benchmarks/peak_memory.py (the scripts run from their folder)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,19 +67,6 @@ def jattn_child(args) -> dict:
     return {"seconds": seconds, "peak_mb": peak, "curve": curve}
 
 
-def best_of(fn, repeats: int = 10) -> float:
-    """Fastest of ``repeats`` calls after one warm-up call, in ms."""
-    import time
-
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * min(times)
-
-
 def fixed_batch(args):
     """(ids (b, n), labels (b,)) numpy: random in-vocabulary ids, seeded (speed ignores values)."""
     rng = np.random.default_rng(0)
@@ -107,8 +94,8 @@ def jattn_batch_child(args) -> dict:
 
     gates = jnp.ones((L, *ids.shape[:1], H, ids.shape[1]))
     forward, grad = jax.jit(loss), jax.jit(jax.grad(loss))
-    return {"forward_ms": best_of(lambda: forward(gates).block_until_ready()),
-            "grad_ms": best_of(lambda: grad(gates).block_until_ready())}
+    return {"forward_ms": 1e3 * fastest(lambda: forward(gates).block_until_ready(), 10),
+            "grad_ms": 1e3 * fastest(lambda: grad(gates).block_until_ready(), 10)}
 
 
 # ---- Hugging Face PyTorch with hook gates --------------------------------------------------------
@@ -184,8 +171,8 @@ def hf_batch_child(hf, args) -> dict:
         torch.nn.functional.cross_entropy(logits, labels, reduction="sum").backward()
         hf.zero_grad(set_to_none=True)
 
-    return {"forward_ms": best_of(forward), "grad_ms": best_of(lambda: grad(True)),
-            "grad_gates_only_ms": best_of(lambda: grad(False)), "torch_threads": torch.get_num_threads()}
+    return {"forward_ms": 1e3 * fastest(forward, 10), "grad_ms": 1e3 * fastest(lambda: grad(True), 10),
+            "grad_gates_only_ms": 1e3 * fastest(lambda: grad(False), 10), "torch_threads": torch.get_num_threads()}
 
 
 def hf_child(args) -> dict:
