@@ -197,7 +197,8 @@ def _pad_batch(model, rows: list[tuple[int, dict]], batch_size: int, length: int
 
 def _batches(model, examples: Iterable, batch_size: int, max_length: int, truncate: bool, words: bool,
              shard: tuple[int, int], chunk: int, skipped: list, dropped: dict | None = None):
-    """Yield (host batch, number of real rows): chunks of ``chunk`` examples, length-sorted.
+    """Yield (host batch, number of real rows): chunks of ``chunk`` examples, length-sorted, cut
+    into batches of ``batch_size`` rows from the longest down (a partial batch is the shortest).
     Empty examples (no text) are left out; their corpus indices are appended to ``skipped``;
     with ``dropped``, so are over-long and unmappable ones (``_tokenize_rows``)."""
     translation = isinstance(model.config, Seq2SeqConfig)
@@ -214,11 +215,12 @@ def _batches(model, examples: Iterable, batch_size: int, max_length: int, trunca
             rows.sort(key=lambda r: (run_translation.row_length(r[1]), r[0]))
         else:
             rows = _tokenize_rows(model, part, max_length, truncate, words, dropped)
-            if not rows:
-                continue
             rows.sort(key=lambda r: (len(r[1]["input_ids"]), r[0]))
-        for start in range(0, len(rows), batch_size):
-            group = rows[start:start + batch_size]
+        if not rows:
+            continue
+        first = len(rows) % batch_size or batch_size  # the partial batch holds the shortest rows,
+        for start in (0, *range(first, len(rows), batch_size)):  # so its filler rows are short too
+            group = rows[start:start + (first if start == 0 else batch_size)]
             if translation:
                 yield run_translation.pad_batch(model, group, batch_size, sizes), len(group)
                 continue

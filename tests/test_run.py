@@ -19,7 +19,7 @@ from jattn.data.tokenize import SequenceTooLongError
 from jattn.methods.distance import JSDistance
 from jattn.methods.grad import AttentionGradient
 from jattn.methods.weights import ClassAttention, Entropy
-from jattn.run import _pad_batch, _tokenize_rows, make_step, run_corpus
+from jattn.run import _batches, _pad_batch, _tokenize_rows, make_step, run_corpus
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +47,16 @@ def test_batch_size_invariance(model):
         got = run_corpus(model, corpus, methods(model), batch_size=bs, chunk_batches=2, progress=False)
         assert_same(got.statistics, ref.statistics)
         assert got.meta["segments"] == ref.meta["segments"] == len(corpus)
+
+
+def test_the_partial_batch_holds_the_shortest_rows(model):
+    corpus = [" ".join(["word"] * k) for k in range(11, 0, -1)]  # example i has 11 - i words
+    got = list(_batches(model, corpus, 4, 64, False, False, (0, 1), 100, []))
+    assert [n for _, n in got] == [3, 4, 4]
+    rows = [batch.example[:n].tolist() for batch, n in got]
+    assert rows[0] == [10, 9, 8]  # the three shortest, so the filler row is short too
+    assert sorted(sum(rows, [])) == list(range(11))
+    assert got[0][0].input_ids.shape[1] <= got[1][0].input_ids.shape[1] <= got[2][0].input_ids.shape[1]
 
 
 def test_padding_examples_and_columns_change_nothing(model):
