@@ -233,12 +233,12 @@ def figures(results: dict) -> None:
             plt.close(fig)
 
 
-def summary(results: dict, args) -> None:
+def summary(results: dict) -> None:
     lines = ["# Head importance and pruning (Michel et al. 2019)", "",
              "Produced by `nice -n 10 python experiments/michel_importance_pruning.py` (protocol in its "
              "docstring). Fractions are of all heads of the model; 'within 1 pt' = the largest fraction such that "
              "every step up to it stays within 1 metric point of the unpruned model. Random ranking = mean over "
-             f"{args.random_seeds} seeded random orders (the trivial baseline).", ""]
+             "seeded random orders (the trivial baseline; how many, per task in its table).", ""]
     for task, r in results.items():
         if "baseline_metric" not in r:
             continue
@@ -251,7 +251,8 @@ def summary(results: dict, args) -> None:
             rows["random (mean)"] = r["random"]["mean"]
         for key, curve in rows.items():
             at = min(curve, key=lambda c: abs(c[0] - 0.5))
-            lines.append(f"| {key} | {r['prunable_fraction_within_1pt'].get(key, float('nan')):.1%} | "
+            name = f"random (mean of {len(r['random']['curves'])})" if key == "random (mean)" else key
+            lines.append(f"| {name} | {r['prunable_fraction_within_1pt'].get(key, float('nan')):.1%} | "
                          f"{at[1]:.2f} (at {at[0]:.0%}) |")
         lines += ["", f"Michel et al.: {MICHEL[task]}.", ""]
         if r.get("random", {}).get("curves"):
@@ -284,10 +285,10 @@ def main() -> None:
         run_task(task, args, results)
         results = load_results()
         figures(results)
-        summary(results, args)
+        summary(results)
     if args.report_only:
         figures(results)
-        summary(results, args)
+        summary(results)
 
 
 if __name__ == "__main__":
