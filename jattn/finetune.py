@@ -136,8 +136,8 @@ def train_step(params, opt_state, batch: dict, rng, *, config, optimizer):
 
 @partial(jax.jit, static_argnames=("config",))
 def predict_logits(params, config, batch: dict) -> jax.Array:
-    """Evaluation logits (b, C), no dropout."""
-    return encoder.forward(params, config, _model_inputs(batch), internals=None)[0]["logits"]
+    """Evaluation logits (b, C), no dropout (the last layer on [CLS] only: ``encoder.classify``)."""
+    return encoder.classify(params, config, _model_inputs(batch))
 
 
 def evaluate(params, config, ids: list[np.ndarray], labels: np.ndarray, metric, *, batch_size: int,

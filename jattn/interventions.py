@@ -78,6 +78,13 @@ class Interventions:
         """One layer's view, rebuilt from the slices ``lax.scan`` hands each step."""
         return dataclasses.replace(self, head_gates=gates, disabled_heads=disabled, weights_delta=delta)
 
+    def first_query(self) -> "Interventions":
+        """One layer's view for its first query row only ([CLS]): per-query gates (b, H, q) and
+        weight deltas (b, H, q, k) cut to q = 1."""
+        gates, delta = self.head_gates, self.weights_delta
+        return dataclasses.replace(self, head_gates=gates[..., :1] if gates is not None and gates.ndim == 3 else gates,
+                                   weights_delta=None if delta is None else delta[:, :, :1])
+
 
 def _as_array(x, name: str) -> jax.Array:
     if isinstance(x, (str, bytes, dict)):

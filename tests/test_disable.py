@@ -1,11 +1,15 @@
 """Head and layer disabling sweeps (issue 15): the batched sweep with prefix reuse equals one
 complete forward per disabled head or layer; a disabled head is exactly uniform over real keys;
-a zeroed head leaves the other heads' sum."""
+a zeroed head leaves the other heads' sum; the [CLS]-only classifier forward (``Encoder.classify``,
+which the sweep's suffix and Michel's importance use) equals the full forward in logits and gate
+gradients."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+
+import jax
 
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +20,7 @@ import jattn
 from jattn import Interventions
 from jattn.methods import disable
 from jattn.models.encoder import EncoderModel
-from jattn.nn import state
+from jattn.nn import encoder, state
 from tiny_encoders import random_batch, save_tiny
 
 SENTENCES = ["A cat.", "The dog sat on the mat today.", "Nothing", "Is it raining, or not?", "Yes.",
@@ -47,6 +51,36 @@ def model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def roberta(tmp_path_factory):
     return classifier_model(tmp_path_factory.mktemp("disable") / "r", "roberta-2x4")
+
+
+@pytest.mark.parametrize("name", ["bert-2x4", "roberta-2x4"])
+def test_classify_equals_the_full_forward(name, model, roberta):
+    model = model if name == "bert-2x4" else roberta
+    c = model.config
+    L, H = c.num_layers, c.num_heads
+    batch = model.check_batch(random_batch(c, [9, 4, 7], seed=4, pairs=c.type_vocab_size > 1))
+    b, n = batch["input_ids"].shape
+    rng = np.random.default_rng(0)
+    gates = jnp.asarray(rng.uniform(0.5, 1.5, (L, b, H, n)), jnp.float32)  # per query token
+    off = np.zeros((L, b, H), bool)
+    off[-1, 0, 1] = off[0, 2, 3] = True
+    delta = jnp.asarray(rng.normal(0, 0.01, (L, b, H, n, n)), jnp.float32)
+    for iv in (None, Interventions(head_gates=gates, disabled_heads=off, weights_delta=delta)):
+        full = np.asarray(model.forward(batch, iv, internals=None).logits)  # (b, C)
+        np.testing.assert_allclose(np.asarray(model.classify(batch, iv)), full, atol=1e-5, rtol=1e-5)
+
+    def loss(via):
+        return lambda g: via(Interventions(head_gates=g)).sum()
+
+    full = jax.grad(loss(lambda iv: encoder_forward(model, batch, iv)))(gates)  # (L, b, H, n)
+    cheap = jax.grad(loss(lambda iv: encoder.classify(model.params, c, batch, iv)))(gates)
+    np.testing.assert_allclose(np.asarray(cheap), np.asarray(full), atol=1e-6)
+    assert np.abs(np.asarray(full)[-1, :, :, 1:]).max() == 0.0  # the last layer's other queries: exactly 0
+    assert np.abs(np.asarray(full)[-1, :, :, 0]).max() > 1e-4
+
+
+def encoder_forward(model, batch, iv):
+    return encoder.forward(model.params, model.config, batch, iv, internals=None)[0]["logits"]
 
 
 @pytest.mark.parametrize("name, mode, unit", [("bert-2x4", "uniform", "head"), ("bert-2x4", "zero", "layer"),

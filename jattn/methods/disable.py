@@ -37,7 +37,6 @@ from tqdm.auto import tqdm
 
 from jattn.interventions import Interventions
 from jattn.nn import state
-from jattn.nn.attention import post_ln_attention, post_ln_ffn
 from jattn.run import buckets
 
 MODES = ("uniform", "zero")
@@ -132,23 +131,6 @@ def _layer_interventions(mask, mode: str, on) -> Interventions:
     return Interventions(head_gates=1.0 - mask.astype(jnp.float32))  # ξ_h = 0 on the masked head
 
 
-def _cls_row_layer(layer, x, allowed, iv):
-    """A post-LN layer's output at the [CLS] position only: queries x[:, :1], keys/values from all of x.
-    x (b, n, D) -> (b, 1, D)."""
-    h, _ = post_ln_attention(layer.attention, layer.attention_ln, x[:, :1], x, allowed, iv,
-                             attention_dropout=0.0, dropout_rate=0.0)  # (b, 1, D)
-    out, _ = post_ln_ffn(layer.ffn_in, layer.ffn_out, layer.ffn_ln, h, iv, activation=layer.config.hidden_act,
-                         activation_dropout=0.0, dropout_rate=0.0)  # (b, 1, D)
-    return out
-
-
-def classify(encoder, hidden: jax.Array) -> jax.Array:
-    """The classification head on a final hidden state (evaluation mode), as ``Encoder.__call__``
-    applies it: BERT pools [CLS], RoBERTa reads h_<s>. hidden (b, n≥1, D) -> logits (b, C)."""
-    features = encoder.pool(hidden) if encoder.config.model_type == "bert" else hidden[:, 0]  # (b, D)
-    return encoder.classifier(features, None)  # (b, C)
-
-
 def suffix_logits(params, config, x, allowed, start, mask, mode: str) -> jax.Array:
     """Logits after running layers start..L−1 from x (the input of layer ``start``), with the
     heads in ``mask`` (H,) disabled in layer ``start`` only. x (b, n, D), allowed (b, 1, n),
@@ -165,8 +147,8 @@ def suffix_logits(params, config, x, allowed, start, mask, mode: str) -> jax.Arr
         return y
 
     x = jax.lax.fori_loop(start, L - 1, body, x)  # (b, n, D) input of the last layer
-    cls = _cls_row_layer(layer_at(L - 1), x, allowed, _layer_interventions(mask, mode, start == L - 1))  # (b, 1, D)
-    return classify(encoder, cls)  # (b, C)
+    cls = layer_at(L - 1).cls_row(x, allowed, _layer_interventions(mask, mode, start == L - 1))  # (b, 1, D)
+    return encoder.head_logits(cls)  # (b, C)
 
 
 @partial(jax.jit, static_argnames=("config", "mode"))

@@ -43,6 +43,7 @@ from jattn import losses
 from jattn.interventions import Interventions
 from jattn.methods.base import HostBatch, Method, Statistic, StepContext
 from jattn.methods.registry import register
+from jattn.nn import encoder
 
 ESTIMATORS = ("token", "example", "batch")
 EPS = 1e-20  # the authors' guard in the per-layer L2 normalisation
@@ -167,8 +168,11 @@ class HeadImportance(Method):
         overrides = {"input_ids": f["input_ids"]} if self.kind == "mlm" else {}
 
         def total_loss(gates):
-            outputs, _ = ctx.forward(interventions=Interventions(head_gates=gates["encoder"]), internals=None,
-                                     **overrides)
+            iv = Interventions(head_gates=gates["encoder"])
+            if self.kind == "classification":  # the logits alone: the last layer on [CLS] only
+                outputs = {"logits": encoder.classify(ctx.params, ctx.config, ctx.batch, iv)}
+            else:
+                outputs, _ = ctx.forward(interventions=iv, internals=None, **overrides)
             return jnp.where(rows, self.example_losses(ctx, outputs), 0.0).sum()
 
         sums = gate_sums(total_loss, {"encoder": f["head_mask"]}, {"encoder": real}, rows, self.estimator)

@@ -154,7 +154,7 @@ def classification_metric(model, examples: Sequence, metric: str = "accuracy", b
         iv = Interventions(head_gates=jnp.asarray(mask, jnp.float32))
         pred = np.zeros(len(texts), np.int64)
         for idx, batch in batches:
-            logits = model.forward(batch, iv, internals=None).logits  # (b, C)
+            logits = model.classify(batch, iv)  # (b, C)
             pred[idx] = np.asarray(logits).argmax(-1)
         return scale * score(pred, gold)
 

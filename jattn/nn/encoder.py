@@ -91,6 +91,16 @@ class EncoderLayer(nnx.Module):
         internals["ffn_pre_ln"] = ffn_pre_ln  # (b, n, D) h + FFN(h), the vector the second LayerNorm normalises
         return out, internals
 
+    def cls_row(self, x, allowed, iv: Interventions):
+        """This layer's output at the [CLS] position only, in evaluation mode: the query x[:, :1],
+        keys and values from all of x (b, n, D); ``iv`` for that one query row -> (b, 1, D)."""
+        c = self.config
+        h, _ = post_ln_attention(self.attention, self.attention_ln, x[:, :1], x, allowed, iv,
+                                 attention_dropout=0.0, dropout_rate=0.0)  # (b, 1, D)
+        out, _ = post_ln_ffn(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
+                             activation_dropout=0.0, dropout_rate=0.0)  # (b, 1, D)
+        return out
+
     def view(self) -> dict:
         """This layer's (or the stack's) parameters as the norm-based methods read them."""
         return block_view(self.attention, self.attention_ln, self.ffn_ln)
@@ -186,11 +196,40 @@ class Encoder(nnx.Module):
             outputs["pooler_output"] = self.pool(x)  # (b, D)
         if self.classifier is not None:  # its dropout: a stream independent of the layers'
             head_rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, self.config.num_layers)
-            features = outputs["pooler_output"] if self.config.model_type == "bert" else x[:, 0]  # (b, D)
-            outputs["logits"] = self.classifier(features, head_rng)  # (b, C)
+            outputs["logits"] = self.head_logits(x, head_rng)  # (b, C)
         if layer_reduce is not None:
             outputs["layer_reduced"] = reduced  # (L, ...)
         return outputs, kept
+
+    def classify(self, batch: dict, interventions: Interventions | None = None, *, compute_dtype=jnp.float32):
+        """The classification head's logits (b, C) in evaluation mode, computed the cheap way: the
+        head reads the [CLS] position alone, so layers 0..L−2 run in full and the last layer for the
+        [CLS] query only (its keys and values still from every token) — 1/n of the last layer's
+        queries and FFN. Equals ``self(batch, interventions)[0]["logits"]``; per-query gates of
+        the last layer's other positions are unused there too (their gradient is exactly 0)."""
+        if self.classifier is None:
+            raise ValueError("classify needs a classification head (config.num_labels > 0)")
+        iv = NONE if interventions is None else interventions
+        x = self.embeddings(batch, compute_dtype, None)  # (b, n, D)
+        allowed = batch["attention_mask"].astype(bool)[:, None, :]  # (b, 1, n)
+        graphdef, stacked = nnx.split(self.layers)
+        below, last = (lambda t: jax.tree.map(lambda a: a[:-1], t)), (lambda t: jax.tree.map(lambda a: a[-1], t))
+        slices = iv.layer_slices()
+
+        def step(x, xs):
+            state, layer_slices = xs
+            y, _ = nnx.merge(graphdef, state)(x, allowed, iv.for_layer(*layer_slices), None)  # (b, n, D)
+            return y, None
+
+        x, _ = jax.lax.scan(step, x, (below(stacked), below(slices)))  # (b, n, D) input of the last layer
+        cls = nnx.merge(graphdef, last(stacked)).cls_row(x, allowed, iv.for_layer(*last(slices)).first_query())
+        return self.head_logits(cls)  # (b, C)
+
+    def head_logits(self, hidden: jax.Array, rng=None) -> jax.Array:
+        """The classification head on a final hidden state (b, n ≥ 1, D): BERT pools [CLS],
+        RoBERTa reads h_<s> -> logits (b, C)."""
+        features = self.pool(hidden) if self.config.model_type == "bert" else hidden[:, 0]  # (b, D)
+        return self.classifier(features, rng)  # (b, C)
 
     def pool(self, hidden: jax.Array) -> jax.Array:
         """BERT pooler: tanh(W h_[CLS] + b). hidden (b, n, D) -> (b, D)."""
@@ -216,6 +255,11 @@ def module(params, config) -> Encoder:
 def forward(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None, **kwargs):
     """The pure face: ``Encoder.__call__`` with the parameters as an argument."""
     return module(params, config)(batch, interventions, **kwargs)
+
+
+def classify(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None) -> jax.Array:
+    """``Encoder.classify`` on ``params``: logits (b, C), the last layer on [CLS] only."""
+    return module(params, config).classify(batch, interventions)
 
 
 def mlm_logits(params, config: EncoderConfig, hidden: jax.Array) -> jax.Array:
