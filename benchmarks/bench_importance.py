@@ -101,7 +101,8 @@ def jattn_batch_child(args) -> dict:
 # ---- Hugging Face PyTorch with hook gates --------------------------------------------------------
 
 def hf_batches(tokenizer, data, batch):
-    """The same length-sorted batches of ``batch`` sentences, padded to the batch's longest."""
+    """The same length-sorted batches of ``batch`` sentences, padded to the batch's longest:
+    yields (tokenizer output, labels (b,), corpus indices (b,))."""
     import torch
 
     lengths = [len(tokenizer(t)["input_ids"]) for t, _ in data]
@@ -109,7 +110,7 @@ def hf_batches(tokenizer, data, batch):
     for i in range(0, len(order), batch):
         idx = order[i:i + batch]
         enc = tokenizer([data[j][0] for j in idx], padding=True, return_tensors="pt")
-        yield enc, torch.tensor([data[j][1] for j in idx])
+        yield enc, torch.tensor([data[j][1] for j in idx]), idx
 
 
 def hf_importance(hf, batches, mask) -> np.ndarray:
@@ -122,7 +123,7 @@ def hf_importance(hf, batches, mask) -> np.ndarray:
     L, H = mask.shape
     total, tokens, examples = np.zeros((L, H)), 0.0, 0.0
     m = torch.tensor(mask, dtype=torch.float32)
-    for enc, labels in batches:
+    for enc, labels, _ in batches:
         b, n = enc["input_ids"].shape
         gates = (m[:, None, :, None] * torch.ones(L, b, H, n)).requires_grad_(True)  # (L, b, H, n)
         with gated(hf, {"encoder": gates}):
@@ -144,7 +145,7 @@ def hf_accuracy(hf, batches, mask) -> float:
 
     right = total = 0
     with torch.no_grad(), gated(hf, {"encoder": torch.tensor(mask, dtype=torch.float32)}):
-        for enc, labels in batches:
+        for enc, labels, _ in batches:
             right += int((hf(**enc).logits.argmax(-1) == labels).sum())
             total += len(labels)
     return 100.0 * right / total

@@ -44,3 +44,50 @@ def gated(hf_model, gates: dict):
     finally:
         for h in handles:
             h.remove()
+
+
+@contextlib.contextmanager
+def disabled(hf_model, heads):
+    """Run a BERT/RoBERTa ``hf_model`` with the heads in ``heads`` (L, H) bool disabled as
+    Kovaleva et al. (2019) disable them: uniform attention over the sequence's real tokens, so
+    the head's context is the mean of its value vectors over real keys, Σ_j m_j v_j / Σ_j m_j.
+    Hooks: the model's forward pre-hook reads ``attention_mask``; each layer's value projection
+    leaves its output v (b, n, H·d_h); the output projection's pre-hook replaces the disabled
+    heads' slices of the context. The oracle of tests/test_disable.py and the original study's
+    loop in benchmarks/bench_disable.py."""
+    import torch
+
+    base = getattr(hf_model, hf_model.base_model_prefix, hf_model)
+    seen = {}
+
+    def read_mask(module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        mask = kwargs.get("attention_mask")
+        seen["mask"] = (torch.ones(ids.shape, dtype=torch.float32) if mask is None else mask.float())  # (b, n)
+
+    handles = [base.register_forward_pre_hook(read_mask, with_kwargs=True)]
+    for layer, block in enumerate(base.encoder.layer):
+        off = torch.as_tensor(heads[layer], dtype=torch.bool)  # (H,)
+        if not off.any():
+            continue
+
+        def keep_values(module, args, out, layer=layer):
+            seen[layer] = out  # (b, n, H·d_h)
+
+        def uniform(module, args, layer=layer, off=off):
+            x = args[0]  # (b, q, H·d_h)
+            b, q, D = x.shape
+            H = off.shape[0]
+            m = seen["mask"]  # (b, n)
+            mean = torch.einsum("bn,bnd->bd", m, seen[layer]) / m.sum(1, keepdim=True)  # (b, H·d_h)
+            x = x.view(b, q, H, D // H)
+            x = torch.where(off[None, None, :, None], mean.view(b, 1, H, D // H), x)  # (b, q, H, d_h)
+            return (x.reshape(b, q, D),)
+
+        handles.append(block.attention.self.value.register_forward_hook(keep_values))
+        handles.append(block.attention.output.dense.register_forward_pre_hook(uniform))
+    try:
+        yield hf_model
+    finally:
+        for h in handles:
+            h.remove()

@@ -21,7 +21,7 @@ from jattn import Interventions
 from jattn.methods import disable
 from jattn.models.encoder import EncoderModel
 from jattn.nn import encoder, state
-from tiny_encoders import random_batch, save_tiny
+from tiny_encoders import hf_model, hf_run, random_batch, save_tiny
 
 SENTENCES = ["A cat.", "The dog sat on the mat today.", "Nothing", "Is it raining, or not?", "Yes.",
              "An unusually long sentence, with commas, and more words than the others have."]
@@ -144,6 +144,27 @@ def test_disabled_head_is_uniform_over_real_tokens_and_zero_on_padding(model):
         np.testing.assert_array_equal(w[-1, s, 0, :n, :n], np.full((n, n), 1.0 / n, np.float32))
         assert (w[-1, s, 0, :, n:] == 0).all()
         assert np.abs(w[-1, s, 1, :n, :n] - 1.0 / n).max() > 1e-3  # other heads untouched
+
+
+@pytest.mark.parametrize("name", ["bert-2x4", "roberta-2x4"])
+def test_hf_uniform_disabling_hooks_equal_disabled_heads(name, tmp_path):
+    """The HF PyTorch loop of benchmarks/bench_disable.py (hooks of tests/hf_head_gates.py)
+    disables heads exactly as ``Interventions.disabled_heads`` does, on a padded batch."""
+    from hf_head_gates import disabled
+
+    folder = save_tiny(tmp_path / name, name, max_positions=64)
+    ours, hf = jattn.load(folder, use_cache=False), hf_model(folder)
+    c = ours.config
+    batch = ours.check_batch(random_batch(c, [9, 4, 7], seed=3))
+    off = np.zeros((c.num_layers, c.num_heads), bool)
+    off[0, 1] = off[1, 0] = off[1, 3] = True
+    want = np.asarray(ours.forward(batch, Interventions(disabled_heads=off)).last_hidden_state)  # (b, n, D)
+    with disabled(hf, off):
+        got = hf_run(hf, batch).last_hidden_state.numpy()  # (b, n, D)
+    intact = hf_run(hf, batch).last_hidden_state.numpy()
+    real = np.asarray(batch["attention_mask"], bool)  # (b, n)
+    np.testing.assert_allclose(got[real], want[real], atol=1e-5, rtol=1e-5)
+    assert np.abs(intact[real] - want[real]).max() > 2e-4  # the disabling is visible (20 × the tolerance)
 
 
 def test_zeroed_head_leaves_the_sum_of_the_other_heads(model):
