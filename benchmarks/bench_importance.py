@@ -16,7 +16,8 @@ random 2-class head (speed does not depend on the head's values). Data: SST-2 de
       on 72 heads, 19 points), dev accuracy after every step: ``jattn.pruning_curve`` vs the loop
       the original code runs (HF importance under the mask, mask the k lowest, HF evaluation);
   (3) ``--parts batch``: one fixed batch (``--batch`` × ``--length`` tokens, best of 10 calls):
-      forward alone, and the token gates' gradient — jattn jitted; HF with its parameters requiring
+      forward alone, and the token gates' gradient — jattn jitted (``encoder.classify``, the last
+      layer on [CLS] only, as ``jattn.importance`` runs a classifier); HF with its parameters requiring
       gradients (as the original code and part (1) run it) and with them frozen (gates only).
 Each side runs in its own process; peak memory = VmHWM reset (Linux clear_refs) before the timed
 part, minus the RSS just before it. Both sides' results are compared (importance max |Δ|, curve
@@ -87,9 +88,9 @@ def jattn_batch_child(args) -> dict:
              "token_type_ids": jnp.zeros(ids.shape, jnp.int32)}
     L, H = model.config.num_layers, model.config.num_heads
 
-    def loss(gates):  # summed cross-entropy at per-token gates (L, b, H, n)
-        out, _ = encoder.forward(model.params, model.config, batch, Interventions(head_gates=gates), internals=None)
-        logp = jax.nn.log_softmax(out["logits"])  # (b, classes)
+    def loss(gates):  # summed cross-entropy at per-token gates (L, b, H, n), as jattn.importance computes it
+        logits = encoder.classify(model.params, model.config, batch, Interventions(head_gates=gates))  # (b, C)
+        logp = jax.nn.log_softmax(logits)  # (b, classes)
         return -jnp.take_along_axis(logp, jnp.asarray(labels)[:, None], 1).sum()
 
     gates = jnp.ones((L, *ids.shape[:1], H, ids.shape[1]))
