@@ -55,7 +55,7 @@ def test_the_partial_batch_holds_the_shortest_rows(model):
     assert [n for _, n in got] == [3, 4, 4]
     rows = [batch.example[:n].tolist() for batch, n in got]
     assert rows[0] == [10, 9, 8]  # the three shortest, so the filler row is short too
-    assert sorted(sum(rows, [])) == list(range(11))
+    assert sorted(i for row in rows for i in row) == list(range(11))
     assert got[0][0].input_ids.shape[1] <= got[1][0].input_ids.shape[1] <= got[2][0].input_ids.shape[1]
 
 
