@@ -193,6 +193,10 @@ def test_bad_input_is_named(model, tmp_path):
     plain = jattn.load(save_tiny(tmp_path / "plain", "bert-2x4"), use_cache=False)
     with pytest.raises(ValueError, match="sequence classifier"):
         disable.disable_sweep(plain, [("a", 0)])
+    with pytest.raises(ValueError, match="no classification head"):
+        plain.classify(plain.tokenize(["a"], max_length=32))
+    with pytest.raises(ValueError, match="classification head"):
+        encoder.classify(plain.params, plain.config, plain.check_batch(plain.tokenize(["a"], max_length=32)))
 
 
 def test_command_line(model, tmp_path, capsys):
