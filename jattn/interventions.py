@@ -78,6 +78,18 @@ class Interventions:
         """One layer's view, rebuilt from the slices ``lax.scan`` hands each step."""
         return dataclasses.replace(self, head_gates=gates, disabled_heads=disabled, weights_delta=delta)
 
+    def take_rows(self, take) -> "Interventions":
+        """One layer's view cut to a subset of the batch: ``take`` maps an array (b, ...) to its
+        rows; fields without an example axis ((H,) gates or masks) or with a broadcast one (size
+        1) are kept whole."""
+        def cut(x, per_example: bool):
+            return take(x) if x is not None and per_example and x.shape[0] > 1 else x
+
+        gates, disabled, delta = self.head_gates, self.disabled_heads, self.weights_delta
+        return dataclasses.replace(self, head_gates=cut(gates, gates is not None and gates.ndim >= 2),
+                                   disabled_heads=cut(disabled, disabled is not None and disabled.ndim == 2),
+                                   weights_delta=cut(delta, True))
+
     def first_query(self) -> "Interventions":
         """One layer's view for its first query row only ([CLS]): per-query gates (b, H, q) and
         weight deltas (b, H, q, k) cut to q = 1."""

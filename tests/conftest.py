@@ -35,6 +35,17 @@ def release_compiled_programs():
     jax.clear_caches()
 
 
+@pytest.fixture(autouse=True)
+def small_layer_chunks(monkeypatch):
+    """Every test's encoder layers run on chunks of ≤ 16 token rows (a batch of 4 × 10 tokens: 4
+    chunks of one sequence), so that every parity and method test also checks the chunked layer
+    (``jattn.nn.layers.over_chunks``), which real batches take on CPU. tests/test_chunks.py sets
+    it back to compare with the unchunked layer."""
+    from jattn.nn import layers
+
+    monkeypatch.setattr(layers, "ROWS_PER_CHUNK", 16)
+
+
 @pytest.fixture(scope="session")
 def minilm():
     """The embedded all-MiniLM-L6-v2, converted once per session (conversion cache off)."""

@@ -79,9 +79,37 @@ def norm_maps(model, batch) -> dict:
     return {"norms/" + k: np.asarray(v) for k, v in jattn.norms(model, batch, residual=True).items()}
 
 
+COLLECTIVES = ("all-gather(", "all-to-all(", "collective-permute(", "all-reduce(", "reduce-scatter(")
+
+
+def chunked_program(model, mesh) -> dict:
+    """The lean forward of 16 sequences × 16 tokens sharded over ``data`` (8 devices: 2 rows
+    each), its layers in 2 strided chunks: the collectives XLA compiles into each device's
+    program, and the most token rows any of its 2-D products takes (1 row × 16 tokens if every
+    device works on its own rows only)."""
+    import re
+
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from jattn.nn import encoder, layers
+
+    layers.ROWS_PER_CHUNK = 128
+    assert layers.chunk_count(16, 16) == 2
+    ids = np.full((16, 16), 1000, np.int32)
+    inputs = jax.device_put({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": ids * 0},
+                            NamedSharding(mesh, P("data")))
+    lean = jax.jit(encoder.forward, static_argnums=1, static_argnames="internals")
+    hlo = lean.lower(model.params, model.config, inputs, internals=None).compile().as_text()
+    rows = [int(r) for r in re.findall(r"f32\[(\d+),\d+\]\{1,0\} dot\(", hlo)]
+    return {"data8_chunked/collectives": np.array(sum(hlo.count(" " + op) for op in COLLECTIVES)),
+            "data8_chunked/product_rows": np.array(max(rows))}
+
+
 def meshes(folder, out):
     import jattn
+    from jattn.nn import layers
 
+    layers.ROWS_PER_CHUNK = 32  # the 8 × ≤ 12-token batches below run their layers in strided chunks
     one = jattn.load(folder, use_cache=False)
     batch = one.tokenize(list(SHORT[:8]))  # 8 rows: one per data-parallel device
     result = {"one/" + k: v for k, v in {**forward_all(one, batch), **norm_maps(one, batch),
@@ -93,7 +121,14 @@ def meshes(folder, out):
         got = {**forward_all(model, batch, mesh), **norm_maps(model, batch), **placements(model)}
         stats = statistics(model, None, 8, corpus_mesh(name))
         result.update({f"{name}/{k}": v for k, v in {**got, **stats}.items()})
+    result.update(chunked_program(model_on(folder, "data8"), mesh_of("data8")))
     np.savez(out, **result)
+
+
+def model_on(folder, name):
+    import jattn
+
+    return jattn.load(folder, use_cache=False, mesh=mesh_of(name))
 
 
 def main(folder, out, mode, *rest):

@@ -91,6 +91,15 @@ def test_mesh_matches_one_device(meshes, name):
                 f"{name}: {k} differs by {np.abs(got.astype(np.float64) - want).max():.2e} (scale {scale:.2f})"
 
 
+def test_chunked_layers_keep_the_batch_on_its_devices(meshes):
+    """Layers run in strided chunks of the batch (``jattn.nn.layers.over_chunks``): on a data-only
+    mesh each chunk holds rows of every device, so each device computes its own 2 rows, one a
+    chunk (16 token rows a product; contiguous chunks made every device compute 2 rows of each
+    chunk), and the forward compiles without any collective."""
+    assert int(meshes["data8_chunked/product_rows"]) == 16
+    assert int(meshes["data8_chunked/collectives"]) == 0
+
+
 @pytest.mark.parametrize("name", list(MESHES))
 def test_parameters_are_placed_by_their_metadata(meshes, name):
     """Each parameter lives on all 8 devices; heads and FFN columns are split over the model axis

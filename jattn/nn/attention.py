@@ -59,7 +59,10 @@ class MultiHeadAttention(nnx.Module):
         q = self.query(x_q)  # (b, q, H, d_h)
         scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(q.shape[-1])  # (b, H, q, k)
         mask = allowed[:, None]  # (b, 1, 1 or q, k)
-        weights = jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(jnp.float32).min), axis=-1)  # (b, H, q, k)
+        # additive mask, as HF's eager attention: finfo.min + s rounds to finfo.min, so this equals
+        # selecting finfo.min for masked keys, and XLA fuses the addition into the softmax's loop
+        bias = jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min)  # (b, 1, 1 or q, k)
+        weights = jax.nn.softmax(scores + bias, axis=-1)  # (b, H, q, k)
         if iv.disabled_heads is not None:
             uniform = mask / mask.sum(-1, keepdims=True)  # (b, 1, 1 or q, k)  Kovaleva's disabled head
             weights = jnp.where(_per_head(iv.disabled_heads), uniform, weights)  # (b, H, q, k)

@@ -35,7 +35,7 @@ from jattn.config import EncoderConfig
 from jattn.interventions import NONE, Interventions
 from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention, post_ln_ffn
 from jattn.nn import state
-from jattn.nn.layers import ACT, Dense, LayerNorm, dropout, param, split_rng
+from jattn.nn.layers import ACT, Dense, LayerNorm, chunk_count, dropout, over_chunks, param, split_rng
 
 INTERNALS = ("weights", "values", "context", "output", "residual", "pre_ln", "attention_ln_out", "ffn_pre_ln")
 STD = 0.02  # BERT's initializer_range
@@ -132,6 +132,23 @@ class ClassificationHead(nnx.Module):
         return self.out(dropout(features, self.rate, r[1]))  # (b, C)
 
 
+def _in_chunks(b: int, n: int):
+    """``run(layer, x, allowed, iv, rng, keep) -> (y, internals kept)``: one layer on a batch
+    (b, n, D), run in ``chunk_count(b, n)`` strided chunks of the batch (``over_chunks``); each
+    chunk's dropout draws from ``rng`` folded with the chunk's index."""
+    chunks = chunk_count(b, n)
+
+    def run(layer, x, allowed, iv: Interventions, rng, keep):
+        def one(i, take):
+            r = None if rng is None else jax.random.fold_in(rng, i)
+            y, ints = layer(take(x), take(allowed), iv.take_rows(take), r)  # (b / chunks, n, D)
+            return y, select(ints, keep)
+
+        return over_chunks(one, b, chunks)
+
+    return run
+
+
 def select(internals: dict, which) -> dict:
     """Keep the internals named in ``which`` ("all", None/() for none, or a tuple of names)."""
     if which == "all":
@@ -182,11 +199,13 @@ class Encoder(nnx.Module):
         x0 = self.embeddings(batch, compute_dtype, r[0])  # (b, n, D)
         allowed = batch["attention_mask"].astype(bool)[:, None, :]  # (b, 1, n)
         graphdef, stacked = nnx.split(self.layers)
+        run = _in_chunks(*x0.shape[:2])
 
         def step(x, xs):
             state, slices, rng = xs
             layer = nnx.merge(graphdef, state)
-            y, ints = layer(x, allowed, iv.for_layer(*slices), rng)  # (b, n, D)
+            keep = "all" if layer_reduce is not None else internals  # layer_reduce reads any internal
+            y, ints = run(layer, x, allowed, iv.for_layer(*slices), rng, keep)  # (b, n, D)
             reduced = None if layer_reduce is None else layer_reduce(ints, layer.view())
             return y, (y, select(ints, internals), reduced)
 
@@ -215,10 +234,11 @@ class Encoder(nnx.Module):
         graphdef, stacked = nnx.split(self.layers)
         below, last = (lambda t: jax.tree.map(lambda a: a[:-1], t)), (lambda t: jax.tree.map(lambda a: a[-1], t))
         slices = iv.layer_slices()
+        run = _in_chunks(*x.shape[:2])
 
         def step(x, xs):
             state, layer_slices = xs
-            y, _ = nnx.merge(graphdef, state)(x, allowed, iv.for_layer(*layer_slices), None)  # (b, n, D)
+            y, _ = run(nnx.merge(graphdef, state), x, allowed, iv.for_layer(*layer_slices), None, None)  # (b, n, D)
             return y, None
 
         x, _ = jax.lax.scan(step, x, (below(stacked), below(slices)))  # (b, n, D) input of the last layer

@@ -1,0 +1,97 @@
+"""The encoder's layers on strided chunks of the batch (``jattn.nn.layers.over_chunks``) give the
+unchunked layer's outputs, internals, layerwise reductions and gate gradients, under every kind of
+intervention; dropout draws independently per chunk; the chunk-size rule."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jattn
+from jattn.interventions import Interventions
+from jattn.nn import encoder, layers
+from tiny_encoders import random_batch, save_tiny
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = save_tiny(tmp_path_factory.mktemp("chunks") / "model", "bert-2x4", head="cls")
+    return jattn.load(str(folder), use_cache=False)
+
+
+def test_chunk_count_rule(monkeypatch):
+    monkeypatch.setattr(layers, "ROWS_PER_CHUNK", 1024)
+    assert layers.chunk_count(32, 128) == 4  # 8 sequences = 1024 rows a chunk
+    assert layers.chunk_count(32, 16) == 1  # the whole batch is 512 rows
+    assert layers.chunk_count(8, 512) == 4  # 2 sequences a chunk
+    assert layers.chunk_count(4, 2000) == 4  # one sequence a chunk, longer than 1024
+    assert layers.chunk_count(31, 128) == 1  # prime batch: one sequence, 128 rows, is too few
+
+
+def test_over_chunks_takes_strided_rows_and_reassembles_in_order():
+    x = jnp.arange(12 * 3, dtype=jnp.float32).reshape(12, 3)  # (b, 3)
+    out = layers.over_chunks(lambda i, take: {"double": 2 * take(x), "row_sum": take(x).sum(1)}, 12, 4)
+    np.testing.assert_array_equal(out["double"], 2 * x)
+    np.testing.assert_array_equal(out["row_sum"], x.sum(1))
+    chunk_of_row = layers.over_chunks(lambda i, take: jnp.zeros(3, jnp.int32) + i, 12, 4)  # (12,)
+    np.testing.assert_array_equal(chunk_of_row, np.arange(12) % 4)  # chunk i holds rows i, i + 4, i + 8
+
+
+def _all_interventions(config, b, n, seed=0):
+    rng = np.random.default_rng(seed)
+    L, H = config.num_layers, config.num_heads
+    return Interventions(head_gates=jnp.asarray(rng.uniform(0.2, 1.5, (L, b, H, n)), jnp.float32),
+                         disabled_heads=jnp.asarray(rng.random((L, b, H)) < 0.3),
+                         weights_delta=jnp.asarray(rng.normal(0, 0.01, (L, b, H, n, n)), jnp.float32))
+
+
+def _run(model, batch, iv, rows: int, monkeypatch):
+    """Forward (all internals + a layerwise reduction), [CLS] logits and the gate gradient with
+    layers chunked at ``rows`` token rows; a fresh jit, so the rule is applied anew."""
+    monkeypatch.setattr(layers, "ROWS_PER_CHUNK", rows)
+    cfg = model.config
+
+    def reduce(ints, view):  # per layer: mean α per head and the summed FFN input
+        return {"alpha": ints["weights"].mean((0, 2, 3)), "ffn": ints["ffn_pre_ln"].sum()}
+
+    def loss(gates):
+        return encoder.classify(model.params, cfg, batch, Interventions(head_gates=gates)).sum()
+
+    fwd = jax.jit(lambda p, b, iv: encoder.forward(p, cfg, b, iv, layer_reduce=reduce))
+    outputs, internals = fwd(model.params, batch, iv)
+    gates = jnp.ones((cfg.num_layers, batch["input_ids"].shape[0], cfg.num_heads), jnp.float32)
+    logits = jax.jit(lambda p, b, iv: encoder.classify(p, cfg, b, iv))(model.params, batch, iv)
+    return outputs, internals, logits, jax.jit(jax.grad(loss))(gates)
+
+
+def test_chunked_layers_equal_the_unchunked_layer(tiny, monkeypatch):
+    cfg = tiny.config
+    batch = {k: jnp.asarray(v) for k, v in random_batch(cfg, [10, 7, 10, 3, 9, 10]).items()}  # b = 6, n = 10
+    iv = _all_interventions(cfg, 6, 10)
+    chunked = _run(tiny, batch, iv, 20, monkeypatch)
+    assert layers.chunk_count(6, 10) == 3  # 2 sequences a chunk
+    whole = _run(tiny, batch, iv, 10 ** 9, monkeypatch)
+    assert layers.chunk_count(6, 10) == 1
+    for got, want in zip(jax.tree.leaves(chunked), jax.tree.leaves(whole)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert set(chunked[1]) == set(encoder.INTERNALS)
+
+
+def test_each_chunk_draws_its_own_dropout(tiny, monkeypatch):
+    """One layer on 4 identical sequences, one a chunk: the chunk index is folded into the
+    layer's dropout key, so the rows get different masks; without a key they are equal."""
+    from flax import nnx
+
+    monkeypatch.setattr(layers, "ROWS_PER_CHUNK", 10)  # one sequence a chunk
+    graphdef, stacked = nnx.split(encoder.module(tiny.params, tiny.config).layers)
+    layer = nnx.merge(graphdef, jax.tree.map(lambda a: a[0], stacked))  # layer 0
+    D = tiny.config.hidden_size
+    x = jnp.broadcast_to(jax.random.normal(jax.random.key(1), (1, 10, D)), (4, 10, D))  # (b, n, D)
+    allowed = jnp.ones((4, 1, 10), bool)
+    run = encoder._in_chunks(4, 10)
+    train, _ = run(layer, x, allowed, Interventions(), jax.random.key(0), None)  # (4, n, D)
+    ev, _ = run(layer, x, allowed, Interventions(), None, None)
+    assert all(not np.allclose(train[0], train[i]) for i in (1, 2, 3))
+    np.testing.assert_allclose(ev[1:], jnp.broadcast_to(ev[:1], (3, 10, D)), atol=1e-6)
