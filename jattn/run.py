@@ -230,7 +230,7 @@ def _batches(model, examples: Iterable, batch_size: int, max_length: int, trunca
 
 def make_step(model, methods: Sequence, mesh):
     """The jitted step: forward + every method's reduce; batch sharded over ``mesh``. Methods
-    marked ``layerwise`` reduce each layer inside the encoder's scan (``layer_reduce``); a
+    marked ``layerwise`` reduce each layer inside the encoder's scan (``layer_totals``); a
     translation model's step is ``jattn.run_translation.make_step``."""
     if isinstance(model.config, Seq2SeqConfig):
         return run_translation.make_step(model.config, tuple(methods), mesh)
@@ -251,16 +251,18 @@ def _step(config, methods: tuple, mesh):
             b = inputs if input_ids is None else dict(inputs, input_ids=input_ids)
             return encoder.forward(params, config, b, interventions, **kwargs)
 
-        def per_layer(layer, view):  # one layer's internals (b, ...) -> layerwise methods' statistics
-            one, one_view = jax.tree.map(lambda x: x[None], (layer, view))  # (1, b, ...), (1, ...)
-            return {m.name: m.reduce(StepContext(params, config, batch, features[m.name], None, one, forward,
+        def per_layer(layer, view, take):  # one layer's internals for a chunk of the batch (s, ...) -> the
+            # layerwise methods' statistics, sums over the chunk's examples (added over chunks by the encoder)
+            one, one_view = jax.tree.map(lambda x: x[None], (layer, view))  # (1, s, ...), (1, ...)
+            rows = lambda tree: jax.tree.map(take, tree)  # batch fields and features (b, ...) -> (s, ...)
+            return {m.name: m.reduce(StepContext(params, config, rows(batch), rows(features[m.name]), None, one, None,
                                                  one_view)) for m in layerwise}
 
         stacked = [m for m in methods if m not in layerwise]
         recording = [m for m in methods if hasattr(m, "records")]
-        outputs, internals = forward(layer_reduce=per_layer if layerwise else None,
+        outputs, internals = forward(layer_totals=per_layer if layerwise else None,
                                      internals="all" if stacked or recording else None)
-        stats = {name: jax.tree.map(unstack_layers, per) for name, per in outputs.pop("layer_reduced", {}).items()}
+        stats = {name: jax.tree.map(unstack_layers, per) for name, per in outputs.pop("layer_totals", {}).items()}
         view = encoder.module(params, config).view()  # (L, ...)
         stats.update({m.name: m.reduce(StepContext(params, config, batch, features[m.name], outputs, internals,
                                                    forward, view)) for m in stacked})

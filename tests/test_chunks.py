@@ -32,10 +32,12 @@ def test_chunk_count_rule(monkeypatch):
 
 def test_over_chunks_takes_strided_rows_and_reassembles_in_order():
     x = jnp.arange(12 * 3, dtype=jnp.float32).reshape(12, 3)  # (b, 3)
-    out = layers.over_chunks(lambda i, take: {"double": 2 * take(x), "row_sum": take(x).sum(1)}, 12, 4)
-    np.testing.assert_array_equal(out["double"], 2 * x)
-    np.testing.assert_array_equal(out["row_sum"], x.sum(1))
-    chunk_of_row = layers.over_chunks(lambda i, take: jnp.zeros(3, jnp.int32) + i, 12, 4)  # (12,)
+    rows, totals = layers.over_chunks(
+        lambda i, take: ({"double": 2 * take(x), "row_sum": take(x).sum(1)}, {"sum": take(x).sum(0)}), 12, 4)
+    np.testing.assert_array_equal(rows["double"], 2 * x)
+    np.testing.assert_array_equal(rows["row_sum"], x.sum(1))
+    np.testing.assert_array_equal(totals["sum"], x.sum(0))  # added over the 4 chunks
+    chunk_of_row, _ = layers.over_chunks(lambda i, take: (jnp.zeros(3, jnp.int32) + i, None), 12, 4)  # (12,)
     np.testing.assert_array_equal(chunk_of_row, np.arange(12) % 4)  # chunk i holds rows i, i + 4, i + 8
 
 
@@ -48,7 +50,7 @@ def _all_interventions(config, b, n, seed=0):
 
 
 def _run(model, batch, iv, rows: int, monkeypatch):
-    """Forward (all internals + a layerwise reduction), [CLS] logits and the gate gradient with
+    """Forward (all internals, a layerwise reduction and layerwise totals), [CLS] logits and the gate gradient with
     layers chunked at ``rows`` token rows; a fresh jit, so the rule is applied anew."""
     monkeypatch.setattr(layers, "ROWS_PER_CHUNK", rows)
     cfg = model.config
@@ -56,10 +58,14 @@ def _run(model, batch, iv, rows: int, monkeypatch):
     def reduce(ints, view):  # per layer: mean α per head and the summed FFN input
         return {"alpha": ints["weights"].mean((0, 2, 3)), "ffn": ints["ffn_pre_ln"].sum()}
 
+    def totals(ints, view, take):  # per layer: α mass on each key position over real query rows, per head
+        real = take(batch["attention_mask"]).astype(jnp.float32)  # (s, n)
+        return {"received": jnp.einsum("bhqk,bq->hk", ints["weights"], real), "rows": real.sum()}
+
     def loss(gates):
         return encoder.classify(model.params, cfg, batch, Interventions(head_gates=gates)).sum()
 
-    fwd = jax.jit(lambda p, b, iv: encoder.forward(p, cfg, b, iv, layer_reduce=reduce))
+    fwd = jax.jit(lambda p, b, iv: encoder.forward(p, cfg, b, iv, layer_reduce=reduce, layer_totals=totals))
     outputs, internals = fwd(model.params, batch, iv)
     gates = jnp.ones((cfg.num_layers, batch["input_ids"].shape[0], cfg.num_heads), jnp.float32)
     logits = jax.jit(lambda p, b, iv: encoder.classify(p, cfg, b, iv))(model.params, batch, iv)
@@ -91,7 +97,7 @@ def test_each_chunk_draws_its_own_dropout(tiny, monkeypatch):
     x = jnp.broadcast_to(jax.random.normal(jax.random.key(1), (1, 10, D)), (4, 10, D))  # (b, n, D)
     allowed = jnp.ones((4, 1, 10), bool)
     run = encoder._in_chunks(4, 10)
-    train, _ = run(layer, x, allowed, Interventions(), jax.random.key(0), None)  # (4, n, D)
-    ev, _ = run(layer, x, allowed, Interventions(), None, None)
+    (train, _), _ = run(layer, x, allowed, Interventions(), jax.random.key(0), None, None)  # (4, n, D)
+    (ev, _), _ = run(layer, x, allowed, Interventions(), None, None, None)
     assert all(not np.allclose(train[0], train[i]) for i in (1, 2, 3))
     np.testing.assert_allclose(ev[1:], jnp.broadcast_to(ev[:1], (3, 10, D)), atol=1e-6)

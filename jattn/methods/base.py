@@ -48,9 +48,11 @@ A method is any object with:
     A promise that ``reduce`` treats the leading axis of every internal as independent layers
     and returns, per output, either an array with that layer axis first or a scalar that does
     not depend on the internals (a count). The runner then calls ``reduce`` inside the
-    encoder's scan on each layer alone (internals (1, b, ...), ``ctx.outputs`` None) and
-    stacks the results, so α is reduced while still in cache and the stacked (L, b, H, n, n)
-    is never written (``jattn.nn.encoder.forward(..., layer_reduce=...)``).
+    encoder's scan on each layer alone and, on CPU, on each chunk of the batch the layer is
+    computed in (internals (1, s, ...), ``ctx.batch`` and ``ctx.features`` cut to the chunk's s
+    rows, ``ctx.outputs`` and ``ctx.forward`` None), adds the chunks' results (they are sums over
+    examples) and stacks the layers', so α is reduced while still in cache and the stacked
+    (L, b, H, n, n) is never written (``jattn.nn.encoder.forward(..., layer_totals=...)``).
 
 Attention-type fields, in ``ctx.batch`` for every family (write new methods against these;
 ``ctx.kind`` names the type, ``"encoder"`` on an encoder model): ``query_mask`` (b, q) and

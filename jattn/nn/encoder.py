@@ -133,16 +133,18 @@ class ClassificationHead(nnx.Module):
 
 
 def _in_chunks(b: int, n: int):
-    """``run(layer, x, allowed, iv, rng, keep) -> (y, internals kept)``: one layer on a batch
-    (b, n, D), run in ``chunk_count(b, n)`` strided chunks of the batch (``over_chunks``); each
-    chunk's dropout draws from ``rng`` folded with the chunk's index."""
+    """``run(layer, x, allowed, iv, rng, keep, totals) -> ((y, internals kept), totals)``: one layer
+    on a batch (b, n, D), run in ``chunk_count(b, n)`` strided chunks of the batch
+    (``over_chunks``); ``totals(internals, take)`` (or None), additive statistics of a chunk's
+    internals, is summed over the chunks. Each chunk's dropout draws from ``rng`` folded with the
+    chunk's index."""
     chunks = chunk_count(b, n)
 
-    def run(layer, x, allowed, iv: Interventions, rng, keep):
+    def run(layer, x, allowed, iv: Interventions, rng, keep, totals):
         def one(i, take):
             r = None if rng is None else jax.random.fold_in(rng, i)
             y, ints = layer(take(x), take(allowed), iv.take_rows(take), r)  # (b / chunks, n, D)
-            return y, select(ints, keep)
+            return (y, select(ints, keep)), None if totals is None else totals(ints, take)
 
         return over_chunks(one, b, chunks)
 
@@ -174,7 +176,7 @@ class Encoder(nnx.Module):
         self.classifier = ClassificationHead(config, rngs=rngs) if config.num_labels else None
 
     def __call__(self, batch: dict, interventions: Interventions | None = None, *, dropout_rng=None,
-                 compute_dtype=jnp.float32, layer_reduce=None, internals="all"):
+                 compute_dtype=jnp.float32, layer_reduce=None, layer_totals=None, internals="all"):
         """Run the encoder; return (outputs, internals).
 
         batch: ``input_ids`` (b, n) int, ``attention_mask`` (b, n) {0,1}, optional
@@ -185,7 +187,13 @@ class Encoder(nnx.Module):
         ``layer_reduce(internals, view)``, optional, runs inside the scan on each layer's
         internals (one layer, e.g. ``weights`` (b, H, n, n)) and that layer's parameter view
         (``EncoderLayer.view``); its results, stacked (L, ...), are ``outputs["layer_reduced"]``:
-        an analysis then reads α while it is in cache.
+        an analysis then reads α while it is in cache. ``layer_totals(internals, view, take)``,
+        optional, is the same for statistics that are sums over the batch's examples (additive,
+        as the runner's methods): it runs on each chunk of the batch a layer is computed in
+        (``jattn.nn.layers.chunk_count``) and the chunks' results are added,
+        ``outputs["layer_totals"]`` (L, ...); ``take`` cuts any other per-example array (b, ...)
+        to the chunk's rows. (``layer_reduce`` sees the whole batch, so on CPU the layer's chunks
+        write its internals to memory first.)
 
         outputs: ``last_hidden_state`` (b, n, D), ``hidden_states`` (L+1, b, n, D),
         ``pooler_output`` (b, D) with a pooler, ``logits`` (b, C) with a classification head.
@@ -204,12 +212,14 @@ class Encoder(nnx.Module):
         def step(x, xs):
             state, slices, rng = xs
             layer = nnx.merge(graphdef, state)
+            view = layer.view()
             keep = "all" if layer_reduce is not None else internals  # layer_reduce reads any internal
-            y, ints = run(layer, x, allowed, iv.for_layer(*slices), rng, keep)  # (b, n, D)
-            reduced = None if layer_reduce is None else layer_reduce(ints, layer.view())
-            return y, (y, select(ints, internals), reduced)
+            chunk_totals = None if layer_totals is None else (lambda ints, take: layer_totals(ints, view, take))
+            (y, ints), totals = run(layer, x, allowed, iv.for_layer(*slices), rng, keep, chunk_totals)  # (b, n, D)
+            reduced = None if layer_reduce is None else layer_reduce(ints, view)
+            return y, (y, select(ints, internals), reduced, totals)
 
-        x, (hidden, kept, reduced) = jax.lax.scan(step, x0, (stacked, iv.layer_slices(), layer_rngs))
+        x, (hidden, kept, reduced, totals) = jax.lax.scan(step, x0, (stacked, iv.layer_slices(), layer_rngs))
         outputs = {"last_hidden_state": x, "hidden_states": jnp.concatenate([x0[None], hidden], 0)}  # (L+1, b, n, D)
         if self.pooler is not None:
             outputs["pooler_output"] = self.pool(x)  # (b, D)
@@ -218,6 +228,8 @@ class Encoder(nnx.Module):
             outputs["logits"] = self.head_logits(x, head_rng)  # (b, C)
         if layer_reduce is not None:
             outputs["layer_reduced"] = reduced  # (L, ...)
+        if layer_totals is not None:
+            outputs["layer_totals"] = totals  # (L, ...)
         return outputs, kept
 
     def classify(self, batch: dict, interventions: Interventions | None = None, *, compute_dtype=jnp.float32):
@@ -238,7 +250,8 @@ class Encoder(nnx.Module):
 
         def step(x, xs):
             state, layer_slices = xs
-            y, _ = run(nnx.merge(graphdef, state), x, allowed, iv.for_layer(*layer_slices), None, None)  # (b, n, D)
+            (y, _), _ = run(nnx.merge(graphdef, state), x, allowed, iv.for_layer(*layer_slices), None, None,
+                            None)  # (b, n, D)
             return y, None
 
         x, _ = jax.lax.scan(step, x, (below(stacked), below(slices)))  # (b, n, D) input of the last layer

@@ -111,9 +111,10 @@ def chunk_count(b: int, n: int) -> int:
     A layer's activations at 32 × 128 tokens (scores, FFN hidden: 25 MB each for MiniLM) do not
     stay in a CPU's caches between the products that write and read them; run on chunks of about
     ``ROWS_PER_CHUNK`` token rows, they do, and the lean forward of MiniLM and of a bert-base
-    shape takes ~15 % less time (``benchmarks/bench_encoder.py``). The chunk is the largest
-    divisor s of b with s·n ≤ max(1024, n); no chunking (1) when that leaves fewer than 256 rows
-    per chunk, and on GPU/TPU, whose kernels want the whole batch.
+    shape takes ~15 % less time (``benchmarks/bench_encoder.py``). A chunk is s sequences, the
+    largest divisor of b with s·n ≤ max(ROWS_PER_CHUNK, n); no chunking (1) when that leaves fewer
+    than ROWS_PER_CHUNK / 4 rows a chunk (a prime b), and on GPU/TPU, whose kernels want the whole
+    batch.
     """
     if jax.default_backend() != "cpu":
         return 1
@@ -122,8 +123,9 @@ def chunk_count(b: int, n: int) -> int:
 
 
 def over_chunks(fn, b: int, chunks: int):
-    """``fn(i, take)`` for chunk i = 0..chunks−1 of a batch of b rows, one chunk after another
-    (``lax.scan``), with its outputs reassembled in batch order: (b, ...) arrays.
+    """``fn(i, take) -> (rows, totals)`` for chunk i = 0..chunks−1 of a batch of b rows, one chunk
+    after another (``lax.scan``): ``rows`` (arrays (b / chunks, ...)) reassembled in batch order
+    as (b, ...), ``totals`` (any arrays, or None) added over the chunks.
 
     ``take(a)`` cuts an array whose leading axis is the batch, (b, ...), to chunk i's rows
     i, i + chunks, i + 2·chunks, … → (b / chunks, ...). Strided rather than contiguous: when the
@@ -137,15 +139,18 @@ def over_chunks(fn, b: int, chunks: int):
     def take_from(i):
         return lambda a: jax.lax.dynamic_index_in_dim(a.reshape(s, chunks, *a.shape[1:]), i, axis=1, keepdims=False)
 
-    shapes = jax.eval_shape(lambda: fn(0, take_from(0)))
-    empty = jax.tree.map(lambda x: jnp.zeros((s, chunks, *x.shape[1:]), x.dtype), shapes)  # (s, chunks, ...)
+    rows_shape, totals_shape = jax.eval_shape(lambda: fn(0, take_from(0)))
+    empty = jax.tree.map(lambda x: jnp.zeros((s, chunks, *x.shape[1:]), x.dtype), rows_shape)  # (s, chunks, ...)
+    zero = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), totals_shape)
 
-    def put(buffers, i):  # chunk i's outputs written to column i of (s, chunks, ...)
-        out = fn(i, take_from(i))
-        return jax.tree.map(lambda buf, o: jax.lax.dynamic_update_index_in_dim(buf, o, i, axis=1), buffers, out), None
+    def put(carry, i):  # chunk i's rows written to column i of (s, chunks, ...), its totals added
+        buffers, totals = carry
+        rows, more = fn(i, take_from(i))
+        buffers = jax.tree.map(lambda buf, r: jax.lax.dynamic_update_index_in_dim(buf, r, i, axis=1), buffers, rows)
+        return (buffers, jax.tree.map(jnp.add, totals, more)), None
 
-    filled, _ = jax.lax.scan(put, empty, jnp.arange(chunks))
-    return jax.tree.map(lambda a: a.reshape(b, *a.shape[2:]), filled)  # (b, ...)
+    (filled, totals), _ = jax.lax.scan(put, (empty, zero), jnp.arange(chunks))
+    return jax.tree.map(lambda a: a.reshape(b, *a.shape[2:]), filled), totals  # (b, ...), summed
 
 
 def split_rng(rng: jax.Array | None, n: int) -> list:
