@@ -48,16 +48,18 @@ class MultiHeadAttention(nnx.Module):
         self.out = Dense((num_heads, d_h), (d_model,), rngs=rngs, stack=stack, in_names=("model", None), std=std)
 
     def keys_values(self, x_kv: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """x_kv (b, k, D) -> keys and values (b, k, H, d_h), value bias included."""
-        return self.key(x_kv), self.value(x_kv)
+        """x_kv (b, k, D) -> keys and values head-major, (b, H, k, d_h), value bias included: the
+        layout the attention products read, and cached decoding's cache layout (appending a
+        position never transposes the cache)."""
+        return jnp.moveaxis(self.key(x_kv), 2, 1), jnp.moveaxis(self.value(x_kv), 2, 1)
 
     def __call__(self, x_q, k, v, allowed, iv: Interventions, *, dropout_rate: float = 0.0, rng=None):
-        """Attention of queries x_q (b, q, D) over keys/values (b, k, H, d_h); ``allowed``
+        """Attention of queries x_q (b, q, D) over keys/values (b, H, k, d_h); ``allowed``
         (b, 1 or q, k) bool. Returns (output before the residual (b, q, D), internals).
         Softmax is taken in float32 whatever the compute dtype."""
         dt = x_q.dtype
         q = self.query(x_q)  # (b, q, H, d_h)
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(q.shape[-1])  # (b, H, q, k)
+        scores = jnp.einsum("bqhd,bhkd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(q.shape[-1])  # (b, H, q, k)
         mask = allowed[:, None]  # (b, 1, 1 or q, k)
         # additive mask, as HF's eager attention: finfo.min + s rounds to finfo.min, so this equals
         # selecting finfo.min for masked keys, and XLA fuses the addition into the softmax's loop
@@ -72,14 +74,14 @@ class MultiHeadAttention(nnx.Module):
         if iv.weights_delta is not None:
             weights = weights + iv.weights_delta  # (b, H, q, k)  zero delta: ∂L/∂delta = ∂L/∂α
         probs = dropout(weights, dropout_rate, rng).astype(dt)  # (b, H, q, k)
-        context = jnp.einsum("bhqk,bkhd->bhqd", probs, v)  # (b, H, q, d_h)
+        context = jnp.einsum("bhqk,bhkd->bhqd", probs, v)  # (b, H, q, d_h)
         if iv.head_gates is not None:
             context = context * _per_head(iv.head_gates).astype(dt)  # (b, H, q, d_h)  ξ_h · head_h
         out = self.out.bias[...].astype(dt) + jnp.einsum(
             "bhqd,hdo->bqo", context, self.out.kernel[...].astype(dt))  # (b, q, D)
         internals = {
             "weights": internal_weights,  # (b, H, q, k) α, float32
-            "values": jnp.moveaxis(v, 2, 1),  # (b, H, k, d_h) v_hj
+            "values": v,  # (b, H, k, d_h) v_hj
             "context": context,  # (b, H, q, d_h) per-head output before W_O (after the gate)
             "output": out,  # (b, q, D) Σ_h Σ_j α f_h(x_j) + b_O
         }
@@ -90,7 +92,7 @@ def post_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, i
                       attention_dropout: float, dropout_rate: float, rng=None):
     """h = LN(x + Attn(x, kv)), the post-LayerNorm attention sublayer (Vaswani et al. 2017, §3.1).
 
-    ``kv`` is the keys' input (b, k, D), or already projected (keys, values) (b, k, H, d_h) as
+    ``kv`` is the keys' input (b, k, D), or already projected (keys, values) (b, H, k, d_h) as
     cached decoding holds them. Returns (h (b, q, D), internals): the attention's, plus
     ``residual`` x (b, q, D), ``pre_ln`` x + y (the vector the LayerNorm normalises) and
     ``attention_ln_out`` h.

@@ -1,7 +1,7 @@
 """Greedy and beam-search decoding under ``jax.jit`` with a key/value cache.
 
 The encoder runs once; each decoder step embeds one token per sequence, appends its keys and
-values to a fixed-size (L, B, T, H, d_h) cache, and attends over the filled prefix. The loop is
+values to a fixed-size head-major (L, B, H, T, d_h) cache, and attends over the filled prefix. The loop is
 a ``jax.lax.while_loop`` over fixed shapes, so a (batch, source length, beams, max_length)
 combination compiles once.
 
@@ -31,14 +31,14 @@ NEG = -1.0e9  # HF's sentinel for excluded beams
 
 
 def init_state(params, config: Seq2SeqConfig, input_ids, attention_mask, iv, max_length, dtype):
-    """Encode once; return the cross-attention keys/values (L, B, s, H, d_h) and an empty
-    self-attention cache (L, B, T, H, d_h)."""
+    """Encode once; return the cross-attention keys/values (L, B, H, s, d_h) and an empty
+    self-attention cache (L, B, H, T, d_h)."""
     model = module(params, config)
     enc, _ = model.encoder_stack(input_ids, attention_mask, iv["encoder"], dtype=dtype, internals=None)  # (B, s, D)
     graphdef, stacked = nnx.split(model.decoder.layers)
     cross_k, cross_v = jax.lax.map(lambda s: nnx.merge(graphdef, s).cross_attn.keys_values(enc), stacked)
     B, H = input_ids.shape[0], config.decoder_heads
-    shape = (config.decoder_layers, B, max_length, H, config.decoder_head_dim)
+    shape = (config.decoder_layers, B, H, max_length, config.decoder_head_dim)
     return {"cross_k": cross_k, "cross_v": cross_v,
             "self_k": jnp.zeros(shape, dtype), "self_v": jnp.zeros(shape, dtype)}
 
@@ -48,7 +48,7 @@ def decoder_step(params, config: Seq2SeqConfig, tokens, pos, cache, src_mask, iv
     teacher-forced forward. tokens (B,) at position ``pos`` (0-based) -> (logits (B, V)
     float32, updated cache)."""
     model = module(params, config)
-    T = cache["self_k"].shape[2]
+    T = cache["self_k"].shape[3]
     y = model.embeddings(tokens[:, None], "target", cache["self_k"].dtype, None, offset=pos)  # (B, 1, D)
     seen = jnp.broadcast_to(jnp.arange(T) <= pos, (tokens.shape[0], T))[:, None, :]  # (B, 1, T)
     src = src_mask.astype(bool)[:, None, :]  # (B, 1, s)
@@ -58,9 +58,9 @@ def decoder_step(params, config: Seq2SeqConfig, tokens, pos, cache, src_mask, iv
     def layer(y, xs):
         state, k_c, v_c, ck, cv, s_self, s_cross = xs
         lay = nnx.merge(graphdef, state)
-        k_new, v_new = lay.self_attn.keys_values(y)  # (B, 1, H, d_h)
-        k_c = jax.lax.dynamic_update_slice_in_dim(k_c, k_new.astype(k_c.dtype), pos, axis=1)  # (B, T, H, d_h)
-        v_c = jax.lax.dynamic_update_slice_in_dim(v_c, v_new.astype(v_c.dtype), pos, axis=1)
+        k_new, v_new = lay.self_attn.keys_values(y)  # (B, H, 1, d_h)
+        k_c = jax.lax.dynamic_update_slice_in_dim(k_c, k_new.astype(k_c.dtype), pos, axis=2)  # (B, H, T, d_h)
+        v_c = jax.lax.dynamic_update_slice_in_dim(v_c, v_new.astype(v_c.dtype), pos, axis=2)
         h, _ = lay.attend("self", y, (k_c, v_c), seen, iv_self.for_layer(*s_self), None)  # (B, 1, D)
         h, _ = lay.attend("cross", h, (ck, cv), src, iv_cross.for_layer(*s_cross), None)  # (B, 1, D)
         return lay.ffn(h, iv_cross.for_layer(*s_cross), None)[0], (k_c, v_c)
