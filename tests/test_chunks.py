@@ -50,8 +50,9 @@ def _all_interventions(config, b, n, seed=0):
 
 
 def _run(model, batch, iv, rows: int, monkeypatch):
-    """Forward (all internals, a layerwise reduction and layerwise totals), [CLS] logits and the gate gradient with
-    layers chunked at ``rows`` token rows; a fresh jit, so the rule is applied anew."""
+    """Forward (all internals, a layerwise reduction and layerwise totals), [CLS] logits and the
+    gate gradient with layers chunked at ``rows`` token rows; a fresh jit, so the rule is applied
+    anew."""
     monkeypatch.setattr(layers, "ROWS_PER_CHUNK", rows)
     cfg = model.config
 
