@@ -235,3 +235,26 @@ def test_detach_switches(tiny, batch):
     for iv in (Interventions(detach_weights=True), Interventions(detach_ln=True)):
         np.testing.assert_allclose(tiny.forward(batch, iv).last_hidden_state, tiny.forward(batch).last_hidden_state,
                                    atol=1e-6)
+
+
+def test_params_follow_the_module(tmp_path):
+    """``model.params`` (rebuilt from the module's pytree leaves after the first ``nnx.state``)
+    sees in-place updates, replaced submodules and structural changes, like ``nnx.state``."""
+    model = jattn.load(save_tiny(tmp_path, "bert-2x4"), use_cache=False)
+
+    def check():
+        got, want = model.params, nnx.state(model.module, nnx.Param)
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            assert a is b
+
+    check()  # the graph walk
+    check()  # the cached layout
+    model.module.embeddings.word[...] = model.module.embeddings.word[...] + 1.0  # what an optimizer step does
+    check()
+    old = model.module.layers.ffn_ln
+    model.module.layers.ffn_ln = type(old)(model.config.hidden_size, old.eps, stack=(model.config.num_layers,))
+    check()  # same structure, new arrays
+    model.module.pooler = None  # structure changed
+    check()
+    assert "pooler" not in model.params

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 from flax import nnx
 
 from jattn.nn import state
@@ -13,11 +14,30 @@ class ModuleModel:
     def __init__(self, config, params):
         self.config = config
         self.module = state.merge(params, config)
+        self._layout = None  # (module treedef, state treedef, the state leaves' places among the module's)
 
     @property
     def params(self):
-        """The module's parameters (``nnx.State``): the first argument of the pure face."""
-        return nnx.state(self.module, nnx.Param)
+        """The module's parameters (``nnx.State``): the first argument of the pure face.
+
+        Read afresh on every call, so updates and replaced submodules are seen. ``nnx.state``
+        walks the module graph in Python (≈ 0.8 ms for a 44-array model, more than a small
+        model's forward pass costs to dispatch); NNX modules are also JAX pytrees, whose
+        flattening is ≈ 10× cheaper, so the state is rebuilt from the module's leaves in the
+        layout found by the last ``nnx.state``, and that layout is found again whenever the
+        module's tree structure (submodules, variable types, metadata) differs from last time."""
+        leaves, treedef = jax.tree.flatten(self.module)
+        if self._layout is None or self._layout[0] != treedef:
+            params = nnx.state(self.module, nnx.Param)
+            place = {id(x): i for i, x in enumerate(leaves)}
+            wanted = jax.tree.leaves(params)
+            if len(place) != len(leaves) or any(id(x) not in place for x in wanted):
+                self._layout = None  # shared or unmatched arrays: keep the graph walk
+                return params
+            self._layout = (treedef, jax.tree.structure(params), [place[id(x)] for x in wanted])
+            return params
+        _, params_def, where = self._layout
+        return jax.tree.unflatten(params_def, [leaves[i] for i in where])
 
     def shard(self, mesh):
         """Place the parameters on ``mesh`` by their partitioning metadata (in place; returns self)."""

@@ -128,7 +128,7 @@ class EncoderModel(ModuleModel):
         if types.min() < 0 or types.max() >= self.config.type_vocab_size:
             raise ValueError(f"token_type_ids must be in [0, {self.config.type_vocab_size}) for this model, got "
                              f"values up to {types.max()}")
-        return {k: jnp.asarray(inputs[k], jnp.int32) for k in ("input_ids", "attention_mask", "token_type_ids")}
+        return {k: np.asarray(inputs[k], np.int32) for k in ("input_ids", "attention_mask", "token_type_ids")}
 
     def check_interventions(self, interventions) -> Interventions:
         if interventions is None:

@@ -91,7 +91,7 @@ class Seq2SeqModel(ModuleModel):
             raise ValueError(f"the attention mask of {name} must hold 0 and 1 only, got {np.unique(mask)[:6].tolist()}")
         if not mask.any(axis=1).all():
             raise ValueError(f"{name} has an empty sentence (an all-zero attention-mask row); remove it")
-        return jnp.asarray(ids, jnp.int32), jnp.asarray(mask, jnp.int32)
+        return np.asarray(ids, np.int32), np.asarray(mask, np.int32)
 
     def check_batch(self, batch) -> dict:
         """Validate a dict of (b, s) source and (b, t) target arrays; return the forward's input."""
@@ -106,7 +106,7 @@ class Seq2SeqModel(ModuleModel):
                                     self.config.src_vocab_size)
         dec_mask = batch.get("decoder_attention_mask")
         if dec_mask is None:
-            dec_mask = np.asarray(seq2seq.default_decoder_mask(self.config, np.asarray(batch["decoder_input_ids"])))
+            dec_mask = seq2seq.default_decoder_mask(self.config, np.asarray(batch["decoder_input_ids"]))
         dec, dec_mask = self._check_ids("decoder_input_ids", batch["decoder_input_ids"], dec_mask,
                                         self.config.tgt_vocab_size)
         if dec.shape[0] != ids.shape[0]:

@@ -77,10 +77,12 @@ def position_ids(config: Seq2SeqConfig, ids: jax.Array, offset=0) -> jax.Array:
 
 def default_decoder_mask(config: Seq2SeqConfig, decoder_input_ids):
     """HF's default when no decoder mask is given: Marian attends to every target position (its
-    start token is the pad id); FSMT masks pad tokens. (b, t) -> (b, t) int."""
+    start token is the pad id); FSMT masks pad tokens. (b, t) -> (b, t) int32, a numpy array for
+    numpy ids (the wrappers' host-side checks: no device round trip), else a jax array."""
+    xp = np if isinstance(decoder_input_ids, np.ndarray) else jnp
     if config.model_type == "marian":
-        return jnp.ones_like(decoder_input_ids)
-    return (decoder_input_ids != config.pad_token_id).astype(jnp.int32)
+        return xp.ones(decoder_input_ids.shape, xp.int32)
+    return (decoder_input_ids != config.pad_token_id).astype(xp.int32)
 
 
 def _table(rngs, config: Seq2SeqConfig, V: int) -> nnx.Param:
