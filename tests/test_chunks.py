@@ -30,15 +30,20 @@ def test_chunk_count_rule(monkeypatch):
     assert layers.chunk_count(31, 128) == 1  # prime batch: one sequence, 128 rows, is too few
 
 
-def test_over_chunks_takes_strided_rows_and_reassembles_in_order():
+@pytest.mark.parametrize("chunks", [4, 1])
+def test_over_chunks_takes_strided_rows_and_reassembles_in_order(chunks):
     x = jnp.arange(12 * 3, dtype=jnp.float32).reshape(12, 3)  # (b, 3)
-    rows, totals = layers.over_chunks(
-        lambda i, take: ({"double": 2 * take(x), "row_sum": take(x).sum(1)}, {"sum": take(x).sum(0)}), 12, 4)
+    stacks = {"triple": jnp.full((2, 12, 3), -1.0)}  # (L, b, 3): layer 1 is written, layer 0 kept
+    rows, stacks, totals = layers.over_chunks(
+        lambda i, take: ({"double": 2 * take(x), "row_sum": take(x).sum(1)}, {"triple": 3 * take(x)},
+                         {"sum": take(x).sum(0)}), 12, chunks, stacks, jnp.int32(1))
     np.testing.assert_array_equal(rows["double"], 2 * x)
     np.testing.assert_array_equal(rows["row_sum"], x.sum(1))
-    np.testing.assert_array_equal(totals["sum"], x.sum(0))  # added over the 4 chunks
-    chunk_of_row, _ = layers.over_chunks(lambda i, take: (jnp.zeros(3, jnp.int32) + i, None), 12, 4)  # (12,)
-    np.testing.assert_array_equal(chunk_of_row, np.arange(12) % 4)  # chunk i holds rows i, i + 4, i + 8
+    np.testing.assert_array_equal(stacks["triple"], jnp.stack([jnp.full((12, 3), -1.0), 3 * x]))
+    np.testing.assert_array_equal(totals["sum"], x.sum(0))  # added over the chunks
+    chunk_of_row, _, _ = layers.over_chunks(lambda i, take: (0 * take(x)[:, 0].astype(jnp.int32) + i, {}, None), 12,
+                                            chunks)  # (12,)
+    np.testing.assert_array_equal(chunk_of_row, np.arange(12) % chunks)  # chunk i holds rows i, i + 4, i + 8
 
 
 def _all_interventions(config, b, n, seed=0):
@@ -98,7 +103,7 @@ def test_each_chunk_draws_its_own_dropout(tiny, monkeypatch):
     x = jnp.broadcast_to(jax.random.normal(jax.random.key(1), (1, 10, D)), (4, 10, D))  # (b, n, D)
     allowed = jnp.ones((4, 1, 10), bool)
     run = encoder._in_chunks(4, 10)
-    (train, _), _ = run(layer, x, allowed, Interventions(), jax.random.key(0), None, None)  # (4, n, D)
-    (ev, _), _ = run(layer, x, allowed, Interventions(), None, None, None)
+    train, _, _ = run(layer, x, allowed, Interventions(), jax.random.key(0), lambda y, ints: (y, {}), None)  # (4, n, D)
+    ev, _, _ = run(layer, x, allowed, Interventions(), None, lambda y, ints: (y, {}), None)
     assert all(not np.allclose(train[0], train[i]) for i in (1, 2, 3))
     np.testing.assert_allclose(ev[1:], jnp.broadcast_to(ev[:1], (3, 10, D)), atol=1e-6)

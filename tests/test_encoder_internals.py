@@ -258,3 +258,28 @@ def test_params_follow_the_module(tmp_path):
     model.module.pooler = None  # structure changed
     check()
     assert "pooler" not in model.params
+
+
+def test_recycled_result_lends_its_memory(tiny, batch):
+    """``forward(..., recycle=previous)`` writes into the previous result's donated buffers and
+    returns what a fresh call returns; misuse is a clear error."""
+    first = tiny.forward(batch, internals=("weights", "values"))
+    want = jax.tree.map(np.array, (first.last_hidden_state, first.hidden_states, first.internals))  # copies
+    address = first.internals["weights"].unsafe_buffer_pointer()
+    again = tiny.forward(batch, internals=("weights", "values"), recycle=first)
+    assert first.internals["weights"].is_deleted() and first.hidden_states.is_deleted()
+    assert again.internals["weights"].unsafe_buffer_pointer() == address  # the same memory
+    for got, ref in zip(jax.tree.leaves((again.last_hidden_state, again.hidden_states, again.internals)),
+                        jax.tree.leaves(want)):
+        np.testing.assert_array_equal(got, ref)
+    with pytest.raises(ValueError, match="already recycled"):
+        tiny.forward(batch, internals=("weights", "values"), recycle=first)
+    with pytest.raises(ValueError, match="same batch shape and internals"):
+        tiny.forward(batch, internals=("weights",), recycle=again)
+    with pytest.raises(ValueError, match="same batch shape and internals"):
+        tiny.forward({k: v[:2] for k, v in batch.items()}, internals=("weights", "values"), recycle=again)
+    view = np.asarray(again.internals["weights"])  # a live numpy view: that buffer is left alone
+    third = tiny.forward(batch, internals=("weights", "values"), recycle=again)
+    assert not again.internals["weights"].is_deleted() and again.internals["values"].is_deleted()
+    np.testing.assert_array_equal(view, want[2]["weights"])
+    np.testing.assert_array_equal(third.internals["weights"], want[2]["weights"])

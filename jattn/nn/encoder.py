@@ -133,20 +133,22 @@ class ClassificationHead(nnx.Module):
 
 
 def _in_chunks(b: int, n: int):
-    """``run(layer, x, allowed, iv, rng, keep, totals) -> ((y, internals kept), totals)``: one layer
-    on a batch (b, n, D), run in ``chunk_count(b, n)`` strided chunks of the batch
-    (``over_chunks``); ``totals(internals, take)`` (or None), additive statistics of a chunk's
-    internals, is summed over the chunks. Each chunk's dropout draws from ``rng`` folded with the
-    chunk's index."""
+    """``run(layer, x, allowed, iv, rng, split, totals, stacks=None, at=0) -> (local, stacks, totals)``:
+    one layer on a batch (b, n, D), run in ``chunk_count(b, n)`` strided chunks of the batch
+    (``over_chunks``). ``split(y, internals) -> (local, stacked)`` sorts a chunk's output and
+    internals into those reassembled as (b, ...) (``local``) and those written into ``stacks``
+    ((L, b, ...), the layer loop's outputs) at layer ``at``. ``totals(internals, take)`` (or None),
+    additive statistics of a chunk's internals, is summed over the chunks. Each chunk's dropout
+    draws from ``rng`` folded with the chunk's index."""
     chunks = chunk_count(b, n)
 
-    def run(layer, x, allowed, iv: Interventions, rng, keep, totals):
+    def run(layer, x, allowed, iv: Interventions, rng, split, totals, stacks=None, at=0):
         def one(i, take):
             r = None if rng is None else jax.random.fold_in(rng, i)
             y, ints = layer(take(x), take(allowed), iv.take_rows(take), r)  # (b / chunks, n, D)
-            return (y, select(ints, keep)), None if totals is None else totals(ints, take)
+            return *split(y, ints), None if totals is None else totals(ints, take)
 
-        return over_chunks(one, b, chunks)
+        return over_chunks(one, b, chunks, stacks, at)
 
     return run
 
@@ -209,17 +211,28 @@ class Encoder(nnx.Module):
         graphdef, stacked = nnx.split(self.layers)
         run = _in_chunks(*x0.shape[:2])
 
-        def step(x, xs):
-            state, slices, rng = xs
+        def split(y, ints):  # the layer's output and kept internals go to the stacked result
+            return ints if layer_reduce is not None else {}, {"hidden": y, **select(ints, internals)}
+
+        first = jax.tree.map(lambda a: a[0], (stacked, iv.layer_slices()))
+        shapes = jax.eval_shape(lambda st, sl: split(*nnx.merge(graphdef, st)(x0, allowed, iv.for_layer(*sl), None))[1],
+                                *first)
+        L = self.config.num_layers
+        stacks = jax.tree.map(lambda a: jnp.zeros((L, *a.shape), a.dtype), shapes)  # (L, b, ...)
+
+        def step(carry, xs):
+            x, stacks = carry
+            state, slices, rng, l = xs
             layer = nnx.merge(graphdef, state)
             view = layer.view()
-            keep = "all" if layer_reduce is not None else internals  # layer_reduce reads any internal
             chunk_totals = None if layer_totals is None else (lambda ints, take: layer_totals(ints, view, take))
-            (y, ints), totals = run(layer, x, allowed, iv.for_layer(*slices), rng, keep, chunk_totals)  # (b, n, D)
-            reduced = None if layer_reduce is None else layer_reduce(ints, view)
-            return y, (y, select(ints, internals), reduced, totals)
+            local, stacks, totals = run(layer, x, allowed, iv.for_layer(*slices), rng, split, chunk_totals, stacks, l)
+            reduced = None if layer_reduce is None else layer_reduce(local, view)
+            return (stacks["hidden"][l], stacks), (reduced, totals)  # (b, n, D): the next layer's input
 
-        x, (hidden, kept, reduced, totals) = jax.lax.scan(step, x0, (stacked, iv.layer_slices(), layer_rngs))
+        (x, kept), (reduced, totals) = jax.lax.scan(step, (x0, stacks), (stacked, iv.layer_slices(), layer_rngs,
+                                                                          jnp.arange(L)))
+        hidden = kept.pop("hidden")  # (L, b, n, D)
         outputs = {"last_hidden_state": x, "hidden_states": jnp.concatenate([x0[None], hidden], 0)}  # (L+1, b, n, D)
         if self.pooler is not None:
             outputs["pooler_output"] = self.pool(x)  # (b, D)
@@ -250,8 +263,8 @@ class Encoder(nnx.Module):
 
         def step(x, xs):
             state, layer_slices = xs
-            (y, _), _ = run(nnx.merge(graphdef, state), x, allowed, iv.for_layer(*layer_slices), None, None,
-                            None)  # (b, n, D)
+            y, _, _ = run(nnx.merge(graphdef, state), x, allowed, iv.for_layer(*layer_slices), None,
+                          lambda y, ints: (y, {}), None)  # (b, n, D)
             return y, None
 
         x, _ = jax.lax.scan(step, x, (below(stacked), below(slices)))  # (b, n, D) input of the last layer

@@ -122,35 +122,49 @@ def chunk_count(b: int, n: int) -> int:
     return b // s if s * n >= ROWS_PER_CHUNK // 4 else 1
 
 
-def over_chunks(fn, b: int, chunks: int):
-    """``fn(i, take) -> (rows, totals)`` for chunk i = 0..chunks−1 of a batch of b rows, one chunk
-    after another (``lax.scan``): ``rows`` (arrays (b / chunks, ...)) reassembled in batch order
-    as (b, ...), ``totals`` (any arrays, or None) added over the chunks.
+def over_chunks(fn, b: int, chunks: int, stacks=None, at=0):
+    """``fn(i, take) -> (rows, stacked, totals)`` for chunk i = 0..chunks−1 of a batch of b rows,
+    one chunk after another (``lax.scan``); returns ``(rows, stacks, totals)``:
+
+    - ``rows`` (arrays (b / chunks, ...)) reassembled in batch order as (b, ...);
+    - ``stacked`` (arrays (b / chunks, ...)) written in batch order into ``stacks`` (arrays
+      (L, b, ...): a layer loop's outputs, carried through it) at index ``at`` of their leading
+      axis, in place: a layer's internals reach the stacked result without passing through a
+      (b, ...) buffer of their own (for α, 25 MB a layer of MiniLM at 32 × 128 that would be
+      zero-filled and copied). Without ``stacks``, ``stacked`` must be ``{}``;
+    - ``totals`` (any arrays, or None) added over the chunks.
 
     ``take(a)`` cuts an array whose leading axis is the batch, (b, ...), to chunk i's rows
     i, i + chunks, i + 2·chunks, … → (b / chunks, ...). Strided rather than contiguous: when the
     batch is sharded in blocks over a device mesh's ``data`` axis, every chunk holds rows of every
     device, so each device still works on its own rows. ``chunks == 1`` calls ``fn`` once.
     """
+    stacks = {} if stacks is None else stacks
     if chunks == 1:
-        return fn(0, lambda a: a)
+        rows, stacked, totals = fn(0, lambda a: a)
+        return rows, jax.tree.map(lambda S, r: jax.lax.dynamic_update_index_in_dim(S, r, at, 0), stacks,
+                                  stacked), totals
     s = b // chunks
 
     def take_from(i):
         return lambda a: jax.lax.dynamic_index_in_dim(a.reshape(s, chunks, *a.shape[1:]), i, axis=1, keepdims=False)
 
-    rows_shape, totals_shape = jax.eval_shape(lambda: fn(0, take_from(0)))
+    rows_shape, _, totals_shape = jax.eval_shape(lambda: fn(0, take_from(0)))
     empty = jax.tree.map(lambda x: jnp.zeros((s, chunks, *x.shape[1:]), x.dtype), rows_shape)  # (s, chunks, ...)
     zero = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), totals_shape)
+    columns = jax.tree.map(lambda S: S.reshape(S.shape[0], s, chunks, *S.shape[2:]), stacks)  # (L, s, chunks, ...)
 
-    def put(carry, i):  # chunk i's rows written to column i of (s, chunks, ...), its totals added
-        buffers, totals = carry
-        rows, more = fn(i, take_from(i))
+    def put(carry, i):  # chunk i's rows written to column i of (s, chunks, ...) and (L, s, chunks, ...)
+        buffers, columns, totals = carry
+        rows, stacked, more = fn(i, take_from(i))
         buffers = jax.tree.map(lambda buf, r: jax.lax.dynamic_update_index_in_dim(buf, r, i, axis=1), buffers, rows)
-        return (buffers, jax.tree.map(jnp.add, totals, more)), None
+        columns = jax.tree.map(lambda S, r: jax.lax.dynamic_update_slice(S, r[None, :, None], (at, 0, i, *(0,) * (r.ndim - 1))),
+                               columns, stacked)
+        return (buffers, columns, jax.tree.map(jnp.add, totals, more)), None
 
-    (filled, totals), _ = jax.lax.scan(put, (empty, zero), jnp.arange(chunks))
-    return jax.tree.map(lambda a: a.reshape(b, *a.shape[2:]), filled), totals  # (b, ...), summed
+    (filled, columns, totals), _ = jax.lax.scan(put, (empty, columns, zero), jnp.arange(chunks))
+    return (jax.tree.map(lambda a: a.reshape(b, *a.shape[2:]), filled),  # (b, ...)
+            jax.tree.map(lambda S: S.reshape(S.shape[0], b, *S.shape[3:]), columns), totals)  # (L, b, ...), summed
 
 
 def split_rng(rng: jax.Array | None, n: int) -> list:
