@@ -55,14 +55,16 @@ def _all_interventions(config, b, n, seed=0):
 
 
 def _run(model, batch, iv, rows: int, monkeypatch):
-    """Forward (all internals, a layerwise reduction and layerwise totals), [CLS] logits and the
+    """Forward (all internals, per-example layerwise rows and layerwise totals), [CLS] logits and the
     gate gradient with layers chunked at ``rows`` token rows; a fresh jit, so the rule is applied
     anew."""
     monkeypatch.setattr(layers, "ROWS_PER_CHUNK", rows)
     cfg = model.config
 
-    def reduce(ints, view):  # per layer: mean α per head and the summed FFN input
-        return {"alpha": ints["weights"].mean((0, 2, 3)), "ffn": ints["ffn_pre_ln"].sum()}
+    def rows(ints, view, take):  # per example: mean α per head, the summed FFN input, a masked sum
+        real = take(batch["attention_mask"]).astype(jnp.float32)  # (s, n)
+        return {"alpha": ints["weights"].mean((2, 3)), "ffn": ints["ffn_pre_ln"].sum((1, 2)),
+                "bias": jnp.einsum("bn,d->bd", real, view["out_bias"])}
 
     def totals(ints, view, take):  # per layer: α mass on each key position over real query rows, per head
         real = take(batch["attention_mask"]).astype(jnp.float32)  # (s, n)
@@ -71,7 +73,7 @@ def _run(model, batch, iv, rows: int, monkeypatch):
     def loss(gates):
         return encoder.classify(model.params, cfg, batch, Interventions(head_gates=gates)).sum()
 
-    fwd = jax.jit(lambda p, b, iv: encoder.forward(p, cfg, b, iv, layer_reduce=reduce, layer_totals=totals))
+    fwd = jax.jit(lambda p, b, iv: encoder.forward(p, cfg, b, iv, layer_rows=rows, layer_totals=totals))
     outputs, internals = fwd(model.params, batch, iv)
     gates = jnp.ones((cfg.num_layers, batch["input_ids"].shape[0], cfg.num_heads), jnp.float32)
     logits = jax.jit(lambda p, b, iv: encoder.classify(p, cfg, b, iv))(model.params, batch, iv)
@@ -103,7 +105,7 @@ def test_each_chunk_draws_its_own_dropout(tiny, monkeypatch):
     x = jnp.broadcast_to(jax.random.normal(jax.random.key(1), (1, 10, D)), (4, 10, D))  # (b, n, D)
     allowed = jnp.ones((4, 1, 10), bool)
     run = encoder._in_chunks(4, 10)
-    train, _, _ = run(layer, x, allowed, Interventions(), jax.random.key(0), lambda y, ints: (y, {}), None)  # (4, n, D)
-    ev, _, _ = run(layer, x, allowed, Interventions(), None, lambda y, ints: (y, {}), None)
+    train, _, _ = run(layer, x, allowed, Interventions(), jax.random.key(0), lambda y, ints, take: (y, {}), None)  # (4, n, D)
+    ev, _, _ = run(layer, x, allowed, Interventions(), None, lambda y, ints, take: (y, {}), None)
     assert all(not np.allclose(train[0], train[i]) for i in (1, 2, 3))
     np.testing.assert_allclose(ev[1:], jnp.broadcast_to(ev[:1], (3, 10, D)), atol=1e-6)

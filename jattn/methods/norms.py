@@ -188,19 +188,19 @@ def over_layers(fn, internals: dict, view: dict, *args) -> dict:
 
 @partial(jax.jit, static_argnames=("config", "residual"))
 def encoder_norms(params, config, inputs, residual: bool):
-    """Norms of every encoder layer, computed inside the encoder's scan. -> each (L, ...)."""
+    """Norms of every encoder layer, computed inside the encoder's scan on each chunk of the
+    batch a layer runs in, written straight into the stacked result. -> each (L, b, ...)."""
     from jattn.nn import encoder
 
-    mask = inputs["attention_mask"]  # (b, n)
-
-    def layer_norms(layer, view):  # one layer's internals -> its norms, inside the encoder's scan
+    def layer_norms(layer, view, take):  # one chunk's internals (b', ...) -> its norms, rows (b', ...)
+        mask = take(inputs["attention_mask"])  # (b', n)
         out = attention_norms(layer, view, mask, mask)
         if residual:
             out.update(residual_norms(layer, view, mask, config.layer_norm_eps))
         return out
 
-    outputs, _ = encoder.forward(params, config, inputs, layer_reduce=layer_norms, internals=None)
-    return outputs["layer_reduced"]  # each (L, ...)
+    outputs, _ = encoder.forward(params, config, inputs, layer_rows=layer_norms, internals=None)
+    return outputs["layer_rows"]  # each (L, b, ...)
 
 
 @partial(jax.jit, static_argnames=("config", "residual"))

@@ -12,7 +12,7 @@ The L identical post-LayerNorm blocks are one ``EncoderLayer`` created *stacked*
 parameter has a leading L axis) and run with ``jax.lax.scan`` over its split state: one compiled
 layer, internals stacked as (L, ...). (``lax.scan`` over the split state rather than
 ``nnx.scan``: the same compiled program, and the per-layer interventions and the
-``layer_reduce`` callback ride along as ordinary scanned arrays.)
+``layer_rows`` / ``layer_totals`` callbacks ride along as ordinary scanned arrays.)
 
 Parameters (kernels (in, out); attention kernels split by head; ``L`` leads every layer tensor):
   embeddings: word (V, D), position (P, D), token_type (T, D), ln {scale, bias} (D,)
@@ -135,8 +135,8 @@ class ClassificationHead(nnx.Module):
 def _in_chunks(b: int, n: int):
     """``run(layer, x, allowed, iv, rng, split, totals, stacks=None, at=0) -> (local, stacks, totals)``:
     one layer on a batch (b, n, D), run in ``chunk_count(b, n)`` strided chunks of the batch
-    (``over_chunks``). ``split(y, internals) -> (local, stacked)`` sorts a chunk's output and
-    internals into those reassembled as (b, ...) (``local``) and those written into ``stacks``
+    (``over_chunks``). ``split(y, internals, take) -> (local, stacked)`` sorts a chunk's output
+    and internals into those reassembled as (b, ...) (``local``) and those written into ``stacks``
     ((L, b, ...), the layer loop's outputs) at layer ``at``. ``totals(internals, take)`` (or None),
     additive statistics of a chunk's internals, is summed over the chunks. Each chunk's dropout
     draws from ``rng`` folded with the chunk's index."""
@@ -146,7 +146,7 @@ def _in_chunks(b: int, n: int):
         def one(i, take):
             r = None if rng is None else jax.random.fold_in(rng, i)
             y, ints = layer(take(x), take(allowed), iv.take_rows(take), r)  # (b / chunks, n, D)
-            return *split(y, ints), None if totals is None else totals(ints, take)
+            return *split(y, ints, take), None if totals is None else totals(ints, take)
 
         return over_chunks(one, b, chunks, stacks, at)
 
@@ -178,7 +178,7 @@ class Encoder(nnx.Module):
         self.classifier = ClassificationHead(config, rngs=rngs) if config.num_labels else None
 
     def __call__(self, batch: dict, interventions: Interventions | None = None, *, dropout_rng=None,
-                 compute_dtype=jnp.float32, layer_reduce=None, layer_totals=None, internals="all"):
+                 compute_dtype=jnp.float32, layer_rows=None, layer_totals=None, internals="all"):
         """Run the encoder; return (outputs, internals).
 
         batch: ``input_ids`` (b, n) int, ``attention_mask`` (b, n) {0,1}, optional
@@ -186,22 +186,21 @@ class Encoder(nnx.Module):
         ``dropout_rng`` None means evaluation. ``internals``: "all", None, or names from
         ``INTERNALS``; under ``jit`` the others are never written.
 
-        ``layer_reduce(internals, view)``, optional, runs inside the scan on each layer's
-        internals (one layer, e.g. ``weights`` (b, H, n, n)) and that layer's parameter view
-        (``EncoderLayer.view``); its results, stacked (L, ...), are ``outputs["layer_reduced"]``:
-        an analysis then reads α while it is in cache. ``layer_totals(internals, view, take)``,
-        optional, is the same for statistics that are sums over the batch's examples (additive,
-        as the runner's methods): it runs on each chunk of the batch a layer is computed in
-        (``jattn.nn.layers.chunk_count``) and the chunks' results are added,
-        ``outputs["layer_totals"]`` (L, ...); ``take`` cuts any other per-example array (b, ...)
-        to the chunk's rows. (``layer_reduce`` sees the whole batch, so on CPU the layer's chunks
-        write its internals to memory first.)
+        Analyses that read a layer's internals while they are in cache, inside the scan, run on
+        each chunk of the batch the layer is computed in (``jattn.nn.layers.chunk_count``; the
+        whole batch on GPU/TPU), with that chunk's internals (e.g. ``weights`` (b', H, n, n)), the
+        layer's parameter view (``EncoderLayer.view``) and ``take``, which cuts any other
+        per-example array (b, ...) to the chunk's rows (b', ...):
+        ``layer_rows(internals, view, take)`` returns per-example arrays (b', ...), written into
+        ``outputs["layer_rows"]`` (L, b, ...) (e.g. Kobayashi et al.'s norm maps);
+        ``layer_totals(internals, view, take)`` returns sums over the chunk's examples, added
+        over the chunks into ``outputs["layer_totals"]`` (L, ...) (the runner's methods).
 
         outputs: ``last_hidden_state`` (b, n, D), ``hidden_states`` (L+1, b, n, D),
         ``pooler_output`` (b, D) with a pooler, ``logits`` (b, C) with a classification head.
-        internals: each entry stacked (L, b, ...), e.g. ``weights`` (L, b, H, n, n): α, values, per-head context, attention output, the block
-        input (``residual``), the vectors entering both LayerNorms (``pre_ln``, ``ffn_pre_ln``)
-        and the attention LayerNorm's output.
+        internals: each entry stacked (L, b, ...), e.g. ``weights`` (L, b, H, n, n): α, values,
+        per-head context, attention output, the block input (``residual``), the vectors entering
+        both LayerNorms (``pre_ln``, ``ffn_pre_ln``) and the attention LayerNorm's output.
         """
         iv = NONE if interventions is None else interventions
         r = split_rng(dropout_rng, 2)
@@ -211,12 +210,15 @@ class Encoder(nnx.Module):
         graphdef, stacked = nnx.split(self.layers)
         run = _in_chunks(*x0.shape[:2])
 
-        def split(y, ints):  # the layer's output and kept internals go to the stacked result
-            return ints if layer_reduce is not None else {}, {"hidden": y, **select(ints, internals)}
+        def written(view, y, ints, take):  # what a layer writes to the stacked result, rows (b', ...)
+            rows = {} if layer_rows is None else {"layer_rows": layer_rows(ints, view, take)}
+            return {"hidden": y, **select(ints, internals), **rows}
 
-        first = jax.tree.map(lambda a: a[0], (stacked, iv.layer_slices()))
-        shapes = jax.eval_shape(lambda st, sl: split(*nnx.merge(graphdef, st)(x0, allowed, iv.for_layer(*sl), None))[1],
-                                *first)
+        def first_layer(state, slices):  # shapes of the stacked result's entries, at the full batch
+            layer = nnx.merge(graphdef, state)
+            return written(layer.view(), *layer(x0, allowed, iv.for_layer(*slices), None), lambda a: a)
+
+        shapes = jax.eval_shape(first_layer, *jax.tree.map(lambda a: a[0], (stacked, iv.layer_slices())))
         L = self.config.num_layers
         stacks = jax.tree.map(lambda a: jnp.zeros((L, *a.shape), a.dtype), shapes)  # (L, b, ...)
 
@@ -225,13 +227,15 @@ class Encoder(nnx.Module):
             state, slices, rng, l = xs
             layer = nnx.merge(graphdef, state)
             view = layer.view()
-            chunk_totals = None if layer_totals is None else (lambda ints, take: layer_totals(ints, view, take))
-            local, stacks, totals = run(layer, x, allowed, iv.for_layer(*slices), rng, split, chunk_totals, stacks, l)
-            reduced = None if layer_reduce is None else layer_reduce(local, view)
-            return (stacks["hidden"][l], stacks), (reduced, totals)  # (b, n, D): the next layer's input
 
-        (x, kept), (reduced, totals) = jax.lax.scan(step, (x0, stacks), (stacked, iv.layer_slices(), layer_rngs,
-                                                                          jnp.arange(L)))
+            def split(y, ints, take):  # a chunk's rows all go to the stacked result
+                return {}, written(view, y, ints, take)
+
+            chunk_totals = None if layer_totals is None else (lambda ints, take: layer_totals(ints, view, take))
+            _, stacks, totals = run(layer, x, allowed, iv.for_layer(*slices), rng, split, chunk_totals, stacks, l)
+            return (stacks["hidden"][l], stacks), totals  # (b, n, D): the next layer's input
+
+        (x, kept), totals = jax.lax.scan(step, (x0, stacks), (stacked, iv.layer_slices(), layer_rngs, jnp.arange(L)))
         hidden = kept.pop("hidden")  # (L, b, n, D)
         outputs = {"last_hidden_state": x, "hidden_states": jnp.concatenate([x0[None], hidden], 0)}  # (L+1, b, n, D)
         if self.pooler is not None:
@@ -239,8 +243,8 @@ class Encoder(nnx.Module):
         if self.classifier is not None:  # its dropout: a stream independent of the layers'
             head_rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, self.config.num_layers)
             outputs["logits"] = self.head_logits(x, head_rng)  # (b, C)
-        if layer_reduce is not None:
-            outputs["layer_reduced"] = reduced  # (L, ...)
+        if layer_rows is not None:
+            outputs["layer_rows"] = kept.pop("layer_rows")  # (L, b, ...)
         if layer_totals is not None:
             outputs["layer_totals"] = totals  # (L, ...)
         return outputs, kept
@@ -264,7 +268,7 @@ class Encoder(nnx.Module):
         def step(x, xs):
             state, layer_slices = xs
             y, _, _ = run(nnx.merge(graphdef, state), x, allowed, iv.for_layer(*layer_slices), None,
-                          lambda y, ints: (y, {}), None)  # (b, n, D)
+                          lambda y, ints, take: (y, {}), None)  # (b, n, D)
             return y, None
 
         x, _ = jax.lax.scan(step, x, (below(stacked), below(slices)))  # (b, n, D) input of the last layer

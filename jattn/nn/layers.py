@@ -158,7 +158,8 @@ def over_chunks(fn, b: int, chunks: int, stacks=None, at=0):
         buffers, columns, totals = carry
         rows, stacked, more = fn(i, take_from(i))
         buffers = jax.tree.map(lambda buf, r: jax.lax.dynamic_update_index_in_dim(buf, r, i, axis=1), buffers, rows)
-        columns = jax.tree.map(lambda S, r: jax.lax.dynamic_update_slice(S, r[None, :, None], (at, 0, i, *(0,) * (r.ndim - 1))),
+        columns = jax.tree.map(lambda S, r: jax.lax.dynamic_update_slice(S, r[None, :, None],
+                                                                          (at, 0, i, *(0,) * (r.ndim - 1))),
                                columns, stacked)
         return (buffers, columns, jax.tree.map(jnp.add, totals, more)), None
 
