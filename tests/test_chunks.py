@@ -109,3 +109,9 @@ def test_each_chunk_draws_its_own_dropout(tiny, monkeypatch):
     ev, _, _ = run(layer, x, allowed, Interventions(), None, lambda y, ints, take: (y, {}), None)
     assert all(not np.allclose(train[0], train[i]) for i in (1, 2, 3))
     np.testing.assert_allclose(ev[1:], jnp.broadcast_to(ev[:1], (3, 10, D)), atol=1e-6)
+
+
+def test_layer_rows_must_be_per_example(tiny):
+    batch = {k: jnp.asarray(v) for k, v in random_batch(tiny.config, [5, 3]).items()}
+    with pytest.raises(ValueError, match="per-example arrays"):
+        encoder.forward(tiny.params, tiny.config, batch, layer_rows=lambda ints, view, take: ints["weights"].sum())

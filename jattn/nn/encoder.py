@@ -219,6 +219,10 @@ class Encoder(nnx.Module):
             return written(layer.view(), *layer(x0, allowed, iv.for_layer(*slices), None), lambda a: a)
 
         shapes = jax.eval_shape(first_layer, *jax.tree.map(lambda a: a[0], (stacked, iv.layer_slices())))
+        if layer_rows is not None and any(a.shape[:1] != x0.shape[:1] for a in jax.tree.leaves(shapes["layer_rows"])):
+            raise ValueError("layer_rows must return per-example arrays (b', ...) for a chunk of b' examples, got "
+                             f"shapes {jax.tree.map(lambda a: a.shape, shapes['layer_rows'])} for a batch of "
+                             f"{x0.shape[0]}. Fix: sums over the examples go to layer_totals")
         L = self.config.num_layers
         stacks = jax.tree.map(lambda a: jnp.zeros((L, *a.shape), a.dtype), shapes)  # (L, b, ...)
 
