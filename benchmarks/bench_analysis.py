@@ -4,7 +4,7 @@
 
 Modes, each in its own subprocess (so peak RSS is its own):
   forward     jattn's plain jitted forward over the same length-bucketed batches (hidden states fetched)
-  stats       jattn.run.run_corpus with all weight statistics + entropy + JS distances
+  stats       jattn.runner.loop.run_corpus with all weight statistics + entropy + JS distances
   stats-nojs  the same without JS distances
   overhead    forward and stats-nojs alternately in one process, ``--rounds`` times: the median
               ratio, which machine load cannot skew the way separate runs can
@@ -48,8 +48,8 @@ def peak_mb() -> float:
 
 def warmup_subset(model, examples, batch_size):
     """batch_size examples per bucket length, so every shape compiles before timing."""
-    from jattn.data.tokenize import tokenize
-    from jattn.run import buckets
+    from jattn.io.tokenize import tokenize
+    from jattn.runner import buckets
 
     sizes = buckets(128)
     picked = {}
@@ -65,10 +65,11 @@ def run_jattn(mode: str, n: int, batch_size: int, rounds: int) -> dict:
     jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="jattn-bench-cache-"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     import jattn
-    from jattn.methods.distance import JSDistance
-    from jattn.methods.weights import ClassAttention, Entropy
+    from jattn.analyses.distance import JSDistance
+    from jattn.analyses.weights import ClassAttention, Entropy
     from jattn.nn import encoder
-    from jattn.run import _batches, run_corpus
+    from jattn.runner import run_corpus
+    from jattn.runner.batcher import batches as _batches
 
     model = jattn.load()
     examples = corpus(model, n)
@@ -137,8 +138,8 @@ def run_original(n: int, batch_size: int, js_examples: int) -> dict:
     from transformers import BertModel
 
     import jattn
-    from jattn.load import default_model_path
-    from jattn.run import token_classes
+    from jattn.models.load import default_model_path
+    from jattn.runner import token_classes
 
     torch.set_num_threads(2)
     model = jattn.load()

@@ -9,7 +9,7 @@ On MiniLM with a classification head (``--model``: an HF classifier folder; defa
 checkpoints/minilm-sst2 when it exists, else the embedded MiniLM with a random 2-class head saved to
 a temporary folder — the timing does not depend on the head's values) over the first ``--examples``
 SST-2 dev sentences, 72 heads + 6 layers, uniform mode:
-  (a) ``jattn.methods.disable.disable_sweep`` (unit head, then unit layer): one intact forward per
+  (a) ``jattn.sweeps.disable.disable_sweep`` (unit head, then unit layer): one intact forward per
       batch, each layer's variants re-run from ``hidden_states[l]`` one after another in one
       compiled call, [CLS]-row last layer;
   (b) ``sweep_by_loop``: one complete evaluation per disabled head or layer through the jitted full
@@ -101,9 +101,9 @@ def run(args, tmp: str) -> None:
     from bench_importance import classifier_folder
 
     import jattn
-    from jattn.data.glue import read_task
-    from jattn.methods.disable import disable_sweep, sweep_by_loop
-    from jattn.run import buckets
+    from jattn.io.glue import read_task
+    from jattn.sweeps.disable import disable_sweep, sweep_by_loop
+    from jattn.runner import buckets
 
     folder, name = (args.model, args.model) if args.model else classifier_folder(Path(tmp))
     model = jattn.load(folder)

@@ -172,7 +172,7 @@ def main() -> None:
     import torch
     from transformers import BertConfig, BertModel
 
-    from jattn.load import default_model_path
+    from jattn.models.load import default_model_path
 
     torch.set_num_threads(args.threads)
     results = []

@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def dev(n: int) -> list[tuple[str, int]]:
-    from jattn.data import glue
+    from jattn.io import glue
 
     return glue.read_task("sst2", "dev")[:n]
 
@@ -53,7 +53,7 @@ def jattn_child(args) -> dict:
     if args.part == "batch":
         return jattn_batch_child(args)
     import jattn
-    from jattn.methods.pruning_curve import classification_metric, pruning_curve
+    from jattn.sweeps.pruning_curve import classification_metric, pruning_curve
 
     model, data = jattn.load(args.folder), dev(args.sentences if args.part == "importance" else args.curve_sentences)
     if args.part == "importance":
@@ -79,7 +79,7 @@ def jattn_batch_child(args) -> dict:
     import jax.numpy as jnp
 
     import jattn
-    from jattn.interventions import Interventions
+    from jattn.nn.interventions import Interventions
     from jattn.nn import encoder
 
     model = jattn.load(args.folder)
@@ -116,7 +116,7 @@ def hf_batches(tokenizer, data, batch):
 
 def hf_importance(hf, batches, mask) -> np.ndarray:
     """Token estimator at head mask ``mask`` (L, H): Σ over real tokens of |ξ ∂L_s/∂ξ|, divided
-    by tokens (examples for the last layer), per-layer L2 — as jattn.methods.importance."""
+    by tokens (examples for the last layer), per-layer L2 — as jattn.sweeps.importance."""
     import torch
 
     from hf_head_gates import gated
@@ -182,7 +182,7 @@ def hf_child(args) -> dict:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     sys.path.insert(0, str(REPO / "tests"))
-    from jattn.methods.pruning_curve import choose
+    from jattn.sweeps.pruning_curve import choose
 
     hf = AutoModelForSequenceClassification.from_pretrained(args.folder, attn_implementation="eager").eval()
     if args.part == "batch":
@@ -219,7 +219,7 @@ def classifier_folder(tmp: Path) -> tuple[str, str]:
     if (done / "DONE").is_file():
         return str(done), "checkpoints/minilm-sst2 (fine-tuned)"
     import jattn
-    from jattn.finetune import save_classifier, with_classifier
+    from jattn.training.finetune import save_classifier, with_classifier
 
     save_classifier(with_classifier(jattn.load(), 2, 0), tmp / "minilm-random-head")
     return str(tmp / "minilm-random-head"), "MiniLM with a random 2-class head"

@@ -75,12 +75,12 @@ def bench(name: str, repeats: int, max_length: int) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         hf = make_model(Path(tmp), name)
-        from jattn.config import Seq2SeqConfig
-        from jattn.convert.hf import read_config, read_state_dict
-        from jattn.convert.marian import convert
+        from jattn import families
+        from jattn.io.hf import read_config, read_state_dict
+        from jattn.families.marian.convert import convert
         from jattn.models.seq2seq import Seq2SeqModel
 
-        config = Seq2SeqConfig.from_hf_config(read_config(Path(tmp)))
+        config = families.get("marian").config_from_hf(read_config(Path(tmp)))
         ours = Seq2SeqModel(config, convert(read_state_dict(Path(tmp)), config))
     batch = inputs(config.src_vocab_size)
     tb = {k: torch.tensor(v) for k, v in batch.items()}

@@ -49,7 +49,7 @@ def make_bert_base(folder: Path) -> None:
     import torch
     from transformers import BertConfig, BertModel
 
-    from jattn.load import default_model_path
+    from jattn.models.load import default_model_path
 
     torch.manual_seed(0)
     BertModel(BertConfig(), add_pooling_layer=False).save_pretrained(folder)  # bert-base shape
@@ -74,7 +74,7 @@ def child_jattn(model_path: str, batch: int, length: int, reps: int) -> list[dic
     import jax.numpy as jnp
 
     from jattn import Interventions
-    from jattn.methods import norms as N
+    from jattn.analyses import norms as N
     from jattn.models.encoder import _forward
 
     model, data = load(model_path, batch, length)

@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 
 import jattn
-from jattn.results import write_results
-from jattn.data.readers import read
-from jattn.data.tokenize import tokenize
-from jattn.methods.distance import JSDistance
-from jattn.methods.weights import ClassAttention, Entropy
-from jattn.plots import behaviours
-from jattn.run import run_corpus
+from jattn.io.results import write_results
+from jattn.io.readers import read
+from jattn.io.tokenize import tokenize
+from jattn.analyses.distance import JSDistance
+from jattn.analyses.weights import ClassAttention, Entropy
+from jattn.viz.plots import behaviours
+from jattn.runner import run_corpus
 
 from experiment_data import add_data_dir, data_file
 

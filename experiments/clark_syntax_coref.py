@@ -31,7 +31,7 @@ Writes ``experiments/results/clark_syntax_coref/`` (results.json, summary.md, de
 figures/); feature shards and probe checkpoints go to ``--work`` (not committed).
 
 The command line computes parts 1 and 2 through the streaming runner (labels carried in the
-examples; ``jattn.methods.syntax.DependencyHeads``, ``jattn.methods.coref.GapCoreference``) and
+examples; ``jattn.analyses.syntax.DependencyHeads``, ``jattn.analyses.coref.GapCoreference``) and
 gives the same numbers: ``jattn analyze --format conllu --input .../en_ewt-ud-test.conllu
 --methods syntax --skip-too-long --out OUT`` has this run's counts for all 31 relations and,
 at the heads chosen here on dev, the same test accuracies (its own Table 1 picks the best head
@@ -55,12 +55,12 @@ from pathlib import Path
 import numpy as np
 
 import jattn
-from jattn.data import labels
-from jattn.data.readers import Example
-from jattn.methods import coref, probe, syntax
-from jattn.methods.word_attention import word_attention
-from jattn.records import read_records
-from jattn.run import run_corpus
+from jattn.io import labels
+from jattn.io.readers import Example
+from jattn.analyses import coref, probe, syntax
+from jattn.analyses.word_attention import word_attention
+from jattn.io.records import read_records
+from jattn.runner import run_corpus
 
 from experiment_data import add_data_dir, data_file
 

@@ -70,7 +70,7 @@ def gap_paragraphs(data_dir: Path, n: int) -> list:
     """The first ``n`` GAP development paragraphs as [CLS] A [SEP] B [SEP] examples."""
     import itertools
 
-    from jattn.data.readers import read
+    from jattn.io.readers import read
 
     return list(itertools.islice(read(data_file(data_dir, "gap/gap-development.tsv"), "gap"), n))
 
@@ -83,9 +83,9 @@ def write_table(result, text: str, out: Path) -> None:
 
 
 def write_study(result, out: Path, num_layers: int) -> None:
-    """``jattn.results.write_results`` for a study's own folder, keeping its hand-written
+    """``jattn.io.results.write_results`` for a study's own folder, keeping its hand-written
     ``summary.md``: the results folder is swapped in whole, which would otherwise drop it."""
-    from jattn.results import write_results
+    from jattn.io.results import write_results
 
     summary = Path(out) / "summary.md"
     text = summary.read_bytes() if summary.is_file() else None

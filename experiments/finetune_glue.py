@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from jattn.data import glue
-from jattn.finetune import FinetuneConfig, finetune_task
+from jattn.io import glue
+from jattn.training.finetune import FinetuneConfig, finetune_task
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCHS = {"cola": 3, "sst2": 1}

@@ -69,7 +69,7 @@ def multi30k_words(data_dir: Path, split: str, lowercase: bool, limit: int) -> l
     """(French words, English words) per Multi30k pair: NFKC, lowercased, Moses-tokenized."""
     from sacremoses import MosesTokenizer
 
-    from jattn.data.parallel import normalize
+    from jattn.io.parallel import normalize
 
     fr_lines = data_file(data_dir, f"multi30k/{split}.fr").read_text(encoding="utf-8").splitlines()
     en_lines = data_file(data_dir, f"multi30k/{split}.en").read_text(encoding="utf-8").splitlines()
@@ -86,7 +86,7 @@ def multi30k_words(data_dir: Path, split: str, lowercase: bool, limit: int) -> l
 def encode_pairs(model, pairs, cased: bool):
     """(French words, English words) pairs -> dicts of source/target token ids (with EOS) and the
     word index of each token. Each word is tokenized on its own (``subword_words``)."""
-    from jattn.methods.alignment import subword_words
+    from jattn.analyses.alignment import subword_words
 
     tok = model.tokenizer
     norm = lambda w: unicodedata.normalize("NFKC", w if cased else w.lower())
@@ -121,7 +121,7 @@ def model_links(model, items, batch_size: int, desc: str) -> dict:
     """-> {(setting, map, layer, head or -1): [links per pair, corpus order]} from the
     cross-attention maps of every decoder layer (``jattn.norms(model, batch)["cross"]``)."""
     import jattn
-    from jattn.methods import alignment as AL
+    from jattn.analyses import alignment as AL
 
     links: dict = {}
     order = sorted(range(len(items)), key=lambda k: (len(items[k]["src"]) + len(items[k]["tgt"]), k))
@@ -151,7 +151,7 @@ def model_links(model, items, batch_size: int, desc: str) -> dict:
 def evaluate(model, pairs, gold, eflomal_links, batch_size: int, cased: bool, desc: str) -> dict:
     """AER % of every model map per setting/layer/head and of the two baselines on one set.
     pairs: (French words, English words); gold: (sure, possible) (French, English) links."""
-    from jattn.methods import alignment as AL
+    from jattn.analyses import alignment as AL
 
     items = encode_pairs(model, pairs, cased)
     limit = model.config.max_length
@@ -199,8 +199,8 @@ def weights_sha256(folder: Path) -> dict:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     import jattn
-    from jattn.methods import alignment as AL
-    from jattn.methods.eflomal_align import eflomal_align
+    from jattn.analyses import alignment as AL
+    from jattn.analyses.eflomal_align import eflomal_align
 
     if not (args.model / "config.json").is_file():
         raise SystemExit(f"no model at {args.model}: the committed Multi30k model lives in checkpoints/multi30k-fr-en "

@@ -11,7 +11,7 @@ by [MASK] (seed 0, per segment), mean mixing ratio over all real tokens and laye
 Attn-N, AttnRes-W, AttnRes-N, AttnResLn-N, per layer, and the Spearman ρ of the per-type mean
 ratio against the frequency rank. Then the paper's frequency protocol (Table 2; their
 emnlp2021 src/relation_with_freq.py): a second, **unmasked** pass (``jattn.norms(...,
-residual=True)`` batch by batch, ``jattn.methods.norm_occurrences``) streams each occurrence's
+residual=True)`` batch by batch, ``jattn.analyses.norm_occurrences``) streams each occurrence's
 own layer-mean ratio to disk, and ``spearman_freq_unmasked`` is the Spearman ρ of it against
 the frequency rank over every real token ([CLS]/[SEP] included, unranked ids at the bottom
 rank), one value per measure (order: Attn-W, Attn-N, AttnRes-W, AttnRes-N, AttnResLn-N).
@@ -67,8 +67,8 @@ def unmasked_spearman(model, corpus, ranks: np.ndarray, tokens: int, batch_size:
     ratio (unmasked input) vs frequency rank, all tokens, per measure. -> Statistic (5,)"""
     import tempfile
 
-    from jattn.methods.base import Statistic
-    from jattn.methods.norm_occurrences import occurrence_pass, spearman_authors
+    from jattn.analyses.base import Statistic
+    from jattn.analyses.norm_occurrences import occurrence_pass, spearman_authors
 
     with tempfile.TemporaryDirectory(prefix="kobayashi_mixing_occ-") as tmp:
         log = occurrence_pass(model, corpus, tmp, residual=True, batch_size=batch_size, max_length=128)
@@ -91,9 +91,9 @@ def main(argv=None) -> dict:
     import matplotlib.pyplot as plt
 
     import jattn
-    from jattn import plots
-    from jattn.methods.norm_stats import MixingRatio, read_ranks
-    from jattn.run import run_corpus
+    from jattn.viz import plots
+    from jattn.analyses.norm_stats import MixingRatio, read_ranks
+    from jattn.runner import run_corpus
 
     model = jattn.load(args.model)
     corpus = gap_paragraphs(args.data_dir, args.segments)

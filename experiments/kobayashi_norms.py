@@ -11,7 +11,7 @@ ones truncated), and writes experiments/results/kobayashi_norms/: results.json/.
 statistic), figures/ (per-layer weight- vs norm-based attention to each token class; α vs ‖f‖
 per head and class; mean ‖f(x)‖ per token id vs frequency rank; layer × head heatmaps),
 table.md (the numbers the summary quotes). Then a second pass (``jattn.norms`` batch by
-batch, ``jattn.methods.norm_occurrences``) streams each token occurrence's own ‖f(x)‖ (mean
+batch, ``jattn.analyses.norm_occurrences``) streams each token occurrence's own ‖f(x)‖ (mean
 over heads and layers) and received α to disk and computes the authors' statistic:
 ``spearman_freq_occurrence_authors`` = Spearman ρ(‖f(x)‖ of each occurrence, its id's
 frequency rank) over every real token, [CLS]/[SEP] included, ids missing from the rank file at
@@ -46,7 +46,7 @@ def figures(stats: dict, ranks: np.ndarray, folder: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from jattn import plots
+    from jattn.viz import plots
 
     folder.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
@@ -115,11 +115,11 @@ def occurrence_statistics(model, corpus, ranks: np.ndarray, stats: dict, tokens:
     the (id, ‖f‖, α) occurrences are saved to ``keep`` (.npz). -> {name: Statistic}"""
     import tempfile
 
-    from jattn.methods.base import Statistic
-    from jattn.methods.norm_occurrences import occurrence_pass, spearman_authors
+    from jattn.analyses.base import Statistic
+    from jattn.analyses.norm_occurrences import occurrence_pass, spearman_authors
 
-    from jattn.methods.base import CLASS_NAMES
-    from jattn.run import token_classes
+    from jattn.analyses.base import CLASS_NAMES
+    from jattn.runner import token_classes
 
     share = np.zeros((len(CLASS_NAMES), model.config.num_layers))  # Σ over sequences of the row-mean share
     sequences = 0
@@ -167,8 +167,8 @@ def occurrence_statistics(model, corpus, ranks: np.ndarray, stats: dict, tokens:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     import jattn
-    from jattn.methods.norm_stats import NormClassAttention, NormFrequency, read_ranks
-    from jattn.run import run_corpus
+    from jattn.analyses.norm_stats import NormClassAttention, NormFrequency, read_ranks
+    from jattn.runner import run_corpus
 
     model = jattn.load(args.model)
     corpus = gap_paragraphs(args.data_dir, args.segments)

@@ -7,17 +7,17 @@ Command (from the repository root; ~CoLA 15 min, SST-2 25 min on 2 loaded CPU co
 
 Per task, on the task's dev set (SST-2 872 sentences, accuracy; CoLA in-domain dev 527,
 Matthews correlation), with the fine-tuned MiniLM of ``checkpoints/minilm-<task>`` (fine-tuned
-first with ``jattn.finetune.finetune_task`` when the folder has no ``DONE``):
+first with ``jattn.training.finetune.finetune_task`` when the folder has no ``DONE``):
 
 1. the single-head and whole-layer sweeps, uniform (Kovaleva) and zeroed (Michel)
-   (``jattn.methods.disable.disable_sweep``), beside a noise floor: the bootstrap standard
+   (``jattn.sweeps.disable.disable_sweep``), beside a noise floor: the bootstrap standard
    deviation of the dev metric (1,000 resamples of the dev examples), which is how much a
    change of that size can arise from which examples happen to be in dev;
 2. pattern types of every (example, layer, head) map by the rules of
-   ``jattn.methods.patterns`` (runner method ``patterns``) for the fine-tuned and the
+   ``jattn.analyses.patterns`` (runner method ``patterns``) for the fine-tuned and the
    pretrained model, and the share of attention to [CLS] / [SEP] / punctuation per layer
    (runner method ``weights``);
-3. a small CNN (``jattn.methods.pattern_cnn``) trained on 2,000 rule-labelled maps of the task
+3. a small CNN (``jattn.analyses.pattern_cnn``) trained on 2,000 rule-labelled maps of the task
    plus the 72 hand-labelled ones; its agreement with the rules on 500 held-out maps;
 4. per head, the cosine between the pretrained and the fine-tuned maps (real tokens), averaged
    over dev; the last layer's [CLS] row per token class before and after.
@@ -65,7 +65,7 @@ def draw_hand_set(out: Path) -> None:
     import matplotlib.pyplot as plt
 
     import jattn
-    from jattn.data.glue import read_task
+    from jattn.io.glue import read_task
 
     model, dev = jattn.load(), read_task("sst2", "dev")
     rng = np.random.default_rng(0)
@@ -92,11 +92,11 @@ def draw_hand_set(out: Path) -> None:
 
 def fine_tuned(task: str):
     import jattn
-    from jattn import finetune
+    from jattn.training import finetune
 
     folder = REPO / "checkpoints" / f"minilm-{task}"
     if not (folder / "DONE").is_file():
-        print(f"{folder} has no DONE: fine-tuning MiniLM on {task} first (jattn.finetune.finetune_task)")
+        print(f"{folder} has no DONE: fine-tuning MiniLM on {task} first (jattn.training.finetune.finetune_task)")
         finetune.finetune_task(task, folder)
     return jattn.load(folder), folder
 
@@ -120,8 +120,8 @@ def bootstrap_std(preds: np.ndarray, gold: np.ndarray, fn, draws: int = 1000, se
 
 
 def sweeps(model, dev, metric: str, batch_size: int, part: Path, fresh: bool) -> dict:
-    from jattn.methods.disable import disable_sweep
-    from jattn.data import glue
+    from jattn.sweeps.disable import disable_sweep
+    from jattn.io import glue
 
     out = {}
     for mode in ("uniform", "zero"):
@@ -137,7 +137,7 @@ def sweeps(model, dev, metric: str, batch_size: int, part: Path, fresh: bool) ->
 
 
 def _baseline_predictions(model, dev, batch_size):
-    from jattn.methods.disable import _full_logits, batches
+    from jattn.sweeps.disable import _full_logits, batches
     from jattn import Interventions
 
     preds = np.zeros(len(dev), np.int64)
@@ -147,9 +147,9 @@ def _baseline_predictions(model, dev, batch_size):
 
 
 def corpus_patterns(model, texts, batch_size: int) -> dict:
-    from jattn.methods.patterns import PatternTypes
-    from jattn.methods.weights import ClassAttention
-    from jattn.run import run_corpus
+    from jattn.analyses.patterns import PatternTypes
+    from jattn.analyses.weights import ClassAttention
+    from jattn.runner import run_corpus
 
     r = run_corpus(model, texts, [PatternTypes(), ClassAttention()], batch_size=batch_size, max_length=128)
     keep = ("pattern_share", "pattern_proportions", "pattern_vertical", "pattern_diagonal",
@@ -159,8 +159,8 @@ def corpus_patterns(model, texts, batch_size: int) -> dict:
 
 def sample_maps(model, texts, count: int, seed: int, batch_size: int = 32):
     """``count`` random (example, layer, head) maps over real tokens with their token classes."""
-    from jattn.methods.disable import batches
-    from jattn.run import token_classes
+    from jattn.sweeps.disable import batches
+    from jattn.runner import token_classes
 
     rng = np.random.default_rng(seed)
     L, H = model.config.num_layers, model.config.num_heads
@@ -184,7 +184,7 @@ def rule_labels(maps, classes) -> np.ndarray:
     """The rules' label of each map, all maps padded to one length (-1 class on padding) in one call."""
     import jax.numpy as jnp
 
-    from jattn.methods import patterns as P
+    from jattn.analyses import patterns as P
 
     n = max(len(c) for c in classes)
     A = np.zeros((len(maps), n, n), np.float32)  # (N, n, n)
@@ -195,8 +195,8 @@ def rule_labels(maps, classes) -> np.ndarray:
 
 
 def cnn_agreement(model, texts, count: int, seed: int = 0) -> dict:
-    from jattn.methods import pattern_cnn as C
-    from jattn.methods.patterns import TYPES
+    from jattn.analyses import pattern_cnn as C
+    from jattn.analyses.patterns import TYPES
 
     maps, classes = sample_maps(model, texts, count, seed)
     labels = rule_labels(maps, classes)
@@ -226,8 +226,8 @@ def _confusion(a, b, k: int = 5) -> np.ndarray:
 
 def run_task(task: str, args) -> dict:
     import jattn
-    from jattn.data import glue
-    from jattn.methods.patterns import finetune_change
+    from jattn.io import glue
+    from jattn.analyses.patterns import finetune_change
 
     part = args.out / "partial" / task
     model, folder = fine_tuned(task)
@@ -272,7 +272,7 @@ def run_task(task: str, args) -> dict:
 
 
 def _types():
-    from jattn.methods.patterns import TYPES
+    from jattn.analyses.patterns import TYPES
 
     return TYPES
 
@@ -283,7 +283,7 @@ def figures(results: dict, folder: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from jattn import plots
+    from jattn.viz import plots
 
     folder.mkdir(parents=True, exist_ok=True)
     for task, r in results["tasks"].items():

@@ -20,7 +20,7 @@ stays within 1 point of the unpruned metric. Curves run in the order token/once,
 token/reestimate, random, then the example and batch estimators. Tasks may run in separate
 processes (``--tasks cola`` beside ``--tasks multi30k``), each keeping state_<task>.json. When a
 fine-tuned MiniLM is absent (checkpoints/minilm-<task>/DONE), it is fine-tuned first with
-``jattn.finetune.finetune_task`` (as experiments/finetune_glue.py: CoLA 3 epochs, SST-2 1 epoch;
+``jattn.training.finetune.finetune_task`` (as experiments/finetune_glue.py: CoLA 3 epochs, SST-2 1 epoch;
 resumable).
 
 As run here (7 jobs sharing 2 CPU cores, so the budget was cut): ``--tasks cola`` with the
@@ -50,8 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from experiment_data import add_data_dir, data_file  # noqa: E402
 
 import jattn  # noqa: E402
-from jattn.methods.importance import ESTIMATORS  # noqa: E402
-from jattn.methods.pruning_curve import (SCHEDULES, bleu_metric, classification_metric, head_shapes,  # noqa: E402
+from jattn.sweeps.importance import ESTIMATORS  # noqa: E402
+from jattn.sweeps.pruning_curve import (SCHEDULES, bleu_metric, classification_metric, head_shapes,  # noqa: E402
                                          prunable_fraction, pruning_curve)
 
 OUT = ROOT / "experiments" / "results" / "michel_importance_pruning"
@@ -64,7 +64,7 @@ MICHEL = {"sst2": "BERT-base on MNLI: ~40 % of heads prunable with little loss (
 
 
 def classifier(task: str):
-    from jattn.finetune import FinetuneConfig, finetune_task
+    from jattn.training.finetune import FinetuneConfig, finetune_task
 
     folder = ROOT / "checkpoints" / f"minilm-{task}"
     if not (folder / "DONE").is_file():
@@ -76,7 +76,7 @@ def classifier(task: str):
 def task_setup(task: str, args):
     """(model, importance examples, metric function, metric name)."""
     if task == "multi30k":
-        from jattn.data.parallel import read_parallel
+        from jattn.io.parallel import read_parallel
 
         model = jattn.load(ROOT / "checkpoints" / "multi30k-fr-en")
         d = args.data_dir / "multi30k"
@@ -85,7 +85,7 @@ def task_setup(task: str, args):
         test = list(zip(*read_parallel(data_file(args.data_dir, "multi30k/test_2016_flickr.fr"),
                                        d / "test_2016_flickr.en", lowercase=True)))[: args.bleu_pairs]
         return model, val, bleu_metric(model, test, batch_size=64), "BLEU (greedy)"
-    from jattn.data import glue
+    from jattn.io import glue
 
     model = classifier(task)
     train = glue.read_task(task, "train")

@@ -85,10 +85,11 @@ def train(args) -> dict:
     from transformers import MarianTokenizer
 
     import jattn
-    from jattn.config import Seq2SeqConfig
-    from jattn.convert.marian import save_marian_folder
-    from jattn.data.parallel import encode, read_parallel, train_sentencepiece
-    from jattn.train import Trainer, TrainConfig, bleu, translate_ids
+    from jattn.nn.config import Seq2SeqConfig
+    from jattn.families.marian.convert import save_marian_folder
+    from jattn.families.marian.tokenizer import train_sentencepiece
+    from jattn.io.parallel import encode, read_parallel
+    from jattn.training.nmt import Trainer, TrainConfig, bleu, translate_ids
 
     t_start = time.time()
     lower = not args.cased
@@ -118,7 +119,7 @@ def train(args) -> dict:
         encoder_layers=args.layers, decoder_layers=args.layers, encoder_heads=args.heads,
         decoder_heads=args.heads, encoder_ffn_dim=args.ffn, decoder_ffn_dim=args.ffn,
         activation=args.activation, max_position_embeddings=256, scale_embedding=True,
-        shared_embeddings=True, tie_output=True, positions="marian", pad_token_id=tokenizer.pad_token_id,
+        shared_embeddings=True, tie_output=True, positions="vaswani", final_logits_bias=True, decoder_mask="all", pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id,
         forced_eos_token_id=tokenizer.eos_token_id, bad_token_ids=(tokenizer.pad_token_id,),
         dropout=args.dropout, attention_dropout=0.0, activation_dropout=0.0)

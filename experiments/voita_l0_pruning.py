@@ -1,14 +1,14 @@
 """L0 head pruning (Voita et al. 2019, §5-6) on the Multi30k fr→en model and the SST-2 MiniLM, against
 Michel et al.'s (2019) importance-based pruning at the same head counts.
 
-For each λ of a sweep, hard-concrete gates (``jattn.methods.gates``) are trained on the frozen,
-converged model (``jattn.l0.GateTrainer``: task cross-entropy + λ · Σ_heads P(g ≠ 0), the paper's
+For each λ of a sweep, hard-concrete gates (``jattn.nn.gates``) are trained on the frozen,
+converged model (``jattn.training.l0.GateTrainer``: task cross-entropy + λ · Σ_heads P(g ≠ 0), the paper's
 normalisation unless ``--normalisation mean_layers``); the deterministic evaluation gates are folded
 into W_O and the gated model is scored. The Michel baseline ranks the heads of the gated attention
-types together by gradient importance (``jattn.methods.importance``, token estimator, per-layer L2
+types together by gradient importance (``jattn.sweeps.importance``, token estimator, per-layer L2
 normalisation, estimated once on training data) and masks the least important ones until as many
 heads remain as the L0 point kept. One L0 point per run is exported with its closed heads physically
-removed (``jattn.pruning.export_pruned``) and reloaded; its logits are compared with the gated model's.
+removed (``jattn.sweeps.pruning.export_pruned``) and reloaded; its logits are compared with the gated model's.
 
 Commands (repository root; each resumes from its checkpoints under --workdir):
 
@@ -89,7 +89,7 @@ class NMTTask:
     def __init__(self, args):
         import jattn
         from flax import nnx
-        from jattn.data.parallel import encode, read_parallel
+        from jattn.io.parallel import encode, read_parallel
 
         self.model = jattn.load(NMT_MODEL)
         self.config, self.params = self.model.config, nnx.to_pure_dict(self.model.params)
@@ -107,8 +107,8 @@ class NMTTask:
     def batches(self, epoch: int) -> list:
         """Shuffled batches of ``rows`` pairs, all padded to ``LENGTH`` tokens (one compiled shape; pairs with a
         longer side, 2% of the training set, are left out of gate training)."""
-        from jattn.data.parallel import make_batch
-        from jattn.train import device_batch
+        from jattn.io.parallel import make_batch
+        from jattn.training.nmt import device_batch
 
         c = self.config
         fits = [i for i, (x, y) in enumerate(zip(self.train_src, self.train_tgt)) if max(len(x), len(y)) <= LENGTH]
@@ -118,19 +118,19 @@ class NMTTask:
                 for chunk in (order[k:k + self.rows] for k in range(0, len(order) - self.rows + 1, self.rows))]
 
     def metric(self, params) -> float:
-        from jattn.train import bleu, translate_ids
+        from jattn.training.nmt import bleu, translate_ids
 
         hyps = translate_ids(params, self.config, self.test_src, num_beams=1, max_length=80)
         return round(bleu(self.model.tokenizer, hyps, self.test_refs)[0], 2)
 
     def importance(self) -> dict:
-        from jattn.methods.importance import importance
+        from jattn.sweeps.importance import importance
 
         return importance(self.model, self.importance_pairs, batch_size=32, max_length=64)
 
     def probe_batch(self) -> dict:
-        from jattn.data.parallel import make_batch
-        from jattn.train import device_batch
+        from jattn.io.parallel import make_batch
+        from jattn.training.nmt import device_batch
 
         c = self.config
         b = make_batch(self.test_src[:16], self.train_tgt[:16], c.pad_token_id, c.decoder_start_token_id)
@@ -138,16 +138,16 @@ class NMTTask:
 
 
 class SST2Task:
-    """The SST-2 fine-tuned MiniLM (fine-tuned first through ``jattn.finetune`` when absent)."""
+    """The SST-2 fine-tuned MiniLM (fine-tuned first through ``jattn.training.finetune`` when absent)."""
 
     def __init__(self, args):
         import jattn
         from flax import nnx
-        from jattn.data import glue
-        from jattn.finetune import encode, finetune_task
+        from jattn.io import glue
+        from jattn.training.finetune import encode, finetune_task
 
         if not (SST2_MODEL / "DONE").is_file():
-            print(f"{SST2_MODEL} is not there yet: fine-tuning it (jattn.finetune.finetune_task)", flush=True)
+            print(f"{SST2_MODEL} is not there yet: fine-tuning it (jattn.training.finetune.finetune_task)", flush=True)
             finetune_task("sst2", SST2_MODEL)
         self.model = jattn.load(SST2_MODEL)
         self.config, self.params = self.model.config, nnx.to_pure_dict(self.model.params)
@@ -161,7 +161,7 @@ class SST2Task:
         self.metric_name = f"accuracy (first {len(dev)} SST-2 dev examples)"
 
     def batches(self, epoch: int) -> list:
-        from jattn.finetune import length_batches, pad_batch
+        from jattn.training.finetune import length_batches, pad_batch
 
         pad = self.config.pad_token_id
         out = []
@@ -172,19 +172,19 @@ class SST2Task:
         return out
 
     def metric(self, params) -> float:
-        from jattn.data import glue
-        from jattn.finetune import evaluate
+        from jattn.io import glue
+        from jattn.training.finetune import evaluate
 
         return round(100 * evaluate(params, self.config, self.dev_ids, self.dev_labels, glue.metric("sst2"),
                                     batch_size=64, max_length=128, pad_id=self.config.pad_token_id)[0], 2)
 
     def importance(self) -> dict:
-        from jattn.methods.importance import importance
+        from jattn.sweeps.importance import importance
 
         return {"encoder": importance(self.model, self.importance_pairs, batch_size=32, max_length=64)}
 
     def probe_batch(self) -> dict:
-        from jattn.finetune import pad_batch
+        from jattn.training.finetune import pad_batch
 
         b = pad_batch(self.dev_ids, self.dev_labels, np.arange(16), 16, self.config.pad_token_id, 128)
         return {k: b[k] for k in ("input_ids", "attention_mask")}
@@ -209,9 +209,9 @@ def export_check(task, gate_values: dict, keep: dict, folder: Path) -> dict:
     import jax.numpy as jnp
 
     import jattn
-    from jattn import l0
-    from jattn.methods import gates as G
-    from jattn.pruning import export_pruned
+    from jattn.training import l0
+    from jattn.analyses import gates as G
+    from jattn.sweeps.pruning import export_pruned
 
     folded = l0.fold_gates(task.params, task.config, {k: jnp.asarray(v) for k, v in gate_values.items()})
     gated_model = type(task.model)(task.config, folded, task.model.tokenizer, task.model.source)
@@ -233,7 +233,7 @@ def michel_curve(task, kinds: list, work: Path, counts: list, name: str):
     """Importance (once, cached) and the metric with only the ``n`` most important heads kept, n in ``counts``."""
     import jax.numpy as jnp
 
-    from jattn import l0
+    from jattn.training import l0
 
     shapes = l0.gate_shapes(task.config)
     imp = cached(work / "importance.json", lambda: {k: np.asarray(v).tolist() for k, v in task.importance().items()})
@@ -253,7 +253,7 @@ def michel_curve(task, kinds: list, work: Path, counts: list, name: str):
 def run(args) -> dict:
     import jax.numpy as jnp
 
-    from jattn import l0
+    from jattn.training import l0
 
     task = NMTTask(args) if args.command == "nmt" else SST2Task(args)
     kinds = ["encoder"] if args.command == "sst2" else args.kinds
@@ -544,10 +544,10 @@ def head_profile(args) -> dict:
     from tqdm.auto import tqdm
 
     import jattn
-    from jattn.data.parallel import encode, make_batch, read_parallel
-    from jattn.methods import lrp
-    from jattn.methods.confidence import HeadConfidence
-    from jattn.run import run_corpus
+    from jattn.io.parallel import encode, make_batch, read_parallel
+    from jattn.analyses import lrp
+    from jattn.analyses.confidence import HeadConfidence
+    from jattn.runner import run_corpus
 
     model = jattn.load(NMT_MODEL)
     c, tok = model.config, model.tokenizer
@@ -598,7 +598,7 @@ def head_profile(args) -> dict:
             "argmax_next_fraction": (positional[..., 1] / rows).tolist(),
             "argmax_rarest_fraction": (rare / rows).tolist(), "rows": rows,
             "syntactic_roles": "not computed: the source side is French and the project's treebank (UD EWT) is "
-                               "English, so jattn.methods.syntax has no gold trees for it"}
+                               "English, so jattn.analyses.syntax has no gold trees for it"}
 
 
 def main(argv=None):

@@ -1,12 +1,12 @@
 """jattn: attention internals of BERT-family encoders and NMT Transformers, as JAX data."""
 
-from jattn.interventions import Interventions
-from jattn.load import load
-from jattn.methods.attribution import attributions
-from jattn.methods.disable import disable_sweep
-from jattn.methods.importance import importance
-from jattn.methods.norms import norms
-from jattn.methods.pruning_curve import pruning_curve
-from jattn.view import view
+from jattn.nn.interventions import Interventions
+from jattn.models.load import load
+from jattn.analyses.attribution import attributions
+from jattn.sweeps.disable import disable_sweep
+from jattn.sweeps.importance import importance
+from jattn.analyses.norms import norms
+from jattn.sweeps.pruning_curve import pruning_curve
+from jattn.viz.view import view
 
 __all__ = ["Interventions", "attributions", "disable_sweep", "importance", "load", "norms", "pruning_curve", "view"]

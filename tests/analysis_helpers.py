@@ -34,7 +34,7 @@ def tiny_bert(folder, *, mlm: bool = False, seed: int = 0, layers: int = 2, head
     import torch
     from transformers import BertConfig, BertForMaskedLM, BertModel
 
-    from jattn.load import default_model_path
+    from jattn.models.load import default_model_path
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -58,7 +58,7 @@ def reference_maps(model, tmodel, examples) -> list[dict]:
     """Per example, unpadded: ids (n,), maps (L, H, n, n) float64 from HF PyTorch, token classes."""
     import torch
 
-    from jattn.run import token_classes
+    from jattn.runner import token_classes
 
     out = []
     for ex in examples:

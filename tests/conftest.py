@@ -56,7 +56,7 @@ def minilm():
 
 @pytest.fixture(scope="session")
 def minilm_path():
-    from jattn.load import default_model_path
+    from jattn.models.load import default_model_path
 
     return default_model_path()
 

@@ -23,7 +23,7 @@ def tiny_bert(tmp_path, **overrides):
     from transformers import BertConfig, BertModel
 
     import jattn
-    from jattn.load import default_model_path
+    from jattn.models.load import default_model_path
 
     cfg = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                intermediate_size=48, max_position_embeddings=128, hidden_act="gelu")

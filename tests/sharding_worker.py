@@ -18,10 +18,10 @@ SHORT = ["The cat sat.", ("Alice met Bob,", "then left."), "Short.", "One, two, 
 
 
 def statistics(model, devices, batch_size, mesh=None):
-    from jattn.methods.distance import JSDistance
-    from jattn.methods.grad import AttentionGradient
-    from jattn.methods.weights import ClassAttention, Entropy
-    from jattn.run import run_corpus
+    from jattn.analyses.distance import JSDistance
+    from jattn.analyses.grad import AttentionGradient
+    from jattn.analyses.weights import ClassAttention, Entropy
+    from jattn.runner import run_corpus
 
     methods = [ClassAttention(), Entropy(), JSDistance(), AttentionGradient(model)]
     res = run_corpus(model, SHORT, methods, batch_size=batch_size, devices=devices, mesh=mesh, progress=False)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from jattn.methods import alignment as AL
+from jattn.analyses import alignment as AL
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alignment"  # beside the repo
 
@@ -153,7 +153,7 @@ def test_eflomal_wrapper_gives_symmetrised_links():
     sym = grow-diag-final-and(fwd, rev), and close to the hand-made gold (far better than diagonal)."""
     pytest.importorskip("eflomal", reason="eflomal is not installed (pip install eflomal; it is in the "
                                           "test extra, which CI installs)")
-    from jattn.methods.eflomal_align import eflomal_align
+    from jattn.analyses.eflomal_align import eflomal_align
 
     fr = ["le chat noir", "le chien", "un chat", "le chat dort", "un chien noir", "le chien dort"]
     en = ["the black cat", "the dog", "a cat", "the cat sleeps", "a black dog", "the dog sleeps"]

@@ -10,7 +10,7 @@ import pytest
 import jattn
 from analysis_helpers import tiny_bert
 from jattn.cli import main
-from jattn.data.readers import Corpus, read, split_paragraph
+from jattn.io.readers import Corpus, read, split_paragraph
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -104,9 +104,9 @@ def test_analyze_cli_rejects_unknown_methods(tmp_path):
 def test_analyze_cli_syntax_gives_the_experiments_table(tmp_path, monkeypatch, tiny_bert_folder):
     """--format conllu --methods syntax: the runner's counts and Table 1 equal the per-sentence
     code of experiments/clark_syntax_coref.py (word_attention + syntax.sentence_counts)."""
-    from jattn.data import labels
-    from jattn.methods import syntax
-    from jattn.methods.word_attention import word_attention
+    from jattn.io import labels
+    from jattn.analyses import syntax
+    from jattn.analyses.word_attention import word_attention
     from test_syntax import CONLLU
 
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
@@ -134,9 +134,9 @@ def test_analyze_cli_syntax_gives_the_experiments_table(tmp_path, monkeypatch, t
 def test_analyze_cli_coref_gives_the_experiments_scores(tmp_path, monkeypatch, tiny_bert_folder):
     """--format gap --methods coref: the runner's GAP accuracy per head and baselines equal the
     per-example code of experiments/clark_syntax_coref.py (coref.gap_counts on word maps)."""
-    from jattn.data import labels
-    from jattn.methods import coref
-    from jattn.methods.word_attention import word_attention
+    from jattn.io import labels
+    from jattn.analyses import coref
+    from jattn.analyses.word_attention import word_attention
 
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
     folder = tiny_bert_folder

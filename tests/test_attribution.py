@@ -8,7 +8,7 @@ import pytest
 from norms_testing import SENTENCES, assert_close, tiny_bert
 
 import jattn
-from jattn.methods import attribution as A
+from jattn.analyses import attribution as A
 
 
 @pytest.fixture(scope="module")

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 import jattn
-from jattn import checkpoints
+from jattn.io import checkpoints
 from jattn.cli import COMMANDS, main
-from jattn.config import ConfigError
-from jattn.convert.hf import ConversionError
-from jattn.data.tokenize import SequenceTooLongError
-from jattn.load import _warned as load_warnings
+from jattn.nn.config import ConfigError
+from jattn.io.hf import ConversionError
+from jattn.io.tokenize import SequenceTooLongError
+from jattn.models.load import _warned as load_warnings
 from tiny_encoders import save_tiny
 
 
@@ -254,8 +254,8 @@ def test_truncation_never_returns_rows_longer_than_max_length(model):
 
 
 def test_empty_strings_are_skipped_and_counted_by_the_runner(model):
-    from jattn.methods.weights import ClassAttention
-    from jattn.run import run_corpus
+    from jattn.analyses.weights import ClassAttention
+    from jattn.runner import run_corpus
 
     with_empty = run_corpus(model, ["A cat.", "", "   ", "A dog sat.", ("", "x")], [ClassAttention()],
                             batch_size=2, progress=False)
@@ -426,9 +426,9 @@ def test_demo_bad_input(case, argv, status, needles, files, tmp_path, capsys, mo
 
 
 def test_non_finite_totals_are_an_error_naming_layer_and_head(tmp_path):
-    from jattn.methods.base import Statistic
-    from jattn.results import NonFiniteError, write_files
-    from jattn.run import RunResult
+    from jattn.analyses.base import Statistic
+    from jattn.io.results import NonFiniteError, write_files
+    from jattn.runner import RunResult
 
     total = np.ones((2, 3))
     total[1, 2] = np.nan
@@ -446,7 +446,7 @@ def test_non_finite_totals_are_an_error_naming_layer_and_head(tmp_path):
 
 
 def test_mds_refuses_non_finite_distances():
-    from jattn.methods.distance import mds
+    from jattn.analyses.distance import mds
 
     d = np.ones((4, 4)) - np.eye(4)
     d[1, 3] = np.inf

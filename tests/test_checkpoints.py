@@ -11,8 +11,8 @@ import pytest
 
 import jattn
 from analysis_helpers import tiny_bert
-from jattn import checkpoints
-from jattn.load import _warned as load_warnings
+from jattn.io import checkpoints
+from jattn.models.load import _warned as load_warnings
 from jattn.nn import state
 
 TEXTS = ["The cat sat on the mat.", ("A pair,", "of segments.")]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jattn
-from jattn.interventions import Interventions
+from jattn.nn.interventions import Interventions
 from jattn.nn import encoder, layers
 from tiny_encoders import random_batch, save_tiny
 

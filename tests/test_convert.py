@@ -10,8 +10,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import jattn
-from jattn.config import ConfigError
-from jattn.convert.hf import ConversionError
+from jattn.nn.config import ConfigError
+from jattn.io.hf import ConversionError
 from tiny_encoders import save_tiny
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jattn.data import labels
-from jattn.methods import coref
+from jattn.io import labels
+from jattn.analyses import coref
 
 GAP = ("ID\tText\tPronoun\tPronoun-offset\tA\tA-offset\tA-coref\tB\tB-offset\tB-coref\tURL\n"
        "t-1\tMary Ann met Sue, and she smiled.\tshe\t22\tMary Ann\t0\tTRUE\tSue\t13\tFALSE\tu\n"

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from jattn import demo
+from jattn.cli import demo
 from tiny_encoders import save_tiny
 
 

@@ -17,7 +17,7 @@ from flax import nnx
 
 import jattn
 from jattn import Interventions
-from jattn.methods import disable
+from jattn.analyses import disable
 from jattn.models.encoder import EncoderModel
 from jattn.nn import encoder, state
 from tiny_encoders import hf_model, hf_run, random_batch, save_tiny
@@ -121,7 +121,7 @@ def test_sweep_metric_by_hand(model):
     examples = [(s, i % 2) for i, s in enumerate(SENTENCES)]
     r = disable.disable_sweep(model, examples, "matthews_corr", unit="head", batch_size=8, max_length=32,
                                progress=False)
-    from jattn.data.glue import matthews_corr
+    from jattn.io.glue import matthews_corr
 
     gold = np.array([y for _, y in examples])
     for l, h in np.ndindex(r.metric.shape):
@@ -201,7 +201,7 @@ def test_bad_input_is_named(model, tmp_path):
 
 def test_command_line(model, tmp_path, capsys):
     from jattn.cli import main
-    from jattn.finetune import save_classifier
+    from jattn.training.finetune import save_classifier
 
     folder = save_classifier(model, tmp_path / "clf")
     data = tmp_path / "dev.tsv"

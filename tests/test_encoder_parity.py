@@ -48,7 +48,7 @@ def test_mlm_head_parity(tmp_path, name):
 def test_classification_head_parity_and_export(tmp_path, name):
     """A converted HF sequence-classification head gives HF's logits; exported back, HF reads the
     folder and agrees again (the fine-tuned models' round trip)."""
-    from jattn.finetune import save_classifier
+    from jattn.training.finetune import save_classifier
 
     folder = save_tiny(tmp_path / "hf", name, head="cls")
     model, oracle = jattn.load(folder, use_cache=False), hf_model(folder, head="cls")
@@ -71,7 +71,7 @@ def test_pytorch_bin_checkpoint(tmp_path):
 
 
 def test_minilm_parity_real_sentences(minilm, minilm_path):
-    from jattn.demo import sample_sentences
+    from jattn.cli.demo import sample_sentences
 
     sents = sample_sentences()[:16]
     oracle = hf_model(minilm_path)

@@ -28,8 +28,8 @@ def test_write_study_keeps_the_hand_written_summary(tmp_path):
     import numpy as np
 
     from experiment_data import write_study
-    from jattn.methods.base import Statistic
-    from jattn.run import RunResult
+    from jattn.analyses.base import Statistic
+    from jattn.runner import RunResult
 
     out = tmp_path / "study"
     out.mkdir()

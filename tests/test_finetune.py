@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import jattn
-from jattn.data import glue
-from jattn.finetune import ClassifierTrainer, FinetuneConfig, finetune, length_batches, pad_batch, with_classifier
+from jattn.io import glue
+from jattn.training.finetune import ClassifierTrainer, FinetuneConfig, finetune, length_batches, pad_batch, with_classifier
 from tiny_encoders import save_tiny
 
 WORDS = ["red", "green", "blue", "small", "large", "old", "new", "warm"]
@@ -73,8 +73,8 @@ def test_length_batches_cover_each_example_once():
 
 def test_padded_rows_weigh_nothing(tiny):
     """A last, short batch padded with empty rows gives the loss of the real rows alone."""
-    from jattn.finetune import _model_inputs
-    from jattn.losses import classification_loss
+    from jattn.training.finetune import _model_inputs
+    from jattn.training.losses import classification_loss
     from jattn.nn import encoder
 
     model = with_classifier(tiny, 2)

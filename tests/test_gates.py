@@ -1,4 +1,4 @@
-"""Hard-concrete head gates (jattn.methods.gates) and L0 gate training (jattn.l0): sample statistics
+"""Hard-concrete head gates (jattn.nn.gates) and L0 gate training (jattn.training.l0): sample statistics
 against the hard-concrete distribution's closed form, exact 0/1 evaluation gates, gradients, the λ = 0
 control against plain optax training, gates closing under a large λ, resume, and the physically
 pruned export against the gated model."""
@@ -15,9 +15,9 @@ import pytest
 from flax import nnx
 
 import jattn
-from jattn import l0
-from jattn.interventions import Interventions
-from jattn.methods import gates as G
+from jattn.training import l0
+from jattn.nn.interventions import Interventions
+from jattn.analyses import gates as G
 from jattn.nn import encoder, seq2seq
 from tiny_encoders import random_batch, save_tiny
 from tiny_seq2seq import padded_batch
@@ -78,7 +78,7 @@ def test_one_sample_per_step_and_independent_types():
 @pytest.fixture(scope="module")
 def classifier():
     """Tiny random BERT with a 2-class head (dropout off)."""
-    from jattn.config import EncoderConfig
+    from jattn.nn.config import EncoderConfig
     from jattn.nn import state
 
     config = EncoderConfig(model_type="bert", vocab_size=50, hidden_size=16, num_layers=2, num_heads=4,
@@ -110,7 +110,7 @@ def test_gradient_reaches_log_alpha(classifier):
 
 def test_lambda_zero_gates_open_equals_plain_training(classifier, tmp_path):
     """Gates held open with λ = 0 and the model trained: the same parameters as a plain optax loop."""
-    from jattn.losses import classification_loss
+    from jattn.training.losses import classification_loss
 
     config, params, batches = classifier
     gc = l0.GateConfig(lam=0.0, fixed_open=True, model_lr=1e-2, steps=6, save_every=1000)
@@ -192,7 +192,7 @@ def test_fold_gates_equals_interventions_seq2seq(marian):
 
 
 def test_pruned_export_equals_gated_evaluation_seq2seq(marian, tmp_path):
-    from jattn.pruning import export_pruned
+    from jattn.sweeps.pruning import export_pruned
 
     shapes = l0.gate_shapes(marian.config)
     values = _gate_values(shapes, 1)
@@ -207,7 +207,7 @@ def test_pruned_export_equals_gated_evaluation_seq2seq(marian, tmp_path):
 
 
 def test_pruned_export_equals_gated_evaluation_encoder(tmp_path):
-    from jattn.pruning import export_pruned
+    from jattn.sweeps.pruning import export_pruned
 
     model = jattn.load(save_tiny(tmp_path / "bert", "bert-2x4", head="cls"), use_cache=False)
     values = _gate_values(l0.gate_shapes(model.config), 2)

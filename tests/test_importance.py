@@ -12,10 +12,10 @@ import torch
 import jattn
 import tiny_seq2seq
 from hf_head_gates import gated
-from jattn.data.parallel import encode
-from jattn.interventions import Interventions
-from jattn.methods.importance import ESTIMATORS, importance
-from jattn.methods.pruning_curve import bleu_metric, choose, classification_metric, prunable_fraction, pruning_curve
+from jattn.io.parallel import encode
+from jattn.nn.interventions import Interventions
+from jattn.sweeps.importance import ESTIMATORS, importance
+from jattn.sweeps.pruning_curve import bleu_metric, choose, classification_metric, prunable_fraction, pruning_curve
 from tiny_encoders import hf_model, save_tiny
 
 TEXTS = ["the cat sat on the mat .", "a dog", "hello there my friend , how are you today ?", "yes",

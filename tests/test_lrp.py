@@ -1,4 +1,4 @@
-"""LRP head relevance (jattn.methods.lrp) and head confidence (jattn.methods.confidence): each relprop
+"""LRP head relevance (jattn.analyses.lrp) and head confidence (jattn.analyses.confidence): each relprop
 step against numpy loops of the α-β rule (on linear functions the analytic decomposition), conservation
 per layer on tiny BERT-classifier and Marian models, padding invariance, and confidence against loops."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import jattn
-from jattn.methods import lrp
+from jattn.analyses import lrp
 from tiny_encoders import random_batch, save_tiny
 from tiny_seq2seq import padded_batch
 from tiny_seq2seq import save_tiny as save_tiny_seq2seq
@@ -130,8 +130,8 @@ def test_classifier_needed(tmp_path):
 
 
 def test_confidence_equals_loop(bert_cls):
-    from jattn.methods.confidence import HeadConfidence
-    from jattn.run import run_corpus
+    from jattn.analyses.confidence import HeadConfidence
+    from jattn.runner import run_corpus
 
     texts = ["the cat sat on the mat .", "a dog", "who is there ? nobody knows"]
     result = run_corpus(bert_cls, texts, [HeadConfidence()], batch_size=2, max_length=32, progress=False)

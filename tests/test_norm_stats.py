@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from norms_testing import assert_close, brute_force, internals_np, tiny_bert
 
-from jattn.methods import norm_stats as NS
-from jattn.methods.base import CLASS_NAMES, HostBatch
-from jattn.run import run_corpus, token_classes
+from jattn.analyses import norm_stats as NS
+from jattn.analyses.base import CLASS_NAMES, HostBatch
+from jattn.runner import run_corpus, token_classes
 
 CORPUS = [  # all ≤ 16 tokens: one padded bucket, one compile of the runner's step
     "The cat sat on the mat, and slept.",
@@ -200,7 +200,7 @@ def occurrences(tmp_path_factory):
     and, per example alone and unpadded, the per-token values by loops over layers and heads,
     in the pass's order (examples sorted by token length, then corpus index)."""
     import jattn
-    from jattn.methods.norm_occurrences import occurrence_pass
+    from jattn.analyses.norm_occurrences import occurrence_pass
 
     tmp = tmp_path_factory.mktemp("occurrences")
     model = tiny_bert(tmp / "model")
@@ -240,7 +240,7 @@ def test_occurrence_pass_streams_every_token_once(occurrences):
 def test_occurrence_spearman_equals_brute_force(occurrences, tmp_path):
     """spearman_authors on the streamed values is exactly the by-definition ρ, with every
     occurrence's rank looked up by hand ([CLS]/[SEP] and unranked ids at the bottom rank)."""
-    from jattn.methods.norm_occurrences import spearman_authors
+    from jattn.analyses.norm_occurrences import spearman_authors
 
     model, logs, _ = occurrences
     ids = model.tokenizer.convert_tokens_to_ids(["the", ",", ".", "cat", "mat", "a", "with"])
@@ -261,7 +261,7 @@ def test_type_mean_and_occurrence_statistics_differ():
     """Type A (rank 1) occurs with ‖f‖ 0 and 10, type B (rank 2) with 4 and 5. Type means 5 > 4.5
     give ρ = −1 when every occurrence carries its type's mean; the occurrences' own values give
     ranks (1, 4, 2, 3) against (1.5, 1.5, 3.5, 3.5): covariance 0, ρ = 0."""
-    from jattn.methods.norm_occurrences import bottom_ranked, spearman_authors
+    from jattn.analyses.norm_occurrences import bottom_ranked, spearman_authors
 
     ids = np.array([0, 0, 1, 1])
     values = np.array([0.0, 10.0, 4.0, 5.0])

@@ -9,7 +9,7 @@ import pytest
 from norms_testing import SENTENCES, assert_close, brute_force, internals_np, tiny_bert
 
 import jattn
-from jattn.methods import norms as N
+from jattn.analyses import norms as N
 from jattn.nn.attention import transformed_vectors
 
 KEYS_2020 = ("f_norm", "weighted_norm", "summed_norm", "weights")

@@ -209,7 +209,7 @@ class Finalizer:
 def test_a_swallowed_interrupt_still_leaves_the_previous_results(tmp_path):
     """Python drops a KeyboardInterrupt raised inside a finalizer ('Exception ignored in ...'):
     the run would go on and publish. Output remembers the SIGINT and refuses to replace --out."""
-    from jattn.results import Output
+    from jattn.io.results import Output
 
     out = tmp_path / "out"
     out.mkdir()

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jattn
-from jattn.methods import pattern_cnn, patterns as P
-from jattn.run import run_corpus
+from jattn.analyses import pattern_cnn, patterns as P
+from jattn.runner import run_corpus
 from tiny_encoders import save_tiny
 
 
@@ -109,7 +109,7 @@ def test_runner_method_counts_every_map_once(tmp_path):
     for t in texts:
         b = model.tokenize([t], max_length=32)
         w = model.forward(b).attentions  # (L, 1, H, n, n)
-        from jattn.run import token_classes
+        from jattn.runner import token_classes
 
         cls = token_classes(model.tokenizer, b.input_ids, b.attention_mask)
         lab = np.asarray(P.classify(P.map_statistics(w, jnp.asarray(cls))))  # (L, 1, H)

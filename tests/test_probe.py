@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jattn.methods import probe
+from jattn.analyses import probe
 
 
 def random_tree(rng, w: int) -> np.ndarray:
@@ -154,11 +154,11 @@ def test_features_through_the_runner_equal_the_per_sentence_path(tiny_bert_folde
     """ProbeFeatures records -> shards_from_records give the shards the experiment writes from
     word_attention + sentence_features + word_embeddings."""
     import jattn
-    from jattn.data import labels
-    from jattn.data.readers import Corpus
-    from jattn.methods.word_attention import word_attention
-    from jattn.records import read_records
-    from jattn.run import run_corpus
+    from jattn.io import labels
+    from jattn.io.readers import Corpus
+    from jattn.analyses.word_attention import word_attention
+    from jattn.io.records import read_records
+    from jattn.runner import run_corpus
     from test_syntax import CONLLU
 
     (tmp_path / "t.conllu").write_text(CONLLU)

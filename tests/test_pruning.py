@@ -1,4 +1,4 @@
-"""Physical head pruning (jattn.pruning): the pruned model equals the masked model (Michel et al.'s
+"""Physical head pruning (jattn.sweeps.pruning): the pruned model equals the masked model (Michel et al.'s
 head gates = the keep mask), exports are smaller Hugging Face folders that jattn.load reads back,
 the BERT export has exactly the tensors Hugging Face's own head pruning produces, bad masks fail."""
 
@@ -14,9 +14,9 @@ import pytest
 
 import jattn
 from jattn import Interventions
-from jattn.config import ConfigError
-from jattn.convert.hf import ConversionError
-from jattn.pruning import check_keep, export_pruned, original_heads, prune, real_heads
+from jattn.nn.config import ConfigError
+from jattn.io.hf import ConversionError
+from jattn.sweeps.pruning import check_keep, export_pruned, original_heads, prune, real_heads
 from tiny_encoders import hf_model, hf_run, random_batch, save_tiny
 from tiny_seq2seq import padded_batch
 from tiny_seq2seq import save_tiny as save_tiny_seq2seq
@@ -119,7 +119,7 @@ def test_export_round_trip_and_further_pruning(bert_cls, batch, tmp_path):
     out2 = jattn.load(again, use_cache=False).forward(batch, internals=INTERNALS)
     assert _err(out2.logits, ref2.logits) <= TOL
     # The fine-tuning exporter writes a pruned model's config correctly too (original heads + pruned_heads).
-    from jattn.finetune import save_classifier
+    from jattn.training.finetune import save_classifier
 
     saved = jattn.load(save_classifier(loaded, tmp_path / "saved"), use_cache=False)
     assert _err(saved.forward(batch, internals=INTERNALS).logits, ref.logits) <= TOL
@@ -241,7 +241,7 @@ def test_seq2seq_bad_keep_masks(seq2seq):
 def test_minilm_half_pruned(minilm, tmp_path):
     """The real MiniLM (6 x 12) with half of its heads removed at random, one layer left with one
     head: the exported folder reads back and equals the masked model on real sentences."""
-    from jattn.demo import sample_sentences
+    from jattn.cli.demo import sample_sentences
 
     keep = np.random.default_rng(0).random((6, 12)) < 0.5
     keep[2] = np.arange(12) == 7

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import jattn
-from jattn.methods import registry
-from jattn.methods.base import Method, Statistic
-from jattn.methods.grad import AttentionGradient
-from jattn.methods.weights import ClassAttention, Entropy
+from jattn.analyses import registry
+from jattn.analyses.base import Method, Statistic
+from jattn.analyses.grad import AttentionGradient
+from jattn.analyses.weights import ClassAttention, Entropy
 from tiny_encoders import save_tiny
 
 
@@ -54,7 +54,8 @@ def test_methods_compare_by_configuration(model):
 
 
 def test_the_compiled_step_is_reused_for_an_equal_configuration_only(model):
-    from jattn.run import _step, run_corpus
+    from jattn.runner import run_corpus
+    from jattn.runner.loop import _step
 
     run_corpus(model, ["A cat.", "A dog sat."], [ClassAttention()], batch_size=2, progress=False)
     before = _step.cache_info()

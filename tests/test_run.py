@@ -14,12 +14,14 @@ import pytest
 
 import jattn
 from analysis_helpers import SENTENCES, WORDS, tiny_bert
-from jattn.data.readers import as_example
-from jattn.data.tokenize import SequenceTooLongError
-from jattn.methods.distance import JSDistance
-from jattn.methods.grad import AttentionGradient
-from jattn.methods.weights import ClassAttention, Entropy
-from jattn.run import _batches, _pad_batch, _tokenize_rows, make_step, run_corpus
+from jattn.io.readers import as_example
+from jattn.io.tokenize import SequenceTooLongError
+from jattn.analyses.distance import JSDistance
+from jattn.analyses.grad import AttentionGradient
+from jattn.analyses.weights import ClassAttention, Entropy
+from jattn.runner import run_corpus
+from jattn.runner.batcher import batches as _batches, pad_segments as _pad_batch, tokenize_segments as _tokenize_rows
+from jattn.runner.loop import make_step
 
 
 @pytest.fixture(scope="module")
@@ -121,9 +123,9 @@ def test_bad_arguments_are_clear_errors(model):
 MEMORY_SCRIPT = textwrap.dedent("""
     import json, resource, sys
     import jattn
-    from jattn.methods.distance import JSDistance
-    from jattn.methods.weights import ClassAttention, Entropy
-    from jattn.run import run_corpus
+    from jattn.analyses.distance import JSDistance
+    from jattn.analyses.weights import ClassAttention, Entropy
+    from jattn.runner import run_corpus
     model = jattn.load(sys.argv[1], use_cache=False)
     base = ["The cat sat on the mat, again.", "A second, somewhat longer sentence about nothing at all."]
     corpus = (base[i % 2] + " x" * (i % 7) for i in range(int(sys.argv[2])))  # a generator: streamed
@@ -155,11 +157,11 @@ def test_labels_and_per_example_records(model, tmp_path):
 
     import jax.numpy as jnp
 
-    from jattn.data.readers import Example
-    from jattn.methods.base import Method
-    from jattn.methods.weights import word_level
-    from jattn.methods.word_attention import word_attention
-    from jattn.records import read_records
+    from jattn.io.readers import Example
+    from jattn.analyses.base import Method
+    from jattn.analyses.weights import word_level
+    from jattn.analyses.word_attention import word_attention
+    from jattn.io.records import read_records
 
     seen = {}
 
@@ -203,7 +205,7 @@ def test_labels_and_per_example_records(model, tmp_path):
 
 
 def test_too_long_and_unmappable_examples_are_skipped_with_a_count(model):
-    from jattn.data.readers import Example
+    from jattn.io.readers import Example
 
     long = ["word"] * 200
     examples = [Example(WORDS[0], labels={"x": np.zeros(len(WORDS[0]), np.int32)}),

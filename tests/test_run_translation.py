@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import jattn
-import jattn.methods.base
-from jattn.methods.distance import JSDistance
-from jattn.methods.base import Method
-from jattn.methods.norm_stats import NormClassAttention
-from jattn.methods.weights import ClassAttention, Entropy
-from jattn.run import run_corpus
+import jattn.analyses.base
+from jattn.analyses.distance import JSDistance
+from jattn.analyses.base import Method
+from jattn.analyses.norm_stats import NormClassAttention
+from jattn.analyses.weights import ClassAttention, Entropy
+from jattn.runner import run_corpus
 from tiny_seq2seq import sentences
 
 KINDS = ("encoder", "decoder", "cross")
@@ -132,7 +132,7 @@ def test_mismatched_methods_and_inputs_are_clear_errors(marian):
 def test_gold_alignment_links_reach_the_methods(marian, tmp_path):
     """read(..., 'parallel', gold=) labels each pair with its (source word × target word) links;
     the runner pads them into the translation batch for prepare."""
-    from jattn.data.readers import Corpus
+    from jattn.io.readers import Corpus
 
     (tmp_path / "p.txt").write_text("un homme court ||| a man runs\ndeux chiens ||| two dogs play\n")
     (tmp_path / "p.gold").write_text("1-1 2-2 3p3\n1-1 2-2 2p3\n")
@@ -154,7 +154,7 @@ def test_gold_alignment_links_reach_the_methods(marian, tmp_path):
             return {"n": (ctx.batch["labels"]["links"] == 2).sum()}  # sure links, on the devices
 
         def finalize(self, totals, meta):
-            return {"sure": jattn.methods.base.Statistic(totals["n"], "() sure links")}
+            return {"sure": jattn.analyses.base.Statistic(totals["n"], "() sure links")}
 
     got = run_corpus(marian, corpus, [Links()], batch_size=2, max_length=32, progress=False)
     assert got.statistics["encoder_sure"].value == 4 and (seen[0][:3, :3] == first).all()

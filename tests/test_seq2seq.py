@@ -133,24 +133,26 @@ def test_bad_input(tiny, tmp_path):
     bad.mkdir()
     cfg = json.loads((folder / "config.json").read_text())
     (bad / "config.json").write_text(json.dumps(dict(cfg, model_type="t5")))
-    with pytest.raises(jattn.config.ConfigError, match="unsupported model_type 't5'"):
+    with pytest.raises(jattn.nn.config.ConfigError, match="unsupported model_type 't5'"):
         jattn.load(bad, use_cache=False)
 
 
 def test_unsupported_config_refused(tiny):
-    from jattn.config import ConfigError, Seq2SeqConfig
+    from jattn import families
+    from jattn.nn.config import ConfigError
 
     _, folder, _, _ = tiny
     cfg = json.loads((folder / "config.json").read_text())
+    spec = families.get(cfg["model_type"])
     with pytest.raises(ConfigError, match="LayerDrop"):
-        Seq2SeqConfig.from_hf_config(dict(cfg, encoder_layerdrop=0.1))
+        spec.config_from_hf(dict(cfg, encoder_layerdrop=0.1))
     with pytest.raises(ConfigError, match="activation_function"):
-        Seq2SeqConfig.from_hf_config(dict(cfg, activation_function="glu"))
+        spec.config_from_hf(dict(cfg, activation_function="glu"))
 
 
 def test_conversion_reports_all_problems(tiny):
     from jattn.convert import fsmt, marian
-    from jattn.convert.hf import ConversionError, read_state_dict
+    from jattn.io.hf import ConversionError, read_state_dict
 
     kind, folder, model, _ = tiny
     state = read_state_dict(folder)
@@ -173,8 +175,8 @@ def test_marian_export_roundtrip(tmp_path):
     """jattn params -> Marian folder -> HF MarianMTModel and jattn.load give the same logits."""
     import torch
 
-    from jattn.convert.marian import save_marian_folder
-    from jattn.train import init_params
+    from jattn.families.marian.convert import save_marian_folder
+    from jattn.training.nmt import init_params
 
     import jax
 

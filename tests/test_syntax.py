@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jattn.data import labels
-from jattn.methods import syntax
+from jattn.io import labels
+from jattn.analyses import syntax
 
 CONLLU = """# sent_id = a
 # text = I don't like the cats.
@@ -148,7 +148,7 @@ def test_accuracy_per_head_matches_loops_on_a_tiny_model(tiny_bert_folder, trees
     pytest.importorskip("torch")
     import jattn
     from analysis_helpers import reference_maps, torch_model, word_maps
-    from jattn.methods.word_attention import word_attention
+    from jattn.analyses.word_attention import word_attention
 
     folder = tiny_bert_folder
     model, tmodel = jattn.load(folder, use_cache=False), torch_model(folder)

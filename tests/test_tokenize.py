@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jattn.data.tokenize import SequenceTooLongError
+from jattn.io.tokenize import SequenceTooLongError
 
 
 def test_pairs_and_padding(minilm):

@@ -9,9 +9,9 @@ import jax
 import numpy as np
 import pytest
 
-from jattn.config import Seq2SeqConfig
-from jattn.data.parallel import token_batches
-from jattn.train import TrainConfig, Trainer, inverse_sqrt_schedule, label_smoothed_loss
+from jattn.nn.config import Seq2SeqConfig
+from jattn.io.parallel import token_batches
+from jattn.training.nmt import TrainConfig, Trainer, inverse_sqrt_schedule, label_smoothed_loss
 
 V, PAD, EOS = 24, 23, 0
 
@@ -20,7 +20,7 @@ def tiny_config(**kw) -> Seq2SeqConfig:
     base = dict(model_type="marian", src_vocab_size=V, tgt_vocab_size=V, d_model=32, encoder_layers=1,
                 decoder_layers=1, encoder_heads=2, decoder_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
                 activation="relu", max_position_embeddings=32, scale_embedding=True, shared_embeddings=True,
-                tie_output=True, positions="marian", pad_token_id=PAD, eos_token_id=EOS,
+                tie_output=True, positions="vaswani", final_logits_bias=True, decoder_mask="all", pad_token_id=PAD, eos_token_id=EOS,
                 decoder_start_token_id=PAD, forced_eos_token_id=EOS, dropout=0.1)
     return Seq2SeqConfig(**dict(base, **kw))
 
@@ -35,7 +35,7 @@ def copy_task(n: int, seed: int = 0):
 def _eval_loss(params, config, src, tgt) -> float:
     """Mean per-token cross-entropy (no dropout, no smoothing) over the whole data."""
     from jattn.nn import seq2seq
-    from jattn.train import device_batch
+    from jattn.training.nmt import device_batch
 
     total, n = 0.0, 0
     for b in token_batches(src, tgt, 512, PAD, PAD):
@@ -142,7 +142,7 @@ def test_committed_multi30k_model_scores_its_recorded_bleu():
 
     import jattn
     from experiments.experiment_data import DEFAULT
-    from jattn.data.parallel import read_parallel
+    from jattn.io.parallel import read_parallel
 
     root = Path(__file__).resolve().parents[1]
     recorded = json.loads((root / "experiments" / "results" / "nmt_multi30k.json").read_text())

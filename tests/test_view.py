@@ -15,7 +15,7 @@ import pytest
 
 import jattn
 from jattn.cli import main
-from jattn.view import (ERROR_BOUND, add_arguments, decode_measure, dequantize, encode_measure, encode_norm,
+from jattn.viz.view import (ERROR_BOUND, add_arguments, decode_measure, dequantize, encode_measure, encode_norm,
                         quantize, read_page, row_shares, run)
 from tiny_encoders import TOKENIZER_FILES
 from tiny_encoders import save_tiny as save_tiny_encoder
@@ -191,8 +191,8 @@ def test_size_at_128_tokens_on_12x12(tmp_path, hidden):
     import torch
     from transformers import BertConfig, BertModel
 
-    from jattn.demo import sample_sentences
-    from jattn.load import default_model_path
+    from jattn.cli.demo import sample_sentences
+    from jattn.models.load import default_model_path
 
     torch.manual_seed(0)
     BertModel(BertConfig(hidden_size=hidden, num_hidden_layers=12, num_attention_heads=12,
@@ -209,7 +209,7 @@ def test_size_at_128_tokens_on_12x12(tmp_path, hidden):
 
 
 def test_minilm_page_at_128_tokens(minilm):
-    from jattn.demo import sample_sentences
+    from jattn.cli.demo import sample_sentences
 
     text = " ".join(sample_sentences()[:12])
     html = jattn.view(minilm, text, max_length=128, truncate=True)

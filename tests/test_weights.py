@@ -8,11 +8,11 @@ import pytest
 import jattn
 from analysis_helpers import (SENTENCES, WORDS, brute_class_attention, brute_entropy, brute_js, reference_maps,
                               tiny_bert, torch_model, word_maps)
-from jattn.methods.base import OTHER
-from jattn.methods.distance import JSDistance
-from jattn.methods.grad import AttentionGradient
-from jattn.methods.weights import ClassAttention, Entropy
-from jattn.run import run_corpus, token_classes
+from jattn.analyses.base import OTHER
+from jattn.analyses.distance import JSDistance
+from jattn.analyses.grad import AttentionGradient
+from jattn.analyses.weights import ClassAttention, Entropy
+from jattn.runner import run_corpus, token_classes
 
 TOL = 1e-5
 
@@ -114,7 +114,7 @@ def test_js_blocks_equal_brute_force_for_any_block_size():
     import jax
     import jax.numpy as jnp
 
-    from jattn.methods.distance import pairwise_js
+    from jattn.analyses.distance import pairwise_js
 
     rng = np.random.default_rng(0)
     L, H, n = 2, 3, 10

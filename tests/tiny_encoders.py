@@ -30,7 +30,7 @@ def save_tiny(folder: Path, name: str, head: str = "base", seed: int = 0, safe: 
     from transformers import (BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel,
                               RobertaConfig, RobertaForMaskedLM, RobertaForSequenceClassification, RobertaModel)
 
-    from jattn.load import default_model_path
+    from jattn.models.load import default_model_path
 
     kw = dict(CONFIGS[name])
     model_type = kw.pop("model_type")

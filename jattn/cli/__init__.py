@@ -14,14 +14,14 @@ import sys
 
 # sub-command -> module defining ``add_arguments(parser)`` and ``run(args)``
 COMMANDS = {
-    "demo": "jattn.demo",
-    "analyze": "jattn.analyze",
-    "view": "jattn.view",
-    "finetune": "jattn.finetune",
-    "importance": "jattn.importance_cli",
-    "prune": "jattn.prune_cli",
-    "disable": "jattn.disable_cli",
-    "patterns": "jattn.patterns_cli",
+    "demo": "jattn.cli.demo",
+    "analyze": "jattn.cli.analyze",
+    "view": "jattn.cli.view",
+    "finetune": "jattn.cli.finetune",
+    "importance": "jattn.cli.importance",
+    "prune": "jattn.cli.prune",
+    "disable": "jattn.cli.disable",
+    "patterns": "jattn.cli.patterns",
 }
 
 # what a user can cause by what they pass; anything else is a bug and keeps its traceback

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
+from jattn import families
 from jattn.nn import state
 
 
@@ -15,6 +16,11 @@ class ModuleModel:
         self.config = config
         self.module = state.merge(params, config)
         self._layout = None  # (module treedef, state treedef, the state leaves' places among the module's)
+
+    @property
+    def family(self) -> families.FamilySpec:
+        """The spec of the model's family (``jattn.families``)."""
+        return families.get(self.config.model_type)
 
     @property
     def params(self):

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jattn.config import EncoderConfig
-from jattn.data.tokenize import TokenBatch, tokenize
-from jattn.interventions import NONE, Interventions
+from jattn.nn.config import EncoderConfig
+from jattn.io.tokenize import TokenBatch, tokenize
+from jattn.nn.interventions import NONE, Interventions
 from jattn.models.base import ModuleModel
 from jattn.nn import encoder
 
@@ -119,7 +119,7 @@ class EncoderModel(ModuleModel):
 
     def tokenize(self, examples, max_length: int = 128, truncate: bool = False,
                  pad_to: int | None = None) -> TokenBatch:
-        """Tokenize strings, (A, B) pairs or pre-split words; see ``jattn.data.tokenize``."""
+        """Tokenize strings, (A, B) pairs or pre-split words; see ``jattn.io.tokenize``."""
         if max_length > self.config.max_length:
             raise ValueError(f"max_length={max_length} exceeds the model's {self.config.max_length} positions")
         return tokenize(self.tokenizer, examples, max_length=max_length, truncate=truncate, pad_to=pad_to)
@@ -190,17 +190,17 @@ class EncoderModel(ModuleModel):
         (the last layer on [CLS] only), equal to ``forward(...).logits`` at less cost."""
         if not self.config.num_labels:
             raise ValueError(f"{self.source or 'this model'} has no classification head (num_labels = 0). Fix: "
-                             "load a fine-tuned classifier or add a head with jattn.finetune.with_classifier")
+                             "load a fine-tuned classifier or add a head with jattn.training.finetune.with_classifier")
         return _classify(self.params, self.config, self.check_batch(batch), self.check_interventions(interventions))
 
     def norm_maps(self, batch, residual: bool) -> dict:
         """``jattn.norms`` for this family (Kobayashi et al. 2020/2021), device arrays."""
-        from jattn.methods.norms import encoder_norms
+        from jattn.analyses.norms import encoder_norms
 
         return encoder_norms(self.params, self.config, self.check_batch(batch), residual)
 
     def attribution_maps(self, batch) -> dict:
         """``jattn.attributions`` for this family, device arrays."""
-        from jattn.methods.attribution import encoder_attributions
+        from jattn.analyses.attribution import encoder_attributions
 
         return encoder_attributions(self.params, self.config, self.check_batch(batch))

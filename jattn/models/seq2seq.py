@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.config import Seq2SeqConfig
+from jattn.nn.config import Seq2SeqConfig
 from jattn.models.encoder import check_dtype, int_array, internals_arg
 from jattn.models.base import ModuleModel
 from jattn.nn import decode, seq2seq
@@ -124,7 +124,7 @@ class Seq2SeqModel(ModuleModel):
 
     def norm_maps(self, batch, residual: bool) -> dict:
         """``jattn.norms`` for this family: {kind: arrays} (Kobayashi et al. 2020/2021)."""
-        from jattn.methods.norms import seq2seq_norms
+        from jattn.analyses.norms import seq2seq_norms
 
         return seq2seq_norms(self.params, self.config, self.check_batch(batch), residual)
 

@@ -6,7 +6,7 @@ head h, v_hj = x_j W_V^h + b_V^h the value (bias included), W_O^h the (d_h, D) s
 output projection, f_h(x_j) = v_hj W_O^h (Eq. 5), so the block's output is
 y_i = Σ_h Σ_j α[h,i,j] f_h(x_j) + b_O.
 
-Interventions (``jattn.interventions.Interventions``, one layer's slice) enter as arrays:
+Interventions (``jattn.nn.interventions.Interventions``, one layer's slice) enter as arrays:
 ``head_gates`` multiply head h's context Σ_j α v_hj before W_O (Michel et al. 2019's ξ_h);
 ``disabled_heads`` replace the head's weights by the uniform distribution over the keys the
 query may see (Kovaleva et al. 2019); ``weights_delta`` is added to α (∂L/∂delta = ∂L/∂α).
@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jattn.interventions import Interventions
+from jattn.nn.interventions import Interventions
 from jattn.nn.layers import ACT, Dense, LayerNorm, dropout, ln_sigma, split_rng
 
 
@@ -36,7 +36,7 @@ def _per_head(x: jax.Array) -> jax.Array:
 class MultiHeadAttention(nnx.Module):
     """query/key/value kernels (D, H, d_h) with biases (H, d_h); out kernel (H, d_h, D), bias (D,).
     Heads carry the ``"model"`` partitioning name. ``head_dim`` d_h defaults to D / H; a physically
-    pruned stack (``jattn.pruning``) keeps its original d_h with fewer head slots."""
+    pruned stack (``jattn.sweeps.pruning``) keeps its original d_h with fewer head slots."""
 
     def __init__(self, d_model: int, num_heads: int, *, rngs: nnx.Rngs, stack: tuple = (), std=None,
                  head_dim: int | None = None):

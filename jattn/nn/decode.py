@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jattn.config import Seq2SeqConfig
+from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.seq2seq import check_interventions, module
 
 NEG = -1.0e9  # HF's sentinel for excluded beams

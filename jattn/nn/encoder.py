@@ -31,8 +31,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jattn.config import EncoderConfig
-from jattn.interventions import NONE, Interventions
+from jattn.nn.config import EncoderConfig
+from jattn.nn.interventions import NONE, Interventions
 from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention, post_ln_ffn
 from jattn.nn import state
 from jattn.nn.layers import ACT, Dense, LayerNorm, chunk_count, dropout, over_chunks, param, split_rng
@@ -42,9 +42,9 @@ STD = 0.02  # BERT's initializer_range
 
 
 def position_ids(config: EncoderConfig, input_ids: jax.Array) -> jax.Array:
-    """BERT: 0..n-1. RoBERTa: pad+1+cumulative count of real tokens, pad id on padding."""
+    """absolute: 0..n-1. after_padding: pad+1+cumulative count of real tokens, pad id on padding."""
     n = input_ids.shape[1]
-    if config.model_type == "roberta":
+    if config.positions == "after_padding":
         real = (input_ids != config.pad_token_id).astype(jnp.int32)  # (b, n)
         return jnp.cumsum(real, axis=1) * real + config.pad_token_id  # (b, n)
     return jnp.broadcast_to(jnp.arange(n), input_ids.shape)  # (b, n)
@@ -120,7 +120,7 @@ class ClassificationHead(nnx.Module):
 
     def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
         D = config.hidden_size
-        self.dense = Dense((D,), (D,), rngs=rngs, std=STD) if config.model_type == "roberta" else None
+        self.dense = Dense((D,), (D,), rngs=rngs, std=STD) if config.classifier == "dense_tanh" else None
         self.out = Dense((D,), (config.num_labels,), rngs=rngs, std=STD)
         self.rate = config.hidden_dropout
 
@@ -173,8 +173,8 @@ class Encoder(nnx.Module):
         D = config.hidden_size
         self.pooler = Dense((D,), (D,), rngs=rngs, std=STD) if config.with_pooler else None
         self.mlm_head = MLMHead(config, rngs=rngs) if config.with_mlm_head else None
-        if config.num_labels and config.model_type == "bert" and not config.with_pooler:
-            raise ValueError("a BERT classification head reads the pooler: set with_pooler=True with num_labels")
+        if config.num_labels and config.classifier == "pooler" and not config.with_pooler:
+            raise ValueError("a pooler classification head reads the pooler: set with_pooler=True with num_labels")
         self.classifier = ClassificationHead(config, rngs=rngs) if config.num_labels else None
 
     def __call__(self, batch: dict, interventions: Interventions | None = None, *, dropout_rng=None,
@@ -182,7 +182,7 @@ class Encoder(nnx.Module):
         """Run the encoder; return (outputs, internals).
 
         batch: ``input_ids`` (b, n) int, ``attention_mask`` (b, n) {0,1}, optional
-        ``token_type_ids`` (b, n). ``interventions``: see ``jattn.interventions`` (None = none).
+        ``token_type_ids`` (b, n). ``interventions``: see ``jattn.nn.interventions`` (None = none).
         ``dropout_rng`` None means evaluation. ``internals``: "all", None, or names from
         ``INTERNALS``; under ``jit`` the others are never written.
 
@@ -282,7 +282,7 @@ class Encoder(nnx.Module):
     def head_logits(self, hidden: jax.Array, rng=None) -> jax.Array:
         """The classification head on a final hidden state (b, n ≥ 1, D): BERT pools [CLS],
         RoBERTa reads h_<s> -> logits (b, C)."""
-        features = self.pool(hidden) if self.config.model_type == "bert" else hidden[:, 0]  # (b, D)
+        features = self.pool(hidden) if self.config.classifier == "pooler" else hidden[:, 0]  # (b, D)
         return self.classifier(features, rng)  # (b, C)
 
     def pool(self, hidden: jax.Array) -> jax.Array:
@@ -299,6 +299,9 @@ class Encoder(nnx.Module):
     def view(self) -> dict:
         """Every layer's parameter view, stacked (L, ...)."""
         return self.layers.view()
+
+
+state.MODULES[EncoderConfig] = Encoder
 
 
 def module(params, config) -> Encoder:

@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jattn.config import Seq2SeqConfig
-from jattn.interventions import NONE, Interventions
+from jattn.nn.config import Seq2SeqConfig
+from jattn.nn.interventions import NONE, Interventions
 from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention, post_ln_ffn
 from jattn.nn.encoder import select
 from jattn.nn import state
@@ -45,13 +45,13 @@ KINDS = ("encoder", "decoder", "cross")
 def sinusoid_table(config: Seq2SeqConfig) -> np.ndarray:
     """The fixed position table (Vaswani et al. 2017, §3.5), rows indexed by position id.
 
-    marian: row p = [sin(p ω_0..ω_{D/2-1}), cos(p ω_0..ω_{D/2-1})], ω_i = 10000^(-2i/D),
+    vaswani: row p = [sin(p ω_0..ω_{D/2-1}), cos(p ω_0..ω_{D/2-1})], ω_i = 10000^(-2i/D),
       rows 0..P-1, computed in float64 (HF ``MarianSinusoidalPositionalEmbedding``).
-    fairseq: ω_i = exp(-i log(10000) / (D/2 - 1)), same sin|cos halves, computed in float32,
+    tensor2tensor: ω_i = exp(-i log(10000) / (D/2 - 1)), same sin|cos halves, computed in float32,
       P + pad + 1 rows with the ``pad_token_id`` row zero (tensor2tensor's variant).
     """
     D, P = config.d_model, config.max_position_embeddings
-    if config.positions == "marian":
+    if config.positions == "vaswani":
         omega = np.power(10000.0, -2.0 * np.arange(D // 2) / D)  # (D/2,)
         angles = np.arange(P)[:, None] * omega[None]  # (P, D/2)
         return np.concatenate([np.sin(angles), np.cos(angles)], 1).astype(np.float32)  # (P, D)
@@ -66,21 +66,21 @@ def sinusoid_table(config: Seq2SeqConfig) -> np.ndarray:
 def position_ids(config: Seq2SeqConfig, ids: jax.Array, offset=0) -> jax.Array:
     """Row of ``sinusoid_table`` for each token; ``offset`` = tokens already decoded.
 
-    marian: offset + 0..n-1. fairseq: real tokens numbered from pad+1 (+offset), padding
+    vaswani: offset + 0..n-1. tensor2tensor: real tokens numbered from pad+1 (+offset), padding
     gets the zero row ``pad`` — fairseq's ``make_positions``, also in incremental decoding.
     """
-    if config.positions == "marian":
+    if config.positions == "vaswani":
         return jnp.broadcast_to(jnp.arange(ids.shape[1]) + offset, ids.shape)  # (b, n)
     real = (ids != config.pad_token_id).astype(jnp.int32)  # (b, n)
     return jnp.cumsum(real, axis=1) * real + config.pad_token_id + offset  # (b, n)
 
 
 def default_decoder_mask(config: Seq2SeqConfig, decoder_input_ids):
-    """HF's default when no decoder mask is given: Marian attends to every target position (its
-    start token is the pad id); FSMT masks pad tokens. (b, t) -> (b, t) int32, a numpy array for
+    """HF's default when no decoder mask is given: ``decoder_mask`` "all" attends to every target
+    position (a family whose start token is the pad id), "pad" masks pad tokens. (b, t) -> (b, t) int32, a numpy array for
     numpy ids (the wrappers' host-side checks: no device round trip), else a jax array."""
     xp = np if isinstance(decoder_input_ids, np.ndarray) else jnp
-    if config.model_type == "marian":
+    if config.decoder_mask == "all":
         return xp.ones(decoder_input_ids.shape, xp.int32)
     return (decoder_input_ids != config.pad_token_id).astype(xp.int32)
 
@@ -276,6 +276,9 @@ class Seq2Seq(nnx.Module):
         if kind == "encoder":
             return self.encoder.layers.view("self")
         return self.decoder.layers.view("self" if kind == "decoder" else "cross")
+
+
+state.MODULES[Seq2SeqConfig] = Seq2Seq
 
 
 def module(params, config) -> Seq2Seq:

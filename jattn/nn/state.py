@@ -14,19 +14,15 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jattn.config import EncoderConfig, Seq2SeqConfig
+MODULES: dict[type, type] = {}  # config class -> NNX module class (each model module registers itself)
 
 
 def module_class(config):
-    """The NNX module class of a config's model family."""
-    from jattn.nn.encoder import Encoder
-    from jattn.nn.seq2seq import Seq2Seq
-
-    if isinstance(config, EncoderConfig):
-        return Encoder
-    if isinstance(config, Seq2SeqConfig):
-        return Seq2Seq
-    raise TypeError(f"no jattn model family for config type {type(config).__name__}")
+    """The NNX module class of a config's model shape (``jattn.nn`` imports every model module,
+    which registers its class here)."""
+    if type(config) not in MODULES:
+        raise TypeError(f"no jattn model for config type {type(config).__name__}")
+    return MODULES[type(config)]
 
 
 def abstract(config) -> nnx.State:

@@ -1,0 +1,1 @@
+"""Attention analyses: one file per method, each registered under its command-line name (``registry``)."""

@@ -1,0 +1,158 @@
+"""Corpus attention statistics (Clark et al. 2019): ``jattn analyze --input FILE --out DIR``.
+
+A translation model (``--model`` a Marian/FSMT folder) reads (source, target) pairs,
+``--format parallel --input SRC_FILE TGT_FILE`` (or one ``source ||| target`` file), and every
+statistic comes per attention type (``encoder_``, ``decoder_``, ``cross_``; figures in
+``figures/<type>/``).
+
+Streams the corpus through ``jattn.runner.loop.run_corpus`` with the methods of the registry
+(``jattn.analyses.registry``) and writes ``DIR/results.json``, ``DIR/results.npz`` and
+``DIR/figures/*.png`` (``jattn.io.results``), replacing DIR as a whole once everything is
+written. Several processes: start one per host with ``--coordinator HOST:PORT
+--num-processes N --process-id I``; each reads its own shard, process 0 writes the outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import time
+from pathlib import Path
+
+import numpy as np
+
+from jattn.cli.common import add_output_arguments, nonnegative_int, positive_int
+
+
+def add_arguments(parser) -> None:
+    from jattn.io.readers import FORMATS
+    from jattn.analyses.registry import entries
+
+    helps = "; ".join(f"{name}: {e.help}" for name, e in entries().items()).replace("%", "%%")
+    parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
+    parser.add_argument("--input", required=True, nargs="+",
+                        help="corpus file (for --format parallel: SRC_FILE TGT_FILE, or one 'src ||| tgt' file)")
+    parser.add_argument("--format", default="text", choices=FORMATS,
+                        help="text: a segment per line, 'A<TAB>B' for a pair; conllu; gap (GAP tsv); parallel: "
+                             "(source, target) pairs for a translation model")
+    parser.add_argument("--encoding", default="utf-8", help="text encoding of --input (default utf-8)")
+    parser.add_argument("--methods", default="weights,entropy,js", help="comma-separated: " + helps)
+    add_output_arguments(parser)
+    parser.add_argument("--truncate", action="store_true", help="cut over-long segments instead of failing")
+    parser.add_argument("--skip-too-long", action="store_true",
+                        help="skip (and count) over-long segments instead of failing; never cuts them")
+    parser.add_argument("--rank-file", type=Path, default=None,
+                        help="token frequency ranks, 'rank count vocab_id' per line, needed by norm-freq and "
+                             "mixing (e.g. frequency/rank_count_ids.txt of the project's shared data)")
+    parser.add_argument("--min-count", type=positive_int, default=100,
+                        help="syntax: relations with fewer scored words stay out of Table 1 (default 100, as Clark)")
+    parser.add_argument("--coordinator", help="HOST:PORT of process 0, for a multi-process run")
+    parser.add_argument("--num-processes", type=positive_int, default=None, help="with --coordinator")
+    parser.add_argument("--process-id", type=nonnegative_int, default=None, help="with --coordinator")
+    parser.add_argument("--coordinator-timeout", type=positive_int, default=60,
+                        help="seconds to wait for the coordinator and the other processes (default 60)")
+
+
+def _wait_for(address: str, timeout: float) -> None:
+    """Return once a TCP connection to HOST:PORT succeeds; ValueError after ``timeout`` s."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--coordinator {address!r} is not HOST:PORT. Fix: e.g. --coordinator 10.0.0.1:1234")
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            return
+        except OSError as e:
+            last = e
+            time.sleep(0.5)
+    raise ValueError(f"cannot reach the coordinator {address} within {timeout} s ({last}). Fix: start process 0 "
+                     "first with the same --coordinator, check the address and port, or raise --coordinator-timeout")
+
+
+def init_distributed(args) -> None:
+    """``jax.distributed.initialize`` from the command line, with a bounded wait."""
+    if args.coordinator is None:
+        given = [o for o, v in (("--num-processes", args.num_processes), ("--process-id", args.process_id))
+                 if v is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} without --coordinator: a multi-process run needs all three. "
+                             "Fix: add --coordinator HOST:PORT (of process 0), or drop them for one process")
+        return
+    if args.num_processes is None or args.process_id is None:
+        raise ValueError("--coordinator needs --num-processes N and --process-id I (0 on the coordinator's host)")
+    if args.process_id >= args.num_processes:
+        raise ValueError(f"--process-id {args.process_id} must be below --num-processes {args.num_processes}")
+    import jax
+
+    if args.process_id != 0:
+        _wait_for(args.coordinator, args.coordinator_timeout)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id,
+                               initialization_timeout=args.coordinator_timeout)
+
+
+def run(args) -> None:
+    import contextlib
+
+    init_distributed(args)
+    import jax
+
+    import jattn
+    from jattn.io import results
+    from jattn.io.readers import Corpus
+    from jattn.analyses.registry import Options, make_methods
+    from jattn.runner import run_corpus
+
+    names = [m.strip() for m in args.methods.split(",") if m.strip()]
+    writer = jax.process_index() == 0
+    output = results.Output(args.out, overwrite=args.overwrite) if writer else contextlib.nullcontext()
+    inputs = args.input[0] if len(args.input) == 1 else args.input
+    with output:
+        corpus = Corpus(inputs, args.format, encoding=args.encoding)
+        model = jattn.load(args.model)
+        options = Options(rank_file=args.rank_file, min_count=args.min_count)
+        methods = make_methods(model, names, options)
+        if any(getattr(m, "level", "token") == "word" for m in methods):  # formats with labels read as words (gap)
+            corpus = Corpus(inputs, args.format, encoding=args.encoding, words=True)
+        if "syntax" in names:  # the relation list fixes the shape of the counts: one pass over the corpus
+            relations = sorted({r for ex in corpus for r in (ex.labels or {}).get("relations", ())})
+            methods = make_methods(model, names, dataclasses.replace(options, relations=tuple(relations)))
+        result = run_corpus(model, corpus, methods, batch_size=args.batch_size, max_length=args.max_length,
+                            truncate=args.truncate, skip_too_long=args.skip_too_long)
+        if writer:
+            meta = results.run_meta(input=" ".join(str(Path(p).absolute()) for p in args.input), format=args.format,
+                                    methods=[m.name for m in methods])
+            output.write(lambda folder: write(result, folder, model, meta, methods))
+            skipped = result.meta["skipped_empty"]
+            dropped = {k: v for k, v in result.meta.items() if k.startswith("skipped_") and v and k != "skipped_empty"}
+            print(f"jattn analyze: {result.meta['segments']} segments, {result.meta['tokens']} tokens"
+                  + (f" ({skipped} empty segments skipped)" if skipped else "")
+                  + "".join(f" ({v} {k[8:].replace('_', ' ')} skipped)" for k, v in dropped.items())
+                  + f" -> {args.out}")
+
+
+def write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
+    """``jattn.io.results.write_files``, then each labelled method's report (``write_report``:
+    tables and figures, e.g. Clark's Table 1); for a translation model the figures per attention
+    type, each in ``figures/<type>/`` (heatmaps, and the methods' own figures for self-attention)."""
+    from jattn.io import results
+    from jattn.nn.config import Seq2SeqConfig
+
+    config = model.config
+    if not isinstance(config, Seq2SeqConfig):
+        paths = results.write_files(result, folder, config.num_layers, meta)
+        stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
+        for m in methods:
+            if hasattr(m, "write_report"):
+                paths += m.write_report(stats, folder)
+        return paths
+    paths = results.write_files(result, folder, 0, meta)  # 0 layers: no generic figures, drawn per type below
+    layers = {"encoder": config.encoder_layers, "decoder": config.decoder_layers, "cross": config.decoder_layers}
+    names = [m for m in result.totals if m != "_meta"]
+    for kind, L in layers.items():
+        stats = {k[len(kind) + 1:]: np.asarray(s.value) for k, s in result.statistics.items()
+                 if k.startswith(kind + "_")}
+        own = [n[len(kind) + 1:] for n in names if n.startswith(kind + "-")] if kind != "cross" else []
+        paths += results.write_figures(stats, L, folder / "figures" / kind, own)
+    return paths

@@ -1,0 +1,74 @@
+"""Argument types and conventions the commands share."""
+
+from __future__ import annotations
+
+import argparse
+
+FORMATS = ("labelled", "text", "parallel")  # what ``importance`` and ``prune`` read
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer ≥ 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """--out, --overwrite, --batch-size, --max-length: the conventions every corpus command shares."""
+    parser.add_argument("--out", required=True, help="output folder, replaced as a whole when the run completes")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out even if it is a non-empty folder without jattn results")
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--max-length", type=positive_int, default=128,
+                        help="longest segment in tokens (specials included)")
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer ≥ 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def add_common(parser) -> None:
+    """Arguments ``jattn importance`` and ``jattn prune`` share (``jattn analyze``'s conventions)."""
+    from jattn.sweeps.importance import ESTIMATORS
+
+    parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
+    parser.add_argument("--input", required=True, nargs="+",
+                        help="examples importance is estimated on (for --format parallel: SRC_FILE TGT_FILE, or one "
+                             "'src ||| tgt' file)")
+    parser.add_argument("--format", default="labelled", choices=FORMATS,
+                        help="labelled: 'text<TAB>label' per line (a classifier); text: a segment per line (masked-LM "
+                             "loss); parallel: (source, target) pairs for a translation model")
+    add_output_arguments(parser)
+    parser.add_argument("--estimator", default="token", choices=ESTIMATORS,
+                        help="|dL/dξ| per token (the authors' code), per example (the paper) or per batch "
+                             "(HF's script)")
+
+
+def read_examples(paths: list[str], fmt: str) -> list:
+    """--input as importance examples: (text, label), text, or (source, target)."""
+    from pathlib import Path
+
+    from jattn.io.readers import read, read_labelled
+
+    if fmt == "labelled":
+        if len(paths) != 1:
+            raise ValueError("--format labelled reads one 'text<TAB>label' file. Fix: pass one --input file")
+        return read_labelled(paths[0])
+    source = paths[0] if len(paths) == 1 else [Path(p) for p in paths]
+    examples = [ex for ex in read(source, fmt) if not ex.is_empty]
+    if not examples:
+        raise ValueError(f"{' '.join(paths)} holds no examples")
+    return [(ex.a, ex.b) if fmt == "parallel" else (ex.a if ex.b is None else (ex.a, ex.b)) for ex in examples]
+
+
+def check_family(model, fmt: str) -> None:
+    translation = hasattr(model.config, "decoder_layers")
+    if translation != (fmt == "parallel"):
+        raise ValueError("a translation model reads --format parallel, an encoder --format labelled or text. "
+                         f"Fix: pass the format that fits {model.source or 'the model'}")

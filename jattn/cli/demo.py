@@ -1,0 +1,147 @@
+"""Run the main job on the embedded default: an attention report on the bundled sample.
+
+Loads the model (default: the embedded all-MiniLM-L6-v2), streams the bundled sample (300 UD
+English EWT sentences) through the corpus runner and writes to ``--out``:
+  * ``report.md``: what the heads do, in numbers, with links to the figures;
+  * ``results.json`` / ``results.npz`` / ``figures/``: as ``jattn analyze`` writes them
+    (Clark et al. 2019's weight statistics, entropies, head distances; Kobayashi et al. 2020's
+    weight- vs norm-based attention per token class);
+  * ``attention_maps_<k>.png``: every (layer, head) attention map of sample sentence k;
+  * ``attention_view.html``: the interactive viewer (``jattn.viz.view``) on sample sentence 0.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+METHODS = ["weights", "entropy", "js", "norms"]
+
+
+def sample_path(name: str) -> Path:
+    return Path(str(resources.files("jattn.io").joinpath("sample", name)))
+
+
+def sample_sentences() -> list[str]:
+    """The bundled sample: 300 sentences of UD English EWT dev (CC BY-SA 4.0)."""
+    text = resources.files("jattn.io").joinpath("sample/sentences.txt").read_text()
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def attention_grid(weights: np.ndarray, tokens: list[str], path: Path, title: str) -> None:
+    """Plot an (L, H, n, n) array as an L × H grid of maps; axes are 0-based layer/head."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    L, H, n, _ = weights.shape
+    fig, axes = plt.subplots(L, H, figsize=(1.4 * H, 1.4 * L + 0.8), squeeze=False)
+    for l in range(L):
+        for h in range(H):
+            ax = axes[l, h]
+            ax.imshow(weights[l, h], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if l == L - 1:
+                ax.set_xlabel(f"head {h}", fontsize=8)
+            if h == 0:
+                ax.set_ylabel(f"layer {l}", fontsize=8)
+    shown = " ".join(tokens) if len(tokens) <= 24 else " ".join(tokens[:24]) + " …"
+    fig.suptitle(f"{title}\nrows = queries, columns = keys (0-based layer/head)\n{shown}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def add_arguments(parser) -> None:
+    from jattn.cli.common import nonnegative_int, positive_int
+
+    parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded MiniLM)")
+    parser.add_argument("--out", default="results/demo", help="output folder, replaced as a whole when done")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out even if it is a non-empty folder without jattn results")
+    parser.add_argument("--maps", type=nonnegative_int, default=3, help="number of sentences to draw")
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--limit", type=positive_int, default=None, help="use only the first N sample sentences")
+
+
+def top_heads(stat: np.ndarray, k: int = 3) -> str:
+    """The k largest entries of an (L, H) statistic as 'layer-head (value)', 0-based."""
+    flat = np.argsort(np.nan_to_num(stat, nan=-np.inf), axis=None)[::-1][:k]
+    return ", ".join(f"{l}-{h} ({stat[l, h]:.2f})" for l, h in zip(*np.unravel_index(flat, stat.shape)))
+
+
+def report(stats: dict, meta: dict, name: str, figures: list[Path], out: Path) -> str:
+    """A short Markdown report of the per-head statistics (0-based layer-head)."""
+    L = stats["attn_to_cls"].shape[0]
+    rows = ["| layer | [CLS] | [SEP] | . or , | other |", "|---|---|---|---|---|"]
+    for l in range(L):
+        rows.append(f"| {l} | " + " | ".join(f"{stats[k][l].mean():.3f}" for k in
+                                              ("attn_to_cls", "attn_to_sep", "attn_to_punct", "attn_to_other")) + " |")
+    lines = [
+        f"# Attention report: {name}",
+        "",
+        f"{meta['segments']} sentences, {meta['tokens']} tokens (bundled UD English EWT sample). "
+        "Heads are named layer-head, 0-based; every number is a mean over real query tokens, then "
+        "over sentences.",
+        "",
+        "## Where attention goes (Clark et al. 2019, Fig. 2): head-mean per layer",
+        "", *rows, "",
+        "## Notable heads",
+        "",
+        f"- previous token: {top_heads(stats['attn_prev'])}",
+        f"- next token: {top_heads(stats['attn_next'])}",
+        f"- self: {top_heads(stats['attn_self'])}",
+        f"- [SEP]: {top_heads(stats['attn_to_sep'])}",
+        f"- broadest (row entropy, nats; uniform would be {float(stats['entropy_uniform']):.2f}): "
+        f"{top_heads(stats['entropy'])}",
+    ]
+    if "norm_share_to_sep" in stats:
+        lines += ["", "## Weights vs vector norms (Kobayashi et al. 2020), mean over all heads", "",
+                  "| key class | share by weight α | share by norm ‖αf(x)‖ |", "|---|---|---|"]
+        for c, label in (("cls", "[CLS]"), ("sep", "[SEP]"), ("punct", ". or ,"), ("other", "other")):
+            lines.append(f"| {label} | {np.nanmean(stats['weight_to_' + c]):.3f} | "
+                         f"{np.nanmean(stats['norm_share_to_' + c]):.3f} |")
+    lines += ["", "## Figures", "", *[f"- [{p.name}]({p.relative_to(out)})" for p in figures], ""]
+    return "\n".join(lines)
+
+
+def run(args) -> None:
+    import jattn
+    from jattn.io import results
+    from jattn.io.readers import Corpus
+    from jattn.analyses.registry import make_methods
+    from jattn.runner import run_corpus
+
+    sentences = sample_sentences()
+    if args.maps > len(sentences):
+        raise ValueError(f"--maps {args.maps}: the sample has {len(sentences)} sentences. Fix: --maps "
+                         f"{len(sentences)} or fewer")
+    with results.Output(args.out, overwrite=args.overwrite) as output:  # checked and locked before any work
+        model = jattn.load(args.model)
+        name = "all-MiniLM-L6-v2 (embedded default)" if args.model is None else str(args.model)
+        examples = list(Corpus(sample_path("en_ewt-ud-dev.sample.conllu"), "conllu"))[: args.limit]
+        result = run_corpus(model, examples, make_methods(model, METHODS), batch_size=args.batch_size)
+
+        def fill(out: Path) -> list[Path]:
+            figures = results.write_files(result, out, model.config.num_layers,
+                                          results.run_meta(input="bundled UD English EWT sample", methods=METHODS))
+            stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
+            maps = []
+            for k in range(args.maps):
+                batch = model.tokenize([sentences[k]])
+                weights = np.asarray(model.forward(batch).attentions)[:, 0]  # (L, H, n, n)
+                tokens = model.tokenizer.convert_ids_to_tokens(batch.input_ids[0].tolist())
+                maps.append(out / f"attention_maps_{k}.png")
+                attention_grid(weights, tokens, maps[-1], name + f": sentence {k}")
+            page = out / "attention_view.html"  # interactive head/model views, weights vs norms
+            page.write_text(jattn.view(model, sentences[0]), encoding="utf-8")
+            figures = maps + [page] + sorted(figures)
+            (out / "report.md").write_text(report(stats, result.meta, name, figures, out))
+            return figures
+
+        figures = output.write(fill)
+    print(f"jattn demo: wrote {args.out}/report.md, results.json, {len(figures)} figures")

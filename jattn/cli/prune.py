@@ -1,0 +1,101 @@
+"""Pruning curve by head importance (Michel et al. 2019): ``jattn prune --input FILE --dev FILE --out DIR``.
+
+Importance is estimated on ``--input`` (as ``jattn importance``); heads are masked globally in
+cumulative steps of ``--step`` of all heads (a translation model ranks its encoder self-, decoder
+self- and cross-attention heads together), and the metric is taken on ``--dev`` after each step:
+accuracy or Matthews correlation ×100 of a classifier (``--dev`` 'text<TAB>label' lines), or BLEU
+of greedy translations (``--dev SRC_FILE REF_FILE`` or one 'source ||| reference' file). Writes
+``DIR/results.json`` (curve, the fraction prunable within ``--tolerance`` points, the head mask of
+every step), ``DIR/figures/curve.png``; ``--export FOLDER`` writes the model pruned at that
+fraction with the heads physically removed (``jattn.sweeps.pruning.export_pruned``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from jattn.cli.common import add_common, check_family, read_examples
+
+
+def add_arguments(parser) -> None:
+    from jattn.sweeps.pruning_curve import SCHEDULES
+
+    add_common(parser)
+    parser.add_argument("--dev", required=True, nargs="+", help="evaluation data, in --format's layout")
+    parser.add_argument("--schedule", default="once", choices=SCHEDULES,
+                        help="importance once, or re-estimated under the current mask before every step")
+    parser.add_argument("--step", type=float, default=0.1, help="share of all heads masked per step (default 0.1)")
+    parser.add_argument("--keep-one-per-layer", action="store_true", help="never mask a layer's last head")
+    parser.add_argument("--metric", default="accuracy", choices=("accuracy", "matthews_corr"),
+                        help="a classifier's metric (a translation model: BLEU)")
+    parser.add_argument("--tolerance", type=float, default=1.0, help="metric points a prunable step may lose")
+    parser.add_argument("--export", default=None,
+                        help="write the model pruned at the prunable fraction, heads removed, to this folder")
+
+
+def curve_figure(curve: list, baseline: float, tolerance: float, ylabel: str, path):
+    from jattn.viz import plots  # noqa: F401  (selects matplotlib's file backend)
+
+    import matplotlib.pyplot as plt
+
+    c = np.asarray(curve)
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    ax.plot(100 * c[:, 0], c[:, 1], marker="o")
+    ax.axhline(baseline - tolerance, color="k", lw=0.6, ls=":", label=f"unpruned − {tolerance:g}")
+    ax.set_xlabel("% of heads masked (global importance ranking)")
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def run(args) -> None:
+    import jattn
+    from jattn.io import results
+    from jattn.sweeps.pruning_curve import bleu_metric, classification_metric, prunable_fraction, pruning_curve
+
+    if not 0 < args.step <= 1:
+        raise ValueError(f"--step is a share of all heads in (0, 1], got {args.step}")
+    with results.Output(args.out, overwrite=args.overwrite) as output:
+        examples = read_examples(args.input, args.format)
+        dev = read_examples(args.dev, args.format)
+        model = jattn.load(args.model)
+        check_family(model, args.format)
+        max_length = min(args.max_length, model.config.max_length)
+        if args.format == "parallel":
+            metric, name = bleu_metric(model, dev, batch_size=args.batch_size, max_length=max_length), "BLEU (greedy)"
+        elif args.format == "labelled":
+            metric = classification_metric(model, dev, args.metric, args.batch_size, max_length)
+            name = f"{args.metric} ×100"
+        else:
+            raise ValueError("jattn prune needs a task metric: --format labelled (a classifier) or parallel")
+        masks = []
+        curve = pruning_curve(model, examples, metric, estimator=args.estimator, schedule=args.schedule,
+                              step=args.step, keep_one_per_layer=args.keep_one_per_layer,
+                              batch_size=args.batch_size, max_length=max_length, progress=True, masks_out=masks)
+        prunable = prunable_fraction(curve, curve[0][1], args.tolerance)
+        keep = masks[[f for f, _ in curve].index(prunable)]
+        doc = {"curve": curve, "baseline_metric": curve[0][1], "metric": name,
+               "prunable_fraction": prunable, "tolerance": args.tolerance,
+               "masks": [{k: np.asarray(v).tolist() for k, v in m.items()} if isinstance(m, dict)
+                         else np.asarray(m).tolist() for m in masks],
+               "meta": results.run_meta(model=model.source, input=" ".join(args.input), dev=" ".join(args.dev),
+                                        estimator=args.estimator, schedule=args.schedule, step=args.step,
+                                        keep_one_per_layer=args.keep_one_per_layer, complete=True)}
+
+        def fill(folder):
+            (folder / "results.json").write_text(json.dumps(doc, indent=1))
+            (folder / "figures").mkdir()
+            return curve_figure(curve, curve[0][1], args.tolerance, name, folder / "figures" / "curve.png")
+
+        output.write(fill)
+    if args.export:
+        from jattn.sweeps.pruning import export_pruned
+
+        keep = {k: np.asarray(v) > 0.5 for k, v in keep.items()} if isinstance(keep, dict) else np.asarray(keep) > 0.5
+        export_pruned(model, keep, args.export)
+    print(f"jattn prune: {prunable:.1%} of heads prunable within {args.tolerance:g} points -> {args.out}"
+          + (f"; pruned model in {args.export}" if args.export else ""))

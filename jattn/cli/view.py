@@ -1,0 +1,55 @@
+"""Interactive attention viewer: ``jattn view --text \"...\" --out page.html`` writes one HTML page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jattn.cli.common import positive_int
+from jattn.viz.view import read_page, view
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
+    parser.add_argument("--text", required=True, help="the sentence to look at (the source, for a translation model)")
+    parser.add_argument("--pair", default=None, help="second segment of a sentence pair (encoders)")
+    parser.add_argument("--target", default=None,
+                        help="translation models: the target text to teacher-force (default: the model's own "
+                             "translation)")
+    parser.add_argument("--out", required=True, help="the HTML file to write")
+    parser.add_argument("--max-length", type=positive_int, default=None,
+                        help="most tokens per side, specials included (default: the model's positions)")
+    parser.add_argument("--truncate", action="store_true", help="cut an over-long text instead of failing")
+    parser.add_argument("--num-beams", type=positive_int, default=4, help="beam size of the model's own translation")
+
+
+def check_out(out) -> Path:
+    """--out as a writable file path, or a clear error (checked before any work)."""
+    out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder. Fix: give a file name, e.g. {out / 'attention.html'}")
+    if not out.parent.is_dir():
+        raise ValueError(f"--out {out}: folder {out.parent} does not exist. Fix: create it first")
+    return out
+
+
+def write(html: str, out) -> Path:
+    """Write the page whole (a temporary file renamed over ``out``)."""
+    out = check_out(out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(html, encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def run(args) -> None:
+    import jattn
+
+    check_out(args.out)  # before loading anything
+    model = jattn.load(args.model)
+    html = view(model, args.text, args.pair, args.target, max_length=args.max_length, truncate=args.truncate,
+                num_beams=args.num_beams)
+    out = write(html, args.out)
+    data = read_page(html)
+    shape = ", ".join(f"{v['name']} {len(data['tokens'][v['queries']])}×{len(data['tokens'][v['keys']])}"
+                      for v in data["views"].values())
+    print(f"jattn view: wrote {out} ({out.stat().st_size / 1e6:.2f} MB; {shape} tokens)")

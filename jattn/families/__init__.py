@@ -1,0 +1,16 @@
+"""Model families: one folder per family, each a ``FamilySpec`` (data) registered under its
+Hugging Face ``model_type``. This package is the only place that names a family.
+
+Adding a family: a folder ``families/<name>/`` with ``spec.py`` (and ``convert.py`` for its key
+table), and its name in ``FOLDERS`` below.
+"""
+
+import importlib
+
+from jattn.families.spec import FamilySpec, get, names
+
+FOLDERS = ("bert", "roberta", "marian", "fsmt")
+for _folder in FOLDERS:
+    importlib.import_module(f"jattn.families.{_folder}.spec")
+
+__all__ = ["FamilySpec", "get", "names"]

@@ -1,0 +1,1 @@
+"""The BERT family (Devlin et al. 2019)."""

@@ -1,0 +1,151 @@
+"""Key table for BERT and RoBERTa checkpoints (``BertModel``, ``BertForMaskedLM``,
+``BertForPreTraining``, ``RobertaModel``, ``RobertaForMaskedLM``, ...) -> jattn encoder params.
+
+Converted: the encoder, the pooler, the masked-LM head and the sequence-classification head
+(``BertForSequenceClassification``: linear on the pooled [CLS]; ``RobertaForSequenceClassification``:
+dense + tanh + linear on <s>) when present; every row carries its inverse, so a fine-tuned model
+is exported as a folder that ``BertForSequenceClassification.from_pretrained`` reads. Tensors that are
+known but not used (position-id buffers, the NSP classifier, a decoder matrix tied to the word
+embeddings) are allowed; anything else unexpected is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from jattn.nn.config import EncoderConfig
+from jattn.io.hf import (Entry, apply_table, linear, split_heads_bias, split_heads_in, split_heads_out,
+                              to_state_dict)
+
+
+def _ln(key: str, path: tuple, d: int) -> list[Entry]:
+    return [Entry(f"{key}.weight", path + ("scale",), (d,)), Entry(f"{key}.bias", path + ("bias",), (d,))]
+
+
+def _dense(key: str, path: tuple, n_in: int, n_out: int) -> list[Entry]:
+    return [Entry(f"{key}.weight", path + ("kernel",), *linear(n_in, n_out)),
+            Entry(f"{key}.bias", path + ("bias",), (n_out,))]
+
+
+def _prefix(state: dict, model_type: str) -> str:
+    """'' for a bare model, 'bert.'/'roberta.' for a model with a task head."""
+    return f"{model_type}." if any(k.startswith(f"{model_type}.embeddings.") for k in state) else ""
+
+
+def encoder_entries(c: EncoderConfig, prefix: str) -> list[Entry]:
+    D, H, d_h, F = c.hidden_size, c.num_heads, c.head_dim, c.intermediate_size
+    emb = f"{prefix}embeddings"
+    entries = [
+        Entry(f"{emb}.word_embeddings.weight", ("embeddings", "word"), (c.vocab_size, D)),
+        Entry(f"{emb}.position_embeddings.weight", ("embeddings", "position"), (c.max_position_embeddings, D)),
+        Entry(f"{emb}.token_type_embeddings.weight", ("embeddings", "token_type"), (c.type_vocab_size, D)),
+        *_ln(f"{emb}.LayerNorm", ("embeddings", "ln"), D),
+    ]
+    counts = c.pruned.counts if c.pruned else (H,) * c.num_layers  # heads stored per layer (pruned: fewer)
+    for i, h in enumerate(counts):
+        k, p = f"{prefix}encoder.layer.{i}", ("layers", i)
+        for name in ("query", "key", "value"):
+            entries += [
+                Entry(f"{k}.attention.self.{name}.weight", p + ("attention", name, "kernel"),
+                      *split_heads_in(D, h, d_h, H)),
+                Entry(f"{k}.attention.self.{name}.bias", p + ("attention", name, "bias"), *split_heads_bias(h, d_h, H)),
+            ]
+        entries += [
+            Entry(f"{k}.attention.output.dense.weight", p + ("attention", "out", "kernel"),
+                  *split_heads_out(D, h, d_h, H)),
+            Entry(f"{k}.attention.output.dense.bias", p + ("attention", "out", "bias"), (D,)),
+            *_ln(f"{k}.attention.output.LayerNorm", p + ("attention_ln",), D),
+            *_dense(f"{k}.intermediate.dense", p + ("ffn_in",), D, F),
+            *_dense(f"{k}.output.dense", p + ("ffn_out",), F, D),
+            *_ln(f"{k}.output.LayerNorm", p + ("ffn_ln",), D),
+        ]
+    return entries
+
+
+def classifier_entries(c: EncoderConfig) -> list[Entry]:
+    """The sequence-classification head (``c.num_labels`` classes)."""
+    D = c.hidden_size
+    if c.model_type == "bert":
+        return _dense("classifier", ("classifier", "out"), D, c.num_labels)
+    return _dense("classifier.dense", ("classifier", "dense"), D, D) + \
+        _dense("classifier.out_proj", ("classifier", "out"), D, c.num_labels)
+
+
+def num_labels(state: dict, model_type: str) -> int:
+    """Classes of the checkpoint's classification head (0 without one)."""
+    key = "classifier.bias" if model_type == "bert" else "classifier.out_proj.bias"
+    return int(state[key].shape[0]) if key in state else 0
+
+
+def mlm_key(model_type: str) -> str:
+    return "cls.predictions" if model_type == "bert" else "lm_head"
+
+
+def head_entries(c: EncoderConfig, prefix: str) -> list[Entry]:
+    """Pooler, masked-LM head and classification head, as ``c`` says the checkpoint has them."""
+    D, mlm = c.hidden_size, mlm_key(c.model_type)
+    entries = _dense(f"{prefix}pooler.dense", ("pooler",), D, D) if c.with_pooler else []
+    if c.num_labels:
+        entries += classifier_entries(c)
+    if c.with_mlm_head:
+        if c.model_type == "bert":
+            entries += _dense(f"{mlm}.transform.dense", ("mlm_head", "transform"), D, D)
+            entries += _ln(f"{mlm}.transform.LayerNorm", ("mlm_head", "ln"), D)
+        else:
+            entries += _dense(f"{mlm}.dense", ("mlm_head", "transform"), D, D)
+            entries += _ln(f"{mlm}.layer_norm", ("mlm_head", "ln"), D)
+        entries.append(Entry(f"{mlm}.bias", ("mlm_head", "bias"), (c.vocab_size,)))
+    return entries
+
+
+# Known tensors that jattn does not use: buffers, the NSP head, tied decoder copies.
+IGNORED = (
+    r"(bert\.|roberta\.)?embeddings\.position_ids",
+    r"(bert\.|roberta\.)?embeddings\.token_type_ids",
+    r"cls\.seq_relationship\.(weight|bias)",
+    r"cls\.predictions\.decoder\.(weight|bias)",
+    r"lm_head\.decoder\.(weight|bias)",
+)
+
+
+def convert(state: dict[str, np.ndarray], config: EncoderConfig, source: str = "checkpoint") -> dict:
+    """HF state dict -> jattn encoder params (see ``jattn.nn.encoder`` for the layout)."""
+    prefix = _prefix(state, config.model_type)
+    config = dataclasses.replace(config, with_pooler=f"{prefix}pooler.dense.weight" in state,
+                                 with_mlm_head=f"{mlm_key(config.model_type)}.bias" in state,
+                                 num_labels=num_labels(state, config.model_type))
+    return apply_table(state, encoder_entries(config, prefix) + head_entries(config, prefix), IGNORED, source)
+
+
+def to_hf_state_dict(params, config: EncoderConfig) -> dict[str, np.ndarray]:
+    """jattn encoder params -> a HF state dict, the inverse of ``convert``: the task model's layout
+    (``BertForSequenceClassification``, ``BertForMaskedLM``, RoBERTa's) when ``config`` has a head."""
+    prefix = f"{config.model_type}." if config.num_labels or config.with_mlm_head else ""
+    return to_state_dict(params, encoder_entries(config, prefix) + head_entries(config, prefix))
+
+
+def to_hf_config(config: EncoderConfig, label_names: list[str] | None = None) -> dict:
+    """The Hugging Face ``config.json`` dict of ``config`` (a task model's when it has a head)."""
+    kind = "Bert" if config.model_type == "bert" else "Roberta"
+    head = "ForSequenceClassification" if config.num_labels else "ForMaskedLM" if config.with_mlm_head else "Model"
+    out = {
+        "model_type": config.model_type, "architectures": [kind + head], "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size, "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.pruned.heads if config.pruned else config.num_heads,
+        "intermediate_size": config.intermediate_size,
+        "hidden_act": config.hidden_act, "max_position_embeddings": config.max_position_embeddings,
+        "type_vocab_size": config.type_vocab_size, "layer_norm_eps": config.layer_norm_eps,
+        "pad_token_id": config.pad_token_id, "hidden_dropout_prob": config.hidden_dropout,
+        "attention_probs_dropout_prob": config.attention_dropout, "position_embedding_type": "absolute",
+    }
+    if config.pruned:
+        out["pruned_heads"] = config.pruned.removed()
+    if config.num_labels:
+        names = label_names or [f"LABEL_{i}" for i in range(config.num_labels)]
+        if len(names) != config.num_labels:
+            raise ValueError(f"{len(names)} label names for {config.num_labels} classes")
+        out["id2label"] = {str(i): n for i, n in enumerate(names)}
+        out["label2id"] = {n: i for i, n in enumerate(names)}
+    return out

@@ -1,0 +1,33 @@
+"""FSMT (fairseq WMT19; Ng et al. 2019): separate source and target tables, an untied output
+projection, tensor2tensor's sinusoid table with real tokens numbered from ``pad_token_id + 1``."""
+
+from jattn.families.fsmt import convert
+from jattn.families.spec import FamilySpec, register
+from jattn.nn.config import ConfigError, seq2seq_config
+
+
+def config_from_hf(hf: dict):
+    if hf.get("tie_word_embeddings", False):
+        raise ConfigError("FSMT with tie_word_embeddings=True is not supported")
+    return seq2seq_config(hf, default_activation="relu", vocab_sizes=(hf["src_vocab_size"], hf["tgt_vocab_size"]),
+                          positions="tensor2tensor", shared_embeddings=False, tie_output=False,
+                          scale_embedding=bool(hf.get("scale_embedding", True)),
+                          final_logits_bias=False, decoder_mask="pad")
+
+
+def side_vocab(tokenizer, side: str) -> dict[str, int]:
+    """FSMT's tokenizer keeps one table per side: ``encoder`` (token -> id, source) and
+    ``decoder`` (id -> token, target)."""
+    if side == "source":
+        return dict(tokenizer.encoder)
+    return {token: i for i, token in tokenizer.decoder.items()}
+
+
+SPEC = register(FamilySpec(
+    model_type="fsmt", shape="encoder-decoder", config_from_hf=config_from_hf,
+    convert=convert.convert, to_hf_state_dict=convert.to_hf_state_dict,
+    # the tokenizer ends sentences with its sep token "</s>" and may define no eos attribute; the
+    # model's eos id comes from config.json
+    tokenizer_files=(("vocab-src.json", "vocab-tgt.json", "merges.txt"),), special_tokens=("pad",),
+    side_vocab=side_vocab,
+))

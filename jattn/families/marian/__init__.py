@@ -1,0 +1,1 @@
+"""The Marian family (Opus-MT; Junczys-Dowmunt et al. 2018)."""

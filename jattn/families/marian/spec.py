@@ -1,0 +1,26 @@
+"""Marian (Opus-MT; Junczys-Dowmunt et al. 2018): one embedding table for source, target and
+output, positions 0..n-1 (Vaswani et al.'s table), a ``final_logits_bias``, and a default decoder
+mask that attends everywhere (the start token is the pad id)."""
+
+from jattn.families.marian import convert
+from jattn.families.spec import FamilySpec, register
+from jattn.nn.config import ConfigError, seq2seq_config
+
+
+def config_from_hf(hf: dict):
+    shared = hf.get("share_encoder_decoder_embeddings", True)
+    src_v = hf["vocab_size"]
+    tgt_v = src_v if shared else (hf.get("decoder_vocab_size") or src_v)
+    if not hf.get("tie_word_embeddings", True):
+        raise ConfigError("Marian with tie_word_embeddings=False is not supported")
+    return seq2seq_config(hf, default_activation="gelu", vocab_sizes=(src_v, tgt_v), positions="vaswani",
+                          shared_embeddings=bool(shared), tie_output=True,
+                          scale_embedding=bool(hf.get("scale_embedding", False)),
+                          final_logits_bias=True, decoder_mask="all")
+
+
+SPEC = register(FamilySpec(
+    model_type="marian", shape="encoder-decoder", config_from_hf=config_from_hf,
+    convert=convert.convert, to_hf_state_dict=convert.to_hf_state_dict, to_hf_config=convert.to_hf_config,
+    tokenizer_files=(("source.spm", "target.spm", "vocab.json"),), special_tokens=("pad", "eos"),
+))

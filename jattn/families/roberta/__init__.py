@@ -1,0 +1,1 @@
+"""The RoBERTa family (Liu et al. 2019)."""

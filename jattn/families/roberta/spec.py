@@ -1,0 +1,13 @@
+"""RoBERTa (Liu et al. 2019): BERT's blocks; positions numbered from ``pad_token_id + 1`` skipping
+padding, a dense–tanh classification head on h_<s>. Keys as BERT's under ``roberta.``."""
+
+from jattn.families.bert import convert
+from jattn.families.spec import FamilySpec, register
+from jattn.nn.config import encoder_config
+
+SPEC = register(FamilySpec(
+    model_type="roberta", shape="encoder",
+    config_from_hf=lambda hf: encoder_config(hf, positions="after_padding", classifier="dense_tanh"),
+    convert=convert.convert, to_hf_state_dict=convert.to_hf_state_dict, to_hf_config=convert.to_hf_config,
+    tokenizer_files=(("tokenizer.json",), ("vocab.json", "merges.txt")), special_tokens=("cls", "sep", "pad"),
+))

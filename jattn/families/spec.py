@@ -1,0 +1,59 @@
+"""``FamilySpec``: what jattn knows about one Hugging Face model family, as data, and the registry.
+
+A spec maps a ``config.json`` to a generic jattn config (``jattn.nn.config``), holds the
+family's parameter key table (its converter and exporter), the tokenizer files and special
+tokens the family needs and its tokenizer quirks. Models, the runner, analyses and commands
+ask the spec; nothing outside ``jattn.families`` names a family.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from jattn.nn.config import ConfigError
+
+SHAPES = ("encoder", "encoder-decoder")
+
+
+def side_vocab(tokenizer, side: str) -> dict[str, int]:
+    """token -> id of one side ("source" | "target") of a tokenizer: tokenizers with separate
+    vocabularies keep the target's apart (``target_encoder``); others have one."""
+    if side == "target" and getattr(tokenizer, "separate_vocabs", False):
+        return dict(tokenizer.target_encoder)
+    return tokenizer.get_vocab()
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilySpec:
+    model_type: str  # Hugging Face config.json "model_type"
+    shape: str  # "encoder" | "encoder-decoder": which generic model runs it
+    config_from_hf: Callable[[dict], object]  # config.json dict -> EncoderConfig | Seq2SeqConfig
+    convert: Callable  # (HF state dict, config, source name) -> params (nested dict of arrays)
+    to_hf_state_dict: Callable  # (params, config) -> HF state dict, the inverse of convert
+    tokenizer_files: tuple[tuple[str, ...], ...]  # one of these sets of files must be in the folder
+    special_tokens: tuple[str, ...]  # tokenizer attributes "<name>_token_id" the model needs
+    to_hf_config: Callable | None = None  # (config, **kw) -> config.json dict, where the family exports
+    side_vocab: Callable[[object, str], dict[str, int]] = side_vocab  # (tokenizer, side) -> token -> id
+
+
+_FAMILIES: dict[str, FamilySpec] = {}
+
+
+def register(spec: FamilySpec) -> FamilySpec:
+    """Add a family (called by each family folder's ``spec.py``)."""
+    if spec.shape not in SHAPES:
+        raise ValueError(f"family {spec.model_type!r}: shape must be one of {SHAPES}, got {spec.shape!r}")
+    _FAMILIES[spec.model_type] = spec
+    return spec
+
+
+def get(model_type) -> FamilySpec:
+    """The spec of a ``model_type``, or a ``ConfigError`` listing the supported ones."""
+    if model_type not in _FAMILIES:
+        raise ConfigError(f"unsupported model_type {model_type!r}; jattn supports {', '.join(sorted(_FAMILIES))}")
+    return _FAMILIES[model_type]
+
+
+def names() -> tuple[str, ...]:
+    return tuple(sorted(_FAMILIES))

@@ -1,0 +1,254 @@
+"""A run's results as files a person can open, published as a whole.
+
+``write_files(result, folder, num_layers, meta)`` writes ``results.json`` (every statistic:
+nested-list value, shape, description; plus ``meta``), ``results.npz`` and ``figures/*.png``
+(a heatmap of every (L, H) statistic, then each registered method's own figures,
+``jattn.analyses.registry``). Totals that are not finite (a NaN or inf produced by the model)
+are an error naming the method, the total and the layer/head, never written as ``null``,
+which the format reserves for "no contributing sequence".
+
+``Output(out)`` owns an output folder for one run: it checks ``out`` before any work (not an
+existing file, a writable parent, not a foreign non-empty folder unless ``overwrite``), holds
+an exclusive lock (``.<name>.lock`` beside ``out``; a second run into the same folder stops at
+once), and ``Output.write(fill)`` lets ``fill`` write into a fresh temporary folder beside
+``out`` that then replaces ``out`` in one atomic exchange. A run interrupted (SIGINT, SIGKILL,
+full disk) leaves ``out`` exactly as it was: the previous complete results or nothing. While
+an ``Output`` is open, a SIGINT is also remembered, so a run whose KeyboardInterrupt was
+swallowed on the way (Python drops exceptions raised in finalizers and some callbacks) still
+never publishes.
+``meta["complete"]`` is true in every published ``results.json``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import errno
+import fcntl
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+
+class OutputError(ValueError):
+    """An output folder that cannot be used, or writing into it failed."""
+
+
+class NonFiniteError(ValueError):
+    """The run produced NaN or inf statistics."""
+
+
+def to_json(value: np.ndarray):
+    """Nested lists; NaN (a statistic with no contributing sequence) becomes null."""
+    value = np.asarray(value, np.float64)
+    return np.where(np.isnan(value), None, value).tolist() if np.isnan(value).any() else value.tolist()
+
+
+def _where(index: tuple, shape: tuple, num_layers: int) -> str:
+    if len(shape) >= 2 and shape[0] == num_layers:
+        return f"layer {index[0]}, head {index[1]}" + (f", entry {index[2:]}" if len(index) > 2 else "")
+    return f"index {index}" if index else "its only value"
+
+
+def check_finite(result, num_layers: int) -> None:
+    """Raise ``NonFiniteError`` if a method's summed totals or a statistic hold NaN/inf.
+
+    Totals are sums over the corpus, so a non-finite total means the model produced a
+    non-finite number; a statistic may be NaN only where no sequence contributed (0 / 0)."""
+    problems = []
+    for method, totals in result.totals.items():
+        if method == "_meta":
+            continue
+        for key, total in totals.items():
+            bad = ~np.isfinite(np.asarray(total))
+            if bad.any():
+                index = tuple(int(i) for i in np.argwhere(bad)[0])
+                problems.append(f"method {method!r}, total {key!r}: {int(bad.sum())} non-finite value(s), the "
+                                f"first at {_where(index, bad.shape, num_layers)}")
+    for name, stat in result.statistics.items():
+        bad = np.isinf(np.asarray(stat.value, np.float64))
+        if bad.any():
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            problems.append(f"statistic {name!r}: inf at {_where(index, bad.shape, num_layers)}")
+    if problems:
+        raise NonFiniteError("the run produced non-finite numbers (" + "; ".join(problems[:3])
+                             + (f"; {len(problems) - 3} more" if len(problems) > 3 else "") + "). Fix: check "
+                             "the model's weights (jattn.load refuses non-finite ones) and its compute dtype")
+
+
+def write_files(result, folder: Path, num_layers: int, meta: dict | None = None) -> list[Path]:
+    """Write results.json, results.npz and figures/ into ``folder``; returns the figure paths."""
+    check_finite(result, num_layers)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
+    doc = {k: {"value": to_json(v), "shape": list(v.shape), "description": result.statistics[k].description}
+           for k, v in stats.items()}
+    doc["meta"] = {**result.meta, **(meta or {}), "complete": True}
+    with open(folder / "results.npz", "wb") as f:
+        np.savez(f, **stats)
+    figures = write_figures(stats, num_layers, folder / "figures", [m for m in result.totals if m != "_meta"])
+    (folder / "results.json").write_text(json.dumps(doc, indent=1))
+    return figures
+
+
+def write_figures(stats: dict[str, np.ndarray], num_layers: int, folder: Path, methods=()) -> list[Path]:
+    """A heatmap of every (L, H) statistic, then the figures of each registered method in
+    ``methods`` (method names) whose statistics are all there."""
+    from jattn.viz import plots
+    from jattn.analyses.registry import entries
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [plots.heatmap(v, k, folder / f"heatmap_{k}.png") for k, v in stats.items()
+             if v.ndim == 2 and v.shape[0] == num_layers]
+    registered = entries()
+    for name in methods:
+        entry = registered.get(name)
+        if entry is not None and entry.figures is not None:
+            paths += entry.figures(stats, num_layers, folder)
+    return paths
+
+
+def run_meta(**fields) -> dict:
+    """What a results folder records about its run, plus the time (UTC, ISO 8601)."""
+    return {**fields, "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def holds_results(folder: Path) -> bool:
+    """Whether ``folder`` is a results folder jattn wrote (results.json with ``meta``)."""
+    try:
+        return "meta" in json.loads((Path(folder) / "results.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
+class Output:
+    """An output folder for one run: checked and locked at construction, replaced as a whole
+    by ``write``. Use as a context manager (the lock is released on exit)."""
+
+    def __init__(self, out, *, overwrite: bool = False, option: str = "--out"):
+        self.out = Path(out).absolute()
+        self._lock = None
+        self._handler = None  # the SIGINT handler to restore on close, when this one guards the run
+        self.interrupted = False
+        out, parent = self.out, self.out.parent
+        if out.exists() and not out.is_dir():
+            raise OutputError(f"{option} {out} is an existing file. Fix: give a folder path for the results")
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"{option} {out}: cannot create its parent folder {parent} ({e.strerror}). "
+                              f"Fix: choose a writable {option}") from None
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise OutputError(f"{option} {out}: the folder {parent} is not writable. Fix: choose a writable {option}")
+        if out.is_dir() and any(out.iterdir()) and not overwrite and not holds_results(out):
+            raise OutputError(f"{option} {out} is a non-empty folder that holds no jattn results; it would be "
+                              f"replaced as a whole. Fix: choose a new folder, or pass --overwrite")
+        self._lock = self._acquire(parent / f".{out.name}.lock", option)
+        for stale in parent.glob(f".{out.name}.tmp-*"):  # left by a killed run: we hold the lock
+            shutil.rmtree(stale, ignore_errors=True)
+
+    def _acquire(self, path: Path, option: str):
+        try:
+            handle = open(path, "a+")
+        except OSError as e:
+            raise OutputError(f"{option} {self.out}: cannot create the lock file {path} ({e.strerror}). "
+                              f"Fix: choose a writable {option}") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise OutputError(f"{option} {self.out} is in use by another jattn run ({holder}). Fix: wait for it "
+                              f"to finish, or choose another {option}") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()}\n")
+        handle.flush()
+        return handle
+
+    def write(self, fill: Callable[[Path], object]):
+        """``fill(folder)`` writes into a fresh folder beside ``out``, which then replaces
+        ``out`` atomically; on any error ``out`` is left as it was. Returns what ``fill`` returns."""
+        tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would become out's mode
+        try:
+            try:
+                value = fill(tmp)
+            except OSError as e:
+                raise OutputError(f"writing the results failed ({e.strerror or e}: {e.filename or tmp}); "
+                                  f"{self.out} was left as it was. Fix: free space on that disk or choose "
+                                  "another --out") from e
+            if self.interrupted:  # a SIGINT arrived and its KeyboardInterrupt was lost on the way
+                raise KeyboardInterrupt
+            _replace(tmp, self.out)
+            return value
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def close(self) -> None:
+        if self._handler is not None:
+            signal.signal(signal.SIGINT, self._handler)
+            self._handler = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def _on_sigint(self, signum, frame):
+        self.interrupted = True
+        (self._handler or signal.default_int_handler)(signum, frame)  # raises KeyboardInterrupt
+
+    def __enter__(self):
+        """Also remember SIGINTs while open (main thread, Python's default handler only)."""
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._handler = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(b))
+
+
+def _replace(new: Path, out: Path) -> None:
+    """Put folder ``new`` at ``out``; the previous ``out`` ends up at ``new`` (caller deletes it)."""
+    if not out.exists():
+        os.rename(new, out)
+    elif not _exchange(new, out):  # two renames: out is missing for an instant
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        os.rename(out, old / "previous")
+        os.rename(new, out)
+        os.rename(old, new)
+
+
+def write_results(result, out, num_layers: int, meta: dict | None = None) -> list[Path]:
+    """Write a run's results folder ``out`` as a whole (``Output`` + ``write_files``),
+    replacing what was there: for scripts whose ``out`` is their own folder."""
+    with Output(out, overwrite=True) as output:
+        paths = output.write(lambda folder: [p.relative_to(folder) for p in
+                                             write_files(result, folder, num_layers, meta)])
+        return [output.out / p for p in paths]

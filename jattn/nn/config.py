@@ -1,0 +1,271 @@
+"""Frozen model configurations, built from Hugging Face ``config.json`` dictionaries.
+
+Configs are hashable so that they can be static arguments of ``jax.jit``: one compiled
+forward per (config, padded shape).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A Hugging Face config that jattn cannot represent faithfully."""
+
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
+
+
+@dataclasses.dataclass(frozen=True)
+class PrunedHeads:
+    """The heads left in one physically pruned attention stack (``jattn.sweeps.pruning``).
+
+    Layer l's remaining heads, by their index before pruning (ascending), fill the module's
+    head slots 0..len(kept[l])-1; slots after them hold zero weights and are not heads."""
+
+    heads: int  # heads per layer before pruning
+    kept: tuple[tuple[int, ...], ...]  # per layer, the original index of the head in each slot
+
+    @classmethod
+    def full(cls, num_layers: int, heads: int) -> "PrunedHeads":
+        """Nothing pruned."""
+        return cls(heads, (tuple(range(heads)),) * num_layers)
+
+    @classmethod
+    def from_removed(cls, removed, num_layers: int, heads: int, what: str) -> "PrunedHeads":
+        """From Hugging Face's ``pruned_heads`` convention {layer: [removed heads]} (JSON keys are
+        strings); ``what`` names the field in errors."""
+        if not isinstance(removed, dict):
+            raise ConfigError(f"{what} must map layers to lists of removed heads, got {type(removed).__name__}")
+        drop: dict[int, set] = {}
+        for layer, hs in removed.items():
+            try:
+                layer = int(layer)
+                hs = [int(h) for h in hs]
+            except (TypeError, ValueError):
+                raise ConfigError(f"{what}: {layer!r}: {hs!r} is not layer: [head, ...] with integers") from None
+            if not 0 <= layer < num_layers or any(not 0 <= h < heads for h in hs):
+                raise ConfigError(f"{what}: layer {layer}, heads {hs} outside the model's {num_layers} layers x "
+                                  f"{heads} heads (0-based). Fix: config.json and the weights disagree; export again")
+            drop.setdefault(layer, set()).update(hs)
+        return cls(heads, tuple(tuple(h for h in range(heads) if h not in drop.get(layer, ()))
+                                for layer in range(num_layers)))
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """Heads per layer."""
+        return tuple(len(k) for k in self.kept)
+
+    @property
+    def slots(self) -> int:
+        """Head slots per layer in the module: the most heads a layer keeps (at least 1)."""
+        return max((1, *self.counts))
+
+    def removed(self) -> dict[str, list[int]]:
+        """Hugging Face's ``pruned_heads``: {layer: removed heads}, for layers that lost heads."""
+        return {str(layer): [h for h in range(self.heads) if h not in kept]
+                for layer, kept in enumerate(self.kept) if len(kept) < self.heads}
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+    """A post-LayerNorm Transformer encoder with learned positions (Devlin et al. 2019).
+
+    What differs between families is data set by each family's spec (``jattn.families``):
+    how positions are numbered (``positions``) and which classification head reads which
+    features (``classifier``).
+    """
+
+    model_type: str  # the Hugging Face model_type it was read from (names the family; never branched on)
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int  # head slots per layer in the module (a pruned model: the most any layer keeps)
+    intermediate_size: int
+    hidden_act: str
+    max_position_embeddings: int
+    type_vocab_size: int
+    layer_norm_eps: float
+    pad_token_id: int
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    with_pooler: bool = False  # the checkpoint has BERT's pooler (set by the converter)
+    with_mlm_head: bool = False  # the checkpoint has a masked-LM head (set by the converter)
+    num_labels: int = 0  # classes of a sequence-classification head; 0: none (set by the converter)
+    pruned: PrunedHeads | None = None  # physically pruned heads (config.json "pruned_heads"; jattn.sweeps.pruning)
+    positions: str = "absolute"  # "absolute": 0..n-1; "after_padding": pad+1+count of real tokens, pad on padding
+    classifier: str = "pooler"  # "pooler": W·pooler(h_0) + b; "dense_tanh": W_o·tanh(W_d·h_0 + b_d) + b_o
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // (self.pruned.heads if self.pruned else self.num_heads)
+
+    @property
+    def max_length(self) -> int:
+        """Longest sequence (special tokens included) the position table can encode."""
+        if self.positions == "after_padding":
+            return self.max_position_embeddings - self.pad_token_id - 1
+        return self.max_position_embeddings
+
+
+@dataclasses.dataclass(frozen=True)
+class Seq2SeqConfig:
+    """A post-LayerNorm encoder–decoder Transformer (Vaswani et al. 2017) with sinusoidal positions.
+
+    What differs between families is data set by each family's spec (``jattn.families``): the
+    position scheme (``positions``), shared or separate embedding tables, a tied or separate
+    output projection, a ``final_logits_bias``, and the decoder mask HF applies when none is given.
+    """
+
+    model_type: str  # the Hugging Face model_type it was read from (names the family; never branched on)
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int
+    encoder_layers: int
+    decoder_layers: int
+    encoder_heads: int  # head slots per layer in the module (a pruned model: the most any layer keeps)
+    decoder_heads: int  # the same, shared by decoder self- and cross-attention
+    encoder_ffn_dim: int
+    decoder_ffn_dim: int
+    activation: str
+    max_position_embeddings: int
+    scale_embedding: bool  # multiply token embeddings by sqrt(d_model)
+    shared_embeddings: bool  # one table for source and target tokens
+    tie_output: bool  # output projection = target embedding table
+    positions: str  # "vaswani" | "tensor2tensor" (sinusoid tables and numbering, see jattn.nn.seq2seq)
+    pad_token_id: int
+    eos_token_id: int
+    decoder_start_token_id: int
+    forced_eos_token_id: int | None = None  # forced as the last token at max_length (HF)
+    bad_token_ids: tuple[int, ...] = ()  # never generated (HF bad_words_ids of length 1)
+    layer_norm_eps: float = 1e-5
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    # physically pruned heads of (encoder, decoder, cross) (config.json "jattn_pruned_heads"; jattn.sweeps.pruning)
+    pruned: tuple[PrunedHeads, PrunedHeads, PrunedHeads] | None = None
+    final_logits_bias: bool = False  # a learned bias added to the output logits
+    decoder_mask: str = "pad"  # the default decoder mask: "pad" masks pad tokens, "all" attends everywhere
+
+    @property
+    def encoder_head_dim(self) -> int:
+        return self.d_model // (self.pruned[0].heads if self.pruned else self.encoder_heads)
+
+    @property
+    def decoder_head_dim(self) -> int:
+        return self.d_model // (self.pruned[1].heads if self.pruned else self.decoder_heads)
+
+    @property
+    def vocab_size(self) -> int:
+        """The largest vocabulary (a tokenizer may not exceed it)."""
+        return max(self.src_vocab_size, self.tgt_vocab_size)
+
+    @property
+    def max_length(self) -> int:
+        """Longest source or target sequence the position table covers."""
+        return self.max_position_embeddings
+
+    @staticmethod
+    def read_pruned(hf: dict) -> tuple[PrunedHeads, PrunedHeads, PrunedHeads]:
+        """config.json ``jattn_pruned_heads`` {"encoder"|"decoder"|"cross": {layer: [removed
+        heads]}} (a missing type lost no head) -> (encoder, decoder, cross)."""
+        given = hf["jattn_pruned_heads"]
+        kinds = ("encoder", "decoder", "cross")
+        if not isinstance(given, dict) or set(given) - set(kinds):
+            raise ConfigError(f"config.json jattn_pruned_heads must map {kinds} to {{layer: [removed heads]}}, "
+                              f"got {given!r:.200}")
+        shapes = {"encoder": (hf["encoder_layers"], hf["encoder_attention_heads"]),
+                  "decoder": (hf["decoder_layers"], hf["decoder_attention_heads"]),
+                  "cross": (hf["decoder_layers"], hf["decoder_attention_heads"])}
+        return tuple(PrunedHeads.from_removed(given.get(k, {}), *shapes[k], f"config.json jattn_pruned_heads.{k}")
+                     for k in kinds)
+
+
+def encoder_config(hf: dict[str, Any], **scheme) -> EncoderConfig:
+    """An ``EncoderConfig`` from a Hugging Face ``config.json`` dict, refusing what jattn does not
+    implement; ``scheme`` holds the fields a family's spec decides (``positions``, ``classifier``)."""
+    model_type = hf.get("model_type")
+    required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "max_position_embeddings")
+    if missing := [k for k in required if k not in hf]:
+        raise ConfigError(f"config.json lacks {', '.join(missing)}: not a complete {model_type} config")
+    act = hf.get("hidden_act", "gelu")
+    if act not in ACTIVATIONS:
+        raise ConfigError(f"unsupported hidden_act {act!r}; supported: {', '.join(ACTIVATIONS)}")
+    pos = hf.get("position_embedding_type", "absolute")
+    if pos != "absolute":
+        raise ConfigError(f"only absolute position embeddings are supported, got {pos!r}")
+    if hf.get("is_decoder") or hf.get("add_cross_attention"):
+        raise ConfigError(f"decoder-style {model_type} configs (is_decoder / add_cross_attention) are not supported")
+    if hf["hidden_size"] % hf["num_attention_heads"]:
+        raise ConfigError("hidden_size must be divisible by num_attention_heads")
+    pruned = None
+    if hf.get("pruned_heads"):
+        pruned = PrunedHeads.from_removed(hf["pruned_heads"], hf["num_hidden_layers"],
+                                          hf["num_attention_heads"], "config.json pruned_heads")
+    return EncoderConfig(
+        model_type=model_type,
+        vocab_size=hf["vocab_size"],
+        hidden_size=hf["hidden_size"],
+        num_layers=hf["num_hidden_layers"],
+        num_heads=pruned.slots if pruned else hf["num_attention_heads"],
+        pruned=pruned,
+        intermediate_size=hf["intermediate_size"],
+        hidden_act=act,
+        max_position_embeddings=hf["max_position_embeddings"],
+        type_vocab_size=hf.get("type_vocab_size", 2),
+        layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+        pad_token_id=hf.get("pad_token_id", 0) if hf.get("pad_token_id") is not None else 0,
+        hidden_dropout=hf.get("hidden_dropout_prob", 0.1),
+        attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+        **scheme,
+    )
+
+
+def seq2seq_config(hf: dict[str, Any], *, default_activation: str, vocab_sizes: tuple[int, int],
+                   **scheme) -> Seq2SeqConfig:
+    """A ``Seq2SeqConfig`` from a Hugging Face ``config.json`` dict, refusing what jattn does not
+    implement; a family's spec passes its defaults, its (source, target) vocabulary sizes and the
+    fields it decides (``positions``, ``shared_embeddings``, ``tie_output``, ``scale_embedding``,
+    ``final_logits_bias``, ``decoder_mask``). (``Seq2SeqModel`` applies a folder's
+    ``generation_config.json`` on top.)"""
+    act = hf.get("activation_function", default_activation)
+    if act not in ACTIVATIONS:
+        raise ConfigError(f"unsupported activation_function {act!r}; supported: {', '.join(ACTIVATIONS)}")
+    for key in ("encoder_layerdrop", "decoder_layerdrop"):
+        if hf.get(key, 0.0):
+            raise ConfigError(f"{key}={hf[key]} is not supported (LayerDrop); set it to 0.0")
+    # Fields of older (BART-derived) configs: only the values of post-LN sinusoidal models are implemented.
+    for key, ok in (("normalize_before", False), ("add_final_layer_norm", False),
+                    ("normalize_embedding", False), ("static_position_embeddings", True)):
+        if hf.get(key, ok) != ok:
+            raise ConfigError(f"{key}={hf[key]!r} is not supported: jattn implements post-LayerNorm "
+                              "blocks with sinusoidal positions and no embedding LayerNorm")
+    if hf["d_model"] % 2:
+        raise ConfigError(f"d_model={hf['d_model']} must be even for sinusoidal positions")
+    for side in ("encoder", "decoder"):
+        if hf["d_model"] % hf[f"{side}_attention_heads"]:
+            raise ConfigError(f"d_model must be divisible by {side}_attention_heads")
+    bad = hf.get("bad_words_ids") or []
+    if any(len(w) != 1 for w in bad):
+        raise ConfigError("only single-token bad_words_ids are supported in generation")
+    eos = hf.get("eos_token_id")
+    forced = hf.get("forced_eos_token_id")
+    if isinstance(eos, list) or isinstance(forced, list):
+        raise ConfigError("a list of eos_token_id / forced_eos_token_id is not supported; use one id")
+    heads = {"encoder": hf["encoder_attention_heads"], "decoder": hf["decoder_attention_heads"]}
+    pruned = Seq2SeqConfig.read_pruned(hf) if hf.get("jattn_pruned_heads") else None
+    if pruned:
+        heads = {"encoder": pruned[0].slots, "decoder": max(pruned[1].slots, pruned[2].slots)}
+    return Seq2SeqConfig(
+        model_type=hf.get("model_type"), src_vocab_size=vocab_sizes[0], tgt_vocab_size=vocab_sizes[1],
+        d_model=hf["d_model"], encoder_layers=hf["encoder_layers"], decoder_layers=hf["decoder_layers"],
+        encoder_heads=heads["encoder"], decoder_heads=heads["decoder"], pruned=pruned,
+        encoder_ffn_dim=hf["encoder_ffn_dim"], decoder_ffn_dim=hf["decoder_ffn_dim"], activation=act,
+        max_position_embeddings=hf["max_position_embeddings"], pad_token_id=hf["pad_token_id"], eos_token_id=eos,
+        decoder_start_token_id=hf["decoder_start_token_id"], forced_eos_token_id=forced,
+        bad_token_ids=tuple(sorted(w[0] for w in bad)),
+        dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
+        activation_dropout=hf.get("activation_dropout", 0.0), **scheme,
+    )

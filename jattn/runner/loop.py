@@ -1,0 +1,269 @@
+"""Streaming, sharded corpus runner: attention statistics over a corpus in flat memory.
+
+Every model family runs here: an encoder (BERT, RoBERTa) on segments and segment pairs, a
+translation model (Marian, FSMT) on (source, target) pairs teacher-forced, each method reduced
+per attention type (``jattn.runner.translation``). A method says which families it reads
+(``Method.families``); the runner refuses a mismatch before any work.
+
+``run_corpus(model, examples, methods)`` reads examples in chunks, tokenizes them, sorts each
+chunk by length and cuts it into batches of ``batch_size`` rows padded to the smallest of a
+few bucket lengths (bounding recompiles to one per bucket). One jitted step per batch runs the
+encoder and every method's ``reduce`` (``jattn.analyses.base``), returning additive statistics
+of a fixed shape; the host adds them in float64. Nothing of shape (examples, ..., n, n) is
+kept, so memory does not grow with the corpus.
+
+Parallelism. The batch axis is sharded over the ``data`` axis of a device mesh (``jax.make_mesh`` +
+``NamedSharding(mesh, P('data'))``); XLA sums the per-device statistics. A 2-D ``data`` × ``model``
+mesh also splits the parameters by their partitioning metadata (heads and FFN columns over
+``model``, ``jattn.nn.state.partition_specs``) and JAX's SPMD partitioner does the rest. Over several
+processes (``jax.distributed.initialize``), process p takes the examples whose corpus index
+is ≡ p (mod process count), runs on its local devices, and the summed totals are gathered
+once at the end (``process_allgather``, exact: float64 bits travel as int32) and added in
+process order: the combine is the only communication.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Iterable, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from tqdm.auto import tqdm
+
+from jattn.runner import translation as run_translation
+from jattn.nn.config import Seq2SeqConfig
+from jattn.analyses.base import HostBatch, Statistic, StepContext
+from jattn.runner.batcher import batches
+from jattn.nn import encoder, state
+from jattn.io.records import RecordWriter
+
+INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+@dataclasses.dataclass
+class RunResult:
+    statistics: dict[str, Statistic]  # name -> finished statistic
+    totals: dict[str, dict[str, np.ndarray]]  # method name -> summed additive statistics
+    meta: dict  # model, segments, tokens, batch_size, devices, processes, ...
+
+
+def self_attention_fields(batch: dict) -> dict:
+    """The attention-type fields of ``jattn.analyses.base`` for an encoder's self-attention."""
+    real = batch["attention_mask"] > 0  # (b, n)
+    allowed = real[:, :, None] & real[:, None, :]  # (b, n, n)
+    return {"query_mask": batch["attention_mask"], "key_mask": batch["attention_mask"], "allowed": allowed,
+            "query_class": batch["token_class"], "key_class": batch["token_class"]}
+
+
+def make_step(model, methods: Sequence, mesh):
+    """The jitted step: forward + every method's reduce; batch sharded over ``mesh``. Methods
+    marked ``layerwise`` reduce each layer inside the encoder's scan (``layer_totals``); a
+    translation model's step is ``jattn.runner.translation.make_step``."""
+    if isinstance(model.config, Seq2SeqConfig):
+        return run_translation.make_step(model.config, tuple(methods), mesh)
+    return _step(model.config, tuple(methods), mesh)
+
+
+@functools.lru_cache(maxsize=16)
+def _step(config, methods: tuple, mesh):
+    """``make_step``, kept per (config, method objects, mesh): calling ``run_corpus`` again with
+    the same methods reuses the compiled step instead of tracing and compiling every bucket."""
+    layerwise = [m for m in methods if getattr(m, "layerwise", False)]
+
+    def step(params, batch, features):
+        inputs = {k: batch[k] for k in INPUT_KEYS}
+        batch = dict(batch, **self_attention_fields(batch))
+
+        def forward(input_ids=None, interventions=None, **kwargs):
+            b = inputs if input_ids is None else dict(inputs, input_ids=input_ids)
+            return encoder.forward(params, config, b, interventions, **kwargs)
+
+        def per_layer(layer, view, take):  # one layer's internals for a chunk of the batch (s, ...) -> the
+            # layerwise methods' statistics, sums over the chunk's examples (added over chunks by the encoder)
+            one, one_view = jax.tree.map(lambda x: x[None], (layer, view))  # (1, s, ...), (1, ...)
+            rows = lambda tree: jax.tree.map(take, tree)  # batch fields and features (b, ...) -> (s, ...)
+            return {m.name: m.reduce(StepContext(params, config, rows(batch), rows(features[m.name]), None, one, None,
+                                                 one_view)) for m in layerwise}
+
+        stacked = [m for m in methods if m not in layerwise]
+        recording = [m for m in methods if hasattr(m, "records")]
+        outputs, internals = forward(layer_totals=per_layer if layerwise else None,
+                                     internals="all" if stacked or recording else None)
+        stats = {name: jax.tree.map(unstack_layers, per) for name, per in outputs.pop("layer_totals", {}).items()}
+        view = encoder.module(params, config).view()  # (L, ...)
+        stats.update({m.name: m.reduce(StepContext(params, config, batch, features[m.name], outputs, internals,
+                                                   forward, view)) for m in stacked})
+        if recording:
+            stats["_records"] = {m.name: m.records(StepContext(params, config, batch, features[m.name], outputs,
+                                                               internals, forward, view)) for m in recording}
+        mask = batch["attention_mask"]  # (b, n)
+        stats["_meta"] = {"segments": (mask.sum(1) > 0).sum(), "tokens": mask.sum()}
+        return stats
+
+    data, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    placed = jax.tree.map(lambda s: NamedSharding(mesh, s), state.partition_specs(state.abstract(config), mesh))
+    return jax.jit(step, in_shardings=(placed, data, data), out_shardings=replicated), data, replicated
+
+
+def unstack_layers(x: jax.Array) -> jax.Array:
+    """A layerwise statistic stacked by the scan: (L, 1, ...) -> (L, ...); a scalar, which by
+    the protocol does not depend on the layer, (L,) -> its layer-0 value."""
+    return x[0] if x.ndim == 1 else x.reshape(x.shape[:1] + x.shape[2:])
+
+
+def combine_processes(totals: dict) -> dict:
+    """Sum host totals over all processes (exact gather of float64 bits, summed in process order)."""
+    if jax.process_count() == 1:
+        return totals
+    from jax.experimental import multihost_utils
+
+    leaves, tree = jax.tree.flatten(totals)
+    bits = [np.ascontiguousarray(x, np.float64).reshape(-1).view(np.int32) for x in leaves]
+    gathered = multihost_utils.process_allgather(bits)  # each (processes, 2·size)
+    summed = [np.asarray(g).view(np.float64).sum(0).reshape(np.shape(x)) for g, x in zip(gathered, leaves)]
+    return jax.tree.unflatten(tree, summed)
+
+
+def family(model) -> str:
+    """"seq2seq" for a translation model, else "encoder"."""
+    return "seq2seq" if isinstance(model.config, Seq2SeqConfig) else "encoder"
+
+
+def check_methods(model, methods: Sequence) -> None:
+    """Refuse methods that cannot read ``model``'s family, naming the ones that can."""
+    fam = family(model)
+    for m in methods:
+        families = getattr(m, "families", ("encoder",))
+        if fam not in families:
+            what = "a translation (seq2seq) model" if fam == "seq2seq" else "an encoder model"
+            raise ValueError(f"method {m.name!r} reads {' and '.join(families)} models, and {model.source or 'the model'} "
+                             f"is {what}. Fix: choose methods that declare families including {fam!r}"
+                             + (" (jattn analyze --help lists them)" if fam == "seq2seq" else ""))
+        if fam == "seq2seq" and getattr(m, "level", "token") != "token":
+            raise ValueError(f"method {m.name!r} is word-level; a translation model runs token-level methods only. "
+                             "Fix: drop the word-level methods")
+        if fam == "seq2seq" and (bad := set(getattr(m, "kinds", ())) - {"encoder", "decoder", "cross"}):
+            raise ValueError(f"method {m.name!r} declares unknown attention types {sorted(bad)}")
+
+
+def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int = 32, max_length: int = 128,
+               truncate: bool = False, devices=None, mesh=None, progress: bool = True,
+               chunk_batches: int = 16, skip_too_long: bool = False, records=None,
+               records_shard_size: int = 1000) -> RunResult:
+    """Run ``methods`` over ``examples`` (Examples, strings, (A, B) pairs or word lists; for a
+    translation model, (source, target) pairs).
+
+    ``devices``: the local devices to shard the batch over (default all); ``batch_size`` must
+    be a multiple of their number. In a multi-process run every process calls this with the
+    same corpus and reads its own shard. ``mesh``: instead of ``devices``, a local mesh with a
+    ``data`` axis (the batch) and optionally a ``model`` axis (the parameters, by their
+    partitioning metadata), e.g. ``jax.make_mesh((2, 4), ("data", "model"))``.
+
+    ``skip_too_long``: skip (and count in ``meta``) examples over ``max_length`` tokens, and
+    labelled word lists whose labels cannot be placed, instead of raising — never cut.
+    Examples' ``labels`` reach the methods padded (``jattn.analyses.base.HostBatch``).
+    ``records``: a folder for the per-example records of methods that define ``records``
+    (``jattn.io.records``: npz shards of ``records_shard_size`` examples, one folder per method).
+    """
+    names = [m.name for m in methods]
+    if len(set(names)) != len(names) or "_meta" in names:
+        raise ValueError(f"method names must be unique and not '_meta': {names}")
+    if mesh is not None and (devices is not None or "data" not in mesh.axis_names):
+        raise ValueError(f"mesh axes {mesh.axis_names}: pass devices or a mesh with a 'data' axis, not both. "
+                         "Fix: jax.make_mesh((data, model), ('data', 'model'))")
+    devices = list(mesh.devices.flat) if mesh is not None else list(devices or jax.local_devices())
+    parts = mesh.shape["data"] if mesh is not None else len(devices)
+    if batch_size % parts:
+        raise ValueError(f"batch_size={batch_size} is not a multiple of the {parts} data-parallel devices. "
+                         f"Fix: use a batch size like {parts * max(1, batch_size // parts)}")
+    if max_length > model.config.max_length:
+        raise ValueError(f"max_length={max_length} exceeds the model's {model.config.max_length} positions")
+    check_methods(model, methods)
+    recording = [m for m in methods if hasattr(m, "records")]
+    if recording and (records is None or family(model) == "seq2seq"):
+        raise ValueError(f"method(s) {[m.name for m in recording]} write per-example records: "
+                         + ("pass records=FOLDER" if records is None else "an encoder model only for now")
+                         + ". Fix: give run_corpus a records folder (encoder models)")
+    words = any(getattr(m, "level", "token") == "word" for m in methods)
+    shard = (jax.process_index(), jax.process_count())
+    if mesh is None:
+        mesh = jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=devices)
+    mesh = state.auto_mesh(mesh)
+    step, data, replicated = make_step(model, methods, mesh)
+    params = state.shard(model.params, mesh)  # replicated on a 1-D data mesh
+    total = len(examples) if hasattr(examples, "__len__") else None
+    if total is not None:
+        total = len(range(shard[0], total, shard[1]))
+    totals, pending = None, None
+    writers = {m.name: RecordWriter(records, m, records_shard_size, shard[0]) for m in recording}
+
+    def accumulate(result):
+        nonlocal totals
+        result, host = result
+        for name, rec in result.pop("_records", {}).items():
+            writers[name].add(jax.tree.map(np.asarray, rec), host)
+        result = jax.tree.map(lambda x: np.asarray(x, np.float64), result)
+        totals = result if totals is None else jax.tree.map(np.add, totals, result)
+
+    bar = tqdm(total=total, unit="ex", desc="analyze", disable=not progress, dynamic_ncols=True)
+    skipped = []
+    dropped = {"too_long": [], "unmappable": []} if skip_too_long else None
+    for host, real in batches(model, examples, batch_size, max_length, truncate, words, shard,
+                              batch_size * chunk_batches, skipped, dropped):
+        features = {m.name: m.prepare(host) for m in methods}
+        arrays = {k: v for k, v in host.arrays().items() if v is not None}
+        out = step(params, jax.device_put(arrays, data), jax.device_put(features, data))
+        if pending is not None:  # fetch the previous batch while this one runs
+            accumulate(pending)
+        pending = (out, host)
+        bar.update(real)
+    bar.close()
+    if pending is not None:
+        accumulate(pending)
+    for w in writers.values():
+        w.flush()
+    if totals is None:
+        totals = _zeros(model, methods, step, devices, words)
+        totals.pop("_records", None)
+    totals["_meta"]["skipped_empty"] = np.float64(len(skipped))
+    for key, items in (dropped or {}).items():
+        totals["_meta"][f"skipped_{key}"] = np.float64(len(items))
+    totals = combine_processes(totals)
+    meta = {"model": model.source, "segments": int(totals["_meta"]["segments"]),
+            "tokens": int(totals["_meta"]["tokens"]), "batch_size": batch_size, "max_length": max_length,
+            "devices": len(devices), "processes": shard[1], "skipped_empty": int(totals["_meta"]["skipped_empty"]),
+            **{f"skipped_{k}": int(totals["_meta"][f"skipped_{k}"]) for k in (dropped or {})}}
+    if meta["segments"] == 0:
+        raise ValueError(f"the corpus is empty: no example reached the model ({meta['skipped_empty']} empty "
+                         "examples skipped). Fix: check the input file and --format")
+    statistics = {}
+    finished = (run_translation.finalize([m], totals, meta) if family(model) == "seq2seq"
+                else m.finalize(totals[m.name], meta) for m in methods)
+    for stats in finished:
+        for name, stat in stats.items():
+            if name in statistics:
+                raise ValueError(f"two methods produce a statistic named {name!r}")
+            statistics[name] = stat
+    return RunResult(statistics, totals, meta)
+
+
+def _zeros(model, methods, step, devices, words):
+    """Totals of a process whose shard is empty: the step's output shapes, all zeros."""
+    if family(model) == "seq2seq":
+        host = run_translation.empty_batch(model, len(devices))
+        features = {m.name: m.prepare(host) for m in methods}
+        shapes = jax.eval_shape(step, model.params, host.arrays(), features)
+        return jax.tree.map(lambda s: np.zeros(s.shape, np.float64), shapes)
+    n = 16
+    host = HostBatch(*(np.zeros((len(devices), n), np.int32) for _ in range(3)),
+                     np.full((len(devices), n), -1, np.int32),
+                     np.full((len(devices), n), -1, np.int32) if words else None,
+                     np.full((len(devices),), -1, np.int32))
+    host.input_ids[:] = model.tokenizer.pad_token_id
+    features = {m.name: m.prepare(host) for m in methods}
+    arrays = {k: v for k, v in host.arrays().items() if v is not None}
+    shapes = jax.eval_shape(step, model.params, arrays, features)
+    return jax.tree.map(lambda s: np.zeros(s.shape, np.float64), shapes)

@@ -1,0 +1,97 @@
+"""The corpus runner's translation-model path: (source, target) pairs through the teacher-forced
+encoder–decoder forward, every method reduced per attention type (``jattn.runner.loop.run_corpus``
+dispatches here for Marian / FSMT models; batching, sharding, processes and the combine are
+the runner's).
+
+A pair is tokenized as in training: source ids ending in ``</s>``, target ids (``text_target``)
+ending in ``</s>``; the decoder reads the start token + target[:-1] and each of its positions
+predicts the next target id (``target_ids``). Source and target are padded to one bucket length
+(the smallest that fits both), so each bucket compiles once, as for an encoder. Filler rows (``example == -1``) see one source token so no softmax
+row is empty; every mask of theirs is zero, so they contribute nothing.
+
+Per attention type the methods see (``jattn.analyses.base``): ``encoder`` — source queries ×
+source keys; ``decoder`` — target queries × target keys, causal; ``cross`` — target queries ×
+source keys.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jattn.analyses.base import StepContext, TranslationHostBatch
+from jattn.nn import seq2seq, state
+from jattn.runner.batcher import pad_pairs
+
+INPUT_KEYS = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
+def attention_fields(batch: dict, kind: str) -> dict:
+    """The attention-type fields of ``jattn.analyses.base`` for ``kind``, from a translation batch."""
+    real_src = (batch["attention_mask"] > 0) & (batch["example"] >= 0)[:, None]  # (b, s)
+    real_tgt = batch["decoder_attention_mask"] > 0  # (b, t)
+    query, key, q_class, k_class = {
+        "encoder": (real_src, real_src, batch["source_class"], batch["source_class"]),
+        "decoder": (real_tgt, real_tgt, batch["target_class"], batch["target_class"]),
+        "cross": (real_tgt, real_src, batch["target_class"], batch["source_class"]),
+    }[kind]
+    allowed = query[:, :, None] & key[:, None, :]  # (b, q, k)
+    if kind == "decoder":
+        t = query.shape[1]
+        allowed = allowed & jnp.tril(jnp.ones((t, t), bool))[None]  # (b, t, t)
+    fields = {"query_mask": query.astype(jnp.int32), "key_mask": key.astype(jnp.int32), "allowed": allowed,
+              "query_class": q_class, "key_class": k_class}
+    if kind != "cross":  # the square types also answer to the encoder's field names
+        fields.update(attention_mask=fields["query_mask"], token_class=q_class)
+    return fields
+
+
+def kinds_of(method) -> tuple[str, ...]:
+    return tuple(getattr(method, "kinds", seq2seq.KINDS))
+
+
+@functools.lru_cache(maxsize=16)
+def make_step(config, methods: tuple, mesh):
+    """The jitted step: teacher-forced forward + every method's ``reduce`` per attention type.
+    -> (step, data sharding, replicated sharding); statistics keyed ``<kind>-<method name>``."""
+
+    def step(params, batch, features):
+        inputs = {k: batch[k] for k in INPUT_KEYS}
+
+        def forward(interventions=None, **kwargs):
+            overrides = {k: kwargs.pop(k) for k in INPUT_KEYS if k in kwargs}
+            return seq2seq.forward(params, config, dict(inputs, **overrides), interventions, **kwargs)
+
+        outputs, internals = forward(internals="all")
+        module = seq2seq.module(params, config)
+        stats = {}
+        for m in methods:
+            for kind in kinds_of(m):
+                ctx = StepContext(params, config, dict(batch, **attention_fields(batch, kind)), features[m.name],
+                                  outputs, internals[kind], forward, module.view(kind), kind)
+                stats[f"{kind}-{m.name}"] = m.reduce(ctx)
+        real = batch["example"] >= 0  # (b,)
+        stats["_meta"] = {"segments": real.sum(), "tokens": (batch["attention_mask"] * real[:, None]).sum()
+                          + batch["decoder_attention_mask"].sum()}
+        return stats
+
+    data, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    placed = jax.tree.map(lambda s: NamedSharding(mesh, s), state.partition_specs(state.abstract(config), mesh))
+    return jax.jit(step, in_shardings=(placed, data, data), out_shardings=replicated), data, replicated
+
+
+def finalize(methods, totals: dict, meta: dict) -> dict:
+    """Each method's totals finalized per attention type; statistics named ``<kind>_<name>``."""
+    out = {}
+    for m in methods:
+        for kind in kinds_of(m):
+            for name, stat in m.finalize(totals[f"{kind}-{m.name}"], dict(meta, kind=kind)).items():
+                stat.description = f"{kind} attention: {stat.description}"
+                out[f"{kind}_{name}"] = stat
+    return out
+
+
+def empty_batch(model, rows: int) -> TranslationHostBatch:
+    """A batch of filler rows only (the shapes of a process whose shard is empty)."""
+    return pad_pairs(model, [], rows, (16,))

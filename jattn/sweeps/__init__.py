@@ -1,0 +1,1 @@
+"""Sweeps: programs of interventions over the runner (head importance, disabling, pruning)."""

@@ -1,0 +1,312 @@
+"""Head importance by the gradient of a loss w.r.t. head gates (Michel et al. 2019, "Are Sixteen
+Heads Really Better than One?", §4.1, Eq. 3).
+
+A gate ξ_h multiplies head h's context before W_O (``Interventions.head_gates``); the importance
+of head h is I_h = E_x |∂L(x)/∂ξ_h| = E_x |Σ_tokens ctx_h · ∂L/∂ctx_h|. Three estimators are in
+circulation and all three are offered (``estimator``):
+
+* ``"token"`` — |·| per token position: gates (L, b, H, n), Σ over real query tokens of
+  |∂L_s/∂ξ_{h,i}|, divided by the number of real tokens (the authors' released code; default);
+* ``"example"`` — |·| per example (the paper's formula): gates (L, b, H), Σ_s |∂L_s/∂ξ_h| / #examples;
+* ``"batch"`` — |·| of the batch sum (Hugging Face's later script): gates (L, H),
+  Σ_batches |Σ_{s ∈ batch} ∂L_s/∂ξ_h| / #examples — depends on the batch size by definition.
+
+One backward pass per batch gives every example's (and token's) own gradient, because the
+batch loss is the sum of the examples' losses L_s and examples do not interact. Padding tokens
+and padding rows contribute exactly zero (their terms are masked out).
+
+``normalize=True`` applies the authors' normalisation: the division above (for a [CLS]
+classifier's last layer with the token estimator, by the number of examples: only [CLS] gets
+gradient there), then per layer I[l] /= ‖I[l]‖₂ + 1e-20. Under a head mask m (pruned heads
+ξ = 0), the statistic is |ξ·∂L/∂ξ| at ξ = m, the authors' ctx · ∂L/∂ctx of the masked model:
+exactly 0 for pruned heads. The mask reaches the jitted step as data, so a new mask never
+recompiles.
+
+Losses (``jattn.training.losses``): a classifier checkpoint's cross-entropy (examples carry labels), the
+masked-LM loss of an MLM checkpoint (15 % masked, seeded per corpus index), and for a
+translation model the teacher-forced token cross-entropy summed over target tokens (examples
+are (source, target) pairs; importance per attention type: encoder self, decoder self, cross).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from jattn.training import losses
+from jattn.nn.interventions import Interventions
+from jattn.analyses.base import HostBatch, Method, Statistic, StepContext
+from jattn.analyses.registry import register
+from jattn.nn import encoder
+
+ESTIMATORS = ("token", "example", "batch")
+EPS = 1e-20  # the authors' guard in the per-layer L2 normalisation
+
+
+def check_estimator(estimator: str) -> str:
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown importance estimator {estimator!r}. Fix: choose from {', '.join(ESTIMATORS)}")
+    return estimator
+
+
+def gate_sums(total_loss: Callable, masks: dict, queries: dict, rows: jax.Array, estimator: str) -> dict:
+    """Σ over the estimator's units of |ξ ∂L/∂ξ| per attention type, at ξ = the head mask.
+
+    total_loss(head_gates: {kind: (L, b, H) or (L, b, H, q)}) -> scalar Σ_s L_s over real rows.
+    masks {kind: (b, L, H)} per-row head mask (1 kept, 0 pruned); queries {kind: (b, q)} real
+    query tokens of real rows; rows (b,) real rows. The gradient is taken w.r.t. probe gates p
+    of ones, ξ = p · m, so ∂L/∂p = m · ∂L/∂ξ: the probe's shape picks the estimator.
+    -> {kind: (L, H)}."""
+    def gates_of(probes):
+        out = {}
+        for kind, m in masks.items():
+            m = jnp.transpose(m, (1, 0, 2))  # (L, b, H)
+            p = probes[kind]
+            out[kind] = (p * m[..., None] if estimator == "token"
+                         else p * m if estimator == "example" else p[:, None, :] * m)  # (L, b, H[, q])
+        return out
+
+    probes = {}
+    for kind, m in masks.items():
+        b, L, H = m.shape
+        q = queries[kind].shape[1]
+        probes[kind] = jnp.ones({"token": (L, b, H, q), "example": (L, b, H), "batch": (L, H)}[estimator])
+    grads = jax.grad(lambda p: total_loss(gates_of(p)))(probes)
+    sums = {}
+    for kind, g in grads.items():
+        g = jnp.abs(g)
+        if estimator == "token":
+            sums[kind] = jnp.einsum("lbhq,bq->lh", g, queries[kind].astype(g.dtype))  # (L, H)
+        elif estimator == "example":
+            sums[kind] = jnp.einsum("lbh,b->lh", g, rows.astype(g.dtype))  # (L, H)
+        else:
+            sums[kind] = g  # (L, H)
+    return sums
+
+
+def finish(total: np.ndarray, count: np.ndarray, normalize: bool) -> np.ndarray:
+    """Mean over units (count per layer (L,) or scalar), then per-layer L2 if ``normalize``."""
+    imp = total / np.maximum(np.asarray(count, np.float64), 1.0).reshape(-1, 1)  # (L, H)
+    if normalize:
+        imp = imp / (np.linalg.norm(imp, axis=1, keepdims=True) + EPS)
+    return imp
+
+
+def head_mask_rows(mask, b: int, L: int, H: int) -> np.ndarray:
+    """A (L, H) head mask (None = all kept) repeated per row: (b, L, H) float32."""
+    m = np.ones((L, H), np.float32) if mask is None else np.asarray(mask, np.float32)
+    if m.shape != (L, H):
+        raise ValueError(f"head mask must be (L, H) = ({L}, {H}), got {m.shape}")
+    if not np.isin(m, (0.0, 1.0)).all():
+        raise ValueError("head mask must hold 0 (pruned) and 1 (kept) only")
+    return np.ascontiguousarray(np.broadcast_to(m, (b, L, H)))
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadImportance(Method):
+    """Encoder head importance through the corpus runner: additive (L, H) sums and counts.
+
+    ``labels`` (per corpus index, classification) and ``head_mask`` ((L, H), where the
+    gradient is taken) reach the step as per-row data through ``prepare``: they are left out
+    of equality, so a new mask or label set reuses the compiled step."""
+
+    model: dataclasses.InitVar[object]
+    loss: Callable | None = None  # fn(params, config, outputs, batch) -> (b,); None = the model's own
+    _: dataclasses.KW_ONLY
+    estimator: str = "token"
+    normalize: bool = True
+    mask_rate: float = 0.15
+    seed: int = 0
+    labels: tuple | None = dataclasses.field(default=None, compare=False, repr=False)
+    head_mask: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
+    kind: str = dataclasses.field(init=False)
+    shape: tuple = dataclasses.field(init=False)
+    mask_token_id: int = dataclasses.field(init=False)
+    name = "importance"
+
+    def __post_init__(self, model):
+        check_estimator(self.estimator)
+        kind = "custom" if self.loss is not None else losses.default_loss(model)
+        if kind == "translation":
+            raise ValueError("HeadImportance runs encoders; use jattn.importance(model, pairs) for a translation model")
+        if kind == "classification" and self.labels is None:
+            raise ValueError("a classifier's importance needs labels. Fix: pass examples as (text, label) pairs")
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "shape", (model.config.num_layers, model.config.num_heads))
+        object.__setattr__(self, "mask_token_id", getattr(model.tokenizer, "mask_token_id", None) or -1)
+
+    def prepare(self, batch: HostBatch) -> dict:
+        b = batch.input_ids.shape[0]
+        f = {"head_mask": head_mask_rows(self.head_mask, b, *self.shape)}
+        if self.kind == "mlm":
+            masked = losses.mask_tokens(batch, self.mask_token_id, self.mask_rate, self.seed)
+            f.update(input_ids=masked["input_ids"], positions=masked["positions"], mlm_labels=masked["labels"])
+        if self.labels is not None:
+            f["labels"] = np.asarray([self.labels[i] if i >= 0 else 0 for i in batch.example], np.int32)  # (b,)
+        return f
+
+    def example_losses(self, ctx: StepContext, outputs) -> jax.Array:
+        """L_s of each row (b,)."""
+        f = ctx.features
+        if self.kind == "classification":
+            return losses.example_cross_entropy(outputs["logits"], f["labels"])
+        if self.kind == "mlm":
+            return losses.mlm_loss(ctx.params, ctx.config, outputs, {"positions": f["positions"],
+                                                                     "labels": f["mlm_labels"]})
+        return self.loss(ctx.params, ctx.config, outputs, {**ctx.batch, **f})
+
+    def reduce(self, ctx: StepContext) -> dict:
+        f = ctx.features
+        rows = ctx.batch["example"] >= 0  # (b,)
+        real = (ctx.batch["attention_mask"] > 0) & rows[:, None]  # (b, n)
+        overrides = {"input_ids": f["input_ids"]} if self.kind == "mlm" else {}
+
+        def total_loss(gates):
+            iv = Interventions(head_gates=gates["encoder"])
+            if self.kind == "classification":  # the logits alone: the last layer on [CLS] only
+                outputs = {"logits": encoder.classify(ctx.params, ctx.config, ctx.batch, iv)}
+            else:
+                outputs, _ = ctx.forward(interventions=iv, internals=None, **overrides)
+            return jnp.where(rows, self.example_losses(ctx, outputs), 0.0).sum()
+
+        sums = gate_sums(total_loss, {"encoder": f["head_mask"]}, {"encoder": real}, rows, self.estimator)
+        return {"sum": sums["encoder"], "tokens": real.sum().astype(jnp.float32),
+                "examples": rows.sum().astype(jnp.float32)}
+
+    def finalize(self, totals, meta):
+        L = self.shape[0]
+        count = np.full(L, totals["examples"] if self.estimator != "token" else totals["tokens"])
+        if self.estimator == "token" and self.kind == "classification":
+            count[-1] = totals["examples"]  # only [CLS] gets gradient in a [CLS] classifier's last layer
+        value = finish(totals["sum"], count, self.normalize)
+        norm = ", per-layer L2 normalised" if self.normalize else ""
+        return {"importance": Statistic(value, f"(L, H) head importance E|dL/dξ| ({self.estimator} estimator, "
+                                               f"{self.kind} loss{norm}; Michel et al. 2019)")}
+
+
+def split_labels(examples: Sequence, kind: str) -> tuple[list, tuple | None]:
+    """Classification examples are (input, label) with input a text or an (A, B) pair."""
+    if kind != "classification":
+        return list(examples), None
+    inputs, labels = [], []
+    for i, x in enumerate(examples):
+        if not (isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], (int, np.integer))):
+            raise ValueError(f"example {i}: a classifier's importance needs (text, label) pairs with an int label, "
+                             f"got {str(x)[:80]!r}")
+        inputs.append(x[0])
+        labels.append(int(x[1]))
+    return inputs, tuple(labels)
+
+
+def importance(model, examples: Sequence, *, loss: Callable | None = None, estimator: str = "token",
+               normalize: bool = True, mask=None, batch_size: int = 32, max_length: int | None = None,
+               progress: bool = True):
+    """Head importance (Michel et al. 2019, Eq. 3) over ``examples``; see the module docstring.
+
+    Encoder: examples are texts / (A, B) pairs (masked-LM loss) or (input, label) pairs (a
+    classifier) -> (L, H) numpy. Translation model: (source, target) text pairs -> {"encoder",
+    "decoder", "cross"}: (L, H) each. ``loss(params, config, outputs, batch) -> (b,)`` replaces
+    the model's own loss. ``mask``: head mask (L, H) (a dict per attention type for a translation
+    model) at which the gradient is taken; pruned heads get 0."""
+    check_estimator(estimator)
+    max_length = min(128, model.config.max_length) if max_length is None else max_length  # 128 or fewer positions
+    if hasattr(model.config, "decoder_layers"):
+        return seq2seq_importance(model, examples, loss=loss, estimator=estimator, normalize=normalize, mask=mask,
+                                  batch_size=batch_size, max_length=max_length, progress=progress)
+    from jattn.runner import run_corpus
+
+    kind = "custom" if loss is not None else losses.default_loss(model)
+    inputs, labels = split_labels(examples, kind)
+    method = HeadImportance(model, loss, estimator=estimator, normalize=normalize, labels=labels, head_mask=mask)
+    result = run_corpus(model, inputs, [method], batch_size=batch_size, max_length=max_length, progress=progress)
+    return result.statistics["importance"].value
+
+
+KINDS = ("encoder", "decoder", "cross")
+
+
+def seq2seq_shapes(config) -> dict[str, tuple[int, int]]:
+    """(L, H) of each attention type of a translation model."""
+    return {"encoder": (config.encoder_layers, config.encoder_heads),
+            "decoder": (config.decoder_layers, config.decoder_heads),
+            "cross": (config.decoder_layers, config.decoder_heads)}
+
+
+@partial(jax.jit, static_argnames=("config", "estimator", "loss"))
+def _seq2seq_step(params, config, batch: dict, masks: dict, estimator: str, loss):
+    """One batch of translation pairs -> ({kind: (L, H)} sums, counts)."""
+    from jattn.nn import seq2seq
+
+    rows = batch["label_mask"].sum(1) > 0  # (b,)
+    source = (batch["attention_mask"] > 0) & rows[:, None]  # (b, s)
+    target = batch["label_mask"] > 0  # (b, t)
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "decoder_input_ids")}
+
+    def total_loss(gates):
+        iv = {kind: Interventions(head_gates=g) for kind, g in gates.items()}
+        outputs, _ = seq2seq.forward(params, config, inputs, iv, internals=None)
+        per = (losses.translation_loss(outputs["logits"], batch["labels"], batch["label_mask"]) if loss is None
+               else loss(params, config, outputs, batch))  # (b,)
+        return jnp.where(rows, per, 0.0).sum()
+
+    sums = gate_sums(total_loss, masks, {"encoder": source, "decoder": target, "cross": target}, rows, estimator)
+    counts = {"encoder": source.sum(), "decoder": target.sum(), "cross": target.sum(), "examples": rows.sum()}
+    return sums, counts
+
+
+def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int):
+    """(source, target) text pairs -> length-sorted padded ``jattn.io.parallel.TrainingBatch``es of
+    ``batch_size`` rows (filler rows fully masked), lengths bucketed to multiples of 16."""
+    from jattn.io.parallel import bucket, encode, make_batch
+
+    for i, x in enumerate(pairs):
+        if not (isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(t, str) and t.strip() for t in x)):
+            raise ValueError(f"example {i}: a translation model's importance needs (source, target) text pairs, "
+                             f"got {str(x)[:80]!r}")
+    c = model.config
+    src = encode(model.tokenizer, [s for s, _ in pairs], max_length)
+    tgt = encode(model.tokenizer, [t for _, t in pairs], max_length, target=True)
+    order = np.argsort([max(len(x), len(y)) for x, y in zip(src, tgt)], kind="stable")
+    for k in range(0, len(order), batch_size):
+        idx = order[k:k + batch_size]
+        n = bucket(max(max(len(src[i]), len(tgt[i])) for i in idx), 16)
+        yield make_batch([src[i] for i in idx], [tgt[i] for i in idx], c.pad_token_id, c.decoder_start_token_id,
+                         rows=batch_size, length=n), len(idx)
+
+
+def seq2seq_importance(model, pairs: Sequence, *, loss=None, estimator="token", normalize=True, mask=None,
+                       batch_size=32, max_length=128, progress=True) -> dict[str, np.ndarray]:
+    """``importance`` for a translation model: {"encoder", "decoder", "cross"}: (L, H)."""
+    shapes = seq2seq_shapes(model.config)
+    mask = {} if mask is None else mask
+    if unknown := set(mask) - set(KINDS):
+        raise ValueError(f"head mask keys must be among {KINDS}, got {sorted(unknown)}")
+    if max_length > model.config.max_length:
+        raise ValueError(f"max_length={max_length} exceeds the model's {model.config.max_length} positions")
+    masks = {kind: head_mask_rows(mask.get(kind), batch_size, *shapes[kind]) for kind in KINDS}
+    sums = {kind: np.zeros(shapes[kind]) for kind in KINDS}
+    counts = dict.fromkeys((*KINDS, "examples"), 0.0)
+    bar = tqdm(total=len(pairs), unit="pair", desc="importance", disable=not progress, dynamic_ncols=True)
+    for batch, real in translation_batches(model, pairs, batch_size, max_length):
+        arrays = {k: jnp.asarray(v) for k, v in dataclasses.asdict(batch).items()}
+        s, c = _seq2seq_step(model.params, model.config, arrays, masks, estimator, loss)
+        for kind in KINDS:
+            sums[kind] += np.asarray(s[kind], np.float64)
+        for key in counts:
+            counts[key] += float(c[key])
+        bar.update(real)
+    bar.close()
+    if counts["examples"] == 0:
+        raise ValueError("no translation pairs given: importance needs at least one (source, target) pair")
+    return {kind: finish(sums[kind], counts[kind] if estimator == "token" else counts["examples"], normalize)
+            for kind in KINDS}
+
+
+register("importance", "head importance |dL/d gate| (token estimator; the model's own loss; Michel et al. 2019)",
+         lambda model, options: HeadImportance(model))

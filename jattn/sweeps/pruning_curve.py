@@ -1,0 +1,195 @@
+"""Pruning curves by head importance (Michel et al. 2019, §4.2 and Fig. 3/4): rank every head by
+importance, mask the least important in cumulative steps of a fixed share of all heads
+(``step`` = 10 % or 5 %), evaluate the task metric after each step.
+
+Masking is Michel's: gate ξ_h = 0 zeroes the head's context (W_O's bias still passes), as
+``Interventions.head_gates``. For a translation model encoder self-, decoder self- and
+cross-attention heads are ranked together. ``schedule="once"`` ranks with the importance of the
+full model; ``"reestimate"`` recomputes importance under the current mask before each step (the
+paper's iterative variant). ``keep_one_per_layer`` never masks the last head of a layer. The
+mask is an array argument of the jitted evaluation, so the curve compiles once.
+
+Metric helpers: ``classification_metric`` (accuracy or Matthews correlation of a classifier)
+and ``bleu_metric`` (corpus sacreBLEU of greedy translations), each a function mask -> float.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from jattn.nn.interventions import Interventions
+from jattn.sweeps.importance import KINDS, importance, seq2seq_shapes
+
+SCHEDULES = ("once", "reestimate")
+
+
+def head_shapes(model) -> dict[str, tuple[int, int]]:
+    """(L, H) per attention type; an encoder has one type, "encoder"."""
+    if hasattr(model.config, "decoder_layers"):
+        return seq2seq_shapes(model.config)
+    return {"encoder": (model.config.num_layers, model.config.num_heads)}
+
+
+def as_model_mask(model, masks: dict):
+    """{kind: (L, H)} -> what ``importance``/metrics take: (L, H) for an encoder, the dict otherwise."""
+    return masks if hasattr(model.config, "decoder_layers") else masks["encoder"]
+
+
+def flat_scores(model, scores) -> np.ndarray:
+    """Importance (an (L, H) array or {kind: (L, H)}) flattened in ``head_shapes`` order."""
+    scores = scores if isinstance(scores, dict) else {"encoder": scores}
+    return np.concatenate([np.asarray(scores[k], np.float64).ravel() for k in head_shapes(model)])
+
+
+def choose(scores: np.ndarray, kept: np.ndarray, layer_of: np.ndarray, k: int, keep_one_per_layer: bool) -> list:
+    """The k kept heads of lowest score (ties: lower flat index), never a layer's last head
+    when ``keep_one_per_layer``. scores, kept, layer_of (N,) -> flat indices."""
+    left = np.bincount(layer_of, weights=kept, minlength=layer_of.max() + 1)  # kept heads per layer
+    chosen = []
+    for i in np.lexsort((np.arange(len(scores)), scores)):
+        if len(chosen) == k:
+            break
+        if not kept[i] or (keep_one_per_layer and left[layer_of[i]] <= 1):
+            continue
+        chosen.append(int(i))
+        left[layer_of[i]] -= 1
+    return chosen
+
+
+def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: str = "token",
+                  schedule: str = "once", step: float = 0.1, keep_one_per_layer: bool = False, loss=None,
+                  scores=None, batch_size: int = 32, max_length: int | None = None, progress: bool = False,
+                  history: list | None = None, masks_out: list | None = None) -> list[list[float]]:
+    """Metric vs share of heads masked: [[fraction_pruned, metric], ...] from 0 to the last step.
+
+    ``examples``: what ``jattn.importance`` takes (the data importance is estimated on).
+    ``metric_fn(mask) -> float`` with mask (L, H) float {0, 1} (a dict per attention type for a
+    translation model). ``scores``: a fixed ranking instead of importance (e.g. random: the
+    baseline), only with ``schedule="once"``. ``history`` / ``masks_out``: if lists, the importance
+    used at each step / the head mask of each curve point are appended to them."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}. Fix: choose from {', '.join(SCHEDULES)}")
+    if not 0 < step <= 1:
+        raise ValueError(f"step is a share of all heads in (0, 1], got {step}")
+    if scores is not None and schedule != "once":
+        raise ValueError("a fixed ranking (scores=...) cannot be re-estimated: use schedule='once'")
+    shapes = head_shapes(model)
+    layer_of = np.concatenate([np.repeat(np.arange(L) + sum(s[0] for s in list(shapes.values())[:i]), H)
+                               for i, (L, H) in enumerate(shapes.values())])  # (N,) a global layer id per head
+    N = len(layer_of)
+    k = max(1, int(round(step * N)))
+    kept = np.ones(N, np.float32)  # (N,)
+
+    def masks() -> dict:
+        out, start = {}, 0
+        for kind, (L, H) in shapes.items():
+            out[kind] = kept[start:start + L * H].reshape(L, H).copy()
+            start += L * H
+        return as_model_mask(model, out)
+
+    def estimate():
+        imp = importance(model, examples, loss=loss, estimator=estimator, mask=masks(), batch_size=batch_size,
+                         max_length=max_length, progress=progress)
+        if history is not None:
+            history.append(imp)
+        return flat_scores(model, imp)
+
+    def evaluate() -> float:
+        if masks_out is not None:
+            masks_out.append(masks())
+        return float(metric_fn(masks()))
+
+    curve = [[0.0, evaluate()]]
+    current = flat_scores(model, scores) if scores is not None else None
+    while True:
+        if current is None or schedule == "reestimate":
+            current = estimate()
+        chosen = choose(current, kept, layer_of, k, keep_one_per_layer)
+        if not chosen:
+            return curve
+        kept[chosen] = 0.0
+        curve.append([float(1 - kept.mean()), evaluate()])
+
+
+def prunable_fraction(curve: list, baseline: float, tolerance: float = 1.0, higher_is_better: bool = True) -> float:
+    """The largest fraction pruned such that every step up to it stays within ``tolerance`` of
+    ``baseline`` (metric points: accuracy/MCC ×100 or BLEU)."""
+    best = 0.0
+    for fraction, value in curve:
+        loss = (baseline - value) if higher_is_better else (value - baseline)
+        if loss > tolerance:
+            break
+        best = fraction
+    return best
+
+
+def classification_metric(model, examples: Sequence, metric: str = "accuracy", batch_size: int = 64,
+                          max_length: int | None = None, scale: float = 100.0) -> Callable:
+    """mask (L, H) -> ``metric`` ("accuracy" | "matthews_corr") ×``scale`` of a classifier on
+    (input, label) ``examples``. Batches are tokenized once, length-sorted and padded to
+    multiples of 16; the jitted forward takes the mask as an argument."""
+    from jattn.io.glue import accuracy, matthews_corr
+
+    score = {"accuracy": accuracy, "matthews_corr": matthews_corr}.get(metric)
+    if score is None:
+        raise ValueError(f"unknown metric {metric!r}; choose accuracy or matthews_corr")
+    if not getattr(model.config, "num_labels", 0):
+        raise ValueError("classification_metric needs a classifier checkpoint (config.num_labels > 0)")
+    max_length = min(128, model.config.max_length) if max_length is None else max_length
+    texts = [x for x, _ in examples]
+    gold = np.asarray([y for _, y in examples])
+    lengths = [int(b.sum()) for b in model.tokenize(texts, max_length=max_length, truncate=True).attention_mask]
+    order = np.argsort(lengths, kind="stable")
+    batches = []
+    for i in range(0, len(order), batch_size):
+        idx = order[i:i + batch_size]
+        n = min(max_length, -(-max(lengths[j] for j in idx) // 16) * 16)
+        batches.append((idx, model.tokenize([texts[j] for j in idx], max_length=max_length, truncate=True,
+                                            pad_to=n)))
+
+    def evaluate(mask) -> float:
+        iv = Interventions(head_gates=jnp.asarray(mask, jnp.float32))
+        pred = np.zeros(len(texts), np.int64)
+        for idx, batch in batches:
+            logits = model.classify(batch, iv)  # (b, C)
+            pred[idx] = np.asarray(logits).argmax(-1)
+        return scale * score(pred, gold)
+
+    return evaluate
+
+
+def bleu_metric(model, pairs: Sequence, batch_size: int = 64, max_length: int | None = None) -> Callable:
+    """mask {kind: (L, H)} -> corpus sacreBLEU (13a) of greedy translations of the sources of
+    (source, reference) ``pairs`` against the references. Sources are tokenized once, sorted
+    by length and padded to fixed shapes (rows ``batch_size``, lengths multiples of 16)."""
+    import sacrebleu
+
+    from jattn.io.parallel import bucket, encode, make_batch
+    from jattn.nn import decode
+
+    c = model.config
+    max_length = min(128, c.max_length) if max_length is None else max_length
+    src = encode(model.tokenizer, [s for s, _ in pairs], max_length)
+    refs = [t for _, t in pairs]
+    order = np.argsort([len(x) for x in src], kind="stable")
+    batches = []
+    for i in range(0, len(order), batch_size):
+        idx = order[i:i + batch_size]
+        chunk = [src[j] for j in idx]
+        b = make_batch(chunk + [chunk[0]] * (batch_size - len(idx)), [np.zeros(1, np.int32)] * batch_size,
+                       c.pad_token_id, c.decoder_start_token_id, length=bucket(max(len(x) for x in chunk), 16))
+        batches.append((idx, jnp.asarray(b.input_ids), jnp.asarray(b.attention_mask)))
+
+    def evaluate(mask) -> float:
+        iv = {kind: Interventions(head_gates=jnp.asarray(mask[kind], jnp.float32)) for kind in KINDS}
+        hyps: list = [None] * len(src)
+        for idx, ids, att in batches:
+            out = np.asarray(decode.generate(model.params, c, ids, att, max_length=max_length, interventions=iv))
+            for j, text in zip(idx, model.tokenizer.batch_decode(out[: len(idx)].tolist(), skip_special_tokens=True)):
+                hyps[j] = text
+        return sacrebleu.corpus_bleu(hyps, [refs]).score
+
+    return evaluate

@@ -1,0 +1,1 @@
+"""Training: one resumable optax + orbax trainer and its tasks (translation, classification, L0 gates)."""

@@ -1,0 +1,317 @@
+"""Fine-tuning an encoder as a sequence classifier (Devlin et al. 2019 §4.1), the set-up of
+Kovaleva et al. 2019 §3 and Michel et al. 2019 §3 (GLUE tasks, BERT's classification head).
+
+The head is BERT's (pooled [CLS] -> dropout -> linear; RoBERTa: its dense-tanh head), trained
+with AdamW (decoupled weight decay 0.01, not on biases and LayerNorm parameters), a linear
+warm-up over the first ``warmup_fraction`` of updates then linear decay to 0, dropout as the
+checkpoint's config says, length-bucketed batches and optional gradient accumulation.
+
+Training runs on the split state (a nested dict of arrays, what optax and orbax hold) through the
+pure face ``jattn.nn.encoder.forward``; the result is an ``EncoderModel`` again and can be
+exported as a Hugging Face ``BertForSequenceClassification`` folder (``save_classifier``) that
+``jattn.load`` and HF PyTorch both read. Checkpoints (orbax) hold parameters, optimizer state
+and the data position, so a stopped run resumes bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jattn.training.losses import classification_loss
+from jattn.nn import encoder
+from jattn.nn import state as nn_state
+from jattn.runner import buckets
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+    epochs: int = 3
+    batch_size: int = 32  # examples per micro-batch
+    accumulation: int = 1  # micro-batches per update: effective batch = batch_size · accumulation
+    learning_rate: float = 5e-5
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.01
+    max_length: int = 128
+    seed: int = 0
+    save_every: int = 500  # micro-batches between resume checkpoints (and at every epoch end)
+
+
+def with_classifier(model, num_labels: int, seed: int = 0):
+    """``model`` (an ``EncoderModel``) with a fresh classification head of ``num_labels`` classes
+    (weights N(0, 0.02), zero bias, as HF initialises it); every other parameter is kept. A BERT
+    checkpoint whose head reads the pooler gets a fresh pooler when it has none (HF does the same)."""
+    from jattn.models.encoder import EncoderModel
+
+    if num_labels < 2:
+        raise ValueError(f"a classifier needs at least 2 labels, got {num_labels}")
+    config = dataclasses.replace(model.config, num_labels=num_labels,
+                                 with_pooler=model.config.with_pooler or model.config.classifier == "pooler")
+    fresh = nn_state.to_arrays(nn_state.init(config, seed))
+    old = nn_state.to_arrays(model.params)
+    params = {k: (old[k] if k in old else v) for k, v in fresh.items() if k != "classifier"}
+    params["classifier"] = fresh["classifier"]
+    return EncoderModel(config, nn_state.from_arrays(config, params), model.tokenizer, model.source)
+
+
+def encode(tokenizer, texts: list[str], max_length: int) -> list[np.ndarray]:
+    """Token ids per text ([CLS] text [SEP]); a text longer than ``max_length`` is an error (no
+    silent truncation) that names how many are too long."""
+    ids = [np.asarray(x, np.int32) for x in tokenizer(list(texts), truncation=False)["input_ids"]]
+    if too_long := [i for i, x in enumerate(ids) if len(x) > max_length]:
+        raise ValueError(f"{len(too_long)} text(s) exceed max_length={max_length} tokens (first: #{too_long[0]}, "
+                         f"{len(ids[too_long[0]])} tokens). Fix: raise max_length or shorten them")
+    return ids
+
+
+def length_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """Shuffled, length-bucketed batches of example indices: shuffle, sort chunks of 50 batches by
+    length, cut into batches, shuffle the batches. Deterministic in (seed, epoch)."""
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(lengths))
+    chunk = 50 * batch_size
+    batches = []
+    for s in range(0, len(order), chunk):
+        part = order[s: s + chunk]
+        part = part[np.argsort(lengths[part], kind="stable")]
+        batches += [part[i: i + batch_size] for i in range(0, len(part), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def pad_batch(ids: list[np.ndarray], labels: np.ndarray, idx: np.ndarray, batch_size: int, pad_id: int,
+              max_length: int) -> dict:
+    """A fixed-size batch: rows padded to the smallest bucket length that fits, missing rows of a
+    last batch with weight 0 (so shapes, and compiled programs, come from a small set)."""
+    n = next(b for b in buckets(max_length) if b >= max(len(ids[i]) for i in idx))
+    input_ids = np.full((batch_size, n), pad_id, np.int32)  # (B, n)
+    mask = np.zeros((batch_size, n), np.int32)  # (B, n)
+    for r, i in enumerate(idx):
+        input_ids[r, : len(ids[i])], mask[r, : len(ids[i])] = ids[i], 1
+    mask[len(idx):, 0] = 1  # empty rows attend to one (pad) token: finite, and weighted 0 below
+    label = np.zeros(batch_size, np.int32)
+    label[: len(idx)] = labels[idx]
+    weight = (np.arange(batch_size) < len(idx)).astype(np.float32)  # (B,)
+    return {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids),
+            "labels": label, "weights": weight}
+
+
+@functools.lru_cache(maxsize=8)
+def make_optimizer(fc: FinetuneConfig, total_updates: int) -> optax.GradientTransformation:
+    """AdamW with linear warm-up and linear decay; no decay on biases and LayerNorm scales.
+    Cached: the optimizer is a static argument of the jitted step, so equal settings share one
+    compiled program."""
+    warmup = int(fc.warmup_fraction * total_updates)
+    schedule = optax.join_schedules([optax.linear_schedule(0.0, fc.learning_rate, max(warmup, 1)),
+                                     optax.linear_schedule(fc.learning_rate, 0.0, max(total_updates - warmup, 1))],
+                                    [warmup])
+    decays = partial(jax.tree.map_with_path, lambda path, _: path[-1].key not in ("bias", "scale"))
+    opt = optax.adamw(schedule, b1=0.9, b2=0.999, eps=1e-6, weight_decay=fc.weight_decay, mask=decays)
+    return optax.MultiSteps(opt, every_k_schedule=fc.accumulation) if fc.accumulation > 1 else opt
+
+
+def _model_inputs(batch: dict) -> dict:
+    return {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+@partial(jax.jit, static_argnames=("config", "optimizer"), donate_argnums=(0, 1))
+def train_step(params, opt_state, batch: dict, rng, *, config, optimizer):
+    """One micro-batch: loss, gradient, optimizer update (applied every ``accumulation`` calls)."""
+    def loss_fn(p):
+        outputs, _ = encoder.forward(p, config, _model_inputs(batch), dropout_rng=rng, internals=None)
+        return classification_loss(outputs["logits"], batch["labels"], batch["weights"])
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+
+@partial(jax.jit, static_argnames=("config",))
+def predict_logits(params, config, batch: dict) -> jax.Array:
+    """Evaluation logits (b, C), no dropout (the last layer on [CLS] only: ``encoder.classify``)."""
+    return encoder.classify(params, config, _model_inputs(batch))
+
+
+def evaluate(params, config, ids: list[np.ndarray], labels: np.ndarray, metric, *, batch_size: int,
+             max_length: int, pad_id: int) -> tuple[float, np.ndarray]:
+    """(metric, predictions) over a labelled set, batches sorted by length."""
+    order = np.argsort([len(x) for x in ids], kind="stable")
+    preds = np.zeros(len(ids), np.int64)
+    for s in range(0, len(order), batch_size):
+        idx = order[s: s + batch_size]
+        batch = pad_batch(ids, labels, idx, batch_size, pad_id, max_length)
+        preds[idx] = np.asarray(predict_logits(params, config, batch)).argmax(-1)[: len(idx)]
+    return metric(preds, labels), preds
+
+
+class ClassifierTrainer:
+    """Fine-tunes ``model`` (an ``EncoderModel`` with a classification head) on (text, label)
+    pairs. ``workdir/last`` holds the resume checkpoint; constructing a trainer on a workdir
+    that has one resumes from it."""
+
+    def __init__(self, model, fc: FinetuneConfig, workdir, train: list[tuple[str, int]], dev=None, metric=None):
+        import orbax.checkpoint as ocp
+
+        if not model.config.num_labels:
+            raise ValueError("the model has no classification head. Fix: jattn.training.finetune.with_classifier(model, n)")
+        self.model, self.fc, self.metric = model, fc, metric
+        self.config, self.pad_id = model.config, model.config.pad_token_id
+        self.ids = encode(model.tokenizer, [t for t, _ in train], fc.max_length)
+        self.labels = np.asarray([y for _, y in train], np.int32)
+        if self.labels.min() < 0 or self.labels.max() >= model.config.num_labels:
+            raise ValueError(f"labels must lie in 0..{model.config.num_labels - 1}, got {self.labels.min()}.."
+                             f"{self.labels.max()}")
+        self.dev = None if dev is None else (encode(model.tokenizer, [t for t, _ in dev], fc.max_length),
+                                             np.asarray([y for _, y in dev], np.int32))
+        self.lengths = np.asarray([len(x) for x in self.ids])
+        self.batches_per_epoch = -(-len(self.ids) // fc.batch_size)
+        self.total_updates = fc.epochs * self.batches_per_epoch // fc.accumulation
+        self.optimizer = make_optimizer(fc, self.total_updates)
+        params = jax.tree.map(jnp.asarray, nn_state.to_arrays(model.params))
+        self.state = {"params": params, "opt_state": self.optimizer.init(params)}
+        self.meta = {"micro_step": 0, "epoch": 0, "batch_in_epoch": 0, "train_seconds": 0.0, "history": []}
+        self.last = ocp.CheckpointManager(Path(workdir).resolve() / "last", options=ocp.CheckpointManagerOptions(
+            max_to_keep=1, create=True))
+        if self.last.latest_step() is not None:
+            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self.state)
+            got = self.last.restore(self.last.latest_step(), args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+            self.state, self.meta = got["state"], dict(got["meta"])
+
+    def save(self):
+        import orbax.checkpoint as ocp
+
+        if self.meta["micro_step"] in self.last.all_steps():
+            return
+        self.last.save(self.meta["micro_step"], args=ocp.args.Composite(
+            state=ocp.args.StandardSave(self.state), meta=ocp.args.JsonSave(self.meta)), force=True)
+        self.last.wait_until_finished()
+
+    def fit(self, max_steps: int | None = None, progress: bool = True) -> list[dict]:
+        """Train to ``epochs`` (or stop after ``max_steps`` micro-batches in this call, saving a
+        checkpoint); evaluate on dev after every epoch. Returns the per-epoch history."""
+        from tqdm.auto import tqdm
+
+        fc, key = self.fc, jax.random.key(self.fc.seed)
+        total = fc.epochs * self.batches_per_epoch
+        bar = tqdm(total=total, initial=self.meta["micro_step"], disable=not progress, unit="batch",
+                   desc="fine-tuning")
+        done, smooth = 0, None
+        while self.meta["epoch"] < fc.epochs:
+            order = length_batches(self.lengths, fc.batch_size, fc.seed, self.meta["epoch"])
+            for idx in order[self.meta["batch_in_epoch"]:]:
+                if max_steps is not None and done >= max_steps:
+                    self.save()
+                    bar.close()
+                    return self.meta["history"]
+                batch = pad_batch(self.ids, self.labels, idx, fc.batch_size, self.pad_id, fc.max_length)
+                t = time.perf_counter()
+                params, opt_state, loss = train_step(
+                    self.state["params"], self.state["opt_state"], batch,
+                    jax.random.fold_in(key, self.meta["micro_step"]), config=self.config, optimizer=self.optimizer)
+                loss = float(loss)
+                self.state = {"params": params, "opt_state": opt_state}
+                self.meta["train_seconds"] += time.perf_counter() - t
+                self.meta["micro_step"] += 1
+                self.meta["batch_in_epoch"] += 1
+                done += 1
+                smooth = loss if smooth is None else 0.98 * smooth + 0.02 * loss
+                bar.update(1)
+                bar.set_postfix(loss=f"{smooth:.4f}", epoch=self.meta["epoch"])
+                if self.meta["micro_step"] % fc.save_every == 0:
+                    self.save()
+            self.meta["epoch"] += 1
+            self.meta["batch_in_epoch"] = 0
+            record = {"epoch": self.meta["epoch"], "micro_step": self.meta["micro_step"], "train_loss": smooth,
+                      "train_seconds": round(self.meta["train_seconds"], 1)}
+            if self.dev is not None and self.metric is not None:
+                record["dev_metric"] = self.evaluate()
+                bar.write(f"epoch {self.meta['epoch']}: dev {record['dev_metric']:.4f}")
+            self.meta["history"].append(record)
+            self.save()
+        bar.close()
+        return self.meta["history"]
+
+    def evaluate(self, data=None) -> float:
+        ids, labels = self.dev if data is None else data
+        return evaluate(self.state["params"], self.config, ids, labels, self.metric, batch_size=64,
+                        max_length=self.fc.max_length, pad_id=self.pad_id)[0]
+
+    def trained_model(self):
+        """The current parameters as an ``EncoderModel``."""
+        from jattn.models.encoder import EncoderModel
+
+        params = nn_state.from_arrays(self.config, self.state["params"])
+        return EncoderModel(self.config, params, self.model.tokenizer, self.model.source)
+
+
+def save_classifier(model, folder, label_names: list[str] | None = None) -> Path:
+    """Export an ``EncoderModel`` with a classification head as a Hugging Face folder
+    (config.json, model.safetensors, tokenizer files) that ``jattn.load`` and
+    ``AutoModelForSequenceClassification.from_pretrained`` read."""
+    from safetensors.numpy import save_file
+
+    from jattn import families
+
+    spec = families.get(model.config.model_type)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    hf_config = spec.to_hf_config(model.config, label_names)
+    (folder / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    save_file(spec.to_hf_state_dict(nn_state.to_arrays(model.params), model.config), str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    model.tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+LABEL_NAMES = {"sst2": ["negative", "positive"], "cola": ["unacceptable", "acceptable"]}
+
+
+def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out, *, metric_name="accuracy",
+             label_names: list[str] | None = None, fc: FinetuneConfig = FinetuneConfig(), workdir=None,
+             max_steps: int | None = None, progress: bool = True) -> dict:
+    """Fine-tune ``base`` (a path, hub id, ``EncoderModel``, or None for the embedded MiniLM) on
+    (text, label) pairs, export the final model to ``out`` as a HF folder with a ``DONE`` marker
+    and ``finetune.json`` (dev metric per epoch, train seconds), and return that record. Resumes
+    from ``workdir`` (default: ``out`` + "-work"); an ``out`` that is already ``DONE`` is returned
+    as it is."""
+    import jattn
+    from jattn.io import glue
+
+    out = Path(out)
+    if (out / "DONE").is_file():
+        return json.loads((out / "finetune.json").read_text())
+    if metric_name not in ("accuracy", "matthews_corr"):
+        raise ValueError(f"metric_name must be accuracy or matthews_corr, got {metric_name!r}")
+    n_labels = max(y for _, y in train) + 1
+    model = base if hasattr(base, "config") else jattn.load(base)
+    model = with_classifier(model, max(n_labels, len(label_names or [])), fc.seed)
+    trainer = ClassifierTrainer(model, fc, workdir or out.with_name(out.name + "-work"), train, dev,
+                                getattr(glue, metric_name))
+    history = trainer.fit(max_steps=max_steps, progress=progress)
+    record = {"metric_name": metric_name, "config": dataclasses.asdict(fc), "history": history,
+              "train_seconds": round(trainer.meta["train_seconds"], 1), "complete": trainer.meta["epoch"] >= fc.epochs}
+    if record["complete"]:
+        record["dev_metric"] = history[-1]["dev_metric"]
+        save_classifier(trainer.trained_model(), out, label_names)
+        (out / "finetune.json").write_text(json.dumps(record, indent=2) + "\n")
+        (out / "DONE").write_text("fine-tuning finished\n")
+    return record
+
+
+def finetune_task(task: str, out, *, base=None, fc: FinetuneConfig = FinetuneConfig(), **kwargs) -> dict:
+    """``finetune`` on GLUE ``task`` ("sst2" | "cola", from ``jattn.io.glue``): train split, dev
+    split, the task's metric and label names."""
+    from jattn.io import glue
+
+    record = finetune(base, glue.read_task(task, "train"), glue.read_task(task, "dev"), out,
+                      metric_name=glue.METRICS[task], label_names=LABEL_NAMES[task], fc=fc, **kwargs)
+    return {"task": task, **record}

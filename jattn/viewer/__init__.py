@@ -1,1 +1,0 @@
-"""Assets of the attention viewer page (inlined by jattn.view)."""

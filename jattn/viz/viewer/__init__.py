@@ -1,0 +1,1 @@
+"""Assets of the attention viewer page (inlined by jattn.viz.view)."""
