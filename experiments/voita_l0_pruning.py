@@ -210,7 +210,7 @@ def export_check(task, gate_values: dict, keep: dict, folder: Path) -> dict:
 
     import jattn
     from jattn.training import l0
-    from jattn.analyses import gates as G
+    from jattn.nn import gates as G
     from jattn.sweeps.pruning import export_pruned
 
     folded = l0.fold_gates(task.params, task.config, {k: jnp.asarray(v) for k, v in gate_values.items()})

@@ -17,7 +17,7 @@ from flax import nnx
 
 import jattn
 from jattn import Interventions
-from jattn.analyses import disable
+from jattn.sweeps import disable
 from jattn.models.encoder import EncoderModel
 from jattn.nn import encoder, state
 from tiny_encoders import hf_model, hf_run, random_batch, save_tiny

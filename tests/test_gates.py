@@ -17,7 +17,7 @@ from flax import nnx
 import jattn
 from jattn.training import l0
 from jattn.nn.interventions import Interventions
-from jattn.analyses import gates as G
+from jattn.nn import gates as G
 from jattn.nn import encoder, seq2seq
 from tiny_encoders import random_batch, save_tiny
 from tiny_seq2seq import padded_batch

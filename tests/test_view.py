@@ -15,8 +15,9 @@ import pytest
 
 import jattn
 from jattn.cli import main
-from jattn.viz.view import (ERROR_BOUND, add_arguments, decode_measure, dequantize, encode_measure, encode_norm,
-                        quantize, read_page, row_shares, run)
+from jattn.cli.view import add_arguments, run
+from jattn.viz.view import (ERROR_BOUND, decode_measure, dequantize, encode_measure, encode_norm, quantize, read_page,
+                            row_shares)
 from tiny_encoders import TOKENIZER_FILES
 from tiny_encoders import save_tiny as save_tiny_encoder
 from tiny_seq2seq import save_tiny as save_tiny_seq2seq

@@ -32,7 +32,7 @@ import numpy as np
 import optax
 
 from jattn.nn.config import EncoderConfig
-from jattn.analyses import gates as G
+from jattn.nn import gates as G
 from jattn.nn import encoder, seq2seq
 
 SEQ2SEQ_OUT = {"encoder": ("encoder", "self_attn"), "decoder": ("decoder", "self_attn"),
