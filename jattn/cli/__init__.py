@@ -22,6 +22,7 @@ COMMANDS = {
     "prune": "jattn.prune_cli",
     "disable": "jattn.disable_cli",
     "patterns": "jattn.patterns_cli",
+    "data": "jattn.cli.data",
 }
 
 # what a user can cause by what they pass; anything else is a bug and keeps its traceback
