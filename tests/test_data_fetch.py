@@ -333,3 +333,17 @@ def test_bad_arguments_are_named(toy):
         F.fetch(folder=data, mirror="/some/folder")
     with pytest.raises(ValueError, match="timeout must be positive"):
         F.fetch(folder=data, mirror="http://127.0.0.1:9", timeout=0)
+
+
+def test_readme_table_matches_the_manifest():
+    from jattn.cli.data import _size
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `([a-z0-9-]+)` \|.*$", text, re.M)}
+    known = M.datasets()
+    assert set(rows) == set(known)
+    for name, meta in known.items():
+        size = _size(sum(e.size for e in M.files([name])))
+        assert rows[name].startswith(f"| `{name}` | {size} | {meta['license']} | "), rows[name]
+    total = sum(e.size for e in M.files()) / 1e6
+    assert re.search(rf"public data sets \(≈ {round(total)} MB\)", text)
