@@ -31,14 +31,16 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
 
 
 def corpus(model, n: int):
     sys.path.insert(0, str(REPO / "experiments"))
     from clark_attention_statistics import gap_segments
 
-    pool, _ = gap_segments(DATA, model.tokenizer, 1600, 128)
+    from jattn.io.manifest import data_path
+
+    # GAP in the data folder (jattn data fetch gap)
+    pool, _ = gap_segments(data_path("gap").parent, model.tokenizer, 1600, 128)
     return [pool[i % len(pool)] for i in range(n)]
 
 

@@ -32,13 +32,14 @@ from pathlib import Path
 from peak_memory import measure  # benchmarks/peak_memory.py (the scripts run from their folder)
 
 REPO = Path(__file__).resolve().parents[1]
-GAP = REPO.parent / "shared" / "data" / "gap" / "gap-development.tsv"
 
 
 def texts(count: int) -> list[str]:
     import csv
 
-    with open(GAP, newline="", encoding="utf-8") as f:
+    from jattn.io.manifest import data_path
+
+    with open(data_path("gap") / "gap-development.tsv", newline="", encoding="utf-8") as f:  # jattn data fetch gap
         rows = list(csv.DictReader(f, delimiter="\t"))
     return [r["Text"] for r in rows[:count]]
 

@@ -2,7 +2,7 @@
 
 Command (from the repo root, ~2-4 min on 2 CPU cores, most of it the JS distances):
 
-    python experiments/clark_attention_statistics.py --data-dir ../shared/data
+    python experiments/clark_attention_statistics.py    # data: `jattn data fetch gap` first
 
 Input: the first 1,000 Wikipedia paragraphs of GAP development that split into two parts at a
 sentence boundary and fit in 128 tokens as ``[CLS] A [SEP] B [SEP]`` (Clark used ~1,000

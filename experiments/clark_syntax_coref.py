@@ -2,7 +2,7 @@
 
 Command (from the repo root):
 
-    nice .venv/bin/python experiments/clark_syntax_coref.py --data-dir ../shared/data
+    nice .venv/bin/python experiments/clark_syntax_coref.py    # data: `jattn data fetch ud-english-ewt gap litbank`
 
 Runtime on this shared 2-core CPU: ~12 min writing the EWT feature shards (pretrained and
 random-init MiniLM, 2.4 GB in ``--work``), ~4 min GAP + LitBank, ~4 min for the four probes

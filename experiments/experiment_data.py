@@ -1,8 +1,8 @@
 """Where the experiment scripts find their data.
 
-Every script takes ``--data-dir``: the folder laid out like ``../shared/data`` (its default when
-it exists beside the repository). A missing file stops the script with the public source to
-download it from and the path to put it at.
+Every script takes ``--data-dir``: the data folder, one sub-folder per data set, as ``jattn data
+fetch`` fills it (default: ``$JATTN_DATA``, else the user cache; ``jattn data path`` prints it). A
+missing file stops the script with the command that fetches it and its public source.
 """
 
 from __future__ import annotations
@@ -11,15 +11,9 @@ import argparse
 import contextlib
 from pathlib import Path
 
-DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data"
-SOURCES = {  # sub-folder -> where its public files come from (../shared/data/README.md)
-    "gap": "https://github.com/google-research-datasets/gap-coreference (gap-development.tsv)",
-    "multi30k": "https://github.com/multi30k/dataset (data/task1/raw: train, val, test_2016_flickr "
-                "in .en/.fr/.de, uncompressed)",
-    "alignment": "https://github.com/neulab/awesome-align (examples/enfr.src-tgt, examples/enfr.gold)",
-    "frequency": "https://github.com/gorokoba560/norm-analysis-of-transformer (emnlp2020/exp1_bert/data: "
-                 "token frequency ranks 'rank count vocab_id' for the bert-base-uncased vocabulary)",
-}
+from jattn.io import manifest
+
+DEFAULT = manifest.data_dir()
 
 
 @contextlib.contextmanager
@@ -42,16 +36,23 @@ def compilation_cache(folder: Path):
 
 def add_data_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=DEFAULT,
-                        help=f"folder laid out like ../shared/data (default: {DEFAULT})")
+                        help=f"the data folder, laid out as `jattn data fetch` fills it (default: {DEFAULT}: "
+                             "$JATTN_DATA, else the user cache)")
 
 
 def data_file(data_dir: Path, relative: str) -> Path:
-    """``data_dir / relative``, or a SystemExit naming what to download and where."""
+    """``data_dir / relative``, or a SystemExit naming the command that fetches it and its source."""
     path = Path(data_dir) / relative
     if not path.is_file():
-        source = SOURCES.get(Path(relative).parts[0], "../shared/data/README.md lists the sources")
-        raise SystemExit(f"{path} not found. Download it from {source} into {path.parent}, "
-                         "or point --data-dir at a folder laid out like ../shared/data")
+        name, _, inside = relative.partition("/")
+        known = {(e.dataset, e.path): e for e in manifest.files()}
+        entry = known.get((name, inside))
+        if entry is None:
+            raise SystemExit(f"{path} not found, and {relative} is no file of the data manifest "
+                             "(jattn data list shows the data sets). Fix: point --data-dir at a folder that has it")
+        source = manifest.datasets()[name]["repository"]
+        raise SystemExit(f"{path} not found. Fix: run `jattn data fetch {name} --data-dir {data_dir}` ({name} from "
+                         f"{source}, into {Path(data_dir) / name}), or point --data-dir at a folder that has it")
     return path
 
 

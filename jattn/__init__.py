@@ -1,6 +1,7 @@
 """jattn: attention internals of BERT-family encoders and NMT Transformers, as JAX data."""
 
 from jattn.nn.interventions import Interventions
+from jattn.io.manifest import data_path
 from jattn.models.load import load
 from jattn.analyses.attribution import attributions
 from jattn.sweeps.disable import disable_sweep
@@ -9,4 +10,5 @@ from jattn.analyses.norms import norms
 from jattn.sweeps.pruning_curve import pruning_curve
 from jattn.viz.view import view
 
-__all__ = ["Interventions", "attributions", "disable_sweep", "importance", "load", "norms", "pruning_curve", "view"]
+__all__ = ["Interventions", "attributions", "data_path", "disable_sweep", "importance", "load", "norms", "pruning_curve",
+           "view"]

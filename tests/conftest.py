@@ -84,3 +84,19 @@ def tiny_marian(tiny_marian_folder):
     import jattn
 
     return jattn.load(str(tiny_marian_folder), use_cache=False)
+
+
+@pytest.fixture
+def data_set():
+    """``data_set(name)``: the folder of real data set ``name`` in the data folder (``$JATTN_DATA``,
+    else the user cache), or a skip saying how to get it."""
+    from jattn.io.manifest import data_dir, data_path
+
+    def get(name: str):
+        try:
+            return data_path(name)
+        except FileNotFoundError:
+            pytest.skip(f"data set {name} is not in the data folder {data_dir()}: set JATTN_DATA to a folder that "
+                        f"has it, or run `jattn data fetch {name}`")
+
+    return get

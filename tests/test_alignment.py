@@ -9,9 +9,6 @@ import pytest
 
 from jattn.analyses import alignment as AL
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "alignment"  # beside the repo
-
-
 def test_parse_talp_one_based():
     sure, possible = AL.parse_links("1-1 2p3 3-2", one_based=True)
     assert sure == {(0, 0), (2, 1)}
@@ -35,8 +32,8 @@ def test_read_gold_formats(tmp_path):
     assert AL.read_gold(f, one_based=True) == [({(1, 1), (0, 0)}, {(1, 1), (0, 0)}), (set(), {(0, 1)})]
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="shared alignment data not present")
-def test_real_gold_files_are_line_aligned_and_in_range():
+def test_real_gold_files_are_line_aligned_and_in_range(data_set):
+    DATA = data_set("alignment")  # skips, naming JATTN_DATA and jattn data fetch, when absent
     pairs = AL.read_tokenized_pairs(DATA / "enfr.src-tgt")
     gold = AL.read_gold(DATA / "enfr.gold", one_based=True)
     assert len(pairs) == len(gold)

@@ -12,7 +12,7 @@ from experiment_data import compilation_cache, data_file  # noqa: E402
 
 
 def test_missing_file_names_the_source_and_the_destination(tmp_path):
-    with pytest.raises(SystemExit, match=r"gap-coreference.*into .*gap"):
+    with pytest.raises(SystemExit, match=r"`jattn data fetch gap --data-dir .*gap-coreference.*into .*gap"):
         data_file(tmp_path, "gap/gap-development.tsv")
     with pytest.raises(SystemExit, match="awesome-align"):
         data_file(tmp_path, "alignment/enfr.gold")

@@ -97,7 +97,8 @@ def test_too_long_text_is_an_error_not_a_cut(tiny, tmp_path):
         ClassifierTrainer(model, FinetuneConfig(max_length=8), tmp_path, [("a " * 20, 0), ("b", 1)])
 
 
-def test_glue_readers_and_metrics():
+def test_glue_readers_and_metrics(data_set):
+    data_set("sst2"), data_set("cola")  # read_task's default folder; skips when absent
     sst2, cola = glue.read_task("sst2", "dev"), glue.read_task("cola", "train")
     assert len(sst2) == 872 and len(cola) == 8551 and len(glue.read_task("sst2", "train")) == 67349
     assert {y for _, y in sst2} == {0, 1} and all(t for t, _ in cola)

@@ -129,7 +129,7 @@ def test_word_embedding_table(minilm):
 
 
 @pytest.mark.slow
-def test_experiment_smoke(tmp_path):
+def test_experiment_smoke(tmp_path, data_set):
     """experiments/clark_syntax_coref.py end to end on a few sentences (about 2 min)."""
     import json
     import sys
@@ -138,6 +138,8 @@ def test_experiment_smoke(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
     import clark_syntax_coref
 
+    for name in ("ud-english-ewt", "gap", "litbank"):  # the script's default --data-dir; skips when absent
+        data_set(name)
     clark_syntax_coref.main(["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--train-sentences",
                              "100", "--eval-sentences", "120", "--epochs", "1", "--gap-rows", "20",
                              "--litbank-docs", "1", "--min-count", "20"])

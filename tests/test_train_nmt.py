@@ -108,16 +108,14 @@ def test_token_batches_cover_corpus_with_few_shapes():
     assert np.all(b.decoder_input_ids[:, 1:][real[:, 1:]] == b.labels[:, :-1][real[:, 1:]])  # shifted right
 
 
-def test_experiment_script_end_to_end(tmp_path, monkeypatch):
+def test_experiment_script_end_to_end(tmp_path, monkeypatch, data_set):
     """A tiny run of experiments/train_nmt_multi30k.py on a slice of Multi30k: trains, exports
     a Marian folder that jattn.load reads, writes the results JSON."""
     import importlib.util
 
     import jattn
 
-    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-    if not (data / "train.fr").is_file():
-        pytest.skip(f"Multi30k not found at {data}")
+    data_set("multi30k")  # the script's default --data-dir is the data folder; skips when Multi30k is absent
     path = Path(__file__).resolve().parents[1] / "experiments" / "train_nmt_multi30k.py"
     monkeypatch.syspath_prepend(str(path.parent))  # as when run as a script: experiments/ on the path
     spec = importlib.util.spec_from_file_location("train_nmt_multi30k", path)
@@ -134,21 +132,20 @@ def test_experiment_script_end_to_end(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_committed_multi30k_model_scores_its_recorded_bleu():
+def test_committed_multi30k_model_scores_its_recorded_bleu(data_set):
     """Decode test_2016_flickr with the committed checkpoints/multi30k-fr-en (beam 4) and score it
     as experiments/train_nmt_multi30k.py does (lowercased NFKC, sacreBLEU 13a): the BLEU recorded
     in experiments/results/nmt_multi30k.json is what the committed weights give."""
     import sacrebleu
 
     import jattn
-    from experiments.experiment_data import DEFAULT
     from jattn.io.parallel import read_parallel
 
     root = Path(__file__).resolve().parents[1]
     recorded = json.loads((root / "experiments" / "results" / "nmt_multi30k.json").read_text())
     model = jattn.load(root / recorded["model_dir"], use_cache=False)
-    src, refs = read_parallel(DEFAULT / "multi30k" / "test_2016_flickr.fr", DEFAULT / "multi30k" / "test_2016_flickr.en",
-                              True)
+    data = data_set("multi30k")
+    src, refs = read_parallel(data / "test_2016_flickr.fr", data / "test_2016_flickr.en", True)
     hyps = model.translate(src, num_beams=recorded["test_beams"], batch_size=100)
     score = sacrebleu.corpus_bleu(hyps, [refs]).score
     assert abs(score - recorded["bleu_test_2016_flickr"]) <= 0.3, score

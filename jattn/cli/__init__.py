@@ -22,6 +22,7 @@ COMMANDS = {
     "prune": "jattn.cli.prune",
     "disable": "jattn.cli.disable",
     "patterns": "jattn.cli.patterns",
+    "data": "jattn.cli.data",
 }
 
 # what a user can cause by what they pass; anything else is a bug and keeps its traceback

@@ -43,7 +43,8 @@ def add_arguments(parser) -> None:
                         help="skip (and count) over-long segments instead of failing; never cuts them")
     parser.add_argument("--rank-file", type=Path, default=None,
                         help="token frequency ranks, 'rank count vocab_id' per line, needed by norm-freq and "
-                             "mixing (e.g. frequency/rank_count_ids.txt of the project's shared data)")
+                             "mixing (e.g. frequency/rank_count_ids.txt in the data folder: "
+                             "jattn data fetch frequency)")
     parser.add_argument("--min-count", type=positive_int, default=100,
                         help="syntax: relations with fewer scored words stay out of Table 1 (default 100, as Clark)")
     parser.add_argument("--coordinator", help="HOST:PORT of process 0, for a multi-process run")

@@ -15,7 +15,7 @@ def add_arguments(parser) -> None:
                           "and decay) and export it as a Hugging Face folder. Stop with Ctrl-C and run the same "
                           "command again to resume.")
     parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
-    parser.add_argument("--task", choices=("sst2", "cola"), help="a GLUE task from the shared data (JATTN_DATA)")
+    parser.add_argument("--task", choices=("sst2", "cola"), help="a GLUE task from the data folder (jattn data fetch; JATTN_DATA)")
     parser.add_argument("--train", type=Path, help="instead of --task: 'text<TAB>label' training file")
     parser.add_argument("--dev", type=Path, help="with --train: 'text<TAB>label' dev file")
     parser.add_argument("--metric", choices=("accuracy", "matthews_corr"), default="accuracy",

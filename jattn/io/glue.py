@@ -1,5 +1,5 @@
-"""SST-2 and CoLA (GLUE; Wang et al. 2019) as (sentence, label) lists, from ``../shared/data``
-or any folder laid out the same way.
+"""SST-2 and CoLA (GLUE; Wang et al. 2019) as (sentence, label) lists, from the data folder
+(``jattn data fetch sst2 cola``; ``$JATTN_DATA``) or any folder laid out the same way.
 
 SST-2 (Socher et al. 2013): ``train.tsv`` (67,349) and ``dev.tsv`` (872), header ``sentence	label``.
 CoLA (Warstadt et al. 2019): ``in_domain_train.tsv`` (8,551), ``in_domain_dev.tsv`` (527),
@@ -8,7 +8,6 @@ CoLA (Warstadt et al. 2019): ``in_domain_train.tsv`` (8,551), ``in_domain_dev.ts
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -21,8 +20,10 @@ METRICS = {"sst2": "accuracy", "cola": "matthews_corr"}
 
 
 def data_root() -> Path:
-    """``$JATTN_DATA`` or the repository's sibling ``shared/data``."""
-    return Path(os.environ.get("JATTN_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
+    """The data folder: ``$JATTN_DATA``, else the user cache (see ``jattn data path``)."""
+    from jattn.io.manifest import data_dir
+
+    return data_dir()
 
 
 def read_task(name: str, split: str, root: Path | None = None) -> list[tuple[str, int]]:
@@ -31,9 +32,14 @@ def read_task(name: str, split: str, root: Path | None = None) -> list[tuple[str
         raise ValueError(f"unknown task {name!r}; known: {', '.join(FILES)}")
     if split not in FILES[name]:
         raise ValueError(f"task {name} has splits {', '.join(FILES[name])}, not {split!r}")
-    path = Path(root or data_root()) / name / FILES[name][split]
+    if root is None:
+        from jattn.io.manifest import data_path
+
+        root = data_path(name).parent  # names `jattn data fetch NAME` when the task is not there
+    path = Path(root) / name / FILES[name][split]
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found. Fix: point JATTN_DATA at a folder with {name}/{FILES[name][split]}")
+        raise FileNotFoundError(f"{path} not found. Fix: `jattn data fetch {name} --data-dir {root}`, or pass "
+                                f"a folder with {name}/{FILES[name][split]}")
     rows = []
     with open(path, encoding="utf-8") as f:
         for i, line in enumerate(f, 1):
