@@ -41,7 +41,7 @@ def default_cache_dir() -> Path:
     """``$JATTN_CACHE``, else ``checkpoints/`` of a source checkout, else ``~/.cache/jattn``."""
     if os.environ.get("JATTN_CACHE"):
         return Path(os.environ["JATTN_CACHE"])
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     if (repo / "checkpoints").is_dir() and (repo / "pyproject.toml").is_file():
         return repo / "checkpoints"
     return Path.home() / ".cache" / "jattn"
