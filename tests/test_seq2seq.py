@@ -151,7 +151,7 @@ def test_unsupported_config_refused(tiny):
 
 
 def test_conversion_reports_all_problems(tiny):
-    from jattn.convert import fsmt, marian
+    from jattn import families
     from jattn.io.hf import ConversionError, read_state_dict
 
     kind, folder, model, _ = tiny
@@ -159,9 +159,8 @@ def test_conversion_reports_all_problems(tiny):
     key = "model.encoder.layers.0.fc1.weight"
     state.pop(key)
     state["model.encoder.extra.weight"] = np.zeros(3)
-    convert = marian.convert if kind == "marian" else fsmt.convert
     with pytest.raises(ConversionError) as err:
-        convert(state, model.config)
+        families.get(kind).convert(state, model.config)
     assert key in str(err.value) and "model.encoder.extra.weight" in str(err.value)
 
 
