@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test setup setup-test clean
+.PHONY: demo test test-fast setup setup-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,15 @@ demo: setup
 	$(BIN)/jattn demo --out results/demo
 
 test: setup-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
+
+# The edit loop's tier (about 2 minutes on 2 cores): tiny random models and the embedded MiniLM —
+# HF parity of both shapes and every family, conversion, tokenization, the analyses against their
+# references, the package's shape, data fetching. CI runs the whole suite (`make test`).
+FAST_TESTS := architecture data_fetch convert encoder_parity seq2seq tokenize registry norms weights coref \
+              syntax checkpoints patterns attribution
+test-fast: setup-test
+	$(BIN)/python -m pytest -q $(FAST_TESTS:%=tests/test_%.py)
 
 clean:
 	rm -rf $(VENV) results
