@@ -8,6 +8,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Every test's encoder layers run on chunks of ≤ 16 token rows (a batch of 4 × 10 tokens: 4 chunks
+# of one sequence), so that every parity and method test also checks the chunked layer
+# (``jattn.nn.layers.over_chunks``) that real batches take on CPU. A config's own ``chunk_rows``
+# wins over it: tests/test_chunks.py compares chunk sizes through it.
+os.environ["JATTN_CHUNK_ROWS"] = "16"
 
 
 def pytest_addoption(parser):
@@ -33,17 +38,6 @@ def release_compiled_programs():
     import jax
 
     jax.clear_caches()
-
-
-@pytest.fixture(autouse=True)
-def small_layer_chunks(monkeypatch):
-    """Every test's encoder layers run on chunks of ≤ 16 token rows (a batch of 4 × 10 tokens: 4
-    chunks of one sequence), so that every parity and method test also checks the chunked layer
-    (``jattn.nn.layers.over_chunks``), which real batches take on CPU. tests/test_chunks.py sets
-    it back to compare with the unchunked layer."""
-    from jattn.nn import layers
-
-    monkeypatch.setattr(layers, "ROWS_PER_CHUNK", 16)
 
 
 @pytest.fixture(scope="session")

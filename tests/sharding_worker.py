@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import sys
 
 import jax
@@ -93,23 +95,24 @@ def chunked_program(model, mesh) -> dict:
 
     from jattn.nn import encoder, layers
 
-    layers.ROWS_PER_CHUNK = 128
-    assert layers.chunk_count(16, 16) == 2
+    config = dataclasses.replace(model.config, chunk_rows=128)
+    assert layers.chunk_count(16, 16, config.chunk_rows) == 2
     ids = np.full((16, 16), 1000, np.int32)
     inputs = jax.device_put({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": ids * 0},
                             NamedSharding(mesh, P("data")))
     lean = jax.jit(encoder.forward, static_argnums=1, static_argnames="internals")
-    hlo = lean.lower(model.params, model.config, inputs, internals=None).compile().as_text()
+    hlo = lean.lower(model.params, config, inputs, internals=None).compile().as_text()
     rows = [int(r) for r in re.findall(r"f32\[(\d+),\d+\]\{1,0\} dot\(", hlo)]
     return {"data8_chunked/collectives": np.array(sum(hlo.count(" " + op) for op in COLLECTIVES)),
             "data8_chunked/product_rows": np.array(max(rows))}
 
 
 def meshes(folder, out):
-    import jattn
-    from jattn.nn import layers
+    import os
 
-    layers.ROWS_PER_CHUNK = 32  # the 8 × ≤ 12-token batches below run their layers in strided chunks
+    import jattn
+
+    os.environ["JATTN_CHUNK_ROWS"] = "32"  # the 8 × ≤ 12-token batches below run their layers in strided chunks
     one = jattn.load(folder, use_cache=False)
     batch = one.tokenize(list(SHORT[:8]))  # 8 rows: one per data-parallel device
     result = {"one/" + k: v for k, v in {**forward_all(one, batch), **norm_maps(one, batch),

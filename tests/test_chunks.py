@@ -4,6 +4,8 @@ intervention; dropout draws independently per chunk; the chunk-size rule."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,13 +23,13 @@ def tiny(tmp_path_factory):
     return jattn.load(str(folder), use_cache=False)
 
 
-def test_chunk_count_rule(monkeypatch):
-    monkeypatch.setattr(layers, "ROWS_PER_CHUNK", 1024)
-    assert layers.chunk_count(32, 128) == 4  # 8 sequences = 1024 rows a chunk
-    assert layers.chunk_count(32, 16) == 1  # the whole batch is 512 rows
-    assert layers.chunk_count(8, 512) == 4  # 2 sequences a chunk
-    assert layers.chunk_count(4, 2000) == 4  # one sequence a chunk, longer than 1024
-    assert layers.chunk_count(31, 128) == 1  # prime batch: one sequence, 128 rows, is too few
+def test_chunk_count_rule():
+    assert layers.chunk_count(32, 128, 1024) == 4  # 8 sequences = 1024 rows a chunk
+    assert layers.chunk_count(32, 16, 1024) == 1  # the whole batch is 512 rows
+    assert layers.chunk_count(8, 512, 1024) == 4  # 2 sequences a chunk
+    assert layers.chunk_count(32, 128, 0) == 1  # 0: the whole batch
+    assert layers.chunk_count(4, 2000, 1024) == 4  # one sequence a chunk, longer than 1024
+    assert layers.chunk_count(31, 128, 1024) == 1  # prime batch: one sequence, 128 rows, is too few
 
 
 @pytest.mark.parametrize("chunks", [4, 1])
@@ -54,12 +56,10 @@ def _all_interventions(config, b, n, seed=0):
                          weights_delta=jnp.asarray(rng.normal(0, 0.01, (L, b, H, n, n)), jnp.float32))
 
 
-def _run(model, batch, iv, rows: int, monkeypatch):
+def _run(model, batch, iv, rows: int):
     """Forward (all internals, per-example layerwise rows and layerwise totals), [CLS] logits and the
-    gate gradient with layers chunked at ``rows`` token rows; a fresh jit, so the rule is applied
-    anew."""
-    monkeypatch.setattr(layers, "ROWS_PER_CHUNK", rows)
-    cfg = model.config
+    gate gradient with layers chunked at ``rows`` token rows (the config's ``chunk_rows``)."""
+    cfg = dataclasses.replace(model.config, chunk_rows=rows)
 
     def rows(ints, view, take):  # per example: mean α per head, the summed FFN input, a masked sum
         real = take(batch["attention_mask"]).astype(jnp.float32)  # (s, n)
@@ -80,31 +80,30 @@ def _run(model, batch, iv, rows: int, monkeypatch):
     return outputs, internals, logits, jax.jit(jax.grad(loss))(gates)
 
 
-def test_chunked_layers_equal_the_unchunked_layer(tiny, monkeypatch):
+def test_chunked_layers_equal_the_unchunked_layer(tiny):
     cfg = tiny.config
     batch = {k: jnp.asarray(v) for k, v in random_batch(cfg, [10, 7, 10, 3, 9, 10]).items()}  # b = 6, n = 10
     iv = _all_interventions(cfg, 6, 10)
-    chunked = _run(tiny, batch, iv, 20, monkeypatch)
-    assert layers.chunk_count(6, 10) == 3  # 2 sequences a chunk
-    whole = _run(tiny, batch, iv, 10 ** 9, monkeypatch)
-    assert layers.chunk_count(6, 10) == 1
+    chunked = _run(tiny, batch, iv, 20)
+    assert layers.chunk_count(6, 10, 20) == 3  # 2 sequences a chunk
+    whole = _run(tiny, batch, iv, 0)
+    assert layers.chunk_count(6, 10, 0) == 1
     for got, want in zip(jax.tree.leaves(chunked), jax.tree.leaves(whole)):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert set(chunked[1]) == set(encoder.INTERNALS)
 
 
-def test_each_chunk_draws_its_own_dropout(tiny, monkeypatch):
+def test_each_chunk_draws_its_own_dropout(tiny):
     """One layer on 4 identical sequences, one a chunk: the chunk index is folded into the
     layer's dropout key, so the rows get different masks; without a key they are equal."""
     from flax import nnx
 
-    monkeypatch.setattr(layers, "ROWS_PER_CHUNK", 10)  # one sequence a chunk
     graphdef, stacked = nnx.split(encoder.module(tiny.params, tiny.config).layers)
     layer = nnx.merge(graphdef, jax.tree.map(lambda a: a[0], stacked))  # layer 0
     D = tiny.config.hidden_size
     x = jnp.broadcast_to(jax.random.normal(jax.random.key(1), (1, 10, D)), (4, 10, D))  # (b, n, D)
     allowed = jnp.ones((4, 1, 10), bool)
-    run = encoder._in_chunks(4, 10)
+    run = encoder._in_chunks(4, 10, 10)  # one sequence a chunk
     train, _, _ = run(layer, x, allowed, Interventions(), jax.random.key(0), lambda y, ints, take: (y, {}), None)  # (4, n, D)
     ev, _, _ = run(layer, x, allowed, Interventions(), None, lambda y, ints, take: (y, {}), None)
     assert all(not np.allclose(train[0], train[i]) for i in (1, 2, 3))
@@ -115,3 +114,12 @@ def test_layer_rows_must_be_per_example(tiny):
     batch = {k: jnp.asarray(v) for k, v in random_batch(tiny.config, [5, 3]).items()}
     with pytest.raises(ValueError, match="per-example arrays"):
         encoder.forward(tiny.params, tiny.config, batch, layer_rows=lambda ints, view, take: ints["weights"].sum())
+
+
+def test_chunk_size_default(monkeypatch):
+    """A config's ``chunk_rows`` wins; else ``$JATTN_CHUNK_ROWS``; else 1,024 rows on CPU."""
+    assert layers.chunk_rows(64) == 64 and layers.chunk_rows(0) == 0
+    monkeypatch.setenv("JATTN_CHUNK_ROWS", "48")
+    assert layers.chunk_rows(None) == 48
+    monkeypatch.delenv("JATTN_CHUNK_ROWS")
+    assert layers.chunk_rows(None) == (layers.CPU_CHUNK_ROWS if jax.default_backend() == "cpu" else 0) == 1024

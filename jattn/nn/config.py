@@ -96,6 +96,9 @@ class EncoderConfig:
     pruned: PrunedHeads | None = None  # physically pruned heads (config.json "pruned_heads"; jattn.sweeps.pruning)
     positions: str = "absolute"  # "absolute": 0..n-1; "after_padding": pad+1+count of real tokens, pad on padding
     classifier: str = "pooler"  # "pooler": W·pooler(h_0) + b; "dense_tanh": W_o·tanh(W_d·h_0 + b_d) + b_o
+    # token rows a layer runs on at once (strided chunks of the batch, jattn.nn.layers.chunk_count);
+    # 0: the whole batch; None: the backend's default (jattn.nn.layers.chunk_rows). Results are equal.
+    chunk_rows: int | None = None
 
     @property
     def head_dim(self) -> int:

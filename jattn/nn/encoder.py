@@ -35,7 +35,8 @@ from jattn.nn.config import EncoderConfig
 from jattn.nn.interventions import NONE, Interventions
 from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention, post_ln_ffn
 from jattn.nn import state
-from jattn.nn.layers import ACT, Dense, LayerNorm, chunk_count, dropout, over_chunks, param, split_rng
+from jattn.nn.layers import (ACT, Dense, LayerNorm, chunk_count, chunk_rows, dropout, over_chunks, param,
+                             split_rng)
 
 INTERNALS = ("weights", "values", "context", "output", "residual", "pre_ln", "attention_ln_out", "ffn_pre_ln")
 STD = 0.02  # BERT's initializer_range
@@ -132,15 +133,15 @@ class ClassificationHead(nnx.Module):
         return self.out(dropout(features, self.rate, r[1]))  # (b, C)
 
 
-def _in_chunks(b: int, n: int):
+def _in_chunks(b: int, n: int, rows: int):
     """``run(layer, x, allowed, iv, rng, split, totals, stacks=None, at=0) -> (local, stacks, totals)``:
-    one layer on a batch (b, n, D), run in ``chunk_count(b, n)`` strided chunks of the batch
+    one layer on a batch (b, n, D), run in ``chunk_count(b, n, rows)`` strided chunks of the batch
     (``over_chunks``). ``split(y, internals, take) -> (local, stacked)`` sorts a chunk's output
     and internals into those reassembled as (b, ...) (``local``) and those written into ``stacks``
     ((L, b, ...), the layer loop's outputs) at layer ``at``. ``totals(internals, take)`` (or None),
     additive statistics of a chunk's internals, is summed over the chunks. Each chunk's dropout
     draws from ``rng`` folded with the chunk's index."""
-    chunks = chunk_count(b, n)
+    chunks = chunk_count(b, n, rows)
 
     def run(layer, x, allowed, iv: Interventions, rng, split, totals, stacks=None, at=0):
         def one(i, take):
@@ -187,8 +188,8 @@ class Encoder(nnx.Module):
         ``INTERNALS``; under ``jit`` the others are never written.
 
         Analyses that read a layer's internals while they are in cache, inside the scan, run on
-        each chunk of the batch the layer is computed in (``jattn.nn.layers.chunk_count``; the
-        whole batch on GPU/TPU), with that chunk's internals (e.g. ``weights`` (b', H, n, n)), the
+        each chunk of the batch the layer is computed in (``config.chunk_rows``,
+        ``jattn.nn.layers.chunk_count``; the whole batch on GPU/TPU), with that chunk's internals (e.g. ``weights`` (b', H, n, n)), the
         layer's parameter view (``EncoderLayer.view``) and ``take``, which cuts any other
         per-example array (b, ...) to the chunk's rows (b', ...):
         ``layer_rows(internals, view, take)`` returns per-example arrays (b', ...), written into
@@ -208,7 +209,7 @@ class Encoder(nnx.Module):
         x0 = self.embeddings(batch, compute_dtype, r[0])  # (b, n, D)
         allowed = batch["attention_mask"].astype(bool)[:, None, :]  # (b, 1, n)
         graphdef, stacked = nnx.split(self.layers)
-        run = _in_chunks(*x0.shape[:2])
+        run = _in_chunks(*x0.shape[:2], chunk_rows(self.config.chunk_rows))
 
         def written(view, y, ints, take):  # what a layer writes to the stacked result, rows (b', ...)
             rows = {} if layer_rows is None else {"layer_rows": layer_rows(ints, view, take)}
@@ -267,7 +268,7 @@ class Encoder(nnx.Module):
         graphdef, stacked = nnx.split(self.layers)
         below, last = (lambda t: jax.tree.map(lambda a: a[:-1], t)), (lambda t: jax.tree.map(lambda a: a[-1], t))
         slices = iv.layer_slices()
-        run = _in_chunks(*x.shape[:2])
+        run = _in_chunks(*x.shape[:2], chunk_rows(self.config.chunk_rows))
 
         def step(x, xs):
             state, layer_slices = xs

@@ -11,6 +11,7 @@ module's ``__call__`` then acts on one slice, as ``jax.lax.scan`` hands it over 
 from __future__ import annotations
 
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -102,24 +103,35 @@ def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
     return jnp.where(keep, x / (1.0 - rate), 0.0).astype(x.dtype)
 
 
-ROWS_PER_CHUNK = 1024  # token rows a layer processes at once on CPU (see ``chunk_count``)
+CPU_CHUNK_ROWS = 1024  # token rows a layer processes at once on CPU (see ``chunk_count``)
 
 
-def chunk_count(b: int, n: int) -> int:
-    """How many chunks a layer splits a batch of b sequences of n tokens into, on CPU.
+def chunk_rows(rows: int | None) -> int:
+    """The chunk size a config asks for (``EncoderConfig.chunk_rows``), its default resolved:
+    ``$JATTN_CHUNK_ROWS`` when set, else ``CPU_CHUNK_ROWS`` on CPU and 0 (the whole batch) on
+    GPU/TPU, whose kernels want the whole batch. Read when a forward is traced."""
+    if rows is not None:
+        return rows
+    if os.environ.get("JATTN_CHUNK_ROWS"):
+        return int(os.environ["JATTN_CHUNK_ROWS"])
+    return CPU_CHUNK_ROWS if jax.default_backend() == "cpu" else 0
+
+
+def chunk_count(b: int, n: int, rows: int) -> int:
+    """How many chunks a layer splits a batch of b sequences of n tokens into, at about ``rows``
+    token rows a chunk (0: no chunking).
 
     A layer's activations at 32 × 128 tokens (scores, FFN hidden: 25 MB each for MiniLM) do not
     stay in a CPU's caches between the products that write and read them; run on chunks of about
-    ``ROWS_PER_CHUNK`` token rows, they do, and the lean forward of MiniLM and of a bert-base
-    shape takes ~15 % less time (``benchmarks/bench_encoder.py``). A chunk is s sequences, the
-    largest divisor of b with s·n ≤ max(ROWS_PER_CHUNK, n); no chunking (1) when that leaves fewer
-    than ROWS_PER_CHUNK / 4 rows a chunk (a prime b), and on GPU/TPU, whose kernels want the whole
-    batch.
+    1,024 token rows, they do, and the lean forward of MiniLM and of a bert-base shape takes ~15 %
+    less time (``benchmarks/bench_encoder.py``). A chunk is s sequences, the largest divisor of b
+    with s·n ≤ max(rows, n); no chunking (1) when that leaves fewer than rows / 4 rows a chunk (a
+    prime b).
     """
-    if jax.default_backend() != "cpu":
+    if rows <= 0:
         return 1
-    s = max(d for d in range(1, b + 1) if b % d == 0 and d * n <= max(ROWS_PER_CHUNK, n))  # sequences per chunk
-    return b // s if s * n >= ROWS_PER_CHUNK // 4 else 1
+    s = max(d for d in range(1, b + 1) if b % d == 0 and d * n <= max(rows, n))  # sequences per chunk
+    return b // s if s * n >= rows // 4 else 1
 
 
 def over_chunks(fn, b: int, chunks: int, stacks=None, at=0):
