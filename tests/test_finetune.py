@@ -3,6 +3,8 @@ the exported folder is what jattn and HF PyTorch read; data readers and metrics.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import jax
@@ -61,6 +63,9 @@ def test_stop_and_resume_is_bit_for_bit(tiny, tmp_path):
     for a, b in zip(jax.tree.leaves(whole.state), jax.tree.leaves(resumed.state)):
         assert np.array_equal(np.asarray(a), np.asarray(b))
     assert resumed.meta["micro_step"] == whole.meta["micro_step"] == 10
+    # the work folder remembers the run's arguments: another learning rate is not trained on silently
+    with pytest.raises(ValueError, match=r"learning_rate=0\.001 \(now 0\.002\)"):
+        ClassifierTrainer(model, dataclasses.replace(fc, learning_rate=2e-3), tmp_path / "parts", data)
 
 
 def test_length_batches_cover_each_example_once():

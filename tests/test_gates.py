@@ -220,3 +220,41 @@ def test_pruned_export_equals_gated_evaluation_encoder(tmp_path):
     got, _ = encoder.forward(pruned.params, pruned.config, {k: jnp.asarray(v) for k, v in batch.items()},
                              internals=None)
     assert float(jnp.max(jnp.abs(ref["logits"] - got["logits"]))) <= 1e-5
+
+
+def test_resume_refuses_other_arguments(classifier, tmp_path):
+    """A work folder remembers its run's arguments: more steps resume it, another λ is refused."""
+    config, params, batches = classifier
+    gc = l0.GateConfig(lam=0.5, steps=2, save_every=1)
+    l0.GateTrainer(config, params, gc, tmp_path / "run", lambda e: batches[:3]).fit(progress=False)
+    longer = l0.GateTrainer(config, params, dataclasses.replace(gc, steps=4), tmp_path / "run", lambda e: batches[:3])
+    assert longer.meta["step"] == 2
+    with pytest.raises(ValueError, match=r"lam=0\.5 \(now 0\.25\).*another work folder"):
+        l0.GateTrainer(config, params, dataclasses.replace(gc, lam=0.25), tmp_path / "run", lambda e: batches[:3])
+
+
+def test_interrupt_checkpoints_and_a_rerun_finishes_the_same(classifier, tmp_path):
+    """SIGINT during training: a checkpoint after the current update and KeyboardInterrupt; the
+    same run started again resumes there and ends where an uninterrupted run ends."""
+    import os
+    import signal
+
+    config, params, batches = classifier
+    gc = l0.GateConfig(lam=0.5, steps=6, save_every=100)
+    whole = l0.GateTrainer(config, params, gc, tmp_path / "whole", lambda e: batches[:2])
+    whole.fit(progress=False)
+
+    def interrupted(epoch):  # Ctrl-C arrives while the second epoch's batches are being made
+        if epoch == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return batches[:2]
+
+    first = l0.GateTrainer(config, params, gc, tmp_path / "part", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        first.fit(progress=False)
+    assert first.meta["step"] == 3  # the update under way when the signal came was finished and saved
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+    resumed = l0.GateTrainer(config, params, gc, tmp_path / "part", lambda e: batches[:2])
+    assert resumed.meta["step"] == 3
+    resumed.fit(progress=False)
+    np.testing.assert_array_equal(resumed.log_alpha["encoder"], whole.log_alpha["encoder"])  # the same program

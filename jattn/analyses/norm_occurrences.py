@@ -112,7 +112,7 @@ def occurrence_pass(model, examples: Iterable, folder, *, residual: bool, batch_
     padded inputs (padding rows have an all-zero ``attention_mask``)."""
     import jattn
     from jattn.io.readers import as_example
-    from jattn.runner import buckets
+    from jattn.runner.batcher import buckets
 
     fields = [f"mixing_{k}" for k in MIXING] if residual else ["fnorm", "alpha"]
     log = OccurrenceLog(folder, fields)

@@ -150,7 +150,7 @@ def finetune_change(model_a, model_b, examples, *, interventions_b=None, batch_s
     from tqdm.auto import tqdm
 
     from jattn.sweeps.disable import batches
-    from jattn.runner import token_classes
+    from jattn.runner.batcher import token_classes
 
     if model_a.config.num_layers != model_b.config.num_layers or model_a.config.num_heads != model_b.config.num_heads:
         raise ValueError("the two models must have the same number of layers and heads to compare their maps")

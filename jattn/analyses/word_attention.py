@@ -19,7 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jattn.analyses.weights import word_level
-from jattn.runner import unit_ids
+from jattn.runner.batcher import unit_ids
 
 PAD_MULTIPLE = 16  # padded lengths are multiples of this: one compile per bucket
 

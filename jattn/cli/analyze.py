@@ -103,7 +103,7 @@ def run(args) -> None:
     from jattn.io import results
     from jattn.io.readers import Corpus
     from jattn.analyses.registry import Options, make_methods
-    from jattn.runner import run_corpus
+    from jattn.runner.loop import run_corpus
 
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     writer = jax.process_index() == 0

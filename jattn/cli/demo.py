@@ -114,7 +114,7 @@ def run(args) -> None:
     from jattn.io import results
     from jattn.io.readers import Corpus
     from jattn.analyses.registry import make_methods
-    from jattn.runner import run_corpus
+    from jattn.runner.loop import run_corpus
 
     sentences = sample_sentences()
     if args.maps > len(sentences):

@@ -43,7 +43,7 @@ def run(args) -> None:
     from jattn.io import results
     from jattn.analyses.base import Statistic
     from jattn.sweeps.disable import MODES, UNITS, disable_sweep
-    from jattn.runner import RunResult
+    from jattn.runner.loop import RunResult
 
     modes, units = _choices(args.mode, MODES, "--mode"), _choices(args.unit, UNITS, "--unit")
     with results.Output(args.out, overwrite=args.overwrite) as output:

@@ -25,7 +25,7 @@ def run(args) -> None:
     from jattn.viz import plots
     from jattn.io import results
     from jattn.analyses.base import Statistic
-    from jattn.runner import RunResult
+    from jattn.runner.loop import RunResult
 
     with results.Output(args.out, overwrite=args.overwrite) as output:
         examples = read_examples(args.input, args.format)

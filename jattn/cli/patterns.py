@@ -35,7 +35,7 @@ def run(args) -> None:
     from jattn.analyses.base import Statistic
     from jattn.analyses.patterns import PatternTypes, finetune_change
     from jattn.analyses.weights import ClassAttention
-    from jattn.runner import run_corpus
+    from jattn.runner.loop import run_corpus
 
     with results.Output(args.out, overwrite=args.overwrite) as output:
         corpus = Corpus(args.input, "text" if args.format == "text" else args.format)

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from jattn.nn.interventions import Interventions
 from jattn.nn import state
-from jattn.runner import buckets
+from jattn.runner.batcher import buckets
 
 MODES = ("uniform", "zero")
 UNITS = ("head", "layer")

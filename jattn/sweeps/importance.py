@@ -219,7 +219,7 @@ def importance(model, examples: Sequence, *, loss: Callable | None = None, estim
     if hasattr(model.config, "decoder_layers"):
         return seq2seq_importance(model, examples, loss=loss, estimator=estimator, normalize=normalize, mask=mask,
                                   batch_size=batch_size, max_length=max_length, progress=progress)
-    from jattn.runner import run_corpus
+    from jattn.runner.loop import run_corpus
 
     kind = "custom" if loss is not None else losses.default_loss(model)
     inputs, labels = split_labels(examples, kind)

@@ -30,7 +30,8 @@ import optax
 from jattn.training.losses import classification_loss
 from jattn.nn import encoder
 from jattn.nn import state as nn_state
-from jattn.runner import buckets
+from jattn.runner.batcher import buckets
+from jattn.training.trainer import Checkpointed, Resumable, stop_requests
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,14 +153,14 @@ def evaluate(params, config, ids: list[np.ndarray], labels: np.ndarray, metric, 
     return metric(preds, labels), preds
 
 
-class ClassifierTrainer:
+class ClassifierTrainer(Checkpointed):
     """Fine-tunes ``model`` (an ``EncoderModel`` with a classification head) on (text, label)
-    pairs. ``workdir/last`` holds the resume checkpoint; constructing a trainer on a workdir
-    that has one resumes from it."""
+    pairs. ``workdir/last`` holds the resume checkpoint with the run's arguments
+    (``jattn.training.trainer.Resumable``); constructing a trainer on a workdir that has one
+    resumes from it, and refuses other arguments (the learning-rate schedule depends on all of
+    them)."""
 
     def __init__(self, model, fc: FinetuneConfig, workdir, train: list[tuple[str, int]], dev=None, metric=None):
-        import orbax.checkpoint as ocp
-
         if not model.config.num_labels:
             raise ValueError("the model has no classification head. Fix: jattn.training.finetune.with_classifier(model, n)")
         self.model, self.fc, self.metric = model, fc, metric
@@ -176,28 +177,22 @@ class ClassifierTrainer:
         self.total_updates = fc.epochs * self.batches_per_epoch // fc.accumulation
         self.optimizer = make_optimizer(fc, self.total_updates)
         params = jax.tree.map(jnp.asarray, nn_state.to_arrays(model.params))
-        self.state = {"params": params, "opt_state": self.optimizer.init(params)}
-        self.meta = {"micro_step": 0, "epoch": 0, "batch_in_epoch": 0, "train_seconds": 0.0, "history": []}
-        self.last = ocp.CheckpointManager(Path(workdir).resolve() / "last", options=ocp.CheckpointManagerOptions(
-            max_to_keep=1, create=True))
-        if self.last.latest_step() is not None:
-            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self.state)
-            got = self.last.restore(self.last.latest_step(), args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
-            self.state, self.meta = got["state"], dict(got["meta"])
+        self.run = Resumable(workdir, {"params": params, "opt_state": self.optimizer.init(params)},
+                             {"micro_step": 0, "epoch": 0, "batch_in_epoch": 0, "train_seconds": 0.0, "history": []},
+                             {**dataclasses.asdict(fc), "train_examples": len(train), "labels": model.config.num_labels},
+                             extendable=("save_every",))
 
     def save(self):
-        import orbax.checkpoint as ocp
-
-        if self.meta["micro_step"] in self.last.all_steps():
-            return
-        self.last.save(self.meta["micro_step"], args=ocp.args.Composite(
-            state=ocp.args.StandardSave(self.state), meta=ocp.args.JsonSave(self.meta)), force=True)
-        self.last.wait_until_finished()
+        self.run.save(self.meta["micro_step"])
 
     def fit(self, max_steps: int | None = None, progress: bool = True) -> list[dict]:
         """Train to ``epochs`` (or stop after ``max_steps`` micro-batches in this call, saving a
-        checkpoint); evaluate on dev after every epoch. Returns the per-epoch history."""
+        checkpoint); evaluate on dev after every epoch. Ctrl-C or SIGTERM: a checkpoint after the
+        current micro-batch, then ``KeyboardInterrupt``. Returns the per-epoch history."""
+        with stop_requests() as stop:
+            return self._fit(max_steps, progress, stop)
+
+    def _fit(self, max_steps, progress, stop) -> list[dict]:
         from tqdm.auto import tqdm
 
         fc, key = self.fc, jax.random.key(self.fc.seed)
@@ -226,6 +221,9 @@ class ClassifierTrainer:
                 smooth = loss if smooth is None else 0.98 * smooth + 0.02 * loss
                 bar.update(1)
                 bar.set_postfix(loss=f"{smooth:.4f}", epoch=self.meta["epoch"])
+                if stop.requested:
+                    self.save()
+                    raise KeyboardInterrupt
                 if self.meta["micro_step"] % fc.save_every == 0:
                     self.save()
             self.meta["epoch"] += 1

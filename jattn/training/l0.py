@@ -34,6 +34,7 @@ import optax
 from jattn.nn.config import EncoderConfig
 from jattn.nn import gates as G
 from jattn.nn import encoder, seq2seq
+from jattn.training.trainer import Checkpointed, Resumable, stop_requests
 
 SEQ2SEQ_OUT = {"encoder": ("encoder", "self_attn"), "decoder": ("decoder", "self_attn"),
                "cross": ("decoder", "cross_attn")}
@@ -141,13 +142,13 @@ def kept(log_alpha: dict) -> dict[str, np.ndarray]:
     return {k: np.asarray(G.deterministic(a)) > 0 for k, a in log_alpha.items()}
 
 
-class GateTrainer:
+class GateTrainer(Checkpointed):
     """Runs ``GateConfig`` from ``params`` (a converged model's nested dict) on batches from
-    ``batches(epoch) -> list[dict]``; checkpoints under ``workdir/last``; resumes when it exists."""
+    ``batches(epoch) -> list[dict]``; checkpoints under ``workdir/last`` with the run's arguments
+    (``jattn.training.trainer.Resumable``); resumes when it exists (with more ``steps`` allowed,
+    other arguments refused)."""
 
     def __init__(self, config, params: dict, gc: GateConfig, workdir, batches: Callable[[int], list]):
-        import orbax.checkpoint as ocp
-
         shapes = gate_shapes(config)
         if unknown := set(gc.kinds) - set(shapes):
             raise ValueError(f"cannot gate {sorted(unknown)}: this model has the attention types {sorted(shapes)}")
@@ -159,32 +160,15 @@ class GateTrainer:
         self.optimizer = make_optimizer(self.static_gc)
         log_alpha = {k: G.init_log_alpha(shapes[k], gc.init_log_alpha) for k in gc.kinds}
         trainable = {"log_alpha": log_alpha, "params": params}
-        self.state = {**trainable, "opt_state": self.optimizer.init(trainable)}
-        self.meta = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "train_time_s": 0.0, "curve": []}
         self.workdir = Path(workdir).resolve()
-        self.last = ocp.CheckpointManager(self.workdir / "last", options=ocp.CheckpointManagerOptions(
-            max_to_keep=1, create=True))
-        if self.last.latest_step() is not None:
-            abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self._saved())
-            got = self.last.restore(self.last.latest_step(), args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
-            self.state.update(got["state"])
-            self.meta = dict(got["meta"])
-
-    def _saved(self) -> dict:
-        """What a checkpoint holds: the model's parameters only when they are trained."""
-        keys = ("log_alpha", "opt_state") + (("params",) if self.gc.model_lr > 0 else ())
-        return {k: self.state[k] for k in keys}
+        # a checkpoint holds the model's parameters only when they are trained
+        saved = ("log_alpha", "opt_state") + (("params",) if gc.model_lr > 0 else ())
+        self.run = Resumable(self.workdir, {**trainable, "opt_state": self.optimizer.init(trainable)},
+                             {"step": 0, "epoch": 0, "batch_in_epoch": 0, "train_time_s": 0.0, "curve": []},
+                             gc, extendable=("steps", "save_every"), saved_keys=saved)
 
     def save(self):
-        import orbax.checkpoint as ocp
-
-        step = self.meta["step"]
-        if step in self.last.all_steps():
-            return
-        self.last.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(self._saved()),
-                                                     meta=ocp.args.JsonSave(self.meta)), force=True)
-        self.last.wait_until_finished()
+        self.run.save(self.meta["step"])
 
     @property
     def log_alpha(self) -> dict:
@@ -195,7 +179,12 @@ class GateTrainer:
         return self.state["params"]
 
     def fit(self, progress: bool = True) -> list:
-        """Train to ``gc.steps`` updates; returns the curve (task loss, penalty, heads kept)."""
+        """Train to ``gc.steps`` updates; returns the curve (task loss, penalty, heads kept).
+        Ctrl-C or SIGTERM: a checkpoint after the current update, then ``KeyboardInterrupt``."""
+        with stop_requests() as stop:
+            return self._fit(progress, stop)
+
+    def _fit(self, progress: bool, stop) -> list:
         from tqdm.auto import tqdm
 
         gc, m = self.gc, self.meta
@@ -225,8 +214,10 @@ class GateTrainer:
                                        "train_time_s": round(m["train_time_s"], 1)})
                     bar.set_postfix(task=f"{mean['task']:.3f}", kept=sum(heads.values()), refresh=False)
                     window = []
-                if m["step"] % gc.save_every == 0:
+                if m["step"] % gc.save_every == 0 or stop.requested:
                     self.save()
+                if stop.requested:
+                    raise KeyboardInterrupt
                 if epoch_done:
                     break
         self.save()

@@ -28,6 +28,7 @@ from jattn.nn.config import Seq2SeqConfig
 from jattn.io.parallel import TrainingBatch, make_batch, token_batches
 from jattn.nn import decode, seq2seq
 from jattn.nn.seq2seq import Seq2Seq
+from jattn.training.trainer import Checkpointed, Resumable, stop_requests
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,10 +133,14 @@ def bleu(tokenizer, hyp_ids: list[np.ndarray], refs: list[str]) -> tuple[float, 
     return sacrebleu.corpus_bleu(hyps, [refs]).score, hyps
 
 
-class Trainer:
+class Trainer(Checkpointed):
     """Runs ``TrainConfig`` on (src, tgt) token-id lists; checkpoints under ``workdir``:
-    ``last/`` (resume: params, optimizer, step, data position, curve) and ``best/`` (best
-    validation BLEU). Constructing a Trainer on an existing workdir resumes from ``last/``."""
+    ``last/`` (resume: params, optimizer, step, data position, curve, the run's arguments;
+    ``jattn.training.trainer.Resumable``) and ``best/`` (best validation BLEU). Constructing a
+    Trainer on an existing workdir resumes from ``last/``; the number of epochs, the time budget
+    and the validation schedule may change on resume, the other arguments may not."""
+
+    EXTENDABLE = ("epochs", "time_budget_s", "eval_every", "eval_beams", "save_every_s", "max_decode_length")
 
     def __init__(self, config: Seq2SeqConfig, tc: TrainConfig, workdir, tokenizer=None):
         import orbax.checkpoint as ocp
@@ -143,36 +148,21 @@ class Trainer:
         self.config, self.tc, self.tokenizer = config, tc, tokenizer
         self.workdir = Path(workdir).resolve()
         self.optimizer = make_optimizer(tc)
-        self.last = ocp.CheckpointManager(self.workdir / "last", options=ocp.CheckpointManagerOptions(
-            max_to_keep=1, create=True))
+        params = init_params(config, jax.random.key(tc.seed))
+        self.run = Resumable(self.workdir, {"params": params, "opt_state": self.optimizer.init(params)},
+                             {"step": 0, "micro_step": 0, "epoch": 0, "batch_in_epoch": 0, "train_time_s": 0.0,
+                              "curve": [], "best_bleu": None}, tc, self.EXTENDABLE)
         self.best = ocp.CheckpointManager(self.workdir / "best", options=ocp.CheckpointManagerOptions(
             max_to_keep=1, create=True, best_fn=lambda m: m["bleu"], best_mode="max"))
-        params = init_params(config, jax.random.key(tc.seed))
-        self.state = {"params": params, "opt_state": self.optimizer.init(params)}
-        self.meta = {"step": 0, "micro_step": 0, "epoch": 0, "batch_in_epoch": 0, "train_time_s": 0.0,
-                     "curve": [], "best_bleu": None}
-        if self.last.latest_step() is not None:
-            self.restore()
-
-    def restore(self):
-        import orbax.checkpoint as ocp
-
-        step = self.last.latest_step()
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, self.state)
-        got = self.last.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
-                                                              meta=ocp.args.JsonRestore()))
-        self.state, self.meta = got["state"], dict(got["meta"])
 
     def save(self, bleu_score: float | None = None):
         import orbax.checkpoint as ocp
 
         step = self.meta["micro_step"]
         self.meta["saved_at_s"] = self.meta["train_time_s"]
-        if step in self.last.all_steps():  # already saved (e.g. an epoch end followed by the budget stop)
+        if step in self.run.manager.all_steps():  # already saved (e.g. an epoch end followed by the budget stop)
             return
-        args = ocp.args.Composite(state=ocp.args.StandardSave(self.state), meta=ocp.args.JsonSave(self.meta))
-        self.last.save(step, args=args, force=True)
-        self.last.wait_until_finished()
+        self.run.save(step)
         if bleu_score is not None and step not in self.best.all_steps():
             self.best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave({"params": self.state["params"]})),
                            metrics={"bleu": bleu_score}, force=True)
@@ -196,7 +186,12 @@ class Trainer:
     def fit(self, train_src, train_tgt, val_src=None, val_refs=None, max_updates: int | None = None,
             progress: bool = True):
         """Train until ``epochs``, ``time_budget_s`` or ``max_updates``; validate (BLEU) and
-        checkpoint every ``eval_every`` updates / epoch. Returns the curve (list of dicts)."""
+        checkpoint every ``eval_every`` updates / epoch. Ctrl-C or SIGTERM: a checkpoint after the
+        current micro-batch, then ``KeyboardInterrupt``. Returns the curve (list of dicts)."""
+        with stop_requests() as stop:
+            return self._fit(train_src, train_tgt, val_src, val_refs, max_updates, progress, stop)
+
+    def _fit(self, train_src, train_tgt, val_src, val_refs, max_updates, progress, stop):
         from tqdm.auto import tqdm
 
         tc, m = self.tc, self.meta
@@ -222,6 +217,9 @@ class Trainer:
                 window["tokens"] += b.num_tokens
                 window["loss"] += loss
                 window["n"] += 1
+                if stop.requested:
+                    self.save()
+                    raise KeyboardInterrupt
                 if m["micro_step"] % tc.accumulate:
                     continue
                 m["step"] += 1
