@@ -64,6 +64,3 @@ def main(argv=None) -> None:
             raise
         raise SystemExit(f"jattn {args.command}: error: {e or e.__class__.__name__}") from None
 
-
-if __name__ == "__main__":
-    main()

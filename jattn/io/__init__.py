@@ -1,0 +1,1 @@
+"""Input and output: data sets (manifest, fetch), readers, tokenization, checkpoints and result writing."""
