@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
+from tolerance import assert_close as close, model_terms
 
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -126,9 +127,15 @@ def brute_force(internals: dict, mask: np.ndarray, eps: float) -> dict:
     }
 
 
-def assert_close(got, want, rtol=1e-5, name=""):
-    """Elementwise relative error ≤ rtol, with an absolute floor of rtol × the reference's
-    largest magnitude (relative error is meaningless where the true value is ~1e-9)."""
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    assert got.shape == want.shape, f"{name}: shape {got.shape} != {want.shape}"
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.abs(want).max(), err_msg=name)
+def assert_close(got, want, terms: int, scale=None, name=""):
+    """float32 ``got`` against ``want`` within the float32 rounding of ``terms`` reductions, relative
+    to ``scale``, by default the reference's largest magnitude (tests/tolerance.py; relative error
+    is meaningless where the true value is ~1e-9)."""
+    close(got, want, terms=terms, scale=scale, err_msg=name)
+
+
+def terms(model, n: int) -> int:
+    """The float32 reductions behind a norm or attribution map of an encoder on ``n`` tokens: its
+    forward (``tolerance.model_terms``), a norm over the width, products of L (n, n) maps."""
+    c = model.config
+    return model_terms(c, n) + c.hidden_size + c.num_layers * n

@@ -11,6 +11,7 @@ import jattn
 from analysis_helpers import tiny_bert
 from jattn.cli import main
 from jattn.io.readers import Corpus, read, split_paragraph
+from tolerance import assert_close, model_terms
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -165,7 +166,7 @@ def test_analyze_cli_coref_gives_the_experiments_scores(tmp_path, monkeypatch, t
     assert doc["meta"]["segments"] == 5 and want.total == 4
 
 
-def test_analyze_cli_on_a_translation_model(tmp_path, monkeypatch, tiny_marian_folder):
+def test_analyze_cli_on_a_translation_model(tmp_path, monkeypatch, tiny_marian_folder, tiny_marian):
     """--format parallel: two line-aligned files, or one 'src ||| tgt' file; statistics per type."""
     from tiny_seq2seq import sentences
 
@@ -186,7 +187,9 @@ def test_analyze_cli_on_a_translation_model(tmp_path, monkeypatch, tiny_marian_f
     main(["analyze", "--model", str(folder), "--format", "parallel", "--input", str(one), "--methods", "weights",
           "--max-length", "32", "--batch-size", "2", "--out", str(tmp_path / "out2")])
     again = json.loads((tmp_path / "out2" / "results.json").read_text())
-    np.testing.assert_allclose(again["cross_attn_to_sep"]["value"], doc["cross_attn_to_sep"]["value"], rtol=1e-6)
+    # other methods in the step: another compiled program, float32 sums in another order
+    assert_close(again["cross_attn_to_sep"]["value"], doc["cross_attn_to_sep"]["value"],
+                 terms=model_terms(tiny_marian.config, 32, 32) + 5 * 32)
     with pytest.raises(SystemExit, match="word-level"):
         main(["analyze", "--model", str(folder), "--format", "parallel", "--input", str(one), "--methods", "word-weights",
               "--max-length", "32", "--out", str(tmp_path / "o3")])

@@ -15,6 +15,7 @@ import jattn
 from jattn.nn.interventions import Interventions
 from jattn.nn import encoder, layers
 from tiny_encoders import random_batch, save_tiny
+from tolerance import assert_close, model_terms
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +89,9 @@ def test_chunked_layers_equal_the_unchunked_layer(tiny):
     assert layers.chunk_count(6, 10, 20) == 3  # 2 sequences a chunk
     whole = _run(tiny, batch, iv, 0)
     assert layers.chunk_count(6, 10, 0) == 1
-    for got, want in zip(jax.tree.leaves(chunked), jax.tree.leaves(whole)):
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    terms = 2 * model_terms(cfg, 10) + 6 * 10  # forward, gate gradient, totals over the 6 × 10 rows
+    for got, want in zip(jax.tree.leaves(chunked), jax.tree.leaves(whole)):  # other shapes: other float32 orders
+        assert_close(got, want, terms=terms)
     assert set(chunked[1]) == set(encoder.INTERNALS)
 
 
@@ -107,7 +109,7 @@ def test_each_chunk_draws_its_own_dropout(tiny):
     train, _, _ = run(layer, x, allowed, Interventions(), jax.random.key(0), lambda y, ints, take: (y, {}), None)  # (4, n, D)
     ev, _, _ = run(layer, x, allowed, Interventions(), None, lambda y, ints, take: (y, {}), None)
     assert all(not np.allclose(train[0], train[i]) for i in (1, 2, 3))
-    np.testing.assert_allclose(ev[1:], jnp.broadcast_to(ev[:1], (3, 10, D)), atol=1e-6)
+    np.testing.assert_array_equal(ev[1:], jnp.broadcast_to(ev[:1], (3, 10, D)))  # one scan body, identical rows
 
 
 def test_layer_rows_must_be_per_example(tiny):

@@ -184,5 +184,6 @@ def test_features_through_the_runner_equal_the_per_sentence_path(tiny_bert_folde
     assert len(old_s) == len(new_s) == len(trees)
     for a, b in zip(old_s, new_s):
         for k in ("pair", "root", "emb"):
+            # stored as float16: float32 rounding across one of its rounding boundaries is 1 ulp (≤ 2**-10)
             np.testing.assert_allclose(b[k].astype(np.float32), a[k].astype(np.float32), rtol=2e-3, atol=1e-4, err_msg=k)
         assert (a["heads"] == b["heads"]).all() and (a["punct"] == b["punct"]).all()

@@ -14,15 +14,20 @@ from jattn.analyses.grad import AttentionGradient
 from jattn.analyses.weights import ClassAttention, Entropy
 from jattn.runner import run_corpus, token_classes
 
-TOL = 1e-5
+from tolerance import assert_close, model_terms
 
 
-def close(got, want, tol=TOL):
-    """Relative to the largest reference magnitude (≤ 1e-5), elementwise."""
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    assert got.shape == want.shape
-    scale = max(1.0, float(np.abs(want).max()))
-    np.testing.assert_allclose(got, want, rtol=0, atol=tol * scale)
+
+def close(got, want, terms):
+    """float32 ``got`` vs float64 loops within the float32 rounding of ``terms`` reductions,
+    relative to the largest reference magnitude (tests/tolerance.py)."""
+    assert_close(got, want, terms=terms)
+
+
+def corpus_terms(model, tokens: int) -> int:
+    """The runner's padded batches vs HF one example alone (forward and backward, ≤ 64 tokens),
+    then the sums over the corpus's token rows."""
+    return 2 * model_terms(model.config, 64) + tokens
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +40,10 @@ def test_token_level_statistics_match_loops(tiny):
     folder, model, tmodel = tiny
     res = run_corpus(model, SENTENCES, [ClassAttention(), Entropy(), JSDistance()], batch_size=3, progress=False)
     refs = reference_maps(model, tmodel, SENTENCES)
+    terms = corpus_terms(model, res.meta["tokens"])
     for name, want in {**brute_class_attention(refs), **brute_entropy(refs)}.items():
-        close(res.statistics[name].value, want)
-    close(res.statistics["js_distance"].value, brute_js(refs))
+        close(res.statistics[name].value, want, terms)
+    close(res.statistics["js_distance"].value, brute_js(refs), terms)
     assert res.statistics["js_mds"].value.shape == (6, 2)
     assert res.meta["segments"] == len(SENTENCES)
     assert res.meta["tokens"] == sum(len(r["ids"]) for r in refs)
@@ -52,7 +58,12 @@ def test_word_level_statistics_match_loops(tiny):
         assert np.allclose(maps.sum(-1), 1.0)  # rows of the word-level map still sum to 1
         refs.append({"maps": maps, "classes": classes})
     for name, want in {**brute_class_attention(refs), **brute_entropy(refs)}.items():
-        close(res.statistics["word_" + name].value, want)
+        close(res.statistics["word_" + name].value, want, corpus_terms(model, res.meta["tokens"]))
+
+
+# The "cls_norm" loss: the squared norm of the [CLS] state's first units. Over all D units it is
+# D·σ²/(σ² + ε) under LayerNorm with γ = 1, β = 0 (this model): a constant, whose gradient is rounding.
+CLS_UNITS = 4
 
 
 def _torch_grads(model, tmodel, example, index, loss_kind):
@@ -77,7 +88,7 @@ def _torch_grads(model, tmodel, example, index, loss_kind):
                  output_hidden_states=True)
     for a in out.attentions:
         a.retain_grad()
-    loss = out.loss if loss_kind == "mlm" else (out.hidden_states[-1][0, 0] ** 2).sum()
+    loss = out.loss if loss_kind == "mlm" else (out.hidden_states[-1][0, 0, :CLS_UNITS] ** 2).sum()
     loss.backward()
     g = np.stack([a.grad[0].double().numpy() for a in out.attentions])  # (L, H, n, n)
     return np.abs(g), classes[0]
@@ -87,7 +98,8 @@ def _torch_grads(model, tmodel, example, index, loss_kind):
 def test_attention_gradient_matches_torch_autograd(tiny, loss_kind):
     folder, model, tmodel = tiny
     examples = SENTENCES[:5]
-    loss = None if loss_kind == "mlm" else (lambda p, c, outputs, batch: (outputs["last_hidden_state"][:, 0] ** 2).sum(-1))
+    loss = None if loss_kind == "mlm" else \
+        (lambda p, c, outputs, batch: (outputs["last_hidden_state"][:, 0, :CLS_UNITS] ** 2).sum(-1))
     res = run_corpus(model, examples, [AttentionGradient(model, loss)], batch_size=2, progress=False)
     want = np.zeros((4, 2, 3))
     for index, ex in enumerate(examples):
@@ -99,7 +111,7 @@ def test_attention_gradient_matches_torch_autograd(tiny, loss_kind):
                             for i in range(len(classes))]
                     want[c, l, h] += np.mean(rows) / len(examples)
     for c, name in enumerate(("cls", "sep", "punct", "other")):
-        close(res.statistics[f"grad_to_{name}"].value, want[c])
+        close(res.statistics[f"grad_to_{name}"].value, want[c], corpus_terms(model, res.meta["tokens"]))
 
 
 def test_grad_without_mlm_head_needs_a_loss(tmp_path):
@@ -128,5 +140,5 @@ def test_js_blocks_equal_brute_force_for_any_block_size():
         expected = brute_js(refs)
         for block_rows in (1, 3, 16, 64):
             got = pairwise_js(jnp.asarray(weights, jnp.float32), jnp.asarray(real), block_rows=block_rows)
-            close(jax.device_get(got), expected, tol=1e-5)
+            close(jax.device_get(got), expected, b * n * n)  # float32 sums over rows and keys, any blocking
 

@@ -101,8 +101,9 @@ def partition_specs(params, mesh) -> nnx.State:
     names ``mesh`` has (a 1-D ``data`` mesh replicates everything) and only where the axis divides
     evenly (otherwise that axis is replicated)."""
     def spec(v):
-        names = v.get_metadata().get("out_sharding") or (None,) * v.value.ndim
-        axes = [n if n in mesh.axis_names and v.value.shape[i] % mesh.shape[n] == 0 else None
+        shape = v.get_value().shape  # an array, or a ShapeDtypeStruct of abstract parameters
+        names = v.get_metadata().get("out_sharding") or (None,) * len(shape)
+        axes = [n if n in mesh.axis_names and shape[i] % mesh.shape[n] == 0 else None
                 for i, n in enumerate(names)]
         return P(*axes)
 
@@ -114,5 +115,5 @@ def shard(params, mesh) -> nnx.State:
     ``model`` axis, everything else replicated); JAX's SPMD partitioner does the rest under jit."""
     mesh = auto_mesh(mesh)
     specs = partition_specs(params, mesh)
-    return jax.tree.map(lambda v, s: v.replace(jax.device_put(v.value, NamedSharding(mesh, s))), params, specs,
+    return jax.tree.map(lambda v, s: v.replace(jax.device_put(v.get_value(), NamedSharding(mesh, s))), params, specs,
                         is_leaf=lambda x: isinstance(x, nnx.Variable))
