@@ -3,10 +3,10 @@ reuse vs the straightforward loop — jattn's own, and the original study's in H
 
 Command (from the repository root):
 
-    nice -n 10 python benchmarks/bench_disable.py [--examples 872] [--model checkpoints/minilm-sst2]
+    nice -n 10 python benchmarks/bench_disable.py [--examples 872] [--model minilm-sst2]
 
 On MiniLM with a classification head (``--model``: an HF classifier folder; default the fine-tuned
-checkpoints/minilm-sst2 when it exists, else the embedded MiniLM with a random 2-class head saved to
+artefact minilm-sst2 when it is made, else the embedded MiniLM with a random 2-class head saved to
 a temporary folder — the timing does not depend on the head's values) over the first ``--examples``
 SST-2 dev sentences, 72 heads + 6 layers, uniform mode:
   (a) ``jattn.sweeps.disable.disable_sweep`` (unit head, then unit layer): one intact forward per

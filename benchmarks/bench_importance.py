@@ -6,7 +6,7 @@ Command (from the repository root):
     nice -n 10 python benchmarks/bench_importance.py [--sentences 872] [--curve-sentences 872] [--batch 32] \\
         [--step 0.05]
 
-Model: the SST-2 fine-tuned MiniLM (checkpoints/minilm-sst2) if it is there, else MiniLM with a
+Model: the SST-2 fine-tuned MiniLM (the artefact minilm-sst2) if it is made, else MiniLM with a
 random 2-class head (speed does not depend on the head's values). Data: SST-2 dev (872 sentences).
   (1) importance, token estimator (|ξ ∂L/∂ξ| per token, the authors' code): ``jattn.importance``
       (warm: its second call; the first, with compiles, is reported too) vs HF: the same
@@ -215,9 +215,10 @@ def hf_child(args) -> dict:
 # ---- driver ---------------------------------------------------------------------------------------
 
 def classifier_folder(tmp: Path) -> tuple[str, str]:
-    done = REPO / "checkpoints" / "minilm-sst2"
-    if (done / "DONE").is_file():
-        return str(done), "checkpoints/minilm-sst2 (fine-tuned)"
+    from jattn.io import artefacts
+
+    if artefacts.is_made("minilm-sst2"):
+        return str(artefacts.path("minilm-sst2")), "minilm-sst2 (fine-tuned)"
     import jattn
     from jattn.training.finetune import save_classifier, with_classifier
 

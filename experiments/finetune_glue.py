@@ -1,18 +1,18 @@
 """Fine-tune the embedded MiniLM (all-MiniLM-L6-v2) on SST-2 and CoLA, the classifiers the
 Kovaleva (disabling, patterns), Michel (importance, pruning) and Voita (L0 gates) experiments
-analyse. Protocol as Kovaleva et al. 2019 §3 (BERT's classification head, AdamW, 3 epochs) with
-a batch of 32, peak learning rate 5e-5, 10% linear warm-up then linear decay. SST-2 runs 1 epoch
-instead of 3 (67,349 sentences, 2,105 updates; each epoch costs ~1 h on the 2 shared CPU cores
-this was run on).
+analyse: the named artefacts ``minilm-sst2`` and ``minilm-cola`` (``jattn.io.artefacts``), made
+into jattn's cache as ``jattn models make`` makes them. Protocol as Kovaleva et al. 2019 §3
+(BERT's classification head, AdamW, 3 epochs) with a batch of 32, peak learning rate 5e-5, 10%
+linear warm-up then linear decay. SST-2 runs 1 epoch instead of 3 (67,349 sentences, 2,105
+updates; each epoch costs ~1 h on the 2 shared CPU cores this was run on).
 
-    python experiments/finetune_glue.py [--tasks cola sst2] [--out checkpoints]
+    python experiments/finetune_glue.py [--tasks cola sst2]
 
-Writes checkpoints/minilm-<task>/ (HF BertForSequenceClassification folders, git-ignored, with
-DONE when finished; resumable from checkpoints/minilm-<task>-work/) and
-experiments/results/finetune_glue.json (per task: dev_metric, metric_name, train_seconds,
-per-epoch history, the majority-class baseline on dev, and the largest |logit| difference between
-jattn and HF PyTorch reading the exported folder, over the dev set). Runtime on 2 shared AMD EPYC cores:
-see train_seconds in the results.
+Makes <cache>/models/minilm-<task>/ (HF BertForSequenceClassification folders with DONE when
+finished; resumable) and writes experiments/results/finetune_glue.json (per task: dev_metric,
+metric_name, train_seconds, per-epoch history, the majority-class baseline on dev, and the largest
+|logit| difference between jattn and HF PyTorch reading the made folder, over the dev set).
+Runtime on 2 shared AMD EPYC cores: see train_seconds in the results.
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from jattn.io import glue
-from jattn.training.finetune import FinetuneConfig, finetune_task
+from jattn.models.artefacts import make
 
 ROOT = Path(__file__).resolve().parents[1]
-EPOCHS = {"cola": 3, "sst2": 1}
 
 
 def majority_baseline(task: str) -> float:
@@ -63,15 +62,14 @@ def hf_agreement(folder: Path, texts: list[str]) -> float | None:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", nargs="+", default=["cola", "sst2"], choices=sorted(glue.FILES))
-    ap.add_argument("--out", type=Path, default=ROOT / "checkpoints")
     ap.add_argument("--results", type=Path, default=ROOT / "experiments" / "results" / "finetune_glue.json")
     args = ap.parse_args(argv)
     results = json.loads(args.results.read_text()) if args.results.is_file() else {}
     for task in args.tasks:
-        record = finetune_task(task, args.out / f"minilm-{task}", fc=FinetuneConfig(epochs=EPOCHS[task]))
+        folder = make(f"minilm-{task}")
+        record = {"task": task, "artefact": folder.name, **json.loads((folder / "finetune.json").read_text())}
         record["majority_baseline"] = majority_baseline(task)
-        record["hf_logits_max_abs_diff_dev"] = hf_agreement(args.out / f"minilm-{task}",
-                                                            [t for t, _ in glue.read_task(task, "dev")])
+        record["hf_logits_max_abs_diff_dev"] = hf_agreement(folder, [t for t, _ in glue.read_task(task, "dev")])
         results[task] = record
         args.results.parent.mkdir(parents=True, exist_ok=True)
         args.results.write_text(json.dumps(results, indent=2) + "\n")

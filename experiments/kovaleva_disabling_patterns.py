@@ -6,7 +6,7 @@ Command (from the repository root; ~CoLA 15 min, SST-2 25 min on 2 loaded CPU co
     nice -n 10 python experiments/kovaleva_disabling_patterns.py [--tasks cola,sst2]
 
 Per task, on the task's dev set (SST-2 872 sentences, accuracy; CoLA in-domain dev 527,
-Matthews correlation), with the fine-tuned MiniLM of ``checkpoints/minilm-<task>`` (fine-tuned
+Matthews correlation), with the fine-tuned MiniLM ``minilm-<task>`` (``jattn models make``) (fine-tuned
 first with ``jattn.training.finetune.finetune_task`` when the folder has no ``DONE``):
 
 1. the single-head and whole-layer sweeps, uniform (Kovaleva) and zeroed (Michel)
@@ -91,13 +91,12 @@ def draw_hand_set(out: Path) -> None:
 
 
 def fine_tuned(task: str):
+    """The fine-tuned MiniLM ``minilm-<task>`` from the cache, made first if it is not
+    (``jattn models make minilm-<task>``: resumable)."""
     import jattn
-    from jattn.training import finetune
+    from jattn.models.artefacts import make
 
-    folder = REPO / "checkpoints" / f"minilm-{task}"
-    if not (folder / "DONE").is_file():
-        print(f"{folder} has no DONE: fine-tuning MiniLM on {task} first (jattn.training.finetune.finetune_task)")
-        finetune.finetune_task(task, folder)
+    folder = make(f"minilm-{task}")
     return jattn.load(folder), folder
 
 
@@ -251,7 +250,7 @@ def run_task(task: str, args) -> dict:
     ch = cached(part / "change.json", args.fresh, change)
     record = json.loads((folder / "finetune.json").read_text())
     return {
-        "model": str(folder.relative_to(REPO)), "metric": metric, "dev_examples": len(dev),
+        "model": folder.name, "metric": metric, "dev_examples": len(dev),
         "finetune_dev_metric": record.get("dev_metric"),
         "baseline_metric": sw["head_uniform"]["baseline_metric"],
         "bootstrap_std": sw["bootstrap_std"],

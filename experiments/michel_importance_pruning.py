@@ -18,10 +18,9 @@ before each step), and a baseline: random rankings (``--random-seeds``, mean and
 ``prunable_fraction_within_1pt``: the largest fraction pruned such that every step up to it
 stays within 1 point of the unpruned metric. Curves run in the order token/once,
 token/reestimate, random, then the example and batch estimators. Tasks may run in separate
-processes (``--tasks cola`` beside ``--tasks multi30k``), each keeping state_<task>.json. When a
-fine-tuned MiniLM is absent (checkpoints/minilm-<task>/DONE), it is fine-tuned first with
-``jattn.training.finetune.finetune_task`` (as experiments/finetune_glue.py: CoLA 3 epochs, SST-2 1 epoch;
-resumable).
+processes (``--tasks cola`` beside ``--tasks multi30k``), each keeping state_<task>.json. The
+fine-tuned MiniLMs are the named artefacts ``minilm-cola`` and ``minilm-sst2`` (CoLA 3 epochs,
+SST-2 1 epoch); one not yet in the cache is made first (``jattn models make``; resumable).
 
 As run here (7 jobs sharing 2 CPU cores, so the budget was cut): ``--tasks cola`` with the
 defaults, ``--tasks multi30k --bleu-pairs 200 --importance-examples 400 --random-seeds 2``;
@@ -55,7 +54,6 @@ from jattn.sweeps.pruning_curve import (SCHEDULES, bleu_metric, classification_m
                                          prunable_fraction, pruning_curve)
 
 OUT = ROOT / "experiments" / "results" / "michel_importance_pruning"
-EPOCHS = {"cola": 3, "sst2": 1}  # as experiments/finetune_glue.py
 MICHEL = {"sst2": "BERT-base on MNLI: ~40 % of heads prunable with little loss (Fig. 3); 'exact' (re-estimated) "
                   "ranking slightly better than once",
           "cola": "BERT-base on MNLI: ~40 % of heads prunable with little loss (Fig. 3)",
@@ -64,13 +62,10 @@ MICHEL = {"sst2": "BERT-base on MNLI: ~40 % of heads prunable with little loss (
 
 
 def classifier(task: str):
-    from jattn.training.finetune import FinetuneConfig, finetune_task
+    """The fine-tuned MiniLM ``minilm-<task>`` from the cache, made first if it is not."""
+    from jattn.models.artefacts import make
 
-    folder = ROOT / "checkpoints" / f"minilm-{task}"
-    if not (folder / "DONE").is_file():
-        print(f"{folder} absent: fine-tuning it first (resumable)", flush=True)
-        finetune_task(task, folder, fc=FinetuneConfig(epochs=EPOCHS[task]))
-    return jattn.load(folder)
+    return jattn.load(make(f"minilm-{task}"))
 
 
 def task_setup(task: str, args):

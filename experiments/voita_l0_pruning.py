@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "experiments" / "results" / "voita_l0_pruning"
 WORK = REPO / "checkpoints" / "voita_l0"
 NMT_MODEL = REPO / "checkpoints" / "multi30k-fr-en"
-SST2_MODEL = REPO / "checkpoints" / "minilm-sst2"
+SST2_MODEL = "minilm-sst2"  # a named artefact (jattn models make minilm-sst2)
 LENGTH = 32  # tokens per side in a translation gate-training batch
 
 
@@ -138,18 +138,16 @@ class NMTTask:
 
 
 class SST2Task:
-    """The SST-2 fine-tuned MiniLM (fine-tuned first through ``jattn.training.finetune`` when absent)."""
+    """The SST-2 fine-tuned MiniLM (the artefact ``minilm-sst2``, made first when absent)."""
 
     def __init__(self, args):
         import jattn
         from flax import nnx
         from jattn.io import glue
-        from jattn.training.finetune import encode, finetune_task
+        from jattn.models.artefacts import make
+        from jattn.training.finetune import encode
 
-        if not (SST2_MODEL / "DONE").is_file():
-            print(f"{SST2_MODEL} is not there yet: fine-tuning it (jattn.training.finetune.finetune_task)", flush=True)
-            finetune_task("sst2", SST2_MODEL)
-        self.model = jattn.load(SST2_MODEL)
+        self.model = jattn.load(make(SST2_MODEL))
         self.config, self.params = self.model.config, nnx.to_pure_dict(self.model.params)
         train, dev = glue.read_task("sst2", "train"), glue.read_task("sst2", "dev")
         tok = self.model.tokenizer
@@ -287,7 +285,7 @@ def run(args) -> dict:
         task, full, {k: v > 0 for k, v in full.items()}, work / "pruned_model")})
     print(f"[{args.name}] export of λ={check['lambda']:g}: max |logit diff| {check['max_abs_logit_diff']:.2e}",
           flush=True)
-    record = {"model": str((NMT_MODEL if args.command == "nmt" else SST2_MODEL).relative_to(REPO)),
+    record = {"model": str(NMT_MODEL.relative_to(REPO)) if args.command == "nmt" else SST2_MODEL,
               "metric_name": task.metric_name, "gated": kinds, "normalisation": args.normalisation,
               "steps": args.steps, "lr": args.lr, "total_heads": {k: int(np.prod(shapes[k])) for k in kinds},
               "baseline_metric": baseline, "points": points, "michel_points": michel, "importance": imp,

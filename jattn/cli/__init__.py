@@ -23,6 +23,7 @@ COMMANDS = {
     "disable": "jattn.cli.disable",
     "patterns": "jattn.cli.patterns",
     "data": "jattn.cli.data",
+    "models": "jattn.cli.models",
 }
 
 # what a user can cause by what they pass; anything else is a bug and keeps its traceback

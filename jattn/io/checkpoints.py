@@ -38,13 +38,14 @@ class StaleCacheError(CacheError):
 
 
 def default_cache_dir() -> Path:
-    """``$JATTN_CACHE``, else ``checkpoints/`` of a source checkout, else ``~/.cache/jattn``."""
+    """jattn's cache: ``$JATTN_CACHE``, else the user cache (``platformdirs.user_cache_dir("jattn")``,
+    e.g. ``~/.cache/jattn`` on Linux). It holds ``converted/`` (this conversion cache) and
+    ``models/`` (the named artefacts, ``jattn.io.artefacts``); never a folder of the checkout."""
     if os.environ.get("JATTN_CACHE"):
-        return Path(os.environ["JATTN_CACHE"])
-    repo = Path(__file__).resolve().parents[2]
-    if (repo / "checkpoints").is_dir() and (repo / "pyproject.toml").is_file():
-        return repo / "checkpoints"
-    return Path.home() / ".cache" / "jattn"
+        return Path(os.environ["JATTN_CACHE"]).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("jattn"))
 
 
 def source_key(files: list[Path]) -> str:

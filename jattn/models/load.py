@@ -3,10 +3,11 @@
 Each supported ``model_type`` has a ``FamilySpec`` (``jattn.families``): how to build the config,
 convert the state dict, which tokenizer files and special tokens it needs; its shape picks the
 model wrapper.
-Converted params are cached under ``checkpoints/converted/`` keyed by a hash of the source
-files, so the second load skips conversion. The cache never decides the outcome: a damaged
-entry (checksum mismatch, missing files) is converted again, and a cache folder that cannot be
-written is reported once and skipped.
+The name of a named artefact (``jattn models list``) loads its folder from ``<cache>/models/``.
+Converted params are cached under ``<cache>/converted/`` (``$JATTN_CACHE``, else the user cache)
+keyed by a hash of the source files, so the second load skips conversion. The cache never
+decides the outcome: a damaged entry (checksum mismatch, missing files) is converted again, and a
+cache folder that cannot be written is reported once and skipped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jattn.io import checkpoints
+from jattn.io import artefacts, checkpoints
 from jattn.nn.config import ConfigError
 from jattn import families
 from jattn.models.encoder import EncoderModel
@@ -127,19 +128,32 @@ def _cached_model(cached: Path, family, folder: Path, config, tokenizer, source:
     return wrap(family, config, params, tokenizer, source), "converted"
 
 
+def locate(name_or_path, cache_dir=None) -> Path:
+    """The model folder ``jattn.load`` reads: a local folder, else a made artefact of that name in
+    ``<cache>/models/`` (``ArtefactNotMade``, naming the command, for a known one not made yet), else
+    a hub id in the Hugging Face cache (``resolve``)."""
+    if not Path(name_or_path).expanduser().is_dir():
+        made = artefacts.find(name_or_path, cache_dir)
+        if made is not None:
+            return made
+    return resolve(name_or_path)
+
+
 def load(name_or_path=None, *, cache_dir=None, use_cache: bool | None = None, mesh=None, verbose: bool = False):
-    """Load a model. ``None`` = the embedded MiniLM; else a local HF folder or a hub id.
+    """Load a model. ``None`` = the embedded MiniLM; else a local HF folder, the name of a made
+    artefact (``"minilm-sst2"``: ``jattn models list``) or a hub id, first found in that order.
 
     ``mesh``: a ``jax.sharding.Mesh`` to place the parameters on by their partitioning metadata
     (heads and FFN columns over its ``model`` axis, the rest replicated): ``model.shard(mesh)``.
 
     Supported model types: ``jattn.families.names()``. ``use_cache``: keep converted params with orbax
-    under ``cache_dir`` (default ``checkpoints/`` in a source checkout, or ``$JATTN_CACHE``).
+    under ``cache_dir/converted`` (``cache_dir``: jattn's cache, default ``$JATTN_CACHE``, else the
+    user cache; named artefacts are looked for in ``cache_dir/models``).
     ``None`` caches only PyTorch-pickle checkpoints: reading safetensors and applying the key
     table is faster than an orbax restore (measured 0.25 s vs 0.79 s on MiniLM), while
     unpickling a ``pytorch_model.bin`` is not (bert-base: 12.0 s vs 4.5 s restored).
     """
-    folder = default_model_path() if name_or_path is None else resolve(name_or_path)
+    folder = default_model_path() if name_or_path is None else locate(name_or_path, cache_dir)
     hf_config = read_config(folder)
     model_type = hf_config.get("model_type")
     try:

@@ -1,0 +1,72 @@
+"""Named models the experiments depend on: list, make (into the cache, resumable), path.
+
+    jattn models list                     each named artefact: what, how long it takes, made or not, where
+    jattn models make NAME [NAME ...]     run its recipe into the cache (Ctrl-C, then again: resumes)
+    jattn models path [NAME]              the models folder (or a made artefact's folder)
+
+The cache is --cache-dir, else $JATTN_CACHE, else the user cache (jattn/); artefacts live in its
+models/ folder and ``jattn.load(NAME)`` finds them there by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+ACTIONS = ("list", "make", "path")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = __doc__
+    sub = parser.add_subparsers(dest="action", required=True, metavar="{" + ",".join(ACTIONS) + "}")
+    helps = {"list": "each named artefact: what, how long making it takes, made or not, where",
+             "make": "make artefacts into the cache by their recipes (resumable: Ctrl-C, then the same command)",
+             "path": "print the models folder, or the folder of made artefact NAME"}
+    for action in ACTIONS:
+        p = sub.add_parser(action, help=helps[action], description=helps[action])
+        p.add_argument("--cache-dir", default=None,
+                       help="jattn's cache (default: $JATTN_CACHE, else the user cache's jattn/)")
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+        if action == "make":
+            p.add_argument("names", nargs="+", metavar="NAME", help="artefacts (see jattn models list)")
+            p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        if action == "path":
+            p.add_argument("name", nargs="?", metavar="NAME", help="an artefact (must be made)")
+
+
+def _list(cache_dir) -> None:
+    from jattn.io import artefacts as A
+
+    rows = [("name", "made", "takes", "what")]
+    rows += [(n, A.status(n, cache_dir), r.takes, r.what) for n, r in A.RECIPES.items()]
+    rows += [(n, "made", "-", "(no recipe: placed there by hand)") for n in A.made_elsewhere(cache_dir)]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[3])
+    print(f"models folder: {A.models_dir(cache_dir)}, each artefact in its NAME/ (`jattn models make NAME` makes "
+          "one; jattn.load(NAME) loads a made one)")
+
+
+def run(args) -> None:
+    from jattn.io import artefacts as A
+
+    if args.action == "list":
+        _list(args.cache_dir)
+    elif args.action == "path":
+        print(A.path(args.name, args.cache_dir) if args.name else A.models_dir(args.cache_dir))
+    elif args.action == "make":
+        from jattn.models.artefacts import make
+
+        for name in args.names:
+            A.recipe(name)  # every name known before anything runs
+        for name in args.names:
+            try:
+                folder = make(name, cache_dir=args.cache_dir, progress=not args.no_progress)
+            except KeyboardInterrupt:
+                if getattr(args, "debug", False):
+                    raise
+                print(f"jattn models make: interrupted; `{A.make_command(name, args.cache_dir)}` resumes "
+                      f"{name} from {A.work_folder(name, args.cache_dir)}", file=sys.stderr)
+                raise SystemExit(130) from None
+            print(f"{name}: {folder}")

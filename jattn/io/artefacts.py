@@ -1,0 +1,150 @@
+"""Named artefacts: models the experiments depend on, made by a named command into the cache and
+found there by name.
+
+Each artefact is a ``Recipe`` (data: what it is, how it is made, how long that took) registered in
+``RECIPES``. A made artefact is a Hugging Face folder ``<cache>/models/<name>/`` with a ``DONE``
+marker, written last; while it is being made, its resumable state lives beside it in
+``<cache>/models/<name>-work/`` (removed once the artefact is made). The cache is ``$JATTN_CACHE``,
+else the user cache (``jattn.io.checkpoints.default_cache_dir``); the conversion cache lives in
+the same folder (``<cache>/converted/``).
+
+    jattn models list | make NAME | path [NAME]
+
+``jattn.load(name)`` finds a made artefact by name (a local folder of that name wins); for a
+known recipe that is not made yet it raises ``ArtefactNotMade``, naming the command that makes it
+and how long that takes. Making is ``jattn.models.artefacts.make`` (this module only describes
+and locates, so that ``jattn.load`` can use it without importing the trainers). A recipe's
+``kind`` says how it is made: ``finetune`` (a GLUE task on a base model); another kind (e.g. a
+pretrained model fetched into the same folder) needs only its maker in ``jattn.models.artefacts``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+
+DONE = "DONE"  # written last into a made artefact's folder
+NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")  # an artefact name: one folder name, no path
+
+
+class ArtefactNotMade(FileNotFoundError):
+    """A known artefact that is not (or not completely) made in the cache."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """How a named artefact is made.
+
+    ``kind="finetune"``: ``base`` (a model folder or hub id; None = the embedded all-MiniLM-L6-v2)
+    fine-tuned as a sequence classifier on GLUE ``task`` (train split, dev metric per epoch) with
+    ``jattn.training.finetune.FinetuneConfig(epochs=epochs, **dict(options))``."""
+
+    name: str
+    what: str  # one line
+    takes: str  # how long making it takes, as measured
+    kind: str = "finetune"
+    base: str | None = None
+    task: str = ""
+    epochs: int = 3
+    options: tuple[tuple[str, object], ...] = ()  # further FinetuneConfig fields, as (field, value) pairs
+    needs: tuple[str, ...] = ()  # data sets (jattn data fetch NAME)
+
+
+# The classifiers the Kovaleva, Michel and Voita experiments analyse: the embedded MiniLM,
+# BERT's classification head, AdamW, batch 32, peak learning rate 5e-5, 10% linear warm-up then
+# linear decay, texts up to 128 tokens, seed 0 (FinetuneConfig's defaults); CoLA 3 epochs as
+# Kovaleva et al. 2019 §3, SST-2 1 epoch (67,349 sentences, 2,105 updates). Times: training alone,
+# as recorded in experiments/results/finetune_glue.json, on 2 shared CPU cores.
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("minilm-sst2", "the embedded MiniLM fine-tuned on SST-2: 1 epoch, batch 32, lr 5e-5",
+           "about 25 min on 2 CPU cores (1,504 s of training measured)", task="sst2", epochs=1, needs=("sst2",)),
+    Recipe("minilm-cola", "the embedded MiniLM fine-tuned on CoLA: 3 epochs, batch 32, lr 5e-5",
+           "about 27 min on 2 CPU cores (1,621 s of training measured)", task="cola", epochs=3, needs=("cola",)),
+)}
+
+
+def models_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """``<cache>/models``: ``cache_dir`` if given, else ``$JATTN_CACHE``, else the user cache."""
+    from jattn.io.checkpoints import default_cache_dir
+
+    return Path(cache_dir or default_cache_dir()).expanduser() / "models"
+
+
+def recipe(name: str) -> Recipe:
+    """The recipe of ``name``, or a ValueError listing the known names."""
+    if name not in RECIPES:
+        raise ValueError(f"unknown artefact {name!r}; known: {', '.join(RECIPES)} (see jattn models list)")
+    return RECIPES[name]
+
+
+def folder(name: str, cache_dir=None) -> Path:
+    """Where artefact ``name`` is (or will be) made."""
+    if not NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not an artefact name (lower-case letters, digits, '.', '_', '-')")
+    return models_dir(cache_dir) / name
+
+
+def work_folder(name: str, cache_dir=None) -> Path:
+    """The resumable state of artefact ``name`` while it is being made."""
+    return folder(name, cache_dir).with_name(f"{name}-work")
+
+
+def is_made(name: str, cache_dir=None) -> bool:
+    return (folder(name, cache_dir) / DONE).is_file()
+
+
+def status(name: str, cache_dir=None) -> str:
+    """"made", "partly made" (an interrupted run left state to resume from) or "not made"."""
+    if is_made(name, cache_dir):
+        return "made"
+    return "partly made" if folder(name, cache_dir).exists() or work_folder(name, cache_dir).exists() else "not made"
+
+
+def make_command(name: str, cache_dir=None) -> str:
+    return f"jattn models make {name}" + (f" --cache-dir {cache_dir}" if cache_dir else "")
+
+
+def not_made(name: str, cache_dir=None) -> ArtefactNotMade:
+    """The error for a known artefact that is not made: where it was looked for, the command that
+    makes it and how long that takes."""
+    r, where = recipe(name), folder(name, cache_dir)
+    state = status(name, cache_dir)
+    how = "resume it" if state == "partly made" else "make it"
+    needs = f"; it reads the data set {', '.join(r.needs)}: `jattn data fetch {' '.join(r.needs)}`" if r.needs else ""
+    return ArtefactNotMade(
+        f"artefact {name} is {state}: {where} has no {DONE} marker. Fix: run `{make_command(name, cache_dir)}` to "
+        f"{how} ({r.what}; takes {r.takes}{needs}), or set JATTN_CACHE to a cache that has it")
+
+
+def path(name: str, cache_dir=None) -> Path:
+    """The folder of made artefact ``name``; ``ArtefactNotMade`` naming the command if it is not
+    made, ValueError if no artefact has that name."""
+    recipe(name)
+    if not is_made(name, cache_dir):
+        raise not_made(name, cache_dir)
+    return folder(name, cache_dir)
+
+
+def find(name_or_path, cache_dir=None) -> Path | None:
+    """What ``jattn.load`` asks before a hub lookup: the folder of a made artefact called
+    ``name_or_path`` (any ``<cache>/models/<name>/`` with ``DONE``), ``ArtefactNotMade`` for a known
+    recipe that is not made, else None (not an artefact name: a path or a hub id)."""
+    name = str(name_or_path)
+    if not NAME.fullmatch(name):
+        return None
+    if is_made(name, cache_dir):
+        return folder(name, cache_dir)
+    if name in RECIPES:
+        raise not_made(name, cache_dir)
+    return None
+
+
+def made_elsewhere(cache_dir=None) -> list[str]:
+    """Made folders in ``<cache>/models/`` that no recipe names (e.g. copied there by hand)."""
+    root = models_dir(cache_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.name not in RECIPES and NAME.fullmatch(p.name)
+                  and (p / DONE).is_file())

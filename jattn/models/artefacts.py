@@ -1,0 +1,68 @@
+"""Making named artefacts (``jattn models make NAME``): a recipe of ``jattn.io.artefacts`` run into
+the cache, resumable, one process at a time per artefact.
+
+``make(name)`` returns the made folder ``<cache>/models/<name>/`` at once when it is made; else it
+takes the artefact's lock (``<cache>/models/.locks/<name>.lock``: a second process asking for the
+same artefact waits for the first, then uses its result), runs the recipe's maker with its
+resumable state in ``<cache>/models/<name>-work/`` (Ctrl-C, then ``make`` again, continues from
+the last saved step) and removes that state once the folder has its ``DONE`` marker.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from jattn.io import artefacts
+
+
+def _finetune(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -> dict:
+    """A GLUE classifier: ``jattn.training.finetune.finetune_task`` (writes ``out`` with ``DONE``)."""
+    from jattn.training.finetune import FinetuneConfig, finetune_task
+
+    fc = FinetuneConfig(epochs=recipe.epochs, **dict(recipe.options))
+    return finetune_task(recipe.task, out, base=recipe.base, fc=fc, workdir=work, progress=progress)
+
+
+MAKERS = {"finetune": _finetune}  # Recipe.kind -> maker(recipe, out, work, progress)
+
+
+def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path:
+    """Make artefact ``name`` into ``<cache>/models/<name>/`` unless it is made; return its folder.
+    ``log`` receives one line per stage (what, how long, where; ``None``: silent)."""
+    import filelock
+
+    say = log or (lambda *_: None)
+    recipe = artefacts.recipe(name)
+    out, work = artefacts.folder(name, cache_dir), artefacts.work_folder(name, cache_dir)
+    if artefacts.is_made(name, cache_dir):
+        return out
+    if recipe.kind not in MAKERS:
+        raise ValueError(f"{name}: no maker for recipes of kind {recipe.kind!r} (known: {', '.join(MAKERS)})")
+    locks = out.parent / ".locks"
+    try:
+        locks.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OSError(f"cannot write in {out.parent} ({e.strerror or e}). Fix: set JATTN_CACHE (or --cache-dir) "
+                      "to a writable folder") from None
+    lock = filelock.FileLock(str(locks / f"{name}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        say(f"{name}: another process is making it (lock {lock.lock_file}); waiting for it to finish")
+        lock.acquire()
+    try:
+        if artefacts.is_made(name, cache_dir):  # made by the process we waited for
+            return out
+        resuming = work.exists()
+        say(f"{'resuming' if resuming else 'making'} {name}: {recipe.what}\n"
+            f"  takes {recipe.takes}; into {out}\n"
+            f"  Ctrl-C stops it; `{artefacts.make_command(name, cache_dir)}` again resumes from {work}")
+        MAKERS[recipe.kind](recipe, out, work, progress)
+        if not artefacts.is_made(name, cache_dir):
+            raise RuntimeError(f"{name}: the recipe finished without writing {out / artefacts.DONE}")
+        shutil.rmtree(work, ignore_errors=True)
+        say(f"{name} made: {out}")
+        return out
+    finally:
+        lock.release()
