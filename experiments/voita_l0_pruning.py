@@ -107,7 +107,7 @@ class NMTTask:
     def batches(self, epoch: int) -> list:
         """Shuffled batches of ``rows`` pairs, all padded to ``LENGTH`` tokens (one compiled shape; pairs with a
         longer side, 2% of the training set, are left out of gate training)."""
-        from jattn.io.parallel import make_batch
+        from jattn.runner.batcher import make_batch
         from jattn.training.nmt import device_batch
 
         c = self.config
@@ -129,7 +129,7 @@ class NMTTask:
         return importance(self.model, self.importance_pairs, batch_size=32, max_length=64)
 
     def probe_batch(self) -> dict:
-        from jattn.io.parallel import make_batch
+        from jattn.runner.batcher import make_batch
         from jattn.training.nmt import device_batch
 
         c = self.config
@@ -542,7 +542,8 @@ def head_profile(args) -> dict:
     from tqdm.auto import tqdm
 
     import jattn
-    from jattn.io.parallel import encode, make_batch, read_parallel
+    from jattn.io.parallel import encode, read_parallel
+    from jattn.runner.batcher import make_batch
     from jattn.analyses import lrp
     from jattn.analyses.confidence import HeadConfidence
     from jattn.runner import run_corpus

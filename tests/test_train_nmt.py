@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jattn.nn.config import Seq2SeqConfig
-from jattn.io.parallel import token_batches
+from jattn.runner.batcher import token_batches
 from jattn.training.nmt import TrainConfig, Trainer, inverse_sqrt_schedule, label_smoothed_loss
 from tolerance import assert_close
 

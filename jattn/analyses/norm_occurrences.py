@@ -18,7 +18,6 @@ two can differ arbitrarily (``tests/test_norm_stats.py`` builds a case with ρ =
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 from typing import Callable, Iterable
@@ -106,41 +105,24 @@ def occurrence_pass(model, examples: Iterable, folder, *, residual: bool, batch_
                     on_batch: Callable[[dict, dict], None] | None = None) -> OccurrenceLog:
     """Stream (id, value) of every real token of ``examples`` (strings, (A, B) pairs or
     ``Example``s; empty ones skipped, as ``run_corpus`` does) to an ``OccurrenceLog`` in
-    ``folder``. Tokenization equals ``run_corpus``'s (``model.tokenize(..., truncate)``); rows are
-    length-sorted and padded to ``jattn.runner.loop.buckets`` sizes, so only a few shapes compile.
+    ``folder``. Batches are ``run_corpus``'s (``jattn.runner.batcher.model_batches``): length-sorted
+    and padded to a few bucket lengths, so only a few shapes compile.
     ``on_batch(norms, inputs)``, if given, also sees each batch's ``jattn.norms`` output and its
     padded inputs (padding rows have an all-zero ``attention_mask``)."""
     import jattn
-    from jattn.io.readers import as_example
-    from jattn.runner.batcher import buckets
+    from jattn.runner.batcher import model_batches
 
     fields = [f"mixing_{k}" for k in MIXING] if residual else ["fnorm", "alpha"]
     log = OccurrenceLog(folder, fields)
-    rows = []  # unpadded (input_ids, token_type_ids), corpus order
-    chunk = iter(as_example(x, i) for i, x in enumerate(examples))
-    while part := [ex for ex in itertools.islice(chunk, 256) if not ex.is_empty]:
-        batch = model.tokenize([(ex.a, ex.b) if ex.is_pair else ex.a for ex in part], max_length=max_length,
-                               truncate=truncate)
-        for r in range(len(part)):
-            n = int(batch.attention_mask[r].sum())
-            rows.append((batch.input_ids[r, :n], batch.token_type_ids[r, :n]))
-    order = sorted(range(len(rows)), key=lambda k: (len(rows[k][0]), k))
-    sizes, pad_id = buckets(max_length), model.tokenizer.pad_token_id
-    bar = tqdm(total=len(rows), unit="ex", desc="occurrences", disable=not progress, dynamic_ncols=True)
-    for start in range(0, len(order), batch_size):
-        group = [rows[k] for k in order[start:start + batch_size]]
-        n = next(s for s in sizes if s >= len(group[-1][0]))
-        ids = np.full((batch_size, n), pad_id, np.int32)  # (b, n); padding rows keep an all-zero mask
-        mask, types = np.zeros((batch_size, n), np.int32), np.zeros((batch_size, n), np.int32)  # (b, n)
-        for r, (i, t) in enumerate(group):
-            ids[r, :len(i)], mask[r, :len(i)], types[r, :len(i)] = i, 1, t
-        inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    examples = list(examples)
+    bar = tqdm(total=len(examples), unit="ex", desc="occurrences", disable=not progress, dynamic_ncols=True)
+    for inputs, idx in model_batches(model, examples, batch_size, max_length, truncate, skipped=[]):
         norms = jattn.norms(model, inputs, residual=residual)
         if on_batch is not None:
             on_batch(norms, inputs)
-        values = occurrence_values(norms, mask, residual)
-        real = mask > 0  # (b, n)
-        log.append(ids=ids[real], **{k: v[real] for k, v in values.items()})
-        bar.update(len(group))
+        values = occurrence_values(norms, inputs["attention_mask"], residual)
+        real = inputs["attention_mask"] > 0  # (b, n)
+        log.append(ids=inputs["input_ids"][real], **{k: v[real] for k, v in values.items()})
+        bar.update(len(idx))
     bar.close()
     return log

@@ -4,11 +4,14 @@ Segments and segment pairs (an encoder) and (source, target) pairs (a translatio
 teacher-forced) are input kinds of the same pipeline: read a chunk of examples, tokenize,
 sort by length, cut into batches of ``batch_size`` rows, pad each batch to the smallest bucket
 length that fits (one compile per bucket), and carry the label channel (per-word labels padded
-per word) beside the token arrays.
+per word) beside the token arrays. Every padded array in jattn is made by ``pad_rows``; the
+trainers' batches (``TrainingBatch``, ``token_batches``; the classifier's in
+``jattn.training.finetune``) are built from it and the same bucket rules.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Iterable
 
@@ -30,6 +33,26 @@ def buckets(max_length: int) -> tuple[int, ...]:
     cut warm gradient importance over SST-2 dev (MiniLM, batch 32) from 10.6 to 8.1 s: with
     sentences of 10-60 tokens, most rows were padded to 32 or 64; every 8 tokens was 8.7 s."""
     return (*(s for s in BUCKETS if s < max_length), max_length)
+
+
+def bucket_length(n: int, max_length: int) -> int:
+    """The smallest of ``buckets(max_length)`` that holds ``n`` tokens."""
+    return next(s for s in buckets(max_length) if s >= n)
+
+
+def round_up(n: int, step: int = 8) -> int:
+    """A length rounded up to a multiple of ``step`` (the translation batches' few shapes)."""
+    return max(step, -(-n // step) * step)
+
+
+def pad_rows(seqs, rows: int, length: int, fill: int, offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Token sequences -> (values (rows, length) filled with ``fill``, mask (rows, length) int32),
+    sequence r written at row r from column ``offset``; rows past the sequences stay filler."""
+    values = np.full((rows, length), fill, np.int32)  # (b, n)
+    mask = np.zeros((rows, length), np.int32)  # (b, n)
+    for r, x in enumerate(seqs):
+        values[r, offset: offset + len(x)], mask[r, offset: offset + len(x)] = x, 1
+    return values, mask
 
 
 def token_classes(tokenizer, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
@@ -140,16 +163,11 @@ def pad_labels(rows: list[tuple[int, dict]], batch_size: int, length: int) -> tu
 
 
 def pad_segments(model, rows: list[tuple[int, dict]], batch_size: int, length: int, words: bool) -> HostBatch:
-    ids = np.full((batch_size, length), model.tokenizer.pad_token_id, np.int32)  # (b, n)
-    mask = np.zeros((batch_size, length), np.int32)  # (b, n)
-    types = np.zeros((batch_size, length), np.int32)  # (b, n)
-    wids = np.full((batch_size, length), -1, np.int32)  # (b, n)
+    ids, mask = pad_rows([r["input_ids"] for _, r in rows], batch_size, length, model.tokenizer.pad_token_id)  # (b, n)
+    types, _ = pad_rows([r["token_type_ids"] for _, r in rows], batch_size, length, 0)  # (b, n)
+    wids = pad_rows([r["word_ids"] for _, r in rows], batch_size, length, -1)[0] if words else None  # (b, n)
     example = np.full((batch_size,), -1, np.int32)  # (b,)
-    for r, (index, row) in enumerate(rows):
-        n = len(row["input_ids"])
-        ids[r, :n], mask[r, :n], types[r, :n], example[r] = row["input_ids"], 1, row["token_type_ids"], index
-        if words:
-            wids[r, :n] = row["word_ids"]
+    example[: len(rows)] = [index for index, _ in rows]
     labels, lists = pad_labels(rows, batch_size, length)
     return HostBatch(ids, mask, types, token_classes(model.tokenizer, ids, mask),
                      unit_ids(wids, mask) if words else None, example, labels, lists)
@@ -200,17 +218,12 @@ def pad_pairs(model, rows: list[tuple[int, dict]], batch_size: int, sizes: tuple
     """Pad source and target to the smallest bucket in ``sizes`` that fits both."""
     c = model.config
     s = t = next(n for n in sizes if n >= max((pair_length(r) for _, r in rows), default=1))
-    ids = np.full((batch_size, s), c.pad_token_id, np.int32)  # (b, s)
-    mask = np.zeros((batch_size, s), np.int32)  # (b, s)
-    dec = np.full((batch_size, t), c.pad_token_id, np.int32)  # (b, t)
-    dec_mask = np.zeros((batch_size, t), np.int32)  # (b, t)
-    target_ids = np.full((batch_size, t), -1, np.int32)  # (b, t)
+    ids, mask = pad_rows([r["source"] for _, r in rows], batch_size, s, c.pad_token_id)  # (b, s)
+    target_ids, dec_mask = pad_rows([r["target"] for _, r in rows], batch_size, t, -1)  # (b, t)
+    dec, _ = pad_rows([r["target"][:-1] for _, r in rows], batch_size, t, c.pad_token_id, offset=1)  # (b, t)
+    dec[:, 0] = c.decoder_start_token_id  # teacher forcing: start token + target[:-1]
     example = np.full((batch_size,), -1, np.int32)  # (b,)
-    dec[:, 0] = c.decoder_start_token_id
-    for r, (index, row) in enumerate(rows):
-        x, y = row["source"], row["target"]
-        ids[r, :len(x)], mask[r, :len(x)], example[r] = x, 1, index
-        dec[r, 1:len(y)], dec_mask[r, :len(y)], target_ids[r, :len(y)] = y[:-1], 1, y
+    example[: len(rows)] = [index for index, _ in rows]
     source_class = pair_token_classes(model.family.side_vocab(model.tokenizer, "source"), c, ids, mask, start=False)  # (b, s)
     target_class = pair_token_classes(model.family.side_vocab(model.tokenizer, "target"), c, dec, dec_mask,
                                  start=True)  # (b, t)
@@ -249,5 +262,78 @@ def batches(model, examples: Iterable, batch_size: int, max_length: int, truncat
             if translation:
                 yield pad_pairs(model, group, batch_size, sizes), len(group)
                 continue
-            length = next(s for s in sizes if s >= len(group[-1][1]["input_ids"]))
+            length = bucket_length(len(group[-1][1]["input_ids"]), max_length)
             yield pad_segments(model, group, batch_size, length, words), len(group)
+
+
+
+def model_batches(model, examples: list, batch_size: int, max_length: int, truncate: bool = False,
+                  skipped: list | None = None):
+    """An encoder's examples (texts, (A, B) pairs or ``Example``s) as the model's input dicts:
+    yields (inputs of (b, n) arrays, corpus indices of the real rows (b_real,)), from the same
+    length-sorted, bucket-padded batches the corpus loop runs (filler rows empty). For code that
+    runs the model itself on every batch (sweeps that build their own interventions). Examples
+    without text are an error, or with a list ``skipped``, left out with their indices appended."""
+    left_out: list = []
+    for host, real in batches(model, examples, batch_size, max_length, truncate, False, (0, 1), max(len(examples), 1),
+                              left_out):
+        yield ({"input_ids": host.input_ids, "attention_mask": host.attention_mask,
+                "token_type_ids": host.token_type_ids}, host.example[:real])
+    if skipped is not None:
+        skipped += left_out
+    elif left_out:
+        raise ValueError(f"{len(left_out)} example(s) have no text (first: #{left_out[0]}). Fix: remove them")
+
+# ---------------------------------------------------------------- translation training batches
+
+@dataclasses.dataclass
+class TrainingBatch:
+    """A padded teacher-forced batch: source ids/mask (b, s); decoder inputs (start +
+    target[:-1]), labels (target), label mask (b, t)."""
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    decoder_input_ids: np.ndarray
+    labels: np.ndarray
+    label_mask: np.ndarray
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.label_mask.sum())
+
+
+def make_batch(src: list[np.ndarray], tgt: list[np.ndarray], pad: int, start: int, rows: int | None = None,
+               length: int | None = None) -> TrainingBatch:
+    """Pad pairs to (rows, length) arrays (default: their count and ``round_up`` of the longest
+    side); filler rows see one pad token (no empty softmax row) and carry no labels."""
+    n = len(src) if rows is None else rows
+    L = length or round_up(max(max(len(x), len(y)) for x, y in zip(src, tgt)))
+    ids, mask = pad_rows(src, n, L, pad)  # (b, L)
+    mask[len(src):, 0] = 1
+    labels, label_mask = pad_rows(tgt, n, L, pad)  # (b, L)
+    dec, _ = pad_rows([y[:-1] for y in tgt], n, L, pad, offset=1)  # (b, L)
+    dec[:, 0] = start
+    return TrainingBatch(ids, mask, dec, labels, label_mask)
+
+
+def token_batches(src: list[np.ndarray], tgt: list[np.ndarray], max_tokens: int, pad: int, start: int,
+                  rng: np.random.Generator | None = None) -> list[TrainingBatch]:
+    """Batches of at most ``max_tokens`` padded tokens per side, grouping pairs by the rounded
+    length L of their longer side (Vaswani et al. 2017, §5.1: batches by approximate length).
+    Every batch of a group has shape (max_tokens // L, L), so only one shape per L compiles.
+    Shuffled (within groups, then batch order) when ``rng`` is given."""
+    groups: dict[int, list[int]] = {}
+    for i, (x, y) in enumerate(zip(src, tgt)):
+        groups.setdefault(round_up(max(len(x), len(y))), []).append(i)
+    batches = []
+    for L, items in sorted(groups.items()):
+        items = np.asarray(items)
+        if rng is not None:
+            items = rng.permutation(items)
+        rows = max(1, max_tokens // L)
+        for k in range(0, len(items), rows):
+            chunk = items[k:k + rows]
+            batches.append(make_batch([src[j] for j in chunk], [tgt[j] for j in chunk], pad, start, rows, L))
+    if rng is not None:
+        rng.shuffle(batches)
+    return batches

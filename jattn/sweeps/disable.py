@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from jattn.nn.interventions import Interventions
 from jattn.nn import state
-from jattn.runner.batcher import buckets
+from jattn.runner.batcher import model_batches
 
 MODES = ("uniform", "zero")
 UNITS = ("head", "layer")
@@ -105,19 +105,12 @@ def _check(model, examples, mode: str, unit: str):
 
 
 def batches(model, examples, batch_size: int, max_length: int):
-    """Length-sorted padded batches: yields (input dict of (b, n) arrays, corpus indices (b_real,)).
-    The last batch is padded with copies of its first row (their predictions are dropped), so
-    every batch has ``batch_size`` rows and each bucket length compiles once."""
+    """(text, label) examples -> the runner's batches (``jattn.runner.batcher.model_batches``):
+    yields (input dict of (b, n) arrays, corpus indices (b_real,)); every batch has
+    ``batch_size`` rows (filler rows' predictions are dropped), so each bucket length compiles once."""
     texts = [t if isinstance(t, str) else tuple(t) for t, _ in examples]
-    lengths = model.tokenize(texts, max_length=max_length).lengths
-    order = np.argsort(lengths, kind="stable")
-    sizes = buckets(max_length)
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        rows = np.concatenate([idx, np.repeat(idx[:1], batch_size - len(idx))])
-        pad_to = next(s for s in sizes if s >= lengths[idx].max())
-        batch = model.tokenize([texts[i] for i in rows], max_length=max_length, pad_to=pad_to)
-        yield model.check_batch(batch), idx
+    for inputs, idx in model_batches(model, texts, batch_size, max_length):
+        yield model.check_batch(inputs), idx
 
 
 def variant_masks(config, unit: str) -> np.ndarray:

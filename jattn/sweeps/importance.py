@@ -261,9 +261,10 @@ def _seq2seq_step(params, config, batch: dict, masks: dict, estimator: str, loss
 
 
 def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int):
-    """(source, target) text pairs -> length-sorted padded ``jattn.io.parallel.TrainingBatch``es of
-    ``batch_size`` rows (filler rows fully masked), lengths bucketed to multiples of 16."""
-    from jattn.io.parallel import bucket, encode, make_batch
+    """(source, target) text pairs -> length-sorted padded ``jattn.runner.batcher.TrainingBatch``es of
+    ``batch_size`` rows (filler rows fully masked), lengths rounded up to multiples of 16."""
+    from jattn.io.parallel import encode
+    from jattn.runner.batcher import make_batch, round_up
 
     for i, x in enumerate(pairs):
         if not (isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(t, str) and t.strip() for t in x)):
@@ -275,7 +276,7 @@ def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int
     order = np.argsort([max(len(x), len(y)) for x, y in zip(src, tgt)], kind="stable")
     for k in range(0, len(order), batch_size):
         idx = order[k:k + batch_size]
-        n = bucket(max(max(len(src[i]), len(tgt[i])) for i in idx), 16)
+        n = round_up(max(max(len(src[i]), len(tgt[i])) for i in idx), 16)
         yield make_batch([src[i] for i in idx], [tgt[i] for i in idx], c.pad_token_id, c.decoder_start_token_id,
                          rows=batch_size, length=n), len(idx)
 

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jattn.nn.interventions import Interventions
+from jattn.runner.batcher import model_batches
 from jattn.sweeps.importance import KINDS, importance, seq2seq_shapes
 
 SCHEDULES = ("once", "reestimate")
@@ -129,8 +130,9 @@ def prunable_fraction(curve: list, baseline: float, tolerance: float = 1.0, high
 def classification_metric(model, examples: Sequence, metric: str = "accuracy", batch_size: int = 64,
                           max_length: int | None = None, scale: float = 100.0) -> Callable:
     """mask (L, H) -> ``metric`` ("accuracy" | "matthews_corr") ×``scale`` of a classifier on
-    (input, label) ``examples``. Batches are tokenized once, length-sorted and padded to
-    multiples of 16; the jitted forward takes the mask as an argument."""
+    (input, label) ``examples``. Batches are tokenized once (the runner's batches,
+    ``jattn.runner.batcher.model_batches``; over-long inputs truncated); the jitted forward takes
+    the mask as an argument."""
     from jattn.io.glue import accuracy, matthews_corr
 
     score = {"accuracy": accuracy, "matthews_corr": matthews_corr}.get(metric)
@@ -141,21 +143,14 @@ def classification_metric(model, examples: Sequence, metric: str = "accuracy", b
     max_length = min(128, model.config.max_length) if max_length is None else max_length
     texts = [x for x, _ in examples]
     gold = np.asarray([y for _, y in examples])
-    lengths = [int(b.sum()) for b in model.tokenize(texts, max_length=max_length, truncate=True).attention_mask]
-    order = np.argsort(lengths, kind="stable")
-    batches = []
-    for i in range(0, len(order), batch_size):
-        idx = order[i:i + batch_size]
-        n = min(max_length, -(-max(lengths[j] for j in idx) // 16) * 16)
-        batches.append((idx, model.tokenize([texts[j] for j in idx], max_length=max_length, truncate=True,
-                                            pad_to=n)))
+    batches = list(model_batches(model, texts, batch_size, max_length, truncate=True))
 
     def evaluate(mask) -> float:
         iv = Interventions(head_gates=jnp.asarray(mask, jnp.float32))
         pred = np.zeros(len(texts), np.int64)
-        for idx, batch in batches:
+        for batch, idx in batches:
             logits = model.classify(batch, iv)  # (b, C)
-            pred[idx] = np.asarray(logits).argmax(-1)
+            pred[idx] = np.asarray(logits).argmax(-1)[: len(idx)]
         return scale * score(pred, gold)
 
     return evaluate
@@ -167,7 +162,8 @@ def bleu_metric(model, pairs: Sequence, batch_size: int = 64, max_length: int | 
     by length and padded to fixed shapes (rows ``batch_size``, lengths multiples of 16)."""
     import sacrebleu
 
-    from jattn.io.parallel import bucket, encode, make_batch
+    from jattn.io.parallel import encode
+    from jattn.runner.batcher import make_batch, round_up
     from jattn.nn import decode
 
     c = model.config
@@ -180,7 +176,7 @@ def bleu_metric(model, pairs: Sequence, batch_size: int = 64, max_length: int | 
         idx = order[i:i + batch_size]
         chunk = [src[j] for j in idx]
         b = make_batch(chunk + [chunk[0]] * (batch_size - len(idx)), [np.zeros(1, np.int32)] * batch_size,
-                       c.pad_token_id, c.decoder_start_token_id, length=bucket(max(len(x) for x in chunk), 16))
+                       c.pad_token_id, c.decoder_start_token_id, length=round_up(max(len(x) for x in chunk), 16))
         batches.append((idx, jnp.asarray(b.input_ids), jnp.asarray(b.attention_mask)))
 
     def evaluate(mask) -> float:

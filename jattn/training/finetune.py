@@ -30,7 +30,7 @@ import optax
 from jattn.training.losses import classification_loss
 from jattn.nn import encoder
 from jattn.nn import state as nn_state
-from jattn.runner.batcher import buckets
+from jattn.runner.batcher import bucket_length, pad_rows
 from jattn.training.trainer import Checkpointed, Resumable, stop_requests
 
 
@@ -90,13 +90,11 @@ def length_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int) 
 
 def pad_batch(ids: list[np.ndarray], labels: np.ndarray, idx: np.ndarray, batch_size: int, pad_id: int,
               max_length: int) -> dict:
-    """A fixed-size batch: rows padded to the smallest bucket length that fits, missing rows of a
-    last batch with weight 0 (so shapes, and compiled programs, come from a small set)."""
-    n = next(b for b in buckets(max_length) if b >= max(len(ids[i]) for i in idx))
-    input_ids = np.full((batch_size, n), pad_id, np.int32)  # (B, n)
-    mask = np.zeros((batch_size, n), np.int32)  # (B, n)
-    for r, i in enumerate(idx):
-        input_ids[r, : len(ids[i])], mask[r, : len(ids[i])] = ids[i], 1
+    """A fixed-size batch (``jattn.runner.batcher``'s padding and buckets): rows padded to the
+    smallest bucket length that fits, missing rows of a last batch with weight 0 (so shapes, and
+    compiled programs, come from a small set)."""
+    n = bucket_length(max(len(ids[i]) for i in idx), max_length)
+    input_ids, mask = pad_rows([ids[i] for i in idx], batch_size, n, pad_id)  # (B, n)
     mask[len(idx):, 0] = 1  # empty rows attend to one (pad) token: finite, and weighted 0 below
     label = np.zeros(batch_size, np.int32)
     label[: len(idx)] = labels[idx]

@@ -25,7 +25,7 @@ import optax
 from flax import nnx
 
 from jattn.nn.config import Seq2SeqConfig
-from jattn.io.parallel import TrainingBatch, make_batch, token_batches
+from jattn.runner.batcher import TrainingBatch, make_batch, token_batches
 from jattn.nn import decode, seq2seq
 from jattn.nn.seq2seq import Seq2Seq
 from jattn.training.trainer import Checkpointed, Resumable, stop_requests

@@ -22,11 +22,8 @@ share (so that every row's structure shows); hovering gives the share and the ra
 Storage: a row's shares are quantised to 8 bits relative to the row's largest share m
 (q = round(255 · share / m)); m and the row's raw sum are stored as float32. The decoded share
 q·m/255 is within m/510 ≤ 1/510 of the exact one, the decoded raw value (share × sum) within
-(largest raw value of the row)/510. The per-head norm's codes are stored as their difference
-from a prediction (‖αf‖ = α‖f‖: the decoded α times the stored ‖f_h(x_j)‖, quantised the same
-way), which is mostly 0: the page then holds about one L·H·n² array instead of two (those are
-nearly all of its size) and the norm keeps the bound above (α's quantisation alone would not:
-a key whose α rounds to 0 can hold a large share of the norm).
+(largest raw value of the row)/510. Every number is computed in Python; the page's script
+only decodes the stored codes and draws them.
 The bytes are zlib-compressed and base64-encoded in a JSON block the page inflates with the
 browser's ``DecompressionStream``; ``read_page`` decodes a page in Python the same way.
 """
@@ -41,7 +38,7 @@ from importlib import resources
 
 import numpy as np
 
-FORMAT = "jattn-view/1"
+FORMAT = "jattn-view/2"
 LEVELS = 255  # 8-bit codes 0..255
 ERROR_BOUND = 0.5 / LEVELS  # |decoded share − share| ≤ ERROR_BOUND · row max
 
@@ -105,64 +102,26 @@ def encode_measure(key: str, maps: np.ndarray) -> dict:
             "codes": _pack(codes), "row_max": _pack(top.astype("<f4")), "row_sum": _pack(sums.astype("<f4"))}
 
 
-def predict_norm_codes(alpha_codes, alpha_top, alpha_sum, f_norm) -> np.ndarray:
-    """8-bit codes of the per-head norm predicted from the stored α and ‖f‖: α̂‖f_j‖ (exact
-    for exact α, since ‖α f‖ = α ‖f‖ with α ≥ 0), row-normalised and quantised like
-    ``quantize``. The page computes the same prediction bit for bit: the same IEEE float64
-    operations in the same order (left-to-right row sums, round half up).
-    codes (L, H, q, k) uint8, top and sum (L, H, q) float32, f_norm (L, H, k) float32 -> (L, H, q, k) uint8."""
-    scale = alpha_top.astype(np.float64) / LEVELS  # (L, H, q)
-    raw = alpha_codes * scale[..., None] * alpha_sum.astype(np.float64)[..., None]  # (L, H, q, k)  α̂
-    raw = raw * f_norm.astype(np.float64)[:, :, None, :]  # (L, H, q, k)  α̂ ‖f_j‖
-    sums = np.cumsum(raw, -1)[..., -1:]  # (L, H, q, 1), summed left to right
-    share = np.divide(raw, sums, out=np.zeros_like(raw), where=sums > 0)
-    top = share.max(-1, keepdims=True)
-    scaled = np.divide(share, top, out=np.zeros_like(share), where=top > 0)
-    return np.floor(scaled * LEVELS + 0.5).astype(np.uint8)
-
-
-def encode_norm(maps: np.ndarray, alpha_entry: dict, f_norm: np.ndarray) -> dict:
-    """The per-head norm ‖α f_h(x_j)‖ (L, H, q, k) as page data: its own 8-bit codes (so the
-    bound of a stored measure holds), stored as their difference (mod 256) from the codes
-    ``predict_norm_codes`` gets from α and ‖f‖ (L, H, k). The difference is mostly 0 and
-    compresses to a fraction of the codes themselves."""
-    entry = encode_measure("norm", maps)
-    shape = tuple(entry["shape"])
-    f_norm = np.asarray(f_norm, "<f4")
-    if f_norm.shape != (shape[0], shape[1], shape[3]) or (f_norm < 0).any() or not np.isfinite(f_norm).all():
-        raise ValueError(f"‖f‖ must be finite, ≥ 0 and (L, H, k) = {(shape[0], shape[1], shape[3])}, "
-                         f"got {f_norm.shape}")
-    codes = _unpack(entry["codes"], np.uint8, shape)
-    predicted = predict_norm_codes(*_stored(alpha_entry), f_norm)
-    entry.update(codes=_pack(codes - predicted), predicted_from="alpha", f_norm=_pack(f_norm))  # uint8: mod 256
-    return entry
-
-
 def _stored(entry: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     shape = tuple(entry["shape"])
     return (_unpack(entry["codes"], np.uint8, shape), _unpack(entry["row_max"], "<f4", shape[:-1]),
             _unpack(entry["row_sum"], "<f4", shape[:-1]))
 
 
-def decode_measure(entry: dict, alpha_entry: dict | None = None) -> dict:
+def decode_measure(entry: dict) -> dict:
     """Page data of one measure -> ``share`` (rows sum to 1, within ERROR_BOUND · row max of
     the exact share), ``raw`` (share × row sum), ``row_max``, ``row_sum``, ``codes``; numpy
-    arrays of the stored shape. The per-head norm needs α's page entry (``alpha_entry``)."""
+    arrays of the stored shape."""
     codes, top, sums = _stored(entry)
-    if entry.get("predicted_from") == "alpha":
-        shape = tuple(entry["shape"])
-        f_norm = _unpack(entry["f_norm"], "<f4", (shape[0], shape[1], shape[3]))
-        codes = codes + predict_norm_codes(*_stored(alpha_entry), f_norm)  # uint8: mod 256
     share = dequantize(codes, top)
     return {"share": share, "raw": share * sums[..., None], "row_max": top, "row_sum": sums, "codes": codes}
 
 
 def encode_view(maps: dict) -> list[dict]:
-    """A view's measures in page order: ``maps`` holds "alpha", "f_norm" ‖f_h(x_j)‖ (L, H, k),
-    "norm" and the other measures' maps."""
-    alpha = encode_measure("alpha", maps["alpha"])
-    out = [alpha, encode_norm(maps["norm"], alpha, maps["f_norm"])]
-    return out + [encode_measure(k, v) for k, v in maps.items() if k not in ("alpha", "f_norm", "norm")]
+    """A view's measures in page order ("alpha", "norm", then the others): every number the page
+    shows is computed here, in Python; the page only decodes and draws."""
+    order = ["alpha", "norm"] + [k for k in maps if k not in ("alpha", "norm")]
+    return [encode_measure(k, maps[k]) for k in order]
 
 
 # ---------------------------------------------------------------- model -> maps
@@ -182,8 +141,7 @@ def _too_long(what: str, n: int, limit: int) -> ValueError:
 
 
 def encoder_maps(model, text: str, pair: str | None, max_length: int, truncate: bool) -> tuple[dict, list]:
-    """Every stored measure of an encoder on one text (or pair): ({key: (L, [H,] n, n)} with
-    ``f_norm`` ‖f_h(x_j)‖ (L, H, n) for the per-head norm, tokens)."""
+    """Every stored measure of an encoder on one text (or pair): ({key: (L, [H,] n, n)}, tokens)."""
     from jattn.analyses.attribution import attributions as attributions_of
     from jattn.analyses.norms import norms as norms_of
     from jattn.io.tokenize import SequenceTooLongError
@@ -198,7 +156,7 @@ def encoder_maps(model, text: str, pair: str | None, max_length: int, truncate: 
     tokens = model.tokenizer.convert_ids_to_tokens(batch.input_ids[0, :n].tolist())
     alpha = np.asarray(model.forward(batch, internals=("weights",)).attentions)[:, 0, :, :n, :n]  # (L, H, n, n)
     norms = norms_of(model, batch, residual=True)
-    maps = {"alpha": alpha, "f_norm": norms["f_norm"][:, 0, :, :n]}  # (L, H, n)
+    maps = {"alpha": alpha}
     for key, name in NORM_KEYS.items():
         maps[key] = norms[name][:, 0, ..., :n, :n]  # (L, [H,] n, n)
     attributions = attributions_of(model, batch)
@@ -252,8 +210,7 @@ def seq2seq_maps(model, text: str, target: str | None, max_length: int, truncate
     maps = {}
     for kind, alpha in (("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions),
                         ("cross", out.cross_attentions)):
-        maps[kind] = {"alpha": np.asarray(alpha)[:, 0],  # (L, H, q, k)
-                      "f_norm": norms[kind]["f_norm"][:, 0]}  # (L, H, k)
+        maps[kind] = {"alpha": np.asarray(alpha)[:, 0]}  # (L, H, q, k)
         for key, name in NORM_KEYS.items():
             if name in norms[kind]:
                 maps[kind][key] = norms[kind][name][:, 0]  # (L, [H,] q, k)
@@ -352,10 +309,7 @@ def read_page(html: str) -> dict:
         raise ValueError(f"page format {data.get('format')!r}, expected {FORMAT!r}")
     views = {}
     for v in data["views"]:
-        measures = {}
-        alpha = next(m for m in v["measures"] if m["key"] == "alpha")  # the per-head norm is predicted from it
-        for m in v["measures"]:
-            measures[m["key"]] = decode_measure(m, alpha)
+        measures = {m["key"]: decode_measure(m) for m in v["measures"]}
         views[v["name"]] = dict(v, measures=measures)
     data["views"] = views
     return data

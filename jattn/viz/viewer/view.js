@@ -47,32 +47,12 @@ function dims(m) {  // (L, H or 0, nq, nk)
   return m.per_head ? [s[0], s[1], s[2], s[3]] : [s[0], 0, s[1], s[2]];
 }
 
-function predictNormCodes(a, f, rows, nq, nk) {
-  // jattn.viz.view.predict_norm_codes, bit for bit: α̂‖f_j‖ in float64, row sums left to right,
-  // row-normalised, quantised relative to the row max with round half up.
-  const out = new Uint8Array(rows * nk), raw = new Float64Array(nk);
-  for (let r = 0; r < rows; r++) {
-    const scale = a.rowMax[r] / 255, sum = a.rowSum[r], fo = Math.floor(r / nq) * nk;  // fo: (l, h) of the row
-    let total = 0;
-    for (let j = 0; j < nk; j++) { raw[j] = a.codes[r * nk + j] * scale * sum * f[fo + j]; total += raw[j]; }
-    let top = 0;
-    for (let j = 0; j < nk; j++) { raw[j] = total > 0 ? raw[j] / total : 0; top = Math.max(top, raw[j]); }
-    for (let j = 0; j < nk; j++) out[r * nk + j] = top > 0 ? Math.floor(raw[j] / top * 255 + 0.5) : 0;
-  }
-  return out;
-}
-
 async function load(v, m) {  // -> {codes, share (Float32Array, rows sum to 1), rowMax, rowSum}
   const id = `${v.name}/${m.key}`;
   if (decoded.has(id)) return decoded.get(id);
-  const [, , nq, nk] = dims(m), rows = m.shape.slice(0, -1).reduce((a, b) => a * b, 1);
+  const nk = dims(m)[3], rows = m.shape.slice(0, -1).reduce((a, b) => a * b, 1);
   const [codes, top, sum] = await Promise.all([inflate(m.codes), inflate(m.row_max), inflate(m.row_sum)]);
   const rowMax = new Float32Array(top.buffer), rowSum = new Float32Array(sum.buffer);
-  if (m.predicted_from === "alpha") {  // stored: codes − prediction (mod 256)
-    const a = await load(v, measureOf(v, "alpha")), f = new Float32Array((await inflate(m.f_norm)).buffer);
-    const predicted = predictNormCodes(a, f, rows, nq, nk);
-    for (let p = 0; p < codes.length; p++) codes[p] = (codes[p] + predicted[p]) & 255;
-  }
   const share = new Float32Array(rows * nk);
   for (let r = 0; r < rows; r++) {
     const scale = rowMax[r] / 255;

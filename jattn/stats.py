@@ -1,0 +1,111 @@
+"""How sure a reported number is: the intervals and tests every claim of jattn carries.
+
+- ``bootstrap_ci``: percentile bootstrap over examples of any statistic of per-example arrays
+  (a mean, or a corpus metric recomputed on each resample: MCC, Spearman ρ, ...), B resamples,
+  a fixed seed (Efron & Tibshirani 1993, §13.3). Built on ``scipy.stats.bootstrap``.
+- ``paired_bootstrap``: two systems scored on the same examples: one index resample scores
+  both (Koehn 2004); Δ, its interval and the two-sided p-value (the share of resamples whose Δ
+  falls on the other side of 0, doubled).
+- ``holm``: Holm–Bonferroni (Holm 1979) over a family of p-values: which tests are rejected at a
+  family-wise error rate α.
+- ``permutation_interval``: the central 95 % of a statistic under random permutations of one
+  argument: the band a value must leave to differ from "no association".
+- ``t_interval``: mean and Student-t interval over training seeds.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+B = 1000  # resamples, as STATISTICS.md §2 asks (≥ 1000)
+SEED = 0
+
+
+def _check(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    arrays = [np.asarray(a) for a in arrays]
+    n = len(arrays[0])
+    if n < 2 or any(len(a) != n for a in arrays):
+        raise ValueError(f"a bootstrap needs ≥ 2 examples and arrays of one length, got {[len(a) for a in arrays]}")
+    if any(a.dtype.kind == "f" and not np.isfinite(a).all() for a in arrays):
+        raise ValueError("per-example values must be finite (a NaN or inf would make every resample NaN)")
+    return arrays
+
+
+def _resamples(n: int, b: int, seed: int) -> np.ndarray:
+    """(b, n) example indices drawn with replacement."""
+    return np.random.default_rng(seed).integers(0, n, size=(b, n))
+
+
+def bootstrap_ci(statistic: Callable[..., float], *arrays, b: int = B, seed: int = SEED,
+                 level: float = 0.95) -> tuple[float, tuple[float, float]]:
+    """(value on all examples, percentile interval) of ``statistic(*arrays)`` resampling examples
+    (the first axis of every array together). ``statistic`` takes the arrays and returns a number."""
+    from scipy.stats import bootstrap
+
+    arrays = _check(arrays)
+    value = float(statistic(*arrays))
+    result = bootstrap(tuple(arrays), lambda *xs: statistic(*xs), n_resamples=b, paired=True, vectorized=False,
+                       confidence_level=level, method="percentile", rng=np.random.default_rng(seed))
+    return value, (float(result.confidence_interval.low), float(result.confidence_interval.high))
+
+
+def mean_ci(values, **kw) -> tuple[float, tuple[float, float]]:
+    """The mean of per-example values and its percentile bootstrap interval."""
+    return bootstrap_ci(np.mean, values, **kw)
+
+
+def paired_bootstrap(metric: Callable[..., float], system, baseline, *rest, b: int = B, seed: int = SEED,
+                     level: float = 0.95) -> dict:
+    """Δ = metric(system, *rest) − metric(baseline, *rest) on the same examples (e.g. predictions
+    with a head disabled vs without, and the gold labels in ``rest``); one index resample scores
+    both (Koehn 2004). -> {"delta", "ci": (lo, hi), "p", "b"}; p is two-sided: twice the share of
+    resamples with Δ on the other side of 0 (or at 0), capped at 1."""
+    system, baseline, *rest = _check((system, baseline, *rest))
+    delta = float(metric(system, *rest) - metric(baseline, *rest))
+    deltas = np.empty(b)
+    for k, idx in enumerate(_resamples(len(system), b, seed)):
+        picked = [a[idx] for a in rest]
+        deltas[k] = metric(system[idx], *picked) - metric(baseline[idx], *picked)
+    lo, hi = np.quantile(deltas, [(1 - level) / 2, (1 + level) / 2])
+    p = min(1.0, 2 * min((deltas <= 0).mean(), (deltas >= 0).mean()))
+    return {"delta": delta, "ci": (float(lo), float(hi)), "p": float(p), "b": b}
+
+
+def holm(p_values, alpha: float = 0.05) -> np.ndarray:
+    """Holm–Bonferroni: bool array, True where the hypothesis is rejected with the family-wise
+    error rate kept at ``alpha`` (p-values of any shape; the family is all of them)."""
+    p = np.asarray(p_values, np.float64)
+    flat = p.ravel()
+    if not np.isfinite(flat).all() or (flat < 0).any() or (flat > 1).any():
+        raise ValueError("p-values must lie in [0, 1]")
+    order = np.argsort(flat, kind="stable")
+    m = len(flat)
+    passes = flat[order] <= alpha / (m - np.arange(m))  # the k-th smallest against α / (m − k)
+    k = m if passes.all() else int(np.argmin(passes))  # the first failure stops the procedure
+    rejected = np.zeros(m, bool)
+    rejected[order[:k]] = True
+    return rejected.reshape(p.shape)
+
+
+def permutation_interval(statistic: Callable[[np.ndarray, np.ndarray], float], x, y, *, b: int = B,
+                         seed: int = SEED, level: float = 0.95) -> tuple[float, tuple[float, float]]:
+    """(statistic(x, y), the central ``level`` interval of statistic(x, permuted y)): the values
+    "no association" gives on these data (e.g. Spearman ρ with a shuffled frequency rank)."""
+    x, y = _check((x, y))
+    rng = np.random.default_rng(seed)
+    null = np.asarray([statistic(x, rng.permutation(y)) for _ in range(b)])
+    lo, hi = np.quantile(null, [(1 - level) / 2, (1 + level) / 2])
+    return float(statistic(x, y)), (float(lo), float(hi))
+
+
+def t_interval(values, level: float = 0.95) -> tuple[float, tuple[float, float]]:
+    """Mean over training seeds and its Student-t interval (n − 1 degrees of freedom)."""
+    from scipy.stats import t
+
+    v = np.asarray(values, np.float64)
+    if len(v) < 2:
+        raise ValueError(f"a t-interval needs ≥ 2 seeds, got {len(v)}")
+    half = t.ppf((1 + level) / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
+    return float(v.mean()), (float(v.mean() - half), float(v.mean() + half))
