@@ -18,6 +18,9 @@ CONFIGS = {
                         activation_function="relu", scale_embedding=True),
 }
 FORCED_BOS = {"bart": True, "bart-scaled": False}  # generation_config.json forced_bos_token_id = <s>
+# EOS logit boosts under which the seed-1 models' hypotheses end at different lengths (the decoding
+# tests check that they do): the finished-hypothesis paths of the searches run.
+EOS_BOOST = {"bart": 4.0, "bart-scaled": 6.0}
 
 
 def bart_tokenizer(folder: Path, vocab_size: int = 400):
