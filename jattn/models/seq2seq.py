@@ -1,4 +1,4 @@
-"""``Seq2SeqModel``: a converted Marian/FSMT checkpoint (or one trained here) as its NNX module
+"""``Seq2SeqModel``: a converted encoder–decoder checkpoint (or one trained here) as its NNX module
 (``.module``) with its tokenizer, a jitted teacher-forced forward returning the attention
 internals, and jitted decoding."""
 
@@ -45,7 +45,7 @@ def _forward(params, config, batch, interventions, compute_dtype, internals):
 
 
 def _generation_overrides(source: str) -> dict:
-    """bad_words_ids / forced EOS from the folder's ``generation_config.json``, if any."""
+    """bad_words_ids / forced BOS and EOS from the folder's ``generation_config.json``, if any."""
     path = Path(source) / "generation_config.json" if source else None
     if path is None or not path.is_file():
         return {}
@@ -53,8 +53,9 @@ def _generation_overrides(source: str) -> dict:
     out = {}
     if gen.get("bad_words_ids"):
         out["bad_token_ids"] = tuple(sorted(w[0] for w in gen["bad_words_ids"] if len(w) == 1))
-    if "forced_eos_token_id" in gen:
-        out["forced_eos_token_id"] = gen["forced_eos_token_id"]
+    for key in ("forced_bos_token_id", "forced_eos_token_id"):
+        if key in gen:
+            out[key] = gen[key]
     return out
 
 

@@ -114,11 +114,12 @@ class EncoderConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Seq2SeqConfig:
-    """A post-LayerNorm encoder–decoder Transformer (Vaswani et al. 2017) with sinusoidal positions.
+    """A post-LayerNorm encoder–decoder Transformer (Vaswani et al. 2017).
 
     What differs between families is data set by each family's spec (``jattn.families``): the
-    position scheme (``positions``), shared or separate embedding tables, a tied or separate
-    output projection, a ``final_logits_bias``, and the decoder mask HF applies when none is given.
+    position scheme (``positions``: sinusoid tables or a learned table per side), a LayerNorm on
+    the embeddings, shared or separate embedding tables, a tied or separate output projection, a
+    ``final_logits_bias``, and the decoder mask HF applies when none is given.
     """
 
     model_type: str  # the Hugging Face model_type it was read from (names the family; never branched on)
@@ -136,11 +137,12 @@ class Seq2SeqConfig:
     scale_embedding: bool  # multiply token embeddings by sqrt(d_model)
     shared_embeddings: bool  # one table for source and target tokens
     tie_output: bool  # output projection = target embedding table
-    positions: str  # "vaswani" | "tensor2tensor" (sinusoid tables and numbering, see jattn.nn.seq2seq)
+    positions: str  # "vaswani" | "tensor2tensor" (sinusoids) | "learned" (a table per side), see jattn.nn.seq2seq
     pad_token_id: int
     eos_token_id: int
     decoder_start_token_id: int
     forced_eos_token_id: int | None = None  # forced as the last token at max_length (HF)
+    forced_bos_token_id: int | None = None  # forced as the first generated token (HF)
     bad_token_ids: tuple[int, ...] = ()  # never generated (HF bad_words_ids of length 1)
     layer_norm_eps: float = 1e-5
     dropout: float = 0.1
@@ -150,6 +152,8 @@ class Seq2SeqConfig:
     pruned: tuple[PrunedHeads, PrunedHeads, PrunedHeads] | None = None
     final_logits_bias: bool = False  # a learned bias added to the output logits
     decoder_mask: str = "pad"  # the default decoder mask: "pad" masks pad tokens, "all" attends everywhere
+    position_offset: int = 0  # "learned" positions: the table row of position 0 (rows before it unused)
+    embedding_ln: bool = False  # a LayerNorm on token + position embedding, one per side (before dropout)
 
     @property
     def encoder_head_dim(self) -> int:
@@ -168,6 +172,11 @@ class Seq2SeqConfig:
     def max_length(self) -> int:
         """Longest source or target sequence the position table covers."""
         return self.max_position_embeddings
+
+    @property
+    def position_rows(self) -> int:
+        """Rows of a learned position table: positions 0..P-1 at rows offset..offset+P-1."""
+        return self.max_position_embeddings + self.position_offset
 
     @staticmethod
     def read_pruned(hf: dict) -> tuple[PrunedHeads, PrunedHeads, PrunedHeads]:
@@ -230,22 +239,27 @@ def seq2seq_config(hf: dict[str, Any], *, default_activation: str, vocab_sizes: 
                    **scheme) -> Seq2SeqConfig:
     """A ``Seq2SeqConfig`` from a Hugging Face ``config.json`` dict, refusing what jattn does not
     implement; a family's spec passes its defaults, its (source, target) vocabulary sizes and the
-    fields it decides (``positions``, ``shared_embeddings``, ``tie_output``, ``scale_embedding``,
-    ``final_logits_bias``, ``decoder_mask``). (``Seq2SeqModel`` applies a folder's
-    ``generation_config.json`` on top.)"""
+    fields it decides (``positions``, ``position_offset``, ``embedding_ln``, ``shared_embeddings``,
+    ``tie_output``, ``scale_embedding``, ``final_logits_bias``, ``decoder_mask``).
+    (``Seq2SeqModel`` applies a folder's ``generation_config.json`` on top.)"""
     act = hf.get("activation_function", default_activation)
     if act not in ACTIVATIONS:
         raise ConfigError(f"unsupported activation_function {act!r}; supported: {', '.join(ACTIVATIONS)}")
     for key in ("encoder_layerdrop", "decoder_layerdrop"):
         if hf.get(key, 0.0):
             raise ConfigError(f"{key}={hf[key]} is not supported (LayerDrop); set it to 0.0")
-    # Fields of older (BART-derived) configs: only the values of post-LN sinusoidal models are implemented.
-    for key, ok in (("normalize_before", False), ("add_final_layer_norm", False),
-                    ("normalize_embedding", False), ("static_position_embeddings", True)):
+    # Fields of older configs (transformers 3/4) that name the block layout: they must describe
+    # what the family's scheme computes (pre-LayerNorm blocks and final LayerNorms are not implemented).
+    learned = scheme.get("positions") == "learned"
+    layout = {"normalize_before": False, "add_final_layer_norm": False,
+              "normalize_embedding": bool(scheme.get("embedding_ln", False)), "static_position_embeddings": not learned}
+    if learned:
+        layout["extra_pos_embeddings"] = scheme.get("position_offset", 0)
+    for key, ok in layout.items():
         if hf.get(key, ok) != ok:
-            raise ConfigError(f"{key}={hf[key]!r} is not supported: jattn implements post-LayerNorm "
-                              "blocks with sinusoidal positions and no embedding LayerNorm")
-    if hf["d_model"] % 2:
+            raise ConfigError(f"config.json {key}={hf[key]!r} is not supported for {hf.get('model_type')}: jattn "
+                              f"runs this family with {key}={ok!r} (post-LayerNorm blocks, no final LayerNorm)")
+    if hf["d_model"] % 2 and not learned:
         raise ConfigError(f"d_model={hf['d_model']} must be even for sinusoidal positions")
     for side in ("encoder", "decoder"):
         if hf["d_model"] % hf[f"{side}_attention_heads"]:
@@ -254,9 +268,10 @@ def seq2seq_config(hf: dict[str, Any], *, default_activation: str, vocab_sizes: 
     if any(len(w) != 1 for w in bad):
         raise ConfigError("only single-token bad_words_ids are supported in generation")
     eos = hf.get("eos_token_id")
-    forced = hf.get("forced_eos_token_id")
-    if isinstance(eos, list) or isinstance(forced, list):
-        raise ConfigError("a list of eos_token_id / forced_eos_token_id is not supported; use one id")
+    forced, forced_bos = hf.get("forced_eos_token_id"), hf.get("forced_bos_token_id")
+    if any(isinstance(x, list) for x in (eos, forced, forced_bos)):
+        raise ConfigError("a list of eos_token_id / forced_eos_token_id / forced_bos_token_id is not supported; "
+                          "use one id")
     heads = {"encoder": hf["encoder_attention_heads"], "decoder": hf["decoder_attention_heads"]}
     pruned = Seq2SeqConfig.read_pruned(hf) if hf.get("jattn_pruned_heads") else None
     if pruned:
@@ -267,7 +282,7 @@ def seq2seq_config(hf: dict[str, Any], *, default_activation: str, vocab_sizes: 
         encoder_heads=heads["encoder"], decoder_heads=heads["decoder"], pruned=pruned,
         encoder_ffn_dim=hf["encoder_ffn_dim"], decoder_ffn_dim=hf["decoder_ffn_dim"], activation=act,
         max_position_embeddings=hf["max_position_embeddings"], pad_token_id=hf["pad_token_id"], eos_token_id=eos,
-        decoder_start_token_id=hf["decoder_start_token_id"], forced_eos_token_id=forced,
+        decoder_start_token_id=hf["decoder_start_token_id"], forced_eos_token_id=forced, forced_bos_token_id=forced_bos,
         bad_token_ids=tuple(sorted(w[0] for w in bad)),
         dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
         activation_dropout=hf.get("activation_dropout", 0.0), **scheme,

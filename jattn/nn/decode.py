@@ -10,7 +10,8 @@ The search reproduces Hugging Face ``generate`` (transformers v5, no sampling,
 2·k candidates per step, scores a finished hypothesis by Σ log p / len^length_penalty with len
 the number of generated tokens (Wu et al. 2016's length normalisation in HF's form), and stops
 with HF's heuristic (best running score / current length cannot beat the worst finished one).
-``forced_eos_token_id`` is forced at the last position and ``bad_token_ids`` are never chosen.
+``forced_bos_token_id`` is forced at the first generated position, ``forced_eos_token_id`` at the
+last, and ``bad_token_ids`` are never chosen.
 Both return (b, max_length) token ids starting with ``decoder_start_token_id`` and each row's
 length; callers trim to HF's layout with ``trim``.
 """
@@ -72,13 +73,15 @@ def decoder_step(params, config: Seq2SeqConfig, tokens, pos, cache, src_mask, iv
 
 
 def process(config: Seq2SeqConfig, scores, cur_len, max_length):
-    """HF logits processors: bad tokens to -inf; at cur_len == max_length - 1 only
-    ``forced_eos_token_id`` is allowed (score 0)."""
+    """HF logits processors: bad tokens to -inf; at cur_len == 1 only ``forced_bos_token_id`` is
+    allowed, at cur_len == max_length - 1 only ``forced_eos_token_id`` (score 0; the later wins
+    when both apply, as in HF's processor order)."""
     if config.bad_token_ids:
         scores = scores.at[:, jnp.asarray(config.bad_token_ids)].set(-jnp.inf)
-    if config.forced_eos_token_id is not None:
-        forced = jnp.full_like(scores, -jnp.inf).at[:, config.forced_eos_token_id].set(0.0)  # (B, V)
-        scores = jnp.where(cur_len == max_length - 1, forced, scores)
+    for token, at in ((config.forced_bos_token_id, 1), (config.forced_eos_token_id, max_length - 1)):
+        if token is not None:
+            forced = jnp.full_like(scores, -jnp.inf).at[:, token].set(0.0)  # (B, V)
+            scores = jnp.where(cur_len == at, forced, scores)
     return scores
 
 

@@ -1,5 +1,5 @@
-"""Encoder–decoder Transformer as a Flax NNX module (Vaswani et al. 2017, §3.1), configured for
-Hugging Face Marian (Opus-MT; Junczys-Dowmunt et al. 2018) and FSMT (fairseq WMT19; Ng et al. 2019).
+"""Encoder–decoder Transformer as a Flax NNX module (Vaswani et al. 2017, §3.1), configured by
+each encoder–decoder family's spec (``jattn.families``).
 
 As ``jattn.nn.encoder``: the module ``Seq2Seq(config, rngs=...)`` and the pure face
 ``forward(params, config, batch, interventions) -> (outputs, internals)`` with
@@ -11,14 +11,18 @@ outputs). Interventions are a mapping with the same keys, each an ``Intervention
 attention type (missing = none).
 
 Parameters (kernels (in, out); attention kernels split by head, as in the encoder):
-  embeddings: shared (V, D)  or  source (V_src, D) + target (V_tgt, D)
+  embeddings: shared (V, D)  or  source (V_src, D) + target (V_tgt, D);
+      with learned positions source_positions, target_positions (offset + P, D);
+      with ``embedding_ln`` source_ln, target_ln (the embedding LayerNorm of each side)
   output (V_tgt, D): the output projection when it is not tied to the target embeddings
-  final_logits_bias (V_tgt,): Marian only
+  final_logits_bias (V_tgt,): when the config has one
   encoder.layers (leading axis L_enc): self_attn {query, key, value, out}, self_attn_ln,
       ffn_in, ffn_out, ffn_ln
   decoder.layers (leading axis L_dec): self_attn, self_attn_ln, cross_attn, cross_attn_ln,
       ffn_in, ffn_out, ffn_ln
-Positions are sinusoidal (not parameters), in the family's layout (``sinusoid_table``).
+Positions are sinusoidal (not parameters, ``sinusoid_table``) or a learned table per side
+(``positions="learned"``, Devlin et al. 2019's absolute positions; row ``position_offset + p``
+for position p, as Lewis et al. 2020's checkpoints number them).
 """
 
 from __future__ import annotations
@@ -64,13 +68,16 @@ def sinusoid_table(config: Seq2SeqConfig) -> np.ndarray:
 
 
 def position_ids(config: Seq2SeqConfig, ids: jax.Array, offset=0) -> jax.Array:
-    """Row of ``sinusoid_table`` for each token; ``offset`` = tokens already decoded.
+    """Row of the position table (``sinusoid_table`` or the learned one) for each token;
+    ``offset`` = tokens already decoded.
 
-    vaswani: offset + 0..n-1. tensor2tensor: real tokens numbered from pad+1 (+offset), padding
-    gets the zero row ``pad`` — fairseq's ``make_positions``, also in incremental decoding.
+    vaswani: offset + 0..n-1. learned: position_offset + offset + 0..n-1, padding included.
+    tensor2tensor: real tokens numbered from pad+1 (+offset), padding gets the zero row ``pad``
+    — fairseq's ``make_positions``, also in incremental decoding.
     """
-    if config.positions == "vaswani":
-        return jnp.broadcast_to(jnp.arange(ids.shape[1]) + offset, ids.shape)  # (b, n)
+    if config.positions in ("vaswani", "learned"):
+        start = offset + (config.position_offset if config.positions == "learned" else 0)
+        return jnp.broadcast_to(jnp.arange(ids.shape[1]) + start, ids.shape)  # (b, n)
     real = (ids != config.pad_token_id).astype(jnp.int32)  # (b, n)
     return jnp.cumsum(real, axis=1) * real + config.pad_token_id + offset  # (b, n)
 
@@ -99,6 +106,12 @@ class Seq2SeqEmbeddings(nnx.Module):
         else:
             self.source = _table(rngs, config, config.src_vocab_size)
             self.target = _table(rngs, config, config.tgt_vocab_size)
+        if config.positions == "learned":  # N(0, 0.02), BERT's and BART's init
+            self.source_positions = param(rngs, (config.position_rows, config.d_model), "normal", 0.02)
+            self.target_positions = param(rngs, (config.position_rows, config.d_model), "normal", 0.02)
+        if config.embedding_ln:
+            self.source_ln = LayerNorm(config.d_model, config.layer_norm_eps)
+            self.target_ln = LayerNorm(config.d_model, config.layer_norm_eps)
         self.config = config
 
     def table(self, side: str) -> jax.Array:
@@ -106,11 +119,15 @@ class Seq2SeqEmbeddings(nnx.Module):
         return (self.shared if self.config.shared_embeddings else getattr(self, side))[...]
 
     def __call__(self, ids, side: str, dtype, rng, offset=0) -> jax.Array:
-        """Scaled token embedding + sinusoidal position, then dropout. ids (b, n) -> (b, n, D)."""
+        """Scaled token embedding + position, the embedding LayerNorm if the config has one, then
+        dropout. ids (b, n) -> (b, n, D)."""
         c = self.config
         scale = np.sqrt(c.d_model) if c.scale_embedding else 1.0
-        pos = jnp.asarray(sinusoid_table(c))[position_ids(c, ids, offset)]  # (b, n, D)
-        return dropout((self.table(side)[ids] * scale + pos).astype(dtype), c.dropout, rng)  # (b, n, D)
+        table = getattr(self, f"{side}_positions")[...] if c.positions == "learned" else jnp.asarray(sinusoid_table(c))
+        x = (self.table(side)[ids] * scale + table[position_ids(c, ids, offset)]).astype(dtype)  # (b, n, D)
+        if c.embedding_ln:
+            x = getattr(self, f"{side}_ln")(x)  # (b, n, D)
+        return dropout(x, c.dropout, rng)  # (b, n, D)
 
 
 class Seq2SeqLayer(nnx.Module):
@@ -238,7 +255,7 @@ class Seq2Seq(nnx.Module):
         return jax.lax.scan(step, y, xs)
 
     def logits(self, h: jax.Array) -> jax.Array:
-        """Output projection (tied to the target embeddings or not) + Marian's final_logits_bias.
+        """Output projection (tied to the target embeddings or not) + the final_logits_bias, if any.
         h (b, t, D) -> (b, t, V_tgt), float32."""
         table = self.output[...] if not self.config.tie_output else self.embeddings.table("target")  # (V, D)
         logits = jnp.einsum("btd,vd->btv", h, table.astype(h.dtype)).astype(jnp.float32)  # (b, t, V)

@@ -1,0 +1,1 @@
+"""The BART family (Lewis et al. 2020)."""

@@ -1,0 +1,36 @@
+"""BART (Lewis et al. 2020): post-LayerNorm blocks with GELU, one learned position table per side
+with position p at row p + 2, a LayerNorm on each side's embeddings (``layernorm_embedding``), one
+token table for source, target and output, a ``final_logits_bias``; token embeddings scaled by
+sqrt(d_model) when config.json says ``scale_embedding``. Decoding starts from ``</s>``
+(``decoder_start_token_id``) and may force ``<s>`` first (``forced_bos_token_id``); without a
+decoder mask HF attends to every target position.
+
+mBART's pre-LayerNorm blocks and final LayerNorms are not implemented: its configs
+(``model_type`` "mbart") are not registered, and a "bart" config asking for them
+(``normalize_before``, ``add_final_layer_norm``) is refused by ``seq2seq_config``."""
+
+from jattn.families.bart import convert
+from jattn.families.spec import FamilySpec, register
+from jattn.nn.config import ConfigError, seq2seq_config
+
+POSITION_OFFSET = 2  # HF BartLearnedPositionalEmbedding.offset: rows 0 and 1 are never read
+
+
+def config_from_hf(hf: dict):
+    if not hf.get("tie_word_embeddings", True):
+        raise ConfigError("BART with tie_word_embeddings=False is not supported: jattn ties the output "
+                          "projection to the shared token table, as BartForConditionalGeneration does by default")
+    V = hf["vocab_size"]
+    return seq2seq_config(hf, default_activation="gelu", vocab_sizes=(V, V), positions="learned",
+                          position_offset=POSITION_OFFSET, embedding_ln=True, shared_embeddings=True,
+                          tie_output=True, scale_embedding=bool(hf.get("scale_embedding", False)),
+                          final_logits_bias=True, decoder_mask="all")
+
+
+SPEC = register(FamilySpec(
+    model_type="bart", shape="encoder-decoder", config_from_hf=config_from_hf,
+    convert=convert.convert, to_hf_state_dict=convert.to_hf_state_dict, to_hf_config=convert.to_hf_config,
+    # byte-level BPE (GPT-2's, Radford et al. 2019): tokenizer.json, or vocab.json + merges.txt;
+    # sentences are <s> … </s>
+    tokenizer_files=(("tokenizer.json",), ("vocab.json", "merges.txt")), special_tokens=("pad", "eos", "bos"),
+))
