@@ -89,6 +89,7 @@ def train(args) -> dict:
     from jattn.families.marian.convert import save_marian_folder
     from jattn.families.marian.tokenizer import train_sentencepiece
     from jattn.io.parallel import encode, read_parallel
+    from jattn.models.seq2seq import record_normalization
     from jattn.training.nmt import Trainer, TrainConfig, bleu, translate_ids
 
     t_start = time.time()
@@ -147,6 +148,7 @@ def train(args) -> dict:
     model_dir = args.workdir / "model"
     save_marian_folder(model_dir, params, config, tok_dir, generation={"num_beams": args.test_beams,
                                                                        "max_length": tc.max_decode_length})
+    record_normalization(model_dir, lowercase=lower)  # translate() and the runner then apply it to new text
     model = jattn.load(model_dir, use_cache=False)
     check = model.translate(te_s[:2], num_beams=args.test_beams, max_length=tc.max_decode_length)
     if check != test_hyps[:2]:

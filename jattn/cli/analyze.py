@@ -56,13 +56,13 @@ def add_arguments(parser) -> None:
 
 def _wait_for(address: str, timeout: float) -> None:
     """Return once a TCP connection to HOST:PORT succeeds; ValueError after ``timeout`` s."""
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"--coordinator {address!r} is not HOST:PORT. Fix: e.g. --coordinator 10.0.0.1:1234")
+    from jattn.io import validate
+
+    host, port = validate.address(address)
     deadline, last = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
         try:
-            socket.create_connection((host, int(port)), timeout=2).close()
+            socket.create_connection((host, port), timeout=2).close()
             return
         except OSError as e:
             last = e
@@ -84,13 +84,22 @@ def init_distributed(args) -> None:
         raise ValueError("--coordinator needs --num-processes N and --process-id I (0 on the coordinator's host)")
     if args.process_id >= args.num_processes:
         raise ValueError(f"--process-id {args.process_id} must be below --num-processes {args.num_processes}")
+    from jattn.io import validate
+
+    validate.address(args.coordinator)  # parses and resolves, on every process, before anything starts
     import jax
 
     if args.process_id != 0:
         _wait_for(args.coordinator, args.coordinator_timeout)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id,
-                               initialization_timeout=args.coordinator_timeout)
+    try:
+        jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id,
+                                   initialization_timeout=args.coordinator_timeout)
+    except RuntimeError as e:  # XLA's errors: cannot bind (process 0), peers missing, timeouts
+        first = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
+        raise ValueError(f"--coordinator {args.coordinator}: the processes could not connect ({first}). Fix: on "
+                         "process 0 give an address of its own host and a free port; start every process within "
+                         "--coordinator-timeout seconds with the same --coordinator and --num-processes") from None
 
 
 def run(args) -> None:

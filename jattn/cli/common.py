@@ -54,6 +54,7 @@ def read_examples(paths: list[str], fmt: str) -> list:
     """--input as importance examples: (text, label), text, or (source, target)."""
     from pathlib import Path
 
+    from jattn.io import validate
     from jattn.io.readers import read, read_labelled
 
     if fmt == "labelled":
@@ -62,13 +63,35 @@ def read_examples(paths: list[str], fmt: str) -> list:
         return read_labelled(paths[0])
     source = paths[0] if len(paths) == 1 else [Path(p) for p in paths]
     examples = [ex for ex in read(source, fmt) if not ex.is_empty]
+    for ex in examples:
+        for text in (ex.a, ex.b):
+            if isinstance(text, str):
+                validate.visible(text, ex.source)
     if not examples:
         raise ValueError(f"{' '.join(paths)} holds no examples")
     return [(ex.a, ex.b) if fmt == "parallel" else (ex.a if ex.b is None else (ex.a, ex.b)) for ex in examples]
 
 
-def check_family(model, fmt: str) -> None:
+def check_family(model, fmt: str, command: str) -> None:
+    """The model's shape against --format: parallel needs a translation model, labelled a classifier."""
+    from jattn.io import validate
+
     translation = hasattr(model.config, "decoder_layers")
     if translation != (fmt == "parallel"):
         raise ValueError("a translation model reads --format parallel, an encoder --format labelled or text. "
                          f"Fix: pass the format that fits {model.source or 'the model'}")
+    if fmt == "labelled":
+        validate.model_kind(model, "classifier", f"{command} --format labelled")
+
+
+def described(examples, paths) -> str:
+    """'N labelled examples read from FILE (header line skipped)' or 'N examples'."""
+    return examples.describe() if hasattr(examples, "describe") else f"{len(examples)} examples read from " + \
+        " ".join(map(str, paths))
+
+
+def finite(**bounds):
+    """argparse type: a finite number within ``bounds`` (``jattn.io.validate.cli_number``)."""
+    from jattn.io.validate import cli_number
+
+    return cli_number(**bounds)

@@ -27,13 +27,17 @@ def add_arguments(parser) -> None:
                         help="default: the task's (CoLA: matthews_corr), else accuracy")
     parser.add_argument("--mode", default="uniform,zero", help=f"comma-separated, from {', '.join(MODES)}")
     parser.add_argument("--unit", default="head,layer", help=f"comma-separated, from {', '.join(UNITS)}")
+    parser.add_argument("--heads", default=None,
+                        help="also the metric with these heads disabled together: 0-based LAYER:HEAD pairs, "
+                             "comma-separated (e.g. 0:1,3:2)")
     add_output_arguments(parser)
 
 
 def _choices(text: str, known: tuple, option: str) -> list[str]:
     names = [t.strip() for t in text.split(",") if t.strip()]
     if not names or any(n not in known for n in names):
-        raise ValueError(f"{option} {text!r}: choose from {', '.join(known)} (comma-separated)")
+        raise ValueError(f"{option} {text!r}: choose from {', '.join(known)} (comma-separated). Fix: e.g. "
+                         f"{option} {','.join(known)}")
     return names
 
 
@@ -42,7 +46,8 @@ def run(args) -> None:
     from jattn.viz import plots
     from jattn.io import results
     from jattn.analyses.base import Statistic
-    from jattn.sweeps.disable import MODES, UNITS, disable_sweep
+    from jattn.io import validate
+    from jattn.sweeps.disable import MODES, UNITS, disable_sweep, heads_metric
     from jattn.runner.loop import RunResult
 
     modes, units = _choices(args.mode, MODES, "--mode"), _choices(args.unit, UNITS, "--unit")
@@ -56,17 +61,26 @@ def run(args) -> None:
 
             examples, metric = read_labelled(args.input), args.metric or "accuracy"
         model = jattn.load(args.model)
+        validate.model_kind(model, "classifier", "jattn disable")
+        heads = validate.heads(args.heads, model.config.num_layers, model.config.num_heads) if args.heads else None
+        stats = {}
         sweeps = {(u, m): disable_sweep(model, examples, metric, mode=m, unit=u, batch_size=args.batch_size,
                                         max_length=min(args.max_length, model.config.max_length))
                   for m in modes for u in units}
+        if heads:
+            for m in modes:
+                value = heads_metric(model, examples, heads, metric, mode=m, batch_size=args.batch_size,
+                                     max_length=min(args.max_length, model.config.max_length))
+                stats[f"metric_heads_{m}"] = Statistic(np.asarray(value), f"() {metric} with heads {args.heads} "
+                                                                         f"disabled together ({m})")
         first = next(iter(sweeps.values()))
-        stats = {"baseline_metric": Statistic(np.asarray(first.baseline), f"() {metric} of the intact model")}
+        stats.update(baseline_metric=Statistic(np.asarray(first.baseline), f"() {metric} of the intact model"))
         for (u, m), r in sweeps.items():
             shape = "(L, H)" if u == "head" else "(L,)"
             stats[f"disable_{u}_{m}"] = Statistic(r.metric, f"{shape} {metric} with one {u} disabled ({m})")
             stats[f"delta_{u}_{m}"] = Statistic(r.delta, f"{shape} {metric} change with one {u} disabled ({m})")
         meta = results.run_meta(model=model.source, input=args.input or f"{args.task} dev", metric=metric,
-                                examples=len(examples),
+                                examples=len(examples), heads=args.heads, complete=True,
                                 improving={f"{u}_{m}": r.improving() for (u, m), r in sweeps.items()})
         result = RunResult(stats, {}, {})
 
@@ -85,4 +99,5 @@ def run(args) -> None:
             return paths
 
         output.write(fill)
-    print(f"jattn disable: {len(examples)} examples, baseline {metric} {first.baseline:.4f} -> {args.out}")
+    read = examples.describe() if hasattr(examples, "describe") else f"{len(examples)} examples"
+    print(f"jattn disable: {read}, baseline {metric} {first.baseline:.4f} -> {args.out}")

@@ -9,7 +9,7 @@ from jattn.training.finetune import FinetuneConfig, finetune, finetune_task
 
 
 def add_arguments(parser) -> None:
-    from jattn.cli.common import positive_int
+    from jattn.cli.common import finite, positive_int
 
     parser.description = ("Fine-tune an encoder as a sequence classifier (the family's head, AdamW, linear warm-up "
                           "and decay) and export it as a Hugging Face folder. Stop with Ctrl-C and run the same "
@@ -24,16 +24,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--epochs", type=positive_int, default=3)
     parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--accumulation", type=positive_int, default=1, help="micro-batches per update")
-    parser.add_argument("--lr", type=float, default=5e-5, help="peak learning rate")
+    parser.add_argument("--lr", type=finite(low=0, low_open=True), default=5e-5, help="peak learning rate")
     parser.add_argument("--max-length", type=positive_int, default=128, help="longest text in tokens")
     parser.add_argument("--seed", type=int, default=0)
 
 
 def run(args) -> None:
     if (args.task is None) == (args.train is None):
-        raise ValueError("give either --task or --train (with --dev)")
+        raise ValueError("give either --task or --train (with --dev). Fix: e.g. --task sst2, or --train FILE --dev FILE")
     if args.train is not None and args.dev is None:
-        raise ValueError("--train needs --dev (the dev metric is reported per epoch)")
+        raise ValueError("--train needs --dev (the dev metric is reported per epoch). Fix: add --dev FILE "
+                         "('text<TAB>label' lines)")
     fc = FinetuneConfig(epochs=args.epochs, batch_size=args.batch_size, accumulation=args.accumulation,
                         learning_rate=args.lr, max_length=args.max_length, seed=args.seed)
     if args.task:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jattn.cli.common import add_common, check_family, read_examples
+from jattn.cli.common import add_common, check_family, described, read_examples
 
 def add_arguments(parser) -> None:
     add_common(parser)
@@ -30,14 +30,15 @@ def run(args) -> None:
     with results.Output(args.out, overwrite=args.overwrite) as output:
         examples = read_examples(args.input, args.format)
         model = jattn.load(args.model)
-        check_family(model, args.format)
+        check_family(model, args.format, "jattn importance")
         imp = jattn.importance(model, examples, estimator=args.estimator, normalize=not args.no_normalize,
                                batch_size=args.batch_size, max_length=min(args.max_length, model.config.max_length))
         what = f"(L, H) head importance E|dL/dξ|, {args.estimator} estimator (Michel et al. 2019)"
         per = imp if isinstance(imp, dict) else {"": imp}
         stats = {f"{k}_importance" if k else "importance": Statistic(np.asarray(v), what) for k, v in per.items()}
         meta = results.run_meta(model=model.source, input=" ".join(args.input), format=args.format,
-                                estimator=args.estimator, normalize=not args.no_normalize, examples=len(examples))
+                                estimator=args.estimator, normalize=not args.no_normalize, examples=len(examples),
+                                complete=True)
         result = RunResult(stats, {}, {})
 
         def fill(folder):
@@ -47,4 +48,4 @@ def run(args) -> None:
             return [plots.heatmap(s.value, name, figures / f"heatmap_{name}.png") for name, s in stats.items()]
 
         output.write(fill)
-    print(f"jattn importance: {len(examples)} examples -> {args.out}")
+    print(f"jattn importance: {described(examples, args.input)} -> {args.out}")

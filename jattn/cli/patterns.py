@@ -30,7 +30,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     import jattn
-    from jattn.io import results
+    from jattn.io import results, validate
     from jattn.io.readers import Corpus
     from jattn.analyses.base import Statistic
     from jattn.analyses.patterns import PatternTypes, finetune_change
@@ -40,16 +40,20 @@ def run(args) -> None:
     with results.Output(args.out, overwrite=args.overwrite) as output:
         corpus = Corpus(args.input, "text" if args.format == "text" else args.format)
         model = jattn.load(args.model)
+        validate.model_kind(model, "encoder", "jattn patterns (Kovaleva's pattern types read [CLS]/[SEP] maps)")
+        before = jattn.load(args.before) if args.before else None
+        if before is not None:
+            validate.model_kind(before, "encoder", "jattn patterns --before", "--before")
         result = run_corpus(model, corpus, [PatternTypes(), ClassAttention()], batch_size=args.batch_size,
                             max_length=args.max_length, truncate=args.truncate)
         if args.before:
             texts = [ex.a if ex.b is None else (ex.a, ex.b) for ex in corpus if not ex.is_empty]
-            change = finetune_change(jattn.load(args.before), model, texts, batch_size=args.batch_size,
+            change = finetune_change(before, model, texts, batch_size=args.batch_size,
                                      max_length=args.max_length)
             result.statistics["finetune_cosine"] = Statistic(
                 np.asarray(change["cosine"]), "(L, H) cosine between the --before and --model maps, corpus mean")
         meta = results.run_meta(input=args.input, format=args.format, methods=["patterns", "weights"],
-                                before=args.before)
+                                before=args.before, complete=True)
         output.write(lambda folder: results.write_files(result, folder, model.config.num_layers, meta))
     p = result.statistics["pattern_proportions"].value
     print(f"jattn patterns: {result.meta['segments']} segments; " +

@@ -16,7 +16,7 @@ import json
 
 import numpy as np
 
-from jattn.cli.common import add_common, check_family, read_examples
+from jattn.cli.common import add_common, check_family, described, finite, read_examples
 
 
 def add_arguments(parser) -> None:
@@ -26,11 +26,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dev", required=True, nargs="+", help="evaluation data, in --format's layout")
     parser.add_argument("--schedule", default="once", choices=SCHEDULES,
                         help="importance once, or re-estimated under the current mask before every step")
-    parser.add_argument("--step", type=float, default=0.1, help="share of all heads masked per step (default 0.1)")
+    parser.add_argument("--step", type=finite(low=0, high=1, low_open=True), default=0.1, help="share of all heads masked per step (default 0.1)")
     parser.add_argument("--keep-one-per-layer", action="store_true", help="never mask a layer's last head")
     parser.add_argument("--metric", default="accuracy", choices=("accuracy", "matthews_corr"),
                         help="a classifier's metric (a translation model: BLEU)")
-    parser.add_argument("--tolerance", type=float, default=1.0, help="metric points a prunable step may lose")
+    parser.add_argument("--tolerance", type=finite(low=0), default=1.0, help="metric points a prunable step may lose")
     parser.add_argument("--export", default=None,
                         help="write the model pruned at the prunable fraction, heads removed, to this folder")
 
@@ -57,13 +57,11 @@ def run(args) -> None:
     from jattn.io import results
     from jattn.sweeps.pruning_curve import bleu_metric, classification_metric, prunable_fraction, pruning_curve
 
-    if not 0 < args.step <= 1:
-        raise ValueError(f"--step is a share of all heads in (0, 1], got {args.step}")
     with results.Output(args.out, overwrite=args.overwrite) as output:
         examples = read_examples(args.input, args.format)
         dev = read_examples(args.dev, args.format)
         model = jattn.load(args.model)
-        check_family(model, args.format)
+        check_family(model, args.format, "jattn prune")
         max_length = min(args.max_length, model.config.max_length)
         if args.format == "parallel":
             metric, name = bleu_metric(model, dev, batch_size=args.batch_size, max_length=max_length), "BLEU (greedy)"
@@ -84,7 +82,9 @@ def run(args) -> None:
                          else np.asarray(m).tolist() for m in masks],
                "meta": results.run_meta(model=model.source, input=" ".join(args.input), dev=" ".join(args.dev),
                                         estimator=args.estimator, schedule=args.schedule, step=args.step,
-                                        keep_one_per_layer=args.keep_one_per_layer, complete=True)}
+                                        keep_one_per_layer=args.keep_one_per_layer, format=args.format,
+                                        metric=args.metric, tolerance=args.tolerance, examples=len(examples),
+                                        dev_examples=len(dev), export=args.export, complete=True)}
 
         def fill(folder):
             (folder / "results.json").write_text(json.dumps(doc, indent=1))
@@ -97,5 +97,5 @@ def run(args) -> None:
 
         keep = {k: np.asarray(v) > 0.5 for k, v in keep.items()} if isinstance(keep, dict) else np.asarray(keep) > 0.5
         export_pruned(model, keep, args.export)
-    print(f"jattn prune: {prunable:.1%} of heads prunable within {args.tolerance:g} points -> {args.out}"
+    print(f"jattn prune: {described(examples, args.input)}; dev: {described(dev, args.dev)}; {prunable:.1%} of heads prunable within {args.tolerance:g} points -> {args.out}"
           + (f"; pruned model in {args.export}" if args.export else ""))

@@ -14,6 +14,7 @@ answers both by converting again.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -99,6 +100,14 @@ def save_params(path: Path, params) -> None:
     path = Path(path).resolve()
     writable_folder(path.parent)
     arrays = state.to_arrays(params) if isinstance(params, nnx.State) else jax.tree.map(np.asarray, params)
+    need = sum(np.asarray(a).nbytes for a in jax.tree.leaves(arrays))
+    free = shutil.disk_usage(path.parent).free
+    if free < need + (1 << 20):  # a full disk: skip before orbax starts writing (its threads log tracebacks)
+        raise CacheError(f"{path.parent} has {free / 1e6:.1f} MB free, the converted parameters need "
+                         f"{need / 1e6:.1f} MB (No space left on device)")
+    quiet = logging.getLogger("absl")  # orbax logs its background threads' failures: reported below instead
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
     try:
         checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
         checkpointer.save(path, args=ocp.args.StandardSave(arrays), force=True)
@@ -109,6 +118,8 @@ def save_params(path: Path, params) -> None:
         remove(path)
         raise CacheError(f"saving the conversion cache {path} failed ({e.__class__.__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    finally:
+        quiet.setLevel(level)
 
 
 def restore_params(path: Path, config=None):

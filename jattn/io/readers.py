@@ -256,17 +256,50 @@ class Corpus:
         return self._len
 
 
-def read_labelled(path) -> list[tuple[str, int]]:
-    """A ``text<TAB>label`` file (integer labels; a header line ``sentence<TAB>label`` is skipped)."""
-    rows = []
-    for i, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        text, _, label = line.rpartition("\t")
-        if i == 1 and not label.strip().lstrip("-").isdigit():
+_HEADER_LABEL = re.compile(r"[A-Za-z_][A-Za-z_ ]*")
+
+
+def is_header(line: str) -> bool:
+    """Whether the first line of a labelled file is a header, decided by its content: one tab and
+    a label column that is a name (``label``), not a number. A first line of data is never one."""
+    text, tab, label = line.rpartition("\t")
+    return bool(tab) and "\t" not in text and bool(_HEADER_LABEL.fullmatch(label.strip()))
+
+
+class Labelled(list):
+    """(text, label) rows of a labelled file; ``header``: whether its first line was a header."""
+
+    header = False
+    path = ""
+
+    def describe(self) -> str:
+        return f"{len(self)} labelled examples read from {self.path}" + (" (header line skipped)" if self.header else "")
+
+
+def read_labelled(path) -> Labelled:
+    """A ``text<TAB>label`` file with integer labels. The first line is a header (skipped) only
+    when its label column is a name (``sentence<TAB>label``; ``is_header``); every other line
+    must be data. Lines of invisible characters only (NUL bytes, zero-width) are an error."""
+    from jattn.io import validate
+
+    path = Path(path)
+    _check_file(path, "labelled")
+    rows = Labelled()
+    rows.path = str(path)
+    for i, line in enumerate(Lines(path, "utf-8"), 1):
+        line = line.rstrip("\n\r")
+        if i == 1 and is_header(line):
+            rows.header = True
             continue
-        if not text.strip() or not label.strip().isdigit():
-            raise ValueError(f"{path}:{i}: expected 'text<TAB>label' with a non-negative integer label, "
-                             f"got {line[:80]!r}")
-        rows.append((text.strip(), int(label)))
+        if not line.strip():
+            continue
+        text, tab, label = line.rpartition("\t")
+        if not tab or not text.strip() or not label.strip().isdigit():
+            what = "no tab" if not tab else ("an empty text" if not text.strip() else f"label {label.strip()!r}")
+            raise ValueError(f"{path}:{i}: expected 'text<TAB>label' with a non-negative integer label, got "
+                             f"{what} in {line[:80]!r}. Fix: one example per line, its class index after the last "
+                             "tab (a header is recognised only on line 1, as a name such as 'label')")
+        rows.append((validate.visible(text.strip(), f"{path}:{i}"), int(label)))
     if not rows:
         raise ValueError(f"{path} holds no labelled lines ('text<TAB>label')")
     return rows

@@ -16,7 +16,10 @@ full disk) leaves ``out`` exactly as it was: the previous complete results or no
 an ``Output`` is open, a SIGINT is also remembered, so a run whose KeyboardInterrupt was
 swallowed on the way (Python drops exceptions raised in finalizers and some callbacks) still
 never publishes.
-``meta["complete"]`` is true in every published ``results.json``.
+``meta["complete"]`` is true in every published ``results.json``. ``out`` is resolved first (a
+symlink: its target is locked and replaced, the link stays), and a published folder lists its
+files in ``.jattn-files``: a folder holding any other file (a user's) is never replaced, unless
+``overwrite``.
 """
 
 from __future__ import annotations
@@ -130,12 +133,40 @@ def holds_results(folder: Path) -> bool:
         return False
 
 
+MANIFEST = ".jattn-files"  # the files a published folder holds, one relative path per line
+# what a results folder written before the manifest existed may hold
+_LEGACY = (".json", ".npz", ".png", ".md", ".html", ".csv", ".tsv", ".lock")
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() or p.is_symlink())
+
+
+def write_manifest(folder: Path) -> None:
+    """List every file of ``folder`` in its ``MANIFEST``: what jattn wrote there."""
+    (Path(folder) / MANIFEST).write_text("".join(f + "\n" for f in _files(folder) if f != MANIFEST))
+
+
+def foreign_files(folder: Path) -> list[str]:
+    """Files of a results folder that jattn did not write: those not in its manifest (a folder
+    written before manifests: files other than results, tables and figures)."""
+    folder = Path(folder)
+    try:
+        listed = set((folder / MANIFEST).read_text().splitlines())
+    except FileNotFoundError:
+        return [f for f in _files(folder) if not f.endswith(_LEGACY)]
+    except OSError:
+        return []
+    return [f for f in _files(folder) if f not in listed and f != MANIFEST]
+
+
 class Output:
     """An output folder for one run: checked and locked at construction, replaced as a whole
     by ``write``. Use as a context manager (the lock is released on exit)."""
 
     def __init__(self, out, *, overwrite: bool = False, option: str = "--out"):
-        self.out = Path(out).absolute()
+        self.out = Path(out).expanduser().resolve()  # a symlink's target: one lock per real folder
+        self.overwrite, self.option = overwrite, option
         self._lock = None
         self._handler = None  # the SIGINT handler to restore on close, when this one guards the run
         self.interrupted = False
@@ -153,8 +184,20 @@ class Output:
             raise OutputError(f"{option} {out} is a non-empty folder that holds no jattn results; it would be "
                               f"replaced as a whole. Fix: choose a new folder, or pass --overwrite")
         self._lock = self._acquire(parent / f".{out.name}.lock", option)
+        self._check_foreign()
         for stale in parent.glob(f".{out.name}.tmp-*"):  # left by a killed run: we hold the lock
             shutil.rmtree(stale, ignore_errors=True)
+
+    def _check_foreign(self) -> None:
+        """Refuse to replace a results folder holding files jattn did not write (unless ``overwrite``)."""
+        if self.overwrite or not self.out.is_dir():
+            return
+        if foreign := foreign_files(self.out):
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            self.close()
+            raise OutputError(f"{self.option} {self.out} holds files jattn did not write ({shown}); replacing the "
+                              f"folder would delete them. Fix: move them out, choose another {self.option}, or pass "
+                              "--overwrite to replace the folder as a whole")
 
     def _acquire(self, path: Path, option: str):
         try:
@@ -192,6 +235,8 @@ class Output:
                                   "another --out") from e
             if self.interrupted:  # a SIGINT arrived and its KeyboardInterrupt was lost on the way
                 raise KeyboardInterrupt
+            write_manifest(tmp)
+            self._check_foreign()  # a file added to out while the run computed
             _replace(tmp, self.out)
             return value
         finally:

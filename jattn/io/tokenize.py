@@ -12,6 +12,8 @@ from typing import Sequence
 
 import numpy as np
 
+from jattn.io import validate
+
 
 class SequenceTooLongError(ValueError):
     """An example longer than ``max_length`` when truncation was not asked for."""
@@ -60,6 +62,7 @@ def _split(examples) -> tuple[list, list, bool]:
                             f"strings) or word lists (or pairs of them), not both; got {type(seg).__name__}")
         if split and not all(isinstance(w, str) for w in seg):
             raise TypeError(f"example {i % len(a)}: a word list holds strings only")
+        validate.visible(" ".join(seg) if split else seg, f"example {i % len(a)}")
     return a, b, split
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from flax import nnx
 
 from jattn.nn.config import EncoderConfig
+from jattn.io import validate
 from jattn.io.tokenize import TokenBatch, tokenize
 from jattn.nn.interventions import NONE, Interventions
 from jattn.models.base import ModuleModel
@@ -155,12 +156,17 @@ class EncoderModel(ModuleModel):
                              f"values up to {types.max()}")
         return {k: np.asarray(inputs[k], np.int32) for k in ("input_ids", "attention_mask", "token_type_ids")}
 
-    def check_interventions(self, interventions) -> Interventions:
+    def check_interventions(self, interventions, shape: tuple[int, int] | None = None) -> Interventions:
+        """``interventions`` checked for this model; with the batch ``shape`` (b, n) on every axis
+        and every value (``jattn.io.validate.interventions``: nothing is broadcast or cut)."""
         if interventions is None:
             return NONE
         if not isinstance(interventions, Interventions):
             raise ValueError(f"interventions must be a jattn.Interventions, got {type(interventions).__name__}")
-        return interventions.check(self.config.num_layers, self.config.num_heads)
+        c = self.config
+        if shape is not None:
+            validate.interventions(interventions, "interventions", c.num_layers, c.num_heads, *shape, shape[1])
+        return interventions.check(c.num_layers, c.num_heads)
 
     def forward(self, batch, interventions: Interventions | None = None, *, compute_dtype=jnp.float32,
                 internals="all", recycle: EncoderResult | None = None) -> EncoderResult:
@@ -176,7 +182,8 @@ class EncoderModel(ModuleModel):
         MiniLM's α at 32 × 128 (151 MB) ≈ 37,000 faults, ≈ 10 % of the forward on a 2-core CPU
         (``benchmarks/bench_encoder.py``)."""
         inputs, internals = self.check_batch(batch), internals_arg(internals)
-        args = (self.params, self.config, inputs, self.check_interventions(interventions), check_dtype(compute_dtype),
+        iv = self.check_interventions(interventions, inputs["input_ids"].shape)
+        args = (self.params, self.config, inputs, iv, check_dtype(compute_dtype),
                 internals)
         if recycle is None:
             outputs, kept = _forward(*args)
@@ -191,7 +198,9 @@ class EncoderModel(ModuleModel):
         if not self.config.num_labels:
             raise ValueError(f"{self.source or 'this model'} has no classification head (num_labels = 0). Fix: "
                              "load a fine-tuned classifier or add a head with jattn.training.finetune.with_classifier")
-        return _classify(self.params, self.config, self.check_batch(batch), self.check_interventions(interventions))
+        inputs = self.check_batch(batch)
+        return _classify(self.params, self.config, inputs, self.check_interventions(interventions,
+                                                                                     inputs["input_ids"].shape))
 
     def norm_maps(self, batch, residual: bool) -> dict:
         """``jattn.norms`` for this family (Kobayashi et al. 2020/2021), device arrays."""

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jattn.io import validate
 from jattn.nn.config import Seq2SeqConfig
 from jattn.models.encoder import check_dtype, int_array, internals_arg
 from jattn.models.base import ModuleModel
@@ -59,6 +60,34 @@ def _generation_overrides(source: str) -> dict:
     return out
 
 
+NORMALIZATION_KEY = "text_normalization"  # in tokenizer_config.json: {"unicode": "NFKC", "lowercase": bool}
+
+
+def text_normalization(source: str) -> dict | None:
+    """The text normalisation a model folder records (``record_normalization``), or None."""
+    path = Path(source) / "tokenizer_config.json" if source else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text()).get(NORMALIZATION_KEY)
+    except (OSError, ValueError, AttributeError):
+        return None
+    if value is not None and (not isinstance(value, dict) or value.get("unicode", "NFKC") != "NFKC"):
+        raise ValueError(f"{path}: {NORMALIZATION_KEY} {value!r} is not understood (expected "
+                         '{"unicode": "NFKC", "lowercase": true|false}). Fix: correct or remove the entry')
+    return value
+
+
+def record_normalization(folder, lowercase: bool) -> None:
+    """Write the text normalisation a model was trained with (``jattn.io.parallel.normalize``:
+    NFKC, collapsed blanks, ``lowercase``) into the folder's tokenizer_config.json, so that
+    ``translate`` and the corpus runner apply it to new text."""
+    path = Path(folder) / "tokenizer_config.json"
+    doc = json.loads(path.read_text()) if path.is_file() else {}
+    doc[NORMALIZATION_KEY] = {"unicode": "NFKC", "lowercase": bool(lowercase)}
+    path.write_text(json.dumps(doc))
+
+
 class Seq2SeqModel(ModuleModel):
     """An encoder–decoder translation model: ``.module`` (the ``jattn.nn.seq2seq.Seq2Seq``),
     ``.config``, ``.params`` (its ``nnx.Param`` state), ``.tokenizer``, ``.forward`` (teacher
@@ -67,6 +96,17 @@ class Seq2SeqModel(ModuleModel):
     def __init__(self, config: Seq2SeqConfig, params, tokenizer=None, source: str = ""):
         super().__init__(dataclasses.replace(config, **_generation_overrides(source)), params)
         self.tokenizer, self.source = tokenizer, source
+        self.text_normalization = text_normalization(source)
+
+    def prepare_texts(self, texts) -> list[str]:
+        """Texts as the model was trained on them: the normalisation its folder records
+        (``text_normalization``: NFKC and collapsed blanks, lowercasing), else unchanged."""
+        from jattn.io.parallel import normalize
+
+        norm = self.text_normalization
+        if not norm:
+            return list(texts)
+        return [normalize(t, bool(norm.get("lowercase"))) for t in texts]
 
     def __repr__(self) -> str:
         c = self.config
@@ -118,7 +158,13 @@ class Seq2SeqModel(ModuleModel):
         """Teacher-forced forward; one compile per padded shape. ``interventions``:
         {"encoder"|"decoder"|"cross": jattn.Interventions} (missing = none)."""
         iv = seq2seq.check_interventions(self.config, interventions)
-        outputs, kept = _forward(self.params, self.config, self.check_batch(batch), iv, check_dtype(compute_dtype),
+        inputs = self.check_batch(batch)
+        (b, s), t, c = inputs["input_ids"].shape, inputs["decoder_input_ids"].shape[1], self.config
+        for kind, (L, H, q, k) in {"encoder": (c.encoder_layers, c.encoder_heads, s, s),
+                                   "decoder": (c.decoder_layers, c.decoder_heads, t, t),
+                                   "cross": (c.decoder_layers, c.decoder_heads, t, s)}.items():
+            validate.interventions(iv.get(kind), f"interventions[{kind!r}]", L, H, b, q, k)
+        outputs, kept = _forward(self.params, self.config, inputs, iv, check_dtype(compute_dtype),
                                  internals_arg(internals))
         return Seq2SeqResult(outputs["logits"], outputs["encoder_last_hidden_state"],
                              outputs["decoder_last_hidden_state"], kept)
@@ -140,29 +186,47 @@ class Seq2SeqModel(ModuleModel):
         if max_length > self.config.max_length:
             raise ValueError(f"max_length={max_length} exceeds the model's {self.config.max_length} positions")
         ids, mask = self._check_ids("input_ids", input_ids, attention_mask, self.config.src_vocab_size)
+        for kind, one in (interventions or {}).items() if isinstance(interventions, dict) else ():
+            for field in ("head_gates", "weights_delta"):
+                if getattr(one, field, None) is not None:
+                    value = getattr(one, field)  # finite; the shapes decode accepts are checked there
+                    validate.array(f"interventions[{kind!r}].{field}", value,
+                                   tuple((f"axis {i}", None) for i in range(np.ndim(value))))
         return decode.generate(self.params, self.config, ids, mask, num_beams=num_beams, max_length=max_length,
                                length_penalty=length_penalty, interventions=interventions)
 
     def translate(self, texts, num_beams: int = 4, max_length: int | None = None, batch_size: int = 64,
-                  length_penalty: float = 1.0) -> list[str]:
-        """Translate strings with the model's tokenizer; batches are padded to multiples of 8
-        so that few shapes compile."""
+                  length_penalty: float = 1.0, truncate: bool = False) -> list[str]:
+        """Translate strings with the model's tokenizer, after the text normalisation the model
+        was trained with (``prepare_texts``); batches are padded to multiples of 8 so that few
+        shapes compile. A source longer than the model's positions is an error unless
+        ``truncate`` (then it is cut to them)."""
         if self.tokenizer is None:
             raise ValueError("this model has no tokenizer; pass token ids to generate() instead")
         if isinstance(texts, str):
             raise ValueError("translate() takes a list of strings; wrap a single sentence in a list")
         texts = list(texts)
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        validate.number("batch_size", batch_size, low=1, integer=True)
+        validate.number("num_beams", num_beams, low=1, integer=True)
+        validate.number("length_penalty", length_penalty)
         if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
             raise ValueError("translate() needs non-empty sentences")
+        for i, t in enumerate(texts):
+            validate.visible(t, f"sentence {i}")
+        texts = self.prepare_texts(texts)
+        limit = self.config.max_length
+        if not truncate:
+            lengths = [len(x) for x in self.tokenizer(texts)["input_ids"]]
+            if long := [i for i, n in enumerate(lengths) if n > limit]:
+                raise validate.BadArgument("texts", f"sentence {long[0]} ({lengths[long[0]]} tokens; {len(long)} "
+                                           "such)", f"at most the model's {limit} source positions",
+                                           "split the long sentences, or pass truncate=True to cut them")
         out = []
         for i in range(0, len(texts), batch_size):
             chunk = texts[i:i + batch_size]
-            enc = self.tokenizer(chunk, padding=True, truncation=True, max_length=self.config.max_length,
-                                 return_tensors="np")
+            enc = self.tokenizer(chunk, padding=True, truncation=True, max_length=limit, return_tensors="np")
             ids, mask = enc["input_ids"], enc["attention_mask"]
-            s = min(-(-ids.shape[1] // 8) * 8, self.config.max_length)
+            s = min(-(-ids.shape[1] // 8) * 8, limit)
             rows = -(-len(chunk) // 8) * 8
             pad_ids = np.full((rows, s), self.config.pad_token_id, ids.dtype)  # (rows, s)
             pad_mask = np.zeros((rows, s), mask.dtype)  # (rows, s)

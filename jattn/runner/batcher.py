@@ -18,6 +18,7 @@ from typing import Iterable
 import numpy as np
 
 from jattn.analyses.base import CLS, OTHER, PUNCT, SEP, HostBatch, TranslationHostBatch
+from jattn.io import validate
 from jattn.io.readers import Example, as_example
 from jattn.io.tokenize import SequenceTooLongError, tokenize
 from jattn.nn.config import Seq2SeqConfig
@@ -195,9 +196,10 @@ def tokenize_pairs(model, examples: list, max_length: int, truncate: bool) -> li
         if not ex.is_pair or ex.is_words:
             raise ValueError(f"{ex.source}: a translation model is run teacher-forced on (source, target) "
                              "pairs of strings. Fix: give pairs, e.g. --format parallel --input SRC_FILE TGT_FILE")
-    tok = model.tokenizer
-    src = tok([ex.a for _, ex in examples], truncation=truncate, max_length=max_length)["input_ids"]
-    tgt = tok(text_target=[ex.b for _, ex in examples], truncation=truncate, max_length=max_length)["input_ids"]
+    tok, prepare = model.tokenizer, getattr(model, "prepare_texts", list)  # the model's own text normalisation
+    src = tok(prepare([ex.a for _, ex in examples]), truncation=truncate, max_length=max_length)["input_ids"]
+    tgt = tok(text_target=prepare([ex.b for _, ex in examples]), truncation=truncate,
+              max_length=max_length)["input_ids"]
     rows = []
     for (index, ex), s, t in zip(examples, src, tgt):
         n = max(len(s), len(t))
@@ -233,6 +235,16 @@ def pad_pairs(model, rows: list[tuple[int, dict]], batch_size: int, sizes: tuple
     return TranslationHostBatch(ids, mask, dec, dec_mask, target_ids, source_class, target_class, example, extra, lists)
 
 
+def _visible(ex: Example) -> bool:
+    """True, or ``BadArgument`` naming the example for a segment of invisible characters only
+    (NUL bytes, zero-width characters: ``jattn.io.validate.visible``)."""
+    for seg in (ex.a, ex.b):
+        text = " ".join(seg) if isinstance(seg, list) else seg
+        if isinstance(text, str):
+            validate.visible(text, ex.source or "an example")
+    return True
+
+
 def batches(model, examples: Iterable, batch_size: int, max_length: int, truncate: bool, words: bool,
              shard: tuple[int, int], chunk: int, skipped: list, dropped: dict | None = None):
     """Yield (host batch, number of real rows): chunks of ``chunk`` examples, length-sorted, cut
@@ -242,7 +254,7 @@ def batches(model, examples: Iterable, batch_size: int, max_length: int, truncat
     translation = isinstance(model.config, Seq2SeqConfig)
     index, count = shard
     mine = ((i, as_example(x, i)) for i, x in enumerate(examples) if i % count == index)
-    mine = (item for item in mine if not (item[1].is_empty and not skipped.append(item[0])))
+    mine = (item for item in mine if not (item[1].is_empty and not skipped.append(item[0])) and _visible(item[1]))
     sizes = buckets(max_length)
     while True:
         part = list(itertools.islice(mine, chunk))

@@ -37,9 +37,11 @@ import numpy as np
 from flax import nnx
 from tqdm.auto import tqdm
 
+from jattn.io import validate
 from jattn.nn.interventions import Interventions
 from jattn.nn import state
 from jattn.runner.batcher import model_batches
+from jattn.sweeps.importance import check_sizes
 
 MODES = ("uniform", "zero")
 UNITS = ("head", "layer")
@@ -98,10 +100,11 @@ def _check(model, examples, mode: str, unit: str):
                          "or fine-tune one with jattn.training.finetune")
     if not examples:
         raise ValueError("no examples: the sweep needs (text, label) pairs")
-    for i, ex in enumerate(examples[:5]):
+    for i, ex in enumerate(examples):
         if not (isinstance(ex, (tuple, list)) and len(ex) == 2 and isinstance(ex[1], (int, np.integer))):
             raise ValueError(f"example {i} is {ex!r}: examples must be (text, label) or ((A, B), label) "
                              "with an integer label. Fix: e.g. jattn.io.glue.read_task('sst2', 'dev')")
+    validate.labels("labels", [y for _, y in examples], model.config.num_labels)
 
 
 def batches(model, examples, batch_size: int, max_length: int):
@@ -189,6 +192,7 @@ def disable_sweep(model, examples: Sequence, metric="accuracy", *, mode: str = "
     with prefix reuse (module docstring). ``examples``: (text or (A, B), label) pairs;
     ``metric``: "accuracy", "matthews_corr" or a function (predictions, labels) -> float."""
     _check(model, examples, mode, unit)
+    check_sizes(batch_size, max_length)
     name, fn = metric_function(metric)
     L, N = model.config.num_layers, len(examples)
     base = np.zeros(N, np.int64)  # (N,)
@@ -241,3 +245,26 @@ def sweep_by_loop(model, examples: Sequence, metric="accuracy", *, mode: str = "
                 preds[l, v] = evaluate(iv.check(L, H))
                 bar.update()
     return _result(mode, unit, name, fn, examples, base, preds)
+
+
+def heads_metric(model, examples: Sequence, heads, metric="accuracy", *, mode: str = "uniform",
+                 batch_size: int = 32, max_length: int = 128) -> float:
+    """The metric with the heads ``heads`` ([(layer, head)], 0-based, or an "L:H,L:H" string:
+    ``jattn.io.validate.heads``) disabled together (``mode`` as ``disable_sweep``)."""
+    _check(model, examples, mode, "head")
+    check_sizes(batch_size, max_length)
+    c = model.config
+    if isinstance(heads, str):
+        heads = validate.heads(heads, c.num_layers, c.num_heads, "heads")
+    full = np.zeros((c.num_layers, c.num_heads), bool)  # (L, H)
+    for l, h in heads:
+        validate.number("heads: layer", l, low=0, high=c.num_layers - 1, integer=True)
+        validate.number("heads: head", h, low=0, high=c.num_heads - 1, integer=True)
+        full[l, h] = True
+    iv = (Interventions(disabled_heads=full) if mode == "uniform"
+          else Interventions(head_gates=1.0 - full.astype(np.float32))).check(c.num_layers, c.num_heads)
+    name, fn = metric_function(metric)
+    pred = np.zeros(len(examples), np.int64)
+    for batch, idx in batches(model, examples, batch_size, max_length):
+        pred[idx] = np.asarray(_full_logits(model.params, c, batch, iv).argmax(-1))[:len(idx)]
+    return float(fn(pred, np.asarray([y for _, y in examples])))

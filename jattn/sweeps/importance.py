@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from jattn.io import validate
 from jattn.training import losses
 from jattn.nn.interventions import Interventions
 from jattn.analyses.base import HostBatch, Method, Statistic, StepContext
@@ -47,6 +48,13 @@ from jattn.nn import encoder
 
 ESTIMATORS = ("token", "example", "batch")
 EPS = 1e-20  # the authors' guard in the per-layer L2 normalisation
+
+
+def check_sizes(batch_size, max_length) -> None:
+    """``batch_size`` and ``max_length`` (None allowed) as positive integers."""
+    validate.number("batch_size", batch_size, low=1, integer=True)
+    if max_length is not None:
+        validate.number("max_length", max_length, low=2, integer=True)
 
 
 def check_estimator(estimator: str) -> str:
@@ -215,6 +223,7 @@ def importance(model, examples: Sequence, *, loss: Callable | None = None, estim
     the model's own loss. ``mask``: head mask (L, H) (a dict per attention type for a translation
     model) at which the gradient is taken; pruned heads get 0."""
     check_estimator(estimator)
+    check_sizes(batch_size, max_length)
     max_length = min(128, model.config.max_length) if max_length is None else max_length  # 128 or fewer positions
     if hasattr(model.config, "decoder_layers"):
         return seq2seq_importance(model, examples, loss=loss, estimator=estimator, normalize=normalize, mask=mask,
@@ -223,6 +232,8 @@ def importance(model, examples: Sequence, *, loss: Callable | None = None, estim
 
     kind = "custom" if loss is not None else losses.default_loss(model)
     inputs, labels = split_labels(examples, kind)
+    if labels is not None:
+        validate.labels("labels", labels, model.config.num_labels)
     method = HeadImportance(model, loss, estimator=estimator, normalize=normalize, labels=labels, head_mask=mask)
     result = run_corpus(model, inputs, [method], batch_size=batch_size, max_length=max_length, progress=progress)
     return result.statistics["importance"].value
@@ -270,9 +281,9 @@ def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int
         if not (isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(t, str) and t.strip() for t in x)):
             raise ValueError(f"example {i}: a translation model's importance needs (source, target) text pairs, "
                              f"got {str(x)[:80]!r}")
-    c = model.config
-    src = encode(model.tokenizer, [s for s, _ in pairs], max_length)
-    tgt = encode(model.tokenizer, [t for _, t in pairs], max_length, target=True)
+    c, prepare = model.config, getattr(model, "prepare_texts", list)  # the model's own text normalisation
+    src = encode(model.tokenizer, prepare([s for s, _ in pairs]), max_length)
+    tgt = encode(model.tokenizer, prepare([t for _, t in pairs]), max_length, target=True)
     order = np.argsort([max(len(x), len(y)) for x, y in zip(src, tgt)], kind="stable")
     for k in range(0, len(order), batch_size):
         idx = order[k:k + batch_size]

@@ -20,9 +20,10 @@ from typing import Callable, Sequence
 import jax.numpy as jnp
 import numpy as np
 
+from jattn.io import validate
 from jattn.nn.interventions import Interventions
 from jattn.runner.batcher import model_batches
-from jattn.sweeps.importance import KINDS, importance, seq2seq_shapes
+from jattn.sweeps.importance import KINDS, check_sizes, importance, seq2seq_shapes
 
 SCHEDULES = ("once", "reestimate")
 
@@ -73,8 +74,9 @@ def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: 
     used at each step / the head mask of each curve point are appended to them."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}. Fix: choose from {', '.join(SCHEDULES)}")
-    if not 0 < step <= 1:
-        raise ValueError(f"step is a share of all heads in (0, 1], got {step}")
+    step = validate.number("step", step, low=0, high=1, low_open=True,
+                           fix="pass a share of all heads, e.g. step=0.1 (10 % per step)")
+    check_sizes(batch_size, max_length)
     if scores is not None and schedule != "once":
         raise ValueError("a fixed ranking (scores=...) cannot be re-estimated: use schedule='once'")
     shapes = head_shapes(model)
@@ -101,7 +103,12 @@ def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: 
     def evaluate() -> float:
         if masks_out is not None:
             masks_out.append(masks())
-        return float(metric_fn(masks()))
+        value = float(metric_fn(masks()))
+        if not np.isfinite(value):
+            raise ValueError(f"the metric is {value} with {1 - kept.mean():.1%} of the heads masked: a curve with a "
+                             "non-finite point cannot be read. Fix: check the dev data (enough examples for the "
+                             "metric) and the model's outputs (finite logits)")
+        return value
 
     curve = [[0.0, evaluate()]]
     current = flat_scores(model, scores) if scores is not None else None
@@ -118,6 +125,11 @@ def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: 
 def prunable_fraction(curve: list, baseline: float, tolerance: float = 1.0, higher_is_better: bool = True) -> float:
     """The largest fraction pruned such that every step up to it stays within ``tolerance`` of
     ``baseline`` (metric points: accuracy/MCC ×100 or BLEU)."""
+    tolerance = validate.number("tolerance", tolerance, low=0,
+                                fix="pass the metric points a prunable step may lose, e.g. 1.0")
+    validate.number("baseline", baseline, fix="the unpruned model's metric must be a finite number")
+    for fraction, value in curve:
+        validate.number(f"curve point at {fraction:.1%}", value, fix="compute the curve's metric again")
     best = 0.0
     for fraction, value in curve:
         loss = (baseline - value) if higher_is_better else (value - baseline)
@@ -142,7 +154,7 @@ def classification_metric(model, examples: Sequence, metric: str = "accuracy", b
         raise ValueError("classification_metric needs a classifier checkpoint (config.num_labels > 0)")
     max_length = min(128, model.config.max_length) if max_length is None else max_length
     texts = [x for x, _ in examples]
-    gold = np.asarray([y for _, y in examples])
+    gold = validate.labels("labels", [y for _, y in examples], model.config.num_labels)
     batches = list(model_batches(model, texts, batch_size, max_length, truncate=True))
 
     def evaluate(mask) -> float:
@@ -168,8 +180,9 @@ def bleu_metric(model, pairs: Sequence, batch_size: int = 64, max_length: int | 
 
     c = model.config
     max_length = min(128, c.max_length) if max_length is None else max_length
-    src = encode(model.tokenizer, [s for s, _ in pairs], max_length)
-    refs = [t for _, t in pairs]
+    prepare = getattr(model, "prepare_texts", list)  # the model's own text normalisation, on both sides
+    src = encode(model.tokenizer, prepare([s for s, _ in pairs]), max_length)
+    refs = prepare([t for _, t in pairs])
     order = np.argsort([len(x) for x in src], kind="stable")
     batches = []
     for i in range(0, len(order), batch_size):

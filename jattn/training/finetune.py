@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jattn.io import validate
 from jattn.training.losses import classification_loss
 from jattn.nn import encoder
 from jattn.nn import state as nn_state
@@ -45,6 +46,16 @@ class FinetuneConfig:
     max_length: int = 128
     seed: int = 0
     save_every: int = 500  # micro-batches between resume checkpoints (and at every epoch end)
+
+    def __post_init__(self):
+        for name, option in (("epochs", "--epochs"), ("batch_size", "--batch-size"), ("accumulation", "--accumulation"),
+                             ("max_length", "--max-length"), ("save_every", None)):
+            validate.number(f"{name} ({option})" if option else name, getattr(self, name), low=1, integer=True)
+        validate.number("seed (--seed)", self.seed, integer=True)
+        validate.number("learning_rate (--lr)", self.learning_rate, low=0, low_open=True,
+                        fix="pass a positive learning rate, e.g. --lr 5e-5")
+        validate.number("warmup_fraction", self.warmup_fraction, low=0, high=1)
+        validate.number("weight_decay", self.weight_decay, low=0)
 
 
 def with_classifier(model, num_labels: int, seed: int = 0):
@@ -211,6 +222,10 @@ class ClassifierTrainer(Checkpointed):
                     self.state["params"], self.state["opt_state"], batch,
                     jax.random.fold_in(key, self.meta["micro_step"]), config=self.config, optimizer=self.optimizer)
                 loss = float(loss)
+                if not np.isfinite(loss):  # the run diverged: keep the last sound checkpoint, export nothing
+                    raise ValueError(f"fine-tuning diverged: the training loss is {loss} at micro-batch "
+                                     f"{self.meta['micro_step'] + 1} (learning rate {fc.learning_rate:g}). Fix: lower "
+                                     f"--lr, then start again in a new work folder (or delete {self.run.workdir})")
                 self.state = {"params": params, "opt_state": opt_state}
                 self.meta["train_seconds"] += time.perf_counter() - t
                 self.meta["micro_step"] += 1
@@ -268,6 +283,30 @@ def save_classifier(model, folder, label_names: list[str] | None = None) -> Path
     return folder
 
 
+def check_labels(train, dev, label_names=None) -> int:
+    """The number of classes: ``len(label_names)``, else 0..max of the training labels, every one of
+    which must occur (a gap means a mislabelled file); dev labels must lie in that range."""
+    if not train:
+        raise ValueError("no training examples. Fix: pass a non-empty 'text<TAB>label' file")
+    for name, data in (("train", train), ("dev", dev or [])):
+        for i, x in enumerate(data):
+            if not (isinstance(x, (tuple, list)) and len(x) == 2 and isinstance(x[1], (int, np.integer))):
+                raise ValueError(f"{name} example {i} is {str(x)[:60]!r}: expected (text, integer label)")
+    train_labels = np.asarray([y for _, y in train])
+    n = len(label_names) if label_names else int(train_labels.max()) + 1
+    validate.labels("train labels", train_labels, n)
+    if not label_names and (missing := sorted(set(range(n)) - set(train_labels.tolist()))):
+        raise validate.BadArgument("train labels", f"0..{n - 1} without {missing[:5]}",
+                                   "class indices 0..K-1, each one present in the training data",
+                                   "renumber the classes from 0 without gaps, or fix the mislabelled lines")
+    if n < 2:
+        raise validate.BadArgument("train labels", f"only class {train_labels[0]}", "at least 2 classes",
+                                   "pass training data of two or more classes")
+    if dev:
+        validate.labels("dev labels", [y for _, y in dev], n)
+    return n
+
+
 LABEL_NAMES = {"sst2": ["negative", "positive"], "cola": ["unacceptable", "acceptable"]}
 
 
@@ -280,26 +319,44 @@ def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out
     from ``workdir`` (default: ``out`` + "-work"); an ``out`` that is already ``DONE`` is returned
     as it is."""
     import jattn
-    from jattn.io import glue
+    from jattn.io import glue, results
 
     out = Path(out)
+    if not isinstance(fc, FinetuneConfig):
+        raise TypeError(f"fc must be a FinetuneConfig, got {type(fc).__name__}")
     if (out / "DONE").is_file():
-        return json.loads((out / "finetune.json").read_text())
+        record = json.loads((out / "finetune.json").read_text())
+        if record.get("config") != dataclasses.asdict(fc) or record.get("metric_name") != metric_name:
+            raise validate.BadArgument("--out", str(out), "a new folder, or one fine-tuned with these arguments (it "
+                                       f"holds a finished run with {record.get('config')})",
+                                       "choose another --out, or rerun with the recorded arguments to get it back")
+        return record
     if metric_name not in ("accuracy", "matthews_corr"):
         raise ValueError(f"metric_name must be accuracy or matthews_corr, got {metric_name!r}")
-    n_labels = max(y for _, y in train) + 1
+    n_labels = check_labels(train, dev, label_names)
     model = base if hasattr(base, "config") else jattn.load(base)
-    model = with_classifier(model, max(n_labels, len(label_names or [])), fc.seed)
-    trainer = ClassifierTrainer(model, fc, workdir or out.with_name(out.name + "-work"), train, dev,
-                                getattr(glue, metric_name))
-    history = trainer.fit(max_steps=max_steps, progress=progress)
-    record = {"metric_name": metric_name, "config": dataclasses.asdict(fc), "history": history,
-              "train_seconds": round(trainer.meta["train_seconds"], 1), "complete": trainer.meta["epoch"] >= fc.epochs}
-    if record["complete"]:
-        record["dev_metric"] = history[-1]["dev_metric"]
-        save_classifier(trainer.trained_model(), out, label_names)
-        (out / "finetune.json").write_text(json.dumps(record, indent=2) + "\n")
-        (out / "DONE").write_text("fine-tuning finished\n")
+    validate.model_kind(model, "encoder", "fine-tuning a classifier")
+    with results.Output(out, option="out") as output:  # locked: one run per folder; replaced whole at the end
+        model = with_classifier(model, n_labels, fc.seed)
+        trainer = ClassifierTrainer(model, fc, workdir or out.with_name(out.name + "-work"), train, dev,
+                                    getattr(glue, metric_name))
+        history = trainer.fit(max_steps=max_steps, progress=progress)
+        record = {"metric_name": metric_name, "config": dataclasses.asdict(fc), "history": history,
+                  "train_seconds": round(trainer.meta["train_seconds"], 1),
+                  "complete": trainer.meta["epoch"] >= fc.epochs}
+        if record["complete"]:
+            record["dev_metric"] = history[-1]["dev_metric"]
+
+            def fill(folder):
+                save_classifier(trainer.trained_model(), folder, label_names)
+                (folder / "finetune.json").write_text(json.dumps(record, indent=2) + "\n")
+                meta = results.run_meta(base=str(getattr(model, "source", base)), metric=metric_name,
+                                        train_examples=len(train), dev_examples=len(dev or []),
+                                        arguments=dataclasses.asdict(fc), complete=True)
+                (folder / "results.json").write_text(json.dumps({"meta": meta}, indent=1))
+                (folder / "DONE").write_text("fine-tuning finished\n")
+
+            output.write(fill)
     return record
 
 

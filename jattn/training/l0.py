@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jattn.io import validate
 from jattn.nn.config import EncoderConfig
 from jattn.nn import gates as G
 from jattn.nn import encoder, seq2seq
@@ -142,6 +143,23 @@ def kept(log_alpha: dict) -> dict[str, np.ndarray]:
     return {k: np.asarray(G.deterministic(a)) > 0 for k, a in log_alpha.items()}
 
 
+def check_gate_config(gc: GateConfig) -> None:
+    """Every number of a ``GateConfig`` finite and in range (``jattn.io.validate``), before any compile."""
+    if not isinstance(gc, GateConfig):
+        raise TypeError(f"gc must be a GateConfig, got {type(gc).__name__}")
+    validate.number("lam (λ)", gc.lam, low=0, fix="pass a non-negative penalty weight, e.g. lam=0.01")
+    validate.number("lr", gc.lr, low=0, low_open=True, fix="pass a positive learning rate, e.g. lr=0.05")
+    validate.number("model_lr", gc.model_lr, low=0, fix="pass 0 (a frozen model) or a positive learning rate")
+    validate.number("init_log_alpha", gc.init_log_alpha)
+    validate.number("label_smoothing", gc.label_smoothing, low=0, high=1, high_open=True)
+    validate.number("steps", gc.steps, low=1, integer=True)
+    validate.number("save_every", gc.save_every, low=1, integer=True)
+    validate.number("seed", gc.seed, integer=True)
+    if not isinstance(gc.kinds, tuple) or not gc.kinds:
+        raise validate.BadArgument("kinds", gc.kinds, "a non-empty tuple of attention types",
+                                   "e.g. kinds=('encoder',)")
+
+
 class GateTrainer(Checkpointed):
     """Runs ``GateConfig`` from ``params`` (a converged model's nested dict) on batches from
     ``batches(epoch) -> list[dict]``; checkpoints under ``workdir/last`` with the run's arguments
@@ -149,6 +167,7 @@ class GateTrainer(Checkpointed):
     other arguments refused)."""
 
     def __init__(self, config, params: dict, gc: GateConfig, workdir, batches: Callable[[int], list]):
+        check_gate_config(gc)
         shapes = gate_shapes(config)
         if unknown := set(gc.kinds) - set(shapes):
             raise ValueError(f"cannot gate {sorted(unknown)}: this model has the attention types {sorted(shapes)}")
@@ -199,6 +218,10 @@ class GateTrainer(Checkpointed):
                                              jnp.float32(gc.lam), config=self.config, gc=self.static_gc,
                                              optimizer=self.optimizer)
                 window.append({k: float(v) for k, v in out.items()})
+                if not np.isfinite(window[-1]["loss"]):  # diverged: the last checkpoint stays as it was
+                    raise ValueError(f"gate training diverged: the loss is {window[-1]['loss']} at update "
+                                     f"{m['step'] + 1} (lr {gc.lr:g}, λ {gc.lam:g}). Fix: lower the learning rate, "
+                                     f"then start again in a new work folder (or delete {self.workdir})")
                 m["train_time_s"] += time.perf_counter() - t0
                 m["step"] += 1
                 m["batch_in_epoch"] += 1
