@@ -130,3 +130,85 @@ def test_cli_finetune_on_files(tiny, tmp_path, capsys):
     assert "dev accuracy" in capsys.readouterr().out and (tmp_path / "m" / "DONE").is_file()
     with pytest.raises(SystemExit, match="either --task or --train"):
         main(["finetune", "--out", str(tmp_path / "x")])
+
+
+def test_sigint_checkpoints_and_a_rerun_ends_with_the_same_weights(tiny, tmp_path, monkeypatch):
+    """Ctrl-C during a micro-batch: the trainer finishes it, saves, raises KeyboardInterrupt; a new
+    trainer on the same work folder resumes there and ends bit for bit where an uninterrupted run
+    ends."""
+    import os
+    import signal
+
+    from jattn.training import finetune as ft
+
+    model = with_classifier(tiny, 2, seed=1)
+    data = separable(40, 3)
+    fc = FinetuneConfig(epochs=2, batch_size=8, learning_rate=1e-3, max_length=16, save_every=100)
+    whole = ClassifierTrainer(model, fc, tmp_path / "whole", data)
+    whole.fit(progress=False)
+
+    calls = []
+    step = ft.train_step
+
+    def interrupted_step(*args, **kwargs):  # the signal arrives while the third micro-batch runs
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(ft, "train_step", interrupted_step)
+    part = ClassifierTrainer(model, fc, tmp_path / "part", data)
+    with pytest.raises(KeyboardInterrupt):
+        part.fit(progress=False)
+    assert part.meta["micro_step"] == 3 and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    monkeypatch.setattr(ft, "train_step", step)
+    resumed = ClassifierTrainer(model, fc, tmp_path / "part", data)
+    assert resumed.meta["micro_step"] == 3
+    resumed.fit(progress=False)
+    for a, b in zip(jax.tree.leaves(whole.state), jax.tree.leaves(resumed.state)):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+KILLED_RUN = """
+import sys, numpy as np, jax, jattn
+sys.path.insert(0, {tests!r})
+from test_finetune import separable
+from jattn.training.finetune import ClassifierTrainer, FinetuneConfig, with_classifier
+model = with_classifier(jattn.load({folder!r}, use_cache=False), 2, seed=1)
+fc = FinetuneConfig(epochs=3, batch_size=8, learning_rate=1e-3, max_length=16, save_every=1)
+trainer = ClassifierTrainer(model, fc, {work!r}, separable(40, 3))
+trainer.fit(progress=False)
+np.savez({out!r}, *[np.asarray(a) for a in jax.tree.leaves(trainer.state)])
+"""
+
+
+def test_sigkill_then_rerun_ends_with_the_same_weights(tiny_bert_folder, tmp_path):
+    """SIGKILL (no handler runs) while a run saves a checkpoint after every micro-batch: the rerun
+    resumes from the last complete checkpoint and ends bit for bit where an uninterrupted run
+    (the same script, another work folder) ends."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    def script(work, out):
+        return KILLED_RUN.format(tests=str(Path(__file__).parent), folder=str(tiny_bert_folder), work=str(work),
+                                 out=str(out))
+
+    subprocess.run([sys.executable, "-c", script(tmp_path / "whole", tmp_path / "whole.npz")], check=True)
+    run = subprocess.Popen([sys.executable, "-c", script(tmp_path / "part", tmp_path / "part.npz")])
+    last = tmp_path / "part" / "last"
+    deadline = time.time() + 300
+    while time.time() < deadline and run.poll() is None and max(
+            [int(p.name) for p in last.glob("*") if p.name.isdigit()], default=0) < 3:  # killed after step 3's save
+        time.sleep(0.02)
+    assert run.poll() is None, "the run ended before it could be killed: make it longer"
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    assert not (tmp_path / "part.npz").exists()
+    subprocess.run([sys.executable, "-c", script(tmp_path / "part", tmp_path / "part.npz")], check=True)
+    whole, part = np.load(tmp_path / "whole.npz"), np.load(tmp_path / "part.npz")
+    assert len(whole.files) == len(part.files) > 0
+    for k in whole.files:
+        assert np.array_equal(whole[k], part[k]), k
