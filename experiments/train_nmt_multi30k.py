@@ -110,7 +110,7 @@ def train(args) -> dict:
     V = len(tokenizer)
     print(f"vocabulary: {V} tokens (joint unigram SentencePiece) in {tok_dir}", flush=True)
 
-    enc = lambda texts, target=False: encode(tokenizer, texts, args.max_len, target)
+    enc = lambda texts, target=False: encode(tokenizer, texts, args.max_len, target, truncate=True)
     train_src, train_tgt = enc(tr_s), enc(tr_t, True)
     val_src, test_src = enc(va_s), enc(te_s)
     print(f"train pairs {len(train_src)}, target tokens {sum(map(len, train_tgt))}", flush=True)

@@ -96,8 +96,8 @@ class NMTTask:
         split = lambda n: read_parallel(*(data_file(args.data_dir, f"multi30k/{n}.{l}") for l in ("fr", "en")), True)
         (tr_s, tr_t), (te_s, te_t) = split("train"), split("test_2016_flickr")
         tok = self.model.tokenizer
-        self.train_src, self.train_tgt = encode(tok, tr_s, 64), encode(tok, tr_t, 64, True)
-        self.test_src, self.test_refs = encode(tok, te_s[: args.eval_sentences], 64), te_t[: args.eval_sentences]
+        self.train_src, self.train_tgt = encode(tok, tr_s, 64, truncate=True), encode(tok, tr_t, 64, True, truncate=True)
+        self.test_src, self.test_refs = encode(tok, te_s[: args.eval_sentences], 64, truncate=True), te_t[: args.eval_sentences]
         rng = np.random.default_rng(0)
         pick = rng.choice(len(tr_s), args.importance_examples, replace=False)
         self.importance_pairs = [(tr_s[i], tr_t[i]) for i in pick]
@@ -553,7 +553,7 @@ def head_profile(args) -> dict:
     split = lambda n: read_parallel(*(data_file(args.data_dir, f"multi30k/{n}.{l}") for l in ("fr", "en")), True)
     (tr_s, _), (te_s, te_t) = split("train"), split("test_2016_flickr")
     te_s, te_t = te_s[: args.sentences], te_t[: args.sentences]
-    src, tgt = encode(tok, te_s, 64), encode(tok, te_t, 64, True)
+    src, tgt = encode(tok, te_s, 64, truncate=True), encode(tok, te_t, 64, True, truncate=True)
     L, H = c.encoder_layers, c.encoder_heads
     heads = np.zeros((L, H))
     conservation = []
@@ -570,7 +570,7 @@ def head_profile(args) -> dict:
                             progress=not args.no_progress).statistics["encoder_confidence"].value
     # roles from the encoder's attention maps (argmax key of each real non-EOS query row)
     counts = {}
-    for ids in encode(tok, tr_s, 64):
+    for ids in encode(tok, tr_s, 64, truncate=True):
         for t in ids.tolist():
             counts[t] = counts.get(t, 0) + 1
     positional = np.zeros((L, H, 2))  # argmax at i-1, i+1

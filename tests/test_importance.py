@@ -5,6 +5,7 @@ pruning curves against an explicit loop of masked evaluations."""
 
 from __future__ import annotations
 
+import json
 import numpy as np
 import pytest
 import torch
@@ -203,6 +204,40 @@ def test_pruning_curve_equals_explicit_loop(classifier, schedule):
     np.testing.assert_allclose(curve, want)
 
 
+@pytest.mark.parametrize("schedule", ["once", "reestimate"])
+def test_interrupted_curve_resumes_to_the_uninterrupted_one(classifier, schedule, tmp_path):
+    """Ctrl-C (or a kill) at any point of a curve with a state file: the same call again resumes
+    from the last saved point and returns the uninterrupted curve, importance history and masks;
+    other settings are refused."""
+    model, _ = classifier
+    examples = list(zip(TEXTS, LABELS))
+    metric = classification_metric(model, examples, batch_size=8)
+    kw = dict(estimator="example", schedule=schedule, step=0.25, batch_size=8)
+    history, masks = [], []
+    whole = pruning_curve(model, examples, metric, history=history, masks_out=masks, **kw)
+    calls = []
+
+    def stopping(mask):  # Ctrl-C during the third evaluation
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return metric(mask)
+
+    state = tmp_path / "work" / "curve.json"
+    with pytest.raises(KeyboardInterrupt):
+        pruning_curve(model, examples, stopping, state_file=state, history=[], masks_out=[], **kw)
+    assert len(json.loads(state.read_text())["curve"]) == 2  # the points before the interrupted one
+    resumed_history, resumed_masks, evaluated = [], [], []
+    counting = lambda m: evaluated.append(1) or metric(m)  # noqa: E731
+    resumed = pruning_curve(model, examples, counting, state_file=state, history=resumed_history,
+                            masks_out=resumed_masks, **kw)
+    assert resumed == whole and len(evaluated) == len(whole) - 2  # done points are not evaluated again
+    np.testing.assert_array_equal(np.asarray(resumed_masks), np.asarray(masks))
+    np.testing.assert_array_equal(np.asarray(resumed_history), np.asarray(history))
+    with pytest.raises(ValueError, match=r"step=0\.25 \(now 0\.5\)"):
+        pruning_curve(model, examples, metric, state_file=state, **dict(kw, step=0.5))
+
+
 def test_keep_one_per_layer_and_fixed_ranking(classifier):
     model, _ = classifier
     examples = list(zip(TEXTS, LABELS))
@@ -285,6 +320,7 @@ def test_cli_importance_and_prune(classifier, marian, tmp_path):
     assert [f for f, _ in doc["curve"]] == pytest.approx([0, 0.25, 0.5, 0.75, 1.0], abs=0.03)
     assert doc["prunable_fraction"] == doc["curve"][-1][0]  # tolerance 100: every step is within it
     assert (tmp_path / "prune" / "figures" / "curve.png").is_file()
+    assert not (tmp_path / "prune-work").exists()  # the resumable state goes once the results are written
     pruned = jattn.load(tmp_path / "pruned", use_cache=False)
     assert pruned.params is not None
     with pytest.raises(SystemExit, match="--format parallel"):

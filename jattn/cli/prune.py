@@ -7,11 +7,14 @@ accuracy or Matthews correlation ×100 of a classifier (``--dev`` 'text<TAB>labe
 of greedy translations (``--dev SRC_FILE REF_FILE`` or one 'source ||| reference' file). Writes
 ``DIR/results.json`` (curve, the fraction prunable within ``--tolerance`` points, the head mask of
 every step), ``DIR/figures/curve.png``; ``--export FOLDER`` writes the model pruned at that
-fraction with the heads physically removed (``jattn.sweeps.pruning.export_pruned``).
+fraction with the heads physically removed (``jattn.sweeps.pruning.export_pruned``). The curve
+is saved after every point in ``DIR-work/`` (removed when done): a stopped run (Ctrl-C, a kill)
+started again with the same arguments resumes there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -71,9 +74,14 @@ def run(args) -> None:
         else:
             raise ValueError("jattn prune needs a task metric: --format labelled (a classifier) or parallel")
         masks = []
+        state = output.out.with_name(output.out.name + "-work") / "pruning_curve.json"  # resumable: removed when done
+        identity = {"model": str(model.source), "input": list(args.input), "dev": list(args.dev), "format": args.format,
+                    "metric": name, "examples": len(examples), "dev_examples": len(dev), "batch_size": args.batch_size,
+                    "max_length": max_length}
         curve = pruning_curve(model, examples, metric, estimator=args.estimator, schedule=args.schedule,
                               step=args.step, keep_one_per_layer=args.keep_one_per_layer,
-                              batch_size=args.batch_size, max_length=max_length, progress=True, masks_out=masks)
+                              batch_size=args.batch_size, max_length=max_length, progress=True, masks_out=masks,
+                              state_file=state, identity=identity)
         prunable = prunable_fraction(curve, curve[0][1], args.tolerance)
         keep = masks[[f for f, _ in curve].index(prunable)]
         doc = {"curve": curve, "baseline_metric": curve[0][1], "metric": name,
@@ -92,6 +100,9 @@ def run(args) -> None:
             return curve_figure(curve, curve[0][1], args.tolerance, name, folder / "figures" / "curve.png")
 
         output.write(fill)
+        state.unlink(missing_ok=True)  # the run's own file; its folder goes only if nothing else is in it
+        with contextlib.suppress(OSError):
+            state.parent.rmdir()
     if args.export:
         from jattn.sweeps.pruning import export_pruned
 

@@ -24,8 +24,15 @@ def read_parallel(src_path, tgt_path, lowercase: bool = False) -> tuple[list[str
     return [normalize(s, lowercase) for s in src], [normalize(t, lowercase) for t in tgt]
 
 
-def encode(tokenizer, texts: list[str], max_tokens: int, target: bool = False) -> list[np.ndarray]:
-    """Token ids (with the closing ``</s>``) per sentence, truncated to ``max_tokens``."""
+def encode(tokenizer, texts: list[str], max_tokens: int, target: bool = False, truncate: bool = False
+           ) -> list[np.ndarray]:
+    """Token ids (with the closing ``</s>``) per sentence. A sentence longer than ``max_tokens`` is
+    an error naming how many are, unless ``truncate`` (then it is cut to ``max_tokens``)."""
     kw = {"text_target": texts} if target else {"text": texts}
-    ids = tokenizer(**kw, truncation=True, max_length=max_tokens)["input_ids"]
+    ids = tokenizer(**kw, truncation=truncate, max_length=max_tokens if truncate else None)["input_ids"]
+    if too_long := [i for i, x in enumerate(ids) if len(x) > max_tokens]:
+        side = "target" if target else "source"
+        raise ValueError(f"{len(too_long)} {side} sentence(s) exceed {max_tokens} tokens (first: #{too_long[0]}, "
+                         f"{len(ids[too_long[0]])} tokens). Fix: raise the maximum length (--max-length) or "
+                         "shorten them; nothing is cut silently")
     return [np.asarray(x, np.int32) for x in ids]

@@ -64,14 +64,21 @@ def choose(scores: np.ndarray, kept: np.ndarray, layer_of: np.ndarray, k: int, k
 def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: str = "token",
                   schedule: str = "once", step: float = 0.1, keep_one_per_layer: bool = False, loss=None,
                   scores=None, batch_size: int = 32, max_length: int | None = None, progress: bool = False,
-                  history: list | None = None, masks_out: list | None = None) -> list[list[float]]:
+                  history: list | None = None, masks_out: list | None = None, state_file=None,
+                  identity: dict | None = None) -> list[list[float]]:
     """Metric vs share of heads masked: [[fraction_pruned, metric], ...] from 0 to the last step.
 
     ``examples``: what ``jattn.importance`` takes (the data importance is estimated on).
     ``metric_fn(mask) -> float`` with mask (L, H) float {0, 1} (a dict per attention type for a
     translation model). ``scores``: a fixed ranking instead of importance (e.g. random: the
     baseline), only with ``schedule="once"``. ``history`` / ``masks_out``: if lists, the importance
-    used at each step / the head mask of each curve point are appended to them."""
+    used at each step / the head mask of each curve point are appended to them.
+
+    ``state_file``: a JSON file the curve is saved to after every point (written atomically), and
+    resumed from when it exists: a run stopped anywhere (Ctrl-C, a kill) and started again with
+    the same arguments continues where it stopped and ends with the uninterrupted run's curve.
+    The settings and ``identity`` (what else determines the curve, e.g. the model and data) are
+    recorded in it; a file recorded with others is refused."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}. Fix: choose from {', '.join(SCHEDULES)}")
     step = validate.number("step", step, low=0, high=1, low_open=True,
@@ -110,9 +117,19 @@ def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: 
                              "metric) and the model's outputs (finite logits)")
         return value
 
-    curve = [[0.0, evaluate()]]
-    current = flat_scores(model, scores) if scores is not None else None
+    settings = {"estimator": estimator, "schedule": schedule, "step": step, "keep_one_per_layer": keep_one_per_layer,
+                "heads": N, "fixed_scores": scores is not None, **(identity or {})}
+    saved = _resume(state_file, settings)
+    if saved is None:
+        curve, current = [[0.0, evaluate()]], (flat_scores(model, scores) if scores is not None else None)
+    else:
+        curve, kept[:] = saved["curve"], saved["kept"]
+        current = None if saved["current"] is None else np.asarray(saved["current"], np.float64)
+        for name, out in (("history", history), ("masks", masks_out)):
+            if out is not None:
+                out += [_arrays(x) for x in saved[name]]
     while True:
+        _save(state_file, settings, curve, kept, current, history, masks_out)
         if current is None or schedule == "reestimate":
             current = estimate()
         chosen = choose(current, kept, layer_of, k, keep_one_per_layer)
@@ -120,6 +137,51 @@ def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: 
             return curve
         kept[chosen] = 0.0
         curve.append([float(1 - kept.mean()), evaluate()])
+
+
+def _lists(x):
+    """Arrays (or a dict of them) as nested lists, for the state file."""
+    return {k: np.asarray(v).tolist() for k, v in x.items()} if isinstance(x, dict) else np.asarray(x).tolist()
+
+
+def _arrays(x):
+    return {k: np.asarray(v) for k, v in x.items()} if isinstance(x, dict) else np.asarray(x)
+
+
+def _save(state_file, settings, curve, kept, current, history, masks_out) -> None:
+    """The curve so far, the kept heads and the ranking in use, written to a temporary file and
+    renamed over ``state_file`` (a reader never sees half a file)."""
+    import json
+    import os
+    from pathlib import Path
+
+    if state_file is None:
+        return
+    path = Path(state_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"settings": settings, "curve": curve, "kept": kept.tolist(),
+           "current": None if current is None else np.asarray(current).tolist(),
+           "history": [_lists(x) for x in history or []], "masks": [_lists(x) for x in masks_out or []]}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, path)
+
+
+def _resume(state_file, settings) -> dict | None:
+    """The saved state of a run with these ``settings``; None when there is none."""
+    import json
+    from pathlib import Path
+
+    if state_file is None or not Path(state_file).is_file():
+        return None
+    saved = json.loads(Path(state_file).read_text())
+    recorded = json.loads(json.dumps(saved["settings"]))
+    if recorded != json.loads(json.dumps(settings)):
+        differ = sorted(k for k in set(recorded) | set(settings) if recorded.get(k) != settings.get(k))
+        raise ValueError(f"{state_file} holds a pruning curve with other settings: "
+                         + ", ".join(f"{k}={recorded.get(k)!r} (now {settings.get(k)!r})" for k in differ)
+                         + ". Fix: rerun with the recorded settings to resume it, or delete the file to start anew")
+    return saved
 
 
 def prunable_fraction(curve: list, baseline: float, tolerance: float = 1.0, higher_is_better: bool = True) -> float:
