@@ -174,3 +174,100 @@ def test_unequal_lengths_are_refused(minilm):
                     lambda out: out["last_hidden_state"][:, 0, 0])
     with pytest.raises(ValueError, match="one number per example"):
         patch_heads(minilm, ["a cat sat"], ["a dog sat"], lambda out: out["last_hidden_state"][:, 0])
+
+
+# ---------------------------------------------------------------- path patching
+
+def hf_path_patch(hf, clean: dict, corrupted: dict, metric, sender, receivers, heads: int) -> np.ndarray:
+    """The three-pass definition with HF hooks (per example, (b,)): record the clean and corrupted
+    head outputs; the sender pass freezes every head's output to the corrupted one except the
+    sender's (clean) and keeps every layer's input; the receiver pass computes each receiver's
+    q/k/v slice from the sender pass's input of its layer. ``receivers`` "output" or [(l, h, roles)]."""
+    base = getattr(hf, hf.base_model_prefix, hf)
+    projections = output_projections(hf)["encoder"]
+
+    def contexts(inputs):
+        got, handles = {}, []
+        for l, proj in enumerate(projections):
+            handles.append(proj.register_forward_pre_hook(lambda m, a, l=l: got.__setitem__(l, a[0].detach().clone())))
+        with torch.no_grad():
+            hf(**inputs)
+        for h in handles:
+            h.remove()
+        return got
+
+    clean_ctx, corr_ctx = contexts(clean), contexts(corrupted)
+    sl, sh = sender
+    handles = []
+    for l, proj in enumerate(projections):
+        def freeze(m, a, l=l):
+            x = corr_ctx[l].clone()  # (b, n, H·d_h)
+            if l == sl:
+                d = x.shape[-1] // heads
+                x[..., sh * d:(sh + 1) * d] = clean_ctx[l][..., sh * d:(sh + 1) * d]
+            return (x,)
+        handles.append(proj.register_forward_pre_hook(freeze))
+    with torch.no_grad():
+        sender_pass = hf(**corrupted, output_hidden_states=True)
+    for h in handles:
+        h.remove()
+    if receivers == "output":
+        return metric(sender_pass).numpy()
+    handles = []
+    for l, h, roles in receivers:
+        attention = base.encoder.layer[l].attention.self
+        for role in roles:
+            linear = {"q": attention.query, "k": attention.key, "v": attention.value}[role]
+
+            def swap(m, a, out, h=h, x=sender_pass.hidden_states[l]):
+                d = out.shape[-1] // heads
+                out = out.clone()
+                out[..., h * d:(h + 1) * d] = m.forward(x)[..., h * d:(h + 1) * d].detach()  # q/k/v from the stream
+                return out
+            handles.append(linear.register_forward_hook(swap))
+    with torch.no_grad():
+        result = metric(hf(**corrupted)).numpy()
+    for handle in handles:
+        handle.remove()
+    return result
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    from tiny_encoders import save_tiny
+
+    folder = save_tiny(tmp_path_factory.mktemp("path"), "bert-3x2-gelu_new")
+    hf = hf_model(folder).double()
+    with torch.no_grad():  # larger random weights than HF's init, so that attention is not uniform
+        for name, p in hf.named_parameters():
+            if p.dim() == 2 and "embeddings" not in name:
+                p.normal_(0, 0.3)
+    hf.save_pretrained(str(folder))
+    return jattn.load(str(folder), use_cache=False), hf
+
+
+@pytest.mark.parametrize("receivers", ["output", [(2, 1, "q")], [(1, 0, "kv"), (2, 1, "qkv")], [(2, 0, "v")]])
+def test_path_patching_equals_three_passes(tiny_bert, receivers):
+    from jattn.sweeps.path_patching import path_patch
+
+    model, hf = tiny_bert
+    clean = ["the cat sat on the mat", "a dog ran in the park today", "birds fly"]
+    corrupted = ["the dog sat on the rug", "a cat ran in the yard today", "fish swim"]
+    w = np.random.default_rng(1).normal(size=model.config.hidden_size)
+    w /= np.linalg.norm(w)
+    w32, w64 = w.astype(np.float32), torch.tensor(w)
+    got = path_patch(model, clean, corrupted, lambda out: out["last_hidden_state"][:, 0] @ w32, receivers)
+    a, b = (torch_inputs(x) for x in paired_inputs(model, clean, corrupted))
+    metric = lambda out: out.last_hidden_state[:, 0] @ w64  # noqa: E731
+    with torch.no_grad():
+        base = metric(hf(**b)).numpy()
+    L, H = model.config.num_layers, model.config.num_heads
+    want = np.array([[(hf_path_patch(hf, a, b, metric, (l, h), receivers, H) - base).mean() for h in range(H)]
+                     for l in range(L)])
+    terms = 3 * model_terms(model.config, a["input_ids"].shape[1])  # three float32 forwards in a chain
+    assert_close(got, want, terms=terms, scale=1.0)
+    print(receivers, "max |jattn − HF|", np.abs(got - want).max(), "largest effect", np.abs(want).max())
+    assert np.abs(want).max() > 5 * tolerance(1.0, terms)  # effects above the tolerance
+    if receivers != "output":  # a sender at or above every receiver's layer reaches none of them
+        top = max(l for l, _, _ in receivers)
+        assert (want[top:] == 0).all()  # (jattn matches it within the tolerance above)

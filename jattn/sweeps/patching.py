@@ -78,7 +78,7 @@ def _tokenize_pairs(model, pairs) -> dict:
 
 def _as_batch(model, inputs, name: str) -> dict:
     if isinstance(inputs, (list, tuple)) and inputs and not isinstance(inputs, str):
-        return model.check_batch(_tokenize_pairs(model, inputs) if is_seq2seq(model) else model.tokenize(list(inputs)))
+        return model.check_batch(_tokenize_pairs(model, inputs) if is_seq2seq(model) else model.tokenize(list(inputs), max_length=model.config.max_length))
     if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and not inputs):
         raise ValueError(f"{name} must be a non-empty list of examples (or a tokenized batch), got {inputs!r}")
     return model.check_batch(inputs)
