@@ -9,7 +9,9 @@ y_i = Σ_h Σ_j α[h,i,j] f_h(x_j) + b_O.
 Interventions (``jattn.nn.interventions.Interventions``, one layer's slice) enter as arrays:
 ``head_gates`` multiply head h's context Σ_j α v_hj before W_O (Michel et al. 2019's ξ_h);
 ``disabled_heads`` replace the head's weights by the uniform distribution over the keys the
-query may see (Kovaleva et al. 2019); ``weights_delta`` is added to α (∂L/∂delta = ∂L/∂α).
+query may see (Kovaleva et al. 2019); ``weights_delta`` is added to α (∂L/∂delta = ∂L/∂α);
+``patch`` replaces the block's input, values, weights or head outputs by given arrays, and lets
+marked heads read their queries, keys or values from another input (path patching's receivers).
 
 Every sublayer is used by the encoder, the translation model and cached decoding alike.
 """
@@ -20,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from jattn.nn.interventions import Interventions
+from jattn.nn.interventions import Interventions, blend
 from jattn.nn.layers import ACT, Dense, LayerNorm, dropout, ln_sigma, split_rng
 
 
@@ -59,6 +61,9 @@ class MultiHeadAttention(nnx.Module):
         Softmax is taken in float32 whatever the compute dtype."""
         dt = x_q.dtype
         q = self.query(x_q)  # (b, q, H, d_h)
+        if iv.patch is not None:
+            q, k, v = _receivers(self, q, k, v, iv.patch)
+            v = iv.patched("values", v)  # (b, H, k, d_h)
         scores = jnp.einsum("bqhd,bhkd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(q.shape[-1])  # (b, H, q, k)
         mask = allowed[:, None]  # (b, 1, 1 or q, k)
         # additive mask, as HF's eager attention: finfo.min + s rounds to finfo.min, so this equals
@@ -68,6 +73,7 @@ class MultiHeadAttention(nnx.Module):
         if iv.disabled_heads is not None:
             uniform = mask / mask.sum(-1, keepdims=True)  # (b, 1, 1 or q, k)  Kovaleva's disabled head
             weights = jnp.where(_per_head(iv.disabled_heads), uniform, weights)  # (b, H, q, k)
+        weights = iv.patched("weights", weights)  # (b, H, q, k)
         internal_weights = weights
         if iv.detach_weights:
             weights = jax.lax.stop_gradient(weights)
@@ -77,6 +83,7 @@ class MultiHeadAttention(nnx.Module):
         context = jnp.einsum("bhqk,bhkd->bhqd", probs, v)  # (b, H, q, d_h)
         if iv.head_gates is not None:
             context = context * _per_head(iv.head_gates).astype(dt)  # (b, H, q, d_h)  ξ_h · head_h
+        context = iv.patched("context", context)  # (b, H, q, d_h)
         out = self.out.bias[...].astype(dt) + jnp.einsum(
             "bhqd,hdo->bqo", context, self.out.kernel[...].astype(dt))  # (b, q, D)
         internals = {
@@ -86,6 +93,21 @@ class MultiHeadAttention(nnx.Module):
             "output": out,  # (b, q, D) Σ_h Σ_j α f_h(x_j) + b_O
         }
         return out, internals
+
+
+def _receivers(attn: MultiHeadAttention, q, k, v, patch: dict):
+    """The heads marked in ``patch``'s ``query_input`` / ``key_input`` / ``value_input`` (each
+    (input (b, n, D), where (1|b, H))) compute q, k or v from that input instead of the block's."""
+    if "query_input" in patch:
+        x, where = patch["query_input"]
+        q = blend(q, attn.query(x.astype(q.dtype)), where[:, None, :, None])  # (b, q, H, d_h)
+    if "key_input" in patch:
+        x, where = patch["key_input"]
+        k = blend(k, jnp.moveaxis(attn.key(x.astype(k.dtype)), 2, 1), where[:, :, None, None])  # (b, H, k, d_h)
+    if "value_input" in patch:
+        x, where = patch["value_input"]
+        v = blend(v, jnp.moveaxis(attn.value(x.astype(v.dtype)), 2, 1), where[:, :, None, None])  # (b, H, k, d_h)
+    return q, k, v
 
 
 def post_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, iv: Interventions, *,
@@ -98,6 +120,8 @@ def post_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, i
     ``attention_ln_out`` h.
     """
     r = split_rng(rng, 2)
+    patched = iv.patched("residual", x)  # (b, q, D)
+    kv, x = patched if kv is x else kv, patched  # self-attention reads the patched stream for keys and values too
     k, v = attn.keys_values(kv) if not isinstance(kv, tuple) else kv
     y, internals = attn(x, k, v, allowed, iv, dropout_rate=attention_dropout, rng=r[0])  # (b, q, D)
     pre_ln = x + dropout(y, dropout_rate, r[1])  # (b, q, D)

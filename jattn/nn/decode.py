@@ -201,9 +201,10 @@ def generate(params, config: Seq2SeqConfig, input_ids, attention_mask, *, num_be
     {"encoder"|"decoder"|"cross": Interventions} with per-head (L, H) gates / disabled heads."""
     iv = check_interventions(config, interventions)
     for kind, one in iv.items():
-        if one.weights_delta is not None or any(a is not None and a.ndim != 2 for a in one.layer_slices()[:2]):
+        if (one.weights_delta is not None or one.patch is not None
+                or any(a is not None and a.ndim != 2 for a in one.layer_slices()[:2])):
             raise ValueError(f"decoding takes per-head interventions only: interventions[{kind!r}] must have "
-                             "(L, H) head_gates / disabled_heads and no weights_delta")
+                             "(L, H) head_gates / disabled_heads and no weights_delta or patch")
     args = (params, config, jnp.asarray(input_ids, jnp.int32), jnp.asarray(attention_mask, jnp.int32), iv)
     if num_beams == 1:
         return trim(*greedy(*args, max_length=max_length, dtype=dtype))

@@ -14,6 +14,10 @@ importance.
     the query may see (Kovaleva et al. 2019, §4.2).
 ``weights_delta``  float, (L, b, H, q, k): added to α before it multiplies the values; at zero it
     changes nothing and ∂L/∂delta = ∂L/∂α (Clark et al. 2019, Fig. 3).
+``patch``  {site: (value, where)}: activation patching (Vaswani-style internals replaced by given
+    arrays, per layer, example, head and position; ``PATCH_SITES`` below). ``where`` bool
+    replaces; ``where`` float t blends x + t (value − x), so ∂metric/∂t at t = 0 is attribution
+    patching's first-order estimate (Nanda 2023; Syed et al. 2023).
 ``detach_weights`` / ``detach_ln``  static bools: stop the gradient through α, or through the
     LayerNorms' σ (as LRP-style relevance propagation treats them: Voita et al. 2019 §4.2;
     Ali et al. 2022). Changing them recompiles: they change the program.
@@ -27,6 +31,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+# site -> (what it replaces, the shape of one layer's value, the shape of one layer's ``where``);
+# ``1|`` marks an axis ``where`` may broadcast. b examples, H heads, q queries, k keys.
+PATCH_SITES = {
+    "context": ("head outputs Σ_j α v before W_O (after the gate)", "(b, H, q, d_h)", "(1|b, H, 1|q)"),
+    "weights": ("attention weights α (after disabling, before weights_delta)", "(b, H, q, k)", "(1|b, H, 1|q)"),
+    "values": ("values v_hj", "(b, H, k, d_h)", "(1|b, H, 1|k)"),
+    "residual": ("the attention block's input x (keys and values too in self-attention)", "(b, q, D)", "(1|b, 1|q)"),
+    "query_input": ("the input the marked heads compute their queries from", "(b, q, D)", "(1|b, H)"),
+    "key_input": ("the input the marked heads compute their keys from", "(b, k, D)", "(1|b, H)"),
+    "value_input": ("the input the marked heads compute their values from", "(b, k, D)", "(1|b, H)"),
+}
+RECEIVER_SITES = ("query_input", "key_input", "value_input")  # path patching's receivers (Wang et al. 2022)
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +51,7 @@ class Interventions:
     head_gates: jax.Array | None = None
     disabled_heads: jax.Array | None = None
     weights_delta: jax.Array | None = None
+    patch: dict | None = None
     detach_weights: bool = dataclasses.field(default=False, metadata=dict(static=True))
     detach_ln: bool = dataclasses.field(default=False, metadata=dict(static=True))
 
@@ -68,15 +86,23 @@ class Interventions:
             if delta.ndim != 5 or delta.shape[0] != L or delta.shape[2] != H:
                 raise ValueError(f"{what}.weights_delta must be (L, b, H, q, k) with L={L}, H={H}; "
                                  f"got shape {tuple(delta.shape)}")
-        return dataclasses.replace(self, head_gates=gates, disabled_heads=disabled, weights_delta=delta)
+        patch = None if self.patch is None else check_patch(self.patch, L, H, what)
+        return dataclasses.replace(self, head_gates=gates, disabled_heads=disabled, weights_delta=delta, patch=patch)
 
     def layer_slices(self):
         """The array fields, each with the layer axis leading (what ``lax.scan`` slices)."""
-        return (self.head_gates, self.disabled_heads, self.weights_delta)
+        return (self.head_gates, self.disabled_heads, self.weights_delta, self.patch)
 
-    def for_layer(self, gates, disabled, delta) -> "Interventions":
+    def for_layer(self, gates, disabled, delta, patch=None) -> "Interventions":
         """One layer's view, rebuilt from the slices ``lax.scan`` hands each step."""
-        return dataclasses.replace(self, head_gates=gates, disabled_heads=disabled, weights_delta=delta)
+        return dataclasses.replace(self, head_gates=gates, disabled_heads=disabled, weights_delta=delta, patch=patch)
+
+    def patched(self, site: str, x: jax.Array) -> jax.Array:
+        """One layer's ``x`` with the patch of ``site`` applied (``x`` itself when there is none)."""
+        if self.patch is None or site not in self.patch:
+            return x
+        value, where = self.patch[site]
+        return blend(x, value, where[..., None])
 
     def take_rows(self, take) -> "Interventions":
         """One layer's view cut to a subset of the batch: ``take`` maps an array (b, ...) to its
@@ -86,16 +112,60 @@ class Interventions:
             return take(x) if x is not None and per_example and x.shape[0] > 1 else x
 
         gates, disabled, delta = self.head_gates, self.disabled_heads, self.weights_delta
+        patch = None if self.patch is None else {site: (cut(value, True), cut(where, True))
+                                                 for site, (value, where) in self.patch.items()}
         return dataclasses.replace(self, head_gates=cut(gates, gates is not None and gates.ndim >= 2),
                                    disabled_heads=cut(disabled, disabled is not None and disabled.ndim == 2),
-                                   weights_delta=cut(delta, True))
+                                   weights_delta=cut(delta, True), patch=patch)
 
     def first_query(self) -> "Interventions":
         """One layer's view for its first query row only ([CLS]): per-query gates (b, H, q) and
         weight deltas (b, H, q, k) cut to q = 1."""
+        if self.patch is not None:
+            raise ValueError("a patch changes every query row: run model.forward, not classify, with interventions.patch")
         gates, delta = self.head_gates, self.weights_delta
         return dataclasses.replace(self, head_gates=gates[..., :1] if gates is not None and gates.ndim == 3 else gates,
                                    weights_delta=None if delta is None else delta[:, :, :1])
+
+
+def blend(x: jax.Array, value: jax.Array, where: jax.Array) -> jax.Array:
+    """``value`` where ``where`` (bool) is True, else x; for a float ``where`` t, x + t (value − x)."""
+    value = value.astype(x.dtype)
+    if where.dtype == jnp.bool_:
+        return jnp.where(where, value, x)
+    return x + where.astype(x.dtype) * (value - x)
+
+
+def check_patch(patch, L: int, H: int, what: str) -> dict:
+    """Validate a stacked patch {site: (value (L, b, ...), where (L, 1|b, ...))} (``PATCH_SITES``)."""
+    name = f"{what}.patch"
+    if not isinstance(patch, dict):
+        raise ValueError(f"{name} must be a dict {{site: (value, where)}} with sites among {sorted(PATCH_SITES)}, "
+                         f"got {type(patch).__name__}")
+    out = {}
+    for site, pair in patch.items():
+        if site not in PATCH_SITES:
+            raise ValueError(f"{name} has unknown site {site!r}. Fix: choose from {', '.join(PATCH_SITES)}")
+        _, value_shape, where_shape = PATCH_SITES[site]
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise ValueError(f"{name}[{site!r}] must be a pair (value, where), got {type(pair).__name__}")
+        value, where = _as_array(pair[0], f"{name}[{site!r}] value"), _as_array(pair[1], f"{name}[{site!r}] where")
+        receiver = site in RECEIVER_SITES
+        want_where = 3 if receiver else value.ndim - 1
+        expected = f"value (L, {value_shape[1:]} and where (L, {where_shape[1:]} with L={L}, H={H}"
+        shape_ok = (value.ndim == len(value_shape.split(",")) + 1 and where.ndim == want_where
+                    and value.shape[0] == where.shape[0] == L and where.shape[1] in (1, value.shape[1]))
+        if shape_ok and site != "residual":
+            shape_ok = where.shape[2] == H and (receiver or value.shape[2] == H)
+        if shape_ok and not receiver:
+            shape_ok = all(w in (1, v) for w, v in zip(where.shape[2:], value.shape[2:]))
+        if not shape_ok:
+            raise ValueError(f"{name}[{site!r}] needs {expected}; got value {tuple(value.shape)}, "
+                             f"where {tuple(where.shape)}")
+        if not (where.dtype == jnp.bool_ or jnp.issubdtype(where.dtype, jnp.floating)):
+            raise ValueError(f"{name}[{site!r}] where must be bool (replace) or float (blend), got {where.dtype}")
+        out[site] = (value, where)
+    return out
 
 
 def _as_array(x, name: str) -> jax.Array:

@@ -1,0 +1,312 @@
+"""Activation patching and attribution patching of attention heads, as compiled programs.
+
+Activation patching (Vig et al. 2020; Meng et al. 2022; Wang et al. 2022, §3): run the model on
+a *corrupted* input with head (l, h)'s output — its context Σ_j α v before W_O — replaced by the
+head's output on the *clean* input, and measure the change of a metric:
+
+    effect[l, h] = mean over examples of metric(corrupted, head (l, h) ← clean) − metric(corrupted).
+
+``metric`` maps the model's outputs (a dict: ``last_hidden_state`` (b, n, D), ``pooler_output``,
+``logits`` for an encoder; ``logits`` (b, t, V), ``encoder_last_hidden_state``,
+``decoder_last_hidden_state`` for a translation model) to one number per example (b,). Clean and
+corrupted inputs are aligned position by position, so each pair must tokenize to the same lengths.
+
+Batched form. Patching layer l leaves layers 0..l−1 as in the corrupted run, so the corrupted
+forward's layer inputs are computed once and each variant runs only layers l..L−1 (prefix reuse:
+H·Σ_l (L − l) = H·L(L+1)/2 layers for all L·H heads instead of H·L², a bound of 2L/(L+1) on the
+saving). The H variants of a layer (or H·n, one per head and query position) run in one
+compiled call, ``heads_per_step`` of them at a time under ``vmap`` (``lax.map``'s batches).
+
+Attribution patching (Nanda 2023; Syed et al. 2023): the first-order estimate
+effect[l, h] ≈ (o_clean − o_corr) · ∂metric/∂o at the corrupted run, for every head at once from
+one forward on each input and one backward. The patch blends o + t (o_clean − o) with t = 0, so
+∂metric/∂t is that dot product (``Interventions.patch`` with a float ``where``).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jattn.nn import encoder, seq2seq
+from jattn.nn.config import Seq2SeqConfig
+from jattn.nn.interventions import NONE, Interventions
+
+
+# ---------------------------------------------------------------- inputs
+
+def is_seq2seq(model) -> bool:
+    return isinstance(model.config, Seq2SeqConfig)
+
+
+def kinds(model) -> tuple[str, ...]:
+    """The model's attention types: ("encoder",) or ``jattn.nn.seq2seq.KINDS``."""
+    return seq2seq.KINDS if is_seq2seq(model) else ("encoder",)
+
+
+def stack_shape(model, kind: str) -> tuple[int, int]:
+    """(L, H) of attention type ``kind``."""
+    c = model.config
+    if not is_seq2seq(model):
+        return c.num_layers, c.num_heads
+    if kind == "encoder":
+        return c.encoder_layers, c.encoder_heads
+    return c.decoder_layers, c.decoder_heads
+
+
+def _tokenize_pairs(model, pairs) -> dict:
+    """(source, target) string pairs -> a teacher-forced batch (decoder input: start + target[:-1])."""
+    if any(not (isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(s, str) for s in p)) for p in pairs):
+        raise ValueError("a translation model is patched on (source, target) string pairs, or on a batch dict "
+                         "(input_ids, attention_mask, decoder_input_ids)")
+    c, tok = model.config, model.tokenizer
+    src = tok([s for s, _ in pairs])["input_ids"]
+    tgt = tok(text_target=[t for _, t in pairs])["input_ids"]
+    b, s, t = len(pairs), max(map(len, src)), max(map(len, tgt))
+    out = {"input_ids": np.full((b, s), c.pad_token_id), "attention_mask": np.zeros((b, s), np.int32),
+           "decoder_input_ids": np.full((b, t), c.pad_token_id), "decoder_attention_mask": np.zeros((b, t), np.int32)}
+    for r, (x, y) in enumerate(zip(src, tgt)):
+        out["input_ids"][r, :len(x)], out["attention_mask"][r, :len(x)] = x, 1
+        out["decoder_input_ids"][r, 0] = c.decoder_start_token_id
+        out["decoder_input_ids"][r, 1:len(y)], out["decoder_attention_mask"][r, :len(y)] = y[:-1], 1
+    return out
+
+
+def _as_batch(model, inputs, name: str) -> dict:
+    if isinstance(inputs, (list, tuple)) and inputs and not isinstance(inputs, str):
+        return model.check_batch(_tokenize_pairs(model, inputs) if is_seq2seq(model) else model.tokenize(list(inputs), max_length=model.config.max_length))
+    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and not inputs):
+        raise ValueError(f"{name} must be a non-empty list of examples (or a tokenized batch), got {inputs!r}")
+    return model.check_batch(inputs)
+
+
+def paired_inputs(model, clean, corrupted) -> tuple[dict, dict]:
+    """Tokenize (or check) ``clean`` and ``corrupted``; both padded to the same shape. Raises a
+    ValueError naming the first example whose clean and corrupted versions differ in length."""
+    a, b = _as_batch(model, clean, "clean"), _as_batch(model, corrupted, "corrupted")
+    if len(a["input_ids"]) != len(b["input_ids"]):
+        raise ValueError(f"clean has {len(a['input_ids'])} examples, corrupted {len(b['input_ids'])}: patching "
+                         "pairs them one to one")
+    for mask in ("attention_mask", "decoder_attention_mask"):
+        if mask not in a:
+            continue
+        la, lb = a[mask].sum(1), b[mask].sum(1)  # (b,)
+        if (bad := np.nonzero(la != lb)[0]).size:
+            i = int(bad[0])
+            side = "target" if mask.startswith("decoder") else "input"
+            texts = f": {clean[i]!r} vs {corrupted[i]!r}" if isinstance(clean, (list, tuple)) else ""
+            raise ValueError(f"example {i} tokenizes to {la[i]} {side} tokens clean and {lb[i]} corrupted{texts}. "
+                             "Patching replaces activations position by position, so the two must have equal "
+                             "lengths. Fix: choose a corruption that keeps the token count (e.g. swap a name for "
+                             "one of the same number of word pieces)")
+    for key in a:  # pad both to the same length
+        n = max(a[key].shape[1], b[key].shape[1])
+        pad = 0 if "mask" in key or "type" in key else model.config.pad_token_id
+        a[key], b[key] = (np.pad(x[key], ((0, 0), (0, n - x[key].shape[1])), constant_values=pad) for x in (a, b))
+    return a, b
+
+
+def batch_rows(batch: dict, start: int, size: int) -> dict:
+    """Rows start..start+size of a batch, the last batch filled with copies of its first row."""
+    rows = np.arange(start, min(start + size, len(batch["input_ids"])))
+    rows = np.concatenate([rows, np.repeat(rows[:1], size - len(rows))])
+    return {k: v[rows] for k, v in batch.items()}
+
+
+# ---------------------------------------------------------------- suffixes (layers start..L−1)
+
+def _layer(stacked_module, i):
+    graphdef, stacked = nnx.split(stacked_module)
+    return nnx.merge(graphdef, jax.tree.map(lambda a: a[i], stacked))
+
+
+def encoder_outputs(module, x) -> dict:
+    """What ``metric`` sees from an encoder's last hidden state x (b, n, D)."""
+    out = {"last_hidden_state": x}
+    if module.pooler is not None:
+        out["pooler_output"] = module.pool(x)  # (b, D)
+    if module.classifier is not None:
+        out["logits"] = module.head_logits(x)  # (b, C)
+    return out
+
+
+def encoder_suffix(module, x, allowed, start, patch: dict) -> dict:
+    """An encoder's outputs from x (b, n, D), the input of layer ``start`` (traced), with the
+    one-layer ``patch`` {site: (value, where)} applied in layer ``start``."""
+    x, _ = _layer(module.layers, start)(x, allowed, Interventions(patch=patch), None)  # (b, n, D)
+    body = lambda i, x: _layer(module.layers, i)(x, allowed, NONE, None)[0]  # noqa: E731
+    return encoder_outputs(module, jax.lax.fori_loop(start + 1, module.config.num_layers, body, x))
+
+
+def _source_layers(module, x, allowed, start, iv: Interventions):
+    def run(i, x, iv):
+        layer = _layer(module.encoder.layers, i)
+        h, _ = layer.attend("self", x, x, allowed, iv, None)  # (b, s, D)
+        return layer.ffn(h, iv, None)[0]
+
+    x = run(start, x, iv)  # (b, s, D)
+    return jax.lax.fori_loop(start + 1, module.config.encoder_layers, lambda i, x: run(i, x, NONE), x)
+
+
+def _target_layers(module, enc, batch, y, start, iv_self: Interventions, iv_cross: Interventions):
+    dec_mask = batch["decoder_attention_mask"]  # (b, t)
+    t = dec_mask.shape[1]
+    causal = jnp.tril(jnp.ones((t, t), bool))[None] & dec_mask.astype(bool)[:, None, :]  # (b, t, t)
+    src = batch["attention_mask"].astype(bool)[:, None, :]  # (b, 1, s)
+
+    def run(i, y, iv_self, iv_cross):
+        layer = _layer(module.decoder.layers, i)
+        h, _ = layer.attend("self", y, y, causal, iv_self, None)  # (b, t, D)
+        h, _ = layer.attend("cross", h, enc, src, iv_cross, None)  # (b, t, D)
+        return layer.ffn(h, iv_cross, None)[0]
+
+    y = run(start, y, iv_self, iv_cross)  # (b, t, D)
+    return jax.lax.fori_loop(start + 1, module.config.decoder_layers, lambda i, y: run(i, y, NONE, NONE), y)
+
+
+def seq2seq_suffix(module, batch, kind: str, enc, x, start, patch: dict) -> dict:
+    """A translation model's outputs when attention type ``kind`` is patched in layer ``start``:
+    ``x`` is that layer's input (source side for "encoder", target side otherwise); ``enc`` the
+    corrupted encoder output (b, s, D), recomputed when the encoder is patched."""
+    iv = Interventions(patch=patch)
+    if kind == "encoder":
+        enc = _source_layers(module, x, batch["attention_mask"].astype(bool)[:, None, :], start, iv)  # (b, s, D)
+        y, _ = module.decoder_stack(enc, batch["attention_mask"], batch["decoder_input_ids"],
+                                    batch["decoder_attention_mask"], {}, internals=None)  # (b, t, D)
+    else:
+        y = _target_layers(module, enc, batch, x, start, iv if kind == "decoder" else NONE,
+                           iv if kind == "cross" else NONE)  # (b, t, D)
+    return {"logits": module.logits(y), "encoder_last_hidden_state": enc, "decoder_last_hidden_state": y}
+
+
+# ---------------------------------------------------------------- the exact sweep
+
+@partial(jax.jit, static_argnames=("config",))
+def _runs(params, config, clean, corrupted):
+    """Clean per-head outputs {kind: (L, b, H, q, d_h)}, the corrupted outputs and every layer's
+    input {kind: (L, b, q, D)}."""
+    f = seq2seq.forward if isinstance(config, Seq2SeqConfig) else encoder.forward
+    _, clean_int = f(params, config, clean, None, internals=("context",))
+    out, corr_int = f(params, config, corrupted, None, internals=("residual",))
+    if not isinstance(config, Seq2SeqConfig):
+        clean_int, corr_int = {"encoder": clean_int}, {"encoder": corr_int}
+    contexts = {k: v["context"] for k, v in clean_int.items()}
+    return contexts, out, {k: v["residual"] for k, v in corr_int.items()}
+
+
+@partial(jax.jit, static_argnames=("config", "metric", "kind", "heads_per_step"))
+def _layer_variants(params, config, batch, kind, enc, x, start, context, wheres, metric, heads_per_step):
+    """metric (V, b) for each variant: layer ``start``'s context patched to ``context``
+    (b, H, q, d_h) where ``wheres`` (V, 1, H, 1|q) says."""
+    module = encoder.module(params, config) if not isinstance(config, Seq2SeqConfig) else seq2seq.module(params, config)
+
+    def one(where):
+        patch = {"context": (context, where)}
+        if isinstance(config, Seq2SeqConfig):
+            return metric(seq2seq_suffix(module, batch, kind, enc, x, start, patch))  # (b,)
+        return metric(encoder_suffix(module, x, batch["attention_mask"].astype(bool)[:, None, :], start, patch))
+
+    return jax.lax.map(one, wheres, batch_size=heads_per_step)  # (V, b)
+
+
+def variant_wheres(H: int, n: int, per_position: bool) -> np.ndarray:
+    """One-hot patch masks (V, 1, H, 1|n): V = H heads, or H·n (head, position) pairs."""
+    if not per_position:
+        return np.eye(H, dtype=bool)[:, None, :, None]  # (H, 1, H, 1)
+    return np.eye(H * n, dtype=bool).reshape(H * n, 1, H, n)  # (H·n, 1, H, n)
+
+
+def _metric_rows(metric, outputs, b: int):
+    m = metric(outputs)
+    if getattr(m, "shape", None) != (b,):
+        raise ValueError(f"metric must map the outputs to one number per example, shape ({b},); got shape "
+                         f"{getattr(m, 'shape', type(m).__name__)}")
+    return m
+
+
+def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, batch_size: int = 16,
+                heads_per_step: int | None = None):
+    """Activation patching of every head (module docstring): mean over examples of
+    metric(corrupted with head (l, h)'s output ← the clean run's) − metric(corrupted).
+
+    ``clean``, ``corrupted``: lists of texts (encoder; (A, B) pairs allowed) or (source, target)
+    pairs (translation), or tokenized batches; pair i must tokenize to equal lengths.
+    ``metric(outputs) -> (b,)``: jit-traceable. Returns (L, H) for an encoder, {kind: (L, H)}
+    for a translation model ("encoder" self, "decoder" causal self, "cross"); with
+    ``per_position`` (L, H, n): the head patched at query position i only, averaged over the
+    examples whose position i is a real token (NaN where none is)."""
+    a, b = paired_inputs(model, clean, corrupted)
+    N, c = len(a["input_ids"]), model.config
+    sums, counts = {}, {}
+    for start in range(0, N, batch_size):
+        ca, cb = batch_rows(a, start, batch_size), batch_rows(b, start, batch_size)
+        real = min(batch_size, N - start)
+        contexts, out, inputs = _runs(model.params, c, ca, cb)
+        base = np.asarray(_metric_rows(metric, out, batch_size))[:real]  # (real,)
+        for kind in kinds(model):
+            L, H = stack_shape(model, kind)
+            q = contexts[kind].shape[3]
+            query_mask = cb["decoder_attention_mask" if kind != "encoder" else "attention_mask"][:real]  # (real, q)
+            counts[kind] = counts.get(kind, 0) + query_mask.sum(0)  # (q,) examples with position i real
+            wheres = jnp.asarray(variant_wheres(H, q, per_position))
+            layer_inputs = inputs["encoder" if kind == "encoder" else "decoder"]  # (L, b, q, D)
+            for l in range(L):
+                m = _layer_variants(model.params, c, cb, kind, out.get("encoder_last_hidden_state"),
+                                    layer_inputs[l], jnp.int32(l), contexts[kind][l], wheres, metric,
+                                    heads_per_step or H)  # (V, b)
+                delta = np.asarray(m, np.float64)[:, :real] - base  # (V, real)
+                if per_position:
+                    delta = delta.reshape(H, q, real) * query_mask.T[None]  # (H, q, real)
+                sums.setdefault(kind, np.zeros((L, *delta.shape[:-1])))[l] += delta.sum(-1)
+    if per_position:
+        result = {k: np.where(counts[k] > 0, s / np.maximum(counts[k], 1), np.nan) for k, s in sums.items()}
+    else:
+        result = {k: s / N for k, s in sums.items()}
+    return result if is_seq2seq(model) else result["encoder"]
+
+
+# ---------------------------------------------------------------- attribution patching
+
+@partial(jax.jit, static_argnames=("config", "metric"))
+def _attribution(params, config, clean, corrupted, metric):
+    """Σ over examples of ∂metric/∂t_{l,h} at t = 0, {kind: (L, H)}."""
+    contexts, _, _ = _runs(params, config, clean, corrupted)
+    f = seq2seq.forward if isinstance(config, Seq2SeqConfig) else encoder.forward
+
+    def total(ts):
+        patch = {k: Interventions(patch={"context": (contexts[k], t)}) for k, t in ts.items()}
+        iv = patch if isinstance(config, Seq2SeqConfig) else patch["encoder"]
+        out, _ = f(params, config, corrupted, iv, internals=None)
+        return metric(out).sum()
+
+    ts = {k: jnp.zeros((*v.shape[:3], 1), v.dtype) for k, v in contexts.items()}  # (L, b, H, 1)
+    return {k: g[..., 0] for k, g in jax.grad(total)(ts).items()}  # (L, b, H)
+
+
+def attribution_patch_heads(model, clean, corrupted, metric, *, batch_size: int = 16):
+    """Attribution patching (module docstring): the first-order estimate of ``patch_heads`` for
+    every head from one forward on each input and one backward. Same arguments and result shape."""
+    a, b = paired_inputs(model, clean, corrupted)
+    N, sums = len(a["input_ids"]), {}
+    for start in range(0, N, batch_size):
+        real = min(batch_size, N - start)
+        grads = _attribution(model.params, model.config, batch_rows(a, start, batch_size),
+                             batch_rows(b, start, batch_size), metric)
+        for kind, g in grads.items():
+            sums[kind] = sums.get(kind, 0.0) + np.asarray(g, np.float64)[:, :real].sum(1)  # (L, H)
+    result = {k: s / N for k, s in sums.items()}
+    return result if is_seq2seq(model) else result["encoder"]
+
+
+def agreement(estimate, exact) -> dict:
+    """How well an estimate ranks and scales like the exact effects: Pearson and Spearman
+    correlation over all heads (of every attention type when given dicts)."""
+    from scipy import stats
+
+    flat = lambda r: np.concatenate([np.ravel(r[k]) for k in sorted(r)]) if isinstance(r, dict) else np.ravel(r)  # noqa: E731
+    x, y = flat(estimate), flat(exact)
+    return {"pearson": float(stats.pearsonr(x, y)[0]), "spearman": float(stats.spearmanr(x, y)[0]), "heads": int(x.size)}

@@ -1,0 +1,141 @@
+"""Path patching (Wang et al. 2022, §3.1 and App. B; Goldowsky-Dill et al. 2023): the effect of a
+*sender* head's clean output along the paths that reach chosen *receivers* only.
+
+The three-pass definition, for every sender head s at once (``lax.map`` over senders):
+
+1. the clean and the corrupted run give every head's output (context before W_O);
+2. the *sender pass*: the corrupted input with every head's output frozen to its corrupted value
+   except the sender's, which takes its clean value; the FFNs and LayerNorms are recomputed, so
+   the residual stream after the sender carries the sender's change and nothing else;
+3. the *receiver pass*: the corrupted input, with each receiver head computing its query, key or
+   value (``roles``) from the sender pass's stream at its layer (for a cross-attention receiver's
+   keys and values: the sender pass's encoder output); everything else reads the corrupted run.
+
+effect[s] = mean over examples of metric(receiver pass) − metric(corrupted). The receiver
+``"output"`` reads the sender pass's own outputs: the sender's direct effect on the metric.
+Both passes are ``Interventions.patch`` (sites ``context`` and ``query_input`` / ``key_input`` /
+``value_input``) on the model's pure forward.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jattn.nn import encoder, seq2seq
+from jattn.nn.config import Seq2SeqConfig
+from jattn.nn.interventions import Interventions
+from jattn.sweeps.patching import batch_rows, is_seq2seq, kinds, paired_inputs, stack_shape
+
+ROLES = {"q": "query_input", "k": "key_input", "v": "value_input"}
+
+
+def receiver_masks(model, receivers) -> dict:
+    """{kind: {site: (L, 1, H) bool}} from receivers [(kind, layer, head, roles)] (an encoder
+    also takes (layer, head, roles)); roles a string over "qkv"."""
+    out = {}
+    for r in receivers:
+        r = ("encoder", *r) if len(r) == 3 and not is_seq2seq(model) else tuple(r)
+        if len(r) != 4 or r[0] not in kinds(model) or not set(r[3]) <= set(ROLES) or not r[3]:
+            raise ValueError(f"receiver {r!r}: give (kind, layer, head, roles) with kind in {kinds(model)} and roles "
+                             f"a non-empty string over 'qkv' (an encoder also takes (layer, head, roles)); or "
+                             "receivers='output'")
+        kind, l, h, roles = r
+        L, H = stack_shape(model, kind)
+        if not (0 <= l < L and 0 <= h < H):
+            raise ValueError(f"receiver {r!r}: {kind} has layers 0..{L - 1} and heads 0..{H - 1}")
+        for role in roles:
+            site = out.setdefault(kind, {}).setdefault(ROLES[role], np.zeros((L, 1, H), bool))
+            site[l, 0, h] = True
+    return out
+
+
+def _forward(params, config, batch, patches: dict, internals):
+    if isinstance(config, Seq2SeqConfig):
+        return seq2seq.forward(params, config, batch, {k: Interventions(patch=p) for k, p in patches.items()},
+                               internals=internals)
+    out, ints = encoder.forward(params, config, batch, Interventions(patch=patches.get("encoder")), internals=internals)
+    return out, {"encoder": ints}
+
+
+@partial(jax.jit, static_argnames=("config", "metric", "senders_per_step"))
+def _path_effects(params, config, clean, corrupted, senders, receivers, metric, senders_per_step):
+    """metric (S, b) of the receiver pass for each sender one-hot {kind: (S, L, 1, H, 1)};
+    ``receivers`` {kind: {site: (L, 1, H)}}, or None for the output."""
+    _, clean_int = _forward(params, config, clean, {}, ("context",))
+    _, corr_int = _forward(params, config, corrupted, {}, ("context",))
+
+    def one(sender):
+        frozen = {k: {"context": (jnp.where(sender[k][..., None], clean_int[k]["context"], corr_int[k]["context"]),
+                                  jnp.ones(sender[k].shape, bool))} for k in sender}  # (L, b, H, q, d_h), (L, 1, H, 1)
+        out, streams = _forward(params, config, corrupted, frozen, ("residual",))  # the sender pass
+        if receivers is None:
+            return metric(out)  # (b,)
+        patches = {}
+        for kind, sites in receivers.items():
+            patches[kind] = {}
+            for site, where in sites.items():
+                stream = streams[kind]["residual"]  # (L, b, q, D) each layer's block input
+                if kind == "cross" and site != "query_input":  # keys and values read the encoder output
+                    stream = jnp.broadcast_to(out["encoder_last_hidden_state"], (stream.shape[0],
+                                              *out["encoder_last_hidden_state"].shape))  # (L, b, s, D)
+                patches[kind][site] = (stream, where)
+        return metric(_forward(params, config, corrupted, patches, None)[0])  # (b,)
+
+    return jax.lax.map(one, senders, batch_size=senders_per_step)  # (S, b)
+
+
+def sender_onehots(model) -> tuple[dict, list]:
+    """Every head of every attention type as a sender: ({kind: (S, L, 1, H, 1) bool}, [(kind, l, h)])."""
+    names = [(k, l, h) for k in kinds(model) for l in range(stack_shape(model, k)[0])
+             for h in range(stack_shape(model, k)[1])]
+    onehots = {}
+    for k in kinds(model):
+        L, H = stack_shape(model, k)
+        a = np.zeros((len(names), L, 1, H, 1), bool)
+        for s, (kind, l, h) in enumerate(names):
+            if kind == k:
+                a[s, l, 0, h, 0] = True
+        onehots[k] = a
+    return onehots, names
+
+
+def path_patch(model, clean, corrupted, metric, receivers, *, batch_size: int = 16,
+               senders_per_step: int | None = None):
+    """Path patching from every head to ``receivers`` (module docstring): "output", or a list of
+    (kind, layer, head, roles) ((layer, head, roles) for an encoder), roles over "qkv".
+    ``clean``, ``corrupted``, ``metric`` as ``jattn.patch_heads``. Returns (L, H) over sender
+    heads for an encoder, {kind: (L, H)} for a translation model."""
+    masks = None if isinstance(receivers, str) and receivers == "output" else receiver_masks(model, receivers)
+    a, b = paired_inputs(model, clean, corrupted)
+    onehots, names = sender_onehots(model)
+    N, total = len(a["input_ids"]), np.zeros(len(names))
+    base_fn = jax.jit(lambda p, batch: metric(_forward(p, model.config, batch, {}, None)[0]))
+    for start in range(0, N, batch_size):
+        real = min(batch_size, N - start)
+        ca, cb = batch_rows(a, start, batch_size), batch_rows(b, start, batch_size)
+        m = _path_effects(model.params, model.config, ca, cb, onehots, masks, metric,
+                          senders_per_step or len(names))  # (S, b)
+        base = np.asarray(base_fn(model.params, cb), np.float64)[:real]  # (real,)
+        total += (np.asarray(m, np.float64)[:, :real] - base).sum(1)
+    result = {k: np.zeros(stack_shape(model, k)) for k in kinds(model)}
+    for (k, l, h), value in zip(names, total / N):
+        result[k][l, h] = value
+    return result if is_seq2seq(model) else result["encoder"]
+
+
+def path_patch_matrix(model, clean, corrupted, metric, *, roles: str = "qkv", batch_size: int = 16) -> np.ndarray:
+    """Sender × receiver path patching for an encoder: (L, H, L, H), entry [l, h, l', h'] the
+    effect of sender (l, h) through receiver (l', h')'s ``roles`` alone; 0 unless l < l'."""
+    if is_seq2seq(model):
+        raise ValueError("path_patch_matrix covers encoders; for a translation model call path_patch with "
+                         "(kind, layer, head, roles) receivers")
+    L, H = stack_shape(model, "encoder")
+    out = np.zeros((L, H, L, H))
+    for lr in range(1, L):
+        for hr in range(H):
+            out[:, :, lr, hr] = path_patch(model, clean, corrupted, metric, [(lr, hr, roles)], batch_size=batch_size)
+    return out

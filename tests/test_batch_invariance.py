@@ -1,0 +1,97 @@
+"""Batch invariance of every registered analysis (property-based): an example contributes the
+same additive statistics whatever else is in its batch and however much padding it gets.
+
+For a corpus drawn by hypothesis (examples of different lengths, in any order, one long enough to
+pad the others to a larger bucket), the runner's totals with every example alone in its batch
+(batch size 1: padded only to its own bucket) equal the totals with the examples batched together
+(padded to the longest, filler rows added), within the float32 bound of tests/tolerance.py: the
+totals are the same per-example terms, summed in another order and computed on other shapes.
+Corpus indices are the same in both runs, so methods that draw per example (seeded by index) draw
+the same. Every registered method runs, on a tiny model of each family it reads; methods that need
+labels get them from CoNLL-U words (the bundled UD sample), GAP-style labels where asked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import jattn
+from jattn.analyses import registry
+from jattn.io.readers import read_conllu
+from jattn.runner import run_corpus
+from tiny_encoders import save_tiny
+from tolerance import assert_close, model_terms
+
+SAMPLE = Path(jattn.__file__).parent / "io" / "sample" / "en_ewt-ud-dev.sample.conllu"
+NEEDS_DATA = {"coref"}  # GAP labels: tests/test_coref.py covers it on GAP data
+
+
+@pytest.fixture(scope="module")
+def encoder_setup(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("inv")
+    model = jattn.load(save_tiny(folder / "model", "bert-2x4", head="mlm", max_positions=128), use_cache=False)
+    ranks = folder / "ranks.txt"
+    ranks.write_text("".join(f"{r} {1000 - r} {i}\n" for r, i in enumerate([1996, 4937, 1012, 1010, 1997], 1)))
+    pool = [ex for ex in read_conllu(SAMPLE) if 3 <= len(ex.a) <= 40][:12]
+    pool.sort(key=lambda ex: len(ex.a))
+    relations = tuple(sorted({r for ex in pool for r in ex.labels["relations"]}))
+    options = registry.Options(rank_file=ranks, relations=relations, min_count=1)
+    built = {n: e.factory(model, options) for n, e in registry.entries().items() if n not in NEEDS_DATA}
+    families = {n: getattr(m, "families", ("encoder",)) for n, m in built.items()}
+    return model, pool, [m for n, m in built.items() if "encoder" in families[n]], families
+
+
+@pytest.fixture(scope="module")
+def seq2seq_setup(tiny_marian, encoder_setup):
+    from tiny_seq2seq import sentences
+
+    entries, families = registry.entries(), encoder_setup[3]
+    methods = [m for m in (entries[n].factory(tiny_marian, registry.Options()) for n in families
+                           if "seq2seq" in families[n]) if getattr(m, "level", "token") == "token"]  # word level: encoders
+    pool = sorted(zip(sentences(10, seed=4), sentences(10, seed=5)), key=lambda p: len(p[0]))
+    return tiny_marian, pool, methods
+
+
+def compare(model, corpus, methods, batch_size: int, n: int):
+    length = min(128, model.config.max_length)
+    alone = run_corpus(model, corpus, methods, batch_size=1, max_length=length, progress=False)
+    together = run_corpus(model, corpus, methods, batch_size=batch_size, max_length=length, progress=False)
+    c = model.config
+    terms = (model_terms(c, n, n) if hasattr(c, "d_model") else model_terms(c, n)) + len(corpus) * n * n
+    for name, totals in alone.totals.items():
+        for key, want in totals.items():
+            want = np.asarray(want, np.float64)
+            scale = float(np.abs(want).max()) or 1.0
+            # the backward of gradient methods doubles the chain; 8 ulps per float32 sum as tolerance.py says
+            assert_close(together.totals[name][key], want, terms=2 * terms, scale=scale, err_msg=f"{name}.{key}")
+
+
+corpora = st.lists(st.integers(0, 11), min_size=2, max_size=4, unique=True).flatmap(
+    lambda picks: st.tuples(st.permutations(picks), st.sampled_from([2, 4])))
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(corpora)
+def test_every_encoder_analysis_is_batch_invariant(encoder_setup, drawn):
+    model, pool, methods, _ = encoder_setup
+    picks, batch_size = drawn
+    corpus = [pool[i] for i in picks] + [pool[-1]]  # the longest example pads its batch mates
+    compare(model, corpus, methods, batch_size, n=64)
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(corpora)
+def test_every_translation_analysis_is_batch_invariant(seq2seq_setup, drawn):
+    model, pool, methods = seq2seq_setup
+    picks, batch_size = drawn
+    corpus = [pool[i % len(pool)] for i in picks] + [pool[-1]]
+    compare(model, corpus, methods, batch_size, n=32)
+
+
+def test_the_registry_is_covered(encoder_setup, seq2seq_setup):
+    """Every registered method is in one of the two properties, or tested on real data elsewhere."""
+    covered = {m.name for m in encoder_setup[2]} | {m.name for m in seq2seq_setup[2]} | NEEDS_DATA
+    assert covered == set(registry.entries())

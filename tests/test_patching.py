@@ -1,0 +1,273 @@
+"""Activation and attribution patching (jattn.sweeps.patching) against an independent loop of
+Hugging Face PyTorch forward hooks in float64: one forward on the clean input records each
+attention output projection's input (the heads' contexts, concatenated), then one corrupted
+forward per head whose pre-hook writes the clean slice of that head into the projection's input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jattn
+import tiny_seq2seq
+from hf_head_gates import output_projections
+from jattn.nn.interventions import Interventions
+from jattn.sweeps.patching import agreement, attribution_patch_heads, paired_inputs, patch_heads
+from tiny_encoders import hf_model
+from tolerance import assert_close, model_terms, tolerance
+
+CLEAN = ["John gave the book to Mary because she asked.", "The keys to the cabinet are on the table.",
+         "Anna thanked Tom after he helped."]
+CORRUPTED = ["Mary gave the book to John because she asked.", "The key to the cabinets is on the table.",
+             "Tom thanked Anna after he helped."]
+
+
+def hf_patch_loop(hf, clean: dict, corrupted: dict, metric, heads: dict) -> dict:
+    """{kind: (L, H)} mean over examples of metric(corrupted, head ← clean) − metric(corrupted),
+    one HF forward per head; ``heads`` {kind: H}."""
+    projections = output_projections(hf)
+    recorded, handles = {}, []
+    for kind, projs in projections.items():
+        for l, proj in enumerate(projs):
+            handles.append(proj.register_forward_pre_hook(
+                lambda module, args, key=(kind, l): recorded.__setitem__(key, args[0].detach().clone())))
+    with torch.no_grad():
+        hf(**clean)
+    for h in handles:
+        h.remove()
+    with torch.no_grad():
+        base = metric(hf(**corrupted))  # (b,)
+    out = {}
+    for kind, projs in projections.items():
+        H = heads[kind]
+        out[kind] = np.zeros((len(projs), H))
+        for l, proj in enumerate(projs):
+            d = recorded[(kind, l)].shape[-1] // H
+            for h in range(H):
+                def replace(module, args, src=recorded[(kind, l)], s=slice(h * d, (h + 1) * d)):
+                    x = args[0].clone()  # (b, q, H·d_h)
+                    x[..., s] = src[..., s]
+                    return (x,)
+
+                handle = proj.register_forward_pre_hook(replace)
+                with torch.no_grad():
+                    out[kind][l, h] = float((metric(hf(**corrupted)) - base).mean())
+                handle.remove()
+    return out
+
+
+def torch_inputs(batch: dict) -> dict:
+    return {k: torch.tensor(np.asarray(v), dtype=torch.long) for k, v in batch.items()}
+
+
+@pytest.fixture(scope="module")
+def direction(minilm):
+    w = np.random.default_rng(0).normal(size=minilm.config.hidden_size)
+    return w / np.linalg.norm(w)  # a unit direction: the metric is one coordinate of the hidden state
+
+
+def test_minilm_patch_heads_equals_hf_hooks(minilm, minilm_path, direction):
+    """Every head of MiniLM, metric = the [CLS] hidden state's projection on a unit direction."""
+    w32 = direction.astype(np.float32)
+    got = patch_heads(minilm, CLEAN, CORRUPTED, lambda out: out["last_hidden_state"][:, 0] @ w32, heads_per_step=5)
+    clean, corrupted = paired_inputs(minilm, CLEAN, CORRUPTED)
+    w64 = torch.tensor(direction)
+    hf = hf_model(minilm_path).double()
+    want = hf_patch_loop(hf, torch_inputs(clean), torch_inputs(corrupted),
+                         lambda out: out.last_hidden_state[:, 0] @ w64, {"encoder": minilm.config.num_heads})
+    n = clean["input_ids"].shape[1]
+    # the effect is a difference of two float32 metrics, each an O(1) coordinate of a LayerNorm output
+    terms = 2 * model_terms(minilm.config, n)
+    assert_close(got, want["encoder"], terms=terms, scale=1.0)
+    print("max |jattn − HF|", np.abs(got - want["encoder"]).max(), "tolerance", tolerance(1.0, terms))
+    assert np.abs(want["encoder"]).max() > 20 * tolerance(1.0, terms)  # effects well above the tolerance
+
+
+def marian_pair(model):
+    """A padded clean batch and a corrupted copy: other tokens at a few real positions, same lengths."""
+    clean = tiny_seq2seq.padded_batch(model.config, seed=1)
+    corrupted = {k: v.copy() for k, v in clean.items()}
+    rng = np.random.default_rng(2)
+    for key, mask, vocab in (("input_ids", "attention_mask", model.config.src_vocab_size),
+                             ("decoder_input_ids", "decoder_attention_mask", model.config.tgt_vocab_size)):
+        for r in range(len(clean[key])):
+            real = np.nonzero(clean[mask][r])[0][1:]  # keep the decoder's start token
+            pos = rng.choice(real, size=min(2, len(real)), replace=False)
+            corrupted[key][r, pos] = rng.integers(4, vocab - 1, size=len(pos))
+    return clean, corrupted
+
+
+def test_translation_patch_heads_equals_hf_hooks(tiny_marian_folder):
+    """Every head of every attention type of a random Marian model; metric = a logit difference
+    at target position 1."""
+    model = jattn.load(str(tiny_marian_folder), use_cache=False)
+    clean, corrupted = marian_pair(model)
+    got = patch_heads(model, clean, corrupted, lambda out: out["logits"][:, 1, 5] - out["logits"][:, 1, 6])
+    hf = tiny_seq2seq.hf_model(tiny_marian_folder, "marian").double()
+    c = model.config
+    want = hf_patch_loop(hf, torch_inputs(clean), torch_inputs(corrupted),
+                         lambda out: out.logits[:, 1, 5] - out.logits[:, 1, 6],
+                         {"encoder": c.encoder_heads, "decoder": c.decoder_heads, "cross": c.decoder_heads})
+    with torch.no_grad():
+        scale = float(hf(**torch_inputs(corrupted)).logits[:, 1].abs().max())  # the logits the difference cancels
+    s, t = clean["input_ids"].shape[1], clean["decoder_input_ids"].shape[1]
+    for kind in want:
+        assert_close(got[kind], want[kind], terms=2 * (model_terms(c, s, t) + c.tgt_vocab_size), scale=scale,
+                     err_msg=kind)
+        print(kind, "max |jattn − HF|", np.abs(got[kind] - want[kind]).max())
+        assert np.abs(want[kind]).max() > 20 * tolerance(scale, 2 * (model_terms(c, s, t) + c.tgt_vocab_size)), kind
+
+
+def test_per_position_patching_sums_to_a_forward_per_position(minilm, direction):
+    """Per (head, position) effects equal full forwards with that one cell patched."""
+    w32 = direction.astype(np.float32)
+    metric = lambda out: out["last_hidden_state"][:, 0] @ w32  # noqa: E731
+    got = patch_heads(minilm, CLEAN[:2], CORRUPTED[:2], metric, per_position=True)  # (L, H, n)
+    clean, corrupted = paired_inputs(minilm, CLEAN[:2], CORRUPTED[:2])
+    context = minilm.forward(clean, internals=("context",)).internals["context"]  # (L, b, H, n, d_h)
+    base = np.asarray(metric({"last_hidden_state": minilm.forward(corrupted).last_hidden_state}))
+    L, H, n = got.shape
+    lengths = corrupted["attention_mask"].sum(1)
+    for l, h, i in [(0, 3, 1), (2, 7, 0), (5, 0, int(lengths.min()) - 1), (4, 11, int(lengths.max()) - 1)]:
+        where = np.zeros((L, 1, H, n), bool)
+        where[l, 0, h, i] = True
+        out = minilm.forward(corrupted, Interventions(patch={"context": (context, where)}))
+        delta = np.asarray(metric({"last_hidden_state": out.last_hidden_state})) - base  # (b,)
+        real = i < lengths
+        assert_close(got[l, h, i], delta[real].mean(), terms=2 * model_terms(minilm.config, n), scale=1.0)
+    assert np.isnan(got[..., int(lengths.max()):]).all()
+
+
+def test_attribution_patching_tracks_exact_patching(minilm, direction):
+    w32 = direction.astype(np.float32)
+    metric = lambda out: out["last_hidden_state"][:, 0] @ w32  # noqa: E731
+    exact = patch_heads(minilm, CLEAN, CORRUPTED, metric)
+    approx = attribution_patch_heads(minilm, CLEAN, CORRUPTED, metric)
+    assert approx.shape == exact.shape
+    assert agreement(approx, exact)["pearson"] > 0.5  # a first-order estimate, not noise
+
+
+def test_attribution_patching_is_the_directional_derivative(tiny_marian_folder):
+    """∂metric/∂t at t = 0 against central finite differences of the blended patch, per attention type."""
+    model = jattn.load(str(tiny_marian_folder), use_cache=False)
+    clean, corrupted = marian_pair(model)
+    metric = lambda out: out["logits"][:, 1, 5] - out["logits"][:, 1, 6]  # noqa: E731
+    got = attribution_patch_heads(model, clean, corrupted, metric)
+    contexts = model.forward(clean, internals=("context",)).internals
+    eps = 1e-2
+    for kind, (l, h) in {"encoder": (1, 2), "decoder": (2, 1), "cross": (0, 0)}.items():
+        ctx = contexts[kind]["context"]  # (L, b, H, q, d_h)
+        values = []
+        for t in (eps, -eps):
+            where = np.zeros((*ctx.shape[:3], 1), np.float32)
+            where[l, :, h] = t
+            out = model.forward(corrupted, {kind: Interventions(patch={"context": (ctx, where)})})
+            values.append(np.asarray(metric({"logits": out.logits}), np.float64))
+        fd = ((values[0] - values[1]) / (2 * eps)).mean()
+        assert abs(got[kind][l, h] - fd) <= 1e-2 * max(1.0, abs(fd)), kind  # O(eps²) truncation
+
+
+def test_unequal_lengths_are_refused(minilm):
+    with pytest.raises(ValueError, match="example 1 tokenizes to .* tokens clean and .* corrupted.*equal lengths"):
+        patch_heads(minilm, ["a cat sat", "a dog ran"], ["a cat sat", "an extraordinarily long dog ran"],
+                    lambda out: out["last_hidden_state"][:, 0, 0])
+    with pytest.raises(ValueError, match="one number per example"):
+        patch_heads(minilm, ["a cat sat"], ["a dog sat"], lambda out: out["last_hidden_state"][:, 0])
+
+
+# ---------------------------------------------------------------- path patching
+
+def hf_path_patch(hf, clean: dict, corrupted: dict, metric, sender, receivers, heads: int) -> np.ndarray:
+    """The three-pass definition with HF hooks (per example, (b,)): record the clean and corrupted
+    head outputs; the sender pass freezes every head's output to the corrupted one except the
+    sender's (clean) and keeps every layer's input; the receiver pass computes each receiver's
+    q/k/v slice from the sender pass's input of its layer. ``receivers`` "output" or [(l, h, roles)]."""
+    base = getattr(hf, hf.base_model_prefix, hf)
+    projections = output_projections(hf)["encoder"]
+
+    def contexts(inputs):
+        got, handles = {}, []
+        for l, proj in enumerate(projections):
+            handles.append(proj.register_forward_pre_hook(lambda m, a, l=l: got.__setitem__(l, a[0].detach().clone())))
+        with torch.no_grad():
+            hf(**inputs)
+        for h in handles:
+            h.remove()
+        return got
+
+    clean_ctx, corr_ctx = contexts(clean), contexts(corrupted)
+    sl, sh = sender
+    handles = []
+    for l, proj in enumerate(projections):
+        def freeze(m, a, l=l):
+            x = corr_ctx[l].clone()  # (b, n, H·d_h)
+            if l == sl:
+                d = x.shape[-1] // heads
+                x[..., sh * d:(sh + 1) * d] = clean_ctx[l][..., sh * d:(sh + 1) * d]
+            return (x,)
+        handles.append(proj.register_forward_pre_hook(freeze))
+    with torch.no_grad():
+        sender_pass = hf(**corrupted, output_hidden_states=True)
+    for h in handles:
+        h.remove()
+    if receivers == "output":
+        return metric(sender_pass).numpy()
+    handles = []
+    for l, h, roles in receivers:
+        attention = base.encoder.layer[l].attention.self
+        for role in roles:
+            linear = {"q": attention.query, "k": attention.key, "v": attention.value}[role]
+
+            def swap(m, a, out, h=h, x=sender_pass.hidden_states[l]):
+                d = out.shape[-1] // heads
+                out = out.clone()
+                out[..., h * d:(h + 1) * d] = m.forward(x)[..., h * d:(h + 1) * d].detach()  # q/k/v from the stream
+                return out
+            handles.append(linear.register_forward_hook(swap))
+    with torch.no_grad():
+        result = metric(hf(**corrupted)).numpy()
+    for handle in handles:
+        handle.remove()
+    return result
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    from tiny_encoders import save_tiny
+
+    folder = save_tiny(tmp_path_factory.mktemp("path"), "bert-3x2-gelu_new")
+    hf = hf_model(folder).double()
+    with torch.no_grad():  # larger random weights than HF's init, so that attention is not uniform
+        for name, p in hf.named_parameters():
+            if p.dim() == 2 and "embeddings" not in name:
+                p.normal_(0, 0.3)
+    hf.save_pretrained(str(folder))
+    return jattn.load(str(folder), use_cache=False), hf
+
+
+@pytest.mark.parametrize("receivers", ["output", [(2, 1, "q")], [(1, 0, "kv"), (2, 1, "qkv")], [(2, 0, "v")]])
+def test_path_patching_equals_three_passes(tiny_bert, receivers):
+    from jattn.sweeps.path_patching import path_patch
+
+    model, hf = tiny_bert
+    clean = ["the cat sat on the mat", "a dog ran in the park today", "birds fly"]
+    corrupted = ["the dog sat on the rug", "a cat ran in the yard today", "fish swim"]
+    w = np.random.default_rng(1).normal(size=model.config.hidden_size)
+    w /= np.linalg.norm(w)
+    w32, w64 = w.astype(np.float32), torch.tensor(w)
+    got = path_patch(model, clean, corrupted, lambda out: out["last_hidden_state"][:, 0] @ w32, receivers)
+    a, b = (torch_inputs(x) for x in paired_inputs(model, clean, corrupted))
+    metric = lambda out: out.last_hidden_state[:, 0] @ w64  # noqa: E731
+    with torch.no_grad():
+        base = metric(hf(**b)).numpy()
+    L, H = model.config.num_layers, model.config.num_heads
+    want = np.array([[(hf_path_patch(hf, a, b, metric, (l, h), receivers, H) - base).mean() for h in range(H)]
+                     for l in range(L)])
+    terms = 3 * model_terms(model.config, a["input_ids"].shape[1])  # three float32 forwards in a chain
+    assert_close(got, want, terms=terms, scale=1.0)
+    print(receivers, "max |jattn − HF|", np.abs(got - want).max(), "largest effect", np.abs(want).max())
+    assert np.abs(want).max() > 5 * tolerance(1.0, terms)  # effects above the tolerance
+    if receivers != "output":  # a sender at or above every receiver's layer reaches none of them
+        top = max(l for l, _, _ in receivers)
+        assert (want[top:] == 0).all()  # (jattn matches it within the tolerance above)
