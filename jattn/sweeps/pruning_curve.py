@@ -205,7 +205,7 @@ def classification_metric(model, examples: Sequence, metric: str = "accuracy", b
                           max_length: int | None = None, scale: float = 100.0) -> Callable:
     """mask (L, H) -> ``metric`` ("accuracy" | "matthews_corr") ×``scale`` of a classifier on
     (input, label) ``examples``. Batches are tokenized once (the runner's batches,
-    ``jattn.runner.batcher.model_batches``; over-long inputs truncated); the jitted forward takes
+    ``jattn.runner.batcher.model_batches``; an over-long input is an error, never cut); the jitted forward takes
     the mask as an argument."""
     from jattn.io.glue import accuracy, matthews_corr
 
@@ -217,7 +217,7 @@ def classification_metric(model, examples: Sequence, metric: str = "accuracy", b
     max_length = min(128, model.config.max_length) if max_length is None else max_length
     texts = [x for x, _ in examples]
     gold = validate.labels("labels", [y for _, y in examples], model.config.num_labels)
-    batches = list(model_batches(model, texts, batch_size, max_length, truncate=True))
+    batches = list(model_batches(model, texts, batch_size, max_length, ))  # over-long inputs: an error naming them
 
     def evaluate(mask) -> float:
         iv = Interventions(head_gates=jnp.asarray(mask, jnp.float32))
