@@ -217,7 +217,7 @@ def classification_metric(model, examples: Sequence, metric: str = "accuracy", b
     max_length = min(128, model.config.max_length) if max_length is None else max_length
     texts = [x for x, _ in examples]
     gold = validate.labels("labels", [y for _, y in examples], model.config.num_labels)
-    batches = list(model_batches(model, texts, batch_size, max_length, ))  # over-long inputs: an error naming them
+    batches = list(model_batches(model, texts, batch_size, max_length))
 
     def evaluate(mask) -> float:
         iv = Interventions(head_gates=jnp.asarray(mask, jnp.float32))
