@@ -6,11 +6,12 @@ h_<s>."""
 
 import dataclasses
 
-from jattn.families.mpnet import convert
+from jattn.families.mpnet import convert, pretrained
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, encoder_config
 
 PADDING_IDX = 1  # Hugging Face's MPNetEmbeddings number positions after id 1 whatever the config says
+PRETRAINED = (pretrained.RECIPE.name,)  # fetched by name: jattn models fetch NAME, then jattn.load(NAME)
 BUCKETS, MAX_DISTANCE = 32, 128  # MPNetEncoder.compute_position_bias's num_buckets and max_distance
 
 
