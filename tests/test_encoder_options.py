@@ -136,3 +136,22 @@ def test_no_token_types():
     assert_close(h0, x * np.asarray(e["ln"]["scale"]) + np.asarray(e["ln"]["bias"]), terms=config.hidden_size)
     model = EncoderModel(config, params, tokenizer=None)
     assert model.check_batch(other)["input_ids"].shape == (2, 7)  # any token type ids pass: they are ignored
+
+
+def test_embedding_projection():
+    """embedding_size E != D: tables of width E, LayerNorm over E, then a learned E -> D projection;
+    the layers see D."""
+    config, params = _model(embedding_size=8)
+    e = params["embeddings"]
+    assert e["word"].shape == (60, 8) and e["ln"]["scale"].shape == (8,) and e["project"]["kernel"].shape == (8, 16)
+    batch = random_batch(config, [7, 4], seed=5)
+    out, _ = forward(params, config, batch, internals=None)
+    pos = np.where(batch["input_ids"] != 1, np.cumsum(batch["input_ids"] != 1, 1), 0) + 1
+    x = (np.asarray(e["word"], np.float64)[batch["input_ids"]] + np.asarray(e["position"], np.float64)[pos]
+         + np.asarray(e["token_type"], np.float64)[batch["token_type_ids"]])
+    x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-12)
+    x = x * np.asarray(e["ln"]["scale"]) + np.asarray(e["ln"]["bias"])  # (b, n, E)
+    want = x @ np.asarray(e["project"]["kernel"], np.float64) + np.asarray(e["project"]["bias"])  # (b, n, D)
+    assert_close(out["hidden_states"][0], want, terms=2 * 8)
+    assert out["last_hidden_state"].shape == (2, 7, 16)
+    assert "project" not in _model()[1]["embeddings"]  # E = D: no projection

@@ -100,6 +100,9 @@ class EncoderConfig:
     # by the layers, B[bucket(j − i), h] added to every layer's scores; 0 buckets: none
     relative_position_buckets: int = 0
     relative_position_max_distance: int = 128  # distances beyond it share the last bucket
+    # width E of the embedding tables; None: hidden_size. When E != D a learned projection E -> D
+    # follows the embedding LayerNorm (Clark et al. 2020's small embeddings)
+    embedding_size: int | None = None
     # token rows a layer runs on at once (strided chunks of the batch, jattn.nn.layers.chunk_count);
     # 0: the whole batch; None: the backend's default (jattn.nn.layers.chunk_rows). Results are equal.
     chunk_rows: int | None = None

@@ -15,7 +15,8 @@ layer, internals stacked as (L, ...). (``lax.scan`` over the split state rather 
 ``layer_rows`` / ``layer_totals`` callbacks ride along as ordinary scanned arrays.)
 
 Parameters (kernels (in, out); attention kernels split by head; ``L`` leads every layer tensor):
-  embeddings: word (V, D), position (P, D), token_type (T, D) (none when T = 0), ln {scale, bias} (D,)
+  embeddings: word (V, E), position (P, E), token_type (T, E) (none when T = 0), ln {scale, bias} (E,),
+              project {kernel (E, D), bias (D,)} when the embedding width E (``config.embedding_size``) != D
   layers: attention.{query,key,value} {kernel (L, D, H, d_h), bias (L, H, d_h)},
           attention.out {kernel (L, H, d_h, D), bias (L, D)}, attention_ln, ffn_in {kernel
           (L, D, F), bias}, ffn_out {kernel (L, F, D), bias}, ffn_ln
@@ -56,22 +57,24 @@ def position_ids(config: EncoderConfig, input_ids: jax.Array) -> jax.Array:
 
 class Embeddings(nnx.Module):
     def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
-        D = config.hidden_size
-        self.word = param(rngs, (config.vocab_size, D), "normal", STD)
-        self.position = param(rngs, (config.max_position_embeddings, D), "normal", STD)
+        E, D = config.embedding_size or config.hidden_size, config.hidden_size
+        self.word = param(rngs, (config.vocab_size, E), "normal", STD)
+        self.position = param(rngs, (config.max_position_embeddings, E), "normal", STD)
         # no table when the family has no token types (type_vocab_size 0): their ids are ignored
-        self.token_type = param(rngs, (config.type_vocab_size, D), "normal", STD) if config.type_vocab_size else None
-        self.ln = LayerNorm(D, config.layer_norm_eps)
+        self.token_type = param(rngs, (config.type_vocab_size, E), "normal", STD) if config.type_vocab_size else None
+        self.ln = LayerNorm(E, config.layer_norm_eps)
+        self.project = Dense((E,), (D,), rngs=rngs, std=STD) if E != D else None
         self.config = config
 
     def __call__(self, batch: dict, dtype, rng) -> jax.Array:
         ids = batch["input_ids"]  # (b, n)
         pos = position_ids(self.config, ids)  # (b, n)
-        x = self.word[...][ids] + self.position[...][pos]  # (b, n, D)
+        x = self.word[...][ids] + self.position[...][pos]  # (b, n, E)
         if self.token_type is not None:
             types = batch.get("token_type_ids")
-            x = x + self.token_type[...][jnp.zeros_like(ids) if types is None else types]  # (b, n, D)
-        return dropout(self.ln(x).astype(dtype), self.config.hidden_dropout, rng)  # (b, n, D)
+            x = x + self.token_type[...][jnp.zeros_like(ids) if types is None else types]  # (b, n, E)
+        x = dropout(self.ln(x).astype(dtype), self.config.hidden_dropout, rng)  # (b, n, E)
+        return x if self.project is None else self.project(x)  # (b, n, D)
 
 
 class EncoderLayer(nnx.Module):
