@@ -9,7 +9,7 @@ import importlib
 
 from jattn.families.spec import FamilySpec, get, names
 
-FOLDERS = ("bert", "roberta", "marian", "fsmt", "mpnet")
+FOLDERS = ("bert", "roberta", "marian", "fsmt", "mpnet", "electra")
 for _folder in FOLDERS:
     importlib.import_module(f"jattn.families.{_folder}.spec")
 
