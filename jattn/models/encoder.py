@@ -150,8 +150,8 @@ class EncoderModel(ModuleModel):
         if not np.isin(inputs["attention_mask"], (0, 1)).all():
             raise ValueError("attention_mask must hold 0 (padding) and 1 (real token) only, got values "
                              f"{np.unique(inputs['attention_mask'])[:6].tolist()}")
-        types = inputs["token_type_ids"]
-        if types.min() < 0 or types.max() >= self.config.type_vocab_size:
+        types = inputs["token_type_ids"]  # ignored by a model without token types (type_vocab_size 0)
+        if self.config.type_vocab_size and (types.min() < 0 or types.max() >= self.config.type_vocab_size):
             raise ValueError(f"token_type_ids must be in [0, {self.config.type_vocab_size}) for this model, got "
                              f"values up to {types.max()}")
         return {k: np.asarray(inputs[k], np.int32) for k in ("input_ids", "attention_mask", "token_type_ids")}

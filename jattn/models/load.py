@@ -21,6 +21,7 @@ import numpy as np
 from jattn.io import artefacts, checkpoints
 from jattn.nn.config import ConfigError
 from jattn import families
+from jattn.models.base import NoTokenizer
 from jattn.models.encoder import EncoderModel
 from jattn.models.seq2seq import Seq2SeqModel
 from jattn.io.hf import ConversionError, read_config, read_state_dict, resolve, weight_files
@@ -139,9 +140,14 @@ def locate(name_or_path, cache_dir=None) -> Path:
     return resolve(name_or_path)
 
 
-def load(name_or_path=None, *, cache_dir=None, use_cache: bool | None = None, mesh=None, verbose: bool = False):
+def load(name_or_path=None, *, tokenizer: bool = True, cache_dir=None, use_cache: bool | None = None, mesh=None,
+         verbose: bool = False):
     """Load a model. ``None`` = the embedded MiniLM; else a local HF folder, the name of a made
     artefact (``"minilm-sst2"``: ``jattn models list``) or a hub id, first found in that order.
+
+    ``tokenizer``: load the folder's tokenizer (its files must be there and fit the model). False
+    loads the weights alone (a folder as ``save_pretrained`` of a bare model writes it), for
+    callers that pass token ids: ``model.tokenizer`` then raises an error saying so.
 
     ``mesh``: a ``jax.sharding.Mesh`` to place the parameters on by their partitioning metadata
     (heads and FFN columns over its ``model`` axis, the rest replicated): ``model.shard(mesh)``.
@@ -165,7 +171,7 @@ def load(name_or_path=None, *, cache_dir=None, use_cache: bool | None = None, me
     files = [folder / "config.json", *weight_files(folder)]
     if use_cache is None:
         use_cache = any(f.suffix == ".bin" for f in files)
-    tokenizer = load_tokenizer(folder, family, config)  # cheap checks first
+    tokenizer = load_tokenizer(folder, family, config) if tokenizer else NoTokenizer(str(folder))  # cheap checks first
     t0 = time.perf_counter()
     if use_cache:
         cached = Path(cache_dir or checkpoints.default_cache_dir()) / "converted" / \

@@ -55,16 +55,20 @@ class MultiHeadAttention(nnx.Module):
         position never transposes the cache)."""
         return jnp.moveaxis(self.key(x_kv), 2, 1), jnp.moveaxis(self.value(x_kv), 2, 1)
 
-    def __call__(self, x_q, k, v, allowed, iv: Interventions, *, dropout_rate: float = 0.0, rng=None):
+    def __call__(self, x_q, k, v, allowed, iv: Interventions, *, dropout_rate: float = 0.0, rng=None,
+                 score_bias=None):
         """Attention of queries x_q (b, q, D) over keys/values (b, H, k, d_h); ``allowed``
-        (b, 1 or q, k) bool. Returns (output before the residual (b, q, D), internals).
-        Softmax is taken in float32 whatever the compute dtype."""
+        (b, 1 or q, k) bool; ``score_bias`` (H, q, k) float32 or None, added to the scores
+        before the softmax (``jattn.nn.relative``). Returns (output before the residual
+        (b, q, D), internals). Softmax is taken in float32 whatever the compute dtype."""
         dt = x_q.dtype
         q = self.query(x_q)  # (b, q, H, d_h)
         if iv.patch is not None:
             q, k, v = _receivers(self, q, k, v, iv.patch)
             v = iv.patched("values", v)  # (b, H, k, d_h)
         scores = jnp.einsum("bqhd,bhkd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(q.shape[-1])  # (b, H, q, k)
+        if score_bias is not None:
+            scores = scores + score_bias  # (b, H, q, k)
         mask = allowed[:, None]  # (b, 1, 1 or q, k)
         # additive mask, as HF's eager attention: finfo.min + s rounds to finfo.min, so this equals
         # selecting finfo.min for masked keys, and XLA fuses the addition into the softmax's loop
@@ -111,11 +115,11 @@ def _receivers(attn: MultiHeadAttention, q, k, v, patch: dict):
 
 
 def post_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, iv: Interventions, *,
-                      attention_dropout: float, dropout_rate: float, rng=None):
+                      attention_dropout: float, dropout_rate: float, rng=None, score_bias=None):
     """h = LN(x + Attn(x, kv)), the post-LayerNorm attention sublayer (Vaswani et al. 2017, §3.1).
 
     ``kv`` is the keys' input (b, k, D), or already projected (keys, values) (b, H, k, d_h) as
-    cached decoding holds them. Returns (h (b, q, D), internals): the attention's, plus
+    cached decoding holds them; ``score_bias`` (H, q, k) or None is added to the scores. Returns (h (b, q, D), internals): the attention's, plus
     ``residual`` x (b, q, D), ``pre_ln`` x + y (the vector the LayerNorm normalises) and
     ``attention_ln_out`` h.
     """
@@ -123,7 +127,8 @@ def post_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, i
     patched = iv.patched("residual", x)  # (b, q, D)
     kv, x = patched if kv is x else kv, patched  # self-attention reads the patched stream for keys and values too
     k, v = attn.keys_values(kv) if not isinstance(kv, tuple) else kv
-    y, internals = attn(x, k, v, allowed, iv, dropout_rate=attention_dropout, rng=r[0])  # (b, q, D)
+    y, internals = attn(x, k, v, allowed, iv, dropout_rate=attention_dropout, rng=r[0],
+                        score_bias=score_bias)  # (b, q, D)
     pre_ln = x + dropout(y, dropout_rate, r[1])  # (b, q, D)
     h = ln(pre_ln, _sigma(pre_ln, ln.eps, iv))  # (b, q, D)
     internals.update(residual=x, pre_ln=pre_ln, attention_ln_out=h)

@@ -85,7 +85,7 @@ class EncoderConfig:
     intermediate_size: int
     hidden_act: str
     max_position_embeddings: int
-    type_vocab_size: int
+    type_vocab_size: int  # token types (segments A/B); 0: none, token_type_ids are ignored
     layer_norm_eps: float
     pad_token_id: int
     hidden_dropout: float = 0.1
@@ -96,6 +96,13 @@ class EncoderConfig:
     pruned: PrunedHeads | None = None  # physically pruned heads (config.json "pruned_heads"; jattn.sweeps.pruning)
     positions: str = "absolute"  # "absolute": 0..n-1; "after_padding": pad+1+count of real tokens, pad on padding
     classifier: str = "pooler"  # "pooler": W·pooler(h_0) + b; "dense_tanh": W_o·tanh(W_d·h_0 + b_d) + b_o
+    # an additive relative-position score bias (jattn.nn.relative): a learned (buckets, H) table shared
+    # by the layers, B[bucket(j − i), h] added to every layer's scores; 0 buckets: none
+    relative_position_buckets: int = 0
+    relative_position_max_distance: int = 128  # distances beyond it share the last bucket
+    # width E of the embedding tables; None: hidden_size. When E != D a learned projection E -> D
+    # follows the embedding LayerNorm (Clark et al. 2020's small embeddings)
+    embedding_size: int | None = None
     # token rows a layer runs on at once (strided chunks of the batch, jattn.nn.layers.chunk_count);
     # 0: the whole batch; None: the backend's default (jattn.nn.layers.chunk_rows). Results are equal.
     chunk_rows: int | None = None

@@ -15,10 +15,12 @@ layer, internals stacked as (L, ...). (``lax.scan`` over the split state rather 
 ``layer_rows`` / ``layer_totals`` callbacks ride along as ordinary scanned arrays.)
 
 Parameters (kernels (in, out); attention kernels split by head; ``L`` leads every layer tensor):
-  embeddings: word (V, D), position (P, D), token_type (T, D), ln {scale, bias} (D,)
+  embeddings: word (V, E), position (P, E), token_type (T, E) (none when T = 0), ln {scale, bias} (E,),
+              project {kernel (E, D), bias (D,)} when the embedding width E (``config.embedding_size``) != D
   layers: attention.{query,key,value} {kernel (L, D, H, d_h), bias (L, H, d_h)},
           attention.out {kernel (L, H, d_h, D), bias (L, D)}, attention_ln, ffn_in {kernel
           (L, D, F), bias}, ffn_out {kernel (L, F, D), bias}, ffn_ln
+  relative_bias (``config.relative_position_buckets`` = R > 0): (R, H) the score bias shared by the layers
   pooler (``config.with_pooler``): {kernel (D, D), bias (D,)}
   mlm_head (``config.with_mlm_head``): transform {kernel, bias}, ln, bias (V,); decoder tied to word
   classifier (``config.num_labels`` = C > 0): out {kernel (D, C), bias (C,)}; RoBERTa also dense (D, D)
@@ -29,12 +31,14 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from jattn.nn.config import EncoderConfig
 from jattn.nn.interventions import NONE, Interventions
 from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention, post_ln_ffn
 from jattn.nn import state
+from jattn.nn.relative import relative_position_bias
 from jattn.nn.layers import (ACT, Dense, LayerNorm, chunk_count, chunk_rows, dropout, over_chunks, param,
                              split_rng)
 
@@ -53,20 +57,24 @@ def position_ids(config: EncoderConfig, input_ids: jax.Array) -> jax.Array:
 
 class Embeddings(nnx.Module):
     def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
-        D = config.hidden_size
-        self.word = param(rngs, (config.vocab_size, D), "normal", STD)
-        self.position = param(rngs, (config.max_position_embeddings, D), "normal", STD)
-        self.token_type = param(rngs, (config.type_vocab_size, D), "normal", STD)
-        self.ln = LayerNorm(D, config.layer_norm_eps)
+        E, D = config.embedding_size or config.hidden_size, config.hidden_size
+        self.word = param(rngs, (config.vocab_size, E), "normal", STD)
+        self.position = param(rngs, (config.max_position_embeddings, E), "normal", STD)
+        # no table when the family has no token types (type_vocab_size 0): their ids are ignored
+        self.token_type = param(rngs, (config.type_vocab_size, E), "normal", STD) if config.type_vocab_size else None
+        self.ln = LayerNorm(E, config.layer_norm_eps)
+        self.project = Dense((E,), (D,), rngs=rngs, std=STD) if E != D else None
         self.config = config
 
     def __call__(self, batch: dict, dtype, rng) -> jax.Array:
         ids = batch["input_ids"]  # (b, n)
-        types = batch.get("token_type_ids")
-        types = jnp.zeros_like(ids) if types is None else types  # (b, n)
         pos = position_ids(self.config, ids)  # (b, n)
-        x = self.word[...][ids] + self.position[...][pos] + self.token_type[...][types]  # (b, n, D)
-        return dropout(self.ln(x).astype(dtype), self.config.hidden_dropout, rng)  # (b, n, D)
+        x = self.word[...][ids] + self.position[...][pos]  # (b, n, E)
+        if self.token_type is not None:
+            types = batch.get("token_type_ids")
+            x = x + self.token_type[...][jnp.zeros_like(ids) if types is None else types]  # (b, n, E)
+        x = dropout(self.ln(x).astype(dtype), self.config.hidden_dropout, rng)  # (b, n, E)
+        return x if self.project is None else self.project(x)  # (b, n, D)
 
 
 class EncoderLayer(nnx.Module):
@@ -81,23 +89,26 @@ class EncoderLayer(nnx.Module):
         self.ffn_ln = LayerNorm(D, eps, stack=stack)
         self.config = config
 
-    def __call__(self, x, allowed, iv: Interventions, rng):
-        """One layer's slice: x (b, n, D) -> (x' (b, n, D), internals of this layer)."""
+    def __call__(self, x, allowed, iv: Interventions, rng, score_bias=None):
+        """One layer's slice: x (b, n, D) -> (x' (b, n, D), internals of this layer);
+        ``score_bias`` (H, n, n) or None (``Encoder.score_bias``)."""
         c, r = self.config, split_rng(rng, 2)
         h, internals = post_ln_attention(self.attention, self.attention_ln, x, x, allowed, iv,
                                          attention_dropout=c.attention_dropout, dropout_rate=c.hidden_dropout,
-                                         rng=r[0])  # (b, n, D)
+                                         rng=r[0], score_bias=score_bias)  # (b, n, D)
         out, ffn_pre_ln = post_ln_ffn(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
                                       activation_dropout=0.0, dropout_rate=c.hidden_dropout, rng=r[1])  # (b, n, D)
         internals["ffn_pre_ln"] = ffn_pre_ln  # (b, n, D) h + FFN(h), the vector the second LayerNorm normalises
         return out, internals
 
-    def cls_row(self, x, allowed, iv: Interventions):
+    def cls_row(self, x, allowed, iv: Interventions, score_bias=None):
         """This layer's output at the [CLS] position only, in evaluation mode: the query x[:, :1],
-        keys and values from all of x (b, n, D); ``iv`` for that one query row -> (b, 1, D)."""
+        keys and values from all of x (b, n, D); ``iv`` for that one query row, ``score_bias``
+        the layer's (H, n, n) or None -> (b, 1, D)."""
         c = self.config
+        row_bias = None if score_bias is None else score_bias[:, :1]  # (H, 1, n)
         h, _ = post_ln_attention(self.attention, self.attention_ln, x[:, :1], x, allowed, iv,
-                                 attention_dropout=0.0, dropout_rate=0.0)  # (b, 1, D)
+                                 attention_dropout=0.0, dropout_rate=0.0, score_bias=row_bias)  # (b, 1, D)
         out, _ = post_ln_ffn(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
                              activation_dropout=0.0, dropout_rate=0.0)  # (b, 1, D)
         return out
@@ -143,10 +154,10 @@ def _in_chunks(b: int, n: int, rows: int):
     draws from ``rng`` folded with the chunk's index."""
     chunks = chunk_count(b, n, rows)
 
-    def run(layer, x, allowed, iv: Interventions, rng, split, totals, stacks=None, at=0):
-        def one(i, take):
+    def run(layer, x, allowed, iv: Interventions, rng, split, totals, stacks=None, at=0, score_bias=None):
+        def one(i, take):  # score_bias (H, n, n) has no batch axis: every chunk reads all of it
             r = None if rng is None else jax.random.fold_in(rng, i)
-            y, ints = layer(take(x), take(allowed), iv.take_rows(take), r)  # (b / chunks, n, D)
+            y, ints = layer(take(x), take(allowed), iv.take_rows(take), r, score_bias)  # (b / chunks, n, D)
             return *split(y, ints, take), None if totals is None else totals(ints, take)
 
         return over_chunks(one, b, chunks, stacks, at)
@@ -172,6 +183,9 @@ class Encoder(nnx.Module):
         self.embeddings = Embeddings(config, rngs=rngs)
         self.layers = EncoderLayer(config, rngs=rngs, stack=(config.num_layers,))
         D = config.hidden_size
+        heads = config.pruned.heads if config.pruned else config.num_heads  # the table's heads: never pruned
+        self.relative_bias = (param(rngs, (config.relative_position_buckets, heads), "normal", STD)
+                              if config.relative_position_buckets else None)
         self.pooler = Dense((D,), (D,), rngs=rngs, std=STD) if config.with_pooler else None
         self.mlm_head = MLMHead(config, rngs=rngs) if config.with_mlm_head else None
         if config.num_labels and config.classifier == "pooler" and not config.with_pooler:
@@ -215,9 +229,12 @@ class Encoder(nnx.Module):
             rows = {} if layer_rows is None else {"layer_rows": layer_rows(ints, view, take)}
             return {"hidden": y, **select(ints, internals), **rows}
 
+        n = x0.shape[1]
+
         def first_layer(state, slices):  # shapes of the stacked result's entries, at the full batch
             layer = nnx.merge(graphdef, state)
-            return written(layer.view(), *layer(x0, allowed, iv.for_layer(*slices), None), lambda a: a)
+            return written(layer.view(), *layer(x0, allowed, iv.for_layer(*slices), None, self.score_bias(0, n)),
+                           lambda a: a)
 
         shapes = jax.eval_shape(first_layer, *jax.tree.map(lambda a: a[0], (stacked, iv.layer_slices())))
         if layer_rows is not None and any(a.shape[:1] != x0.shape[:1] for a in jax.tree.leaves(shapes["layer_rows"])):
@@ -237,7 +254,8 @@ class Encoder(nnx.Module):
                 return {}, written(view, y, ints, take)
 
             chunk_totals = None if layer_totals is None else (lambda ints, take: layer_totals(ints, view, take))
-            _, stacks, totals = run(layer, x, allowed, iv.for_layer(*slices), rng, split, chunk_totals, stacks, l)
+            _, stacks, totals = run(layer, x, allowed, iv.for_layer(*slices), rng, split, chunk_totals, stacks, l,
+                                    self.score_bias(l, n))
             return (stacks["hidden"][l], stacks), totals  # (b, n, D): the next layer's input
 
         (x, kept), totals = jax.lax.scan(step, (x0, stacks), (stacked, iv.layer_slices(), layer_rngs, jnp.arange(L)))
@@ -270,15 +288,33 @@ class Encoder(nnx.Module):
         slices = iv.layer_slices()
         run = _in_chunks(*x.shape[:2], chunk_rows(self.config.chunk_rows))
 
+        L, n = self.config.num_layers, x.shape[1]
+
         def step(x, xs):
-            state, layer_slices = xs
+            state, layer_slices, l = xs
             y, _, _ = run(nnx.merge(graphdef, state), x, allowed, iv.for_layer(*layer_slices), None,
-                          lambda y, ints, take: (y, {}), None)  # (b, n, D)
+                          lambda y, ints, take: (y, {}), None, score_bias=self.score_bias(l, n))  # (b, n, D)
             return y, None
 
-        x, _ = jax.lax.scan(step, x, (below(stacked), below(slices)))  # (b, n, D) input of the last layer
-        cls = nnx.merge(graphdef, last(stacked)).cls_row(x, allowed, iv.for_layer(*last(slices)).first_query())
+        x, _ = jax.lax.scan(step, x, (below(stacked), below(slices), jnp.arange(L - 1)))  # (b, n, D) last layer's input
+        cls = nnx.merge(graphdef, last(stacked)).cls_row(x, allowed, iv.for_layer(*last(slices)).first_query(),
+                                                         self.score_bias(L - 1, n))
         return self.head_logits(cls)  # (b, C)
+
+    def score_bias(self, layer, n: int) -> jax.Array | None:
+        """Layer ``layer``'s (an int, or traced) additive score bias on n positions (H, n, n),
+        float32 (``jattn.nn.relative``), or None without one. The table is indexed by the
+        original heads; a pruned layer reads its kept heads' columns, a padding slot none (0)."""
+        if self.relative_bias is None:
+            return None
+        table = self.relative_bias[...]  # (R, H)
+        if self.config.pruned:
+            kept = self.config.pruned.kept
+            slots = self.config.num_heads
+            index = np.array([list(k) + [0] * (slots - len(k)) for k in kept])  # (L, H') original head per slot
+            real = np.array([[s < len(k) for s in range(slots)] for k in kept])  # (L, H')
+            table = jnp.where(jnp.asarray(real)[layer], table[:, jnp.asarray(index)[layer]], 0.0)  # (R, H')
+        return relative_position_bias(table, n, self.config.relative_position_max_distance)  # (H, n, n)
 
     def head_logits(self, hidden: jax.Array, rng=None) -> jax.Array:
         """The classification head on a final hidden state (b, n ≥ 1, D): BERT pools [CLS],

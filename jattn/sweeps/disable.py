@@ -141,12 +141,16 @@ def suffix_logits(params, config, x, allowed, start, mask, mode: str) -> jax.Arr
     def layer_at(i):
         return nnx.merge(graphdef, jax.tree.map(lambda a: a[i], stacked))
 
+    n = x.shape[1]
+
     def body(i, x):
-        y, _ = layer_at(i)(x, allowed, _layer_interventions(mask, mode, i == start), None)  # (b, n, D)
+        y, _ = layer_at(i)(x, allowed, _layer_interventions(mask, mode, i == start), None,
+                           encoder.score_bias(i, n))  # (b, n, D)
         return y
 
     x = jax.lax.fori_loop(start, L - 1, body, x)  # (b, n, D) input of the last layer
-    cls = layer_at(L - 1).cls_row(x, allowed, _layer_interventions(mask, mode, start == L - 1))  # (b, 1, D)
+    cls = layer_at(L - 1).cls_row(x, allowed, _layer_interventions(mask, mode, start == L - 1),
+                                  encoder.score_bias(L - 1, n))  # (b, 1, D)
     return encoder.head_logits(cls)  # (b, C)
 
 

@@ -1,0 +1,114 @@
+"""MPNet forward at base scale: jattn (every internal, and lean) vs Hugging Face PyTorch eager.
+
+    .venv/bin/python benchmarks/bench_mpnet.py [--repeats 5] [--batch-size 32] [--length 128]
+        [--out benchmarks/results/mpnet.json]
+
+The model is all-mpnet-base-v2 (12 x 12, D=768) from jattn's cache when it is fetched
+(``jattn models fetch all-mpnet-base-v2``), else a random MPNet of that shape. Same inputs
+(random token ids, no padding), the same threads for both; the entries are timed alternately in
+one run (``bench_encoder.alternate``), so machine load hits all alike: read the ratios, not the
+absolute rates. Entries: ``Model.forward`` with every internal returned to the host as HF returns
+its attentions; ``internals=("weights",)``; the lean forward (hidden states only); HF eager with
+``output_attentions=True``. Beside them the forward's matrix products alone
+(``bench_encoder.gemm_bound``): the lean forward's share of that bound says how close to the
+products' speed it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from bench_encoder import alternate, cpu_model, gemm_bound  # benchmarks/ (the scripts run from their folder)
+
+NAME = "all-mpnet-base-v2"
+
+
+def model_folder(tmp: Path) -> tuple[Path, str]:
+    """The fetched all-mpnet-base-v2, else a random MPNet of its shape saved weights-only."""
+    from jattn.io import artefacts
+    from jattn.models import artefacts as makers  # registers the families' recipes
+
+    assert makers.MAKERS
+    if artefacts.is_made(NAME):
+        return artefacts.path(NAME), NAME
+    import torch
+    from transformers import MPNetConfig, MPNetModel
+
+    torch.manual_seed(0)
+    MPNetModel(MPNetConfig(max_position_embeddings=514, layer_norm_eps=1e-5)).save_pretrained(tmp / "mpnet")
+    return tmp / "mpnet", "MPNet base shape (random weights)"
+
+
+def bench(folder: Path, batch_size: int, length: int, repeats: int) -> dict:
+    import torch
+    from transformers import MPNetModel
+
+    import jattn
+
+    model = jattn.load(folder, tokenizer=False, use_cache=False)
+    oracle = MPNetModel.from_pretrained(str(folder)).eval()
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1000, model.config.vocab_size, (batch_size, length)).astype(np.int32)
+    batch = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    torch_batch = {k: torch.tensor(v, dtype=torch.long) for k, v in batch.items()}
+
+    def ours():  # every internal computed and returned; α on the host as HF's
+        out = model.forward(batch)
+        return np.asarray(out.attentions), [np.asarray(v) for v in out.internals.values()]
+
+    def ours_weights():
+        return np.asarray(model.forward(batch, internals=("weights",)).attentions)  # (L, b, H, n, n)
+
+    def ours_lean():
+        return np.asarray(model.forward(batch, internals=None).last_hidden_state)  # (b, n, D)
+
+    def theirs():
+        with torch.inference_mode():
+            out = oracle(**torch_batch, output_attentions=True)
+        return [a.numpy() for a in out.attentions]
+
+    secs = alternate({"jattn_forward": ours, "jattn_weights": ours_weights, "jattn_lean": ours_lean,
+                      "hf": theirs}, repeats)
+    tokens, c = batch_size * length, model.config
+    result = {"model": f"L={c.num_layers} H={c.num_heads} D={c.hidden_size}", "batch": [batch_size, length],
+              **{f"{k}_tokens_per_s": tokens / v for k, v in secs.items()},
+              **{f"{k}_seconds": v for k, v in secs.items()}}
+    for k in ("forward", "weights", "lean"):
+        result[f"ratio_{k}"] = secs["hf"] / secs[f"jattn_{k}"]  # > 1: jattn faster
+    result.update(gemm_bound(c, batch_size, length, repeats))
+    result["lean_of_torch_bound"] = result["torch_gemm_seconds"] / secs["jattn_lean"]
+    result["lean_of_xla_bound"] = result["xla_gemm_seconds"] / secs["jattn_lean"]
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--out", default="benchmarks/results/mpnet.json")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder, name = model_folder(Path(tmp))
+        r = {"name": name, **bench(folder, args.batch_size, args.length, args.repeats)}
+    print(f"{name}: HF eager {r['hf_tokens_per_s']:.0f} tok/s | jattn all internals {r['ratio_forward']:.2f}x HF, "
+          f"weights only {r['ratio_weights']:.2f}x, lean {r['ratio_lean']:.2f}x | lean at "
+          f"{r['lean_of_torch_bound']:.0%} of the torch-GEMM bound, {r['lean_of_xla_bound']:.0%} of the XLA-GEMM bound")
+    meta = {"threads": args.threads, "cpu": cpu_model(), "repeats": args.repeats,
+            "load_average_at_end": os.getloadavg()}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"meta": meta, "results": [r]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The ELECTRA family (Clark et al. 2020): the discriminator."""

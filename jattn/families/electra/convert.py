@@ -1,0 +1,75 @@
+"""Key table for ELECTRA discriminator checkpoints (``ElectraModel``, ``ElectraForPreTraining``)
+-> jattn encoder params.
+
+The layers are BERT's (``jattn.families.bert.convert``: the same keys); the embedding tables and
+their LayerNorm have width E = ``embedding_size``, followed by ``embeddings_project`` (E -> D)
+when E != D. ``ElectraForPreTraining`` keeps the encoder under ``electra.``; its replaced-token
+detection head (``discriminator_predictions``) is known and not used. Exported as a bare
+``ElectraModel`` folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from jattn.families.bert.convert import encoder_entries as bert_entries
+from jattn.io.hf import Entry, apply_table, linear, to_state_dict
+from jattn.nn.config import EncoderConfig
+
+PREFIX = "electra."
+
+# Known tensors that jattn does not use: buffers, the replaced-token detection head.
+IGNORED = (r"(electra\.)?embeddings\.(position_ids|token_type_ids)", r"discriminator_predictions\..*")
+
+
+def entries(c: EncoderConfig, prefix: str) -> list[Entry]:
+    E, D = c.embedding_size or c.hidden_size, c.hidden_size
+    emb = f"{prefix}embeddings"
+    rows = [
+        Entry(f"{emb}.word_embeddings.weight", ("embeddings", "word"), (c.vocab_size, E)),
+        Entry(f"{emb}.position_embeddings.weight", ("embeddings", "position"), (c.max_position_embeddings, E)),
+        Entry(f"{emb}.token_type_embeddings.weight", ("embeddings", "token_type"), (c.type_vocab_size, E)),
+        Entry(f"{emb}.LayerNorm.weight", ("embeddings", "ln", "scale"), (E,)),
+        Entry(f"{emb}.LayerNorm.bias", ("embeddings", "ln", "bias"), (E,)),
+    ]
+    if E != D:
+        rows += [Entry(f"{prefix}embeddings_project.weight", ("embeddings", "project", "kernel"), *linear(E, D)),
+                 Entry(f"{prefix}embeddings_project.bias", ("embeddings", "project", "bias"), (D,))]
+    return rows + [e for e in bert_entries(c, prefix) if e.path[0] != "embeddings"]  # BERT's layers
+
+
+def convert(state: dict[str, np.ndarray], config: EncoderConfig, source: str = "checkpoint") -> dict:
+    """HF state dict -> jattn encoder params (see ``jattn.nn.encoder`` for the layout)."""
+    prefix = PREFIX if any(k.startswith(f"{PREFIX}embeddings.") for k in state) else ""
+    config = dataclasses.replace(config, with_pooler=False, with_mlm_head=False, num_labels=0)
+    return apply_table(state, entries(config, prefix), IGNORED, source)
+
+
+def to_hf_state_dict(params, config: EncoderConfig) -> dict[str, np.ndarray]:
+    """jattn encoder params -> an ``ElectraModel`` state dict, the inverse of ``convert``."""
+    if config.num_labels or config.with_mlm_head:
+        raise ValueError("ELECTRA is exported as the bare encoder: Hugging Face's ELECTRA classification head "
+                         "computes W_o·gelu(W_d·h + b_d) + b_o, which jattn does not implement. Fix: export "
+                         "without the head")
+    return to_state_dict(params, entries(config, ""))
+
+
+def to_hf_config(config: EncoderConfig, label_names: list[str] | None = None) -> dict:
+    """The ``config.json`` dict of an ``ElectraModel`` with ``config``'s shape."""
+    if label_names:
+        raise ValueError("ELECTRA is exported without a classification head; label_names do not apply")
+    out = {
+        "model_type": "electra", "architectures": ["ElectraModel"], "vocab_size": config.vocab_size,
+        "embedding_size": config.embedding_size or config.hidden_size, "hidden_size": config.hidden_size,
+        "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.pruned.heads if config.pruned else config.num_heads,
+        "intermediate_size": config.intermediate_size, "hidden_act": config.hidden_act,
+        "max_position_embeddings": config.max_position_embeddings, "type_vocab_size": config.type_vocab_size,
+        "layer_norm_eps": config.layer_norm_eps, "pad_token_id": config.pad_token_id,
+        "hidden_dropout_prob": config.hidden_dropout, "attention_probs_dropout_prob": config.attention_dropout,
+    }
+    if config.pruned:
+        out["pruned_heads"] = config.pruned.removed()
+    return out

@@ -1,0 +1,21 @@
+"""ELECTRA (Clark et al. 2020), the discriminator: BERT's blocks, positions 0..n-1 and token
+types, embedding tables of width ``embedding_size`` projected to the model width when they
+differ (``embeddings_project``); no pooler. The converted checkpoints are ``ElectraModel`` and
+``ElectraForPreTraining`` (its replaced-token head is not used)."""
+
+from jattn.families.electra import convert
+from jattn.families.spec import FamilySpec, register
+from jattn.nn.config import encoder_config
+
+
+def config_from_hf(hf: dict):
+    size = hf.get("embedding_size", hf["hidden_size"])
+    return encoder_config(hf, positions="absolute", classifier="dense_tanh",
+                          embedding_size=None if size == hf["hidden_size"] else size)
+
+
+SPEC = register(FamilySpec(
+    model_type="electra", shape="encoder", config_from_hf=config_from_hf,
+    convert=convert.convert, to_hf_state_dict=convert.to_hf_state_dict, to_hf_config=convert.to_hf_config,
+    tokenizer_files=(("tokenizer.json",), ("vocab.txt",)), special_tokens=("cls", "sep", "pad"),
+))

@@ -1,0 +1,1 @@
+"""The MPNet family (Song et al. 2020)."""

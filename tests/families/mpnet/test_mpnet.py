@@ -1,0 +1,174 @@
+"""MPNet (``jattn/families/mpnet``) against Hugging Face's ``MPNetModel`` on tiny random configs:
+outputs, every attention weight (the shared relative-position bias included), head gates per
+head / example / token, disabled heads, the classification and masked-LM heads, the [CLS]-only
+path and the disabling sweep's suffix, pruning (in memory and exported), the HF round trip, and
+Kobayashi et al.'s decomposition with the bias. Padded sentence pairs, sequences long enough to
+reach the logarithmic buckets (distances ≥ 8)."""
+
+from __future__ import annotations
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jattn
+from encoder_family_parity import (check_classifier, check_disabled, check_gates, check_outputs, check_pruned,
+                                   load_pair, pair_batch, save_random)
+from jattn.nn.config import ConfigError
+from tiny_encoders import hf_model, hf_run
+from tolerance import assert_close, model_terms
+
+LENGTHS = [37, 20, 9, 37]  # padded pairs; distances up to 36: exact and log-spaced buckets
+SHAPE = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+             max_position_embeddings=64, hidden_act="gelu", layer_norm_eps=1e-5)
+
+
+def save_mpnet(folder, head="base", seed=0, **kw):
+    import torch
+    from transformers import MPNetConfig, MPNetForMaskedLM, MPNetForSequenceClassification, MPNetModel
+
+    torch.manual_seed(seed)
+    config = MPNetConfig(**{**SHAPE, **kw}, num_labels=3)
+    model = {"mlm": MPNetForMaskedLM, "cls": MPNetForSequenceClassification}.get(head, MPNetModel)(config)
+    base = getattr(model, "mpnet", model)
+    with torch.no_grad():  # a bias of the size of the scores, so that it moves α
+        base.encoder.relative_attention_bias.weight.normal_(0, 1.0)
+    return save_random(model, folder, seed)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return load_pair(save_mpnet(tmp_path_factory.mktemp("mpnet")))
+
+
+@pytest.fixture(scope="module")
+def batch(base):
+    return pair_batch(base[0].config, LENGTHS, seed=1, types=False)
+
+
+def test_config(base):
+    model, _ = base
+    c = model.config
+    assert (c.relative_position_buckets, c.relative_position_max_distance, c.type_vocab_size) == (32, 128, 0)
+    assert c.positions == "after_padding" and c.pad_token_id == 1 and c.max_length == 62
+    assert model.params["relative_bias"].shape == (32, 4) and model.config.with_pooler
+
+
+def test_outputs_and_attention(base, batch):
+    check_outputs(*base, batch, types=False)
+
+
+def test_head_gates(base, batch):
+    check_gates(*base, batch, types=False)
+
+
+def test_disabled_heads(base, batch):
+    check_disabled(*base, batch, types=False)
+
+
+def test_token_types_ignored(base, batch):
+    """MPNet has no token types: ids of segment B change nothing (HF ignores them too)."""
+    model, _ = base
+    typed = pair_batch(model.config, LENGTHS, seed=1, types=True)
+    np.testing.assert_array_equal(model.forward(typed, internals=None).last_hidden_state,
+                                  model.forward(batch, internals=None).last_hidden_state)
+
+
+def test_kobayashi_decomposition_with_bias(base, batch):
+    """y_i − b_O = Σ_j ‖·‖-decomposed Σ_h α f_h(x_j) with the bias in α: jattn's ``summed_norm``
+    against the vectors formed in float64 from HF's α, HF's value projection and HF's W_O."""
+    import torch
+
+    model, oracle = base
+    values = []
+    layer0 = oracle.encoder.layer[0].attention.attn
+    handle = layer0.v.register_forward_hook(lambda m, a, out: values.append(out))
+    try:
+        ref = hf_run(oracle, batch)
+    finally:
+        handle.remove()
+    alpha = ref.attentions[0].double().numpy()  # (b, H, n, n)
+    b, H, n, _ = alpha.shape
+    v = values[0].double().numpy().reshape(b, n, H, -1)  # (b, n, H, d_h)
+    w_o = layer0.o.weight.detach().double().numpy().T.reshape(H, -1, model.config.hidden_size)  # (H, d_h, D)
+    f = np.einsum("bjhd,hde->bhje", v, w_o)  # (b, H, n, D)
+    mask = batch["attention_mask"].astype(bool)
+    summed = np.einsum("bhij,bhje->bije", alpha, f)  # (b, n, n, D)
+    want = np.linalg.norm(summed, axis=-1) * (mask[:, :, None] & mask[:, None, :])  # (b, n, n)
+    got = jattn.norms(model, batch)["summed_norm"][0]
+    terms = model_terms(model.config, n)
+    assert_close(got, want, terms=terms)
+    with torch.no_grad():  # Σ_j of the decomposition plus b_O is HF's attention output
+        out = layer0.o(values[0].new_tensor(np.einsum("bhij,bjhd->bihd", alpha, v).reshape(b, n, -1)))
+    assert_close(summed.sum(2) + layer0.o.bias.detach().numpy(), out.numpy(), terms=terms)
+
+
+def test_classifier_head(tmp_path, batch):
+    model, oracle = load_pair(save_mpnet(tmp_path, head="cls"), head="cls")
+    assert model.config.num_labels == 3 and not model.config.with_pooler
+    check_classifier(model, oracle, batch, types=False)
+
+
+def test_mlm_head(tmp_path, batch):
+    from jattn.nn.encoder import mlm_logits
+
+    model, oracle = load_pair(save_mpnet(tmp_path, head="mlm"), head="mlm")
+    logits = mlm_logits(model.params, model.config, model.forward(batch, internals=None).last_hidden_state)
+    terms = model_terms(model.config, LENGTHS[0]) + model.config.hidden_size  # the transform's sum over D
+    assert_close(logits, hf_run(oracle, batch).logits, terms=terms)
+
+
+def test_pruned_and_exported(base, batch, tmp_path):
+    """Pruning keeps each kept head's column of the shared table; the export loads back."""
+    from jattn.sweeps.pruning import export_pruned
+
+    model, _ = base
+    check_pruned(model, batch)
+    keep = np.array([[1, 0, 0, 1], [0, 1, 1, 1]], bool)
+    folder = export_pruned(model, keep, tmp_path / "pruned")
+    assert json.loads((folder / "config.json").read_text())["pruned_heads"] == {"0": [1, 2], "1": [0]}
+    again = jattn.load(folder, tokenizer=False, use_cache=False)
+    from jattn import Interventions
+
+    masked = model.forward(batch, Interventions(head_gates=jnp.asarray(keep, jnp.float32)), internals=None)
+    assert_close(again.forward(batch, internals=None).last_hidden_state, masked.last_hidden_state,
+                 terms=model_terms(model.config, LENGTHS[0]))
+
+
+@pytest.mark.parametrize("head", ["base", "cls"])
+def test_hf_round_trip(tmp_path, head, batch):
+    """to_hf_state_dict ∘ convert is the identity on the checkpoint's tensors, and HF builds a
+    model from to_hf_config that agrees with the source."""
+    from safetensors.numpy import save_file
+
+    from jattn.io.hf import read_state_dict
+    from jattn.nn.state import to_arrays
+
+    src = save_mpnet(tmp_path / "src", head=head)
+    model = jattn.load(src, tokenizer=False, use_cache=False)
+    spec = model.family
+    state = spec.to_hf_state_dict(to_arrays(model.params), model.config)
+    original = {k: v for k, v in read_state_dict(src).items() if "position_ids" not in k and "decoder" not in k}
+    assert set(state) == set(original)
+    for k, v in original.items():
+        np.testing.assert_array_equal(state[k], v, err_msg=k)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps(spec.to_hf_config(model.config)))
+    save_file(state, str(out / "model.safetensors"))
+    ref = hf_run(hf_model(src, head), batch)
+    again = hf_run(hf_model(out, head), batch)
+    key = "logits" if head == "cls" else "last_hidden_state"
+    np.testing.assert_array_equal(getattr(again, key).numpy(), getattr(ref, key).numpy())
+
+
+@pytest.mark.parametrize("field,value", [("pad_token_id", 0), ("relative_attention_num_buckets", 64)])
+def test_refused_configs(tmp_path, field, value):
+    folder = save_mpnet(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config[field] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=f"{field}={value}.*Fix: set {field}"):
+        jattn.load(folder, tokenizer=False, use_cache=False)
