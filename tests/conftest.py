@@ -10,7 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Every test's encoder layers run on chunks of ≤ 16 token rows (a batch of 4 × 10 tokens: 4 chunks
 # of one sequence), so that every parity and method test also checks the chunked layer
-# (``jattn.nn.layers.over_chunks``) that real batches take on CPU. A config's own ``chunk_rows``
+# (``jattn.nn.engine.over_chunks``) that real batches take on CPU. A config's own ``chunk_rows``
 # wins over it: tests/test_chunks.py compares chunk sizes through it.
 os.environ["JATTN_CHUNK_ROWS"] = "16"
 

@@ -93,10 +93,10 @@ def chunked_program(model, mesh) -> dict:
 
     from jax.sharding import NamedSharding, PartitionSpec as P
 
-    from jattn.nn import encoder, layers
+    from jattn.nn import encoder, engine
 
     config = dataclasses.replace(model.config, chunk_rows=128)
-    assert layers.chunk_count(16, 16, config.chunk_rows) == 2
+    assert engine.chunk_count(16, 16, config.chunk_rows) == 2
     ids = np.full((16, 16), 1000, np.int32)
     inputs = jax.device_put({"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": ids * 0},
                             NamedSharding(mesh, P("data")))

@@ -1,4 +1,4 @@
-"""The encoder's layers on strided chunks of the batch (``jattn.nn.layers.over_chunks``) give the
+"""The encoder's layers on strided chunks of the batch (``jattn.nn.engine.over_chunks``) give the
 unchunked layer's outputs, internals, layerwise reductions and gate gradients, under every kind of
 intervention; dropout draws independently per chunk; the chunk-size rule."""
 
@@ -13,7 +13,7 @@ import pytest
 
 import jattn
 from jattn.nn.interventions import Interventions
-from jattn.nn import encoder, layers
+from jattn.nn import encoder, engine
 from tiny_encoders import random_batch, save_tiny
 from tolerance import assert_close, model_terms
 
@@ -25,26 +25,26 @@ def tiny(tmp_path_factory):
 
 
 def test_chunk_count_rule():
-    assert layers.chunk_count(32, 128, 1024) == 4  # 8 sequences = 1024 rows a chunk
-    assert layers.chunk_count(32, 16, 1024) == 1  # the whole batch is 512 rows
-    assert layers.chunk_count(8, 512, 1024) == 4  # 2 sequences a chunk
-    assert layers.chunk_count(32, 128, 0) == 1  # 0: the whole batch
-    assert layers.chunk_count(4, 2000, 1024) == 4  # one sequence a chunk, longer than 1024
-    assert layers.chunk_count(31, 128, 1024) == 1  # prime batch: one sequence, 128 rows, is too few
+    assert engine.chunk_count(32, 128, 1024) == 4  # 8 sequences = 1024 rows a chunk
+    assert engine.chunk_count(32, 16, 1024) == 1  # the whole batch is 512 rows
+    assert engine.chunk_count(8, 512, 1024) == 4  # 2 sequences a chunk
+    assert engine.chunk_count(32, 128, 0) == 1  # 0: the whole batch
+    assert engine.chunk_count(4, 2000, 1024) == 4  # one sequence a chunk, longer than 1024
+    assert engine.chunk_count(31, 128, 1024) == 1  # prime batch: one sequence, 128 rows, is too few
 
 
 @pytest.mark.parametrize("chunks", [4, 1])
 def test_over_chunks_takes_strided_rows_and_reassembles_in_order(chunks):
     x = jnp.arange(12 * 3, dtype=jnp.float32).reshape(12, 3)  # (b, 3)
     stacks = {"triple": jnp.full((2, 12, 3), -1.0)}  # (L, b, 3): layer 1 is written, layer 0 kept
-    rows, stacks, totals = layers.over_chunks(
+    rows, stacks, totals = engine.over_chunks(
         lambda i, take: ({"double": 2 * take(x), "row_sum": take(x).sum(1)}, {"triple": 3 * take(x)},
                          {"sum": take(x).sum(0)}), 12, chunks, stacks, jnp.int32(1))
     np.testing.assert_array_equal(rows["double"], 2 * x)
     np.testing.assert_array_equal(rows["row_sum"], x.sum(1))
     np.testing.assert_array_equal(stacks["triple"], jnp.stack([jnp.full((12, 3), -1.0), 3 * x]))
     np.testing.assert_array_equal(totals["sum"], x.sum(0))  # added over the chunks
-    chunk_of_row, _, _ = layers.over_chunks(lambda i, take: (0 * take(x)[:, 0].astype(jnp.int32) + i, {}, None), 12,
+    chunk_of_row, _, _ = engine.over_chunks(lambda i, take: (0 * take(x)[:, 0].astype(jnp.int32) + i, {}, None), 12,
                                             chunks)  # (12,)
     np.testing.assert_array_equal(chunk_of_row, np.arange(12) % chunks)  # chunk i holds rows i, i + 4, i + 8
 
@@ -86,9 +86,9 @@ def test_chunked_layers_equal_the_unchunked_layer(tiny):
     batch = {k: jnp.asarray(v) for k, v in random_batch(cfg, [10, 7, 10, 3, 9, 10]).items()}  # b = 6, n = 10
     iv = _all_interventions(cfg, 6, 10)
     chunked = _run(tiny, batch, iv, 20)
-    assert layers.chunk_count(6, 10, 20) == 3  # 2 sequences a chunk
+    assert engine.chunk_count(6, 10, 20) == 3  # 2 sequences a chunk
     whole = _run(tiny, batch, iv, 0)
-    assert layers.chunk_count(6, 10, 0) == 1
+    assert engine.chunk_count(6, 10, 0) == 1
     terms = 2 * model_terms(cfg, 10) + 6 * 10  # forward, gate gradient, totals over the 6 × 10 rows
     for got, want in zip(jax.tree.leaves(chunked), jax.tree.leaves(whole)):  # other shapes: other float32 orders
         assert_close(got, want, terms=terms)
@@ -105,7 +105,7 @@ def test_each_chunk_draws_its_own_dropout(tiny):
     D = tiny.config.hidden_size
     x = jnp.broadcast_to(jax.random.normal(jax.random.key(1), (1, 10, D)), (4, 10, D))  # (b, n, D)
     allowed = jnp.ones((4, 1, 10), bool)
-    run = encoder._in_chunks(4, 10, 10)  # one sequence a chunk
+    run = engine.chunked(4, 10, 10)  # one sequence a chunk
     train, _, _ = run(layer, x, allowed, Interventions(), jax.random.key(0), lambda y, ints, take: (y, {}), None)  # (4, n, D)
     ev, _, _ = run(layer, x, allowed, Interventions(), None, lambda y, ints, take: (y, {}), None)
     assert all(not np.allclose(train[0], train[i]) for i in (1, 2, 3))
@@ -120,8 +120,8 @@ def test_layer_rows_must_be_per_example(tiny):
 
 def test_chunk_size_default(monkeypatch):
     """A config's ``chunk_rows`` wins; else ``$JATTN_CHUNK_ROWS``; else 1,024 rows on CPU."""
-    assert layers.chunk_rows(64) == 64 and layers.chunk_rows(0) == 0
+    assert engine.chunk_rows(64) == 64 and engine.chunk_rows(0) == 0
     monkeypatch.setenv("JATTN_CHUNK_ROWS", "48")
-    assert layers.chunk_rows(None) == 48
+    assert engine.chunk_rows(None) == 48
     monkeypatch.delenv("JATTN_CHUNK_ROWS")
-    assert layers.chunk_rows(None) == (layers.CPU_CHUNK_ROWS if jax.default_backend() == "cpu" else 0) == 1024
+    assert engine.chunk_rows(None) == (engine.CPU_CHUNK_ROWS if jax.default_backend() == "cpu" else 0) == 1024

@@ -99,7 +99,7 @@ def test_mesh_matches_one_device(meshes, name):
 
 
 def test_chunked_layers_keep_the_batch_on_its_devices(meshes):
-    """Layers run in strided chunks of the batch (``jattn.nn.layers.over_chunks``): on a data-only
+    """Layers run in strided chunks of the batch (``jattn.nn.engine.over_chunks``): on a data-only
     mesh each chunk holds rows of every device, so each device computes its own 2 rows, one a
     chunk (16 token rows a product; contiguous chunks made every device compute 2 rows of each
     chunk), and the forward compiles without any collective."""

@@ -103,8 +103,8 @@ class EncoderConfig:
     # width E of the embedding tables; None: hidden_size. When E != D a learned projection E -> D
     # follows the embedding LayerNorm (Clark et al. 2020's small embeddings)
     embedding_size: int | None = None
-    # token rows a layer runs on at once (strided chunks of the batch, jattn.nn.layers.chunk_count);
-    # 0: the whole batch; None: the backend's default (jattn.nn.layers.chunk_rows). Results are equal.
+    # token rows a layer runs on at once (strided chunks of the batch, jattn.nn.engine.chunk_count);
+    # 0: the whole batch; None: the backend's default (jattn.nn.engine.chunk_rows). Results are equal.
     chunk_rows: int | None = None
 
     @property

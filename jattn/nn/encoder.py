@@ -39,8 +39,8 @@ from jattn.nn.interventions import NONE, Interventions
 from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention, post_ln_ffn
 from jattn.nn import state
 from jattn.nn.relative import relative_position_bias
-from jattn.nn.layers import (ACT, Dense, LayerNorm, chunk_count, chunk_rows, dropout, over_chunks, param,
-                             split_rng)
+from jattn.nn.engine import chunk_rows, chunked, run_stack
+from jattn.nn.layers import ACT, Dense, LayerNorm, dropout, param, split_rng
 
 INTERNALS = ("weights", "values", "context", "output", "residual", "pre_ln", "attention_ln_out", "ffn_pre_ln")
 STD = 0.02  # BERT's initializer_range
@@ -144,27 +144,6 @@ class ClassificationHead(nnx.Module):
         return self.out(dropout(features, self.rate, r[1]))  # (b, C)
 
 
-def _in_chunks(b: int, n: int, rows: int):
-    """``run(layer, x, allowed, iv, rng, split, totals, stacks=None, at=0) -> (local, stacks, totals)``:
-    one layer on a batch (b, n, D), run in ``chunk_count(b, n, rows)`` strided chunks of the batch
-    (``over_chunks``). ``split(y, internals, take) -> (local, stacked)`` sorts a chunk's output
-    and internals into those reassembled as (b, ...) (``local``) and those written into ``stacks``
-    ((L, b, ...), the layer loop's outputs) at layer ``at``. ``totals(internals, take)`` (or None),
-    additive statistics of a chunk's internals, is summed over the chunks. Each chunk's dropout
-    draws from ``rng`` folded with the chunk's index."""
-    chunks = chunk_count(b, n, rows)
-
-    def run(layer, x, allowed, iv: Interventions, rng, split, totals, stacks=None, at=0, score_bias=None):
-        def one(i, take):  # score_bias (H, n, n) has no batch axis: every chunk reads all of it
-            r = None if rng is None else jax.random.fold_in(rng, i)
-            y, ints = layer(take(x), take(allowed), iv.take_rows(take), r, score_bias)  # (b / chunks, n, D)
-            return *split(y, ints, take), None if totals is None else totals(ints, take)
-
-        return over_chunks(one, b, chunks, stacks, at)
-
-    return run
-
-
 def select(internals: dict, which) -> dict:
     """Keep the internals named in ``which`` ("all", None/() for none, or a tuple of names)."""
     if which == "all":
@@ -203,7 +182,7 @@ class Encoder(nnx.Module):
 
         Analyses that read a layer's internals while they are in cache, inside the scan, run on
         each chunk of the batch the layer is computed in (``config.chunk_rows``,
-        ``jattn.nn.layers.chunk_count``; the whole batch on GPU/TPU), with that chunk's internals (e.g. ``weights`` (b', H, n, n)), the
+        ``jattn.nn.engine.chunk_count``; the whole batch on GPU/TPU), with that chunk's internals (e.g. ``weights`` (b', H, n, n)), the
         layer's parameter view (``EncoderLayer.view``) and ``take``, which cuts any other
         per-example array (b, ...) to the chunk's rows (b', ...):
         ``layer_rows(internals, view, take)`` returns per-example arrays (b', ...), written into
@@ -222,43 +201,14 @@ class Encoder(nnx.Module):
         layer_rngs = None if dropout_rng is None else jax.random.split(r[1], self.config.num_layers)
         x0 = self.embeddings(batch, compute_dtype, r[0])  # (b, n, D)
         allowed = batch["attention_mask"].astype(bool)[:, None, :]  # (b, 1, n)
-        graphdef, stacked = nnx.split(self.layers)
-        run = _in_chunks(*x0.shape[:2], chunk_rows(self.config.chunk_rows))
+        n = x0.shape[1]
 
         def written(view, y, ints, take):  # what a layer writes to the stacked result, rows (b', ...)
             rows = {} if layer_rows is None else {"layer_rows": layer_rows(ints, view, take)}
             return {"hidden": y, **select(ints, internals), **rows}
 
-        n = x0.shape[1]
-
-        def first_layer(state, slices):  # shapes of the stacked result's entries, at the full batch
-            layer = nnx.merge(graphdef, state)
-            return written(layer.view(), *layer(x0, allowed, iv.for_layer(*slices), None, self.score_bias(0, n)),
-                           lambda a: a)
-
-        shapes = jax.eval_shape(first_layer, *jax.tree.map(lambda a: a[0], (stacked, iv.layer_slices())))
-        if layer_rows is not None and any(a.shape[:1] != x0.shape[:1] for a in jax.tree.leaves(shapes["layer_rows"])):
-            raise ValueError("layer_rows must return per-example arrays (b', ...) for a chunk of b' examples, got "
-                             f"shapes {jax.tree.map(lambda a: a.shape, shapes['layer_rows'])} for a batch of "
-                             f"{x0.shape[0]}. Fix: sums over the examples go to layer_totals")
-        L = self.config.num_layers
-        stacks = jax.tree.map(lambda a: jnp.zeros((L, *a.shape), a.dtype), shapes)  # (L, b, ...)
-
-        def step(carry, xs):
-            x, stacks = carry
-            state, slices, rng, l = xs
-            layer = nnx.merge(graphdef, state)
-            view = layer.view()
-
-            def split(y, ints, take):  # a chunk's rows all go to the stacked result
-                return {}, written(view, y, ints, take)
-
-            chunk_totals = None if layer_totals is None else (lambda ints, take: layer_totals(ints, view, take))
-            _, stacks, totals = run(layer, x, allowed, iv.for_layer(*slices), rng, split, chunk_totals, stacks, l,
-                                    self.score_bias(l, n))
-            return (stacks["hidden"][l], stacks), totals  # (b, n, D): the next layer's input
-
-        (x, kept), totals = jax.lax.scan(step, (x0, stacks), (stacked, iv.layer_slices(), layer_rngs, jnp.arange(L)))
+        x, kept, totals = run_stack(self.layers, x0, allowed, iv, layer_rngs, chunk_rows(self.config.chunk_rows),
+                                    written, layer_totals, lambda l: self.score_bias(l, n))
         hidden = kept.pop("hidden")  # (L, b, n, D)
         outputs = {"last_hidden_state": x, "hidden_states": jnp.concatenate([x0[None], hidden], 0)}  # (L+1, b, n, D)
         if self.pooler is not None:
@@ -286,7 +236,7 @@ class Encoder(nnx.Module):
         graphdef, stacked = nnx.split(self.layers)
         below, last = (lambda t: jax.tree.map(lambda a: a[:-1], t)), (lambda t: jax.tree.map(lambda a: a[-1], t))
         slices = iv.layer_slices()
-        run = _in_chunks(*x.shape[:2], chunk_rows(self.config.chunk_rows))
+        run = chunked(*x.shape[:2], chunk_rows(self.config.chunk_rows))
 
         L, n = self.config.num_layers, x.shape[1]
 

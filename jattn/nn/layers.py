@@ -11,7 +11,6 @@ module's ``__call__`` then acts on one slice, as ``jax.lax.scan`` hands it over 
 from __future__ import annotations
 
 import math
-import os
 
 import jax
 import jax.numpy as jnp
@@ -101,83 +100,6 @@ def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
         return x
     keep = jax.random.bernoulli(rng, 1.0 - rate, x.shape)
     return jnp.where(keep, x / (1.0 - rate), 0.0).astype(x.dtype)
-
-
-CPU_CHUNK_ROWS = 1024  # token rows a layer processes at once on CPU (see ``chunk_count``)
-
-
-def chunk_rows(rows: int | None) -> int:
-    """The chunk size a config asks for (``EncoderConfig.chunk_rows``), its default resolved:
-    ``$JATTN_CHUNK_ROWS`` when set, else ``CPU_CHUNK_ROWS`` on CPU and 0 (the whole batch) on
-    GPU/TPU, whose kernels want the whole batch. Read when a forward is traced."""
-    if rows is not None:
-        return rows
-    if os.environ.get("JATTN_CHUNK_ROWS"):
-        return int(os.environ["JATTN_CHUNK_ROWS"])
-    return CPU_CHUNK_ROWS if jax.default_backend() == "cpu" else 0
-
-
-def chunk_count(b: int, n: int, rows: int) -> int:
-    """How many chunks a layer splits a batch of b sequences of n tokens into, at about ``rows``
-    token rows a chunk (0: no chunking).
-
-    A layer's activations at 32 × 128 tokens (scores, FFN hidden: 25 MB each for MiniLM) do not
-    stay in a CPU's caches between the products that write and read them; run on chunks of about
-    1,024 token rows, they do, and the lean forward of MiniLM and of a bert-base shape takes ~15 %
-    less time (``benchmarks/bench_encoder.py``). A chunk is s sequences, the largest divisor of b
-    with s·n ≤ max(rows, n); no chunking (1) when that leaves fewer than rows / 4 rows a chunk (a
-    prime b).
-    """
-    if rows <= 0:
-        return 1
-    s = max(d for d in range(1, b + 1) if b % d == 0 and d * n <= max(rows, n))  # sequences per chunk
-    return b // s if s * n >= rows // 4 else 1
-
-
-def over_chunks(fn, b: int, chunks: int, stacks=None, at=0):
-    """``fn(i, take) -> (rows, stacked, totals)`` for chunk i = 0..chunks−1 of a batch of b rows,
-    one chunk after another (``lax.scan``); returns ``(rows, stacks, totals)``:
-
-    - ``rows`` (arrays (b / chunks, ...)) reassembled in batch order as (b, ...);
-    - ``stacked`` (arrays (b / chunks, ...)) written in batch order into ``stacks`` (arrays
-      (L, b, ...): a layer loop's outputs, carried through it) at index ``at`` of their leading
-      axis, in place: a layer's internals reach the stacked result without passing through a
-      (b, ...) buffer of their own (for α, 25 MB a layer of MiniLM at 32 × 128 that would be
-      zero-filled and copied). Without ``stacks``, ``stacked`` must be ``{}``;
-    - ``totals`` (any arrays, or None) added over the chunks.
-
-    ``take(a)`` cuts an array whose leading axis is the batch, (b, ...), to chunk i's rows
-    i, i + chunks, i + 2·chunks, … → (b / chunks, ...). Strided rather than contiguous: when the
-    batch is sharded in blocks over a device mesh's ``data`` axis, every chunk holds rows of every
-    device, so each device still works on its own rows. ``chunks == 1`` calls ``fn`` once.
-    """
-    stacks = {} if stacks is None else stacks
-    if chunks == 1:
-        rows, stacked, totals = fn(0, lambda a: a)
-        return rows, jax.tree.map(lambda S, r: jax.lax.dynamic_update_index_in_dim(S, r, at, 0), stacks,
-                                  stacked), totals
-    s = b // chunks
-
-    def take_from(i):
-        return lambda a: jax.lax.dynamic_index_in_dim(a.reshape(s, chunks, *a.shape[1:]), i, axis=1, keepdims=False)
-
-    rows_shape, _, totals_shape = jax.eval_shape(lambda: fn(0, take_from(0)))
-    empty = jax.tree.map(lambda x: jnp.zeros((s, chunks, *x.shape[1:]), x.dtype), rows_shape)  # (s, chunks, ...)
-    zero = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), totals_shape)
-    columns = jax.tree.map(lambda S: S.reshape(S.shape[0], s, chunks, *S.shape[2:]), stacks)  # (L, s, chunks, ...)
-
-    def put(carry, i):  # chunk i's rows written to column i of (s, chunks, ...) and (L, s, chunks, ...)
-        buffers, columns, totals = carry
-        rows, stacked, more = fn(i, take_from(i))
-        buffers = jax.tree.map(lambda buf, r: jax.lax.dynamic_update_index_in_dim(buf, r, i, axis=1), buffers, rows)
-        columns = jax.tree.map(lambda S, r: jax.lax.dynamic_update_slice(S, r[None, :, None],
-                                                                          (at, 0, i, *(0,) * (r.ndim - 1))),
-                               columns, stacked)
-        return (buffers, columns, jax.tree.map(jnp.add, totals, more)), None
-
-    (filled, columns, totals), _ = jax.lax.scan(put, (empty, columns, zero), jnp.arange(chunks))
-    return (jax.tree.map(lambda a: a.reshape(b, *a.shape[2:]), filled),  # (b, ...)
-            jax.tree.map(lambda S: S.reshape(S.shape[0], b, *S.shape[3:]), columns), totals)  # (L, b, ...), summed
 
 
 def split_rng(rng: jax.Array | None, n: int) -> list:

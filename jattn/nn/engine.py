@@ -1,0 +1,159 @@
+"""The layer engine: an encoder's stacked layers run over a batch, each on strided chunks of it.
+
+``run_stack`` is the layer loop (``jax.lax.scan`` over the stacked layers) that writes every
+layer's output and kept internals straight into the stacked (L, b, ...) result; ``chunked``
+runs one layer on ``chunk_count`` strided chunks of the batch (``over_chunks``), so that a
+layer's activations stay in a CPU's caches between the products that write and read them. The
+chunk size is an explicit argument (``EncoderConfig.chunk_rows``, resolved by ``chunk_rows``: a
+per-backend default), never a module global. Results do not depend on it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jattn.nn.interventions import Interventions
+
+CPU_CHUNK_ROWS = 1024  # token rows a layer processes at once on CPU (see ``chunk_count``)
+
+
+def chunk_rows(rows: int | None) -> int:
+    """The chunk size a config asks for (``EncoderConfig.chunk_rows``), its default resolved:
+    ``$JATTN_CHUNK_ROWS`` when set, else ``CPU_CHUNK_ROWS`` on CPU and 0 (the whole batch) on
+    GPU/TPU, whose kernels want the whole batch. Read when a forward is traced."""
+    if rows is not None:
+        return rows
+    if os.environ.get("JATTN_CHUNK_ROWS"):
+        return int(os.environ["JATTN_CHUNK_ROWS"])
+    return CPU_CHUNK_ROWS if jax.default_backend() == "cpu" else 0
+
+
+def chunk_count(b: int, n: int, rows: int) -> int:
+    """How many chunks a layer splits a batch of b sequences of n tokens into, at about ``rows``
+    token rows a chunk (0: no chunking).
+
+    A layer's activations at 32 × 128 tokens (scores, FFN hidden: 25 MB each for MiniLM) do not
+    stay in a CPU's caches between the products that write and read them; run on chunks of about
+    1,024 token rows, they do, and the lean forward of MiniLM and of a bert-base shape takes ~15 %
+    less time (``benchmarks/bench_encoder.py``). A chunk is s sequences, the largest divisor of b
+    with s·n ≤ max(rows, n); no chunking (1) when that leaves fewer than rows / 4 rows a chunk (a
+    prime b).
+    """
+    if rows <= 0:
+        return 1
+    s = max(d for d in range(1, b + 1) if b % d == 0 and d * n <= max(rows, n))  # sequences per chunk
+    return b // s if s * n >= rows // 4 else 1
+
+
+def over_chunks(fn, b: int, chunks: int, stacks=None, at=0):
+    """``fn(i, take) -> (rows, stacked, totals)`` for chunk i = 0..chunks−1 of a batch of b rows,
+    one chunk after another (``lax.scan``); returns ``(rows, stacks, totals)``:
+
+    - ``rows`` (arrays (b / chunks, ...)) reassembled in batch order as (b, ...);
+    - ``stacked`` (arrays (b / chunks, ...)) written in batch order into ``stacks`` (arrays
+      (L, b, ...): a layer loop's outputs, carried through it) at index ``at`` of their leading
+      axis, in place: a layer's internals reach the stacked result without passing through a
+      (b, ...) buffer of their own (for α, 25 MB a layer of MiniLM at 32 × 128 that would be
+      zero-filled and copied). Without ``stacks``, ``stacked`` must be ``{}``;
+    - ``totals`` (any arrays, or None) added over the chunks.
+
+    ``take(a)`` cuts an array whose leading axis is the batch, (b, ...), to chunk i's rows
+    i, i + chunks, i + 2·chunks, … → (b / chunks, ...). Strided rather than contiguous: when the
+    batch is sharded in blocks over a device mesh's ``data`` axis, every chunk holds rows of every
+    device, so each device still works on its own rows. ``chunks == 1`` calls ``fn`` once.
+    """
+    stacks = {} if stacks is None else stacks
+    if chunks == 1:
+        rows, stacked, totals = fn(0, lambda a: a)
+        return rows, jax.tree.map(lambda S, r: jax.lax.dynamic_update_index_in_dim(S, r, at, 0), stacks,
+                                  stacked), totals
+    s = b // chunks
+
+    def take_from(i):
+        return lambda a: jax.lax.dynamic_index_in_dim(a.reshape(s, chunks, *a.shape[1:]), i, axis=1, keepdims=False)
+
+    rows_shape, _, totals_shape = jax.eval_shape(lambda: fn(0, take_from(0)))
+    empty = jax.tree.map(lambda x: jnp.zeros((s, chunks, *x.shape[1:]), x.dtype), rows_shape)  # (s, chunks, ...)
+    zero = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), totals_shape)
+    columns = jax.tree.map(lambda S: S.reshape(S.shape[0], s, chunks, *S.shape[2:]), stacks)  # (L, s, chunks, ...)
+
+    def put(carry, i):  # chunk i's rows written to column i of (s, chunks, ...) and (L, s, chunks, ...)
+        buffers, columns, totals = carry
+        rows, stacked, more = fn(i, take_from(i))
+        buffers = jax.tree.map(lambda buf, r: jax.lax.dynamic_update_index_in_dim(buf, r, i, axis=1), buffers, rows)
+        columns = jax.tree.map(lambda S, r: jax.lax.dynamic_update_slice(S, r[None, :, None],
+                                                                          (at, 0, i, *(0,) * (r.ndim - 1))),
+                               columns, stacked)
+        return (buffers, columns, jax.tree.map(jnp.add, totals, more)), None
+
+    (filled, columns, totals), _ = jax.lax.scan(put, (empty, columns, zero), jnp.arange(chunks))
+    return (jax.tree.map(lambda a: a.reshape(b, *a.shape[2:]), filled),  # (b, ...)
+            jax.tree.map(lambda S: S.reshape(S.shape[0], b, *S.shape[3:]), columns), totals)  # (L, b, ...), summed
+
+
+def chunked(b: int, n: int, rows: int):
+    """``run(layer, x, allowed, iv, rng, split, totals, stacks=None, at=0) -> (local, stacks, totals)``:
+    one layer on a batch (b, n, D), run in ``chunk_count(b, n, rows)`` strided chunks of the batch
+    (``over_chunks``). ``split(y, internals, take) -> (local, stacked)`` sorts a chunk's output
+    and internals into those reassembled as (b, ...) (``local``) and those written into ``stacks``
+    ((L, b, ...), the layer loop's outputs) at layer ``at``. ``totals(internals, take)`` (or None),
+    additive statistics of a chunk's internals, is summed over the chunks. Each chunk's dropout
+    draws from ``rng`` folded with the chunk's index."""
+    chunks = chunk_count(b, n, rows)
+
+    def run(layer, x, allowed, iv: Interventions, rng, split, totals, stacks=None, at=0, score_bias=None):
+        def one(i, take):  # score_bias (H, n, n) has no batch axis: every chunk reads all of it
+            r = None if rng is None else jax.random.fold_in(rng, i)
+            y, ints = layer(take(x), take(allowed), iv.take_rows(take), r, score_bias)  # (b / chunks, n, D)
+            return *split(y, ints, take), None if totals is None else totals(ints, take)
+
+        return over_chunks(one, b, chunks, stacks, at)
+
+    return run
+
+
+
+def run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, layer_rngs, rows: int, written,
+              layer_totals, score_bias):
+    """Run the stacked ``layers`` (an ``nnx`` module with a leading layer axis) on x0 (b, n, D).
+
+    ``written(view, y, internals, take)`` -> the entries a layer writes to the stacked result for
+    a chunk's rows (b', ...), including ``"hidden"``, its output; ``layer_totals(internals, view,
+    take)`` (or None) -> sums over a chunk's examples, added over the chunks; ``score_bias(l)`` ->
+    layer l's additive score bias (H, n, n) or None; ``layer_rngs`` (L,) keys or None.
+    -> (last output (b, n, D), {name: (L, b, ...)}, totals (L, ...) or None)."""
+    graphdef, stacked = nnx.split(layers)
+    run = chunked(*x0.shape[:2], rows)
+
+    def first_layer(state, slices):  # shapes of the stacked result's entries, at the full batch
+        layer = nnx.merge(graphdef, state)
+        return written(layer.view(), *layer(x0, allowed, iv.for_layer(*slices), None, score_bias(0)), lambda a: a)
+
+    shapes = jax.eval_shape(first_layer, *jax.tree.map(lambda a: a[0], (stacked, iv.layer_slices())))
+    if "layer_rows" in shapes and any(a.shape[:1] != x0.shape[:1] for a in jax.tree.leaves(shapes["layer_rows"])):
+        raise ValueError("layer_rows must return per-example arrays (b', ...) for a chunk of b' examples, got "
+                         f"shapes {jax.tree.map(lambda a: a.shape, shapes['layer_rows'])} for a batch of "
+                         f"{x0.shape[0]}. Fix: sums over the examples go to layer_totals")
+    L = jax.tree.leaves(stacked)[0].shape[0]
+    stacks = jax.tree.map(lambda a: jnp.zeros((L, *a.shape), a.dtype), shapes)  # (L, b, ...)
+
+    def step(carry, xs):
+        x, stacks = carry
+        state, slices, rng, l = xs
+        layer = nnx.merge(graphdef, state)
+        view = layer.view()
+
+        def split(y, ints, take):  # a chunk's rows all go to the stacked result
+            return {}, written(view, y, ints, take)
+
+        chunk_totals = None if layer_totals is None else (lambda ints, take: layer_totals(ints, view, take))
+        _, stacks, totals = run(layer, x, allowed, iv.for_layer(*slices), rng, split, chunk_totals, stacks, l,
+                                score_bias(l))
+        return (stacks["hidden"][l], stacks), totals  # (b, n, D): the next layer's input
+
+    (x, kept), totals = jax.lax.scan(step, (x0, stacks), (stacked, iv.layer_slices(), layer_rngs, jnp.arange(L)))
+    return x, kept, totals
