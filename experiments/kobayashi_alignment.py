@@ -102,19 +102,16 @@ def encode_pairs(model, pairs, cased: bool):
 
 
 def make_batch(items, pad_id: int, start_id: int, multiple: int = 16):
-    """Teacher-forcing batch, lengths padded up to a multiple of ``multiple`` (fewer compiles)."""
-    up = lambda n: -(-n // multiple) * multiple
-    b, s, t = len(items), up(max(len(x["src"]) for x in items)), up(max(len(x["tgt"]) for x in items))
-    batch = {k: np.full((b, n), v, np.int32) for k, n, v in
-             (("input_ids", s, pad_id), ("attention_mask", s, 0), ("decoder_input_ids", t, pad_id),
-              ("decoder_attention_mask", t, 0))}
-    for k, x in enumerate(items):
-        batch["input_ids"][k, :len(x["src"])] = x["src"]
-        batch["attention_mask"][k, :len(x["src"])] = 1
-        dec = [start_id] + x["tgt"][:-1]  # teacher forcing: shift right
-        batch["decoder_input_ids"][k, :len(dec)] = dec
-        batch["decoder_attention_mask"][k, :len(dec)] = 1
-    return batch
+    """Teacher-forcing batch (``jattn.runner.batcher.pad_rows``), source and target lengths each
+    rounded up to a multiple of ``multiple`` (fewer compiles)."""
+    from jattn.runner.batcher import pad_rows, round_up
+
+    b = len(items)
+    s = round_up(max(len(x["src"]) for x in items), multiple)
+    t = round_up(max(len(x["tgt"]) for x in items), multiple)
+    ids, mask = pad_rows([x["src"] for x in items], b, s, pad_id)  # (b, s)
+    dec, dec_mask = pad_rows([[start_id] + x["tgt"][:-1] for x in items], b, t, pad_id)  # (b, t) teacher forcing
+    return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec, "decoder_attention_mask": dec_mask}
 
 
 def model_links(model, items, batch_size: int, desc: str) -> dict:
