@@ -57,3 +57,28 @@ def get(model_type) -> FamilySpec:
 
 def names() -> tuple[str, ...]:
     return tuple(sorted(_FAMILIES))
+
+
+def encoder_hf_config(config, architecture: str, label_names: list[str] | None = None, **fields) -> dict:
+    """The ``config.json`` dict of an encoder with the BERT block layout: the fields every such
+    family writes (sizes, activation, dropout, ``pruned_heads``, the label maps of a classifier)
+    and the family's own ``fields``; ``architecture``: HF's class name, e.g. "BertModel"."""
+    out = {
+        "model_type": config.model_type, "architectures": [architecture], "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size, "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.pruned.heads if config.pruned else config.num_heads,
+        "intermediate_size": config.intermediate_size, "hidden_act": config.hidden_act,
+        "max_position_embeddings": config.max_position_embeddings, "layer_norm_eps": config.layer_norm_eps,
+        "pad_token_id": config.pad_token_id, "hidden_dropout_prob": config.hidden_dropout,
+        "attention_probs_dropout_prob": config.attention_dropout, **fields,
+    }
+    if config.pruned:
+        out["pruned_heads"] = config.pruned.removed()
+    if config.num_labels:
+        names = label_names or [f"LABEL_{i}" for i in range(config.num_labels)]
+        if len(names) != config.num_labels:
+            raise ValueError(f"{len(names)} label names for {config.num_labels} classes")
+        out["id2label"] = {str(i): n for i, n in enumerate(names)}
+        out["label2id"] = {n: i for i, n in enumerate(names)}
+    return out
+

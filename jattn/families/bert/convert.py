@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 
+from jattn.families.spec import encoder_hf_config
 from jattn.nn.config import EncoderConfig
 from jattn.io.hf import (Entry, apply_table, linear, split_heads_bias, split_heads_in, split_heads_out,
                               to_state_dict)
@@ -130,22 +131,5 @@ def to_hf_config(config: EncoderConfig, label_names: list[str] | None = None) ->
     """The Hugging Face ``config.json`` dict of ``config`` (a task model's when it has a head)."""
     kind = "Bert" if config.model_type == "bert" else "Roberta"
     head = "ForSequenceClassification" if config.num_labels else "ForMaskedLM" if config.with_mlm_head else "Model"
-    out = {
-        "model_type": config.model_type, "architectures": [kind + head], "vocab_size": config.vocab_size,
-        "hidden_size": config.hidden_size, "num_hidden_layers": config.num_layers,
-        "num_attention_heads": config.pruned.heads if config.pruned else config.num_heads,
-        "intermediate_size": config.intermediate_size,
-        "hidden_act": config.hidden_act, "max_position_embeddings": config.max_position_embeddings,
-        "type_vocab_size": config.type_vocab_size, "layer_norm_eps": config.layer_norm_eps,
-        "pad_token_id": config.pad_token_id, "hidden_dropout_prob": config.hidden_dropout,
-        "attention_probs_dropout_prob": config.attention_dropout, "position_embedding_type": "absolute",
-    }
-    if config.pruned:
-        out["pruned_heads"] = config.pruned.removed()
-    if config.num_labels:
-        names = label_names or [f"LABEL_{i}" for i in range(config.num_labels)]
-        if len(names) != config.num_labels:
-            raise ValueError(f"{len(names)} label names for {config.num_labels} classes")
-        out["id2label"] = {str(i): n for i, n in enumerate(names)}
-        out["label2id"] = {n: i for i, n in enumerate(names)}
-    return out
+    return encoder_hf_config(config, kind + head, label_names, type_vocab_size=config.type_vocab_size,
+                             position_embedding_type="absolute")

@@ -14,6 +14,7 @@ import dataclasses
 
 import numpy as np
 
+from jattn.families.spec import encoder_hf_config
 from jattn.families.bert.convert import encoder_entries as bert_entries
 from jattn.io.hf import Entry, apply_table, linear, to_state_dict
 from jattn.nn.config import EncoderConfig
@@ -60,16 +61,5 @@ def to_hf_config(config: EncoderConfig, label_names: list[str] | None = None) ->
     """The ``config.json`` dict of an ``ElectraModel`` with ``config``'s shape."""
     if label_names:
         raise ValueError("ELECTRA is exported without a classification head; label_names do not apply")
-    out = {
-        "model_type": "electra", "architectures": ["ElectraModel"], "vocab_size": config.vocab_size,
-        "embedding_size": config.embedding_size or config.hidden_size, "hidden_size": config.hidden_size,
-        "num_hidden_layers": config.num_layers,
-        "num_attention_heads": config.pruned.heads if config.pruned else config.num_heads,
-        "intermediate_size": config.intermediate_size, "hidden_act": config.hidden_act,
-        "max_position_embeddings": config.max_position_embeddings, "type_vocab_size": config.type_vocab_size,
-        "layer_norm_eps": config.layer_norm_eps, "pad_token_id": config.pad_token_id,
-        "hidden_dropout_prob": config.hidden_dropout, "attention_probs_dropout_prob": config.attention_dropout,
-    }
-    if config.pruned:
-        out["pruned_heads"] = config.pruned.removed()
-    return out
+    return encoder_hf_config(config, "ElectraModel", embedding_size=config.embedding_size or config.hidden_size,
+                             type_vocab_size=config.type_vocab_size)
