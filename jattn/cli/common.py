@@ -95,3 +95,19 @@ def finite(**bounds):
     from jattn.io.validate import cli_number
 
     return cli_number(**bounds)
+
+
+def actions(parser: argparse.ArgumentParser, doc: str, helps: dict[str, str], folder: str,
+            folder_help: str) -> dict[str, argparse.ArgumentParser]:
+    """A command made of actions (``jattn data list|fetch|...``): one subparser per entry of
+    ``helps`` (action -> help), each with the ``folder`` option and ``--debug``."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = doc
+    sub = parser.add_subparsers(dest="action", required=True, metavar="{" + ",".join(helps) + "}")
+    out = {}
+    for action, text in helps.items():
+        p = out[action] = sub.add_parser(action, help=text, description=text)
+        p.add_argument(folder, default=None, help=folder_help)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    return out
+

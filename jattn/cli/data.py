@@ -14,22 +14,17 @@ from __future__ import annotations
 
 import argparse
 
-ACTIONS = ("list", "fetch", "verify", "path")
+from jattn.cli.common import actions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.description = __doc__
-    sub = parser.add_subparsers(dest="action", required=True, metavar="{" + ",".join(ACTIONS) + "}")
     helps = {"list": "each data set: size, license, present or not",
              "fetch": "download data sets (all when no name), verify their sha256, place them atomically",
              "verify": "check every file's sha256 against the manifest; names each bad or missing file",
              "path": "print the data folder, or the folder of data set NAME"}
-    for action in ACTIONS:
-        p = sub.add_parser(action, help=helps[action], description=helps[action])
-        p.add_argument("--data-dir", default=None,
-                       help="the data folder (default: $JATTN_DATA, else the user cache's jattn/data)")
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    parsers = actions(parser, __doc__, helps, "--data-dir",
+                      "the data folder (default: $JATTN_DATA, else the user cache's jattn/data)")
+    for action, p in parsers.items():
         if action in ("fetch", "verify"):
             p.add_argument("names", nargs="*", metavar="NAME", help="data sets (default: all; see jattn data list)")
         if action == "path":

@@ -15,22 +15,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-ACTIONS = ("list", "make", "fetch", "path")
+from jattn.cli.common import actions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.description = __doc__
-    sub = parser.add_subparsers(dest="action", required=True, metavar="{" + ",".join(ACTIONS) + "}")
     helps = {"list": "each named artefact: what, how long making it takes, made or not, where",
              "make": "make artefacts into the cache by their recipes (resumable: Ctrl-C, then the same command)",
              "fetch": "download pretrained models into the cache (sha256 verified) and print their folders",
              "path": "print the models folder, or the folder of made artefact NAME"}
-    for action in ACTIONS:
-        p = sub.add_parser(action, help=helps[action], description=helps[action])
-        p.add_argument("--cache-dir", default=None,
-                       help="jattn's cache (default: $JATTN_CACHE, else the user cache's jattn/)")
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+    parsers = actions(parser, __doc__, helps, "--cache-dir",
+                      "jattn's cache (default: $JATTN_CACHE, else the user cache's jattn/)")
+    for action, p in parsers.items():
         if action in ("make", "fetch"):
             p.add_argument("names", nargs="+", metavar="NAME", help="artefacts (see jattn models list)")
             p.add_argument("--no-progress", action="store_true", help="no progress output")
