@@ -40,6 +40,9 @@ class AttentionGradient(Method):
     name = "grad"
 
     def __post_init__(self, model):
+        if not hasattr(model.config, "with_mlm_head"):
+            raise ValueError("grad reads an encoder's attention gradients (Clark et al. 2019); this is a translation "
+                             "model. Fix: run grad on an encoder, or importance for a translation model's heads")
         if self.loss is None and not model.config.with_mlm_head:
             raise ValueError(f"{model.source or 'this model'} has no masked-LM head, so the default "
                              "masked-LM loss is unavailable. Fix: load a *ForMaskedLM checkpoint, or "
