@@ -135,6 +135,10 @@ def test_mismatched_methods_and_inputs_are_clear_errors(marian):
         run_corpus(marian, sentences(3), [ClassAttention()], max_length=32, progress=False)
     with pytest.raises(ValueError, match="corpus is empty"):  # an empty shard: zero totals of the step's shapes
         run_corpus(marian, [("", "")], [ClassAttention()], max_length=32, progress=False)
+    from jattn.analyses.registry import make_methods
+
+    with pytest.raises(ValueError, match="grad reads an encoder.*translation model"):
+        make_methods(marian, ["grad"])
 
 
 def test_gold_alignment_links_reach_the_methods(marian, tmp_path):
