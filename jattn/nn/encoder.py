@@ -251,6 +251,20 @@ class Encoder(nnx.Module):
                                                          self.score_bias(L - 1, n))
         return self.head_logits(cls)  # (b, C)
 
+    def run_from(self, x: jax.Array, allowed: jax.Array, start, interventions: Interventions) -> jax.Array:
+        """Layers start..L−1 on x (b, n, D), the input of layer ``start`` (an int, or traced), with
+        ``interventions`` in layer ``start`` only and the layers' score bias -> the last hidden
+        state (b, n, D). The prefix reuse of the patching sweep: layers below ``start`` ran once."""
+        graphdef, stacked = nnx.split(self.layers)
+        n = x.shape[1]
+
+        def layer(i, x, iv):
+            return nnx.merge(graphdef, jax.tree.map(lambda a: a[i], stacked))(x, allowed, iv, None,
+                                                                               self.score_bias(i, n))[0]
+
+        x = layer(start, x, interventions)  # (b, n, D)
+        return jax.lax.fori_loop(start + 1, self.config.num_layers, lambda i, x: layer(i, x, NONE), x)
+
     def score_bias(self, layer, n: int) -> jax.Array | None:
         """Layer ``layer``'s (an int, or traced) additive score bias on n positions (H, n, n),
         float32 (``jattn.nn.relative``), or None without one. The table is indexed by the

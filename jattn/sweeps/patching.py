@@ -35,6 +35,7 @@ from flax import nnx
 from jattn.nn import encoder, seq2seq
 from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.interventions import NONE, Interventions
+from jattn.runner.batcher import pad_rows
 
 
 # ---------------------------------------------------------------- inputs
@@ -63,17 +64,15 @@ def _tokenize_pairs(model, pairs) -> dict:
     if any(not (isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(s, str) for s in p)) for p in pairs):
         raise ValueError("a translation model is patched on (source, target) string pairs, or on a batch dict "
                          "(input_ids, attention_mask, decoder_input_ids)")
-    c, tok = model.config, model.tokenizer
-    src = tok([s for s, _ in pairs])["input_ids"]
-    tgt = tok(text_target=[t for _, t in pairs])["input_ids"]
+    c, tok, prepare = model.config, model.tokenizer, getattr(model, "prepare_texts", list)
+    src = tok(prepare([s for s, _ in pairs]))["input_ids"]
+    tgt = tok(text_target=prepare([t for _, t in pairs]))["input_ids"]
     b, s, t = len(pairs), max(map(len, src)), max(map(len, tgt))
-    out = {"input_ids": np.full((b, s), c.pad_token_id), "attention_mask": np.zeros((b, s), np.int32),
-           "decoder_input_ids": np.full((b, t), c.pad_token_id), "decoder_attention_mask": np.zeros((b, t), np.int32)}
-    for r, (x, y) in enumerate(zip(src, tgt)):
-        out["input_ids"][r, :len(x)], out["attention_mask"][r, :len(x)] = x, 1
-        out["decoder_input_ids"][r, 0] = c.decoder_start_token_id
-        out["decoder_input_ids"][r, 1:len(y)], out["decoder_attention_mask"][r, :len(y)] = y[:-1], 1
-    return out
+    ids, mask = pad_rows(src, b, s, c.pad_token_id)  # (b, s)
+    _, dec_mask = pad_rows(tgt, b, t, c.pad_token_id)  # (b, t)
+    dec, _ = pad_rows([y[:-1] for y in tgt], b, t, c.pad_token_id, offset=1)  # (b, t) start + target[:-1]
+    dec[:, 0] = c.decoder_start_token_id
+    return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec, "decoder_attention_mask": dec_mask}
 
 
 def _as_batch(model, inputs, name: str) -> dict:
@@ -137,9 +136,7 @@ def encoder_outputs(module, x) -> dict:
 def encoder_suffix(module, x, allowed, start, patch: dict) -> dict:
     """An encoder's outputs from x (b, n, D), the input of layer ``start`` (traced), with the
     one-layer ``patch`` {site: (value, where)} applied in layer ``start``."""
-    x, _ = _layer(module.layers, start)(x, allowed, Interventions(patch=patch), None)  # (b, n, D)
-    body = lambda i, x: _layer(module.layers, i)(x, allowed, NONE, None)[0]  # noqa: E731
-    return encoder_outputs(module, jax.lax.fori_loop(start + 1, module.config.num_layers, body, x))
+    return encoder_outputs(module, module.run_from(x, allowed, start, Interventions(patch=patch)))
 
 
 def _source_layers(module, x, allowed, start, iv: Interventions):

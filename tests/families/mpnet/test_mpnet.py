@@ -18,7 +18,7 @@ from encoder_family_parity import (check_classifier, check_disabled, check_gates
                                    load_pair, pair_batch, save_random)
 from jattn.nn.config import ConfigError
 from tiny_encoders import hf_model, hf_run
-from tolerance import assert_close, model_terms
+from tolerance import assert_close, model_terms, tolerance
 
 LENGTHS = [37, 20, 9, 37]  # padded pairs; distances up to 36: exact and log-spaced buckets
 SHAPE = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
@@ -172,3 +172,32 @@ def test_refused_configs(tmp_path, field, value):
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match=f"{field}={value}.*Fix: set {field}"):
         jattn.load(folder, tokenizer=False, use_cache=False)
+
+
+def test_patch_heads_reads_the_score_bias(base, batch):
+    """Activation patching's prefix reuse runs the layers above the patched one itself: on MPNet
+    it must add the relative-position bias there too. Every head against HF hook loops (float64)."""
+    import torch
+
+    from jattn.sweeps.patching import patch_heads
+    from test_patching import hf_patch_loop
+
+    model, hf = base
+    corrupted = dict(batch, input_ids=np.where(batch["attention_mask"] > 0, np.roll(batch["input_ids"], 1, 0),
+                                               batch["input_ids"]))  # other tokens, the same lengths
+    corrupted["input_ids"][:, 0] = batch["input_ids"][:, 0]
+    w = np.random.default_rng(2).normal(size=model.config.hidden_size)
+    w /= np.linalg.norm(w)
+    got = patch_heads(model, batch, corrupted, lambda out: out["last_hidden_state"][:, 0] @ w.astype(np.float32))
+    as_torch = lambda b: {k: torch.tensor(np.asarray(b[k]), dtype=torch.long)  # noqa: E731
+                          for k in ("input_ids", "attention_mask")}
+    want = hf_patch_loop(hf.double(), as_torch(batch), as_torch(corrupted),
+                         lambda out: out.last_hidden_state[:, 0] @ torch.tensor(w), {"encoder": model.config.num_heads})
+    terms = 2 * model_terms(model.config, batch["input_ids"].shape[1])
+    assert_close(got, want["encoder"], terms=terms, scale=1.0)
+    with torch.no_grad():  # without the bias the effects differ by several tolerances: a jattn suffix
+        # that dropped the bias would fail the comparison above
+        hf.encoder.relative_attention_bias.weight.zero_()
+    unbiased = hf_patch_loop(hf, as_torch(batch), as_torch(corrupted),
+                             lambda out: out.last_hidden_state[:, 0] @ torch.tensor(w), {"encoder": model.config.num_heads})
+    assert np.abs(unbiased["encoder"] - want["encoder"]).max() > 3 * tolerance(1.0, terms)
