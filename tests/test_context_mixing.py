@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hf_head_gates import value_and_output
 from norms_testing import SENTENCES, tiny_bert
 
 import jattn
@@ -38,7 +39,7 @@ def hf_value_zeroing(hf, ids: dict) -> np.ndarray:
                 output[:, j] = 0.0  # token j's values, every head
                 return output
 
-            handle = layer.attention.self.value.register_forward_hook(zero)
+            handle = value_and_output(layer)[0].register_forward_hook(zero)  # BERT's or MPNet's value projection
             with torch.no_grad():
                 changed = hf(**ids, output_hidden_states=True).hidden_states[l + 1][0].numpy()  # (n, D)
             handle.remove()

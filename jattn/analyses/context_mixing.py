@@ -38,12 +38,13 @@ from jattn.nn.layers import ln_sigma
 
 # ---------------------------------------------------------------- value zeroing
 
-def value_zeroing_layer(layer, x, allowed, mask, chunk: int = 8) -> jax.Array:
+def value_zeroing_layer(layer, x, allowed, mask, score_bias=None, chunk: int = 8) -> jax.Array:
     """Value-zeroing scores of one encoder layer (module ``layer``), rows normalised.
-    x (b, n, D) the layer's input, allowed (b, 1, n), mask (b, n) -> (b, n, n)."""
+    x (b, n, D) the layer's input, allowed (b, 1, n), mask (b, n), ``score_bias`` (H, n, n) the
+    layer's additive score bias or None -> (b, n, n)."""
     b, n, _ = x.shape
     H = layer.attention.query.kernel.shape[-2]
-    keep, _ = layer(x, allowed, Interventions(), None)  # (b, n, D) x̃
+    keep, _ = layer(x, allowed, Interventions(), None, score_bias)  # (b, n, D) x̃
     zeros = jnp.zeros((b, H, n, layer.attention.value.kernel.shape[-1]), x.dtype)  # (b, H, n, d_h)
 
     def unit(v):  # (b, n, D) rows scaled to norm 1
@@ -51,11 +52,27 @@ def value_zeroing_layer(layer, x, allowed, mask, chunk: int = 8) -> jax.Array:
 
     def zeroed(j):  # 1 − cos(x̃^{¬j}, x̃) = ½ ‖x̂^{¬j} − x̂‖² for every query i (no cancellation near cos = 1) -> (b, n)
         where = jnp.broadcast_to(jnp.arange(n) == j, (1, H, n))  # (1, H, n) token j in every head
-        out, _ = layer(x, allowed, Interventions(patch={"values": (zeros, where)}), None)  # (b, n, D)
+        out, _ = layer(x, allowed, Interventions(patch={"values": (zeros, where)}), None, score_bias)  # (b, n, D)
         return 0.5 * jnp.square(unit(out) - unit(keep)).sum(-1)
 
     c = jnp.moveaxis(jax.lax.map(zeroed, jnp.arange(n), batch_size=min(chunk, n)), 0, 2)  # (b, n, n) [i, j]
     return row_normalize(jnp.maximum(c, 0.0) * _pair_mask(mask))
+
+
+def value_zeroing_maps(module, hidden_states: jax.Array, mask: jax.Array) -> jax.Array:
+    """Every layer's value-zeroing map of an encoder ``module``: hidden_states (L+1, b, n, D) its
+    layers' inputs (and output), mask (b, n) the real tokens -> (L, b, n, n)."""
+    from flax import nnx
+
+    allowed = mask.astype(bool)[:, None, :]  # (b, 1, n)
+    graphdef, stacked = nnx.split(module.layers)
+    n, L = mask.shape[1], hidden_states.shape[0] - 1
+
+    def one(xs):
+        state, x, l = xs
+        return value_zeroing_layer(nnx.merge(graphdef, state), x, allowed, mask, module.score_bias(l, n))
+
+    return jax.lax.map(one, (stacked, hidden_states[:-1], jnp.arange(L)))  # (L, b, n, n)
 
 
 @partial(jax.jit, static_argnames=("config",))
@@ -65,13 +82,7 @@ def encoder_value_zeroing(params, config, inputs) -> dict:
 
     model = encoder.module(params, config)
     outputs, _ = model(inputs, internals=None)
-    allowed = inputs["attention_mask"].astype(bool)[:, None, :]  # (b, 1, n)
-    from flax import nnx
-
-    graphdef, stacked = nnx.split(model.layers)
-    maps = jax.lax.map(lambda xs: value_zeroing_layer(nnx.merge(graphdef, xs[0]), xs[1], allowed,
-                                                      inputs["attention_mask"]),
-                       (stacked, outputs["hidden_states"][:-1]))  # (L, b, n, n)
+    maps = value_zeroing_maps(model, outputs["hidden_states"], inputs["attention_mask"])  # (L, b, n, n)
     return {"value_zeroing_layers": maps, "value_zeroing": rollout(maps)}
 
 
@@ -155,16 +166,11 @@ class ValueZeroing(Method):
     name = "value-zeroing"
 
     def reduce(self, ctx: StepContext) -> dict:
-        from flax import nnx
-
         from jattn.nn import encoder
 
-        layers = encoder.module(ctx.params, ctx.config).layers
         mask = ctx.batch["attention_mask"] * (ctx.batch["example"] >= 0)[:, None]  # (b, n)
-        allowed = mask.astype(bool)[:, None, :]  # (b, 1, n)
-        graphdef, stacked = nnx.split(layers)
-        maps = jax.lax.map(lambda xs: value_zeroing_layer(nnx.merge(graphdef, xs[0]), xs[1], allowed, mask),
-                           (stacked, ctx.outputs["hidden_states"][:-1]))  # (L, b, n, n)
+        maps = value_zeroing_maps(encoder.module(ctx.params, ctx.config), ctx.outputs["hidden_states"],
+                                  mask)  # (L, b, n, n)
         real = mask.astype(jnp.float32)  # (b, n)
         per_class = class_sums(maps[:, :, None], ctx.batch["token_class"])[:, :, :, 0]  # (C, L, b, n)
         selfs = jnp.diagonal(maps, axis1=-2, axis2=-1)  # (L, b, n)

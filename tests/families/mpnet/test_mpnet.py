@@ -195,9 +195,38 @@ def test_patch_heads_reads_the_score_bias(base, batch):
                          lambda out: out.last_hidden_state[:, 0] @ torch.tensor(w), {"encoder": model.config.num_heads})
     terms = 2 * model_terms(model.config, batch["input_ids"].shape[1])
     assert_close(got, want["encoder"], terms=terms, scale=1.0)
-    with torch.no_grad():  # without the bias the effects differ by several tolerances: a jattn suffix
-        # that dropped the bias would fail the comparison above
-        hf.encoder.relative_attention_bias.weight.zero_()
-    unbiased = hf_patch_loop(hf, as_torch(batch), as_torch(corrupted),
-                             lambda out: out.last_hidden_state[:, 0] @ torch.tensor(w), {"encoder": model.config.num_heads})
+    bias = hf.encoder.relative_attention_bias.weight
+    kept = bias.detach().clone()
+    try:  # without the bias the effects differ by several tolerances: a jattn suffix that dropped
+        with torch.no_grad():  # the bias would fail the comparison above
+            bias.zero_()
+        unbiased = hf_patch_loop(hf, as_torch(batch), as_torch(corrupted), lambda out: out.last_hidden_state[:, 0]
+                                 @ torch.tensor(w), {"encoder": model.config.num_heads})
+    finally:  # the oracle is shared by the module's tests
+        with torch.no_grad():
+            bias.copy_(kept)
+        hf.float()
     assert np.abs(unbiased["encoder"] - want["encoder"]).max() > 3 * tolerance(1.0, terms)
+
+
+def test_value_zeroing_reads_the_score_bias(base, batch):
+    """Value zeroing reruns every layer with a token's values zeroed: on MPNet with the layer's
+    relative-position bias. Against one HF forward per layer and token, each example unpadded."""
+    import torch
+
+    from jattn.analyses.context_mixing import value_zeroing
+    from test_context_mixing import hf_value_zeroing
+
+    model, hf = base
+    got = value_zeroing(model, batch)["value_zeroing_layers"]  # (L, b, n, n)
+    for k in range(len(LENGTHS)):
+        n = LENGTHS[k]
+        ids = {key: torch.tensor(np.asarray(batch[key])[k:k + 1, :n], dtype=torch.long)
+               for key in ("input_ids", "attention_mask")}
+        try:  # 1 − cos near 0 cancels in float32: the reference runs in float64
+            want = hf_value_zeroing(hf.double(), ids)
+        finally:
+            hf.float()
+        scale = want.max(-1, keepdims=True)  # row-normalised cosine distances: relative to the row's largest
+        assert_close(got[:, k, :n, :n], want, terms=model_terms(model.config, n), ulps=64, scale=scale,
+                     err_msg=f"example {k}")
