@@ -58,7 +58,8 @@ def curve_figure(curve: list, baseline: float, tolerance: float, ylabel: str, pa
 def run(args) -> None:
     import jattn
     from jattn.io import results
-    from jattn.sweeps.pruning_curve import bleu_metric, classification_metric, prunable_fraction, pruning_curve
+    from jattn.sweeps.pruning_curve import (as_lists, bleu_metric, classification_metric, prunable_fraction,
+                                           pruning_curve)
 
     with results.Output(args.out, overwrite=args.overwrite) as output:
         examples = read_examples(args.input, args.format)
@@ -86,8 +87,7 @@ def run(args) -> None:
         keep = masks[[f for f, _ in curve].index(prunable)]
         doc = {"curve": curve, "baseline_metric": curve[0][1], "metric": name,
                "prunable_fraction": prunable, "tolerance": args.tolerance,
-               "masks": [{k: np.asarray(v).tolist() for k, v in m.items()} if isinstance(m, dict)
-                         else np.asarray(m).tolist() for m in masks],
+               "masks": [as_lists(m) for m in masks],
                "meta": results.run_meta(model=model.source, input=" ".join(args.input), dev=" ".join(args.dev),
                                         estimator=args.estimator, schedule=args.schedule, step=args.step,
                                         keep_one_per_layer=args.keep_one_per_layer, format=args.format,

@@ -139,8 +139,8 @@ def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: 
         curve.append([float(1 - kept.mean()), evaluate()])
 
 
-def _lists(x):
-    """Arrays (or a dict of them) as nested lists, for the state file."""
+def as_lists(x):
+    """Arrays (or a dict of them per attention type) as nested lists, for JSON."""
     return {k: np.asarray(v).tolist() for k, v in x.items()} if isinstance(x, dict) else np.asarray(x).tolist()
 
 
@@ -161,7 +161,7 @@ def _save(state_file, settings, curve, kept, current, history, masks_out) -> Non
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"settings": settings, "curve": curve, "kept": kept.tolist(),
            "current": None if current is None else np.asarray(current).tolist(),
-           "history": [_lists(x) for x in history or []], "masks": [_lists(x) for x in masks_out or []]}
+           "history": [as_lists(x) for x in history or []], "masks": [as_lists(x) for x in masks_out or []]}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(doc))
     os.replace(tmp, path)
