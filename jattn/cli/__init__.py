@@ -24,6 +24,7 @@ COMMANDS = {
     "patterns": "jattn.cli.patterns",
     "data": "jattn.cli.data",
     "models": "jattn.cli.models",
+    "reproduce": "jattn.cli.reproduce",
 }
 
 # what a user can cause by what they pass; anything else is a bug and keeps its traceback

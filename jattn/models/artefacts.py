@@ -21,9 +21,12 @@ importlib.import_module("jattn.families")  # the families' folders register thei
 
 
 def _finetune(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -> dict:
-    """A GLUE classifier: ``jattn.training.finetune.finetune_task`` (writes ``out`` with ``DONE``)."""
+    """A GLUE classifier: ``jattn.training.finetune.finetune_task`` (writes ``out`` with ``DONE``),
+    its base made (or fetched) first when it is a named artefact."""
     from jattn.training.finetune import FinetuneConfig, finetune_task
 
+    if recipe.base in artefacts.RECIPES:
+        make(recipe.base, progress=progress)
     fc = FinetuneConfig(epochs=recipe.epochs, **dict(recipe.options))
     return finetune_task(recipe.task, out, base=recipe.base, fc=fc, workdir=work, progress=progress)
 

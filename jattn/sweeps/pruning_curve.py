@@ -201,12 +201,32 @@ def prunable_fraction(curve: list, baseline: float, tolerance: float = 1.0, high
     return best
 
 
+def classification_predictions(model, texts: Sequence, batch_size: int = 64,
+                               max_length: int | None = None) -> Callable:
+    """mask (L, H) -> the classifier's predicted class of each of ``texts`` (an int array, the
+    texts' order) with the heads where mask is 0 gated off. Batches are tokenized once (the
+    runner's batches, ``jattn.runner.batcher.model_batches``; an over-long input is an error, never
+    cut); the jitted forward takes the mask as an argument."""
+    if not getattr(model.config, "num_labels", 0):
+        raise ValueError("a classifier checkpoint is needed (config.num_labels > 0)")
+    max_length = min(128, model.config.max_length) if max_length is None else max_length
+    batches = list(model_batches(model, list(texts), batch_size, max_length))
+
+    def predict(mask) -> np.ndarray:
+        iv = Interventions(head_gates=jnp.asarray(mask, jnp.float32))
+        pred = np.zeros(len(texts), np.int64)
+        for batch, idx in batches:
+            logits = model.classify(batch, iv)  # (b, C)
+            pred[idx] = np.asarray(logits).argmax(-1)[: len(idx)]
+        return pred
+
+    return predict
+
+
 def classification_metric(model, examples: Sequence, metric: str = "accuracy", batch_size: int = 64,
                           max_length: int | None = None, scale: float = 100.0) -> Callable:
     """mask (L, H) -> ``metric`` ("accuracy" | "matthews_corr") ×``scale`` of a classifier on
-    (input, label) ``examples``. Batches are tokenized once (the runner's batches,
-    ``jattn.runner.batcher.model_batches``; an over-long input is an error, never cut); the jitted forward takes
-    the mask as an argument."""
+    (input, label) ``examples`` (``classification_predictions`` scored against the labels)."""
     from jattn.io.glue import accuracy, matthews_corr
 
     score = {"accuracy": accuracy, "matthews_corr": matthews_corr}.get(metric)
@@ -214,20 +234,9 @@ def classification_metric(model, examples: Sequence, metric: str = "accuracy", b
         raise ValueError(f"unknown metric {metric!r}; choose accuracy or matthews_corr")
     if not getattr(model.config, "num_labels", 0):
         raise ValueError("classification_metric needs a classifier checkpoint (config.num_labels > 0)")
-    max_length = min(128, model.config.max_length) if max_length is None else max_length
-    texts = [x for x, _ in examples]
     gold = validate.labels("labels", [y for _, y in examples], model.config.num_labels)
-    batches = list(model_batches(model, texts, batch_size, max_length))
-
-    def evaluate(mask) -> float:
-        iv = Interventions(head_gates=jnp.asarray(mask, jnp.float32))
-        pred = np.zeros(len(texts), np.int64)
-        for batch, idx in batches:
-            logits = model.classify(batch, iv)  # (b, C)
-            pred[idx] = np.asarray(logits).argmax(-1)[: len(idx)]
-        return scale * score(pred, gold)
-
-    return evaluate
+    predict = classification_predictions(model, [x for x, _ in examples], batch_size, max_length)
+    return lambda mask: scale * score(predict(mask), gold)
 
 
 def bleu_metric(model, pairs: Sequence, batch_size: int = 64, max_length: int | None = None) -> Callable:

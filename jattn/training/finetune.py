@@ -46,12 +46,14 @@ class FinetuneConfig:
     max_length: int = 128
     seed: int = 0
     save_every: int = 500  # micro-batches between resume checkpoints (and at every epoch end)
+    train_examples: int = 0  # finetune_task: 0 = the whole train split, else a random subset of this size
 
     def __post_init__(self):
         for name, option in (("epochs", "--epochs"), ("batch_size", "--batch-size"), ("accumulation", "--accumulation"),
                              ("max_length", "--max-length"), ("save_every", None)):
             validate.number(f"{name} ({option})" if option else name, getattr(self, name), low=1, integer=True)
         validate.number("seed (--seed)", self.seed, integer=True)
+        validate.number("train_examples", self.train_examples, low=0, integer=True)
         validate.number("learning_rate (--lr)", self.learning_rate, low=0, low_open=True,
                         fix="pass a positive learning rate, e.g. --lr 5e-5")
         validate.number("warmup_fraction", self.warmup_fraction, low=0, high=1)
@@ -361,10 +363,19 @@ def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out
 
 
 def finetune_task(task: str, out, *, base=None, fc: FinetuneConfig = FinetuneConfig(), **kwargs) -> dict:
-    """``finetune`` on GLUE ``task`` ("sst2" | "cola", from ``jattn.io.glue``): train split, dev
-    split, the task's metric and label names."""
+    """``finetune`` on GLUE ``task`` ("sst2" | "cola", from ``jattn.io.glue``): train split (or
+    ``fc.train_examples`` of it, drawn with seed 0 for every training seed), dev split, the task's
+    metric and label names."""
     from jattn.io import glue
 
-    record = finetune(base, glue.read_task(task, "train"), glue.read_task(task, "dev"), out,
+    train = glue.read_task(task, "train")
+    if fc.train_examples:
+        if fc.train_examples > len(train):
+            raise validate.BadArgument("train_examples", fc.train_examples, f"at most the {len(train):,} examples of "
+                                       f"{task}'s train split", "pass a smaller subset, or 0 for all of it")
+        # one subset for every training seed (drawn with seed 0), in the split's order
+        keep = np.sort(np.random.default_rng(0).choice(len(train), fc.train_examples, replace=False))
+        train = [train[i] for i in keep]
+    record = finetune(base, train, glue.read_task(task, "dev"), out,
                       metric_name=glue.METRICS[task], label_names=LABEL_NAMES[task], fc=fc, **kwargs)
     return {"task": task, **record}

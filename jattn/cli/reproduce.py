@@ -1,0 +1,62 @@
+"""reproduce every study's headline claims beside the papers' (REPORT.md, reproduce.json)
+
+Runs the studies' stages in order (jattn.reproduce): a stage whose inputs and code did not change
+since its record was written is not rerun, and a killed run continues where it stopped. The full
+profile writes experiments/results/ of the checkout (REPORT.md, reproduce.json, stages/,
+predictions/, figures/) and the README's results table; --quick runs the same stages on small
+subsets into results/reproduce-quick/ in minutes.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser) -> None:
+    from jattn.reproduce.studies import STUDIES
+
+    parser.add_argument("studies", nargs="*", metavar="STUDY",
+                        help=f"studies to run (default: all): {', '.join(STUDIES)}; the stages they need run too")
+    parser.add_argument("--quick", action="store_true",
+                        help="small subsets (minutes): checks the pipeline end to end, not the papers' numbers")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default: experiments/results of the checkout, or "
+                             "results/reproduce-quick with --quick)")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="the data folder as `jattn data fetch` fills it (default: $JATTN_DATA, else the user "
+                             "cache)")
+    parser.add_argument("--force", nargs="+", default=(), metavar="STAGE",
+                        help="rerun these stages (or every stage of these studies) even if unchanged")
+    parser.add_argument("--list", action="store_true", help="list the stages and whether each would run, then stop")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(args) -> None:
+    from jattn.io import artefacts, manifest
+    from jattn.reproduce import pipeline, report, studies
+
+    profile = pipeline.PROFILES["quick" if args.quick else "full"]
+    root = pipeline.repository_root(Path.cwd())
+    if args.out is not None:
+        out = args.out
+    elif args.quick:
+        out = Path("results/reproduce-quick")
+    elif root is not None and (root / "experiments").is_dir():
+        out = root / "experiments" / "results"
+    else:
+        raise ValueError("no checkout here to write experiments/results into. Fix: run from the jattn checkout, "
+                         "or pass --out FOLDER")
+    work = out / ".work" if args.quick else artefacts.models_dir().parent / "reproduce" / "full"
+    data_dir = args.data_dir or manifest.data_dir()
+    ctx = pipeline.Context(profile, out, work, Path(data_dir), progress=not args.no_progress)
+    stages = studies.stages(profile, tuple(args.studies))
+    if args.list:
+        for line in pipeline.plan(stages, ctx, force=tuple(args.force)):
+            print(line)
+        return
+    records = pipeline.run(stages, ctx, force=tuple(args.force), log=lambda m: print(m, file=sys.stderr, flush=True))
+    everything = pipeline.load_records(out, [s.name for s in studies.stages(profile)])
+    readme = root / "README.md" if (root is not None and profile.name == "full" and args.out is None) else None
+    for path in report.write({**everything, **records}, out, profile.name, readme=readme):
+        print(path)

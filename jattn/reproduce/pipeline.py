@@ -1,0 +1,257 @@
+"""The reproduction pipeline: studies as stages, each run once per change of its inputs.
+
+A ``Stage`` is one resumable step of a study (fine-tune a classifier, disable every head, train
+the probe, ...). Its *key* is a hash of everything its result depends on: its parameters (the
+profile's sizes), the sha256 of the data files it reads (from the data manifest), the recipes of
+the artefacts it uses, the source of the modules it names, and the keys of the stages it reads.
+``run`` executes stages in order and skips one whose record ``<out>/stages/<name>.json`` holds
+the same key, so that a rerun after a kill continues where it stopped and a stage whose inputs
+and code did not change is not rerun. A stage that takes long checkpoints in its own work folder
+(``Context.work``) and continues from there; its record is written last.
+
+Two profiles: ``full`` (the numbers of ``experiments/results/REPORT.md``) and ``quick`` (the same
+stages on small subsets, minutes; CI runs it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import inspect
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from jattn.io import manifest
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """Sizes of a run: ``pick(full, quick)`` returns the one of this profile."""
+
+    name: str  # "full" | "quick"
+
+    def pick(self, full, quick):
+        return quick if self.name == "quick" else full
+
+
+PROFILES = {"full": Profile("full"), "quick": Profile("quick")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One step of a study. ``run(ctx) -> dict`` returns its JSON-able result: ``"claims"`` (built
+    with ``Context.claim``), ``"figures"`` (paths relative to the output folder), ``"table"`` (a
+    Markdown block for the REPORT) and anything later stages read through ``Context.result``."""
+
+    name: str  # "<study>.<step>", unique
+    run: Callable[["Context"], dict]
+    params: dict = dataclasses.field(default_factory=dict)  # sizes and settings; part of the key
+    needs: tuple[str, ...] = ()  # earlier stages whose results ``run`` reads
+    data: tuple[str, ...] = ()  # data files it reads, "<dataset>/<file>" as in the manifest
+    models: tuple[str, ...] = ()  # named artefacts it uses (their recipes are part of the key)
+    code: tuple[str, ...] = ()  # modules whose source the result depends on, beside ``run``'s own
+
+    @property
+    def study(self) -> str:
+        return self.name.split(".", 1)[0]
+
+
+def _source_hash(module_name: str) -> str:
+    module = importlib.import_module(module_name)
+    return hashlib.sha256(Path(inspect.getfile(module)).read_bytes()).hexdigest()
+
+
+def stage_key(stage: Stage, needed_keys: dict[str, str]) -> str:
+    """sha256 of what the stage's result depends on (module docstring)."""
+    from jattn.io import artefacts
+
+    data = {f: _data_sha256(f) for f in stage.data}
+    recipes = {m: repr(artefacts.recipe(m)) for m in stage.models}
+    modules = sorted({stage.run.__module__, "jattn.reproduce.claims", "jattn.stats", *stage.code})
+    blob = json.dumps({"name": stage.name, "params": stage.params, "data": data, "models": recipes,
+                       "code": {m: _source_hash(m) for m in modules}, "needs": needed_keys},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _data_sha256(relative: str) -> str:
+    name, _, inside = relative.partition("/")
+    for entry in manifest.files():
+        if (entry.dataset, entry.path) == (name, inside):
+            return entry.sha256
+    raise ValueError(f"stage data {relative!r} is no file of the data manifest (jattn data list)")
+
+
+def repository_root(start: Path) -> Path | None:
+    """The checkout ``start`` lies in (the folder with ``pyproject.toml``), or None."""
+    for folder in (start, *start.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder
+    return None
+
+
+@dataclasses.dataclass
+class Context:
+    """What a running stage sees: its profile, where data, models and outputs are, earlier results."""
+
+    profile: Profile
+    out: Path  # REPORT.md, reproduce.json, stages/, predictions/, figures/
+    work_root: Path  # resumable checkpoints of long stages
+    data_dir: Path
+    stage: Stage | None = None
+    results: dict = dataclasses.field(default_factory=dict)  # stage name -> result
+    progress: bool = True
+
+    @property
+    def params(self) -> dict:
+        return self.stage.params
+
+    def result(self, name: str) -> dict:
+        if name not in self.stage.needs:
+            raise KeyError(f"stage {self.stage.name} reads {name} without naming it in needs=")
+        return self.results[name]
+
+    def data(self, relative: str) -> Path:
+        """A data file the stage declared (``Stage.data``), or an error naming the fetch command."""
+        if relative not in self.stage.data:
+            raise KeyError(f"stage {self.stage.name} reads {relative} without naming it in data=")
+        path = self.data_dir / relative
+        if not path.is_file():
+            name = relative.split("/", 1)[0]
+            raise FileNotFoundError(f"{path} not found. Fix: run `jattn data fetch {name} --data-dir {self.data_dir}` "
+                                    "or set JATTN_DATA to a folder that has it")
+        return path
+
+    def work(self) -> Path:
+        """This stage's checkpoint folder (kept until the stage's record is written)."""
+        folder = self.work_root / self.stage.name
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    def figure(self, name: str) -> Path:
+        """Where to save a figure: ``<out>/figures/<study>/<name>``."""
+        path = self.out / "figures" / self.stage.study / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def relative(self, path: Path) -> str:
+        """``path`` as claims record it: relative to the repository holding ``out``, else to ``out``."""
+        root = repository_root(self.out.resolve()) or self.out.resolve()
+        return os.path.relpath(Path(path).resolve(), root)
+
+    @property
+    def command(self) -> str:
+        quick = " --quick" if self.profile.name == "quick" else ""
+        return f"jattn reproduce {self.stage.study}{quick}  (stage {self.stage.name})"
+
+    def claim(self, *, id: str, **fields) -> dict:
+        """``jattn.reproduce.claims.make`` with the predictions written to
+        ``<out>/predictions/<id>.jsonl`` and the study and command filled in."""
+        from jattn.reproduce import claims
+
+        path = self.out / "predictions" / f"{id}.jsonl"
+        return claims.make(id=id, study=self.stage.study, path=path, relative=self.relative(path),
+                           command=self.command, **fields)
+
+
+def _record_path(out: Path, name: str) -> Path:
+    return out / "stages" / f"{name}.json"
+
+
+def machine() -> str:
+    """``platform`` facts of the machine a stage ran on (for its runtime)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+def keys(stages: list[Stage]) -> dict[str, str]:
+    """Every stage's key, in order (a stage's ``needs`` must come before it)."""
+    out: dict[str, str] = {}
+    for stage in stages:
+        missing = [n for n in stage.needs if n not in out]
+        if missing:
+            raise ValueError(f"stage {stage.name} needs {missing}, which do not run before it")
+        out[stage.name] = stage_key(stage, {n: out[n] for n in stage.needs})
+    return out
+
+
+def _record(out: Path, name: str) -> dict | None:
+    path = _record_path(out, name)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _current(stage: Stage, record: dict | None, key: str, force: tuple[str, ...]) -> bool:
+    return (record is not None and record.get("key") == key and stage.name not in force
+            and stage.study not in force)
+
+
+def plan(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = ()) -> list[str]:
+    """One line per stage: whether ``run`` would run it, and why."""
+    lines = []
+    for stage, (name, key) in zip(stages, keys(stages).items()):
+        record = _record(ctx.out, name)
+        state = ("up to date" if _current(stage, record, key, force) else
+                 "would run: " + ("no record" if record is None else "forced" if record.get("key") == key
+                                  else "inputs or code changed (or a stage it needs)"))
+        lines.append(f"{name}: {state}")
+    return lines
+
+
+def load_records(out: Path, names: list[str]) -> dict[str, dict]:
+    """The records on disk of the stages ``names`` (those that have one), in that order."""
+    return {n: r for n in names if (r := _record(out, n)) is not None}
+
+
+def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=print) -> dict[str, dict]:
+    """Run ``stages`` in order, skipping those whose record holds their current key; ``force``:
+    stage names (or study names) to rerun anyway. Returns every stage's record."""
+    records: dict[str, dict] = {}
+    for i, (stage, key) in enumerate(zip(stages, keys(stages).values())):
+        old = _record(ctx.out, stage.name)
+        if _current(stage, old, key, force):
+            log(f"[{i + 1}/{len(stages)}] {stage.name}: unchanged since {old['finished']}, not rerun")
+            records[stage.name] = old
+            ctx.results[stage.name] = old["result"]
+            continue
+        log(f"[{i + 1}/{len(stages)}] {stage.name}: running" + (" (its inputs or code changed)" if old else ""))
+        ctx.stage = stage
+        start = time.perf_counter()
+        result = stage.run(ctx)
+        record = {"name": stage.name, "key": key, "profile": ctx.profile.name, "params": stage.params,
+                  "runtime_s": round(time.perf_counter() - start, 1), "machine": machine(),
+                  "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "python": sys.version.split()[0],
+                  "result": result}
+        path = _record_path(ctx.out, stage.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record, indent=1, default=_json_default) + "\n")
+        os.replace(tmp, path)  # the record last: a killed stage has none and reruns from its work folder
+        records[stage.name] = json.loads(path.read_text())
+        ctx.results[stage.name] = records[stage.name]["result"]
+        log(f"    done in {record['runtime_s']:.0f} s")
+    return records
+
+
+def _json_default(value):
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"a stage result holds {type(value).__name__}, which JSON cannot store")
