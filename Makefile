@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-fast setup setup-test clean
+.PHONY: demo test test-fast reproduce reproduce-quick setup setup-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,15 @@ setup-test: $(VENV)/.setup-test
 
 demo: setup
 	$(BIN)/jattn demo --out results/demo
+
+# Every study's headline claims beside the papers' (experiments/results/REPORT.md, reproduce.json,
+# the README's results table). Resumable: a killed run continues; unchanged stages are not rerun.
+reproduce: setup
+	$(BIN)/jattn reproduce
+
+# The same pipeline on small subsets (minutes), into results/reproduce-quick/.
+reproduce-quick: setup
+	$(BIN)/jattn reproduce --quick --no-progress
 
 test: setup-test
 	$(BIN)/python -m pytest -q --durations=15

@@ -230,7 +230,8 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         ctx.stage = stage
         start = time.perf_counter()
         result = stage.run(ctx)
-        record = {"name": stage.name, "key": key, "profile": ctx.profile.name, "params": stage.params,
+        record = {"name": stage.name, "key": key, "needs": list(stage.needs), "profile": ctx.profile.name,
+                  "params": stage.params,
                   "runtime_s": round(time.perf_counter() - start, 1), "machine": machine(),
                   "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "python": sys.version.split()[0],
                   "result": result}

@@ -1,0 +1,198 @@
+"""The reproduction pipeline: claims against independent formulations of their statistics, stages
+rerun only on change and resumed after a kill, the REPORT and README block generated from claims,
+and every committed claim recomputable from its committed predictions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jattn import stats
+from jattn.reproduce import claims, pipeline, report
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rows(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    gold = rng.integers(0, 2, n)
+    pred = np.where(rng.random(n) < 0.8, gold, 1 - gold)  # ~80 % right
+    other = np.where(rng.random(n) < 0.7, gold, 1 - gold)
+    return [{"index": i, "seed": i % 3, "gold": int(g), "pred": int(p), "other": int(o), "x": float(rng.normal()),
+             "y": float(rng.normal())} for i, (g, p, o) in enumerate(zip(gold, pred, other))]
+
+
+def test_bootstrap_claim_equals_the_stats_module():
+    rows = _rows()
+    got = claims.evaluate(rows, {"statistic": "accuracy", "columns": {"gold": "gold", "pred": "pred"},
+                                 "ci_method": "bootstrap"})
+    gold = np.array([r["gold"] for r in rows])
+    pred = np.array([r["pred"] for r in rows])
+    value, ci = stats.bootstrap_ci(lambda g, p: np.mean(g == p), gold, pred)
+    assert got["value"] == value == np.mean(gold == pred)
+    assert got["ci"] == list(ci)
+
+
+def test_paired_claim_is_the_koehn_bootstrap_written_out():
+    """Δ accuracy of ``pred`` over ``other`` with one index resample for both, by a plain loop."""
+    rows = _rows()
+    got = claims.evaluate(rows, {"statistic": "accuracy", "columns": {"gold": "gold", "pred": "pred"},
+                                 "against": {"pred": "other"}, "ci_method": "paired"})
+    gold, pred, other = (np.array([r[k] for r in rows]) for k in ("gold", "pred", "other"))
+    idx = np.random.default_rng(stats.SEED).integers(0, len(rows), size=(stats.B, len(rows)))
+    deltas = np.array([np.mean(gold[i] == pred[i]) - np.mean(gold[i] == other[i]) for i in idx])
+    assert got["value"] == pytest.approx(np.mean(gold == pred) - np.mean(gold == other), abs=1e-12)
+    assert got["ci"] == pytest.approx(list(np.quantile(deltas, [0.025, 0.975])), abs=1e-12)
+    assert got["p"] == pytest.approx(min(1.0, 2 * min((deltas <= 0).mean(), (deltas >= 0).mean())))
+
+
+def test_seed_claim_is_a_t_interval_over_per_seed_metrics():
+    from scipy.stats import t
+
+    rows = _rows()
+    got = claims.evaluate(rows, {"statistic": "mcc", "columns": {"gold": "gold", "pred": "pred"},
+                                 "ci_method": "seeds"})
+    per_seed = []
+    for s in range(3):
+        g = np.array([r["gold"] for r in rows if r["seed"] == s])
+        p = np.array([r["pred"] for r in rows if r["seed"] == s])
+        tp, tn = np.sum((g == 1) & (p == 1)), np.sum((g == 0) & (p == 0))
+        fp, fn = np.sum((g == 0) & (p == 1)), np.sum((g == 1) & (p == 0))
+        per_seed.append((tp * tn - fp * fn) / np.sqrt(float((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))))
+    half = t.ppf(0.975, 2) * np.std(per_seed, ddof=1) / np.sqrt(3)
+    assert got["value"] == pytest.approx(np.mean(per_seed), abs=1e-12)
+    assert got["ci"] == pytest.approx([np.mean(per_seed) - half, np.mean(per_seed) + half], abs=1e-12)
+    assert list(got["per_seed"].values()) == pytest.approx(per_seed, abs=1e-12)
+
+
+def test_aer_statistic_is_och_and_ney_on_pooled_counts():
+    # two sentences: A = predicted links, S ⊆ P gold
+    sure = [{(0, 0), (1, 1)}, {(0, 1)}]
+    possible = [{(0, 0), (1, 1), (1, 2)}, {(0, 1), (1, 0)}]
+    predicted = [{(0, 0), (1, 2), (2, 2)}, {(1, 0)}]
+    rows = [{"sure": len(s), "possible": len(p), "predicted": len(a), "sure_hits": len(a & s),
+             "possible_hits": len(a & p)} for s, p, a in zip(sure, possible, predicted)]
+    a = set().union(*[{(k,) + x for x in s} for k, s in enumerate(predicted)])
+    s = set().union(*[{(k,) + x for x in v} for k, v in enumerate(sure)])
+    p = set().union(*[{(k,) + x for x in v} for k, v in enumerate(possible)])
+    columns = {c: c for c in ("sure", "possible", "predicted", "sure_hits", "possible_hits")}
+    assert claims.STATISTICS["aer"][1](*claims._columns(rows, columns, "aer")) == pytest.approx(
+        1 - (len(a & s) + len(a & p)) / (len(a) + len(s)))
+
+
+def test_a_claim_recomputes_from_its_file(tmp_path):
+    rows = _rows()
+    claim = claims.make(id="x", study="s", claim="c", paper="p", unit="accuracy", rows=rows,
+                        path=tmp_path / "predictions" / "x.jsonl", relative="predictions/x.jsonl",
+                        measure={"statistic": "accuracy", "columns": {"gold": "gold", "pred": "pred"},
+                                 "ci_method": "bootstrap"},
+                        baseline={"name": "other", "columns": {"gold": "gold", "pred": "other"}})
+    again = claims.recompute(claim, tmp_path)
+    assert (again["value"]["value"], again["value"]["ci"]) == (claim["value"], claim["ci"])
+    assert (again["baseline"]["value"], again["baseline"]["ci"]) == (claim["baseline"]["value"],
+                                                                     claim["baseline"]["ci"])
+    with pytest.raises(ValueError, match="reads columns"):
+        claims.evaluate(rows, {"statistic": "accuracy", "columns": {"gold": "gold"}, "ci_method": "bootstrap"})
+
+
+# --- stages ------------------------------------------------------------------------------------
+
+CALLS: list[str] = []
+
+
+def _count(ctx):
+    CALLS.append(ctx.stage.name)
+    return {"n": ctx.params["n"]}
+
+
+def _double(ctx):
+    CALLS.append(ctx.stage.name)
+    return {"n": 2 * ctx.result("toy.count")["n"]}
+
+
+def _flaky(ctx):
+    """Dies after its first checkpoint unless the checkpoint is there: a killed, resumed stage."""
+    CALLS.append(ctx.stage.name)
+    mark = ctx.work() / "half"
+    if not mark.exists():
+        mark.write_text("first half done")
+        raise KeyboardInterrupt
+    return {"resumed": mark.read_text()}
+
+
+def _toy(n=3):
+    return [pipeline.Stage("toy.count", _count, params={"n": n}),
+            pipeline.Stage("toy.double", _double, needs=("toy.count",))]
+
+
+def _ctx(tmp_path):
+    return pipeline.Context(pipeline.PROFILES["quick"], tmp_path / "out", tmp_path / "work", tmp_path / "data",
+                            progress=False)
+
+
+def test_stages_run_once_and_again_only_when_their_inputs_change(tmp_path):
+    CALLS.clear()
+    quiet = lambda *_: None  # noqa: E731
+    first = pipeline.run(_toy(), _ctx(tmp_path), log=quiet)
+    assert CALLS == ["toy.count", "toy.double"] and first["toy.double"]["result"] == {"n": 6}
+    pipeline.run(_toy(), _ctx(tmp_path), log=quiet)
+    assert CALLS == ["toy.count", "toy.double"]  # nothing changed: nothing reran
+    pipeline.run(_toy(n=4), _ctx(tmp_path), log=quiet)  # a parameter changed: it and what needs it rerun
+    assert CALLS[2:] == ["toy.count", "toy.double"]
+    pipeline.run(_toy(n=4), _ctx(tmp_path), force=("toy.double",), log=quiet)
+    assert CALLS[4:] == ["toy.double"]
+    assert pipeline.plan(_toy(n=5), _ctx(tmp_path))[0].startswith("toy.count: would run")
+
+
+def test_a_killed_stage_leaves_no_record_and_resumes_from_its_work_folder(tmp_path):
+    CALLS.clear()
+    stages = [pipeline.Stage("toy.flaky", _flaky)]
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)
+    assert not (tmp_path / "out" / "stages" / "toy.flaky.json").exists()
+    record = pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)["toy.flaky"]
+    assert record["result"] == {"resumed": "first half done"} and CALLS == ["toy.flaky", "toy.flaky"]
+
+
+def test_a_stage_reads_only_what_it_declares(tmp_path):
+    bad = [pipeline.Stage("toy.double", _double)]
+    with pytest.raises(KeyError, match="without naming it in needs"):
+        pipeline.run([*_toy()[:1], *bad], _ctx(tmp_path), log=lambda *_: None)
+    with pytest.raises(ValueError, match="which do not run before it"):
+        pipeline.keys(_toy()[::-1])
+    with pytest.raises(ValueError, match="no file of the data manifest"):
+        pipeline.keys([pipeline.Stage("toy.data", _count, data=("sst2/nope.tsv",))])
+
+
+def test_the_readme_block_is_replaced_and_nothing_else(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{report.README_BEGIN}\nold\n{report.README_END}\nafter\n")
+    data = {"claims": [{"claim": "c", "paper": "p", "value": 0.5, "ci": [0.4, 0.6], "unit": "accuracy", "n": 3,
+                        "seeds": 0, "baseline": {"name": "b", "value": 0.1, "ci": [0.0, 0.2]},
+                        "status": "reproduced"}]}
+    assert report.update_readme(readme, data)
+    text = readme.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
+    assert "| c | p | 0.500 accuracy [0.400, 0.600] | b: 0.100 [0.000, 0.200] | 3 | 0 | yes |" in text
+
+
+COMMITTED = ROOT / "experiments" / "results" / "reproduce.json"
+
+
+@pytest.mark.skipif(not COMMITTED.is_file(), reason="no committed experiments/results/reproduce.json")
+def test_every_committed_claim_recomputes_from_its_committed_predictions():
+    data = json.loads(COMMITTED.read_text())
+    for claim in data["claims"]:
+        again = claims.recompute(claim, ROOT)
+        assert again["value"]["value"] == pytest.approx(claim["value"], abs=1e-12), claim["id"]
+        assert again["value"]["ci"] == pytest.approx(claim["ci"], abs=1e-12), claim["id"]
+        assert again["baseline"]["value"] == pytest.approx(claim["baseline"]["value"], abs=1e-12), claim["id"]
+
+
+@pytest.mark.skipif(not COMMITTED.is_file(), reason="no committed experiments/results/reproduce.json")
+def test_the_readme_results_are_generated_from_reproduce_json():
+    data = json.loads(COMMITTED.read_text())
+    assert report.readme_section(data) in (ROOT / "README.md").read_text()
