@@ -1,25 +1,83 @@
-"""Every Python block of README.md runs, in order, in one namespace (as a reader would paste them)."""
+"""README.md as a reader uses it: every Python block runs on its own, every `jattn` command line
+of its shell blocks is accepted by the command's parser, the command table is the commands' own,
+every relative link resolves, and nothing in README.md, docs/ or jattn/ tells how or when the code
+was developed."""
 
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
-def python_blocks(text: str) -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+def blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.S | re.M)
 
 
-def test_python_blocks_are_found():
-    assert python_blocks("x\n```python\na = 1\n```\n```bash\nls\n```\n```python\nb = a\n```\n") == ["a = 1\n", "b = a\n"]
+def test_blocks_are_found():
+    text = "x\n```python\na = 1\n```\n```bash\nls\n```\n```python\nb = 2\n```\n"
+    assert blocks(text, "python") == ["a = 1\n", "b = 2\n"] and blocks(text, "bash") == ["ls\n"]
 
 
-def test_readme_python_blocks_run(monkeypatch, tmp_path):
+@pytest.mark.parametrize("index", range(len(blocks(README.read_text(), "python"))))
+def test_each_python_block_runs_on_its_own(index, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)  # a block that writes files writes them here
-    blocks = python_blocks(README.read_text())
-    assert blocks, "README.md has no ```python block"
-    namespace: dict = {"__name__": "__readme__"}
-    for i, block in enumerate(blocks):
-        exec(compile(block, f"README.md python block {i + 1}", "exec"), namespace)
+    block = blocks(README.read_text(), "python")[index]
+    exec(compile(block, f"README.md python block {index + 1}", "exec"), {"__name__": "__readme__"})
+
+
+def command_lines(text: str) -> list[list[str]]:
+    """The `jattn …` command lines of the shell blocks, continuation lines joined, comments dropped,
+    ``"$(jattn data path NAME)"`` read as a folder name."""
+    lines = []
+    for block in blocks(text, "bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r'"\$\(jattn data path ([\w-]+)\)', r'"/data/\1', line.split(" #")[0]).strip()
+            line = re.sub(r"^(\.venv/bin/)", "", line)
+            if line.startswith("jattn "):
+                lines.append(shlex.split(line)[1:])
+    return lines
+
+
+def test_every_shell_command_line_is_accepted_by_its_parser(monkeypatch):
+    import importlib
+
+    import jattn.cli
+
+    parsed = []
+    for module in jattn.cli.COMMANDS.values():
+        monkeypatch.setattr(importlib.import_module(module), "run", lambda args: parsed.append(args))
+    lines = command_lines(README.read_text())
+    assert len(lines) >= 10
+    for argv in lines:
+        jattn.cli.main(argv)  # a parser error exits with status 2 and fails the test
+    assert len(parsed) == len(lines)
+
+
+def test_the_command_table_is_generated_from_the_commands():
+    import jattn.cli
+
+    assert jattn.cli.overview() in README.read_text()
+
+
+def test_relative_links_resolve():
+    for path in [README, *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#]+)\)", path.read_text()):
+            if "://" not in target:
+                assert (path.parent / target).exists(), f"{path.name} links to {target}, which does not exist"
+
+
+HISTORY = re.compile(r"\b[Ss]essions?\b|\b[Ii]ssues? #?\d+|\b(?:[Ww]ork|[Dd]evelopment) rounds?\b|\bsittings?\b"
+                     r"|\b20\d\d-\d\d-\d\d\b")
+
+
+def test_no_development_history_in_readme_docs_or_code():
+    files = [README, *(ROOT / "docs").glob("*.md"), *(ROOT / "jattn").rglob("*.py")]
+    hits = [f"{p.relative_to(ROOT)}: {m.group(0)!r}" for p in files for m in HISTORY.finditer(p.read_text())]
+    assert not hits, hits
+    assert HISTORY.search("as issue 9 asked") and HISTORY.search("in this session") and not HISTORY.search("tissue")

@@ -67,3 +67,12 @@ def main(argv=None) -> None:
             raise
         raise SystemExit(f"jattn {args.command}: error: {e or e.__class__.__name__}") from None
 
+
+
+def overview() -> str:
+    """The README's table of commands, from the commands' own descriptions (a test keeps it equal)."""
+    rows = ["| command | what it does |", "|---|---|"]
+    for name, module in COMMANDS.items():
+        doc = (importlib.import_module(module).__doc__ or "").strip().splitlines()[0].replace("|", r"\|")
+        rows.append(f"| `jattn {name}` | {doc} |")
+    return "\n".join(rows)
