@@ -176,6 +176,39 @@ def test_unequal_lengths_are_refused(minilm):
         patch_heads(minilm, ["a cat sat"], ["a dog sat"], lambda out: out["last_hidden_state"][:, 0])
 
 
+def test_per_example_effects_with_a_metric_of_per_example_rows(minilm, direction):
+    """``metric(outputs, rows)`` with ``metric_inputs`` (a position per example) and ``per_example``:
+    each example's row equals that example patched alone with its position fixed in the metric,
+    and their mean is the default result; exact and attribution patching alike."""
+    import jax.numpy as jnp
+
+    w32 = direction.astype(np.float32)
+    positions = np.array([2, 5, 1])
+    metric = lambda out, rows: (out["last_hidden_state"][jnp.arange(len(rows["at"])), rows["at"]] @ w32)  # noqa: E731
+    for sweep in (patch_heads, attribution_patch_heads):
+        each = sweep(minilm, CLEAN, CORRUPTED, metric, batch_size=2, metric_inputs={"at": positions},
+                     per_example=True)  # (N, L, H); the second batch is one real row and one filler
+        assert each.shape == (3, minilm.config.num_layers, minilm.config.num_heads)
+        mean = sweep(minilm, CLEAN, CORRUPTED, metric, batch_size=2, metric_inputs={"at": positions})
+        assert_close(mean, each.mean(0), terms=2, scale=float(np.abs(each).max()))
+        n = paired_inputs(minilm, CLEAN, CORRUPTED)[0]["input_ids"].shape[1]
+        for i in (0, 2):  # a row of a full batch, the real row of the filled one
+            p = positions[i]
+            alone = sweep(minilm, CLEAN[i:i + 1], CORRUPTED[i:i + 1],
+                          lambda out, p=int(p): out["last_hidden_state"][:, p] @ w32)  # (L, H)
+            assert_close(each[i], alone, terms=2 * model_terms(minilm.config, n), scale=1.0, err_msg=sweep.__name__)
+        assert np.abs(each[0] - each[1]).max() > 20 * tolerance(1.0, 2 * model_terms(minilm.config, n))
+
+
+def test_metric_inputs_and_per_example_are_checked(minilm):
+    metric = lambda out, rows: out["last_hidden_state"][:, 0, 0]  # noqa: E731
+    with pytest.raises(ValueError, match=r"metric_inputs\['at'\] has shape \(2,\).*one row per example \(3\)"):
+        patch_heads(minilm, CLEAN, CORRUPTED, metric, metric_inputs={"at": np.array([1, 2])})
+    with pytest.raises(ValueError, match="per_position=True is not combined"):
+        patch_heads(minilm, CLEAN, CORRUPTED, metric, metric_inputs={"at": np.arange(3)}, per_example=True,
+                    per_position=True)
+
+
 # ---------------------------------------------------------------- path patching
 
 def hf_path_patch(hf, clean: dict, corrupted: dict, metric, sender, receivers, heads: int) -> np.ndarray:

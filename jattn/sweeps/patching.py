@@ -8,8 +8,11 @@ head's output on the *clean* input, and measure the change of a metric:
 
 ``metric`` maps the model's outputs (a dict: ``last_hidden_state`` (b, n, D), ``pooler_output``,
 ``logits`` for an encoder; ``logits`` (b, t, V), ``encoder_last_hidden_state``,
-``decoder_last_hidden_state`` for a translation model) to one number per example (b,). Clean and
-corrupted inputs are aligned position by position, so each pair must tokenize to the same lengths.
+``decoder_last_hidden_state`` for a translation model) to one number per example (b,). A metric
+that reads per-example data (a position, a target token) takes it as a second argument,
+``metric(outputs, rows)``: ``metric_inputs`` holds the arrays (N, ...) and each batch hands the
+metric its rows of them. Clean and corrupted inputs are aligned position by position, so each
+pair must tokenize to the same lengths.
 
 Batched form. Patching layer l leaves layers 0..l−1 as in the corrupted run, so the corrupted
 forward's layer inputs are computed once and each variant runs only layers l..L−1 (prefix reuse:
@@ -109,9 +112,28 @@ def paired_inputs(model, clean, corrupted) -> tuple[dict, dict]:
     return a, b
 
 
+def check_metric_inputs(metric_inputs, n: int) -> dict | None:
+    """``metric_inputs`` as numpy arrays, each with one row per example (n), or None."""
+    if metric_inputs is None:
+        return None
+    if not isinstance(metric_inputs, dict):
+        raise ValueError(f"metric_inputs must be a dict of per-example arrays, got {type(metric_inputs).__name__}")
+    out = {k: np.asarray(v) for k, v in metric_inputs.items()}
+    for k, v in out.items():
+        if v.ndim == 0 or len(v) != n:
+            raise ValueError(f"metric_inputs[{k!r}] has shape {v.shape}; it needs one row per example ({n}) on its "
+                             f"first axis. Fix: stack the per-example values in the order of the examples")
+    return out
+
+
+def call_metric(metric, outputs, rows):
+    """``metric(outputs)``, or ``metric(outputs, rows)`` when the metric reads per-example rows."""
+    return metric(outputs) if rows is None else metric(outputs, rows)
+
+
 def batch_rows(batch: dict, start: int, size: int) -> dict:
     """Rows start..start+size of a batch, the last batch filled with copies of its first row."""
-    rows = np.arange(start, min(start + size, len(batch["input_ids"])))
+    rows = np.arange(start, min(start + size, len(next(iter(batch.values())))))
     rows = np.concatenate([rows, np.repeat(rows[:1], size - len(rows))])
     return {k: v[rows] for k, v in batch.items()}
 
@@ -196,7 +218,7 @@ def _runs(params, config, clean, corrupted):
 
 
 @partial(jax.jit, static_argnames=("config", "metric", "kind", "heads_per_step"))
-def _layer_variants(params, config, batch, kind, enc, x, start, context, wheres, metric, heads_per_step):
+def _layer_variants(params, config, batch, kind, enc, x, start, context, wheres, metric, rows, heads_per_step):
     """metric (V, b) for each variant: layer ``start``'s context patched to ``context``
     (b, H, q, d_h) where ``wheres`` (V, 1, H, 1|q) says."""
     module = encoder.module(params, config) if not isinstance(config, Seq2SeqConfig) else seq2seq.module(params, config)
@@ -204,8 +226,9 @@ def _layer_variants(params, config, batch, kind, enc, x, start, context, wheres,
     def one(where):
         patch = {"context": (context, where)}
         if isinstance(config, Seq2SeqConfig):
-            return metric(seq2seq_suffix(module, batch, kind, enc, x, start, patch))  # (b,)
-        return metric(encoder_suffix(module, x, batch["attention_mask"].astype(bool)[:, None, :], start, patch))
+            return call_metric(metric, seq2seq_suffix(module, batch, kind, enc, x, start, patch), rows)  # (b,)
+        return call_metric(metric, encoder_suffix(module, x, batch["attention_mask"].astype(bool)[:, None, :], start,
+                                                  patch), rows)
 
     return jax.lax.map(one, wheres, batch_size=heads_per_step)  # (V, b)
 
@@ -217,8 +240,8 @@ def variant_wheres(H: int, n: int, per_position: bool) -> np.ndarray:
     return np.eye(H * n, dtype=bool).reshape(H * n, 1, H, n)  # (H·n, 1, H, n)
 
 
-def _metric_rows(metric, outputs, b: int):
-    m = metric(outputs)
+def _metric_rows(metric, outputs, b: int, rows):
+    m = call_metric(metric, outputs, rows)
     if getattr(m, "shape", None) != (b,):
         raise ValueError(f"metric must map the outputs to one number per example, shape ({b},); got shape "
                          f"{getattr(m, 'shape', type(m).__name__)}")
@@ -226,7 +249,7 @@ def _metric_rows(metric, outputs, b: int):
 
 
 def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, batch_size: int = 16,
-                heads_per_step: int | None = None):
+                heads_per_step: int | None = None, metric_inputs: dict | None = None, per_example: bool = False):
     """Activation patching of every head (module docstring): mean over examples of
     metric(corrupted with head (l, h)'s output ← the clean run's) − metric(corrupted).
 
@@ -235,15 +258,22 @@ def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, 
     ``metric(outputs) -> (b,)``: jit-traceable. Returns (L, H) for an encoder, {kind: (L, H)}
     for a translation model ("encoder" self, "decoder" causal self, "cross"); with
     ``per_position`` (L, H, n): the head patched at query position i only, averaged over the
-    examples whose position i is a real token (NaN where none is)."""
+    examples whose position i is a real token (NaN where none is). ``metric_inputs``: per-example
+    arrays (N, ...) the metric reads as ``metric(outputs, rows)`` (module docstring).
+    ``per_example``: the effects of each example, (N, L, H), instead of their mean."""
+    if per_example and per_position:
+        raise ValueError("per_example=True gives (N, L, H) head effects; per_position=True is not combined with it. "
+                         "Fix: ask for one of the two")
     a, b = paired_inputs(model, clean, corrupted)
     N, c = len(a["input_ids"]), model.config
-    sums, counts = {}, {}
+    extra = check_metric_inputs(metric_inputs, N)
+    sums, counts, each = {}, {}, {}
     for start in range(0, N, batch_size):
         ca, cb = batch_rows(a, start, batch_size), batch_rows(b, start, batch_size)
+        rows = None if extra is None else batch_rows(extra, start, batch_size)
         real = min(batch_size, N - start)
         contexts, out, inputs = _runs(model.params, c, ca, cb)
-        base = np.asarray(_metric_rows(metric, out, batch_size))[:real]  # (real,)
+        base = np.asarray(_metric_rows(metric, out, batch_size, rows))[:real]  # (real,)
         for kind in kinds(model):
             L, H = stack_shape(model, kind)
             q = contexts[kind].shape[3]
@@ -253,13 +283,17 @@ def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, 
             layer_inputs = inputs["encoder" if kind == "encoder" else "decoder"]  # (L, b, q, D)
             for l in range(L):
                 m = _layer_variants(model.params, c, cb, kind, out.get("encoder_last_hidden_state"),
-                                    layer_inputs[l], jnp.int32(l), contexts[kind][l], wheres, metric,
+                                    layer_inputs[l], jnp.int32(l), contexts[kind][l], wheres, metric, rows,
                                     heads_per_step or H)  # (V, b)
                 delta = np.asarray(m, np.float64)[:, :real] - base  # (V, real)
+                if per_example:
+                    each.setdefault(kind, np.zeros((N, L, H)))[start:start + real, l] = delta.T  # (real, H)
                 if per_position:
                     delta = delta.reshape(H, q, real) * query_mask.T[None]  # (H, q, real)
                 sums.setdefault(kind, np.zeros((L, *delta.shape[:-1])))[l] += delta.sum(-1)
-    if per_position:
+    if per_example:
+        result = each
+    elif per_position:
         result = {k: np.where(counts[k] > 0, s / np.maximum(counts[k], 1), np.nan) for k, s in sums.items()}
     else:
         result = {k: s / N for k, s in sums.items()}
@@ -269,7 +303,7 @@ def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, 
 # ---------------------------------------------------------------- attribution patching
 
 @partial(jax.jit, static_argnames=("config", "metric"))
-def _attribution(params, config, clean, corrupted, metric):
+def _attribution(params, config, clean, corrupted, metric, rows):
     """Σ over examples of ∂metric/∂t_{l,h} at t = 0, {kind: (L, H)}."""
     contexts, _, _ = _runs(params, config, clean, corrupted)
     f = seq2seq.forward if isinstance(config, Seq2SeqConfig) else encoder.forward
@@ -278,24 +312,29 @@ def _attribution(params, config, clean, corrupted, metric):
         patch = {k: Interventions(patch={"context": (contexts[k], t)}) for k, t in ts.items()}
         iv = patch if isinstance(config, Seq2SeqConfig) else patch["encoder"]
         out, _ = f(params, config, corrupted, iv, internals=None)
-        return metric(out).sum()
+        return call_metric(metric, out, rows).sum()
 
     ts = {k: jnp.zeros((*v.shape[:3], 1), v.dtype) for k, v in contexts.items()}  # (L, b, H, 1)
     return {k: g[..., 0] for k, g in jax.grad(total)(ts).items()}  # (L, b, H)
 
 
-def attribution_patch_heads(model, clean, corrupted, metric, *, batch_size: int = 16):
+def attribution_patch_heads(model, clean, corrupted, metric, *, batch_size: int = 16,
+                            metric_inputs: dict | None = None, per_example: bool = False):
     """Attribution patching (module docstring): the first-order estimate of ``patch_heads`` for
-    every head from one forward on each input and one backward. Same arguments and result shape."""
+    every head from one forward on each input and one backward. Same arguments and result shape
+    (``per_example``: (N, L, H))."""
     a, b = paired_inputs(model, clean, corrupted)
     N, sums = len(a["input_ids"]), {}
+    extra = check_metric_inputs(metric_inputs, N)
     for start in range(0, N, batch_size):
         real = min(batch_size, N - start)
         grads = _attribution(model.params, model.config, batch_rows(a, start, batch_size),
-                             batch_rows(b, start, batch_size), metric)
+                             batch_rows(b, start, batch_size), metric,
+                             None if extra is None else batch_rows(extra, start, batch_size))
         for kind, g in grads.items():
-            sums[kind] = sums.get(kind, 0.0) + np.asarray(g, np.float64)[:, :real].sum(1)  # (L, H)
-    result = {k: s / N for k, s in sums.items()}
+            g = np.moveaxis(np.asarray(g, np.float64)[:, :real], 1, 0)  # (real, L, H)
+            sums[kind] = np.concatenate([sums[kind], g]) if kind in sums else g
+    result = {k: s if per_example else s.mean(0) for k, s in sums.items()}
     return result if is_seq2seq(model) else result["encoder"]
 
 
