@@ -57,6 +57,12 @@ def _aer(sure, possible, predicted, sure_hits, possible_hits) -> float:
     return 1.0 - (float(np.sum(sure_hits)) + float(np.sum(possible_hits))) / (a + s)
 
 
+def _head_spearman(x, y) -> float:
+    """Spearman ρ over heads between the mean over examples of ``x`` and of ``y`` (n, K): e.g. a
+    head's patching effect against its weight-based score, each averaged over the same examples."""
+    return _spearman(np.asarray(x, dtype=float).mean(0), np.asarray(y, dtype=float).mean(0))
+
+
 # name -> (the statistic's argument names, the function of those columns)
 STATISTICS: dict[str, tuple[tuple[str, ...], Callable[..., float]]] = {
     "accuracy": (("gold", "pred"), _accuracy),
@@ -64,6 +70,7 @@ STATISTICS: dict[str, tuple[tuple[str, ...], Callable[..., float]]] = {
     "mean": (("value",), _mean),
     "spearman": (("x", "y"), _spearman),
     "aer": (("sure", "possible", "predicted", "sure_hits", "possible_hits"), _aer),
+    "head_spearman": (("x", "y"), _head_spearman),
 }
 
 

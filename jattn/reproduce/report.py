@@ -17,6 +17,7 @@ TITLES = {
     "kovaleva": "Kovaleva et al. 2019: Revealing the dark secrets of BERT",
     "michel": "Michel et al. 2019: Are sixteen heads really better than one?",
     "voita": "Voita et al. 2019: Analyzing multi-head self-attention",
+    "patching": "Causal interventions: activation and attribution patching of coreference heads (GAP pairs)",
 }
 CLAIM_FIELDS = ("id", "study", "claim", "paper", "value", "ci", "baseline", "n", "seeds", "unit", "command",
                 "predictions")
