@@ -62,6 +62,8 @@ def make_pairs(examples, tokenizers, *, limit: int, max_tokens: int, seed: int =
     from jattn.io.labels import fit_words
 
     names = inventory(examples)
+    fits = [set(fit_words(t, [list(ex.words) for ex in examples], max_tokens)[0]) for t in tokenizers]
+    pieces = {g: {n: [_pieces(t, n) for t in tokenizers] for n in ns} for g, ns in names.items()}
     skipped = {"no single coreferent name": 0, "pronoun without gender": 0, "too long or unmappable": 0,
                "no other-gender name of equal pieces": 0}
     pairs = []
@@ -72,14 +74,14 @@ def make_pairs(examples, tokenizers, *, limit: int, max_tokens: int, seed: int =
         if ex.gold is None or g is None:
             skipped["no single coreferent name" if ex.gold is None else "pronoun without gender"] += 1
             continue
-        if any(not fit_words(t, [list(ex.words)], max_tokens)[0] for t in tokenizers):
+        if any(index not in fit for fit in fits):
             skipped["too long or unmappable"] += 1
             continue
         gold, other = (ex.a, ex.b) if ex.gold == "A" else (ex.b, ex.a)
         present = {w.lower() for w in ex.words}
         want = [_pieces(t, [ex.words[i] for i in gold]) for t in tokenizers]
-        options = [n for n in names["f" if g == "m" else "m"]
-                   if not present & {w.lower() for w in n} and [_pieces(t, n) for t in tokenizers] == want]
+        other_gender = pieces["f" if g == "m" else "m"]
+        options = [n for n in other_gender if other_gender[n] == want and not present & {w.lower() for w in n}]
         if not options:
             skipped["no other-gender name of equal pieces"] += 1
             continue

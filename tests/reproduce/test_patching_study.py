@@ -1,0 +1,145 @@
+"""The patching study: its pairs align token by token, its metric and per-head tests against
+plain numpy, the head_spearman statistic against ranks written out, and its stages end to end
+with every claim recomputable from its predictions file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jattn import stats
+from jattn.reproduce import claims, pipeline
+from jattn.reproduce.studies import patching, patching_pairs
+
+
+def _ranks(v):
+    """Average ranks (ties share their mean rank), 1-based, written out."""
+    v = np.asarray(v, float)
+    order = np.argsort(v, kind="stable")
+    r = np.empty(len(v))
+    r[order] = np.arange(1, len(v) + 1)
+    for value in np.unique(v):
+        tie = v == value
+        r[tie] = r[tie].mean()
+    return r
+
+
+def test_head_spearman_is_pearson_of_the_ranks_of_the_means():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 12))
+    y = np.round(rng.random((30, 12)))  # 0/1 scores, as Clark's: the means tie
+    rx, ry = _ranks(x.mean(0)), _ranks(y.mean(0))
+    want = np.corrcoef(rx, ry)[0, 1]
+    assert claims.STATISTICS["head_spearman"][1](x, y) == pytest.approx(want, abs=1e-12)
+
+
+def test_head_spearman_bootstrap_resamples_whole_examples():
+    """Every resample hands the statistic (n, K) arrays of whole rows: the interval is the
+    percentile interval of ρ over resamples of example indices."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(20, 8)) + np.arange(8)  # heads ordered in x ...
+    y = x + rng.normal(scale=3.0, size=(20, 8))  # ... and, noisily, in y
+    seen = []
+
+    def statistic(a, b):
+        seen.append((a.shape, b.shape))
+        return claims.STATISTICS["head_spearman"][1](a, b)
+
+    value, (lo, hi) = stats.bootstrap_ci(statistic, x, y, b=200)
+    assert {s for s in seen} == {((20, 8), (20, 8))}
+    assert lo <= value <= hi and lo < hi
+    rows = [{"x": a.tolist(), "y": b.tolist()} for a, b in zip(x, y)]
+    got = claims.evaluate(rows, {"statistic": "head_spearman", "columns": {"x": "x", "y": "y"},
+                                 "ci_method": "bootstrap"})
+    assert got["value"] == pytest.approx(value, abs=1e-12)
+
+
+def test_holm_heads_p_values_are_the_paired_bootstrap_per_head():
+    rng = np.random.default_rng(2)
+    effects = rng.normal(size=(25, 2, 3)) + np.array([0.0, 0.2, 1.0, -1.0, 0.0, 0.05]).reshape(2, 3)
+    p, rejected = patching._holm_heads(effects)
+    flat = effects.reshape(25, 6)
+    want = [stats.paired_bootstrap(lambda s: np.mean(s), flat[:, k], np.zeros(25))["p"] for k in range(6)]
+    assert p.ravel() == pytest.approx(want, abs=1e-12)
+    assert (rejected.ravel() == stats.holm(np.asarray(want))).all()
+
+
+def test_metric_is_the_pronoun_vector_against_each_name():
+    rng = np.random.default_rng(3)
+    h = rng.normal(size=(2, 7, 5)).astype(np.float32)
+    masks = {"pronoun": np.zeros((2, 7), np.float32), "gold": np.zeros((2, 7), np.float32),
+             "other": np.zeros((2, 7), np.float32)}
+    masks["pronoun"][:, 4] = 1
+    masks["gold"][0, 1:3], masks["gold"][1, 5] = 1, 1
+    masks["other"][0, 5], masks["other"][1, 1:4] = 1, 1
+    got = np.asarray(patching_pairs.metric({"last_hidden_state": h}, masks))
+    for r in range(2):
+        p = h[r, 4].astype(float)
+        gold = h[r][masks["gold"][r] > 0].astype(float).mean(0)
+        other = h[r][masks["other"][r] > 0].astype(float).mean(0)
+        assert got[r] == pytest.approx(p @ gold - p @ other, rel=1e-5, abs=1e-5)
+
+
+def test_pairs_align_token_by_token_and_flip_the_antecedents_gender(minilm, data_set):
+    from jattn.io.labels import read_gap
+
+    examples = read_gap(data_set("gap") / "gap-development.tsv")[:300]
+    pairs, skipped = patching_pairs.make_pairs(examples, [minilm.tokenizer], limit=20, max_tokens=96)
+    assert len(pairs) == 20 and sum(skipped.values()) > 0
+    names = patching_pairs.inventory(examples)
+    for p in pairs:
+        gender = patching_pairs.gender(p["clean"][p["pronoun"]])
+        assert tuple(p["inserted"].split()) in names["f" if gender == "m" else "m"]  # the other gender's name
+        start, end = p["gold"][0], p["gold"][-1] + 1
+        new = p["inserted"].split()
+        assert p["corrupted"][:start] == p["clean"][:start]
+        assert p["corrupted"][start:start + len(new)] == new
+        assert p["corrupted"][start + len(new):] == p["clean"][end:]
+    clean, corrupted, masks = patching_pairs.encode(minilm, pairs, 96)
+    assert (clean["attention_mask"] == corrupted["attention_mask"]).all()
+    differs = clean["input_ids"] != corrupted["input_ids"]  # only the coreferent name's pieces change
+    assert (differs <= (masks["gold"] > 0)).all() and differs.any(1).all()
+    assert (masks["pronoun"].sum(1) >= 1).all() and (masks["other"].sum(1) >= 1).all()
+
+
+def _run(tmp_path, monkeypatch, sizes):
+    monkeypatch.setattr(patching, "QUICK", sizes)
+    from jattn.io.manifest import data_dir
+
+    ctx = pipeline.Context(pipeline.PROFILES["quick"], tmp_path / "out", tmp_path / "work", data_dir(),
+                           progress=False)
+    records = pipeline.run(patching.stages(pipeline.PROFILES["quick"]), ctx, log=lambda *_: None)
+    return ctx, records
+
+
+def _check_claims(ctx, records):
+    result = records["patching.minilm"]["result"]
+    ids = [c["id"] for c in result["claims"]]
+    assert ids == [f"patching-minilm-{k}" for k in ("behaviour", "corruption", "clark", "attribution")]
+    for claim in result["claims"]:
+        again = claims.recompute(claim, ctx.out)  # the predictions path is relative to ctx.out (no repository)
+        assert again["value"]["value"] == pytest.approx(claim["value"], abs=1e-12)
+        assert again["value"]["ci"] == pytest.approx(claim["ci"], abs=1e-12)
+        assert again["baseline"]["value"] == pytest.approx(claim["baseline"]["value"], abs=1e-12)
+        assert claim["status"] in ("reproduced", "not reproduced") and claim["note"]
+    for claim in result["claims"][2:]:  # the permutation interval over heads, from the same rows
+        rows = claims.read_rows(ctx.out / claim["predictions"])
+        x, y = (np.asarray([r[claim["measure"]["columns"][k]] for r in rows]) for k in ("x", "y"))
+        _, band = stats.permutation_interval(patching._spearman, x.mean(0), y.mean(0))
+        assert claim["permutation_interval"] == pytest.approx(list(band), abs=1e-12)
+    assert all((ctx.out / f).is_file() for f in result["figures"])
+    sweep = records["patching.minilm-sweep"]["result"]
+    assert np.asarray(sweep["exact"]).shape == (len(sweep["ids"]), 6, 12)
+
+
+def test_stages_on_four_pairs(tmp_path, monkeypatch, minilm, data_set):
+    data_set("gap")
+    ctx, records = _run(tmp_path, monkeypatch, {"max_tokens": 48, "batch": 4, "pairs": {"small": 4}})
+    _check_claims(ctx, records)
+
+
+@pytest.mark.slow
+def test_quick_profile(tmp_path, monkeypatch, data_set):
+    data_set("gap")
+    ctx, records = _run(tmp_path, monkeypatch, dict(patching.QUICK))
+    _check_claims(ctx, records)
