@@ -23,9 +23,12 @@ permutation interval, a difference when its interval excludes the baseline's. Pe
 paired bootstrap p-value of the exact effect ≠ 0 and Holm–Bonferroni over all heads (the table
 gives how many heads survive).
 
-Measured costs (2-core CPU, shared: load average ≈ 20 during the measurements; padded to the
-profile's max_tokens): MiniLM at 128 tokens, 8 pairs a chunk: exact sweep 7.5 s a pair, attribution
-0.6 s a pair; at 96 tokens ≈ 0.75 of that. all-mpnet-base-v2 at 96 tokens: see ``FULL`` below.
+Measured costs (2-core CPU shared with other jobs, load average 8-20 during the measurements;
+``nice -n 10``), per pair padded to 96 tokens, in chunks: MiniLM exact sweep 2.9 s, attribution
+0.2 s (compile ≈ 30 s); all-mpnet-base-v2 exact sweep 42.5 s, attribution 1.5 s (compile ≈ 30 s);
+loading a model 10-15 s. Full profile (``FULL``): 160 MiniLM pairs ≈ 9 min, 32 MPNet pairs
+≈ 24 min, pairs and claims ≈ 2 min: ≈ 35 min of the 40-minute budget. Quick: 12 MiniLM pairs
+of ≤ 64 tokens.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from jattn.reproduce.studies import finetune
 from jattn.reproduce.studies.patching_pairs import GAP_FILE, base_model, pairs_stage, sweep_stage
 
 # pairs per model: "small" the embedded MiniLM, "base" the 144-head model (8 × its cost per forward)
-FULL = {"max_tokens": 96, "batch": 8, "pairs": {"small": 120, "base": 16}}
+FULL = {"max_tokens": 96, "batch": 8, "pairs": {"small": 160, "base": 32}}
 QUICK = {"max_tokens": 64, "batch": 12, "pairs": {"small": 12}}
 PAPER = {
     "behaviour": "Clark et al. 2019 §4.3 (their 144-head base model, CoNLL-2012): the best attention head picks an antecedent "
