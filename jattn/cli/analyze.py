@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--format", default="text", choices=FORMATS,
                         help="text: a segment per line, 'A<TAB>B' for a pair; conllu; gap (GAP tsv); parallel: "
                              "(source, target) pairs for a translation model")
-    parser.add_argument("--encoding", default="utf-8", help="text encoding of --input (default utf-8)")
+    parser.add_argument("--encoding", default="utf-8", help="text encoding of --input")
     parser.add_argument("--methods", default="weights,entropy,js", help="comma-separated: " + helps)
     add_output_arguments(parser)
     parser.add_argument("--truncate", action="store_true", help="cut over-long segments instead of failing")
@@ -44,14 +44,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rank-file", type=Path, default=None,
                         help="token frequency ranks, 'rank count vocab_id' per line, needed by norm-freq and "
                              "mixing (e.g. frequency/rank_count_ids.txt in the data folder: "
-                             "jattn data fetch frequency)")
+                             "jattn data fetch frequency; default: none, the other methods run without it)")
     parser.add_argument("--min-count", type=positive_int, default=100,
-                        help="syntax: relations with fewer scored words stay out of Table 1 (default 100, as Clark)")
-    parser.add_argument("--coordinator", help="HOST:PORT of process 0, for a multi-process run")
-    parser.add_argument("--num-processes", type=positive_int, default=None, help="with --coordinator")
-    parser.add_argument("--process-id", type=nonnegative_int, default=None, help="with --coordinator")
+                        help="syntax: relations with fewer scored words stay out of Table 1 (words; 100 as Clark)")
+    parser.add_argument("--coordinator", help="HOST:PORT of process 0, for a multi-process run (default: none, one process)")
+    parser.add_argument("--num-processes", type=positive_int, default=None,
+                        help="processes of a multi-process run, with --coordinator (default: none, one process)")
+    parser.add_argument("--process-id", type=nonnegative_int, default=None,
+                        help="this process's index (0 on the coordinator's host), with --coordinator (default: none)")
     parser.add_argument("--coordinator-timeout", type=positive_int, default=60,
-                        help="seconds to wait for the coordinator and the other processes (default 60)")
+                        help="seconds to wait for the coordinator and the other processes")
 
 
 def _wait_for(address: str, timeout: float) -> None:

@@ -20,9 +20,9 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder, replaced as a whole when the run completes")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out even if it is a non-empty folder without jattn results")
-    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per batch")
     parser.add_argument("--max-length", type=positive_int, default=128,
-                        help="longest segment in tokens (specials included)")
+                        help="longest segment, in tokens (specials included)")
 
 
 def nonnegative_int(text: str) -> int:
@@ -101,7 +101,6 @@ def actions(parser: argparse.ArgumentParser, doc: str, helps: dict[str, str], fo
             folder_help: str) -> dict[str, argparse.ArgumentParser]:
     """A command made of actions (``jattn data list|fetch|...``): one subparser per entry of
     ``helps`` (action -> help), each with the ``folder`` option and ``--debug``."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = doc
     sub = parser.add_subparsers(dest="action", required=True, metavar="{" + ",".join(helps) + "}")
     out = {}

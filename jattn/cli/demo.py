@@ -63,9 +63,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default="results/demo", help="output folder, replaced as a whole when done")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out even if it is a non-empty folder without jattn results")
-    parser.add_argument("--maps", type=nonnegative_int, default=3, help="number of sentences to draw")
-    parser.add_argument("--batch-size", type=positive_int, default=32)
-    parser.add_argument("--limit", type=positive_int, default=None, help="use only the first N sample sentences")
+    parser.add_argument("--maps", type=nonnegative_int, default=3, help="sentences whose attention maps are drawn")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch")
+    parser.add_argument("--limit", type=positive_int, default=None, help="use only the first N sample sentences (default: all 300)")
 
 
 def top_heads(stat: np.ndarray, k: int = 3) -> str:

@@ -15,18 +15,18 @@ def add_arguments(parser) -> None:
                           "and decay) and export it as a Hugging Face folder. Stop with Ctrl-C and run the same "
                           "command again to resume.")
     parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
-    parser.add_argument("--task", choices=("sst2", "cola"), help="a GLUE task from the data folder (jattn data fetch; JATTN_DATA)")
-    parser.add_argument("--train", type=Path, help="instead of --task: 'text<TAB>label' training file")
-    parser.add_argument("--dev", type=Path, help="with --train: 'text<TAB>label' dev file")
+    parser.add_argument("--task", choices=("sst2", "cola"), help="a GLUE task from the data folder (jattn data fetch; $JATTN_DATA); this or --train is required")
+    parser.add_argument("--train", type=Path, help="instead of --task: 'text<TAB>label' training file (default: none, --task)")
+    parser.add_argument("--dev", type=Path, help="with --train: 'text<TAB>label' dev file (default: none; required with --train)")
     parser.add_argument("--metric", choices=("accuracy", "matthews_corr"), default="accuracy",
                         help="dev metric with --train (--task picks its own)")
     parser.add_argument("--out", required=True, type=Path, help="output HF folder (resume state in OUT-work)")
-    parser.add_argument("--epochs", type=positive_int, default=3)
-    parser.add_argument("--batch-size", type=positive_int, default=32)
-    parser.add_argument("--accumulation", type=positive_int, default=1, help="micro-batches per update")
+    parser.add_argument("--epochs", type=positive_int, default=3, help="passes over the training data")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per micro-batch")
+    parser.add_argument("--accumulation", type=positive_int, default=1, help="micro-batches per optimizer update")
     parser.add_argument("--lr", type=finite(low=0, low_open=True), default=5e-5, help="peak learning rate")
-    parser.add_argument("--max-length", type=positive_int, default=128, help="longest text in tokens")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-length", type=positive_int, default=128, help="longest text, in tokens")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (classifier head, data order, dropout)")
 
 
 def run(args) -> None:

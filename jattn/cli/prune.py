@@ -29,13 +29,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dev", required=True, nargs="+", help="evaluation data, in --format's layout")
     parser.add_argument("--schedule", default="once", choices=SCHEDULES,
                         help="importance once, or re-estimated under the current mask before every step")
-    parser.add_argument("--step", type=finite(low=0, high=1, low_open=True), default=0.1, help="share of all heads masked per step (default 0.1)")
+    parser.add_argument("--step", type=finite(low=0, high=1, low_open=True), default=0.1, help="share of all heads masked per step, a fraction in (0, 1]")
     parser.add_argument("--keep-one-per-layer", action="store_true", help="never mask a layer's last head")
     parser.add_argument("--metric", default="accuracy", choices=("accuracy", "matthews_corr"),
                         help="a classifier's metric (a translation model: BLEU)")
-    parser.add_argument("--tolerance", type=finite(low=0), default=1.0, help="metric points a prunable step may lose")
+    parser.add_argument("--tolerance", type=finite(low=0), default=1.0, help="metric points a prunable step may lose (accuracy/MCC points ×100, or BLEU points)")
     parser.add_argument("--export", default=None,
-                        help="write the model pruned at the prunable fraction, heads removed, to this folder")
+                        help="write the model pruned at the prunable fraction, heads removed, to this folder (default: none, no export)")
 
 
 def curve_figure(curve: list, baseline: float, tolerance: float, ylabel: str, path):
