@@ -24,6 +24,7 @@ COMMANDS = {
     "finetune": "jattn.cli.finetune",
     "importance": "jattn.cli.importance",
     "prune": "jattn.cli.prune",
+    "gates": "jattn.cli.gates",
     "disable": "jattn.cli.disable",
     "patterns": "jattn.cli.patterns",
     "data": "jattn.cli.data",
