@@ -20,13 +20,13 @@ in DIR-work/; the same command run again resumes there (DIR-work is removed when
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 
-from jattn.cli.common import add_output_arguments, check_family, described, finite, positive_int, read_examples
+from jattn.cli.common import (add_output_arguments, cached, check_family, check_work, described, finite, positive_int,
+                              read_examples, work_folder)
 
 RESUME = "; run the same command again to resume from its checkpoint"
 
@@ -102,32 +102,6 @@ def training_batches(model, examples, fmt: str, rows: int, max_length: int):
                                         round_up(max(max(len(src[i]), len(tgt[i])) for i in ch), 16)))
                 for ch in chunks]
     return batches
-
-
-def _cached(path: Path, compute):
-    """``compute()`` once; its JSON result is kept at ``path`` (a rerun skips finished λ points)."""
-    if path.is_file():
-        return json.loads(path.read_text())
-    value = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1))
-    tmp.replace(path)
-    return value
-
-
-def _check_identity(work: Path, identity: dict) -> None:
-    """The work folder's run against this one: a checkpoint of another model or data is refused."""
-    path = work / "run.json"
-    if path.is_file():
-        recorded = json.loads(path.read_text())
-        if recorded != json.loads(json.dumps(identity)):
-            differ = sorted(k for k in set(recorded) | set(identity) if recorded.get(k) != identity.get(k))
-            raise ValueError(f"{work} holds gate training with other arguments: " + ", ".join(
-                f"{k}={recorded.get(k)!r} (now {identity.get(k)!r})" for k in differ) + ". Fix: rerun with the "
-                f"recorded arguments to resume it, or delete {work} to start anew")
-    work.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(identity, indent=1))
 
 
 def counts(gates: dict[str, np.ndarray]) -> dict:
@@ -209,12 +183,12 @@ def run(args) -> None:
             name = metric_name(args.metric)
             evaluate = classification_metric(model, dev, args.metric, args.batch_size, max_length)
             metric_fn = lambda gates: evaluate(as_model_mask(model, gates))  # noqa: E731
-        work = output.out.with_name(output.out.name + "-work")
+        work = work_folder(output)
         identity = {"model": str(model.source), "input": list(args.input), "dev": list(args.dev),
                     "format": args.format, "metric": name, "examples": len(train), "dev_examples": len(dev),
                     "batch_size": args.batch_size, "max_length": max_length}
-        _check_identity(work, identity)
-        baseline = _cached(work / "baseline.json",
+        check_work(work, identity)
+        baseline = cached(work / "baseline.json",
                            lambda: {"metric": float(metric_fn({k: np.ones(s, np.float32) for k, s in shapes.items()}))})
         baseline = baseline["metric"]
         batches = training_batches(model, train, args.format, args.batch_size, max_length)
@@ -225,7 +199,7 @@ def run(args) -> None:
                                seed=args.seed, save_every=args.save_every)
             folder = work / f"lam_{lam:g}"
             print(f"jattn gates: λ = {lam:g} ({args.steps} updates)")
-            point = _cached(folder / "point.json",
+            point = cached(folder / "point.json",
                             lambda: train_point(model, params, batches, gc, folder, metric_fn, True))
             points.append(point)
         pick = chosen(points, baseline, args.tolerance)

@@ -19,6 +19,8 @@ import json
 
 import numpy as np
 
+RESUME = "; run the same command again to resume from its checkpoint"
+
 from jattn.cli.common import add_common, check_family, described, finite, read_examples
 
 

@@ -130,3 +130,18 @@ def mds_scatter(points: np.ndarray, num_layers: int, path, labels: np.ndarray | 
     for k, (x, y) in enumerate(points):
         axes[0, 0].annotate(f"{k // H}-{k % H}", (x, y), fontsize=4, alpha=0.6)
     return _save(fig, path)
+
+
+def signed_bars(values: np.ndarray, low: np.ndarray, high: np.ndarray, title: str, ylabel: str, path,
+                marks: np.ndarray | None = None) -> Path:
+    """Signed changes per layer (L,) as bars from 0 with their intervals [low, high]: red a loss,
+    blue a gain (the colours of ``signed_heatmap``); ``marks`` (L,) bool: bars with a black edge."""
+    L = len(values)
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    colors = [plt.get_cmap("RdBu")(0.15 if v < 0 else 0.85) for v in values]
+    edges = ["k" if marks is not None and marks[l] else "none" for l in range(L)]
+    ax.bar(range(L), values, color=colors, edgecolor=edges, linewidth=1.5)
+    ax.errorbar(range(L), values, yerr=[values - low, high - values], fmt="none", ecolor="k", capsize=3, lw=0.8)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set(xlabel=LAYER, ylabel=ylabel, title=title, xticks=range(L))
+    return save(fig, path)
