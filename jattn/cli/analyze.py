@@ -6,8 +6,8 @@ statistic comes per attention type (``encoder_``, ``decoder_``, ``cross_``; figu
 ``figures/<type>/``).
 
 Streams the corpus through ``jattn.runner.loop.run_corpus`` with the methods of the registry
-(``jattn.analyses.registry``) and writes ``DIR/results.json``, ``DIR/results.npz`` and
-``DIR/figures/*.png`` (``jattn.io.results``), replacing DIR as a whole once everything is
+(``jattn.analyses.registry``) and writes ``DIR/results.json``, ``DIR/results.npz``,
+``DIR/report.md`` and ``DIR/figures/*.png`` (``jattn.io.results``), replacing DIR as a whole once everything is
 written. Several processes: start one per host with ``--coordinator HOST:PORT
 --num-processes N --process-id I``; each reads its own shard, process 0 writes the outputs.
 """
@@ -148,6 +148,23 @@ def write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
     """``jattn.io.results.write_files``, then each labelled method's report (``write_report``:
     tables and figures, e.g. Clark's Table 1); for a translation model the figures per attention
     type, each in ``figures/<type>/`` (heatmaps, and the methods' own figures for self-attention)."""
+    paths = _write(result, folder, model, meta, methods)
+    report(result, folder, meta, paths)
+    return paths
+
+
+def report(result, folder: Path, meta: dict, paths: list[Path]) -> Path:
+    """report.md: the run (model, corpus, segments and tokens) and every statistic with its
+    definition, mean over heads and largest heads."""
+    from jattn.cli.reporting import statistics_lines, write_report
+
+    lines = [f"Model: {result.meta['model']}. Corpus: {meta['input']} ({meta['format']}), {result.meta['segments']} "
+             f"segments, {result.meta['tokens']} tokens. Methods: {', '.join(meta['methods'])}. Heads are 0-based "
+             "layer-head; every statistic is defined in its row.", "", *statistics_lines(result.statistics)]
+    return write_report(folder, "Corpus attention statistics", lines, [p for p in paths if p.suffix == ".png"])
+
+
+def _write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
     from jattn.io import results
     from jattn.nn.config import Seq2SeqConfig
 

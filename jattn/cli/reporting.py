@@ -42,3 +42,26 @@ def write_report(folder: Path, title: str, lines: list[str], figures: list[Path]
 def heads(cells: list[dict], keys=("layer", "head")) -> str:
     """[{'layer': 1, 'head': 2, ...}] -> '1-2, ...' (0-based layer-head)."""
     return ", ".join("-".join(str(c[k]) for k in keys if k in c) for c in cells) or "none"
+
+
+def top_heads(stat: np.ndarray, k: int = 3) -> str:
+    """The k largest entries of an (L, H) statistic as 'layer-head (value)', 0-based; NaN left out."""
+    flat = [i for i in np.argsort(np.nan_to_num(stat, nan=-np.inf), axis=None)[::-1] if np.isfinite(stat.flat[i])][:k]
+    return ", ".join(f"{l}-{h} ({stat[l, h]:.3g})" for l, h in (np.unravel_index(i, stat.shape) for i in flat))
+
+
+def statistics_lines(statistics: dict) -> list[str]:
+    """A table of every statistic of a run (``Statistic`` objects): its description, and for a
+    per-head (L, H) one the mean over heads and the 3 largest heads; a scalar its value."""
+    rows = []
+    for name, s in statistics.items():
+        v = np.asarray(s.value, np.float64)
+        desc = s.description.replace("|", "/")
+        if v.ndim == 2:
+            rows.append([name, desc, f"{np.nanmean(v):.3g}" if np.isfinite(v).any() else "-", top_heads(v)])
+        elif v.ndim == 0:
+            rows.append([name, desc, f"{float(v):.3g}", ""])
+        else:
+            rows.append([name, desc, f"shape {tuple(v.shape)}", ""])
+    return table(["statistic", "what (shape, definition)", "mean over heads / value", "largest heads (layer-head)"],
+                 rows)
