@@ -1,9 +1,12 @@
 """Corpus attention statistics (Clark et al. 2019): ``jattn analyze --input FILE --out DIR``.
 
-A translation model (``--model`` a Marian/FSMT folder) reads (source, target) pairs,
+A translation model (``--model`` a Marian/FSMT/BART folder) reads (source, target) pairs,
 ``--format parallel --input SRC_FILE TGT_FILE`` (or one ``source ||| target`` file), and every
 statistic comes per attention type (``encoder_``, ``decoder_``, ``cross_``; figures in
-``figures/<type>/``).
+``figures/<type>/``), in the model's terms: ``</s>`` where an encoder has [SEP], the start token
+(the decoder input's first position, a source's leading ``<s>``) where it has [CLS]; statistics
+about a class an attention type never sees (a source without a start token, a decoder input
+without ``</s>``) are left out (listed in ``meta.left_out``).
 
 Streams the corpus through ``jattn.runner.loop.run_corpus`` with the methods of the registry
 (``jattn.analyses.registry``) and writes ``DIR/results.json``, ``DIR/results.npz``,
@@ -130,8 +133,9 @@ def run(args) -> None:
         if "syntax" in names:  # the relation list fixes the shape of the counts: one pass over the corpus
             relations = sorted({r for ex in corpus for r in (ex.labels or {}).get("relations", ())})
             methods = make_methods(model, names, dataclasses.replace(options, relations=tuple(relations)))
-        result = run_corpus(model, corpus, methods, batch_size=args.batch_size, max_length=args.max_length,
-                            truncate=args.truncate, skip_too_long=args.skip_too_long)
+        result = own_terms(run_corpus(model, corpus, methods, batch_size=args.batch_size,
+                                      max_length=args.max_length, truncate=args.truncate,
+                                      skip_too_long=args.skip_too_long))
         if writer:
             meta = results.run_meta(input=" ".join(str(Path(p).absolute()) for p in args.input), format=args.format,
                                     methods=[m.name for m in methods])
@@ -142,6 +146,19 @@ def run(args) -> None:
                   + (f" ({skipped} empty segments skipped)" if skipped else "")
                   + "".join(f" ({v} {k[8:].replace('_', ' ')} skipped)" for k, v in dropped.items())
                   + f" -> {args.out}")
+
+
+def own_terms(result):
+    """A translation model's result without the statistics about token classes its attention
+    types never see (``jattn.runner.translation.absent``; an encoder's result as it is)."""
+    from jattn.runner.loop import RunResult
+    from jattn.runner.translation import absent
+
+    if "source_classes" not in result.totals.get("_meta", {}):
+        return result
+    gone = set(absent(result.totals, result.statistics))
+    return RunResult({k: s for k, s in result.statistics.items() if k not in gone}, result.totals,
+                     dict(result.meta, left_out=sorted(gone)))
 
 
 def write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
@@ -167,6 +184,7 @@ def report(result, folder: Path, meta: dict, paths: list[Path]) -> Path:
 def _write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
     from jattn.io import results
     from jattn.nn.config import Seq2SeqConfig
+    from jattn.runner.translation import LABELS
 
     config = model.config
     if not isinstance(config, Seq2SeqConfig):
@@ -183,5 +201,5 @@ def _write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
         stats = {k[len(kind) + 1:]: np.asarray(s.value) for k, s in result.statistics.items()
                  if k.startswith(kind + "_")}
         own = [n[len(kind) + 1:] for n in names if n.startswith(kind + "-")] if kind != "cross" else []
-        paths += results.write_figures(stats, L, folder / "figures" / kind, own)
+        paths += results.write_figures(stats, L, folder / "figures" / kind, own, labels=LABELS)
     return paths

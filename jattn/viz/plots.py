@@ -82,16 +82,20 @@ def per_layer(stats: dict[str, np.ndarray], labels: dict[str, str], title: str, 
     return _save(fig, path)
 
 
-def entropy_plot(entropy: np.ndarray, entropy_cls: np.ndarray, uniform: float, path) -> Path:
-    """Clark Fig. 4: each head's mean row entropy per layer, the [CLS] row's, and the uniform reference."""
+def entropy_plot(entropy: np.ndarray, entropy_cls: np.ndarray | None, uniform: float, path,
+                 cls_label: str = "[CLS] row") -> Path:
+    """Clark Fig. 4: each head's mean row entropy per layer, the [CLS] row's (None: a model
+    without one), and the uniform reference."""
     L, H = entropy.shape
     fig, ax = plt.subplots(figsize=(6, 3.5))
     x = np.repeat(np.arange(L), H)
     ax.scatter(x - 0.1, entropy.ravel(), s=10, label="all rows")
-    ax.scatter(x + 0.1, entropy_cls.ravel(), s=10, label="[CLS] row")
+    if entropy_cls is not None:
+        ax.scatter(x + 0.1, entropy_cls.ravel(), s=10, label=cls_label)
     ax.axhline(uniform, ls="--", color="k", lw=1, label="uniform attention (mean log n)")
+    top = [uniform, float(np.nanmax(entropy))] + ([float(np.nanmax(entropy_cls))] if entropy_cls is not None else [])
     ax.set(xlabel=LAYER, ylabel="mean entropy (nats)", title="Attention entropy per head", xticks=range(L),
-           ylim=(0, 1.1 * max(uniform, float(np.nanmax(entropy)), float(np.nanmax(entropy_cls)))))
+           ylim=(0, 1.1 * max(top)))
     ax.legend(fontsize=8)
     return _save(fig, path)
 
