@@ -133,8 +133,8 @@ def finalize(methods, totals: dict, meta: dict) -> dict:
         for kind in kinds_of(m):
             for name, stat in m.finalize(totals[f"{kind}-{m.name}"], dict(meta, kind=kind)).items():
                 text = stat.description
-                for bert, own in LABELS.items():
-                    text = text.replace(bert, own)
+                for theirs, own in LABELS.items():
+                    text = text.replace(theirs, own)
                 stat.description = f"{kind} attention: {text}"
                 out[f"{kind}_{name}"] = stat
     return out
