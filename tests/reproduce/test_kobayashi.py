@@ -17,6 +17,7 @@ from jattn.analyses.norm_stats import MIXING
 from jattn.reproduce import claims, pipeline
 from jattn.reproduce.studies import kobayashi as K
 from jattn.reproduce.studies import kobayashi_align as KA
+from jattn.reproduce.studies import kobayashi_claims as KC
 from jattn.reproduce.studies import kobayashi_tokens as KT
 
 SEGMENTS = [("Alice met Bob in Paris, then left.", "He stayed, of course."), ("One", "two, three."),
@@ -135,28 +136,36 @@ def test_model_links_do_not_depend_on_the_batch(tiny_marian):
 
 
 def test_verdict_rules():
-    assert K.verdict({"value": -0.2, "ci": [-0.3, -0.1], "p": 0.0}, -1)[0] == "reproduced"
-    assert K.verdict({"value": -0.2, "ci": [-0.3, -0.1], "p": 0.0}, -1, rejected=False)[0] == "not reproduced"
-    assert "includes 0" in K.verdict({"value": 0.1, "ci": [-0.1, 0.2], "p": 0.5}, 1)[1]
-    assert "opposite" in K.verdict({"value": 0.2, "ci": [0.1, 0.3], "p": 0.0}, -1)[1]
+    assert KC.verdict({"value": -0.2, "ci": [-0.3, -0.1], "p": 0.0}, -1)[0] == "reproduced"
+    assert KC.verdict({"value": -0.2, "ci": [-0.3, -0.1], "p": 0.0}, -1, rejected=False)[0] == "not reproduced"
+    assert "includes 0" in KC.verdict({"value": 0.1, "ci": [-0.1, 0.2], "p": 0.5}, 1)[1]
+    assert "opposite" in KC.verdict({"value": 0.2, "ci": [0.1, 0.3], "p": 0.0}, -1)[1]
 
 
-def test_spearman_of_ranks_and_segment_bootstrap():
+def test_spearman_of_ranks_weighted_spearman_and_segment_bootstrap():
     from scipy.stats import rankdata, spearmanr
 
     rng = np.random.default_rng(1)
     x, y = rng.integers(0, 5, 200).astype(float), rng.normal(size=200)  # ties in x
     y += x
+    y[:20] = y[20:40]  # and in y
     assert K._spearman_ranked(rankdata(x), rankdata(y)) == pytest.approx(spearmanr(x, y).statistic, abs=1e-12)
+    rho = K.WeightedSpearman(x, y)
+    for _ in range(5):
+        w = rng.integers(0, 4, 200)  # zeros: occurrences left out
+        assert rho(w) == pytest.approx(spearmanr(np.repeat(x, w), np.repeat(y, w)).statistic, abs=1e-12)
     segment = np.repeat(np.arange(40), 5)
-    lo, hi = K.segment_bootstrap(x, y, segment, b=200)
-    assert lo < spearmanr(x, y).statistic < hi
-    assert K.segment_bootstrap(x, y, segment, b=200) == [lo, hi]  # seeded
+    got = K.segment_bootstrap(x, y, segment, b=200, seed=3)
+    draws = np.random.default_rng(3)  # the same draws, resampled the obvious way
+    slow = [spearmanr(x[idx], y[idx]).statistic for idx in
+            (np.concatenate([np.flatnonzero(segment == k) for k in draws.integers(0, 40, 40)]) for _ in range(200))]
+    assert got == pytest.approx(np.quantile(slow, [0.025, 0.975]).tolist(), abs=1e-12)
+    assert got[0] < spearmanr(x, y).statistic < got[1]
 
 
 def write_data(folder: Path, model) -> None:
-    """A GAP file of the test segments, a rank file over a few of the model's ids, and a Hansards-like
-    pair file with gold links made of the tiny Marian model's words."""
+    """A GAP file of the test segments, a rank file over a few of the model's ids, a Hansards-like
+    pair file with gold links and Multi30k-like test lines made of the tiny Marian model's words."""
     (folder / "gap").mkdir(parents=True)
     head = "ID\tText\tPronoun\tPronoun-offset\tA\tA-offset\tA-coref\tB\tB-offset\tB-coref\tURL\n"
     text = "".join(f"d-{k}\t{a} {b}\the\t0\tA\t0\tTRUE\tB\t0\tFALSE\turl\n" for k, (a, b) in enumerate(SEGMENTS * 3))
@@ -174,6 +183,10 @@ def write_data(folder: Path, model) -> None:
         lines.append(f"{' '.join(en)} ||| {' '.join(fr)}\n")
         gold.append(" ".join(f"{i + 1}{'-' if i % 2 == 0 else 'p'}{min(i, len(fr) - 1) + 1}" for i in range(len(en))) + "\n")
     (folder / "alignment" / "enfr.src-tgt").write_text("".join(lines))
+    (folder / "multi30k").mkdir()
+    for side in ("fr", "en"):
+        (folder / "multi30k" / f"test_2016_flickr.{side}").write_text(
+            "".join(" ".join(rng.choice(WORDS, rng.integers(2, 6))) + "\n" for _ in range(5)))
     (folder / "alignment" / "enfr.gold").write_text("".join(gold))
 
 

@@ -154,3 +154,21 @@ def moses_pairs(model, fr_lines: list[str], en_lines: list[str]) -> list:
         if fr and en:
             out.append((fr, en))
     return out
+
+
+def fit(model, items: list[dict], batch_size: int = 32) -> dict:
+    """How familiar the model is with a set of pairs: subwords per word on each side, and the
+    teacher-forced next-token accuracy (the argmax of the logits at decoder row t is target token t,
+    EOS included) pooled over the pairs."""
+    hits = total = 0
+    for begin in range(0, len(items), batch_size):
+        chunk = items[begin:begin + batch_size]
+        logits = np.asarray(model.forward(_batch(model, chunk), internals=None).logits)  # (b, t, V)
+        for r, x in enumerate(chunk):
+            t = len(x["tgt"])
+            hits += int((logits[r, :t].argmax(-1) == np.asarray(x["tgt"])).sum())
+            total += t
+    words = lambda side: sum(max(x[f"{side}_word"]) + 1 for x in items)
+    return {"pairs": len(items), "next_token_accuracy": hits / total,
+            "source_subwords_per_word": sum(len(x["src"]) - 1 for x in items) / words("src"),
+            "target_subwords_per_word": sum(len(x["tgt"]) - 1 for x in items) / words("tgt")}
