@@ -4,36 +4,44 @@ Norms" (and the 2021 residual + LayerNorm extension), with the protocol of STATI
 Stages (full profile; quick: MiniLM on 32 segments, the alignment on 32 pairs):
 
 ``kobayashi.<model>-tokens`` (all-mpnet-base-v2, 144 heads, the headline; the embedded MiniLM,
-72 heads): one ``jattn.norms`` pass (``kobayashi_tokens``) over the first 992 GAP development
-paragraphs as ``[CLS] A [SEP] B [SEP]`` (the paper's 992 Wikipedia segments; ≤ 128 tokens).
-Claims, per token class c ([CLS], [SEP], "."/",", other; MPNet's ``<s>``/``</s>`` take the
-[CLS]/[SEP] roles):
+72 heads): one ``jattn.norms`` pass (``kobayashi_tokens``) over the first 512 GAP development
+paragraphs as ``[CLS] A [SEP] B [SEP]`` (≤ 128 tokens; the paper used 992 Wikipedia segments:
+fewer here for the time budget). Claims, per token class c ([CLS], [SEP], "."/",", other;
+MPNet's ``<s>``/``</s>`` take the [CLS]/[SEP] roles, and its pairs read ``<s> A </s></s> B </s>``):
 - ``kobayashi-<model>-weight-<c>``: the share of α going to c, beside the share uniform attention
   gives; Δ by the paired bootstrap, Holm over the model's 8 class tests;
 - ``kobayashi-<model>-norm-<c>``: the share of ‖αf(x)‖ going to c, beside the share of α on the
   same tokens (paired Δ, same Holm family);
-- ``kobayashi-<model>-mixing``: the 2021 mixing ratio AttnResLn-N beside the weight-based Attn-W;
+- ``kobayashi-<model>-mixing``: the 2021 mixing ratio AttnResLn-N beside the weight-based Attn-W
+  (unmasked input);
 - ``kobayashi-<model>-frequency``: Spearman ρ between each token occurrence's ‖f(x)‖ (mean over
   heads and layers) and its id's frequency rank (the authors' per-occurrence statistic; ranks of
   bert-base-uncased ids, which MiniLM shares; MPNet's ids mapped through their token strings,
-  specials by role), beside ρ with the rank shuffled over occurrences, and the permutation
-  interval (``jattn.stats.permutation_interval``); the bootstrap over occurrences is the claim's
-  interval, the bootstrap over segments (occurrences of one segment are not independent) is
-  given beside it (``ci_segments``).
+  specials by role: the claim says how many map), beside ρ with the rank shuffled over
+  occurrences, and the permutation interval (``jattn.stats.permutation_interval``); the
+  bootstrap over occurrences is the claim's interval, the bootstrap over segments (occurrences
+  of one segment are not independent) is given beside it (``ci_segments``).
 
-``kobayashi.alignment`` (``alignment_stage(profile, model)``; the model is a parameter):
-teacher-forced cross-attention alignments of the 447 Hansards fr→en pairs (``kobayashi_align``),
-the best layer selected on the even-numbered pairs and reported on the odd ones, for AWO and AWI:
-norm-based (‖Σ_h αf‖) vs weight-based (head-mean α), norm-based vs the diagonal; eflomal (trained
-on Multi30k train + the Hansards pairs) vs the diagonal. The same-data best layer (the paper's
-protocol) is in the table.
+``kobayashi.alignment`` (``kobayashi_alignment_stage.alignment_stage(profile, model)``: the
+translation model is a parameter, a repository folder or a made artefact): teacher-forced
+cross-attention alignments of the 447 Hansards fr→en pairs (``kobayashi_align``), the best layer
+selected on the even-numbered pairs and reported on the odd ones, for AWO and AWI: norm-based
+(‖Σ_h αf‖) vs weight-based (head-mean α), norm-based vs the diagonal; eflomal (trained on
+Multi30k train + the Hansards pairs) vs the diagonal. The same-data best layer (the paper's
+protocol) is in the table, and so is how familiar the model is with the text (teacher-forced
+next-token accuracy and subwords per word on Hansards vs 1,000 Multi30k test pairs).
 
-Costs measured on the 2-core machine while 3 other workers and a fine-tuning job ran (load
-average 6-11): the ``jattn.norms`` pass (residual=True) 0.27 s per segment on MiniLM (256
-segments, 65 s after the first compile) and 0.96 s on MPNet (96 segments, residual=False, 77 s);
-eflomal on 29,000 Multi30k + 447 Hansards pairs 82 s (+ 9 s Moses tokenisation). Full profile:
-MiniLM 992 segments ≈ 5 min, MPNet ≈ 17 min (each + ≈ 1.5 min of bootstraps of ρ over ≈ 95,000
-occurrences), alignment ≈ 3 min: ≈ 28 min of the 45 min budget.
+Costs, measured on the 2-core machine shared with 3 other workers and a fine-tuning job (so
+upper bounds; load average in brackets): the ``jattn.norms`` pass 0.27 s per segment on MiniLM
+(residual=True, 256 segments, after the first compile; load 6-11) and 0.96 s on MPNet
+(residual=False, 96 segments; load 6-11); under load ~20, a 64-segment stage took 178 s on
+MiniLM and 296 s on MPNet (model load, 3-4 compiles, the pass and the claims). One bootstrap of
+ρ over 95,000 occurrences (``claims.evaluate``, B = 1000) 181 s and 4 GB at load ~20; the segment
+bootstrap over 50,000 occurrences 30 s. eflomal on 29,000 Multi30k + 447 Hansards pairs 82 s
+(+ 9 s Moses tokenisation; load ~6); the whole alignment stage (447 pairs, eflomal, the
+familiarity check on 1,000 Multi30k pairs) 406 s at load ~21. Full profile: ≈ 20 min at load
+6-11 (MPNet ≈ 10 min + 2 min of claims, MiniLM ≈ 3 min + 2 min, alignment ≈ 3 min), ≈ 50 min
+at load ~20; the budget is 45 min. Quick profile: 91 s of stage time at load ~19 (23 s of CPU).
 """
 
 from __future__ import annotations

