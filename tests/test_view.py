@@ -216,7 +216,11 @@ def test_minilm_page_at_128_tokens(minilm):
     batch = minilm.tokenize([text], max_length=128, truncate=True)
     assert batch.input_ids.shape == (1, 128)
     check_encoder_page_batch(minilm, html, batch)
-    print(f"MiniLM (6x12), 128 tokens: {len(html.encode('utf-8')) / 1e6:.2f} MB")
+    size = len(html.encode("utf-8"))
+    # with a second model of the same shape (here the same one): its data again, the assets once
+    both = len(jattn.view(minilm, text, compare=minilm, max_length=128, truncate=True).encode("utf-8"))
+    print(f"MiniLM (6x12), 128 tokens: {size / 1e6:.2f} MB; compared with a second 6x12 model: {both / 1e6:.2f} MB")
+    assert size < both < 2 * size
 
 
 def check_encoder_page_batch(model, html, batch):
