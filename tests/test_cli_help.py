@@ -26,13 +26,10 @@ def parsers():
 
 
 PARSERS = parsers()
-# sub-commands whose files change elsewhere at the moment; each must pass once they have
-PENDING = {"jattn view": "view.py's --pair must say what its default (none) means"}
 
 
 def _params():
-    return [pytest.param(n, p, id=n, marks=[pytest.mark.xfail(reason=PENDING[n], strict=False)] if n in PENDING else [])
-            for n, p in PARSERS]
+    return [pytest.param(n, p, id=n) for n, p in PARSERS]
 
 
 def option_help(parser, action) -> str:
