@@ -10,7 +10,7 @@ import importlib
 
 from jattn.reproduce.pipeline import Profile, Stage
 
-STUDIES = ("finetune",)  # a study module registers here by adding its name
+STUDIES = ("finetune", "michel")  # a study module registers here by adding its name
 
 
 def stages(profile: Profile, only: tuple[str, ...] = ()) -> list[Stage]:

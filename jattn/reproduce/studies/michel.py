@@ -1,0 +1,145 @@
+"""Michel et al. 2019, "Are Sixteen Heads Really Better than One?" (§4, Fig. 3), BERT side:
+head importance estimated on one split, heads pruned by it in 10 % steps of all heads, the dev
+metric evaluated on another, beside ≥ 5 random pruning orders and the unpruned model.
+
+Protocol (``STATISTICS.md`` §2, §4–§6). Importance I_h = E|∂L/∂ξ_h| (``jattn.importance``, Michel
+Eq. 3) with the *token* estimator and per-layer L2 normalisation (the authors' released code,
+``--normalize_pruning_by_layer``), estimated once on the unpruned classifier over a seeded random
+slice of the task's training split; the dev split (disjoint from it) is where every point is
+evaluated. At share p ∈ {0, 10 %, …, 100 %} the round(p·N) least important heads are masked
+(gate 0; ``michel_curves``); the same for ``random_orders`` random orders (the band). Each point
+carries a paired bootstrap Δ against the unpruned model; the *prunable share* of an order is the
+largest p up to which no point is significantly worse by more than 1 metric point
+(``michel_curves.prunable_share``). Claims per model and task: (1) Δ at 40 % pruned by importance
+vs unpruned (the paper: about 40 % of BERT's heads prunable with no noticeable loss), baseline the
+random orders' Δ; (2) importance order vs the random orders' mean at 50 % pruned, baseline one
+random order against the others (what a ranking no better than chance gives). Δ's interval: paired
+bootstrap over dev examples for one seed, Student-t over fine-tuning seeds where there are ≥ 2.
+Deviations: MPNet / MiniLM on SST-2 and CoLA instead of BERT-base on MNLI; importance once
+(the paper's iterative re-estimation not run: budget).
+
+Costs (all-mpnet-base-v2 with a fresh 2-class head, MiniLM; measured with
+``/tmp``-free commands in the docstring of ``tests/reproduce/test_michel.py``' measurement test,
+under load: 2 cores shared with ~5 other jobs, this process at ~35 % of a core): see ``COSTS``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Callable
+
+import numpy as np
+
+from jattn.reproduce.pipeline import Context, Profile, Stage
+from jattn.reproduce.studies import finetune, michel_curves as mc
+
+COSTS = """filled in below"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """What a Michel stage measures on one task: the metric (pred, gold) -> float, its claims
+    statistic (a ``*_gain`` of ``jattn.reproduce.claims``), unit and the paper's setting."""
+
+    name: str
+    unit: str
+    statistic: str
+    metric: Callable
+    data: tuple[str, ...]
+    paper: str
+
+
+def _tasks() -> dict[str, Task]:
+    from jattn.io import glue
+
+    paper = "BERT-base on MNLI (dev accuracy, Fig. 3)"
+    return {"sst2": Task("sst2", "accuracy", "accuracy_gain", glue.accuracy, ("sst2/train.tsv", "sst2/dev.tsv"), paper),
+            "cola": Task("cola", "MCC", "mcc_gain", glue.matthews_corr,
+                         ("cola/in_domain_train.tsv", "cola/in_domain_dev.tsv"), paper)}
+
+
+TOLERANCE = 0.01  # 1 metric point (accuracy or MCC ×100): "no noticeable loss"
+AT_PRUNE, AT_RANDOM = 0.4, 0.5  # the shares the two claims read
+
+
+def models(profile: Profile) -> tuple[str, ...]:
+    return profile.pick(("mpnet", "minilm"), ("minilm",))
+
+
+def seeds(profile: Profile, model: str) -> tuple[int, ...]:
+    """Fine-tuning seeds analysed: every seed of MiniLM, seed 0 of MPNet (budget; COSTS)."""
+    every = finetune.seeds(profile)
+    return every if model == "minilm" else every[:1]
+
+
+def params(profile: Profile) -> dict:
+    return {"importance_examples": profile.pick(1000, 32), "dev_examples": profile.pick(0, 64),  # 0 = all
+            "random_orders": 5, "estimator": "token", "shares": list(mc.SHARES), "batch_size": 32}
+
+
+def _slices(task: str, p: dict) -> tuple[list, list]:
+    """(importance examples: a seeded random slice of train, dev examples: the dev split or its first n)."""
+    from jattn.io import glue
+
+    train = glue.read_task(task, "train")
+    pick = np.sort(np.random.default_rng(0).choice(len(train), min(p["importance_examples"], len(train)), False))
+    dev = glue.read_task(task, "dev")
+    return [train[i] for i in pick], dev[: p["dev_examples"] or None]
+
+
+def _curves_stage(model: str, task: str, seed: int):
+    def run(ctx: Context) -> dict:
+        import jattn
+        from jattn.sweeps.pruning_curve import classification_predictions, flat_scores
+
+        p, work = ctx.params, ctx.work()
+        net = jattn.load(finetune.classifier(ctx, model, task, seed))
+        imp_examples, dev = _slices(task, p)
+        shape = (net.config.num_layers, net.config.num_heads)
+        seconds = {}
+        saved = work / "importance.json"
+        if saved.is_file():
+            imp = np.asarray(json.loads(saved.read_text()))
+        else:
+            start = time.perf_counter()
+            imp = np.asarray(jattn.importance(net, imp_examples, estimator=p["estimator"], batch_size=p["batch_size"],
+                                              progress=ctx.progress))  # (L, H)
+            seconds["importance"] = round(time.perf_counter() - start, 1)
+            saved.write_text(json.dumps(imp.tolist()))
+        orders = {"importance": flat_scores(net, imp)}
+        for r, scores in enumerate(mc.random_orders(imp.size, p["random_orders"], seed=seed)):
+            orders[f"random-{r}"] = scores
+        start = time.perf_counter()
+        predict = classification_predictions(net, [x for x, _ in dev], batch_size=p["batch_size"])
+        preds = mc.predictions_along(predict, orders, shape, work / "predictions", p["shares"])
+        seconds["evaluation"] = round(time.perf_counter() - start, 1)
+        return {"model": model, "task": task, "seed": seed, "heads": int(imp.size), "importance": imp.tolist(),
+                "importance_examples": len(imp_examples), "gold": mc.digits([y for _, y in dev]),
+                "shares": p["shares"], "orders": {k: [mc.digits(x) for x in v] for k, v in preds.items()},
+                "seconds": seconds}
+
+    return run
+
+
+def stages(profile: Profile) -> list[Stage]:
+    from jattn.reproduce.studies import michel_claims
+
+    out = []
+    p = params(profile)
+    for model in models(profile):
+        for name, task in _tasks().items():
+            curves = []
+            for seed in seeds(profile, model):
+                stage = f"michel.curves-{model}-{name}-s{seed}"
+                curves.append(stage)
+                out.append(Stage(stage, _curves_stage(model, name, seed), params=p, data=task.data,
+                                 needs=(f"finetune.{model}-{name}-s{seed}",),
+                                 code=("jattn.reproduce.studies.michel_curves", "jattn.sweeps.importance",
+                                       "jattn.sweeps.pruning_curve")))
+            out.append(Stage(f"michel.{model}-{name}", michel_claims.claims_stage(model, task, curves, TOLERANCE,
+                                                                                  AT_PRUNE, AT_RANDOM),
+                             needs=tuple(curves), params={"tolerance": TOLERANCE, "at": [AT_PRUNE, AT_RANDOM]},
+                             code=("jattn.reproduce.studies.michel_curves", "jattn.reproduce.studies.michel_claims")))
+    return out
