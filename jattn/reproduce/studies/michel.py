@@ -18,9 +18,22 @@ bootstrap over dev examples for one seed, Student-t over fine-tuning seeds where
 Deviations: MPNet / MiniLM on SST-2 and CoLA instead of BERT-base on MNLI; importance once
 (the paper's iterative re-estimation not run: budget).
 
-Costs (all-mpnet-base-v2 with a fresh 2-class head, MiniLM; measured with
-``/tmp``-free commands in the docstring of ``tests/reproduce/test_michel.py``' measurement test,
-under load: 2 cores shared with ~5 other jobs, this process at ~35 % of a core): see ``COSTS``.
+Costs, measured under load (2 cores shared with ~6 other jobs) with a load factor from the quiet
+benchmark in the same process (all-mpnet-base-v2 lean forward 8 x 128: 492 tokens/s quiet,
+``benchmarks/results/mpnet.json``; 55-60 tokens/s during the measurement: factor 8.6), per mask
+(one dev pass under a head mask, batch 32) and per importance example (forward + backward):
+
+| model | dev pass CoLA (527) | dev pass SST-2 (872) | importance / example |
+|---|---|---|---|
+| mpnet | 164 s loaded, 19 s quiet | ~55 s quiet (3 x CoLA's padded tokens) | 684 ms loaded, 80 ms quiet |
+| minilm | ~1/6 of MPNet (6 layers, D 384) | ~9 s quiet | ~15 ms quiet |
+
+A curve stage runs 1 + 9 x (1 + 5) + 1 = 56 dev passes (the unpruned and all-pruned masks are
+shared by every order). Full profile, quiet machine: MPNet CoLA 56 x 19 s + 1000 x 0.08 s ≈ 19
+min; MPNet SST-2 on a seeded 500 of the 872 dev sentences 56 x 32 s + 80 s ≈ 31 min; MiniLM, 3
+seeds x (CoLA 56 x 3 s + SST-2 56 x 9 s) ≈ 34 min; claims stages < 1 min each: ≈ 85 min of the 90
+allowed. Seeds 1 and 2 of MPNet and all 872 SST-2 dev sentences for MPNet (+ 25 min) do not fit.
+Quick profile: MiniLM, 32 importance sentences, 64 dev sentences, 2 seeds.
 """
 
 from __future__ import annotations
@@ -34,9 +47,6 @@ import numpy as np
 
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce.studies import finetune, michel_curves as mc
-
-COSTS = """filled in below"""
-
 
 @dataclasses.dataclass(frozen=True)
 class Task:
@@ -69,24 +79,31 @@ def models(profile: Profile) -> tuple[str, ...]:
 
 
 def seeds(profile: Profile, model: str) -> tuple[int, ...]:
-    """Fine-tuning seeds analysed: every seed of MiniLM, seed 0 of MPNet (budget; COSTS)."""
+    """Fine-tuning seeds analysed: every seed of MiniLM, seed 0 of MPNet (budget: module docstring)."""
     every = finetune.seeds(profile)
     return every if model == "minilm" else every[:1]
 
 
-def params(profile: Profile) -> dict:
-    return {"importance_examples": profile.pick(1000, 32), "dev_examples": profile.pick(0, 64),  # 0 = all
-            "random_orders": 5, "estimator": "token", "shares": list(mc.SHARES), "batch_size": 32}
+def params(profile: Profile, model: str = "minilm", task: str = "sst2") -> dict:
+    """A curve stage's sizes; ``dev_examples`` 0 = the whole dev split (MPNet SST-2: 500, budget)."""
+    dev = profile.pick(500 if (model, task) == ("mpnet", "sst2") else 0, 64)
+    return {"importance_examples": profile.pick(1000, 32), "dev_examples": dev, "random_orders": 5,
+            "estimator": "token", "shares": list(mc.SHARES), "batch_size": 32}
+
+
+def _seeded_slice(rows: list, n: int) -> list:
+    """``n`` of ``rows`` drawn with seed 0, in their order (all of them when n is 0 or ≥ len)."""
+    if not n or n >= len(rows):
+        return list(rows)
+    return [rows[i] for i in np.sort(np.random.default_rng(0).choice(len(rows), n, replace=False))]
 
 
 def _slices(task: str, p: dict) -> tuple[list, list]:
-    """(importance examples: a seeded random slice of train, dev examples: the dev split or its first n)."""
+    """(importance examples: a seeded slice of the train split, dev examples: of the dev split)."""
     from jattn.io import glue
 
-    train = glue.read_task(task, "train")
-    pick = np.sort(np.random.default_rng(0).choice(len(train), min(p["importance_examples"], len(train)), False))
-    dev = glue.read_task(task, "dev")
-    return [train[i] for i in pick], dev[: p["dev_examples"] or None]
+    return (_seeded_slice(glue.read_task(task, "train"), p["importance_examples"]),
+            _seeded_slice(glue.read_task(task, "dev"), p["dev_examples"]))
 
 
 def _curves_stage(model: str, task: str, seed: int):
@@ -127,10 +144,9 @@ def stages(profile: Profile) -> list[Stage]:
     from jattn.reproduce.studies import michel_claims
 
     out = []
-    p = params(profile)
     for model in models(profile):
         for name, task in _tasks().items():
-            curves = []
+            p, curves = params(profile, model, name), []
             for seed in seeds(profile, model):
                 stage = f"michel.curves-{model}-{name}-s{seed}"
                 curves.append(stage)
@@ -141,5 +157,6 @@ def stages(profile: Profile) -> list[Stage]:
             out.append(Stage(f"michel.{model}-{name}", michel_claims.claims_stage(model, task, curves, TOLERANCE,
                                                                                   AT_PRUNE, AT_RANDOM),
                              needs=tuple(curves), params={"tolerance": TOLERANCE, "at": [AT_PRUNE, AT_RANDOM]},
-                             code=("jattn.reproduce.studies.michel_curves", "jattn.reproduce.studies.michel_claims")))
+                             code=("jattn.reproduce.studies.michel", "jattn.reproduce.studies.michel_curves",
+                                   "jattn.reproduce.studies.michel_claims")))
     return out
