@@ -23,16 +23,18 @@ benchmark in the same process (all-mpnet-base-v2 lean forward 8 x 128: 492 token
 ``benchmarks/results/mpnet.json``; 55-60 tokens/s during the measurement: factor 8.6), per mask
 (one dev pass under a head mask, batch 32) and per importance example (forward + backward):
 
-| model | dev pass CoLA (527) | dev pass SST-2 (872) | importance / example |
+| model | dev pass CoLA (527) | dev pass SST-2 (872) | importance / example (CoLA, SST-2) |
 |---|---|---|---|
-| mpnet | 164 s loaded, 19 s quiet | ~55 s quiet (3 x CoLA's padded tokens) | 684 ms loaded, 80 ms quiet |
-| minilm | ~1/6 of MPNet (6 layers, D 384) | ~9 s quiet | ~15 ms quiet |
+| mpnet | 164 s loaded (factor 8.6), 19.2 s quiet | 322 s loaded (4.9), 65.6 s quiet | 80 ms, 229 ms quiet |
+| minilm | 20 s loaded (7.9), 2.6 s quiet | 25 s loaded (3.9), 6.5 s quiet | 16 ms, 51 ms quiet |
 
 A curve stage runs 1 + 9 x (1 + 5) + 1 = 56 dev passes (the unpruned and all-pruned masks are
-shared by every order). Full profile, quiet machine: MPNet CoLA 56 x 19 s + 1000 x 0.08 s ≈ 19
-min; MPNet SST-2 on a seeded 500 of the 872 dev sentences 56 x 32 s + 80 s ≈ 31 min; MiniLM, 3
-seeds x (CoLA 56 x 3 s + SST-2 56 x 9 s) ≈ 34 min; claims stages < 1 min each: ≈ 85 min of the 90
-allowed. Seeds 1 and 2 of MPNet and all 872 SST-2 dev sentences for MPNet (+ 25 min) do not fit.
+shared by every order). Full profile, quiet machine: MPNet CoLA 56 x 19.2 s + 1000 x 0.08 s ≈ 19
+min; MPNet SST-2 on a seeded 400 of the 872 dev sentences 56 x 30 s + 1000 x 0.23 s ≈ 32 min;
+MiniLM, 3 seeds x (56 x (2.6 + 6.5) s + 1000 x 0.067 s) ≈ 29 min; claims stages < 1 min each:
+≈ 82 min of the 90 allowed. Seeds 1 and 2 of MPNet, or all 872 SST-2 dev sentences for MPNet
+(+ 33 min), do not fit. The quick profile's curve stages took 364 s and 216 s under load
+(factor ~4-8: ~1 min each quiet, mostly compilation) — over its 90 s budget (see the report).
 Quick profile: MiniLM, 32 importance sentences, 64 dev sentences, 2 seeds.
 """
 
@@ -85,8 +87,8 @@ def seeds(profile: Profile, model: str) -> tuple[int, ...]:
 
 
 def params(profile: Profile, model: str = "minilm", task: str = "sst2") -> dict:
-    """A curve stage's sizes; ``dev_examples`` 0 = the whole dev split (MPNet SST-2: 500, budget)."""
-    dev = profile.pick(500 if (model, task) == ("mpnet", "sst2") else 0, 64)
+    """A curve stage's sizes; ``dev_examples`` 0 = the whole dev split (MPNet SST-2: 400, budget)."""
+    dev = profile.pick(400 if (model, task) == ("mpnet", "sst2") else 0, 64)
     return {"importance_examples": profile.pick(1000, 32), "dev_examples": dev, "random_orders": 5,
             "estimator": "token", "shares": list(mc.SHARES), "batch_size": 32}
 
