@@ -41,13 +41,17 @@ def _resamples(n: int, b: int, seed: int) -> np.ndarray:
 def bootstrap_ci(statistic: Callable[..., float], *arrays, b: int = B, seed: int = SEED,
                  level: float = 0.95) -> tuple[float, tuple[float, float]]:
     """(value on all examples, percentile interval) of ``statistic(*arrays)`` resampling examples
-    (the first axis of every array together). ``statistic`` takes the arrays and returns a number."""
+    (the first axis of every array together; an array may have more axes, e.g. (n, R) predictions
+    of R systems). ``statistic`` takes the arrays and returns a number. The resampled object is the
+    example index (what ``scipy.stats.bootstrap(paired=True)`` does inside), so arrays of any
+    shape and dtype go through unchanged."""
     from scipy.stats import bootstrap
 
     arrays = _check(arrays)
     value = float(statistic(*arrays))
-    result = bootstrap(tuple(arrays), lambda *xs: statistic(*xs), n_resamples=b, paired=True, vectorized=False,
-                       confidence_level=level, method="percentile", rng=np.random.default_rng(seed))
+    result = bootstrap((np.arange(len(arrays[0])),), lambda i: statistic(*(a[i] for a in arrays)), n_resamples=b,
+                       vectorized=False, confidence_level=level, method="percentile",
+                       rng=np.random.default_rng(seed))
     return value, (float(result.confidence_interval.low), float(result.confidence_interval.high))
 
 
