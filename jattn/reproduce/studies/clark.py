@@ -65,7 +65,7 @@ def stages(profile: Profile) -> list[Stage]:
             Stage(f"clark.{model}-shares", clark_shares.stage(model), pick("segments"), data=(clark_shares.GAP_DEV,),
                   models=artefact, code=CODE),
             Stage(f"clark.{model}-syntax", clark_syntax.stage(model),
-                  pick("select_sentences", "report_sentences", "min_count"),
+                  pick("select_sentences", "report_sentences", "stop_sentences", "min_count"),
                   data=(clark_syntax.EWT_TRAIN, clark_syntax.EWT_DEV), models=artefact,
                   code=CODE + ("jattn.analyses.syntax", "jattn.analyses.probe")),
             Stage(f"clark.{model}-probe", clark_probe.stage(model), pick("probe_epochs", "patience"),

@@ -115,6 +115,7 @@ def best_head(correct: np.ndarray) -> tuple[int, int]:
 
 LITBANK = "litbank"
 GAP_VAL, GAP_TEST = "gap/gap-validation.tsv", "gap/gap-test.tsv"
+GAP_LENGTH = 256  # tokens of a GAP paragraph (or the model's maximum, if shorter)
 CLARK = "bert-base, CoNLL-2012: best head (5-4, 1-based) 65 % vs same head word 52 %, nearest 27 %, rule-based 69 %"
 
 
@@ -186,8 +187,9 @@ def gap_stage(model: str):
         from jattn.reproduce.studies.clark_common import delta, load, paired, status
 
         p, net = ctx.params, load(model)
-        sel = gap_queries(net, gap_examples(ctx.data(GAP_VAL), net.tokenizer, p["gap_select"]))
-        rep = gap_queries(net, gap_examples(ctx.data(GAP_TEST), net.tokenizer, p["gap_report"]))
+        n = min(GAP_LENGTH, net.config.max_length)
+        sel = gap_queries(net, gap_examples(ctx.data(GAP_VAL), net.tokenizer, p["gap_select"], n), n)
+        rep = gap_queries(net, gap_examples(ctx.data(GAP_TEST), net.tokenizer, p["gap_report"], n), n)
         l, h = best_head(sel["correct"])
         li, hi = best_head(rep["correct"])
         rows = [{"index": i, "id": str(rep["id"][i]), "head": int(rep["correct"][i, l, h]),
@@ -198,7 +200,7 @@ def gap_stage(model: str):
             id=f"clark-{model}-coref-gap", claim=f"{model}: coreference head {l}-{h} (0-based), GAP pronoun -> the "
             "right one of two names", paper="not in the paper (GAP came later); " + CLARK, unit="accuracy", rows=rows,
             protocol=f"head chosen on the first {len(sel['id'])} GAP validation rows with exactly one coreferent name, "
-                     f"reported on the first {len(rows)} such test rows (≤ 256 tokens); a head is right when the pronoun's "
+                     f"reported on the first {len(rows)} such test rows (≤ {n} tokens); a head is right when the pronoun's "
                      "word attends more to the coreferent name's words.",
             measure={"statistic": "mean", "columns": {"value": "head"}, "ci_method": "bootstrap"},
             baseline={"name": "nearest name", "columns": {"value": "nearest"}},

@@ -2,9 +2,9 @@
 
 ``jattn.analyses.probe`` defines the probes ("attn": a weight per map; "attn+emb": weights from
 the two words' embeddings; "dist+emb": the baseline on signed distances). Each is trained on the
-selection split's sentences (EWT train), early-stopped on the first half of the dev sentences
+selection split's sentences (EWT train), early-stopped on the first dev sentences
 (dev UAS after every epoch, training ends after ``patience`` epochs without a gain, the best
-epoch kept) and scored on the second half; right-branching needs no training. Embeddings are
+epoch kept) and scored on the other dev sentences; right-branching needs no training. Embeddings are
 the model's own input embeddings averaged over a word's subwords (Clark used GloVe).
 """
 

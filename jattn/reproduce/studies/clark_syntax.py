@@ -128,7 +128,7 @@ def concat(first: dict, second: dict) -> dict:
 # ---------------------------------------------------------------- the stages
 
 EWT_TRAIN, EWT_DEV = "ud-english-ewt/en_ewt-ud-train.conllu", "ud-english-ewt/en_ewt-ud-dev.conllu"
-SPLITS = ("select", "dev_a", "dev_b")  # train sentences; the dev sentences' two halves (probe: stop, report)
+SPLITS = ("select", "dev_a", "dev_b")  # train sentences; the first dev sentences (the probe's early stopping), the rest
 
 
 def cached_pass(net, trees, folder: Path, table) -> dict:
@@ -148,7 +148,7 @@ def cached_pass(net, trees, folder: Path, table) -> dict:
 
 def stage(model: str):
     """The stage function of ``clark.<model>-syntax`` (params: ``select_sentences``,
-    ``report_sentences``, ``min_count``); its result names the probe's shards."""
+    ``report_sentences``, ``stop_sentences``, ``min_count``); its result names the probe's shards."""
 
     def run(ctx) -> dict:
         from jattn import stats
@@ -158,8 +158,10 @@ def stage(model: str):
         p, net = ctx.params, load(model)
         select_trees, _ = read_trees(ctx.data(EWT_TRAIN), net.tokenizer, p["select_sentences"], seed=0)
         dev, _ = read_trees(ctx.data(EWT_DEV), net.tokenizer, p["report_sentences"], seed=None)
-        half, work, table = len(dev) // 2, ctx.work(), probe.word_embedding_table(net)
-        trees = dict(zip(SPLITS, (select_trees, dev[:half], dev[half:])))
+        stop, work, table = p["stop_sentences"], ctx.work(), probe.word_embedding_table(net)
+        if not 0 < stop < len(dev):
+            raise ValueError(f"stop_sentences={stop} must leave dev sentences on both sides of {len(dev)}")
+        trees = dict(zip(SPLITS, (select_trees, dev[:stop], dev[stop:])))
         passes = {name: cached_pass(net, trees[name], work / name, table) for name in SPLITS}
         sel, rep = passes["select"], concat(passes["dev_a"], passes["dev_b"])
         count = lambda split, r: int(((split["relation"] == r) & (split["gold"] > 0)).sum())  # noqa: E731
