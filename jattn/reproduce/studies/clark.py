@@ -11,22 +11,28 @@ with Stanford Dependencies and CoNLL-2012):
   reported on EWT dev with a bootstrap over words (``clark_syntax``); paired bootstrap of head
   vs offset per relation, Holm over the relations; the probe's feature shards of the same pass.
 - ``probe``: Clark's attention probe ("attn", "attn+emb") and the distances + embeddings
-  baseline trained on those train sentences, early-stopped on the first half of the dev
-  sentences, UAS on the second half, beside right-branching.
+  baseline trained on those train sentences, early-stopped on the first ``stop_sentences`` dev
+  sentences, UAS on the other dev sentences, beside right-branching (``clark_probe``).
 - ``litbank`` / ``gap``: coreference heads (``clark_coref``) chosen on one set of documents /
   rows, reported on another, by mention type, beside nearest / same-head-word / same-type.
 
-Status rules (``_status``, in code): a finding is "reproduced" when the paired or interval test
-the claim names holds, "partly" when only its weaker part holds, else "not reproduced".
+Status rules (``clark_common.status``, in code): a finding is "reproduced" when the paired or
+interval test its claim names holds, "partly" when only its weaker part holds, else "not
+reproduced"; each claim's note gives the tests' values.
 
-Measured costs (nice 10, on the shared 2-core CPU at load average ≈ 11, i.e. pessimistic), per
-model, MPNet / MiniLM: segment pairs (GAP, ≤ 128 tokens) 7.8 / 1.2 ms per token after the
-first batch of a shape (10.3 / 3.1 with compiles): 300 segments ≈ 28 k tokens ≈ 290 / 90 s.
-EWT (128-token sentences, batch 16): 256 dev sentences 63 / 7.4 s, so 1,500 train + 2,001 dev
-sentences ≈ 860 / 110 s. LitBank in 256-token segments 9.5 / 2.3 ms per token, ≈ 2,700 tokens
-and ≈ 165 queries a document: 14 + 14 documents ≈ 720 / 200 s. GAP paragraphs (≤ 256 tokens,
-≈ 120): 150 + 400 rows ≈ 550 / 150 s. Probe: see ``PROBE_COST``. Full profile ≈ 45 min of
-stage time for both models at that load (75 min budget); quick profile ≈ 75 s (MiniLM).
+Measured costs (nice 10 on the shared 2-core CPU while other jobs ran, so pessimistic; wall
+time). At load average ≈ 11, after the compiles, MPNet / MiniLM: GAP segment pairs (≤ 128
+tokens) 7.8 / 1.2 ms a token (10.3 / 3.1 with the compiles); EWT sentences (batch 16) 0.25 /
+0.03 s a sentence (256 dev sentences: 63 / 7.4 s); LitBank in 256-token segments 9.5 / 2.3 ms a
+token (≈ 2,700 tokens and ≈ 165 queries a document). At load ≈ 20, the full profile's stages at
+reduced sizes (MPNet / MiniLM): 32 segment pairs 90 / 36 s; 300 train + 200 dev EWT sentences
+438 / 162 s; 1 + 1 LitBank documents 94 / 38 s; 30 + 60 GAP rows 254 / 43 s (compiles dominate
+small runs); probe epochs on 300 MPNet train sentences (after ≈ 50 s of compiles a probe): attn
+5.2 s, attn+emb 9.0 s, dist+emb 0.4 s. The full profile from the load-11 rates: MPNet ≈ 190 s
+(200 segments) + 740 s (1,000 train and 2,001 dev sentences) + 600 s (three probes of ≤ 20
+epochs on 1,000 sentences) + 520 s (10 + 10 LitBank documents) + 350 s (100 + 250 GAP rows) ≈
+40 min; MiniLM ≈ 13 min; ≈ 53 min in all (budget 75 min; at load 20 ≈ 1.7× that). Quick
+profile: 91 s of stage time at load 15 (MiniLM).
 """
 
 from __future__ import annotations
@@ -46,12 +52,12 @@ def models(profile: Profile) -> tuple[str, ...]:
 def sizes(profile: Profile) -> dict:
     """The profile's sizes (every stage's params are the ones it reads)."""
     return profile.pick(
-        full={"segments": 300, "select_sentences": 1500, "report_sentences": None, "min_count": 100,
-              "probe_epochs": 40, "patience": 3, "litbank_documents": 14, "litbank_budget": 256,
-              "litbank_segments": None, "gap_select": 150, "gap_report": 400},
-        quick={"segments": 24, "select_sentences": 40, "report_sentences": 40, "min_count": 10,
-               "probe_epochs": 4, "patience": 2, "litbank_documents": 1, "litbank_budget": 128,
-               "litbank_segments": 3, "gap_select": 16, "gap_report": 24})
+        full={"segments": 200, "select_sentences": 1000, "report_sentences": None, "stop_sentences": 400,
+              "min_count": 100, "probe_epochs": 20, "probe_lr": 0.01, "patience": 3, "litbank_documents": 10, "litbank_budget": 256,
+              "litbank_segments": None, "gap_select": 100, "gap_report": 250},
+        quick={"segments": 16, "select_sentences": 32, "report_sentences": 40, "stop_sentences": 16, "min_count": 10,
+               "probe_epochs": 2, "probe_lr": 0.01, "patience": 2, "litbank_documents": 1, "litbank_budget": 128,
+               "litbank_segments": 3, "gap_select": 8, "gap_report": 12})
 
 
 def stages(profile: Profile) -> list[Stage]:
@@ -68,7 +74,7 @@ def stages(profile: Profile) -> list[Stage]:
                   pick("select_sentences", "report_sentences", "stop_sentences", "min_count"),
                   data=(clark_syntax.EWT_TRAIN, clark_syntax.EWT_DEV), models=artefact,
                   code=CODE + ("jattn.analyses.syntax", "jattn.analyses.probe")),
-            Stage(f"clark.{model}-probe", clark_probe.stage(model), pick("probe_epochs", "patience"),
+            Stage(f"clark.{model}-probe", clark_probe.stage(model), pick("probe_epochs", "probe_lr", "patience"),
                   needs=(f"clark.{model}-syntax",), code=CODE + ("jattn.analyses.probe",)),
             Stage(f"clark.{model}-litbank", clark_coref.litbank_stage(model, select_files, report_files),
                   {**pick("litbank_documents", "litbank_budget", "litbank_segments")},
