@@ -23,6 +23,11 @@ $(VENV)/.setup-test: $(VENV)/.setup
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
+# The reproduction's extra: the statistical word aligner (eflomal) of the alignment baseline.
+$(VENV)/.setup-reproduce: $(VENV)/.setup
+	$(BIN)/pip install -q -e '.[reproduce]'
+	touch $@
+
 setup: $(VENV)/.setup
 setup-test: $(VENV)/.setup-test
 
@@ -31,11 +36,11 @@ demo: setup
 
 # Every study's headline claims beside the papers' (experiments/results/REPORT.md, reproduce.json,
 # the README's results table). Resumable: a killed run continues; unchanged stages are not rerun.
-reproduce: setup
+reproduce: $(VENV)/.setup-reproduce
 	$(BIN)/jattn reproduce
 
 # The same pipeline on small subsets (minutes), into results/reproduce-quick/.
-reproduce-quick: setup
+reproduce-quick: $(VENV)/.setup-reproduce
 	$(BIN)/jattn reproduce --quick --no-progress
 
 test: setup-test

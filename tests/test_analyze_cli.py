@@ -181,7 +181,9 @@ def test_analyze_cli_on_a_translation_model(tmp_path, monkeypatch, tiny_marian_f
     assert doc["encoder_attn_to_sep"]["shape"] == [2, 4] and doc["decoder_attn_prev"]["shape"] == [3, 2]
     assert doc["cross_norm_to_sep"]["shape"] == [3, 2] and "cross_attn_prev" not in doc
     assert doc["meta"]["segments"] == 5
-    assert {"class_attention.png", "entropy.png", "heatmap_attn_to_sep.png"} <= _check_figures(out / "figures" / "decoder")
+    decoder = _check_figures(out / "figures" / "decoder")
+    assert {"class_attention.png", "entropy.png", "heatmap_attn_to_cls.png"} <= decoder
+    assert "heatmap_attn_to_sep.png" not in decoder  # the decoder input holds no </s>: its share is left out
     assert "heatmap_norm_to_sep.png" in _check_figures(out / "figures" / "cross")
     one = _write(tmp_path / "p.txt", "".join(f"{a} ||| {b}\n" for a, b in zip(src, tgt)))
     main(["analyze", "--model", str(folder), "--format", "parallel", "--input", str(one), "--methods", "weights",

@@ -35,3 +35,16 @@ def test_demo_writes_report_results_and_figures(tmp_path):
     for figure in ["attention_maps_0.png", "figures/mds_heads.png", "figures/class_attention.png"]:
         assert (out / figure).stat().st_size > 1000
         assert f"({figure})" in report
+
+
+def test_demo_reads_input(tmp_path, tiny_bert_folder):
+    """--input: a segment per line instead of the bundled sample; the report names the file."""
+    corpus = tmp_path / "mine.txt"
+    corpus.write_text("The cat sat.\n\nA dog ran, fast.\nIt rained.\n")
+    parser = argparse.ArgumentParser()
+    demo.add_arguments(parser)
+    demo.run(parser.parse_args(["--model", str(tiny_bert_folder), "--input", str(corpus), "--out",
+                                str(tmp_path / "out"), "--maps", "1"]))
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["meta"]["segments"] == 3 and results["meta"]["input"] == str(corpus)
+    assert f"3 sentences, {results['meta']['tokens']} tokens ({corpus})" in (tmp_path / "out" / "report.md").read_text()

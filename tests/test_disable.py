@@ -203,7 +203,11 @@ def test_bad_input_is_named(model, tmp_path):
 
 
 def test_command_line(model, tmp_path, capsys):
+    """Metric ×100 everywhere, named; every improving/hurting unit with its paired-bootstrap
+    interval and p-value, recomputed here from the sweep's own predictions; signed figures."""
     from jattn.cli import main
+    from jattn.io.glue import accuracy
+    from jattn.stats import holm, paired_bootstrap
     from jattn.training.finetune import save_classifier
 
     folder = save_classifier(model, tmp_path / "clf")
@@ -211,14 +215,83 @@ def test_command_line(model, tmp_path, capsys):
     data.write_text("".join(f"{s}\t{i % 3}\n" for i, s in enumerate(SENTENCES)))
     out = tmp_path / "out"
     main(["disable", "--model", str(folder), "--input", str(data), "--out", str(out), "--mode", "zero",
-          "--unit", "head,layer", "--max-length", "32"])
-    assert "baseline accuracy" in capsys.readouterr().out
+          "--unit", "head,layer", "--max-length", "32", "--bootstrap", "200"])
+    assert "intact accuracy (%)" in capsys.readouterr().out
     doc = json.loads((out / "results.json").read_text())
-    want = disable.disable_sweep(jattn.load(folder), [(s, i % 3) for i, s in enumerate(SENTENCES)], mode="zero",
-                                 max_length=32, progress=False)
-    np.testing.assert_allclose(doc["delta_head_zero"]["value"], want.delta, atol=1e-9)
-    assert len(doc["disable_layer_zero"]["value"]) == model.config.num_layers
-    assert doc["meta"]["improving"]["head_zero"] == want.improving()
+    examples = [(s, i % 3) for i, s in enumerate(SENTENCES)]
+    want = disable.disable_sweep(jattn.load(folder), examples, mode="zero", max_length=32, progress=False)
+    np.testing.assert_allclose(doc["delta_head_zero"]["value"], 100 * want.delta, atol=1e-9)
+    assert doc["meta"]["metric"] == "accuracy (%)" and len(doc["disable_layer_zero"]["value"]) == model.config.num_layers
+    labels = np.array([y for _, y in examples])
+    p = np.ones(want.delta.shape)
+    for l, h in np.ndindex(*want.delta.shape):
+        if not np.array_equal(want.predictions[l, h], want.baseline_predictions):
+            t = paired_bootstrap(lambda a, g: 100 * accuracy(a, g), want.predictions[l, h], want.baseline_predictions,
+                                 labels, b=200)
+            p[l, h] = t["p"]
+            assert doc["ci_low_head_zero"]["value"][l][h] == pytest.approx(t["ci"][0])
+    np.testing.assert_allclose(doc["p_head_zero"]["value"], p)
+    np.testing.assert_array_equal(np.asarray(doc["significant_head_zero"]["value"], bool), holm(p))
+    improving = doc["meta"]["improving"]["head_zero"]
+    assert [(c["layer"], c["head"]) for c in improving] == [(c["layer"], c["head"]) for c in want.improving()]
+    assert all({"ci", "p", "significant"} <= set(c) for c in improving + doc["meta"]["hurting"]["head_zero"])
+    report = (out / "report.md").read_text()
+    assert "paired-bootstrap" in report and "Holm" in report and "accuracy (%)" in report
     assert (out / "figures" / "delta_head_zero.png").is_file() and (out / "figures" / "delta_layer_zero.png").is_file()
     with pytest.raises(SystemExit, match="--mode"):
         main(["disable", "--model", str(folder), "--input", str(data), "--out", str(tmp_path / "o2"), "--mode", "x"])
+
+
+def test_baseline_predictions_are_the_intact_models(model):
+    from jattn.sweeps.pruning_curve import classification_predictions
+
+    examples = [(s, i % 3) for i, s in enumerate(SENTENCES)]
+    r = disable.disable_sweep(model, examples, mode="zero", unit="layer", max_length=32, progress=False)
+    intact = classification_predictions(model, SENTENCES, max_length=32)(np.ones((model.config.num_layers,
+                                                                                 model.config.num_heads)))
+    np.testing.assert_array_equal(r.baseline_predictions, intact)
+    np.testing.assert_array_equal(r.predictions[0], classification_predictions(model, SENTENCES, max_length=32)(
+        np.concatenate([np.zeros((1, model.config.num_heads)),
+                        np.ones((model.config.num_layers - 1, model.config.num_heads))])))
+
+
+def test_sigterm_keeps_finished_sweeps_and_a_rerun_ends_the_same(model, tmp_path, monkeypatch):
+    """SIGTERM during the second sweep: exit 143, --out untouched, the first sweep kept in
+    OUT-work; the same command run again computes only the rest and writes what an uninterrupted
+    run writes."""
+    import os
+    import signal
+
+    from jattn.cli import main
+    from jattn.training.finetune import save_classifier
+
+    folder = save_classifier(model, tmp_path / "clf")
+    data = tmp_path / "dev.tsv"
+    data.write_text("".join(f"{s}\t{i % 3}\n" for i, s in enumerate(SENTENCES)))
+    args = lambda out: ["disable", "--model", str(folder), "--input", str(data), "--out", str(out), "--mode",  # noqa
+                        "uniform,zero", "--unit", "layer", "--max-length", "32", "--bootstrap", "100"]
+    main(args(tmp_path / "whole"))
+    from jattn.sweeps import disable as S
+
+    done = []
+
+    original = S.disable_sweep
+
+    def once_then_term(*a, **kw):
+        done.append(kw["mode"])
+        if len(done) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(*a, **kw)
+
+    monkeypatch.setattr(S, "disable_sweep", once_then_term)
+    with pytest.raises(SystemExit) as stopped:
+        main(args(tmp_path / "out"))
+    assert stopped.value.code == 143 and not (tmp_path / "out").exists()
+    assert sorted(p.name for p in (tmp_path / "out-work").glob("sweep_*")) == ["sweep_layer_uniform.npz"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    main(args(tmp_path / "out"))
+    assert done == ["uniform", "zero", "zero"]  # the finished sweep was not run again
+    got, want = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("out", "whole"))
+    for doc in (got, want):
+        doc["meta"].pop("time")
+    assert got == want and not (tmp_path / "out-work").exists()

@@ -127,7 +127,12 @@ def test_cli_finetune_on_files(tiny, tmp_path, capsys):
     main(["finetune", "--model", str(tiny.source), "--train", str(tmp_path / "train.tsv"), "--dev",
           str(tmp_path / "dev.tsv"), "--out", str(tmp_path / "m"), "--epochs", "1", "--batch-size", "8",
           "--max-length", "16"])
-    assert "dev accuracy" in capsys.readouterr().out and (tmp_path / "m" / "DONE").is_file()
+    assert "dev accuracy (%)" in capsys.readouterr().out and (tmp_path / "m" / "DONE").is_file()
+    doc = json.loads((tmp_path / "m" / "results.json").read_text())
+    record = json.loads((tmp_path / "m" / "finetune.json").read_text())
+    assert doc["metric"] == "accuracy (%)" and doc["dev_metric"] == pytest.approx(100 * record["dev_metric"])
+    assert "dev accuracy (%)" in (tmp_path / "m" / "report.md").read_text()
+    assert (tmp_path / "m" / "figures" / "training.png").is_file() and jattn.load(tmp_path / "m").config.num_labels
     with pytest.raises(SystemExit, match="either --task or --train"):
         main(["finetune", "--out", str(tmp_path / "x")])
 

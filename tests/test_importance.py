@@ -308,6 +308,7 @@ def test_cli_importance_and_prune(classifier, marian, tmp_path):
     want = importance(model, list(zip(TEXTS, LABELS)), estimator="example", batch_size=8, progress=False)
     np.testing.assert_allclose(doc["importance"]["value"], want, rtol=1e-6)
     assert (tmp_path / "imp" / "figures" / "heatmap_importance.png").is_file()
+    assert "most important" in (tmp_path / "imp" / "report.md").read_text()
 
     mt, _ = marian
     src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
@@ -319,7 +320,8 @@ def test_cli_importance_and_prune(classifier, marian, tmp_path):
     doc = json.loads((tmp_path / "prune" / "results.json").read_text())
     assert [f for f, _ in doc["curve"]] == pytest.approx([0, 0.25, 0.5, 0.75, 1.0], abs=0.03)
     assert doc["prunable_fraction"] == doc["curve"][-1][0]  # tolerance 100: every step is within it
-    assert (tmp_path / "prune" / "figures" / "curve.png").is_file()
+    assert (tmp_path / "prune" / "figures" / "curve.png").is_file() and doc["metric"] == "BLEU (greedy decoding)"
+    assert "BLEU (greedy decoding)" in (tmp_path / "prune" / "report.md").read_text()
     assert not (tmp_path / "prune-work").exists()  # the resumable state goes once the results are written
     pruned = jattn.load(tmp_path / "pruned", use_cache=False)
     assert pruned.params is not None

@@ -187,3 +187,18 @@ def test_features_through_the_runner_equal_the_per_sentence_path(tiny_bert_folde
             # stored as float16: float32 rounding across one of its rounding boundaries is 1 ulp (≤ 2**-10)
             np.testing.assert_allclose(b[k].astype(np.float32), a[k].astype(np.float32), rtol=2e-3, atol=1e-4, err_msg=k)
         assert (a["heads"] == b["heads"]).all() and (a["punct"] == b["punct"]).all()
+
+
+def test_early_stopping_ends_after_patience_epochs_without_gain(shards):
+    """With ``patience`` the run ends ``patience`` epochs after its best dev UAS (the first of a
+    plateau), well before ``epochs``; without it, every epoch runs."""
+    _, history = probe.train("attn", shards / "train", shards / "dev", epochs=40, batch_size=16, learning_rate=0.05,
+                             patience=2, progress=False)
+    uas = [h["dev_uas"] for h in history]
+    best = int(np.argmax(uas))  # the first epoch with the best dev UAS
+    assert len(history) == best + 1 + 2 < 40, uas
+    _, full = probe.train("attn", shards / "train", shards / "dev", epochs=3, batch_size=16, learning_rate=0.05,
+                          progress=False)
+    assert len(full) == 3
+    with pytest.raises(ValueError, match="patience"):
+        probe.train("attn", shards / "train", shards / "dev", patience=0)

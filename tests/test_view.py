@@ -1,14 +1,13 @@
-"""The attention viewer (issue 17): the page's data against model.forward / jattn.norms /
-jattn.attributions within the documented normalisation and quantisation bounds, bad input,
-page size, and the page driven in a real headless Chromium (skipped when it is absent)."""
+"""The attention viewer's data: every map against model.forward / jattn.norms / jattn.attributions
+within the documented normalisation and quantisation bounds, a second model's maps (``compare``)
+against that model's own, bad input, page size. The page in a real browser:
+tests/test_view_browser.py."""
 
 from __future__ import annotations
 
 import argparse
 import re
 import shutil
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,14 +15,13 @@ import pytest
 import jattn
 from jattn.cli import main
 from jattn.cli.view import add_arguments, run
-from jattn.viz.view import (ERROR_BOUND, decode_measure, dequantize, encode_measure, quantize, read_page,
-                            row_shares)
+from jattn.viz.view import read_page
+from jattn.viz.view_codes import ERROR_BOUND, decode_measure, dequantize, encode_measure, quantize, row_shares
 from tiny_encoders import TOKENIZER_FILES
 from tiny_encoders import save_tiny as save_tiny_encoder
 from tiny_seq2seq import save_tiny as save_tiny_seq2seq
 
 SENTENCE = "The quick brown fox jumps over the lazy dog because it was tired."
-ARTEFACTS = Path(__file__).resolve().parents[1] / "results" / "test_view"
 
 
 def reference_shares(maps) -> np.ndarray:
@@ -100,7 +98,12 @@ def check_encoder_page(model, html: str, example) -> dict:
     batch = model.tokenize([example], max_length=model.config.max_length)
     n = int(batch.lengths[0])
     assert data["tokens"]["input"] == model.tokenizer.convert_ids_to_tokens(batch.input_ids[0, :n].tolist())
-    measures = data["views"]["encoder"]["measures"]
+    check_encoder_measures(model, data["views"]["encoder"]["measures"], batch)
+    return data
+
+
+def check_encoder_measures(model, measures: dict, batch) -> None:
+    """An encoder view's decoded measures against model.forward / jattn.norms / jattn.attributions."""
     assert list(measures) == ["alpha", "norm", "summed", "attnres", "attnresln", "rollout", "globenc", "alti"]
     alpha = np.asarray(model.forward(batch).attentions)[:, 0]  # (L, H, n, n)
     norms = jattn.norms(model, batch, residual=True)
@@ -113,7 +116,6 @@ def check_encoder_page(model, html: str, example) -> dict:
         assert_stored(measures[key], attributions[key][:, 0])
     with pytest.raises(AssertionError):  # the comparison can fail: layer 1's maps are not layer 0's
         assert_stored({k: v[::-1] for k, v in measures["alpha"].items()}, alpha)
-    return data
 
 
 def test_encoder_page_equals_forward_and_norms(tiny_encoder):
@@ -164,6 +166,7 @@ def test_cli_writes_page_and_reports_errors(tiny_encoder, tmp_path, capsys):
     main(["view", "--model", str(folder), "--text", SENTENCE, "--out", str(out)])
     printed = capsys.readouterr().out
     assert re.search(r"wrote .*page\.html \(0\.\d\d MB; encoder 16×16 tokens\)", printed), printed
+    assert "compare" not in read_page(out.read_text(encoding="utf-8"))
     check_encoder_page(tiny_encoder, out.read_text(encoding="utf-8"), SENTENCE)
     for argv, message in (([], "the text is empty"), (["--out", str(tmp_path)], "is a folder"),
                           (["--out", str(tmp_path / "no" / "p.html")], "does not exist"),
@@ -213,7 +216,11 @@ def test_minilm_page_at_128_tokens(minilm):
     batch = minilm.tokenize([text], max_length=128, truncate=True)
     assert batch.input_ids.shape == (1, 128)
     check_encoder_page_batch(minilm, html, batch)
-    print(f"MiniLM (6x12), 128 tokens: {len(html.encode('utf-8')) / 1e6:.2f} MB")
+    size = len(html.encode("utf-8"))
+    # with a second model of the same shape (here the same one): its data again, the assets once
+    both = len(jattn.view(minilm, text, compare=minilm, max_length=128, truncate=True).encode("utf-8"))
+    print(f"MiniLM (6x12), 128 tokens: {size / 1e6:.2f} MB; compared with a second 6x12 model: {both / 1e6:.2f} MB")
+    assert size < both < 2 * size
 
 
 def check_encoder_page_batch(model, html, batch):
@@ -237,20 +244,18 @@ def tiny_marian(tmp_path_factory):
 SOURCE, TARGET = "un homme court sur la plage", "the man runs on the beach"
 
 
-def test_translation_page_teacher_forced(tiny_marian):
-    model = tiny_marian
-    data = read_page(jattn.view(model, SOURCE, target=TARGET))
-    src = np.asarray(model.tokenizer([SOURCE])["input_ids"])  # (1, s)
-    tgt = model.tokenizer(text_target=[TARGET])["input_ids"][0]
+def teacher_forced_batch(model, source: str, target: str) -> dict:
+    src = np.asarray(model.tokenizer([source])["input_ids"])  # (1, s)
+    tgt = model.tokenizer(text_target=[target])["input_ids"][0]
     dec = np.asarray([[model.config.decoder_start_token_id] + tgt])  # (1, t)
-    batch = {"input_ids": src, "attention_mask": np.ones_like(src), "decoder_input_ids": dec,
-             "decoder_attention_mask": np.ones_like(dec)}
+    return {"input_ids": src, "attention_mask": np.ones_like(src), "decoder_input_ids": dec,
+            "decoder_attention_mask": np.ones_like(dec)}
+
+
+def check_translation_views(model, views: dict, batch: dict) -> None:
+    """A translation model's three views against model.forward / jattn.norms on ``batch``."""
     out, norms = model.forward(batch), jattn.norms(model, batch, residual=True)
-    assert data["target"] == TARGET and not data["generated"]
-    assert data["tokens"]["source"] == model.tokenizer.convert_ids_to_tokens(src[0].tolist())
-    assert data["tokens"]["target"] == model.tokenizer.convert_ids_to_tokens(dec[0].tolist())
-    s, t = src.shape[1], dec.shape[1]
-    views = data["views"]
+    s, t = batch["input_ids"].shape[1], batch["decoder_input_ids"].shape[1]
     assert [(v["queries"], v["keys"]) for v in views.values()] == [("source", "source"), ("target", "target"),
                                                                   ("target", "source")]
     for kind, alpha in (("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions),
@@ -266,6 +271,16 @@ def test_translation_page_teacher_forced(tiny_marian):
             assert_stored(measures["attnresln"], norms[kind]["attnresln_norm"][:, 0])
     assert views["cross"]["measures"]["alpha"]["share"].shape[2:] == (t, s)
     assert np.triu(views["decoder"]["measures"]["alpha"]["share"], 1).max() == 0  # causal
+
+
+def test_translation_page_teacher_forced(tiny_marian):
+    model = tiny_marian
+    data = read_page(jattn.view(model, SOURCE, target=TARGET))
+    batch = teacher_forced_batch(model, SOURCE, TARGET)
+    assert data["target"] == TARGET and not data["generated"]
+    assert data["tokens"]["source"] == model.tokenizer.convert_ids_to_tokens(batch["input_ids"][0].tolist())
+    assert data["tokens"]["target"] == model.tokenizer.convert_ids_to_tokens(batch["decoder_input_ids"][0].tolist())
+    check_translation_views(model, data["views"], batch)
 
 
 def test_translation_page_own_translation(tiny_marian):
@@ -291,153 +306,83 @@ def test_translation_bad_input(tiny_marian):
     assert len(data["tokens"]["source"]) == 8 and len(data["tokens"]["target"]) == 8
 
 
-# ---------------------------------------------------------------- a real browser
+# ---------------------------------------------------------------- a second model (compare)
 
 @pytest.fixture(scope="module")
-def browser():
-    """Headless Chromium through selenium, no network; skipped with the reason when absent."""
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        pytest.skip("selenium is not installed. Fix: pip install -e '.[test]'")
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver_path = shutil.which("chromedriver")
-    if binary is None or driver_path is None:
-        pytest.skip("headless Chromium is absent (the browser test needs it). Fix: apt-get install -y chromium "
-                    "chromium-driver (.ci/run does)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    profile = tempfile.mkdtemp(prefix="jattn-chromium-")
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1500,1000", f"--user-data-dir={profile}"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(driver_path))
-    driver.execute_cdp_cmd("Network.enable", {})
-    driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, "latency": 0,
-                                                                "downloadThroughput": 0, "uploadThroughput": 0})
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+def tiny_encoder_b(tmp_path_factory):
+    """Another random encoder, of another shape (3 layers × 2 heads), with the same tokenizer."""
+    folder = save_tiny_encoder(tmp_path_factory.mktemp("bert_b"), "bert-3x2-gelu_new", seed=1, max_positions=64)
+    return jattn.load(folder, use_cache=False)
 
 
-def open_page(driver, path: Path) -> None:
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    driver.get(path.resolve().as_uri())
-    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.body.dataset.ready") == "1")
-    assert driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)") == []
-
-
-def svg_state(driver) -> dict:
-    return driver.execute_script("return Object.assign({}, document.getElementById('head-svg').dataset)")
-
-
-def wait_for(driver, **expected) -> dict:
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    WebDriverWait(driver, 20).until(lambda d: all(svg_state(d).get(k) == str(v) for k, v in expected.items()))
-    return svg_state(driver)
+def test_compare_page_holds_both_models_maps(tiny_encoder, tiny_encoder_b):
+    """The second model's maps equal its own forward / norms / attributions, computed here; the
+    first model's are those of the page without ``compare``, code for code."""
+    html = jattn.view(tiny_encoder, SENTENCE, compare=tiny_encoder_b)
+    data = check_encoder_page(tiny_encoder, html, SENTENCE)
+    second = data["compare"]["views"]["encoder"]["measures"]
+    check_encoder_measures(tiny_encoder_b, second, tiny_encoder_b.tokenize([SENTENCE], max_length=64))
+    assert second["alpha"]["share"].shape[:2] == (3, 2) and data["compare"]["model"] != data["model"]
+    alone = read_page(jattn.view(tiny_encoder, SENTENCE))["views"]["encoder"]["measures"]
+    for key, decoded in alone.items():
+        assert (decoded["codes"] == data["views"]["encoder"]["measures"][key]["codes"]).all(), key
+    with pytest.raises(AssertionError):  # the two models' maps differ: the check can fail
+        check_encoder_measures(tiny_encoder_b, data["views"]["encoder"]["measures"],
+                               tiny_encoder_b.tokenize([SENTENCE], max_length=64))
 
 
-def console_errors(driver) -> list:
-    return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+def test_compare_pair_page(tiny_encoder, tiny_encoder_b):
+    example = ("Where is the dog?", "It sleeps in the park.")
+    data = read_page(jattn.view(tiny_encoder, *example, compare=tiny_encoder_b))
+    check_encoder_measures(tiny_encoder_b, data["compare"]["views"]["encoder"]["measures"],
+                           tiny_encoder_b.tokenize([example], max_length=64))
 
 
-def test_browser_encoder_page(browser, minilm, tmp_path):
-    from selenium.webdriver.common.action_chains import ActionChains
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
-    from selenium.webdriver.support.ui import Select, WebDriverWait
-
-    page = tmp_path / "minilm.html"
-    page.write_text(jattn.view(minilm, SENTENCE), encoding="utf-8")
-    data = read_page(page.read_text(encoding="utf-8"))
-    measures, tokens = data["views"]["encoder"]["measures"], data["tokens"]["input"]
-    open_page(browser, page)
-    assert wait_for(browser, measure="alpha", layer=0)["heads"] == ",".join(map(str, range(12)))
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#grid canvas")) == 6 * 12
-
-    # click a model-view cell: it opens in the head view
-    cell = browser.find_element(By.CSS_SELECTOR, '#grid canvas[data-layer="2"][data-head="7"]')
-    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
-    cell.click()
-    wait_for(browser, layer=2, heads=7)
-    assert "selected" in cell.get_attribute("class")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#head-svg text.q")) == len(tokens)
-
-    def check_lines(key: str, layer: int, head: int) -> None:
-        share = measures[key]["share"][layer, head]  # (n, n)
-        lines = browser.execute_script(
-            "return [...document.querySelectorAll('#head-svg line')].map(l => [+l.dataset.q, +l.dataset.k, "
-            "+l.dataset.h, +l.getAttribute('stroke-opacity')])")
-        assert lines and len(lines) == int(svg_state(browser)["lines"])
-        for i, j, h, opacity in lines:
-            assert h == head and opacity == pytest.approx(share[i, j], abs=2e-6)
-        expected = {(i, j) for i, j in zip(*np.nonzero(share >= 0.01))}
-        assert {(i, j) for i, j, _, _ in lines} == expected  # every share ≥ the threshold, nothing else
-
-    check_lines("alpha", 2, 7)
-
-    # switch the measure
-    Select(browser.find_element(By.ID, "measure")).select_by_value("norm")
-    wait_for(browser, measure="norm", layer=2, heads=7)
-    check_lines("norm", 2, 7)
-    first = browser.find_element(By.CSS_SELECTOR, '#grid canvas[data-layer="0"][data-head="0"]')
-    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", first)
-    WebDriverWait(browser, 10).until(lambda d: first.get_attribute("data-drawn") == "encoder/norm")
-
-    # keyboard: down = next layer, right = next head
-    ActionChains(browser).send_keys(Keys.ARROW_DOWN).perform()
-    wait_for(browser, layer=3, heads=7, measure="norm")
-    ActionChains(browser).send_keys(Keys.ARROW_RIGHT).perform()
-    wait_for(browser, layer=3, heads=8)
-    check_lines("norm", 3, 8)
-    assert browser.find_element(By.ID, "layer").get_attribute("value") == "3"
-
-    # a layer-level measure: one map per layer, lines of the whole layer
-    Select(browser.find_element(By.ID, "measure")).select_by_value("attnresln")
-    wait_for(browser, measure="attnresln", layer=3, heads=-1)
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#grid canvas")) == 6
-    lines = browser.execute_script("return [...document.querySelectorAll('#head-svg line')].map(l => "
-                                   "[+l.dataset.q, +l.dataset.k, +l.getAttribute('stroke-opacity')])")
-    share = measures["attnresln"]["share"][3]
-    assert all(o == pytest.approx(share[i, j], abs=2e-6) for i, j, o in lines)
-
-    # hover over a map: the tooltip names the cell and its exact decoded share
-    cell = browser.find_element(By.CSS_SELECTOR, '#grid canvas[data-layer="1"]')
-    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
-    ActionChains(browser).move_to_element(cell).perform()
-    tip = browser.find_element(By.ID, "tooltip")
-    WebDriverWait(browser, 10).until(lambda d: tip.is_displayed() and "share" in tip.text)
-    found = re.search(r"layer 1, all heads: .* \((\d+)\) → .* \((\d+)\)\n.*share ([0-9.e-]+), raw", tip.text)
-    assert found, tip.text
-    i, j, shown = int(found.group(1)), int(found.group(2)), float(found.group(3))
-    assert shown == pytest.approx(measures["attnresln"]["share"][1, i, j], abs=5e-5)
-
-    ARTEFACTS.mkdir(parents=True, exist_ok=True)
-    for folder in (tmp_path, ARTEFACTS):
-        assert browser.save_screenshot(str(folder / "view_minilm.png"))
-    assert console_errors(browser) == []
+@pytest.fixture(scope="module")
+def tiny_marian_b(tmp_path_factory):
+    return jattn.load(save_tiny_seq2seq(tmp_path_factory.mktemp("marian_b"), "marian", seed=1), use_cache=False)
 
 
-def test_browser_translation_page(browser, tiny_marian, tmp_path):
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import Select
+def test_compare_translation_models(tiny_marian, tiny_marian_b):
+    """Teacher-forced on the given target, and on the first model's own translation: the second
+    model's three views equal its forward / norms on that batch."""
+    data = read_page(jattn.view(tiny_marian, SOURCE, target=TARGET, compare=tiny_marian_b))
+    check_translation_views(tiny_marian, data["views"], teacher_forced_batch(tiny_marian, SOURCE, TARGET))
+    check_translation_views(tiny_marian_b, data["compare"]["views"], teacher_forced_batch(tiny_marian_b, SOURCE, TARGET))
+    own = read_page(jattn.view(tiny_marian, SOURCE, num_beams=2, compare=tiny_marian_b))
+    src = np.asarray(tiny_marian.tokenizer([SOURCE])["input_ids"])  # (1, s)
+    ids = np.asarray(tiny_marian.generate(src, np.ones_like(src), num_beams=2))[0]
+    ends = np.nonzero(ids[1:] == tiny_marian.config.eos_token_id)[0]
+    ids = ids[: ends[0] + 2] if len(ends) else ids  # the first model's own translation, fed to both
+    assert own["generated"] and own["tokens"]["target"] == tiny_marian_b.tokenizer.convert_ids_to_tokens(ids.tolist())
+    batch = {"input_ids": src, "attention_mask": np.ones_like(src), "decoder_input_ids": ids[None],
+             "decoder_attention_mask": np.ones_like(ids[None])}
+    check_translation_views(tiny_marian_b, own["compare"]["views"], batch)
 
-    page = tmp_path / "marian.html"
-    page.write_text(jattn.view(tiny_marian, SOURCE, target=TARGET), encoding="utf-8")
-    tokens = read_page(page.read_text(encoding="utf-8"))["tokens"]
-    open_page(browser, page)
-    wait_for(browser, view="encoder")
-    Select(browser.find_element(By.ID, "kind")).select_by_visible_text("cross-attention (target → source)")
-    wait_for(browser, view="cross", measure="alpha")
-    labels = lambda side: [e.text for e in browser.find_elements(By.CSS_SELECTOR, f"#head-svg text.{side}")]
-    assert labels("q") == tokens["target"] and labels("k") == tokens["source"]
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#grid canvas")) == 3 * 2  # decoder layers × heads
-    Select(browser.find_element(By.ID, "measure")).select_by_value("summed")
-    wait_for(browser, view="cross", measure="summed", heads=-1)
-    assert browser.save_screenshot(str(tmp_path / "view_marian.png"))
-    assert console_errors(browser) == []
+
+def test_compare_bad_input(tiny_encoder, tiny_marian, tmp_path):
+    fsmt = jattn.load(save_tiny_seq2seq(tmp_path / "fsmt", "fsmt"), use_cache=False)
+    with pytest.raises(ValueError, match=r"compare: the two models tokenize the source text differently \(.*first "
+                                         r"difference at position 0: .*share a tokenizer"):
+        jattn.view(tiny_marian, SOURCE, target=TARGET, compare=fsmt)
+    with pytest.raises(ValueError, match="is an encoder but .* is a translation model. Fix: compare two models"):
+        jattn.view(tiny_encoder, SENTENCE, compare=tiny_marian)
+    with pytest.raises(ValueError, match=r"max_length=65 must be in \[2, 64\] for both models"):
+        jattn.view(tiny_encoder, SENTENCE, compare=tiny_encoder, max_length=65)
+    from jattn.viz.view import _same_tokens
+
+    with pytest.raises(ValueError, match=r"target text differently \(A: 3 tokens, B: 2; first difference at "
+                                         r"position 2: 'c' vs the end\).*or pass the target text \(--target\)"):
+        _same_tokens({"source": ["a"], "target": ["a", "b", "c"]}, {"source": ["a"], "target": ["a", "b"]}, ("A", "B"))
+
+
+def test_cli_compare_model(tiny_encoder, tmp_path, capsys):
+    first = save_tiny_encoder(tmp_path / "a", "bert-2x4", max_positions=64)
+    second = save_tiny_encoder(tmp_path / "b", "bert-3x2-gelu_new", seed=1, max_positions=64)
+    out = tmp_path / "page.html"
+    main(["view", "--model", str(first), "--compare-model", str(second), "--text", SENTENCE, "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert re.search(r"encoder 16×16 tokens; models .*a and .*b\)", printed), printed
+    data = read_page(out.read_text(encoding="utf-8"))
+    check_encoder_measures(jattn.load(second, use_cache=False), data["compare"]["views"]["encoder"]["measures"],
+                           tiny_encoder.tokenize([SENTENCE], max_length=64))

@@ -221,9 +221,14 @@ def right_branching_uas(folder) -> float:
 
 
 def train(kind: str, train_dir, dev_dir, *, epochs: int = 5, batch_size: int = 32, learning_rate: float = 0.002,
-          seed: int = 0, checkpoint: Path | None = None, progress: bool = True) -> tuple[dict, list[dict]]:
+          seed: int = 0, checkpoint: Path | None = None, progress: bool = True,
+          patience: int | None = None) -> tuple[dict, list[dict]]:
     """Train a probe with Adam; after every epoch measure dev UAS and keep the best params
-    (saved with orbax to ``checkpoint`` when given). -> (best params, history)."""
+    (saved with orbax to ``checkpoint`` when given). -> (best params, history).
+    ``patience``: early stopping, training ends once dev UAS has not improved for that many
+    epochs in a row (``epochs`` is then the most it may run); None runs all ``epochs``."""
+    if patience is not None and patience < 1:
+        raise ValueError(f"patience must be ≥ 1 epoch (or None for no early stopping), got {patience}")
     first = next(batches(train_dir, 1))
     params = init_params(kind, first["pair"].shape[1] * 2, first["root"].shape[1], first["emb"].shape[2], seed)
     opt = optax.adam(learning_rate)
@@ -236,7 +241,7 @@ def train(kind: str, train_dir, dev_dir, *, epochs: int = 5, batch_size: int = 3
         return optax.apply_updates(params, updates), state, loss
 
     rng = np.random.default_rng(seed)
-    best, best_uas, history = params, -1.0, []
+    best, best_uas, best_epoch, history = params, -1.0, 0, []
     for epoch in range(epochs):
         losses = []
         for b in tqdm(batches(train_dir, batch_size, rng), desc=f"{kind} epoch {epoch + 1}/{epochs}",
@@ -246,7 +251,9 @@ def train(kind: str, train_dir, dev_dir, *, epochs: int = 5, batch_size: int = 3
         dev = uas(params, kind, dev_dir)
         history.append({"epoch": epoch + 1, "train_loss": float(np.mean(losses)), "dev_uas": dev})
         if dev > best_uas:
-            best, best_uas = params, dev
+            best, best_uas, best_epoch = params, dev, epoch
+        if patience is not None and epoch - best_epoch >= patience:
+            break
     if checkpoint is not None:
         save(best, checkpoint, {"kind": kind, "history": history})
     return best, history

@@ -189,31 +189,40 @@ class Entropy(LevelStatistic):
 
 
 def class_figures(prefix: str):
-    """Figures of ``ClassAttention`` at one level: attention to token classes, positional."""
+    """Figures of ``ClassAttention`` at one level: attention to token classes, positional.
+    ``labels`` renames the classes ({"[CLS]": ..., "[SEP]": ...}: a translation model's terms);
+    classes and positions without a statistic (absent from an attention type) are left out."""
 
-    def figures(stats: dict, num_layers: int, folder) -> list:
+    def figures(stats: dict, num_layers: int, folder, labels: dict | None = None) -> list:
         from jattn.viz import plots
 
-        title = prefix.replace("_", "-")
+        title, own = prefix.replace("_", "-"), labels or {}
         classes = {"attn_to_cls": "[CLS]", "attn_to_sep": "[SEP]", "attn_to_punct": '"." or ","',
                    "attn_to_other": "other"}
-        positional = {"attn_prev": "previous token", "attn_self": "self", "attn_next": "next token"}
-        return [plots.per_layer({k: stats[prefix + k] for k in classes}, classes,
-                                f"{title}attention to token classes", "mean attention",
-                                folder / f"{prefix}class_attention.png"),
-                plots.per_layer({k: stats[prefix + k] for k in positional}, positional,
-                                f"{title}positional attention", "mean attention", folder / f"{prefix}positional.png")]
+        classes = {k: own.get(v, v) for k, v in classes.items() if prefix + k in stats}
+        positional = {k: v for k, v in {"attn_prev": "previous token", "attn_self": "self",
+                                        "attn_next": "next token"}.items() if prefix + k in stats}
+        paths = [plots.per_layer({k: stats[prefix + k] for k in classes}, classes, f"{title}attention to token classes",
+                                 "mean attention", folder / f"{prefix}class_attention.png")]
+        if positional:
+            paths.append(plots.per_layer({k: stats[prefix + k] for k in positional}, positional,
+                                         f"{title}positional attention", "mean attention",
+                                         folder / f"{prefix}positional.png"))
+        return paths
     return figures
 
 
 def entropy_figures(prefix: str):
-    """Figure of ``Entropy`` at one level: mean row entropy per layer vs the uniform reference."""
+    """Figure of ``Entropy`` at one level: mean row entropy per layer vs the uniform reference
+    (and the [CLS] row's, where there is one; ``labels`` as ``class_figures``)."""
 
-    def figures(stats: dict, num_layers: int, folder) -> list:
+    def figures(stats: dict, num_layers: int, folder, labels: dict | None = None) -> list:
         from jattn.viz import plots
 
-        return [plots.entropy_plot(stats[prefix + "entropy"], stats[prefix + "entropy_cls"],
-                                   float(stats[prefix + "entropy_uniform"]), folder / f"{prefix}entropy.png")]
+        cls = (labels or {}).get("[CLS]", "[CLS]")
+        return [plots.entropy_plot(stats[prefix + "entropy"], stats.get(prefix + "entropy_cls"),
+                                   float(stats[prefix + "entropy_uniform"]), folder / f"{prefix}entropy.png",
+                                   f"{cls} row")]
     return figures
 
 

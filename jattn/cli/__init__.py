@@ -1,8 +1,10 @@
-"""``jattn`` command line: one sub-command per job (``jattn demo``, ...).
+"""jattn command line: one sub-command per job (jattn demo, jattn analyze, ...).
 
 An expected error (bad argument, missing or malformed file, unusable model folder, output
-folder in use) prints one message and exits with status 1; ``--debug`` (or ``JATTN_DEBUG=1``)
-shows the traceback instead. Ctrl-C exits with status 130 and leaves ``--out`` as it was.
+folder in use) prints one message and exits with status 1; --debug (or JATTN_DEBUG=1) shows
+the traceback instead. Ctrl-C (SIGINT) and SIGTERM stop a command: --out is left as it was,
+and the long commands (finetune, prune, gates, disable) keep a checkpoint that the same command
+run again resumes from; the exit status is 130 (SIGINT) or 143 (SIGTERM).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
+import signal
 import sys
 
 # sub-command -> module defining ``add_arguments(parser)`` and ``run(args)``
@@ -20,6 +24,7 @@ COMMANDS = {
     "finetune": "jattn.cli.finetune",
     "importance": "jattn.cli.importance",
     "prune": "jattn.cli.prune",
+    "gates": "jattn.cli.gates",
     "disable": "jattn.cli.disable",
     "patterns": "jattn.cli.patterns",
     "data": "jattn.cli.data",
@@ -29,10 +34,68 @@ COMMANDS = {
 
 # what a user can cause by what they pass; anything else is a bug and keeps its traceback
 USER_ERRORS = (ValueError, OSError, ImportError)
+FLAGS = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._StoreConstAction, argparse._HelpAction,
+         argparse._VersionAction, argparse._CountAction)
+
+
+def plain(text: str) -> str:
+    """Docstring markup as plain text: ``code`` and `code` lose their backticks, '* ' bullets become '- '."""
+    text = re.sub(r"`{1,2}([^`]*)`{1,2}", r"\1", text)
+    return re.sub(r"(?m)^(\s*)\* ", r"\1- ", text)
+
+
+def summary(doc: str | None) -> str:
+    """A command's one-line description for ``jattn --help``: the first sentence of its
+    docstring, whole (a usage example after a colon is left to the command's own help)."""
+    first = " ".join((doc or "").strip().split("\n\n")[0].split())
+    first = re.split(r"(?<=[.)])\s+(?=[A-Z])", first)[0]  # the first sentence
+    first = re.split(r":\s*``jattn ", first)[0]  # 'What it does: ``jattn x --input FILE``' -> 'What it does'
+    first = plain(first).rstrip(" .:")
+    return (first[:1].upper() + first[1:] + ".") if first else ""
+
+
+def shown(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(map(str, value)) if value else "none"
+    return str(value)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default ('(default: 32)'), 'required', or nothing for
+    a flag; an option whose default is None says what None means in its own help (a test
+    checks). Descriptions keep their layout, without reST markup."""
+
+    def _fill_text(self, text, width, indent):
+        """Plain paragraphs are wrapped to the terminal; those with indented lines (tables, lists) kept."""
+        import textwrap
+
+        out = []
+        for para in plain(text).strip("\n").split("\n\n"):
+            if any(line[:1].isspace() for line in para.splitlines()):
+                out.append(textwrap.indent(para, indent))
+            else:
+                out.append(textwrap.fill(" ".join(para.split()), width, initial_indent=indent,
+                                         subsequent_indent=indent))
+        return "\n\n".join(out)
+
+    def _get_help_string(self, action):
+        text = plain(action.help or "")
+        if action.help is argparse.SUPPRESS or "default" in text.lower() or isinstance(action, FLAGS):
+            return text
+        if action.required:
+            return text + " (required)"
+        if action.default is None or action.default is argparse.SUPPRESS:
+            return text
+        return text + f" (default: {shown(action.default)})".replace("%", "%%")
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with a usage error on one line (status 2) instead of the usage block."""
+    """argparse, with a usage error on one line (status 2) instead of the usage block, and the
+    ``HelpFormatter``."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -42,30 +105,52 @@ def debugging(args=None) -> bool:
     return bool(getattr(args, "debug", False)) or os.environ.get("JATTN_DEBUG", "") not in ("", "0")
 
 
-def main(argv=None) -> None:
+def build_parser() -> tuple[Parser, dict]:
+    """The ``jattn`` parser with every sub-command, and {command: module}."""
     common = Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks (also JATTN_DEBUG=1)")
-    parser = Parser(prog="jattn", description=__doc__.splitlines()[0], parents=[common])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = Parser(prog="jattn", description=__doc__, parents=[common])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     modules = {}
     for name, module in COMMANDS.items():
         mod = importlib.import_module(module)
         modules[name] = mod
-        doc = (mod.__doc__ or "").strip().splitlines()[0].replace("%", "%%")
-        mod.add_arguments(sub.add_parser(name, help=doc, description=doc, parents=[common]))
+        doc = summary(mod.__doc__).replace("%", "%%")
+        mod.add_arguments(sub.add_parser(name, help=doc, description=(mod.__doc__ or doc).strip().replace("%", "%%"),
+                                         parents=[common]))
+    return parser, modules
+
+
+def _terminate(signum, frame):
+    """SIGTERM as a KeyboardInterrupt: the commands' checkpoint and clean-up paths run."""
+    raise Terminated
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM, raised where a SIGINT's KeyboardInterrupt would be."""
+
+
+def main(argv=None) -> None:
+    parser, modules = build_parser()
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
     try:
         modules[args.command].run(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if debugging(args):
             raise
-        print(f"jattn {args.command}: interrupted; --out was left as it was", file=sys.stderr)
-        raise SystemExit(130) from None
+        what, status = ("terminated", 143) if isinstance(e, Terminated) else ("interrupted", 130)
+        print(f"jattn {args.command}: {what}; --out was left as it was" + getattr(modules[args.command], "RESUME", ""),
+              file=sys.stderr)
+        raise SystemExit(status) from None
     except USER_ERRORS as e:
         if debugging(args):
             raise
         raise SystemExit(f"jattn {args.command}: error: {e or e.__class__.__name__}") from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 
@@ -73,6 +158,12 @@ def overview() -> str:
     """The README's table of commands, from the commands' own descriptions (a test keeps it equal)."""
     rows = ["| command | what it does |", "|---|---|"]
     for name, module in COMMANDS.items():
-        doc = (importlib.import_module(module).__doc__ or "").strip().splitlines()[0].replace("|", r"\|")
+        doc = summary(importlib.import_module(module).__doc__).replace("|", r"\|")
         rows.append(f"| `jattn {name}` | {doc} |")
     return "\n".join(rows)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()

@@ -1,13 +1,16 @@
 """Corpus attention statistics (Clark et al. 2019): ``jattn analyze --input FILE --out DIR``.
 
-A translation model (``--model`` a Marian/FSMT folder) reads (source, target) pairs,
+A translation model (``--model`` a Marian/FSMT/BART folder) reads (source, target) pairs,
 ``--format parallel --input SRC_FILE TGT_FILE`` (or one ``source ||| target`` file), and every
 statistic comes per attention type (``encoder_``, ``decoder_``, ``cross_``; figures in
-``figures/<type>/``).
+``figures/<type>/``), in the model's terms: ``</s>`` where an encoder has [SEP], the start token
+(the decoder input's first position, a source's leading ``<s>``) where it has [CLS]; statistics
+about a class an attention type never sees (a source without a start token, a decoder input
+without ``</s>``) are left out (listed in ``meta.left_out``).
 
 Streams the corpus through ``jattn.runner.loop.run_corpus`` with the methods of the registry
-(``jattn.analyses.registry``) and writes ``DIR/results.json``, ``DIR/results.npz`` and
-``DIR/figures/*.png`` (``jattn.io.results``), replacing DIR as a whole once everything is
+(``jattn.analyses.registry``) and writes ``DIR/results.json``, ``DIR/results.npz``,
+``DIR/report.md`` and ``DIR/figures/*.png`` (``jattn.io.results``), replacing DIR as a whole once everything is
 written. Several processes: start one per host with ``--coordinator HOST:PORT
 --num-processes N --process-id I``; each reads its own shard, process 0 writes the outputs.
 """
@@ -35,7 +38,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--format", default="text", choices=FORMATS,
                         help="text: a segment per line, 'A<TAB>B' for a pair; conllu; gap (GAP tsv); parallel: "
                              "(source, target) pairs for a translation model")
-    parser.add_argument("--encoding", default="utf-8", help="text encoding of --input (default utf-8)")
+    parser.add_argument("--encoding", default="utf-8", help="text encoding of --input")
     parser.add_argument("--methods", default="weights,entropy,js", help="comma-separated: " + helps)
     add_output_arguments(parser)
     parser.add_argument("--truncate", action="store_true", help="cut over-long segments instead of failing")
@@ -44,14 +47,16 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rank-file", type=Path, default=None,
                         help="token frequency ranks, 'rank count vocab_id' per line, needed by norm-freq and "
                              "mixing (e.g. frequency/rank_count_ids.txt in the data folder: "
-                             "jattn data fetch frequency)")
+                             "jattn data fetch frequency; default: none, the other methods run without it)")
     parser.add_argument("--min-count", type=positive_int, default=100,
-                        help="syntax: relations with fewer scored words stay out of Table 1 (default 100, as Clark)")
-    parser.add_argument("--coordinator", help="HOST:PORT of process 0, for a multi-process run")
-    parser.add_argument("--num-processes", type=positive_int, default=None, help="with --coordinator")
-    parser.add_argument("--process-id", type=nonnegative_int, default=None, help="with --coordinator")
+                        help="syntax: relations with fewer scored words stay out of Table 1 (words; 100 as Clark)")
+    parser.add_argument("--coordinator", help="HOST:PORT of process 0, for a multi-process run (default: none, one process)")
+    parser.add_argument("--num-processes", type=positive_int, default=None,
+                        help="processes of a multi-process run, with --coordinator (default: none, one process)")
+    parser.add_argument("--process-id", type=nonnegative_int, default=None,
+                        help="this process's index (0 on the coordinator's host), with --coordinator (default: none)")
     parser.add_argument("--coordinator-timeout", type=positive_int, default=60,
-                        help="seconds to wait for the coordinator and the other processes (default 60)")
+                        help="seconds to wait for the coordinator and the other processes")
 
 
 def _wait_for(address: str, timeout: float) -> None:
@@ -128,8 +133,9 @@ def run(args) -> None:
         if "syntax" in names:  # the relation list fixes the shape of the counts: one pass over the corpus
             relations = sorted({r for ex in corpus for r in (ex.labels or {}).get("relations", ())})
             methods = make_methods(model, names, dataclasses.replace(options, relations=tuple(relations)))
-        result = run_corpus(model, corpus, methods, batch_size=args.batch_size, max_length=args.max_length,
-                            truncate=args.truncate, skip_too_long=args.skip_too_long)
+        result = own_terms(run_corpus(model, corpus, methods, batch_size=args.batch_size,
+                                      max_length=args.max_length, truncate=args.truncate,
+                                      skip_too_long=args.skip_too_long))
         if writer:
             meta = results.run_meta(input=" ".join(str(Path(p).absolute()) for p in args.input), format=args.format,
                                     methods=[m.name for m in methods])
@@ -142,12 +148,43 @@ def run(args) -> None:
                   + f" -> {args.out}")
 
 
+def own_terms(result):
+    """A translation model's result without the statistics about token classes its attention
+    types never see (``jattn.runner.translation.absent``; an encoder's result as it is)."""
+    from jattn.runner.loop import RunResult
+    from jattn.runner.translation import absent
+
+    if "source_classes" not in result.totals.get("_meta", {}):
+        return result
+    gone = set(absent(result.totals, result.statistics))
+    return RunResult({k: s for k, s in result.statistics.items() if k not in gone}, result.totals,
+                     dict(result.meta, left_out=sorted(gone)))
+
+
 def write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
     """``jattn.io.results.write_files``, then each labelled method's report (``write_report``:
     tables and figures, e.g. Clark's Table 1); for a translation model the figures per attention
     type, each in ``figures/<type>/`` (heatmaps, and the methods' own figures for self-attention)."""
+    paths = _write(result, folder, model, meta, methods)
+    report(result, folder, meta, paths)
+    return paths
+
+
+def report(result, folder: Path, meta: dict, paths: list[Path]) -> Path:
+    """report.md: the run (model, corpus, segments and tokens) and every statistic with its
+    definition, mean over heads and largest heads."""
+    from jattn.cli.reporting import statistics_lines, write_report
+
+    lines = [f"Model: {result.meta['model']}. Corpus: {meta['input']} ({meta['format']}), {result.meta['segments']} "
+             f"segments, {result.meta['tokens']} tokens. Methods: {', '.join(meta['methods'])}. Heads are 0-based "
+             "layer-head; every statistic is defined in its row.", "", *statistics_lines(result.statistics)]
+    return write_report(folder, "Corpus attention statistics", lines, [p for p in paths if p.suffix == ".png"])
+
+
+def _write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
     from jattn.io import results
     from jattn.nn.config import Seq2SeqConfig
+    from jattn.runner.translation import LABELS
 
     config = model.config
     if not isinstance(config, Seq2SeqConfig):
@@ -164,5 +201,5 @@ def write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
         stats = {k[len(kind) + 1:]: np.asarray(s.value) for k, s in result.statistics.items()
                  if k.startswith(kind + "_")}
         own = [n[len(kind) + 1:] for n in names if n.startswith(kind + "-")] if kind != "cross" else []
-        paths += results.write_figures(stats, L, folder / "figures" / kind, own)
+        paths += results.write_figures(stats, L, folder / "figures" / kind, own, labels=LABELS)
     return paths

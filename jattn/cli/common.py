@@ -20,9 +20,9 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder, replaced as a whole when the run completes")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out even if it is a non-empty folder without jattn results")
-    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per batch")
     parser.add_argument("--max-length", type=positive_int, default=128,
-                        help="longest segment in tokens (specials included)")
+                        help="longest segment, in tokens (specials included)")
 
 
 def nonnegative_int(text: str) -> int:
@@ -101,7 +101,6 @@ def actions(parser: argparse.ArgumentParser, doc: str, helps: dict[str, str], fo
             folder_help: str) -> dict[str, argparse.ArgumentParser]:
     """A command made of actions (``jattn data list|fetch|...``): one subparser per entry of
     ``helps`` (action -> help), each with the ``folder`` option and ``--debug``."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.description = doc
     sub = parser.add_subparsers(dest="action", required=True, metavar="{" + ",".join(helps) + "}")
     out = {}
@@ -111,3 +110,56 @@ def actions(parser: argparse.ArgumentParser, doc: str, helps: dict[str, str], fo
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
     return out
 
+
+
+def work_folder(output):
+    """The resumable state of a run into ``output.out`` (a ``jattn.io.results.Output``): OUT-work
+    beside it, removed when the run completes."""
+    return output.out.with_name(output.out.name + "-work")
+
+
+def check_work(work, identity: dict) -> None:
+    """A work folder's recorded run (``run.json``) against this one's ``identity`` (model, data,
+    settings): another run's state is refused, never mixed in; a new folder records it."""
+    import json
+    from pathlib import Path
+
+    work, path = Path(work), Path(work) / "run.json"
+    identity = json.loads(json.dumps(identity))
+    if path.is_file():
+        recorded = json.loads(path.read_text())
+        if recorded != identity:
+            differ = sorted(k for k in set(recorded) | set(identity) if recorded.get(k) != identity.get(k))
+            raise ValueError(f"{work} holds the state of a run with other arguments: " + ", ".join(
+                f"{k}={recorded.get(k)!r} (now {identity.get(k)!r})" for k in differ) + ". Fix: rerun with the "
+                f"recorded arguments to resume it, or delete {work} to start anew")
+    work.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(identity, indent=1))
+
+
+def cached(path, compute):
+    """``compute()`` once: a JSON-able value (``.json``) or a dict of arrays (``.npz``) kept at
+    ``path``, written atomically; a rerun reads it back instead of computing again."""
+    import json
+    import os
+    from pathlib import Path
+
+    import numpy as np
+
+    path = Path(path)
+    npz = path.suffix == ".npz"
+    if path.is_file():
+        if npz:
+            with np.load(path) as f:
+                return {k: f[k] for k in f.files}
+        return json.loads(path.read_text())
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        if npz:
+            np.savez(f, **value)
+        else:
+            f.write(json.dumps(value, indent=1).encode())
+    os.replace(tmp, path)
+    return value

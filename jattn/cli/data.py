@@ -28,13 +28,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if action in ("fetch", "verify"):
             p.add_argument("names", nargs="*", metavar="NAME", help="data sets (default: all; see jattn data list)")
         if action == "path":
-            p.add_argument("name", nargs="?", metavar="NAME", help="a data set (must be present)")
+            p.add_argument("name", nargs="?", metavar="NAME", help="a data set (must be present; default: none, the data folder itself)")
         if action == "fetch":
             p.add_argument("--mirror", default=None,
                            help="URL laid out like the data folder (URL/<data set>/<file>) to fetch the final "
                                 "files from (default: $JATTN_DATA_MIRROR, else each file's pinned source)")
             p.add_argument("--timeout", type=float, default=30.0,
-                           help="seconds to wait to connect and for each read before giving up (default 30)")
+                           help="seconds to wait to connect and for each read before giving up")
             p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

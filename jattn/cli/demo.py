@@ -1,7 +1,8 @@
 """Run the main job on the embedded default: an attention report on the bundled sample.
 
-Loads the model (default: the embedded all-MiniLM-L6-v2), streams the bundled sample (300 UD
-English EWT sentences) through the corpus runner and writes to ``--out``:
+Loads the model (default: the embedded all-MiniLM-L6-v2), streams --input (default: the bundled
+sample, 300 UD English EWT sentences; a .conllu file is read as CoNLL-U, any other file as a
+segment per line) through the corpus runner and writes to ``--out``:
   * ``report.md``: what the heads do, in numbers, with links to the figures;
   * ``results.json`` / ``results.npz`` / ``figures/``: as ``jattn analyze`` writes them
     (Clark et al. 2019's weight statistics, entropies, head distances; Kobayashi et al. 2020's
@@ -63,9 +64,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", default="results/demo", help="output folder, replaced as a whole when done")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out even if it is a non-empty folder without jattn results")
-    parser.add_argument("--maps", type=nonnegative_int, default=3, help="number of sentences to draw")
-    parser.add_argument("--batch-size", type=positive_int, default=32)
-    parser.add_argument("--limit", type=positive_int, default=None, help="use only the first N sample sentences")
+    parser.add_argument("--maps", type=nonnegative_int, default=3, help="sentences whose attention maps are drawn")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="sentences per batch")
+    parser.add_argument("--input", default=None,
+                        help="a corpus: a .conllu file, or a segment per line ('A<TAB>B' for a pair) (default: the "
+                             "bundled sample, 300 UD English EWT sentences)")
+    parser.add_argument("--limit", type=positive_int, default=None,
+                        help="use only the first N sentences of --input (default: all)")
 
 
 def top_heads(stat: np.ndarray, k: int = 3) -> str:
@@ -74,7 +79,8 @@ def top_heads(stat: np.ndarray, k: int = 3) -> str:
     return ", ".join(f"{l}-{h} ({stat[l, h]:.2f})" for l, h in zip(*np.unravel_index(flat, stat.shape)))
 
 
-def report(stats: dict, meta: dict, name: str, figures: list[Path], out: Path) -> str:
+def report(stats: dict, meta: dict, name: str, figures: list[Path], out: Path,
+           corpus: str = "bundled UD English EWT sample") -> str:
     """A short Markdown report of the per-head statistics (0-based layer-head)."""
     L = stats["attn_to_cls"].shape[0]
     rows = ["| layer | [CLS] | [SEP] | . or , | other |", "|---|---|---|---|---|"]
@@ -84,7 +90,7 @@ def report(stats: dict, meta: dict, name: str, figures: list[Path], out: Path) -
     lines = [
         f"# Attention report: {name}",
         "",
-        f"{meta['segments']} sentences, {meta['tokens']} tokens (bundled UD English EWT sample). "
+        f"{meta['segments']} sentences, {meta['tokens']} tokens ({corpus}). "
         "Heads are named layer-head, 0-based; every number is a mean over real query tokens, then "
         "over sentences.",
         "",
@@ -116,19 +122,24 @@ def run(args) -> None:
     from jattn.analyses.registry import make_methods
     from jattn.runner.loop import run_corpus
 
-    sentences = sample_sentences()
+    if args.input is None:
+        source, fmt, corpus = sample_path("en_ewt-ud-dev.sample.conllu"), "conllu", "bundled UD English EWT sample"
+    else:
+        source = Path(args.input)
+        fmt, corpus = ("conllu" if source.suffix == ".conllu" else "text"), str(source)
+    examples = [ex for ex in Corpus(source, fmt) if not ex.is_empty][: args.limit]
+    sentences = [ex.a if isinstance(ex.a, str) else " ".join(ex.a) for ex in examples]
     if args.maps > len(sentences):
-        raise ValueError(f"--maps {args.maps}: the sample has {len(sentences)} sentences. Fix: --maps "
+        raise ValueError(f"--maps {args.maps}: {corpus} has {len(sentences)} sentences. Fix: --maps "
                          f"{len(sentences)} or fewer")
     with results.Output(args.out, overwrite=args.overwrite) as output:  # checked and locked before any work
         model = jattn.load(args.model)
         name = "all-MiniLM-L6-v2 (embedded default)" if args.model is None else str(args.model)
-        examples = list(Corpus(sample_path("en_ewt-ud-dev.sample.conllu"), "conllu"))[: args.limit]
         result = run_corpus(model, examples, make_methods(model, METHODS), batch_size=args.batch_size)
 
         def fill(out: Path) -> list[Path]:
             figures = results.write_files(result, out, model.config.num_layers,
-                                          results.run_meta(input="bundled UD English EWT sample", methods=METHODS))
+                                          results.run_meta(input=corpus, methods=METHODS))
             stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
             maps = []
             for k in range(args.maps):
@@ -140,7 +151,7 @@ def run(args) -> None:
             page = out / "attention_view.html"  # interactive head/model views, weights vs norms
             page.write_text(jattn.view(model, sentences[0]), encoding="utf-8")
             figures = maps + [page] + sorted(figures)
-            (out / "report.md").write_text(report(stats, result.meta, name, figures, out))
+            (out / "report.md").write_text(report(stats, result.meta, name, figures, out, corpus))
             return figures
 
         figures = output.write(fill)

@@ -5,7 +5,7 @@ lines), the masked-LM loss of an MLM checkpoint (``--format text``), or a transl
 teacher-forced token cross-entropy (``--format parallel --input SRC_FILE TGT_FILE`` or one
 'source ||| target' file). Writes ``DIR/results.json`` (``importance``, (L, H); per attention
 type ``encoder_importance`` / ``decoder_importance`` / ``cross_importance`` for a translation
-model), ``results.npz`` and ``figures/heatmap_*.png``, replacing DIR as a whole when done.
+model), ``results.npz``, ``report.md`` and ``figures/heatmap_*.png``, replacing DIR as a whole when done.
 """
 
 from __future__ import annotations
@@ -14,10 +14,32 @@ import numpy as np
 
 from jattn.cli.common import add_common, check_family, described, read_examples
 
+
 def add_arguments(parser) -> None:
     add_common(parser)
     parser.add_argument("--no-normalize", action="store_true",
                         help="the plain mean E|dL/dξ|, without the authors' per-layer L2 normalisation")
+
+
+LOSSES = {"labelled": "the classifier's cross-entropy", "text": "the masked-LM loss",
+          "parallel": "the teacher-forced token cross-entropy"}
+
+
+def report(folder, stats: dict, args, model, examples: int, paths) -> None:
+    """report.md: the loss, the estimator, and the most and least important heads of each attention type."""
+    from jattn.cli.reporting import write_report
+
+    def ranked(v, order):
+        return ", ".join(f"{l}-{h} ({v[l, h]:.3g})" for l, h in zip(*np.unravel_index(order[:5], v.shape)))
+
+    lines = [f"Model: {model.source}. Head importance E|dL/dξ| (Michel et al. 2019) of {LOSSES[args.format]} on "
+             f"{examples} examples ({' '.join(args.input)}), {args.estimator} estimator"
+             + ("" if args.no_normalize else ", L2-normalised per layer") + ". Heads are 0-based layer-head.", ""]
+    for name, s in stats.items():
+        v = np.asarray(s.value)
+        order = np.argsort(-v, axis=None, kind="stable")
+        lines += [f"- {name}: most important {ranked(v, order)}; least important {ranked(v, order[::-1])}"]
+    write_report(folder, "Head importance", lines, paths)
 
 
 def run(args) -> None:
@@ -45,7 +67,10 @@ def run(args) -> None:
             results.write_files(result, folder, 0, meta)
             figures = folder / "figures"
             figures.mkdir(exist_ok=True)
-            return [plots.heatmap(s.value, name, figures / f"heatmap_{name}.png") for name, s in stats.items()]
+            paths = [plots.heatmap(s.value, name, figures / f"heatmap_{name}.png", label="E|dL/dξ|")
+                     for name, s in stats.items()]
+            report(folder, stats, args, model, len(examples), paths)
+            return paths
 
         output.write(fill)
     print(f"jattn importance: {described(examples, args.input)} -> {args.out}")

@@ -6,7 +6,7 @@ heterogeneous; rules in ``jattn.analyses.patterns``) per head and overall, and t
 [CLS] / [SEP] / punctuation. With ``--before MODEL`` (e.g. the pretrained model of a fine-tuned
 ``--model``) also ``finetune_cosine`` (L, H): the cosine between the two models' maps of each
 head over real tokens, averaged over the corpus. Writes ``DIR/results.json``, ``results.npz``,
-``figures/``, replacing DIR as a whole when done.
+``report.md``, ``figures/``, replacing DIR as a whole when done.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--format", default="text", choices=FORMATS,
                         help="text: a segment per line, 'A<TAB>B' for a pair; conllu; gap (GAP tsv)")
     parser.add_argument("--before", default=None,
-                        help="a second model (e.g. the pretrained one) to compare each head's maps with")
+                        help="a second model (e.g. the pretrained one) to compare each head's maps with (default: none, no comparison)")
     add_output_arguments(parser)
     parser.add_argument("--truncate", action="store_true", help="cut over-long segments instead of failing")
 
@@ -54,7 +54,17 @@ def run(args) -> None:
                 np.asarray(change["cosine"]), "(L, H) cosine between the --before and --model maps, corpus mean")
         meta = results.run_meta(input=args.input, format=args.format, methods=["patterns", "weights"],
                                 before=args.before, complete=True)
-        output.write(lambda folder: results.write_files(result, folder, model.config.num_layers, meta))
+        def fill(folder):
+            from jattn.cli.reporting import statistics_lines, write_report
+
+            paths = results.write_files(result, folder, model.config.num_layers, meta)
+            lines = [f"Model: {model.source}" + (f", compared with --before {args.before}" if args.before else "")
+                     + f". Corpus: {args.input}, {result.meta['segments']} segments. Pattern types of Kovaleva et "
+                     "al. (2019) per head; heads are 0-based layer-head.", "", *statistics_lines(result.statistics)]
+            write_report(folder, "Attention-pattern types", lines, paths)
+            return paths
+
+        output.write(fill)
     p = result.statistics["pattern_proportions"].value
     print(f"jattn patterns: {result.meta['segments']} segments; " +
           ", ".join(f"{t} {v:.2f}" for t, v in zip(("vertical", "diagonal", "vertical+diagonal", "block",

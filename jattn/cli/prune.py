@@ -3,10 +3,10 @@
 Importance is estimated on ``--input`` (as ``jattn importance``); heads are masked globally in
 cumulative steps of ``--step`` of all heads (a translation model ranks its encoder self-, decoder
 self- and cross-attention heads together), and the metric is taken on ``--dev`` after each step:
-accuracy or Matthews correlation ×100 of a classifier (``--dev`` 'text<TAB>label' lines), or BLEU
+accuracy (%) or Matthews correlation ×100 of a classifier (``--dev`` 'text<TAB>label' lines), or BLEU
 of greedy translations (``--dev SRC_FILE REF_FILE`` or one 'source ||| reference' file). Writes
 ``DIR/results.json`` (curve, the fraction prunable within ``--tolerance`` points, the head mask of
-every step), ``DIR/figures/curve.png``; ``--export FOLDER`` writes the model pruned at that
+every step), ``DIR/report.md``, ``DIR/figures/curve.png``; ``--export FOLDER`` writes the model pruned at that
 fraction with the heads physically removed (``jattn.sweeps.pruning.export_pruned``). The curve
 is saved after every point in ``DIR-work/`` (removed when done): a stopped run (Ctrl-C, a kill)
 started again with the same arguments resumes there.
@@ -19,6 +19,8 @@ import json
 
 import numpy as np
 
+RESUME = "; run the same command again to resume from its checkpoint"
+
 from jattn.cli.common import add_common, check_family, described, finite, read_examples
 
 
@@ -29,19 +31,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dev", required=True, nargs="+", help="evaluation data, in --format's layout")
     parser.add_argument("--schedule", default="once", choices=SCHEDULES,
                         help="importance once, or re-estimated under the current mask before every step")
-    parser.add_argument("--step", type=finite(low=0, high=1, low_open=True), default=0.1, help="share of all heads masked per step (default 0.1)")
+    parser.add_argument("--step", type=finite(low=0, high=1, low_open=True), default=0.1, help="share of all heads masked per step, a fraction in (0, 1]")
     parser.add_argument("--keep-one-per-layer", action="store_true", help="never mask a layer's last head")
     parser.add_argument("--metric", default="accuracy", choices=("accuracy", "matthews_corr"),
                         help="a classifier's metric (a translation model: BLEU)")
-    parser.add_argument("--tolerance", type=finite(low=0), default=1.0, help="metric points a prunable step may lose")
+    parser.add_argument("--tolerance", type=finite(low=0), default=1.0, help="metric points a prunable step may lose (accuracy/MCC points ×100, or BLEU points)")
     parser.add_argument("--export", default=None,
-                        help="write the model pruned at the prunable fraction, heads removed, to this folder")
+                        help="write the model pruned at the prunable fraction, heads removed, to this folder (default: none, no export)")
 
 
 def curve_figure(curve: list, baseline: float, tolerance: float, ylabel: str, path):
-    from jattn.viz import plots  # noqa: F401  (selects matplotlib's file backend)
-
-    import matplotlib.pyplot as plt
+    from jattn.viz.plots import plt, save
 
     c = np.asarray(curve)
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
@@ -50,13 +50,12 @@ def curve_figure(curve: list, baseline: float, tolerance: float, ylabel: str, pa
     ax.set_xlabel("% of heads masked (global importance ranking)")
     ax.set_ylabel(ylabel)
     ax.legend()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def run(args) -> None:
     import jattn
+    from jattn.cli.reporting import metric_name, table, write_report
     from jattn.io import results
     from jattn.sweeps.pruning_curve import (as_lists, bleu_metric, classification_metric, prunable_fraction,
                                            pruning_curve)
@@ -68,10 +67,10 @@ def run(args) -> None:
         check_family(model, args.format, "jattn prune")
         max_length = min(args.max_length, model.config.max_length)
         if args.format == "parallel":
-            metric, name = bleu_metric(model, dev, batch_size=args.batch_size, max_length=max_length), "BLEU (greedy)"
+            metric, name = bleu_metric(model, dev, batch_size=args.batch_size, max_length=max_length), metric_name("bleu")
         elif args.format == "labelled":
             metric = classification_metric(model, dev, args.metric, args.batch_size, max_length)
-            name = f"{args.metric} ×100"
+            name = metric_name(args.metric)
         else:
             raise ValueError("jattn prune needs a task metric: --format labelled (a classifier) or parallel")
         masks = []
@@ -97,7 +96,17 @@ def run(args) -> None:
         def fill(folder):
             (folder / "results.json").write_text(json.dumps(doc, indent=1))
             (folder / "figures").mkdir()
-            return curve_figure(curve, curve[0][1], args.tolerance, name, folder / "figures" / "curve.png")
+            path = curve_figure(curve, curve[0][1], args.tolerance, name, folder / "figures" / "curve.png")
+            lines = [f"Model: {model.source}. Importance |dL/dξ| ({args.estimator} estimator, schedule "
+                     f"{args.schedule}) on {len(examples)} examples ({' '.join(args.input)}); heads masked globally, "
+                     f"{args.step:g} of all heads per step (Michel et al. 2019). Metric: {name} on {len(dev)} dev "
+                     f"examples ({' '.join(args.dev)}).", "",
+                     *table(["% of heads masked", name, f"Δ {name}"],
+                            [[f"{100 * f:.0f}", float(v), float(v - curve[0][1])] for f, v in curve]), "",
+                     f"Prunable within {args.tolerance:g} points of the unpruned model: {prunable:.0%} of the heads"
+                     + (f" (exported to {args.export})." if args.export else ".")]
+            write_report(folder, "Pruning curve by head importance", lines, [path])
+            return path
 
         output.write(fill)
         state.unlink(missing_ok=True)  # the run's own file; its folder goes only if nothing else is in it

@@ -1,4 +1,6 @@
-"""Interactive attention viewer: ``jattn view --text \"...\" --out page.html`` writes one HTML page."""
+"""Interactive attention viewer: ``jattn view --text \"...\" --out page.html`` writes one HTML page
+(two panels side by side, their difference, layer × head thumbnails; ``jattn.viz.view``).
+``--compare-model B`` adds a second model on the same tokens (e.g. before and after fine-tuning)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ from jattn.viz.view import read_page, view
 
 def add_arguments(parser) -> None:
     parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
+    parser.add_argument("--compare-model", default=None,
+                        help="a second model (HF folder, made artefact or hub id) to compare with --model, e.g. its "
+                             "fine-tuned version; it must tokenize the text the same way (default: none)")
     parser.add_argument("--text", required=True, help="the sentence to look at (the source, for a translation model)")
-    parser.add_argument("--pair", default=None, help="second segment of a sentence pair (encoders)")
+    parser.add_argument("--pair", default=None, help="second segment of a sentence pair, for encoders (default: none, a single text)")
     parser.add_argument("--target", default=None,
                         help="translation models: the target text to teacher-force (default: the model's own "
                              "translation)")
@@ -19,7 +24,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-length", type=positive_int, default=None,
                         help="most tokens per side, specials included (default: the model's positions)")
     parser.add_argument("--truncate", action="store_true", help="cut an over-long text instead of failing")
-    parser.add_argument("--num-beams", type=positive_int, default=4, help="beam size of the model's own translation")
+    parser.add_argument("--num-beams", type=positive_int, default=4,
+                        help="beam size of the model's own translation (default: 4)")
 
 
 def check_out(out) -> Path:
@@ -46,10 +52,12 @@ def run(args) -> None:
 
     check_out(args.out)  # before loading anything
     model = jattn.load(args.model)
-    html = view(model, args.text, args.pair, args.target, max_length=args.max_length, truncate=args.truncate,
-                num_beams=args.num_beams)
+    compare = None if args.compare_model is None else jattn.load(args.compare_model)
+    html = view(model, args.text, args.pair, args.target, compare=compare, max_length=args.max_length,
+                truncate=args.truncate, num_beams=args.num_beams)
     out = write(html, args.out)
     data = read_page(html)
     shape = ", ".join(f"{v['name']} {len(data['tokens'][v['queries']])}×{len(data['tokens'][v['keys']])}"
                       for v in data["views"].values())
-    print(f"jattn view: wrote {out} ({out.stat().st_size / 1e6:.2f} MB; {shape} tokens)")
+    models = f"; models {data['model']} and {data['compare']['model']}" if "compare" in data else ""
+    print(f"jattn view: wrote {out} ({out.stat().st_size / 1e6:.2f} MB; {shape} tokens{models})")

@@ -66,7 +66,7 @@ class Recipe:
         return self.kind == "pip_parts"
 
 
-def _seeds(name: str, what: str, takes: str, **fields) -> list[Recipe]:
+def seeded(name: str, what: str, takes: str, **fields) -> list[Recipe]:
     """``name`` (seed 0), ``name-s1`` and ``name-s2``: the same recipe with training seeds 0, 1, 2
     (``STATISTICS.md`` §2: every number that depends on training carries ≥ 3 seeds)."""
     options = dict(fields.pop("options", ()))
@@ -79,22 +79,13 @@ def _seeds(name: str, what: str, takes: str, **fields) -> list[Recipe]:
 # BERT's classification head, AdamW, batch 32, 10 % linear warm-up then linear decay, texts up to
 # 128 tokens (FinetuneConfig's defaults). MiniLM (the embedded all-MiniLM-L6-v2): lr 5e-5; CoLA
 # 3 epochs as Kovaleva et al. 2019 §3, SST-2 1 epoch (67,349 sentences, 2,105 updates).
-# all-mpnet-base-v2 (110 M parameters, 144 heads): lr 2e-5, the rate BERT-base-sized models are
-# fine-tuned with; SST-2 on a fixed random 8,000 of its training sentences for 1 epoch (250
-# updates; the whole split would take 2.5 h a seed here) and CoLA on all of it for 2 epochs.
-# Times: training alone on 2 CPU cores (MiniLM: experiments/results/finetune_glue.json; MPNet:
-# 4.2 s and 3.5 s per update measured on SST-2 and CoLA batches).
+# Times: training alone on 2 CPU cores (experiments/results/finetune_glue.json). The base-scale
+# classifiers are registered by their family's folder.
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
-    *_seeds("minilm-sst2", "the embedded MiniLM fine-tuned on SST-2: 1 epoch, batch 32, lr 5e-5",
+    *seeded("minilm-sst2", "the embedded MiniLM fine-tuned on SST-2: 1 epoch, batch 32, lr 5e-5",
             "about 25 min on 2 CPU cores (1,504 s of training measured)", task="sst2", epochs=1, needs=("sst2",)),
-    *_seeds("minilm-cola", "the embedded MiniLM fine-tuned on CoLA: 3 epochs, batch 32, lr 5e-5",
+    *seeded("minilm-cola", "the embedded MiniLM fine-tuned on CoLA: 3 epochs, batch 32, lr 5e-5",
             "about 27 min on 2 CPU cores (1,621 s of training measured)", task="cola", epochs=3, needs=("cola",)),
-    *_seeds("mpnet-sst2", "all-mpnet-base-v2 fine-tuned on 8,000 SST-2 sentences: 1 epoch, batch 32, lr 2e-5",
-            "about 18 min on 2 CPU cores", base="all-mpnet-base-v2", task="sst2", epochs=1,
-            options=(("learning_rate", 2e-5), ("train_examples", 8000)), needs=("sst2",)),
-    *_seeds("mpnet-cola", "all-mpnet-base-v2 fine-tuned on CoLA: 2 epochs, batch 32, lr 2e-5",
-            "about 31 min on 2 CPU cores", base="all-mpnet-base-v2", task="cola", epochs=2,
-            options=(("learning_rate", 2e-5),), needs=("cola",)),
 )}
 
 

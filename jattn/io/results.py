@@ -102,9 +102,13 @@ def write_files(result, folder: Path, num_layers: int, meta: dict | None = None)
     return figures
 
 
-def write_figures(stats: dict[str, np.ndarray], num_layers: int, folder: Path, methods=()) -> list[Path]:
+def write_figures(stats: dict[str, np.ndarray], num_layers: int, folder: Path, methods=(),
+                  labels: dict | None = None) -> list[Path]:
     """A heatmap of every (L, H) statistic, then the figures of each registered method in
-    ``methods`` (method names) whose statistics are all there."""
+    ``methods`` (method names) whose statistics are all there. ``labels``: names of token classes
+    in the model's own terms ({"[CLS]": ..., "[SEP]": ...}), for the figures that take them."""
+    import inspect
+
     from jattn.viz import plots
     from jattn.analyses.registry import entries
 
@@ -116,7 +120,8 @@ def write_figures(stats: dict[str, np.ndarray], num_layers: int, folder: Path, m
     for name in methods:
         entry = registered.get(name)
         if entry is not None and entry.figures is not None:
-            paths += entry.figures(stats, num_layers, folder)
+            named = labels and "labels" in inspect.signature(entry.figures).parameters
+            paths += entry.figures(stats, num_layers, folder, **({"labels": labels} if named else {}))
     return paths
 
 

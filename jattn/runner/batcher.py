@@ -177,15 +177,20 @@ def pad_segments(model, rows: list[tuple[int, dict]], batch_size: int, length: i
 PUNCT_PIECES = (".", ",", "▁.", "▁,", ".</w>", ",</w>")  # SentencePiece and fairseq BPE spellings
 
 
-def pair_token_classes(vocab: dict[str, int], config, ids: np.ndarray, mask: np.ndarray, start: bool) -> np.ndarray:
+def pair_token_classes(vocab: dict[str, int], config, ids: np.ndarray, mask: np.ndarray, start: bool,
+                       bos: int | None = None) -> np.ndarray:
     """(b, n) SEP (``</s>``) / PUNCT ("." ",") / OTHER, and CLS at position 0 of the decoder
-    input (``start``); -1 on padding. ``vocab``: token -> id of the side the ids come from."""
+    input (``start``) or on a source's leading ``bos`` (BART's ``<s>``: the start token of the
+    source, as [CLS] is an encoder's); -1 on padding. ``vocab``: token -> id of the side the ids
+    come from."""
     punct = [vocab[p] for p in PUNCT_PIECES if p in vocab]
     cls = np.full(ids.shape, OTHER, np.int32)  # (b, n)
     cls[np.isin(ids, punct)] = PUNCT
     cls[ids == config.eos_token_id] = SEP
     if start:
         cls[:, 0] = CLS
+    elif bos is not None:
+        cls[:, 0] = np.where(ids[:, 0] == bos, CLS, cls[:, 0])
     cls[mask == 0] = -1
     return cls
 
@@ -226,7 +231,8 @@ def pad_pairs(model, rows: list[tuple[int, dict]], batch_size: int, sizes: tuple
     dec[:, 0] = c.decoder_start_token_id  # teacher forcing: start token + target[:-1]
     example = np.full((batch_size,), -1, np.int32)  # (b,)
     example[: len(rows)] = [index for index, _ in rows]
-    source_class = pair_token_classes(model.family.side_vocab(model.tokenizer, "source"), c, ids, mask, start=False)  # (b, s)
+    source_class = pair_token_classes(model.family.side_vocab(model.tokenizer, "source"), c, ids, mask, start=False,
+                                      bos=getattr(model.tokenizer, "bos_token_id", None))  # (b, s)
     target_class = pair_token_classes(model.family.side_vocab(model.tokenizer, "target"), c, dec, dec_mask,
                                  start=True)  # (b, t)
     mask[len(rows):, 0] = 1  # filler rows see one token (no empty softmax row); their other masks stay 0

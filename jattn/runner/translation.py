@@ -17,12 +17,13 @@ source keys.
 from __future__ import annotations
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jattn.analyses.base import StepContext, TranslationHostBatch
+from jattn.analyses.base import CLASS_NAMES, StepContext, TranslationHostBatch
 from jattn.nn import seq2seq, state
 from jattn.runner.batcher import pad_pairs
 
@@ -73,7 +74,8 @@ def make_step(config, methods: tuple, mesh):
                 stats[f"{kind}-{m.name}"] = m.reduce(ctx)
         real = batch["example"] >= 0  # (b,)
         stats["_meta"] = {"segments": real.sum(), "tokens": (batch["attention_mask"] * real[:, None]).sum()
-                          + batch["decoder_attention_mask"].sum()}
+                          + batch["decoder_attention_mask"].sum(),
+                          **{f"{side}_classes": class_counts(batch[f"{side}_class"], real) for side in SIDES}}
         return stats
 
     data, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
@@ -81,13 +83,59 @@ def make_step(config, methods: tuple, mesh):
     return jax.jit(step, in_shardings=(placed, data, data), out_shardings=replicated), data, replicated
 
 
+SIDES = ("source", "target")
+QUERY_SIDE = {"encoder": "source", "decoder": "target", "cross": "target"}
+KEY_SIDE = {"encoder": "source", "decoder": "target", "cross": "source"}
+# a translation model's names for the encoder's classes: SEP is </s>, CLS the start token (the
+# decoder input's first position, or a source's leading <s>)
+LABELS = {"the [CLS]": "the start token's", "[CLS]": "the start token", "[SEP]": "</s>"}
+KEY_STATISTIC = re.compile(r"(?:^|_)(?:to|fnorm|received)_(cls|sep)$")  # about the keys of a class
+QUERY_STATISTIC = re.compile(r"^(?:entropy_(cls)|(sep)_to_sep)$")  # about the rows (queries) of a class
+
+
+def class_counts(token_class, real) -> jax.Array:
+    """Real tokens of each class in a batch, (C,)."""
+    onehot = token_class[:, :, None] == jnp.arange(len(CLASS_NAMES))  # (b, n, C)
+    return (onehot & real[:, None, None]).sum((0, 1))
+
+
+def present(totals: dict, kind: str) -> dict[str, set]:
+    """The token classes the queries and the keys of attention type ``kind`` hold in the corpus."""
+    meta = totals.get("_meta", {})
+    side = lambda s: {c for c, n in zip(CLASS_NAMES, meta.get(f"{s}_classes", [1] * len(CLASS_NAMES))) if n > 0}
+    return {"queries": side(QUERY_SIDE[kind]), "keys": side(KEY_SIDE[kind])}
+
+
+def absent(totals: dict, names) -> list[str]:
+    """The statistics among ``names`` (``<kind>_<name>``) about a token class the attention type's
+    keys (or rows) never hold in the corpus: a [CLS] share of 0 in a source without a start
+    token, the NaN entropy of start-token rows that do not exist, an ``</s>`` share in a decoder
+    input that holds none. The corpus runner keeps them (a fixed set of names per method);
+    reports leave them out."""
+    out = []
+    for full in names:
+        kind, _, name = full.partition("_")
+        if kind not in QUERY_SIDE:
+            continue
+        classes = present(totals, kind)
+        key, query = KEY_STATISTIC.search(name), QUERY_STATISTIC.search(name)
+        if (key and key.group(1) not in classes["keys"]) or \
+                (query and (query.group(1) or query.group(2)) not in classes["queries"]):
+            out.append(full)
+    return out
+
+
 def finalize(methods, totals: dict, meta: dict) -> dict:
-    """Each method's totals finalized per attention type; statistics named ``<kind>_<name>``."""
+    """Each method's totals finalized per attention type; statistics named ``<kind>_<name>``,
+    described in the translation model's own terms (``LABELS``)."""
     out = {}
     for m in methods:
         for kind in kinds_of(m):
             for name, stat in m.finalize(totals[f"{kind}-{m.name}"], dict(meta, kind=kind)).items():
-                stat.description = f"{kind} attention: {stat.description}"
+                text = stat.description
+                for theirs, own in LABELS.items():
+                    text = text.replace(theirs, own)
+                stat.description = f"{kind} attention: {text}"
                 out[f"{kind}_{name}"] = stat
     return out
 

@@ -57,6 +57,7 @@ class SweepResult:
     baseline: float  # metric of the intact model
     metric: np.ndarray  # (L, H) for heads, (L,) for layers: metric with that unit disabled
     predictions: np.ndarray  # (L, H, N) or (L, N) predicted class per example (input order)
+    baseline_predictions: np.ndarray | None = None  # (N,) the intact model's predicted classes
 
     @property
     def delta(self) -> np.ndarray:
@@ -216,7 +217,7 @@ def _result(mode, unit, name, fn, examples, base, preds) -> SweepResult:
     if unit == "layer":
         preds = preds[:, 0]  # (L, N)
     scores = np.vectorize(lambda *i: fn(preds[i], labels))(*np.indices(preds.shape[:-1]))  # (L, H) or (L,)
-    return SweepResult(mode, unit, name, float(fn(base, labels)), np.asarray(scores, np.float64), preds)
+    return SweepResult(mode, unit, name, float(fn(base, labels)), np.asarray(scores, np.float64), preds, base)
 
 
 def sweep_by_loop(model, examples: Sequence, metric="accuracy", *, mode: str = "uniform", unit: str = "head",

@@ -314,12 +314,13 @@ LABEL_NAMES = {"sst2": ["negative", "positive"], "cola": ["unacceptable", "accep
 
 def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out, *, metric_name="accuracy",
              label_names: list[str] | None = None, fc: FinetuneConfig = FinetuneConfig(), workdir=None,
-             max_steps: int | None = None, progress: bool = True) -> dict:
+             max_steps: int | None = None, progress: bool = True, report=None) -> dict:
     """Fine-tune ``base`` (a path, hub id, ``EncoderModel``, or None for the embedded MiniLM) on
     (text, label) pairs, export the final model to ``out`` as a HF folder with a ``DONE`` marker
     and ``finetune.json`` (dev metric per epoch, train seconds), and return that record. Resumes
     from ``workdir`` (default: ``out`` + "-work"); an ``out`` that is already ``DONE`` is returned
-    as it is."""
+    as it is. ``report(folder, record)``, if given, writes more files into the finished folder
+    before it is published (the command line's report.md and figures)."""
     import jattn
     from jattn.io import glue, results
 
@@ -356,6 +357,8 @@ def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out
                                         train_examples=len(train), dev_examples=len(dev or []),
                                         arguments=dataclasses.asdict(fc), complete=True)
                 (folder / "results.json").write_text(json.dumps({"meta": meta}, indent=1))
+                if report is not None:
+                    report(folder, {**record, "meta": meta})
                 (folder / "DONE").write_text("fine-tuning finished\n")
 
             output.write(fill)

@@ -1,127 +1,44 @@
 """Interactive attention viewer: ``jattn view --text "..." --out page.html`` writes one HTML page.
 
-The page is self-contained (script and style inlined, no network) and shows, side by side:
+The page is self-contained (script and style inlined, no network). Two panels side by side, each
+choosing a model (with ``compare``), a measure, a layer and heads, so that the left can show
+attention weights and the right norms (Kobayashi et al. 2020's point), or the same head in a
+pretrained and a fine-tuned model (Kovaleva et al. 2019), or two layers / heads. Each panel has
   * a head view (as bertviz draws it): the tokens in two columns, a line from each query to
     each key with opacity = the value, for one layer and any set of heads (a colour per head);
-  * a model view: the L × H grid of small maps (one canvas each, drawn only when scrolled into
-    sight); clicking one opens that layer and head in the head view;
-  * a measure switch for both: attention weights α; Kobayashi et al. (2020) per-head norms
-    ‖α f_h(x_j)‖ and summed norms ‖Σ_h α f_h(x_j)‖; for encoders their 2021 AttnRes-N and
-    AttnResLn-N maps (``jattn.norms(..., residual=True)``) and attention rollout (Abnar &
-    Zuidema 2020), GlobEnc (Modarressi et al. 2022) and ALTI (Ferrando et al. 2022) rolled out
-    to each layer (``jattn.attributions``); for translation models the same norms of encoder
-    self-, decoder self- and cross-attention (AttnRes/AttnResLn for the two self types),
-    with source and target tokens.
-Hovering shows the values; the arrow keys change the layer (up/down) and the head (left/right).
+  * layer × head thumbnails of its measure (each drawn at its displayed size, a display pixel
+    the largest code it covers, so one-token-wide structure stays visible); a click jumps there.
+Beside them, the difference view: right − left of the two selected maps (one head or one layer
+measure each), on a diverging colour scale centred at 0 with its range shown. Hovering a token
+highlights it in both panels and the difference (row or column); the layer and head selections
+are linked across the panels unless unlinked. The arrow keys change the layer (up/down) and
+the head (left/right) of the last panel used.
 
-Normalisation (so that all measures read alike): every query row is divided by its sum, so a
-row is a distribution over keys (α is unchanged; a norm map becomes each key's share).
-Head-view line opacity = that share. Model-view maps colour each row relative to its largest
-share (so that every row's structure shows); hovering gives the share and the raw value.
+Measures: attention weights α; Kobayashi et al. (2020) per-head norms ‖α f_h(x_j)‖ and summed
+norms ‖Σ_h α f_h(x_j)‖; for encoders their 2021 AttnRes-N and AttnResLn-N maps
+(``jattn.norms(..., residual=True)``) and attention rollout (Abnar & Zuidema 2020), GlobEnc
+(Modarressi et al. 2022) and ALTI (Ferrando et al. 2022) rolled out to each layer
+(``jattn.attributions``); for translation models the same norms of encoder self-, decoder self-
+and cross-attention (AttnRes/AttnResLn for the two self types), with source and target tokens.
 
-Storage: a row's shares are quantised to 8 bits relative to the row's largest share m
-(q = round(255 · share / m)); m and the row's raw sum are stored as float32. The decoded share
-q·m/255 is within m/510 ≤ 1/510 of the exact one, the decoded raw value (share × sum) within
-(largest raw value of the row)/510. Every number is computed in Python; the page's script
-only decodes the stored codes and draws them.
-The bytes are zlib-compressed and base64-encoded in a JSON block the page inflates with the
-browser's ``DecompressionStream``; ``read_page`` decodes a page in Python the same way.
+Every query row is divided by its sum (a row is each key's share) and stored as 8-bit codes
+(``jattn.viz.view_codes``: error ≤ row max / 510). Every number is computed in Python; the page
+only decodes, subtracts the two panels' decoded shares for the difference view, and draws.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import re
-import zlib
 from importlib import resources
 
 import numpy as np
 
-FORMAT = "jattn-view/2"
-LEVELS = 255  # 8-bit codes 0..255
-ERROR_BOUND = 0.5 / LEVELS  # |decoded share − share| ≤ ERROR_BOUND · row max
+from jattn.viz.view_codes import ERROR_BOUND, FORMAT, decode_measure, encode_view
 
-# key -> (label, what it is); per-head measures are (L, H, q, k), the others (L, q, k)
-MEASURES = {
-    "alpha": ("α (weights)", "attention weights α[h,i,j]"),
-    "norm": ("‖αf‖ per head", "Kobayashi et al. 2020: ‖α[h,i,j] f_h(x_j)‖, share of the row"),
-    "summed": ("‖Σ_h αf‖ (layer)", "Kobayashi et al. 2020: ‖Σ_h α[h,i,j] f_h(x_j)‖, share of the row"),
-    "attnres": ("AttnRes-N (layer)", "Kobayashi et al. 2021: ‖Σ_h αf + δ_ij x_i‖, share of the row"),
-    "attnresln": ("AttnResLn-N (layer)", "Kobayashi et al. 2021: the AttnRes vectors through the "
-                  "attention LayerNorm (β, b_O dropped), share of the row"),
-    "rollout": ("rollout", "Abnar & Zuidema 2020: ½ᾱ + ½I rolled out from the embeddings to this layer"),
-    "globenc": ("GlobEnc (rollout)", "Modarressi et al. 2022: ‖N_ij‖ through both LayerNorms, rolled out"),
-    "alti": ("ALTI (rollout)", "Ferrando et al. 2022: L1-based contributions, rolled out"),
-}
-PER_HEAD = ("alpha", "norm")
 NORM_KEYS = {"norm": "weighted_norm", "summed": "summed_norm", "attnres": "attnres_norm",
              "attnresln": "attnresln_norm"}
 ATTRIBUTION_KEYS = {"rollout": "rollout", "globenc": "globenc", "alti": "alti"}
-
-
-# ---------------------------------------------------------------- arrays -> page data
-
-def row_shares(maps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows divided by their sums (all-zero rows stay 0). (..., q, k) -> shares, sums (..., q)."""
-    maps = np.asarray(maps, np.float64)
-    if (maps < 0).any() or not np.isfinite(maps).all():
-        raise ValueError("a map to view has negative or non-finite values; every measure must be ≥ 0")
-    sums = maps.sum(-1)  # (..., q)
-    shares = np.divide(maps, sums[..., None], out=np.zeros_like(maps), where=sums[..., None] > 0)
-    return shares, sums
-
-
-def quantize(shares: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """8-bit codes relative to each row's largest share. (..., q, k) -> codes uint8, row max (..., q)."""
-    top = shares.max(-1)  # (..., q)
-    scaled = np.divide(shares, top[..., None], out=np.zeros_like(shares), where=top[..., None] > 0)
-    return np.rint(scaled * LEVELS).astype(np.uint8), top
-
-
-def dequantize(codes: np.ndarray, top: np.ndarray) -> np.ndarray:
-    """Inverse of ``quantize`` up to ERROR_BOUND · row max. -> shares (..., q, k) float64."""
-    return codes.astype(np.float64) * (top.astype(np.float64)[..., None] / LEVELS)
-
-
-def _pack(a: np.ndarray) -> str:
-    return base64.b64encode(zlib.compress(np.ascontiguousarray(a).tobytes(), 9)).decode("ascii")
-
-
-def _unpack(text: str, dtype, shape) -> np.ndarray:
-    return np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=dtype).reshape(shape)
-
-
-def encode_measure(key: str, maps: np.ndarray) -> dict:
-    """One measure's maps (L, H, q, k) or (L, q, k) as page data: shape, codes, row max, row sum."""
-    maps = np.asarray(maps)
-    shares, sums = row_shares(maps)
-    codes, top = quantize(shares)
-    label, help_ = MEASURES[key]
-    return {"key": key, "label": label, "help": help_, "per_head": maps.ndim == 4, "shape": list(maps.shape),
-            "codes": _pack(codes), "row_max": _pack(top.astype("<f4")), "row_sum": _pack(sums.astype("<f4"))}
-
-
-def _stored(entry: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    shape = tuple(entry["shape"])
-    return (_unpack(entry["codes"], np.uint8, shape), _unpack(entry["row_max"], "<f4", shape[:-1]),
-            _unpack(entry["row_sum"], "<f4", shape[:-1]))
-
-
-def decode_measure(entry: dict) -> dict:
-    """Page data of one measure -> ``share`` (rows sum to 1, within ERROR_BOUND · row max of
-    the exact share), ``raw`` (share × row sum), ``row_max``, ``row_sum``, ``codes``; numpy
-    arrays of the stored shape."""
-    codes, top, sums = _stored(entry)
-    share = dequantize(codes, top)
-    return {"share": share, "raw": share * sums[..., None], "row_max": top, "row_sum": sums, "codes": codes}
-
-
-def encode_view(maps: dict) -> list[dict]:
-    """A view's measures in page order ("alpha", "norm", then the others): every number the page
-    shows is computed here, in Python; the page only decodes and draws."""
-    order = ["alpha", "norm"] + [k for k in maps if k not in ("alpha", "norm")]
-    return [encode_measure(k, maps[k]) for k in order]
 
 
 # ---------------------------------------------------------------- model -> maps
@@ -182,19 +99,23 @@ def _encode_side(model, text: str, side: str, limit: int, truncate: bool) -> lis
     return list(ids)
 
 
-def seq2seq_maps(model, text: str, target: str | None, max_length: int, truncate: bool,
-                 num_beams: int) -> tuple[dict, dict, str]:
+def seq2seq_maps(model, text: str, target: str | None, max_length: int, truncate: bool, num_beams: int,
+                 decoder_ids: list[int] | None = None) -> tuple[dict, dict, str, list[int]]:
     """Encoder self, decoder self and cross-attention measures of a translation model:
-    ({kind: {key: (L, [H,] q, k)}}, {"source": tokens, "target": tokens}, the target text).
+    ({kind: {key: (L, [H,] q, k)}}, {"source": tokens, "target": tokens}, the target text, the
+    decoder's input ids).
 
-    The decoder is teacher-forced on start token + the target's tokens (``target``, or the
-    model's own beam search translation when None): row t is the position whose input is
-    target token t (it predicts token t + 1)."""
+    The decoder is teacher-forced on start token + the target's tokens (``decoder_ids`` when
+    given, as another model read them; else ``target``'s, or the model's own beam search
+    translation when None): row t is the position whose input is target token t (it predicts
+    token t + 1)."""
     from jattn.analyses.norms import norms as norms_of
 
     c = model.config
     src = _encode_side(model, text, "source", max_length, truncate)
-    if target is None:
+    if decoder_ids is not None:
+        dec = list(decoder_ids)
+    elif target is None:
         out = np.asarray(model.generate(np.asarray([src]), np.ones((1, len(src)), np.int32), num_beams=num_beams,
                                         max_length=min(max_length, c.max_length)))[0]
         ends = np.nonzero(out[1:] == c.eos_token_id)[0]
@@ -216,7 +137,7 @@ def seq2seq_maps(model, text: str, target: str | None, max_length: int, truncate
                 maps[kind][key] = norms[kind][name][:, 0]  # (L, [H,] q, k)
     to_src, to_tgt = _id_to_token(model, "source"), _id_to_token(model, "target")
     tokens = {"source": [to_src(i) for i in src[0]], "target": [to_tgt(i) for i in dec[0]]}
-    return maps, tokens, target
+    return maps, tokens, target, [int(i) for i in dec[0]]
 
 
 KINDS = {"encoder": ("encoder self-attention", "source", "source"),
@@ -224,43 +145,92 @@ KINDS = {"encoder": ("encoder self-attention", "source", "source"),
          "cross": ("cross-attention (target → source)", "target", "source")}
 
 
-def page_data(model, text: str, pair: str | None = None, target: str | None = None, *,
+def _name(model) -> str:
+    return str(getattr(model, "source", "") or type(model).__name__)
+
+
+def _limit(models: list, max_length: int | None) -> int:
+    """--max-length checked against every model's positions (default: the fewest of them)."""
+    most = min(m.config.max_length for m in models)
+    limit = most if max_length is None else int(max_length)
+    if limit < 2 or limit > most:
+        which = "this model" if len(models) == 1 else "both models"
+        raise ValueError(f"max_length={max_length} must be in [2, {most}] for {which}")
+    return limit
+
+
+def _views(model, text: str, pair: str | None, target: str | None, limit: int, truncate: bool,
+           num_beams: int, seq2seq: bool, decoder_ids: list[int] | None = None) -> tuple[list[dict], dict, dict]:
+    """One model's page views, its tokens per side and what the page says about the texts
+    (for a translation model also the decoder's input ids, "decoder_ids")."""
+    if seq2seq:
+        generated = target is None
+        maps, tokens, target, dec = seq2seq_maps(model, text, target, limit, truncate, num_beams, decoder_ids)
+        views = [{"name": kind, "label": label, "queries": queries, "keys": keys,
+                  "measures": encode_view(maps[kind])} for kind, (label, queries, keys) in KINDS.items()]
+        return views, tokens, {"target": target, "generated": generated, "decoder_ids": dec}
+    maps, tokens = encoder_maps(model, text, pair, limit, truncate)
+    return ([{"name": "encoder", "label": "self-attention", "queries": "input", "keys": "input",
+              "measures": encode_view(maps)}], {"input": tokens}, {"pair": pair})
+
+
+def _same_tokens(first: dict, second: dict, names: tuple[str, str]) -> None:
+    """The panels compare position by position: both models must read the same tokens."""
+    for side, tokens in first.items():
+        other = second[side]
+        if tokens == other:
+            continue
+        at = next((i for i, (a, b) in enumerate(zip(tokens, other)) if a != b), min(len(tokens), len(other)))
+        shown = lambda t: repr(t[at]) if at < len(t) else "the end"  # noqa: E731
+        raise ValueError(f"compare: the two models tokenize the {side} text differently ({names[0]}: "
+                         f"{len(tokens)} tokens, {names[1]}: {len(other)}; first difference at position {at}: "
+                         f"{shown(tokens)} vs {shown(other)}). The panels compare maps position by position. Fix: "
+                         "compare models that share a tokenizer (e.g. a model and its fine-tuned version)"
+                         + (", or pass the target text (--target)" if side == "target" else ""))
+
+
+def page_data(model, text: str, pair: str | None = None, target: str | None = None, *, compare=None,
               max_length: int | None = None, truncate: bool = False, num_beams: int = 4) -> dict:
-    """The JSON the page embeds (see the module docstring for its normalisation and storage)."""
+    """The JSON the page embeds: ``views`` of ``model`` and, with ``compare``, ``compare.views``
+    of the second model on the same tokens (a translation model's decoder is fed the first
+    model's target ids in both: ``target``'s, else its own translation's; the second model
+    must read them as the same tokens)."""
     from jattn.nn.config import Seq2SeqConfig
 
     text = _check_text("the text", text)
-    limit = model.config.max_length if max_length is None else int(max_length)
-    if limit < 2 or limit > model.config.max_length:
-        raise ValueError(f"max_length={max_length} must be in [2, {model.config.max_length}] for this model")
-    name = getattr(model, "source", "") or type(model).__name__
-    data = {"format": FORMAT, "model": str(name), "text": text, "error_bound": ERROR_BOUND,
-            "normalisation": "rows divided by their sums; codes relative to each row's largest share", "views": []}
-    if isinstance(model.config, Seq2SeqConfig):
-        if pair is not None:
-            raise ValueError("--pair is for encoders (sentence pairs); a translation model takes --text and "
-                             "optionally --target")
-        generated = target is None
-        if not generated:
-            target = _check_text("the target text", target)
-        maps, tokens, target = seq2seq_maps(model, text, target, limit, truncate, num_beams)
-        data.update(tokens=tokens, target=target, generated=generated)
-        for kind, (label, queries, keys) in KINDS.items():
-            data["views"].append({"name": kind, "label": label, "queries": queries, "keys": keys,
-                                  "measures": encode_view(maps[kind])})
-    else:
-        if target is not None:
-            raise ValueError("--target is for translation models; an encoder reads --text (and --pair)")
-        if pair is not None:
-            pair = _check_text("the pair's second text", pair)
-        maps, tokens = encoder_maps(model, text, pair, limit, truncate)
-        data.update(tokens={"input": tokens}, pair=pair)
-        data["views"].append({"name": "encoder", "label": "self-attention", "queries": "input", "keys": "input",
-                              "measures": encode_view(maps)})
+    models = [model] + ([] if compare is None else [compare])
+    limit = _limit(models, max_length)
+    seq2seq = isinstance(model.config, Seq2SeqConfig)
+    if compare is not None and isinstance(compare.config, Seq2SeqConfig) != seq2seq:
+        kinds = ["an encoder", "a translation model"]
+        raise ValueError(f"compare: {_name(model)} is {kinds[seq2seq]} but {_name(compare)} is "
+                         f"{kinds[not seq2seq]}. Fix: compare two models of the same shape")
+    if seq2seq and pair is not None:
+        raise ValueError("--pair is for encoders (sentence pairs); a translation model takes --text and "
+                         "optionally --target")
+    if not seq2seq and target is not None:
+        raise ValueError("--target is for translation models; an encoder reads --text (and --pair)")
+    if pair is not None:
+        pair = _check_text("the pair's second text", pair)
+    if target is not None:
+        target = _check_text("the target text", target)
+    views, tokens, texts = _views(model, text, pair, target, limit, truncate, num_beams, seq2seq)
+    decoder_ids = texts.pop("decoder_ids", None)
+    data = {"format": FORMAT, "model": _name(model), "text": text, "error_bound": ERROR_BOUND,
+            "normalisation": "rows divided by their sums; codes relative to each row's largest share",
+            "tokens": tokens, "views": views, **texts}
+    if compare is not None:
+        second, second_tokens, _ = _views(compare, text, pair, texts.get("target"), limit, truncate, num_beams,
+                                          seq2seq, decoder_ids)
+        _same_tokens(tokens, second_tokens, (_name(model), _name(compare)))
+        data["compare"] = {"model": _name(compare), "views": second}
     return data
 
 
 # ---------------------------------------------------------------- page
+
+SCRIPTS = ("data.js", "draw.js", "view.js")  # the page's script, in this order
+
 
 def _asset(name: str) -> str:
     return resources.files("jattn.viz.viewer").joinpath(name).read_text(encoding="utf-8")
@@ -272,7 +242,8 @@ def render(data: dict) -> str:
     payload = payload.replace("</", "<\\/")  # tokens such as </s> must not close the script element
     title = f"jattn view: {data['text'][:60]}"
     html = _asset("page.html")
-    for mark, value in (("/*CSS*/", _asset("view.css")), ("/*JS*/", _asset("view.js")),
+    script = "\n".join(_asset(name) for name in SCRIPTS)
+    for mark, value in (("/*CSS*/", _asset("view.css")), ("/*JS*/", script),
                         ("__TITLE__", _escape(title)), ("__DATA__", payload)):
         head, sep, tail = html.partition(mark)
         html = head + value + tail  # partition: the data never goes through another replace
@@ -283,36 +254,38 @@ def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
 
 
-def view(model, text: str, pair: str | None = None, target: str | None = None, *, max_length: int | None = None,
-         truncate: bool = False, num_beams: int = 4) -> str:
+def view(model, text: str, pair: str | None = None, target: str | None = None, *, compare=None,
+         max_length: int | None = None, truncate: bool = False, num_beams: int = 4) -> str:
     """The interactive attention page of ``model`` on ``text`` as an HTML string.
 
     ``pair``: the second segment of a sentence pair (encoders). ``target``: for translation
     models, the target text to teacher-force (default: the model's own translation, beam
-    search with ``num_beams``). Texts longer than ``max_length`` tokens (default: the model's
-    positions) raise a ValueError unless ``truncate``."""
-    return render(page_data(model, text, pair, target, max_length=max_length, truncate=truncate,
-                            num_beams=num_beams))
+    search with ``num_beams``). ``compare``: a second model (e.g. the fine-tuned version of
+    ``model``) on the same tokens, selectable in either panel; its tokenization must equal
+    ``model``'s. Texts longer than ``max_length`` tokens (default: the models' positions)
+    raise a ValueError unless ``truncate``."""
+    return render(page_data(model, text, pair, target, compare=compare, max_length=max_length,
+                            truncate=truncate, num_beams=num_beams))
 
 
 _DATA = re.compile(r'<script type="application/json" id="jattn-data">(.*?)</script>', re.S)
 
 
+def _decoded(views: list[dict]) -> dict:
+    return {v["name"]: dict(v, measures={m["key"]: decode_measure(m) for m in v["measures"]}) for v in views}
+
+
 def read_page(html: str) -> dict:
     """A page written by ``view`` -> its data with every measure decoded (``decode_measure``):
-    {"tokens", "views": {name: {"queries", "keys", "measures": {key: decoded}}}, ...}."""
+    {"tokens", "views": {name: {"queries", "keys", "measures": {key: decoded}}}, ...}, and
+    with a second model {"compare": {"model", "views"}} decoded the same way."""
     found = _DATA.search(html)
     if found is None:
         raise ValueError("not a jattn view page: no jattn-data script element")
     data = json.loads(found.group(1))
     if data.get("format") != FORMAT:
         raise ValueError(f"page format {data.get('format')!r}, expected {FORMAT!r}")
-    views = {}
-    for v in data["views"]:
-        measures = {m["key"]: decode_measure(m) for m in v["measures"]}
-        views[v["name"]] = dict(v, measures=measures)
-    data["views"] = views
+    data["views"] = _decoded(data["views"])
+    if "compare" in data:
+        data["compare"] = dict(data["compare"], views=_decoded(data["compare"]["views"]))
     return data
-
-
-# ---------------------------------------------------------------- command line
