@@ -121,6 +121,17 @@ class PatternTypes(Method):
         return out
 
 
+def map_cosine(A: jax.Array, B: jax.Array, attention_mask: jax.Array) -> jax.Array:
+    """Kovaleva et al.'s §5 similarity: the cosine between two models' flattened maps of the same
+    head and input over real rows and columns. A, B (L, b, H, n, n), attention_mask (b, n) -> (L, b, H)."""
+    real = attention_mask.astype(A.dtype)  # (b, n)
+    pair = real[:, :, None] * real[:, None, :]  # (b, n, n) real rows and columns only
+    dot = jnp.einsum("lbhij,lbhij,bij->lbh", A, B, pair)  # (L, b, H)
+    norm_a = jnp.sqrt(jnp.einsum("lbhij,bij->lbh", A * A, pair))  # (L, b, H)
+    norm_b = jnp.sqrt(jnp.einsum("lbhij,bij->lbh", B * B, pair))  # (L, b, H)
+    return dot / (norm_a * norm_b)
+
+
 @partial(jax.jit, static_argnames=("config_a", "config_b"))
 def _change_step(params_a, config_a, params_b, config_b, batch, token_class, iv_b):
     """Per example and head: cosine of the two models' maps over real tokens (L, b, H), and the
@@ -129,14 +140,9 @@ def _change_step(params_a, config_a, params_b, config_b, batch, token_class, iv_
 
     A = forward(params_a, config_a, batch, None, internals=("weights",))[1]["weights"]  # (L, b, H, n, n)
     B = forward(params_b, config_b, batch, iv_b, internals=("weights",))[1]["weights"]  # (L, b, H, n, n)
-    real = batch["attention_mask"].astype(A.dtype)  # (b, n)
-    pair = real[:, :, None] * real[:, None, :]  # (b, n, n) real rows and columns only
-    dot = jnp.einsum("lbhij,lbhij,bij->lbh", A, B, pair)  # (L, b, H)
-    norm_a = jnp.sqrt(jnp.einsum("lbhij,bij->lbh", A * A, pair))  # (L, b, H)
-    norm_b = jnp.sqrt(jnp.einsum("lbhij,bij->lbh", B * B, pair))  # (L, b, H)
     onehot = (token_class[:, :, None] == jnp.arange(len(CLASS_NAMES))).astype(A.dtype)  # (b, n, C)
     cls_rows = jnp.stack([jnp.einsum("bhj,bjc->cbh", M[-1, :, :, 0], onehot) for M in (A, B)])  # (2, C, b, H)
-    return dot / (norm_a * norm_b), cls_rows
+    return map_cosine(A, B, batch["attention_mask"]), cls_rows
 
 
 def finetune_change(model_a, model_b, examples, *, interventions_b=None, batch_size: int = 32,
