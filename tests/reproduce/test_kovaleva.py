@@ -128,6 +128,11 @@ def test_the_chunked_sweep_resumes_and_equals_one_sweep(tiny, tmp_path):
         np.testing.assert_array_equal(r["base"], whole.base_predictions)
         np.testing.assert_array_equal(r["heads"], whole.predictions)
         np.testing.assert_array_equal(r["layers"], layers.predictions)
+    saved = dict(np.load(tmp_path / "chunk_0.npz"))
+    np.savez(tmp_path / "chunk_0.npz", **{**saved, "base": 1 - saved["base"]})  # a chunk of "another model"
+    assert not np.array_equal(D.sweep(model, examples, tmp_path, chunk=3)["base"], whole.base_predictions)  # reused
+    other = D.sweep(model, examples, tmp_path, chunk=3, identity="retrained")  # another model's files: recomputed
+    np.testing.assert_array_equal(other["base"], whole.base_predictions)
 
 
 def test_dev_maps_of_a_model_against_itself(tiny):

@@ -16,12 +16,25 @@ Stages:
   classifier), the uniform-attention baseline, and the per-layer cosine to the pretrained maps
   (``kovaleva_maps``).
 
-Costs, measured with ``nice -n 10`` while the machine ran ~20 other jobs (load average ~20 on 2
-cores; wall times were 4-5× the process CPU times, so the CPU seconds below are the better guide
-to a quiet run): the head sweep re-runs, for each of the L·H heads, the layers from the head's
-layer up (prefix reuse), ≈ Σ_l (L − l) / L forwards per head (66 of 12 layers for MPNet, 15 of
-6 for MiniLM per layer of heads).
-SIZES_NOTE
+Costs, measured with ``nice -n 10`` while the machine ran ~20 other jobs (load average ~20 on
+2 cores, so wall times were 5-8× the process CPU times). Process CPU seconds per dev sentence:
+MPNet forward 0.065 s (CoLA, 16-token bucket); MPNet sweep of 144 heads 4.36 s (≈ 67 forwards:
+prefix reuse re-runs layers l..11 per head of layer l), of 12 layers 0.52 s; MiniLM sweep of 72
+heads 0.41 s (SST-2) and 0.22 s (CoLA), compiles of each length bucket included. On the quiet
+machine the MPNet forward takes 1.9 ms a token (benchmarks/results/mpnet.json: 30 ms for a
+16-token sentence, half the CPU seconds above: two threads), and the MiniLM head sweep of all
+872 SST-2 dev sentences 85 s (benchmarks/results/disable.json). Padded tokens per sentence:
+SST-2 dev 30.2, CoLA dev 17.4. Quiet wall per padded token, heads and layers: MPNet ≈ 0.145 s
+(CPU / 2), MiniLM ≈ 0.008 s (MPNet / 17.6, the ratio of their FLOPs; the benchmark says 0.0035).
+
+Full profile (``sizes``), estimated quiet wall: MPNet seed 0 on 400 of the 872 SST-2 dev
+sentences (12.1k tokens, ≈ 29 min) and all 527 CoLA dev sentences (9.2k, ≈ 22 min); MiniLM
+seeds 0-2 on both full dev sets (3 × 35.6k tokens, ≈ 15 min); compiling ≈ 1 min per sweep
+stage (8); maps ≈ 4 min (two forwards with weights per model and task); labels ≈ 2 min: about
+80 min in all, within the study's 90. All 872 SST-2 sentences for MPNet would add ≈ 34 min;
+MPNet seeds 1-2 ≈ 51 min each. Quick profile: MiniLM, seeds 0-1, 12 dev sentences of ≤ 16
+tokens per task for the sweeps (one length bucket: one compile per program) and 24 for the
+maps, a 40-step CNN; almost all of its time is compiling.
 """
 
 from __future__ import annotations
@@ -29,13 +42,11 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import numpy as np
-
 from jattn.reproduce.pipeline import Context, Profile, Stage, repository_root
 from jattn.reproduce.studies import finetune
 from jattn.reproduce.studies import kovaleva_claims as KC
+from jattn.reproduce.studies.kovaleva_disabling import TASK_DATA, dev_examples as _dev, subset, sweep_stage
 
-TASK_DATA = {"sst2": ("sst2/dev.tsv",), "cola": ("cola/in_domain_dev.tsv",)}
 PRETRAINED = {"mpnet": "all-mpnet-base-v2", "minilm": None}  # the base of each classifier (None: embedded)
 PAPER_MODEL = "BERT-base fine-tuned per GLUE task (MRPC, STS-B, SST-2, QQP, RTE, QNLI, MNLI), dev sets"
 
@@ -43,52 +54,20 @@ PAPER_MODEL = "BERT-base fine-tuned per GLUE task (MRPC, STS-B, SST-2, QQP, RTE,
 def sizes(profile: Profile) -> dict:
     """What each profile sweeps: per model the seeds and dev examples per task (0: all)."""
     return profile.pick(
-        full={"sweep": {"mpnet": {"seeds": (0,), "dev": {"sst2": 0, "cola": 0}},
+        full={"sweep": {"mpnet": {"seeds": (0,), "dev": {"sst2": 400, "cola": 0}},
                         "minilm": {"seeds": (0, 1, 2), "dev": {"sst2": 0, "cola": 0}}},
               "chunk": 64, "maps_dev": 0, "cnn_steps": 600, "corpus_sentences": 250, "per_sentence": 8},
-        quick={"sweep": {"minilm": {"seeds": (0, 1), "dev": {"sst2": 12, "cola": 12}}},
+        quick={"sweep": {"minilm": {"seeds": (0, 1), "dev": {"sst2": 12, "cola": 12}}}, "max_tokens": 16,
                "chunk": 64, "maps_dev": 24, "cnn_steps": 40, "corpus_sentences": 20, "per_sentence": 4})
 
 
-def _dev(ctx: Context, task: str) -> list[tuple[str, int]]:
-    from jattn.io import glue
-
-    return glue.read_task(task, "dev", root=ctx.data(TASK_DATA[task][0]).parents[1])
-
-
-def subset(n_all: int, n: int) -> np.ndarray:
-    """A fixed random subset of n of n_all dev examples (all when n is 0 or ≥ n_all), sorted."""
-    if not n or n >= n_all:
-        return np.arange(n_all)
-    return np.sort(np.random.default_rng(0).choice(n_all, n, replace=False))
-
-
-def _protocol(model: str, task: str, seeds: tuple, n: int, n_all: int) -> str:
+def _protocol(model: str, task: str, seeds: tuple, n: int, n_all: int, max_tokens: int | None) -> str:
     part = "all" if n == n_all else f"a fixed random {n} of the {n_all}"
+    part += f" (of ≤ {max_tokens} tokens)" if max_tokens else ""
     return (f"{model} fine-tuned on {task} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}), "
             f"{part} dev examples; a head disabled as in the paper (its attention uniform over the real tokens); "
             f"deviations: model ({'12 × 12' if model == 'mpnet' else '6 × 12'} heads, not BERT-base), "
             f"task{' (CoLA is not among the paper’s tasks)' if task == 'cola' else ''}")
-
-
-def _sweep_stage(model: str, task: str, seed: int):
-    def run(ctx: Context) -> dict:
-        import jattn
-        from jattn.reproduce.studies import kovaleva_disabling as D
-
-        dev = _dev(ctx, task)
-        index = subset(len(dev), ctx.params["dev"])
-        net = jattn.load(finetune.classifier(ctx, model, task, seed))
-        if net.config.num_labels != 2:
-            raise ValueError(f"the disabling claims store binary predictions; {model}-{task} has {net.config.num_labels} labels")
-        r = D.sweep(net, [dev[i] for i in index], ctx.work(), chunk=ctx.params["chunk"], progress=ctx.progress)
-        L, H = net.config.num_layers, net.config.num_heads
-        return {"model": model, "task": task, "seed": seed, "index": index.tolist(), "heads_per_layer": H,
-                "gold": [dev[i][1] for i in index], "base": r["base"].tolist(),
-                "head_flips": D.flips(r["base"], r["heads"].reshape(L * H, -1)),  # per head (l·H + h): flipped examples
-                "layer_flips": D.flips(r["base"], r["layers"])}
-
-    return run
 
 
 def _disabling_stage(model: str, task: str, names: list[str]):
@@ -99,12 +78,10 @@ def _disabling_stage(model: str, task: str, names: list[str]):
             sweeps.append({**KC.unpack(record), "heads_per_layer": record["heads_per_layer"]})
         seeds = tuple(s["seed"] for s in sweeps)
         n, n_all = len(sweeps[0]["gold"]), len(_dev(ctx, task))
-        protocol = _protocol(model, task, seeds, n, n_all)
+        protocol = _protocol(model, task, seeds, n, n_all, ctx.params.get("max_tokens"))
         paper_heads = (f"{PAPER_MODEL}: disabling some single heads raises dev performance (by up to 3.2 % in the "
                        "paper's abstract), chosen and reported on the same dev set, no test")
-        claims, best = KC.best_head_claims(ctx, model, task, sweeps, paper_heads,
-                                           protocol + "; selection half and report half: a fixed random split of "
-                                           "those examples (seed 0)")
+        claims, best = KC.best_head_claims(ctx, model, task, sweeps, paper_heads, protocol)
         heads, head_summary = KC.family_claim(ctx, model, task, sweeps, "head", paper_heads, protocol)
         paper_layers = (f"{PAPER_MODEL}: Fig. 10, dev performance with each whole layer disabled, against the "
                         "fine-tuned model, no test")
@@ -165,20 +142,23 @@ def _hand_sha256() -> str:
 
 def stages(profile: Profile) -> list[Stage]:
     size = sizes(profile)
-    code = ("jattn.reproduce.studies.kovaleva_disabling", "jattn.reproduce.studies.kovaleva_claims",
-            "jattn.sweeps.disable")
+    sweep_code = ("jattn.sweeps.disable",)  # the sweep's run lives in kovaleva_disabling: edits here keep it
+    claim_code = ("jattn.reproduce.studies.kovaleva_disabling", "jattn.reproduce.studies.kovaleva_claims")
     out = []
     for model, plan in size["sweep"].items():
         for task in ("sst2", "cola"):
             names = []
             for seed in plan["seeds"]:
                 name = f"kovaleva.sweep-{model}-{task}-s{seed}"
-                out.append(Stage(name, _sweep_stage(model, task, seed), needs=(f"finetune.{model}-{task}-s{seed}",),
-                                 params={"dev": plan["dev"][task], "chunk": size["chunk"]}, data=TASK_DATA[task],
-                                 code=code))
+                out.append(Stage(name, sweep_stage(model, task, seed), needs=(f"finetune.{model}-{task}-s{seed}",),
+                                 params={"dev": plan["dev"][task], "chunk": size["chunk"],
+                                         **({"max_tokens": size["max_tokens"]} if "max_tokens" in size else {})},
+                                 data=TASK_DATA[task],
+                                 code=sweep_code))
                 names.append(name)
             out.append(Stage(f"kovaleva.disabling-{model}-{task}", _disabling_stage(model, task, names),
-                             needs=tuple(names), data=TASK_DATA[task], code=code))
+                             needs=tuple(names), data=TASK_DATA[task], code=claim_code,
+                             params={"max_tokens": size["max_tokens"]} if "max_tokens" in size else {}))
     out.append(Stage("kovaleva.labels", _labels_stage, data=("sst2/dev.tsv", "sst2/train.tsv"),
                      params={"hand_sha256": _hand_sha256(), **{k: size[k] for k in
                                                                 ("cnn_steps", "corpus_sentences", "per_sentence")}},

@@ -48,10 +48,10 @@ def _delta_measure(statistic: str, seeds: int) -> tuple[dict, dict]:
 
 def _improvement_status(ci) -> tuple[str, str]:
     if ci[0] > 0:
-        return "reproduced", "removing the selected head improves the metric (interval above 0)"
+        return "reproduced", "Removing the selected head improves the metric (interval above 0)"
     if ci[1] < 0:
-        return "not reproduced", "removing the selected head hurts (interval below 0)"
-    return "not reproduced", "no change detected: the interval of Δ includes 0"
+        return "not reproduced", "Removing the selected head hurts (interval below 0)"
+    return "not reproduced", "No change detected: the interval of Δ includes 0"
 
 
 def best_head_claims(ctx, model: str, task: str, sweeps: list[dict], paper: str, protocol: str) -> tuple[list, list]:
@@ -73,16 +73,18 @@ def best_head_claims(ctx, model: str, task: str, sweeps: list[dict], paper: str,
     measure, baseline = _delta_measure(statistic, len(sweeps))
     seeds = len(sweeps)
     claims = []
-    for kind, rows, what in (("heldout", held, "selected on one half of dev, Δ on the other half"),
-                             ("insample", insample, "selected and reported on the same dev examples (the paper's way)")):
+    split = "; the selection half and the report half: a fixed random split of these examples (seed 0)"
+    for kind, rows, what, how in (
+            ("heldout", held, "selected on one half of dev, Δ on the other half", split),
+            ("insample", insample, "selected and reported on the same dev examples (the paper's way)",
+             "; optimistic by construction: the largest of many noisy Δs, reported on the examples it was chosen on")):
         c = ctx.claim(id=f"kovaleva-{model}-{task}-best-head-{kind}",
                       claim=f"{model} {task}: disabling the head whose removal helps most, {what}",
                       paper=paper, unit=f"Δ {unit}", rows=rows, n=len(rows) // seeds, seeds=seeds,
-                      measure=measure, baseline=baseline, protocol=protocol, status=None)
+                      measure=measure, baseline=baseline, protocol=protocol + how + ".", status=None)
         status, note = _improvement_status(c["ci"])
         heads = ", ".join(f"seed {sd}: {b if kind == 'heldout' else t}" for sd, b, t in lines)
-        extra = "" if kind == "heldout" else "; optimistic: the largest of many noisy Δs, on the examples it was chosen on"
-        claims.append({**c, "status": status, "note": f"{note}; head (layer:head) {heads}{extra}"})
+        claims.append({**c, "status": status, "note": f"{note}; head (layer:head) {heads}."})
     return claims, lines
 
 
@@ -114,14 +116,14 @@ def family_claim(ctx, model: str, task: str, sweeps: list[dict], unit_name: str,
                   measure={"statistic": "mean", "columns": {"value": "changes"}, "ci_method": method},
                   baseline={"name": "uncorrected p < 0.05", "columns": {"value": "uncorrected"}},
                   protocol=protocol + f"; interval: {'bootstrap over ' + key if seeds == 1 else 't over seeds'}; "
-                  f"p-values from B = {b:,} paired resamples (Holm at 5 % needs p < {0.05 / (len(rows) // seeds):.1e})",
+                  f"p-values from B = {b:,} paired resamples (Holm at 5 % needs p < {0.05 / (len(rows) // seeds):.1e}).",
                   status=None)
     improves = sum(x["improves"] for x in summary)
     hurts = sum(x["hurts"] for x in summary)
     status = "reproduced" if improves else ("partly" if hurts else "not reproduced")
-    note = "; ".join(f"seed {x['seed']}: {x['hurts']} hurt, {x['improves']} improve after Holm "
+    note = "; ".join(f"Seed {x['seed']}: {x['hurts']} hurt, {x['improves']} improve after Holm "
                      f"({x['raised']} raise the metric before any test, {x['uncorrected']} with p < 0.05 uncorrected)"
-                     for x in summary)
+                     for x in summary) + "."
     return {**c, "status": status, "note": note}, summary
 
 
@@ -162,7 +164,7 @@ def figures(ctx, model: str, task: str, L: int, H: int, heads: dict, layers: dic
     bx.errorbar(range(L), dl, yerr=[dl - ci[:, 0], ci[:, 1] - dl], fmt="o", capsize=3)
     bx.axhline(0, color="k", lw=0.8)
     bx.set(xlabel="layer disabled", ylabel=f"Δ{unit} (95 % paired CI)", xticks=range(L), title="whole layer")
-    fig.suptitle(f"{model} {task}, seed {heads['seed']}: Kovaleva et al. Fig. 9-10 with paired tests", fontsize=9)
+    fig.suptitle(f"{model} {task}, seed {heads['seed']}: Kovaleva et al. Fig. 9-10 with paired tests", fontsize=9, y=1.03)
     path = ctx.figure(f"{model}-{task}-disabling.png")
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

@@ -13,6 +13,8 @@ fine-tuned classifier, tested against the unmodified model on the same dev examp
   3.5e-4, which B = 1000 cannot resolve (its smallest non-zero p is 0.002).
 - ``halves`` / ``best_variant``: the dev split in two fixed halves (select on one, report on
   the other: STATISTICS.md §5).
+- ``sweep_stage``: the ``kovaleva.sweep-<model>-<task>-s<seed>`` stage (here rather than in
+  ``kovaleva``, so that its key, which hashes its own module, stays when the claims change).
 """
 
 from __future__ import annotations
@@ -23,15 +25,79 @@ import numpy as np
 
 B_FAMILY = 10_000  # resamples of the family-wise tests (module docstring)
 ALPHA = 0.05
+TASK_DATA = {"sst2": ("sst2/dev.tsv",), "cola": ("cola/in_domain_dev.tsv",)}
+
+
+def dev_examples(ctx, task: str) -> list[tuple[str, int]]:
+    """The dev (text, label) pairs of ``task`` from the data file the stage declared."""
+    from jattn.io import glue
+
+    return glue.read_task(task, "dev", root=ctx.data(TASK_DATA[task][0]).parents[1])
+
+
+def subset(n_all: int, n: int, allowed: np.ndarray | None = None) -> np.ndarray:
+    """A fixed random subset of n of the n_all dev examples (of the ``allowed`` indices when
+    given; all of them when n is 0 or more than there are), sorted."""
+    pool = np.arange(n_all) if allowed is None else np.asarray(allowed)
+    if not n or n >= len(pool):
+        return pool
+    return np.sort(np.random.default_rng(0).choice(pool, n, replace=False))
+
+
+def short(tokenizer, dev: list[tuple[str, int]], max_tokens: int | None) -> np.ndarray | None:
+    """Indices of the dev examples of at most ``max_tokens`` tokens (None: no limit). The quick
+    profile sweeps only these: one length bucket, so one compiled program per sweep."""
+    if not max_tokens:
+        return None
+    lengths = np.array([len(x) for x in tokenizer([t for t, _ in dev])["input_ids"]])
+    return np.flatnonzero(lengths <= max_tokens)
+
+
+def sweep_stage(model: str, task: str, seed: int):
+    """The sweep of one classifier (``finetune.classifier``) on ``ctx.params["dev"]`` dev examples
+    (0: all): the examples' indices and labels, the unmodified predictions and, per head
+    (l·H + h) and per layer, the examples whose prediction flips."""
+    def run(ctx) -> dict:
+        import jattn
+        from jattn.reproduce.studies import finetune
+
+        dev = dev_examples(ctx, task)
+        folder = finetune.classifier(ctx, model, task, seed)
+        net = jattn.load(folder)
+        index = subset(len(dev), ctx.params["dev"], short(net.tokenizer, dev, ctx.params.get("max_tokens")))
+        files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(folder).iterdir() if p.is_file())
+        if net.config.num_labels != 2:
+            raise ValueError(f"the disabling claims store binary predictions; {model}-{task} has "
+                             f"{net.config.num_labels} labels")
+        r = sweep(net, [dev[i] for i in index], ctx.work(), chunk=ctx.params["chunk"], progress=ctx.progress,
+                  identity=repr(files))
+        L, H = net.config.num_layers, net.config.num_heads
+        return {"model": model, "task": task, "seed": seed, "index": index.tolist(), "heads_per_layer": H,
+                "gold": [dev[i][1] for i in index], "base": r["base"].tolist(),
+                "head_flips": flips(r["base"], r["heads"].reshape(L * H, -1)), "layer_flips": flips(r["base"], r["layers"])}
+
+    return run
 
 
 def sweep(model, examples: list[tuple[str, int]], work: Path, chunk: int = 64, batch_size: int = 32,
-          progress: bool = False) -> dict:
+          progress: bool = False, identity: str = "") -> dict:
     """Dev predictions with nothing, each head and each layer disabled (uniform). ``examples``
     (text, label); chunks of ``chunk`` examples in order of token length, each saved to
-    ``work/chunk_<k>.npz`` once done and read back on a rerun. Returns ``base`` (N,), ``heads``
-    (L, H, N), ``layers`` (L, N) predicted classes, input order."""
+    ``work/chunk_<k>.npz`` once done and read back on a rerun with the same ``identity`` (what
+    else the predictions depend on: the model's files); other chunks there are deleted first.
+    Returns ``base`` (N,), ``heads`` (L, H, N), ``layers`` (L, N) predicted classes, input order."""
+    import hashlib
+    import json
+
     from jattn.sweeps.disable import disable_sweep
+
+    work.mkdir(parents=True, exist_ok=True)
+    mark = work / "identity.json"
+    key = hashlib.sha256(json.dumps([identity, chunk, batch_size, examples]).encode()).hexdigest()
+    if not mark.is_file() or json.loads(mark.read_text()) != key:
+        for old in work.glob("chunk_*.npz"):
+            old.unlink()  # chunks of another model or other examples
+        mark.write_text(json.dumps(key))
 
     lengths = [len(x) for x in model.tokenizer([t for t, _ in examples])["input_ids"]]
     order = np.argsort(lengths, kind="stable")  # (N,) similar lengths share a chunk: little padding
@@ -39,7 +105,6 @@ def sweep(model, examples: list[tuple[str, int]], work: Path, chunk: int = 64, b
     N = len(examples)
     base, heads, layers = np.zeros(N, np.int64), np.zeros((c.num_layers, c.num_heads, N), np.int64), \
         np.zeros((c.num_layers, N), np.int64)
-    work.mkdir(parents=True, exist_ok=True)
     for k, start in enumerate(range(0, N, chunk)):
         idx = order[start:start + chunk]  # (m,)
         path = work / f"chunk_{k}.npz"

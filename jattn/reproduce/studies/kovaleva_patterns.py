@@ -32,7 +32,7 @@ def _with_delta(claim: dict, rows: list[dict], spec: dict, rule) -> dict:
 def _beats(what: str):
     def rule(d):
         text = f"Δ over the baseline {d['value']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] (paired bootstrap)"
-        return ("reproduced" if d["ci"][0] > 0 else "not reproduced", f"{what}: {text}")
+        return ("reproduced" if d["ci"][0] > 0 else "not reproduced", f"{what[0].upper()}{what[1:]}: {text}.")
     return rule
 
 
@@ -73,7 +73,7 @@ def labels_result(ctx, model, root, dev: list, train: list) -> dict:
                                    "ci_method": "bootstrap"},
                           baseline={"name": "majority class of the fitting fold",
                                     "columns": {"gold": "hand", "pred": "majority"}},
-                          protocol=f"{protocol}; {extra}", status=None)
+                          protocol=f"{protocol}; {extra}.", status=None)
         spec = {"statistic": "accuracy", "columns": {"gold": "hand", "pred": column}, "against": {"pred": "majority"},
                 "ci_method": "paired"}
         out.append(_with_delta(claim, rows, spec, _beats(f"the {name} against the majority class")))
@@ -111,7 +111,7 @@ def maps_result(ctx, model: str, task: str, index: np.ndarray, r: dict, threshol
         measure={"statistic": "mean", "columns": {"value": "structured"}, "ci_method": "bootstrap"},
         baseline={"name": "uniform attention on the same sentences", "columns": {"value": "uniform_structured"}},
         protocol=f"{protocol}; rules' thresholds V ≥ {thresholds.vertical}, R ≥ {thresholds.diagonal} fitted on the "
-                 "72 hand-labelled maps (disjoint from these)", status=None)
+                 "72 hand-labelled maps (disjoint from these).", status=None)
     spec = {"statistic": "mean", "columns": {"value": "structured"}, "against": {"value": "uniform_structured"},
             "ci_method": "paired"}
     structured = _with_delta(structured, rows, spec, _beats("structured maps beyond what uniform attention gets"))
@@ -126,10 +126,10 @@ def maps_result(ctx, model: str, task: str, index: np.ndarray, r: dict, threshol
         unit="cosine", rows=change_rows,
         measure={"statistic": "mean", "columns": {"value": "last"}, "ci_method": "bootstrap"},
         baseline={"name": f"layers 0-{last - 1} on the same examples", "columns": {"value": "rest"}},
-        protocol=f"{protocol}; maps over real tokens only (the released code used padded maps)", status=None)
+        protocol=f"{protocol}; maps over real tokens only (the released code used padded maps).", status=None)
 
     def lower(d):
-        text = f"last two − other layers {d['value']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] (paired bootstrap)"
+        text = f"Last two − other layers {d['value']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] (paired bootstrap)."
         return ("reproduced" if d["ci"][1] < 0 else "not reproduced", text)
 
     spec = {"statistic": "mean", "columns": {"value": "last"}, "against": {"value": "rest"}, "ci_method": "paired"}
@@ -167,12 +167,12 @@ def _figures(ctx, tag: str, types: dict, uniform: list, per_layer: list, cosine_
     v = np.array([x[0] for x in per_layer])
     ci = np.array([x[1] for x in per_layer])
     bx.errorbar(range(len(v)), v, yerr=[v - ci[:, 0], ci[:, 1] - v], fmt="-o", capsize=3)
-    bx.set(xlabel="layer", ylabel="cosine before vs after (95 % CI)", title="change under fine-tuning (Fig. 5)",
+    bx.set(xlabel="layer", ylabel="cosine (95 % CI)", title="before vs after fine-tuning (Fig. 5)",
            xticks=range(len(v)))
     im = cx.imshow(cosine_heads, cmap="viridis", aspect="auto")
     cx.set(xlabel="head", ylabel="layer", title="cosine per head (mean over dev)")
     fig.colorbar(im, ax=cx)
-    fig.suptitle(tag, fontsize=9)
+    fig.suptitle(tag, fontsize=9, y=1.03)
     path = ctx.figure(f"{tag}-patterns-change.png")
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
