@@ -63,9 +63,9 @@ def sizes(profile: Profile) -> dict:
 
 def _protocol(model: str, task: str, seeds: tuple, n: int, n_all: int, max_tokens: int | None) -> str:
     part = "all" if n == n_all else f"a fixed random {n} of the {n_all}"
-    part += f" (of ≤ {max_tokens} tokens)" if max_tokens else ""
+    part += " dev examples" + (f" (drawn among those of ≤ {max_tokens} tokens)" if max_tokens else "")
     return (f"{model} fine-tuned on {task} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}), "
-            f"{part} dev examples; a head disabled as in the paper (its attention uniform over the real tokens); "
+            f"{part}; a head disabled as in the paper (its attention uniform over the real tokens); "
             f"deviations: model ({'12 × 12' if model == 'mpnet' else '6 × 12'} heads, not BERT-base), "
             f"task{' (CoLA is not among the paper’s tasks)' if task == 'cola' else ''}")
 
@@ -79,12 +79,12 @@ def _disabling_stage(model: str, task: str, names: list[str]):
         seeds = tuple(s["seed"] for s in sweeps)
         n, n_all = len(sweeps[0]["gold"]), len(_dev(ctx, task))
         protocol = _protocol(model, task, seeds, n, n_all, ctx.params.get("max_tokens"))
-        paper_heads = (f"{PAPER_MODEL}: disabling some single heads raises dev performance (by up to 3.2 % in the "
-                       "paper's abstract), chosen and reported on the same dev set, no test")
+        paper_heads = (f"{PAPER_MODEL}: disabling some single heads raises dev performance (Fig. 9; up to about 3 "
+                       "points), heads chosen and reported on the same dev set, no test")
         claims, best = KC.best_head_claims(ctx, model, task, sweeps, paper_heads, protocol)
         heads, head_summary = KC.family_claim(ctx, model, task, sweeps, "head", paper_heads, protocol)
-        paper_layers = (f"{PAPER_MODEL}: Fig. 10, dev performance with each whole layer disabled, against the "
-                        "fine-tuned model, no test")
+        paper_layers = (f"{PAPER_MODEL}: disabling some whole layers also raises dev performance (Fig. 10), "
+                        "against the fine-tuned model, no test")
         layers, layer_summary = KC.family_claim(ctx, model, task, sweeps, "layer", paper_layers, protocol)
         L = len(sweeps[0]["layers"])
         H = sweeps[0]["heads_per_layer"]

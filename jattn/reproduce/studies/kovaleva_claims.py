@@ -121,9 +121,10 @@ def family_claim(ctx, model: str, task: str, sweeps: list[dict], unit_name: str,
     improves = sum(x["improves"] for x in summary)
     hurts = sum(x["hurts"] for x in summary)
     status = "reproduced" if improves else ("partly" if hurts else "not reproduced")
-    note = "; ".join(f"Seed {x['seed']}: {x['hurts']} hurt, {x['improves']} improve after Holm "
+    note = "; ".join(f"seed {x['seed']}: {x['hurts']} hurt, {x['improves']} improve after Holm "
                      f"({x['raised']} raise the metric before any test, {x['uncorrected']} with p < 0.05 uncorrected)"
-                     for x in summary) + "."
+                     for x in summary)
+    note = note[0].upper() + note[1:] + "."
     return {**c, "status": status, "note": note}, summary
 
 
