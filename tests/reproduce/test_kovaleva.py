@@ -73,7 +73,7 @@ def test_flips_store_binary_predictions_whole():
     np.testing.assert_array_equal(D.unflip(base, D.flips(base, base)), base)
 
 
-@pytest.mark.parametrize("name, fn", [("accuracy_delta", glue.accuracy), ("mcc_delta", glue.matthews_corr)])
+@pytest.mark.parametrize("name, fn", [("accuracy_gain", glue.accuracy), ("mcc_gain", glue.matthews_corr)])
 def test_delta_statistics_over_seeds_are_a_t_interval_of_per_seed_changes(name, fn):
     from scipy.stats import t
 
@@ -81,7 +81,7 @@ def test_delta_statistics_over_seeds_are_a_t_interval_of_per_seed_changes(name, 
     for seed in range(3):
         gold, base, preds = _binary(n=80, seed=seed)
         rows += [{"seed": seed, "gold": int(g), "pred": int(p), "base": int(b)} for g, p, b in zip(gold, preds[2], base)]
-    got = claims.evaluate(rows, {"statistic": name, "columns": {"gold": "gold", "pred": "pred", "base": "base"},
+    got = claims.evaluate(rows, {"statistic": name, "columns": {"gold": "gold", "pred": "pred", "reference": "base"},
                                  "ci_method": "seeds"})
     per = []
     for seed in range(3):
@@ -125,14 +125,14 @@ def test_the_chunked_sweep_resumes_and_equals_one_sweep(tiny, tmp_path):
     whole = disable_sweep(model, examples, unit="head", progress=False)
     layers = disable_sweep(model, examples, unit="layer", progress=False)
     for r in (first, again):
-        np.testing.assert_array_equal(r["base"], whole.base_predictions)
+        np.testing.assert_array_equal(r["base"], whole.baseline_predictions)
         np.testing.assert_array_equal(r["heads"], whole.predictions)
         np.testing.assert_array_equal(r["layers"], layers.predictions)
     saved = dict(np.load(tmp_path / "chunk_0.npz"))
     np.savez(tmp_path / "chunk_0.npz", **{**saved, "base": 1 - saved["base"]})  # a chunk of "another model"
-    assert not np.array_equal(D.sweep(model, examples, tmp_path, chunk=3)["base"], whole.base_predictions)  # reused
+    assert not np.array_equal(D.sweep(model, examples, tmp_path, chunk=3)["base"], whole.baseline_predictions)  # reused
     other = D.sweep(model, examples, tmp_path, chunk=3, identity="retrained")  # another model's files: recomputed
-    np.testing.assert_array_equal(other["base"], whole.base_predictions)
+    np.testing.assert_array_equal(other["base"], whole.baseline_predictions)
 
 
 def test_dev_maps_of_a_model_against_itself(tiny):

@@ -34,7 +34,7 @@ stage (8); maps ≈ 4 min (two forwards with weights per model and task); labels
 80 min in all, within the study's 90. All 872 SST-2 sentences for MPNet would add ≈ 34 min;
 MPNet seeds 1-2 ≈ 51 min each. Quick profile: MiniLM, seeds 0-1, 12 dev sentences of ≤ 16
 tokens per task for the sweeps (one length bucket: one compile per program) and 24 for the
-maps, a 40-step CNN; almost all of its time is compiling.
+maps, a 40-step CNN: 80 s of stage time at load average ~8, most of it compiling.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def _delta_measure(statistic: str, seeds: int) -> tuple[dict, dict]:
         return ({"statistic": statistic, "columns": {"gold": "gold", "pred": "pred"}, "against": {"pred": "base"},
                  "ci_method": "paired"},
                 {"name": "unmodified model", "columns": {"gold": "gold", "pred": "base"}, "ci_method": "bootstrap"})
-    return ({"statistic": f"{statistic}_delta", "columns": {"gold": "gold", "pred": "pred", "base": "base"},
+    return ({"statistic": f"{statistic}_gain", "columns": {"gold": "gold", "pred": "pred", "reference": "base"},
              "ci_method": "seeds"},
             {"name": "unmodified model (mean over seeds)", "statistic": statistic,
              "columns": {"gold": "gold", "pred": "base"}, "ci_method": "seeds"})

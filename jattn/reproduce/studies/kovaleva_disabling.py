@@ -114,7 +114,7 @@ def sweep(model, examples: list[tuple[str, int]], work: Path, chunk: int = 64, b
             h = disable_sweep(model, part, unit="head", **kw)
             layer = disable_sweep(model, part, unit="layer", **kw)
             tmp = work / f"chunk_{k}.tmp.npz"
-            np.savez(tmp, idx=idx, base=h.base_predictions, heads=h.predictions, layers=layer.predictions)
+            np.savez(tmp, idx=idx, base=h.baseline_predictions, heads=h.predictions, layers=layer.predictions)
             tmp.replace(path)  # a chunk is there whole or not at all
             if progress:
                 print(f"    disabling: {min(start + chunk, N)}/{N} examples", flush=True)
