@@ -180,8 +180,10 @@ def test_make_rejects_unknown_names_before_running_any(cache, tiny_recipe, capsy
 
 def test_recipes_follow_the_finetune_glue_protocol():
     """The two classifiers: the embedded MiniLM with FinetuneConfig's defaults but the epochs
-    (CoLA 3, SST-2 1), each reading its own GLUE task and naming that data set."""
+    (CoLA 3, SST-2 1) and the seed (0, 1, 2), each reading its own GLUE task and naming that data set."""
     for name, task in (("minilm-sst2", "sst2"), ("minilm-cola", "cola")):
-        r = artefacts.RECIPES[name]
-        assert r.kind == "finetune" and r.base is None and r.task == task and r.needs == (task,) and not r.options
+        for seed, suffix in enumerate(("", "-s1", "-s2")):
+            r = artefacts.RECIPES[name + suffix]
+            assert r.kind == "finetune" and r.base is None and r.task == task and r.needs == (task,)
+            assert dict(r.options) == {"seed": seed} and f"seed {seed}" in r.what
     assert (artefacts.RECIPES["minilm-cola"].epochs, artefacts.RECIPES["minilm-sst2"].epochs) == (3, 1)

@@ -106,12 +106,12 @@ def _read(name, dir_fd) -> bytes:
 
 
 def assert_complete(files: dict, methods: str) -> None:
-    """One run's complete results: results.json/npz and exactly that method set's figures."""
+    """One run's complete results: results.json/npz, report.md and exactly that method set's figures."""
     doc = json.loads(files["results.json"])
     assert doc["meta"]["complete"] is True and doc["meta"]["methods"] == methods.split(",")
     figures = {k.removeprefix("figures/") for k in files if k.startswith("figures/")}
     assert figures == set().union(*(FIGURES[m] for m in methods.split(","))), figures
-    assert set(files) == {"results.json", "results.npz", ".jattn-files"} | {"figures/" + f for f in figures}
+    assert set(files) == {"results.json", "results.npz", "report.md", ".jattn-files"} | {"figures/" + f for f in figures}
     assert set(files[".jattn-files"].decode().splitlines()) == set(files) - {".jattn-files"}  # what jattn wrote
     assert all(files[f"figures/{f}"].startswith(b"\x89PNG") for f in figures)
     import io
