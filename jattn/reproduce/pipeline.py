@@ -6,7 +6,11 @@ profile's sizes), the sha256 of the data files it reads (from the data manifest)
 the artefacts it uses, the source of the modules it names, and the keys of the stages it reads.
 ``run`` executes stages in order and skips one whose record ``<out>/stages/<name>.json`` holds
 the same key, so that a rerun after a kill continues where it stopped and a stage whose inputs
-and code did not change is not rerun. A stage that takes long checkpoints in its own work folder
+and code did not change is not rerun. The claims' statistics (``jattn.reproduce.claims``) are
+not part of the key: each record names the version of that module its claims were computed
+with, and after an edit of it the recorded claims are recomputed from their predictions files
+— the record stands if every number comes out the same (a new statistic, a refactoring), the
+stage reruns if one differs. A stage that takes long checkpoints in its own work folder
 (``Context.work``) and continues from there; its record is written last.
 
 Two profiles: ``full`` (the numbers of ``experiments/results/REPORT.md``) and ``quick`` (the same
@@ -73,7 +77,7 @@ def stage_key(stage: Stage, needed_keys: dict[str, str]) -> str:
 
     data = {f: _data_sha256(f) for f in stage.data}
     recipes = {m: repr(artefacts.recipe(m)) for m in stage.models}
-    modules = sorted({stage.run.__module__, "jattn.reproduce.claims", "jattn.stats", *stage.code})
+    modules = sorted({stage.run.__module__, "jattn.stats", *stage.code})
     blob = json.dumps({"name": stage.name, "params": stage.params, "data": data, "models": recipes,
                        "code": {m: _source_hash(m) for m in modules}, "needs": needed_keys},
                       sort_keys=True, default=str)
@@ -198,12 +202,62 @@ def _current(stage: Stage, record: dict | None, key: str, force: tuple[str, ...]
             and stage.study not in force)
 
 
+def _claims_code() -> str:
+    return _source_hash("jattn.reproduce.claims")
+
+
+def _same_numbers(a, b) -> bool:
+    """Equal structure, numbers equal to 1e-9 relative (a JSON round trip), NaN equal to NaN."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_numbers(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_numbers(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return (a != a and b != b) or abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)
+    return a == b
+
+
+def _claims_stand(record: dict, ctx: Context) -> bool:
+    """Whether ``record``'s claims hold with the current ``jattn.reproduce.claims``: computed with
+    it, or recomputed from their predictions files to the same value, interval and baseline."""
+    from jattn.reproduce import claims
+
+    if record.get("claims_code") == _claims_code():
+        return True
+    root = repository_root(ctx.out.resolve()) or ctx.out.resolve()
+    for claim in record["result"].get("claims", []):
+        try:
+            again = claims.recompute(claim, root)
+        except (OSError, KeyError, ValueError):
+            return False
+        recorded = {"value": claim["value"], "ci": claim["ci"]}
+        baseline = {"value": claim["baseline"]["value"], "ci": claim["baseline"]["ci"]}
+        fresh = {k: again["value"][k] for k in recorded}
+        fresh_baseline = {k: again["baseline"][k] for k in baseline}
+        if not (_same_numbers(recorded, json.loads(json.dumps(fresh, default=_json_default)))
+                and _same_numbers(baseline, json.loads(json.dumps(fresh_baseline, default=_json_default)))):
+            return False
+    return True
+
+
+def _write_record(out: Path, record: dict) -> dict:
+    """Write ``record`` atomically; returns it as read back (JSON types)."""
+    path = _record_path(out, record["name"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1, default=_json_default) + "\n")
+    os.replace(tmp, path)
+    return json.loads(path.read_text())
+
+
 def plan(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = ()) -> list[str]:
     """One line per stage: whether ``run`` would run it, and why."""
     lines = []
     for stage, (name, key) in zip(stages, keys(stages).items()):
         record = _record(ctx.out, name)
-        state = ("up to date" if _current(stage, record, key, force) else
+        state = ("up to date" + ("" if record.get("claims_code") == _claims_code() else
+                                 " (claims to be recomputed: jattn.reproduce.claims changed)")
+                 if _current(stage, record, key, force) else
                  "would run: " + ("no record" if record is None else "forced" if record.get("key") == key
                                   else "inputs or code changed (or a stage it needs)"))
         lines.append(f"{name}: {state}")
@@ -219,14 +273,25 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
     """Run ``stages`` in order, skipping those whose record holds their current key; ``force``:
     stage names (or study names) to rerun anyway. Returns every stage's record."""
     records: dict[str, dict] = {}
+    rerun: set[str] = set()
     for i, (stage, key) in enumerate(zip(stages, keys(stages).values())):
         old = _record(ctx.out, stage.name)
-        if _current(stage, old, key, force):
+        current = _current(stage, old, key, force)
+        if current and any(n in rerun for n in stage.needs):  # the same key, but what it reads was made again
+            current, why = False, " (a stage it needs was run again)"
+        elif current and not _claims_stand(old, ctx):
+            current, why = False, " (its claims recompute differently with the edited jattn.reproduce.claims)"
+        else:
+            why = " (its inputs or code changed)" if old else ""
+        if current:
             log(f"[{i + 1}/{len(stages)}] {stage.name}: unchanged since {old['finished']}, not rerun")
+            if old.get("claims_code") != _claims_code():
+                old = _write_record(ctx.out, {**old, "claims_code": _claims_code()})
             records[stage.name] = old
             ctx.results[stage.name] = old["result"]
             continue
-        log(f"[{i + 1}/{len(stages)}] {stage.name}: running" + (" (its inputs or code changed)" if old else ""))
+        log(f"[{i + 1}/{len(stages)}] {stage.name}: running" + why)
+        rerun.add(stage.name)
         ctx.stage = stage
         start = time.perf_counter()
         result = stage.run(ctx)
@@ -234,13 +299,9 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
                   "params": stage.params,
                   "runtime_s": round(time.perf_counter() - start, 1), "machine": machine(),
                   "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "python": sys.version.split()[0],
-                  "result": result}
-        path = _record_path(ctx.out, stage.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=1, default=_json_default) + "\n")
-        os.replace(tmp, path)  # the record last: a killed stage has none and reruns from its work folder
-        records[stage.name] = json.loads(path.read_text())
+                  "claims_code": _claims_code(), "result": result}
+        # the record last: a killed stage has none and reruns from its work folder
+        records[stage.name] = _write_record(ctx.out, record)
         ctx.results[stage.name] = records[stage.name]["result"]
         log(f"    done in {record['runtime_s']:.0f} s")
     return records

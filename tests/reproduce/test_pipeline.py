@@ -147,6 +147,35 @@ def test_stages_run_once_and_again_only_when_their_inputs_change(tmp_path):
     assert pipeline.plan(_toy(n=5), _ctx(tmp_path))[0].startswith("toy.count: would run")
 
 
+def _claiming(ctx):
+    CALLS.append(ctx.stage.name)
+    return {"claims": [ctx.claim(id="toy-acc", claim="c", paper="p", unit="accuracy", rows=_rows(),
+                                 measure={"statistic": "accuracy", "columns": {"gold": "gold", "pred": "pred"},
+                                          "ci_method": "bootstrap"},
+                                 baseline={"name": "other", "columns": {"gold": "gold", "pred": "other"}})]}
+
+
+def test_an_edit_of_the_claims_module_reruns_only_stages_whose_numbers_it_changes(tmp_path, monkeypatch):
+    CALLS.clear()
+    quiet = lambda *_: None  # noqa: E731
+    stages = [pipeline.Stage("toy.claim", _claiming), pipeline.Stage("toy.after", _count, params={"n": 1},
+                                                                      needs=("toy.claim",))]
+    pipeline.run(stages, _ctx(tmp_path), log=quiet)
+    record = tmp_path / "out" / "stages" / "toy.claim.json"
+    # an edit that changes no number (e.g. a new statistic): the records stand, marked with the new version
+    monkeypatch.setattr(pipeline, "_claims_code", lambda: "edited")
+    assert "claims to be recomputed" in pipeline.plan(stages, _ctx(tmp_path))[0]
+    pipeline.run(stages, _ctx(tmp_path), log=quiet)
+    assert CALLS == ["toy.claim", "toy.after"] and json.loads(record.read_text())["claims_code"] == "edited"
+    # an edit that changes a number (here: the predictions it reads differ): the stage and what needs it rerun
+    monkeypatch.setattr(pipeline, "_claims_code", lambda: "edited again")
+    predictions = tmp_path / "out" / "predictions" / "toy-acc.jsonl"
+    rows = claims.read_rows(predictions)
+    claims.write_rows(predictions, [{**r, "pred": 1 - r["pred"]} for r in rows])
+    pipeline.run(stages, _ctx(tmp_path), log=quiet)
+    assert CALLS[2:] == ["toy.claim", "toy.after"] and json.loads(record.read_text())["claims_code"] == "edited again"
+
+
 def test_a_killed_stage_leaves_no_record_and_resumes_from_its_work_folder(tmp_path):
     CALLS.clear()
     stages = [pipeline.Stage("toy.flaky", _flaky)]
