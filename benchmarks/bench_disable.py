@@ -9,7 +9,7 @@ On MiniLM with a classification head (``--model``: an HF classifier folder; defa
 artefact minilm-sst2 when it is made, else the embedded MiniLM with a random 2-class head saved to
 a temporary folder — the timing does not depend on the head's values) over the first ``--examples``
 SST-2 dev sentences, 72 heads + 6 layers, uniform mode:
-  (a) ``jattn.sweeps.disable.disable_sweep`` (unit head, then unit layer): one intact forward per
+  (a) ``jattn.sweeps.disable.disable`` (unit head, then unit layer): one intact forward per
       batch, each layer's variants re-run from ``hidden_states[l]`` one after another in one
       compiled call, [CLS]-row last layer;
   (b) ``sweep_by_loop``: one complete evaluation per disabled head or layer through the jitted full
@@ -102,7 +102,7 @@ def run(args, tmp: str) -> None:
 
     import jattn
     from jattn.io.glue import read_task
-    from jattn.sweeps.disable import disable_sweep, sweep_by_loop
+    from jattn.sweeps.disable import disable, sweep_by_loop
     from jattn.runner import buckets
 
     folder, name = (args.model, args.model) if args.model else classifier_folder(Path(tmp))
@@ -111,7 +111,7 @@ def run(args, tmp: str) -> None:
     kw = dict(mode="uniform", batch_size=args.batch_size, progress=False)
 
     def batched():
-        return [disable_sweep(model, dev, "accuracy", unit=u, **kw) for u in ("head", "layer")]
+        return [disable(model, dev, "accuracy", unit=u, **kw) for u in ("head", "layer")]
 
     def loop():
         return [sweep_by_loop(model, dev, "accuracy", unit=u, **kw) for u in ("head", "layer")]
@@ -122,7 +122,7 @@ def run(args, tmp: str) -> None:
             for b in sorted({next(s for s in sizes if s >= n) for n in lengths})]  # one example per bucket
     t0 = time.perf_counter()
     for u in ("head", "layer"):
-        disable_sweep(model, warm, "accuracy", unit=u, **kw)
+        disable(model, warm, "accuracy", unit=u, **kw)
         sweep_by_loop(model, warm, "accuracy", unit=u, **kw)
     compile_s = time.perf_counter() - t0
     runs = {"batched": [], "loop": []}

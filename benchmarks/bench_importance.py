@@ -53,18 +53,17 @@ def jattn_child(args) -> dict:
     if args.part == "batch":
         return jattn_batch_child(args)
     import jattn
-    from jattn.sweeps.pruning_curve import classification_metric, pruning_curve
+    from jattn.sweeps.pruning_curve import classification_metric, prune
 
     model, data = jattn.load(args.folder), dev(args.sentences if args.part == "importance" else args.curve_sentences)
     if args.part == "importance":
         run = lambda: jattn.importance(model, data, estimator="token", batch_size=args.batch, progress=False)
         first, _, _ = measure(run)
         seconds, peak, imp = measure(run)
-        return {"first_call_s": first, "seconds": seconds, "peak_mb": peak, "importance": imp.tolist()}
+        return {"first_call_s": first, "seconds": seconds, "peak_mb": peak, "importance": imp["encoder"].tolist()}
     metric = classification_metric(model, data, batch_size=args.batch)
-    seconds, peak, curve = measure(lambda: pruning_curve(model, data, metric, estimator="token",
-                                                         schedule="reestimate", step=args.step,
-                                                         batch_size=args.batch))
+    seconds, peak, curve = measure(lambda: prune(model, data, metric, estimator="token", schedule="reestimate",
+                                                 step=args.step, batch_size=args.batch))
     return {"seconds": seconds, "peak_mb": peak, "curve": curve}
 
 

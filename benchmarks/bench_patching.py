@@ -91,10 +91,11 @@ def main():
     nn = NNsight(hf)
 
     def run_jattn():
-        return jattn.patch_heads(model, a, b, metric, batch_size=args.pairs, heads_per_step=args.heads_per_step)
+        return jattn.patch_heads(model, a, b, metric, batch_size=args.pairs,
+                                 heads_per_step=args.heads_per_step)["encoder"]
 
     def run_attribution():
-        return jattn.attribution_patch_heads(model, a, b, metric, batch_size=args.pairs)
+        return jattn.attribution_patch_heads(model, a, b, metric, batch_size=args.pairs)["encoder"]
 
     def run_forward():
         return model.forward(b, internals=None).last_hidden_state.block_until_ready()

@@ -10,7 +10,7 @@ Matthews correlation), with the fine-tuned MiniLM ``minilm-<task>`` (``jattn mod
 first with ``jattn.training.finetune.finetune_task`` when the folder has no ``DONE``):
 
 1. the single-head and whole-layer sweeps, uniform (Kovaleva) and zeroed (Michel)
-   (``jattn.sweeps.disable.disable_sweep``), beside a noise floor: the bootstrap standard
+   (``jattn.sweeps.disable.disable``), beside a noise floor: the bootstrap standard
    deviation of the dev metric (1,000 resamples of the dev examples), which is how much a
    change of that size can arise from which examples happen to be in dev;
 2. pattern types of every (example, layer, head) map by the rules of
@@ -119,13 +119,13 @@ def bootstrap_std(preds: np.ndarray, gold: np.ndarray, fn, draws: int = 1000, se
 
 
 def sweeps(model, dev, metric: str, batch_size: int, part: Path, fresh: bool) -> dict:
-    from jattn.sweeps.disable import disable_sweep
+    from jattn.sweeps.disable import disable
     from jattn.io import glue
 
     out = {}
     for mode in ("uniform", "zero"):
         for unit in ("head", "layer"):
-            out[f"{unit}_{mode}"] = cached(part / f"sweep_{unit}_{mode}.json", fresh, lambda: disable_sweep(
+            out[f"{unit}_{mode}"] = cached(part / f"sweep_{unit}_{mode}.json", fresh, lambda: disable(
                 model, dev, metric, mode=mode, unit=unit, batch_size=batch_size).to_json())
     fn = getattr(glue, metric)
     gold = np.array([y for _, y in dev])

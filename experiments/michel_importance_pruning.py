@@ -50,8 +50,8 @@ from experiment_data import add_data_dir, data_file  # noqa: E402
 
 import jattn  # noqa: E402
 from jattn.sweeps.importance import ESTIMATORS  # noqa: E402
-from jattn.sweeps.pruning_curve import (SCHEDULES, bleu_metric, classification_metric, head_shapes,  # noqa: E402
-                                         prunable_fraction, pruning_curve)
+from jattn.sweeps.pruning_curve import (SCHEDULES, bleu_metric, classification_metric,  # noqa: E402
+                                         prunable_fraction, prune)
 
 OUT = ROOT / "experiments" / "results" / "michel_importance_pruning"
 MICHEL = {"sst2": "BERT-base on MNLI: ~40 % of heads prunable with little loss (Fig. 3); 'exact' (re-estimated) "
@@ -119,10 +119,9 @@ def run_task(task: str, args, results: dict) -> None:
     r = results.setdefault(task, {"curves": {}, "prunable_fraction_within_1pt": {}, "importance": {}})
     r.update(metric_name=metric_name, step=args.step, model=str(Path(model.source).resolve().relative_to(ROOT))
              if Path(model.source).resolve().is_relative_to(ROOT) else model.source,
-             importance_examples=len(examples), total_heads=int(sum(L * H for L, H in head_shapes(model).values())))
+             importance_examples=len(examples), total_heads=int(sum(L * H for L, H in model.head_shapes.values())))
     if "baseline_metric" not in r:
-        full = {k: np.ones(s, np.float32) for k, s in head_shapes(model).items()}
-        r["baseline_metric"] = float(metric(full if task == "multi30k" else full["encoder"]))
+        r["baseline_metric"] = float(metric({k: np.ones(s, np.float32) for k, s in model.head_shapes.items()}))
         save(results, task)
     print(f"{task}: unpruned {metric_name} {r['baseline_metric']:.2f}", flush=True)
     order = [("token", "once"), ("token", "reestimate"), None] + [(e, s) for e in ESTIMATORS[1:] for s in SCHEDULES]
@@ -136,8 +135,8 @@ def run_task(task: str, args, results: dict) -> None:
             continue
         t = time.time()
         history = []
-        curve = pruning_curve(model, examples, metric, estimator=estimator, schedule=schedule, step=args.step,
-                              batch_size=args.batch_size, history=history)
+        curve = prune(model, examples, metric, estimator=estimator, schedule=schedule, step=args.step,
+                      batch_size=args.batch_size, history=history)
         r["curves"][key] = curve
         r["prunable_fraction_within_1pt"][key] = prunable_fraction(curve, r["baseline_metric"])
         r["importance"][estimator] = jsonable(history[0])
@@ -157,11 +156,10 @@ def random_curves(task, model, examples, metric, args, results) -> None:
     rand = r.setdefault("random", {"curves": {}})
     rng = np.random.default_rng(0)
     for seed in range(args.random_seeds):
-        scores = {k: rng.random(s) for k, s in head_shapes(model).items()}
+        scores = {k: rng.random(s) for k, s in model.head_shapes.items()}
         if str(seed) in rand["curves"]:
             continue
-        curve = pruning_curve(model, examples, metric, scores=scores if task == "multi30k" else scores["encoder"],
-                              step=args.step)
+        curve = prune(model, examples, metric, scores=scores, step=args.step)
         rand["curves"][str(seed)] = curve
         save(results, task)
         print(f"{task} random ranking {seed}: done", flush=True)
@@ -173,13 +171,12 @@ def random_curves(task, model, examples, metric, args, results) -> None:
 
 
 def jsonable(imp):
-    return {k: np.asarray(v).round(6).tolist() for k, v in imp.items()} if isinstance(imp, dict) \
-        else {"encoder": np.asarray(imp).round(6).tolist()}
+    return {k: np.asarray(v).round(6).tolist() for k, v in imp.items()}
 
 
 def pruned_by_type(r: dict, model) -> dict:
     """Token/once ranking: heads of each attention type among the first k pruned, per step."""
-    shapes = head_shapes(model)
+    shapes = model.head_shapes
     imp = r["importance"]["token"]
     kinds = np.concatenate([[k] * (L * H) for k, (L, H) in shapes.items()])
     order = np.argsort(np.concatenate([np.ravel(imp[k]) for k in shapes]), kind="stable")

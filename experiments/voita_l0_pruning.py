@@ -179,7 +179,7 @@ class SST2Task:
     def importance(self) -> dict:
         from jattn.sweeps.importance import importance
 
-        return {"encoder": importance(self.model, self.importance_pairs, batch_size=32, max_length=64)}
+        return importance(self.model, self.importance_pairs, batch_size=32, max_length=64)
 
     def probe_batch(self) -> dict:
         from jattn.training.finetune import pad_batch
@@ -214,7 +214,7 @@ def export_check(task, gate_values: dict, keep: dict, folder: Path) -> dict:
     folded = l0.fold_gates(task.params, task.config, {k: jnp.asarray(v) for k, v in gate_values.items()})
     gated_model = type(task.model)(task.config, folded, task.model.tokenizer, task.model.source)
     encoder_only = not hasattr(task.config, "decoder_layers")
-    export_pruned(gated_model, keep["encoder"] if encoder_only else keep, folder)
+    export_pruned(gated_model, keep, folder)
     pruned = jattn.load(folder)
     batch = task.probe_batch()
     iv = G.interventions({k: jnp.asarray(v) for k, v in gate_values.items()}, encoder_only=encoder_only)

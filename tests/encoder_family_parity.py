@@ -142,14 +142,14 @@ def check_classifier(model, oracle, batch: dict, types: bool = True) -> None:
 
 def check_pruned(model, batch: dict) -> None:
     """A physically pruned model equals the model with the dropped heads gated to 0."""
-    from jattn.sweeps.pruning import prune
+    from jattn.sweeps.pruning import remove_heads
 
     L, H = model.config.num_layers, model.config.num_heads
     keep = np.ones((L, H), bool)
     keep[0, 1:] = False  # one head left in layer 0
     keep[-1, 0] = False
     masked = model.forward(batch, Interventions(head_gates=jnp.asarray(keep, jnp.float32)), internals=("weights",))
-    out = prune(model, keep).forward(batch, internals=("weights",))
+    out = remove_heads(model, keep).forward(batch, internals=("weights",))
     terms = model_terms(model.config, batch["input_ids"].shape[1])
     assert_close(out.last_hidden_state, masked.last_hidden_state, terms=terms)
     for layer in range(L):

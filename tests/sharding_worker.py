@@ -78,7 +78,7 @@ def forward_all(model, batch, mesh=None) -> dict:
 def norm_maps(model, batch) -> dict:
     import jattn
 
-    return {"norms/" + k: np.asarray(v) for k, v in jattn.norms(model, batch, residual=True).items()}
+    return {"norms/" + k: np.asarray(v) for k, v in jattn.norms(model, batch, residual=True)["encoder"].items()}
 
 
 COLLECTIVES = ("all-gather(", "all-to-all(", "collective-permute(", "all-reduce(", "reduce-scatter(")

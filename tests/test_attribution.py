@@ -16,7 +16,7 @@ def setup(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny_bert_attr")
     model = tiny_bert(path)
     batch = model.tokenize(SENTENCES)
-    return model, batch, jattn.attributions(model, batch), [hf_reference(path, batch, k) for k in range(len(SENTENCES))]
+    return model, batch, jattn.attributions(model, batch)["encoder"], [hf_reference(path, batch, k) for k in range(len(SENTENCES))]
 
 
 def hf_reference(path, batch, k: int) -> dict:
@@ -133,5 +133,5 @@ def test_flow_bad_input():
 
 
 def test_attributions_bad_model():
-    with pytest.raises(TypeError, match="encoder models"):
+    with pytest.raises(TypeError, match="a model from jattn.load"):
         A.attributions(object(), None)

@@ -216,7 +216,7 @@ def test_api_labels_against_num_labels(models):
     model = jattn.load(models["cls"], use_cache=False)
     for bad in ([("a cat", 0), ("a dog", 3)], [("a cat", 7)], [("a cat", -2)]):
         for call in (lambda: jattn.importance(model, bad, progress=False),
-                     lambda: jattn.disable_sweep(model, bad, progress=False),
+                     lambda: jattn.disable(model, bad, progress=False),
                      lambda: classification_metric(model, bad)):
             with pytest.raises(validate.BadArgument, match=r"labels label -?\d.*0\.\.2.*Fix"):
                 call()

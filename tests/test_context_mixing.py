@@ -13,7 +13,7 @@ from norms_testing import SENTENCES, tiny_bert
 
 import jattn
 import tiny_seq2seq
-from jattn.analyses.context_mixing import alti_plus, value_zeroing
+from jattn.analyses.context_mixing import value_zeroing
 from tolerance import assert_close, model_terms
 
 
@@ -150,7 +150,8 @@ def test_alti_plus_equals_loops(tiny_marian_folder):
     model = jattn.load(str(tiny_marian_folder), use_cache=False)
     hf = tiny_seq2seq.hf_model(tiny_marian_folder, "marian").double()
     batch = tiny_seq2seq.padded_batch(model.config, seed=3)
-    got = alti_plus(model, batch)["alti_plus"]  # (L, b, t, s + t)
+    maps = jattn.attributions(model, batch)
+    got = maps["decoder"]["alti_plus"]  # (L, b, t, s + t)
     S = batch["input_ids"].shape[1]
     for k in range(len(batch["input_ids"])):
         s, t = int(batch["attention_mask"][k].sum()), int(batch["decoder_attention_mask"][k].sum())
@@ -164,3 +165,10 @@ def test_alti_plus_equals_loops(tiny_marian_folder):
         assert_close(mine, want, terms=model_terms(model.config, s, t), ulps=64, scale=1.0, err_msg=f"example {k}")
         assert_close(mine.sum(-1), 1.0, terms=s + t)
         assert (got[:, k, t:] == 0).all() and (got[:, k, :, s:S] == 0).all()
+    # the encoder's part is an encoder's ALTI: per-layer maps rolled out, rows summing to 1 on real tokens
+    enc = maps["encoder"]
+    assert enc["alti_layers"].shape == enc["alti"].shape == (model.config.encoder_layers, *batch["input_ids"].shape,
+                                                             batch["input_ids"].shape[1])
+    real = batch["attention_mask"].astype(bool)  # (b, s)
+    assert_close(enc["alti"].sum(-1)[:, real], 1.0, terms=S)
+    assert_close(enc["alti"][1], np.einsum("bij,bjk->bik", enc["alti_layers"][1], enc["alti_layers"][0]), terms=S)

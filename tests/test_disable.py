@@ -109,7 +109,7 @@ def test_batched_logits_equal_one_forward_per_variant(name, mode, unit, model, r
 def test_sweep_metric_equals_the_loop(model, mode, unit):
     examples = [(s, i % 3) for i, s in enumerate(SENTENCES)] + [(("A question?", "An answer."), 1)]
     kw = dict(mode=mode, unit=unit, batch_size=8, max_length=32, progress=False)
-    fast = disable.disable_sweep(model, examples, "accuracy", **kw)
+    fast = disable.disable(model, examples, "accuracy", **kw)
     slow = disable.sweep_by_loop(model, examples, "accuracy", **kw)
     assert fast.baseline == slow.baseline
     np.testing.assert_allclose(fast.metric, slow.metric, atol=1e-6)
@@ -121,7 +121,7 @@ def test_sweep_metric_equals_the_loop(model, mode, unit):
 def test_sweep_metric_by_hand(model):
     """The metric of each variant is the metric of its predictions; improving() lists Δ > 0."""
     examples = [(s, i % 2) for i, s in enumerate(SENTENCES)]
-    r = disable.disable_sweep(model, examples, "matthews_corr", unit="head", batch_size=8, max_length=32,
+    r = disable.disable(model, examples, "matthews_corr", unit="head", batch_size=8, max_length=32,
                                progress=False)
     from jattn.io.glue import matthews_corr
 
@@ -186,16 +186,16 @@ def test_zeroed_head_leaves_the_sum_of_the_other_heads(model):
 
 def test_bad_input_is_named(model, tmp_path):
     with pytest.raises(ValueError, match="mode must be"):
-        disable.disable_sweep(model, [("a", 0)], mode="random", max_length=32)
+        disable.disable(model, [("a", 0)], mode="random", max_length=32)
     with pytest.raises(ValueError, match="unit must be"):
-        disable.disable_sweep(model, [("a", 0)], unit="neuron", max_length=32)
+        disable.disable(model, [("a", 0)], unit="neuron", max_length=32)
     with pytest.raises(ValueError, match="examples must be"):
-        disable.disable_sweep(model, ["just text"])
+        disable.disable(model, ["just text"])
     with pytest.raises(ValueError, match="unknown metric"):
-        disable.disable_sweep(model, [("a", 0)], "f1", max_length=32)
+        disable.disable(model, [("a", 0)], "f1", max_length=32)
     plain = jattn.load(save_tiny(tmp_path / "plain", "bert-2x4"), use_cache=False)
     with pytest.raises(ValueError, match="sequence classifier"):
-        disable.disable_sweep(plain, [("a", 0)])
+        disable.disable(plain, [("a", 0)])
     with pytest.raises(ValueError, match="no classification head"):
         plain.classify(plain.tokenize(["a"], max_length=32))
     with pytest.raises(ValueError, match="classification head"):
@@ -219,7 +219,7 @@ def test_command_line(model, tmp_path, capsys):
     assert "intact accuracy (%)" in capsys.readouterr().out
     doc = json.loads((out / "results.json").read_text())
     examples = [(s, i % 3) for i, s in enumerate(SENTENCES)]
-    want = disable.disable_sweep(jattn.load(folder), examples, mode="zero", max_length=32, progress=False)
+    want = disable.disable(jattn.load(folder), examples, mode="zero", max_length=32, progress=False)
     np.testing.assert_allclose(doc["delta_head_zero"]["value"], 100 * want.delta, atol=1e-9)
     assert doc["meta"]["metric"] == "accuracy (%)" and len(doc["disable_layer_zero"]["value"]) == model.config.num_layers
     labels = np.array([y for _, y in examples])
@@ -246,7 +246,7 @@ def test_baseline_predictions_are_the_intact_models(model):
     from jattn.sweeps.pruning_curve import classification_predictions
 
     examples = [(s, i % 3) for i, s in enumerate(SENTENCES)]
-    r = disable.disable_sweep(model, examples, mode="zero", unit="layer", max_length=32, progress=False)
+    r = disable.disable(model, examples, mode="zero", unit="layer", max_length=32, progress=False)
     intact = classification_predictions(model, SENTENCES, max_length=32)(np.ones((model.config.num_layers,
                                                                                  model.config.num_heads)))
     np.testing.assert_array_equal(r.baseline_predictions, intact)
@@ -275,7 +275,7 @@ def test_sigterm_keeps_finished_sweeps_and_a_rerun_ends_the_same(model, tmp_path
 
     done = []
 
-    original = S.disable_sweep
+    original = S.disable
 
     def once_then_term(*a, **kw):
         done.append(kw["mode"])
@@ -283,7 +283,7 @@ def test_sigterm_keeps_finished_sweeps_and_a_rerun_ends_the_same(model, tmp_path
             os.kill(os.getpid(), signal.SIGTERM)
         return original(*a, **kw)
 
-    monkeypatch.setattr(S, "disable_sweep", once_then_term)
+    monkeypatch.setattr(S, "disable", once_then_term)
     with pytest.raises(SystemExit) as stopped:
         main(args(tmp_path / "out"))
     assert stopped.value.code == 143 and not (tmp_path / "out").exists()

@@ -19,7 +19,7 @@ from jattn.nn import state
 from jattn.nn.config import EncoderConfig
 from jattn.nn.encoder import forward
 from jattn.nn.relative import relative_position_bucket
-from jattn.sweeps.pruning import prune
+from jattn.sweeps.pruning import remove_heads
 from tiny_encoders import random_batch
 from tolerance import assert_close, model_terms
 
@@ -110,7 +110,7 @@ def test_score_bias_in_classify_and_pruning():
     full = model.forward(batch, internals=("weights",))
     assert_close(model.classify(batch), full.logits, terms=model_terms(config, 9))
     keep = np.array([[0, 1, 0, 1], [0, 0, 1, 0]], bool)
-    pruned = prune(model, keep)
+    pruned = remove_heads(model, keep)
     assert pruned.config.num_heads == 2
     masked = model.forward(batch, Interventions(head_gates=jnp.asarray(keep, jnp.float32)), internals=("weights",))
     got = pruned.forward(batch, internals=("weights",))

@@ -16,7 +16,7 @@ from hf_head_gates import gated
 from jattn.io.parallel import encode
 from jattn.nn.interventions import Interventions
 from jattn.sweeps.importance import ESTIMATORS, importance
-from jattn.sweeps.pruning_curve import bleu_metric, choose, classification_metric, prunable_fraction, pruning_curve
+from jattn.sweeps.pruning_curve import bleu_metric, choose, classification_metric, prunable_fraction, prune
 from tiny_encoders import hf_model, save_tiny
 from tolerance import assert_close, model_terms
 
@@ -121,7 +121,7 @@ def test_classifier_importance_equals_hf(classifier, estimator):
     mask = np.ones((L, H), np.float32)
     mask[0, 1] = 0.0  # the gradient is taken at the masked model; the masked head gets 0
     got = importance(model, list(zip(TEXTS, LABELS)), estimator=estimator, normalize=False, mask=mask,
-                     batch_size=8, progress=False)  # one batch: the batch estimator sums all examples
+                     batch_size=8, progress=False)["encoder"]  # one batch: the batch estimator sums all examples
     sums = reference(hf, cases, classifier_loss, {"encoder": (L, H)}, estimator, {"encoder": mask})["encoder"]
     count = np.full((L, 1), float(len(cases)))
     if estimator == "token":  # tokens, but examples for the last layer of a [CLS] classifier
@@ -129,15 +129,15 @@ def test_classifier_importance_equals_hf(classifier, estimator):
     assert_close(got, sums / count, terms=grad_terms(model, len(cases)))
     assert got[0, 1] == 0.0
     normalized = importance(model, list(zip(TEXTS, LABELS)), estimator=estimator, mask=mask, batch_size=8,
-                            progress=False)
+                            progress=False)["encoder"]
     assert_close(normalized, got / np.linalg.norm(got, axis=1, keepdims=True), terms=H)  # float32 norms over H
 
 
 def test_token_estimator_does_not_depend_on_batching(classifier):
     model, _ = classifier
     examples = list(zip(TEXTS, LABELS))
-    a = importance(model, examples, estimator="token", normalize=False, batch_size=2, progress=False)
-    b = importance(model, examples, estimator="token", normalize=False, batch_size=8, progress=False)
+    a = importance(model, examples, estimator="token", normalize=False, batch_size=2, progress=False)["encoder"]
+    b = importance(model, examples, estimator="token", normalize=False, batch_size=8, progress=False)["encoder"]
     assert_close(a, b, terms=grad_terms(model, 2 * len(examples)))  # other batches: other float32 orders
 
 
@@ -161,8 +161,8 @@ def test_translation_importance_equals_hf(marian, estimator):
 
 def test_mlm_loss_by_default_and_errors(tmp_path):
     model = jattn.load(save_tiny(tmp_path / "mlm", "bert-2x4", head="mlm"), use_cache=False)
-    a = importance(model, TEXTS, estimator="example", batch_size=2, progress=False)
-    b = importance(model, TEXTS, estimator="example", batch_size=8, progress=False)
+    a = importance(model, TEXTS, estimator="example", batch_size=2, progress=False)["encoder"]
+    b = importance(model, TEXTS, estimator="example", batch_size=8, progress=False)["encoder"]
     # masked positions are seeded per corpus index; other batches sum in another float32 order
     assert_close(a, b, terms=grad_terms(model, 2 * len(TEXTS)))
     assert_close(np.linalg.norm(a, axis=1), np.ones(len(a)), terms=model.config.num_heads)
@@ -190,14 +190,14 @@ def test_pruning_curve_equals_explicit_loop(classifier, schedule):
     model, _ = classifier
     examples = list(zip(TEXTS, LABELS))
     metric = classification_metric(model, examples, batch_size=8)
-    curve = pruning_curve(model, examples, metric, estimator="example", schedule=schedule, step=0.25, batch_size=8)
+    curve = prune(model, examples, metric, estimator="example", schedule=schedule, step=0.25, batch_size=8)
     L, H = model.config.num_layers, model.config.num_heads
     mask = np.ones((L, H), np.float32)
     want = [[0.0, explicit_accuracy(model, mask)]]
     scores = None
     while mask.any():
         if scores is None or schedule == "reestimate":
-            scores = importance(model, examples, estimator="example", mask=mask, batch_size=8, progress=False)
+            scores = importance(model, examples, estimator="example", mask=mask, batch_size=8, progress=False)["encoder"]
         order = [i for i in np.argsort(scores.ravel(), kind="stable") if mask.ravel()[i]]
         mask.ravel()[order[:2]] = 0.0
         want.append([1 - mask.mean(), explicit_accuracy(model, mask)])
@@ -214,7 +214,7 @@ def test_interrupted_curve_resumes_to_the_uninterrupted_one(classifier, schedule
     metric = classification_metric(model, examples, batch_size=8)
     kw = dict(estimator="example", schedule=schedule, step=0.25, batch_size=8)
     history, masks = [], []
-    whole = pruning_curve(model, examples, metric, history=history, masks_out=masks, **kw)
+    whole = prune(model, examples, metric, history=history, masks_out=masks, **kw)
     calls = []
 
     def stopping(mask):  # Ctrl-C during the third evaluation
@@ -225,32 +225,32 @@ def test_interrupted_curve_resumes_to_the_uninterrupted_one(classifier, schedule
 
     state = tmp_path / "work" / "curve.json"
     with pytest.raises(KeyboardInterrupt):
-        pruning_curve(model, examples, stopping, state_file=state, history=[], masks_out=[], **kw)
+        prune(model, examples, stopping, state_file=state, history=[], masks_out=[], **kw)
     assert len(json.loads(state.read_text())["curve"]) == 2  # the points before the interrupted one
     resumed_history, resumed_masks, evaluated = [], [], []
     counting = lambda m: evaluated.append(1) or metric(m)  # noqa: E731
-    resumed = pruning_curve(model, examples, counting, state_file=state, history=resumed_history,
-                            masks_out=resumed_masks, **kw)
+    resumed = prune(model, examples, counting, state_file=state, history=resumed_history, masks_out=resumed_masks,
+                    **kw)
     assert resumed == whole and len(evaluated) == len(whole) - 2  # done points are not evaluated again
-    np.testing.assert_array_equal(np.asarray(resumed_masks), np.asarray(masks))
-    np.testing.assert_array_equal(np.asarray(resumed_history), np.asarray(history))
+    for got, want in ((resumed_masks, masks), (resumed_history, history)):  # {"encoder": (L, H)} each
+        np.testing.assert_array_equal([x["encoder"] for x in got], [x["encoder"] for x in want])
     with pytest.raises(ValueError, match=r"step=0\.25 \(now 0\.5\)"):
-        pruning_curve(model, examples, metric, state_file=state, **dict(kw, step=0.5))
+        prune(model, examples, metric, state_file=state, **dict(kw, step=0.5))
 
 
 def test_keep_one_per_layer_and_fixed_ranking(classifier):
     model, _ = classifier
     examples = list(zip(TEXTS, LABELS))
     seen = []
-    metric = lambda m: seen.append(np.array(m)) or float(m.sum())
+    metric = lambda m: seen.append(np.array(m["encoder"])) or float(m["encoder"].sum())  # noqa: E731
     L, H = model.config.num_layers, model.config.num_heads
     scores = np.arange(L * H, dtype=float).reshape(L, H)[::-1].copy()  # layer 1 first, then layer 0
-    curve = pruning_curve(model, examples, metric, scores=scores, step=0.25, keep_one_per_layer=True)
+    curve = prune(model, examples, metric, scores=scores, step=0.25, keep_one_per_layer=True)
     assert [c[0] for c in curve] == [0.0, 0.25, 0.5, 0.75]  # stops with one head per layer
     assert (seen[-1].sum(1) == 1).all()
     assert seen[1][1].sum() == 2 and seen[1][0].sum() == 4  # lowest scores go first
     with pytest.raises(ValueError, match="cannot be re-estimated"):
-        pruning_curve(model, examples, metric, scores=scores, schedule="reestimate")
+        prune(model, examples, metric, scores=scores, schedule="reestimate")
 
 
 def test_choose_and_prunable_fraction():
@@ -266,7 +266,7 @@ def test_translation_curve_ranks_all_attention_types_together(marian):
     pairs = list(zip(tiny_seq2seq.sentences(3, 1), tiny_seq2seq.sentences(3, 2)))
     history, seen = [], []
     metric = lambda m: seen.append({k: np.array(v) for k, v in m.items()}) or 0.0
-    pruning_curve(model, pairs, metric, estimator="token", step=0.1, history=history, batch_size=4)
+    prune(model, pairs, metric, estimator="token", step=0.1, history=history, batch_size=4)
     flat = np.concatenate([history[0][k].ravel() for k in ("encoder", "decoder", "cross")])
     N, k = len(flat), max(1, round(0.1 * len(flat)))
     masks = np.stack([np.concatenate([m[kind].ravel() for kind in ("encoder", "decoder", "cross")]) for m in seen])
@@ -305,7 +305,7 @@ def test_cli_importance_and_prune(classifier, marian, tmp_path):
     main(["importance", "--model", model.source, "--input", str(labelled), "--out", str(tmp_path / "imp"),
           "--estimator", "example", "--max-length", "64", "--batch-size", "8"])
     doc = json.loads((tmp_path / "imp" / "results.json").read_text())
-    want = importance(model, list(zip(TEXTS, LABELS)), estimator="example", batch_size=8, progress=False)
+    want = importance(model, list(zip(TEXTS, LABELS)), estimator="example", batch_size=8, progress=False)["encoder"]
     np.testing.assert_allclose(doc["importance"]["value"], want, rtol=1e-6)
     assert (tmp_path / "imp" / "figures" / "heatmap_importance.png").is_file()
     assert "most important" in (tmp_path / "imp" / "report.md").read_text()

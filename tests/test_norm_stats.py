@@ -221,7 +221,7 @@ def occurrences(tmp_path_factory):
     for e in sorted(range(len(corpus)), key=lambda e: (lengths[e], e)):  # the pass's documented order
         b = model.tokenize([corpus[e]])
         n = b.input_ids.shape[1]
-        out = jattn.norms(model, b.inputs(), residual=True)
+        out = jattn.norms(model, b.inputs(), residual=True)["encoder"]
         for j in range(n):
             want["ids"].append(int(b.input_ids[0, j]))
             want["fnorm"].append(sum(out["f_norm"][l, 0, h, j] for l in range(L) for h in range(H)) / (L * H))

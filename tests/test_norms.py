@@ -31,7 +31,7 @@ def batch(model):
 
 @pytest.fixture(scope="module")
 def result(model, batch):
-    return jattn.norms(model, batch, residual=True)
+    return jattn.norms(model, batch, residual=True)["encoder"]
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_vector_identities(model, batch, reference):
 
 
 def test_padding_does_not_change_real_tokens(model, batch, result):
-    alone = jattn.norms(model, model.tokenize(SENTENCES[1:2]), residual=True)
+    alone = jattn.norms(model, model.tokenize(SENTENCES[1:2]), residual=True)["encoder"]
     n = int(batch.attention_mask[1].sum())
     for key in KEYS_2020 + KEYS_2021:
         got = result[key][:, 1]
@@ -136,7 +136,7 @@ def test_bad_model():
 
 def test_minilm_layer0_matches_explicit_tensor(minilm):
     batch = minilm.tokenize(["The norm of the transformed vector matters.", "Frequent words, small norms."])
-    got = jattn.norms(minilm, batch)
+    got = jattn.norms(minilm, batch)["encoder"]
     want = brute_force(internals_np(minilm, batch, 0), batch.attention_mask, minilm.config.layer_norm_eps)
     c = minilm.config
     for key in KEYS_2020:  # layer 0 of jattn vs HF: one layer's reductions, then the norm over D

@@ -70,7 +70,8 @@ def direction(minilm):
 def test_minilm_patch_heads_equals_hf_hooks(minilm, minilm_path, direction):
     """Every head of MiniLM, metric = the [CLS] hidden state's projection on a unit direction."""
     w32 = direction.astype(np.float32)
-    got = patch_heads(minilm, CLEAN, CORRUPTED, lambda out: out["last_hidden_state"][:, 0] @ w32, heads_per_step=5)
+    got = patch_heads(minilm, CLEAN, CORRUPTED, lambda out: out["last_hidden_state"][:, 0] @ w32,
+                      heads_per_step=5)["encoder"]
     clean, corrupted = paired_inputs(minilm, CLEAN, CORRUPTED)
     w64 = torch.tensor(direction)
     hf = hf_model(minilm_path).double()
@@ -123,7 +124,7 @@ def test_per_position_patching_sums_to_a_forward_per_position(minilm, direction)
     """Per (head, position) effects equal full forwards with that one cell patched."""
     w32 = direction.astype(np.float32)
     metric = lambda out: out["last_hidden_state"][:, 0] @ w32  # noqa: E731
-    got = patch_heads(minilm, CLEAN[:2], CORRUPTED[:2], metric, per_position=True)  # (L, H, n)
+    got = patch_heads(minilm, CLEAN[:2], CORRUPTED[:2], metric, per_position=True)["encoder"]  # (L, H, n)
     clean, corrupted = paired_inputs(minilm, CLEAN[:2], CORRUPTED[:2])
     context = minilm.forward(clean, internals=("context",)).internals["context"]  # (L, b, H, n, d_h)
     base = np.asarray(metric({"last_hidden_state": minilm.forward(corrupted).last_hidden_state}))
@@ -142,8 +143,8 @@ def test_per_position_patching_sums_to_a_forward_per_position(minilm, direction)
 def test_attribution_patching_tracks_exact_patching(minilm, direction):
     w32 = direction.astype(np.float32)
     metric = lambda out: out["last_hidden_state"][:, 0] @ w32  # noqa: E731
-    exact = patch_heads(minilm, CLEAN, CORRUPTED, metric)
-    approx = attribution_patch_heads(minilm, CLEAN, CORRUPTED, metric)
+    exact = patch_heads(minilm, CLEAN, CORRUPTED, metric)["encoder"]
+    approx = attribution_patch_heads(minilm, CLEAN, CORRUPTED, metric)["encoder"]
     assert approx.shape == exact.shape
     assert agreement(approx, exact)["pearson"] > 0.5  # a first-order estimate, not noise
 
@@ -187,15 +188,15 @@ def test_per_example_effects_with_a_metric_of_per_example_rows(minilm, direction
     metric = lambda out, rows: (out["last_hidden_state"][jnp.arange(len(rows["at"])), rows["at"]] @ w32)  # noqa: E731
     for sweep in (patch_heads, attribution_patch_heads):
         each = sweep(minilm, CLEAN, CORRUPTED, metric, batch_size=2, metric_inputs={"at": positions},
-                     per_example=True)  # (N, L, H); the second batch is one real row and one filler
+                     per_example=True)["encoder"]  # (N, L, H); the second batch is one real row and one filler
         assert each.shape == (3, minilm.config.num_layers, minilm.config.num_heads)
-        mean = sweep(minilm, CLEAN, CORRUPTED, metric, batch_size=2, metric_inputs={"at": positions})
+        mean = sweep(minilm, CLEAN, CORRUPTED, metric, batch_size=2, metric_inputs={"at": positions})["encoder"]
         assert_close(mean, each.mean(0), terms=2, scale=float(np.abs(each).max()))
         n = paired_inputs(minilm, CLEAN, CORRUPTED)[0]["input_ids"].shape[1]
         for i in (0, 2):  # a row of a full batch, the real row of the filled one
             p = positions[i]
             alone = sweep(minilm, CLEAN[i:i + 1], CORRUPTED[i:i + 1],
-                          lambda out, p=int(p): out["last_hidden_state"][:, p] @ w32)  # (L, H)
+                          lambda out, p=int(p): out["last_hidden_state"][:, p] @ w32)["encoder"]  # (L, H)
             assert_close(each[i], alone, terms=2 * model_terms(minilm.config, n), scale=1.0, err_msg=sweep.__name__)
         assert np.abs(each[0] - each[1]).max() > 20 * tolerance(1.0, 2 * model_terms(minilm.config, n))
 
@@ -289,7 +290,7 @@ def test_path_patching_equals_three_passes(tiny_bert, receivers):
     w = np.random.default_rng(1).normal(size=model.config.hidden_size)
     w /= np.linalg.norm(w)
     w32, w64 = w.astype(np.float32), torch.tensor(w)
-    got = path_patch(model, clean, corrupted, lambda out: out["last_hidden_state"][:, 0] @ w32, receivers)
+    got = path_patch(model, clean, corrupted, lambda out: out["last_hidden_state"][:, 0] @ w32, receivers)["encoder"]
     a, b = (torch_inputs(x) for x in paired_inputs(model, clean, corrupted))
     metric = lambda out: out.last_hidden_state[:, 0] @ w64  # noqa: E731
     with torch.no_grad():

@@ -16,7 +16,7 @@ import jattn
 from jattn import Interventions
 from jattn.nn.config import ConfigError
 from jattn.io.hf import ConversionError
-from jattn.sweeps.pruning import check_keep, export_pruned, original_heads, prune, real_heads
+from jattn.sweeps.pruning import check_keep, export_pruned, original_heads, real_heads, remove_heads
 from tiny_encoders import hf_model, hf_run, random_batch, save_tiny
 from tiny_seq2seq import padded_batch
 from tiny_seq2seq import save_tiny as save_tiny_seq2seq
@@ -67,7 +67,7 @@ def batch(bert_cls):
 @pytest.mark.parametrize("name", sorted(PATTERNS))
 def test_pruned_equals_masked_encoder(bert_cls, batch, name):
     keep = np.array(PATTERNS[name], bool)
-    pruned = prune(bert_cls, keep)
+    pruned = remove_heads(bert_cls, keep)
     counts = keep.sum(1)
     H_slots = max(1, counts.max())
     assert pruned.config.num_heads == H_slots and pruned.config.pruned.counts == tuple(counts)
@@ -86,7 +86,7 @@ def test_pruned_equals_masked_encoder(bert_cls, batch, name):
 
 
 def test_slot_maps(bert_cls):
-    config = prune(bert_cls, np.array(PATTERNS["counts-3-1"], bool)).config
+    config = remove_heads(bert_cls, np.array(PATTERNS["counts-3-1"], bool)).config
     np.testing.assert_array_equal(original_heads(config)["encoder"], [[0, 2, 3], [1, -1, -1]])
     np.testing.assert_array_equal(real_heads(config)["encoder"], [[1, 1, 1], [1, 0, 0]])
 
@@ -97,7 +97,7 @@ def test_pruned_equals_masked_roberta(tmp_path):
     keep = np.array([[0, 0, 1, 0], [1, 0, 0, 0]], bool)
     batch = random_batch(model.config, [8, 6], seed=4)
     ref = model.forward(batch, _masked(model, keep), internals=None)
-    out = prune(model, keep).forward(batch, internals=None)
+    out = remove_heads(model, keep).forward(batch, internals=None)
     _close(out.last_hidden_state, ref.last_hidden_state, model.config, 8)
     _close(out.logits, ref.logits, model.config, 8)
 
@@ -109,7 +109,7 @@ def test_export_round_trip_and_further_pruning(bert_cls, batch, tmp_path):
     assert hf_config["pruned_heads"] == {"0": [1], "1": [0, 2, 3]} and hf_config["num_attention_heads"] == 4
     assert _size(folder) < _size(bert_cls.source)
     loaded = jattn.load(folder, use_cache=False)
-    assert loaded.config.pruned == prune(bert_cls, keep).config.pruned and loaded.config.num_labels == 3
+    assert loaded.config.pruned == remove_heads(bert_cls, keep).config.pruned and loaded.config.num_labels == 3
     ref = bert_cls.forward(batch, _masked(bert_cls, keep), internals=INTERNALS)
     out = loaded.forward(batch, internals=INTERNALS)
     _close(out.last_hidden_state, ref.last_hidden_state, bert_cls.config, 9)
@@ -177,7 +177,7 @@ def test_bad_keep_masks(bert_cls):
         with pytest.raises(ValueError, match=message):
             check_keep(config, keep)
     np.testing.assert_array_equal(check_keep(config, np.eye(2, 4, dtype=int))["encoder"], np.eye(2, 4, dtype=bool))
-    pruned = prune(bert_cls, np.array(PATTERNS["counts-3-1"], bool))
+    pruned = remove_heads(bert_cls, np.array(PATTERNS["counts-3-1"], bool))
     with pytest.raises(ValueError, match="padding slots"):  # layer 1 has one head in three slots
         check_keep(pruned.config, np.ones((2, 3), bool))
 

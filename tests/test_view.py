@@ -106,8 +106,8 @@ def check_encoder_measures(model, measures: dict, batch) -> None:
     """An encoder view's decoded measures against model.forward / jattn.norms / jattn.attributions."""
     assert list(measures) == ["alpha", "norm", "summed", "attnres", "attnresln", "rollout", "globenc", "alti"]
     alpha = np.asarray(model.forward(batch).attentions)[:, 0]  # (L, H, n, n)
-    norms = jattn.norms(model, batch, residual=True)
-    attributions = jattn.attributions(model, batch)
+    norms = jattn.norms(model, batch, residual=True)["encoder"]
+    attributions = jattn.attributions(model, batch)["encoder"]
     assert_stored(measures["alpha"], alpha)
     for key, name in (("norm", "weighted_norm"), ("summed", "summed_norm"), ("attnres", "attnres_norm"),
                       ("attnresln", "attnresln_norm")):
@@ -227,11 +227,11 @@ def check_encoder_page_batch(model, html, batch):
     data = read_page(html)
     measures = data["views"]["encoder"]["measures"]
     alpha = np.asarray(model.forward(batch).attentions)[:, 0]  # (L, H, n, n)
-    norms = jattn.norms(model, batch, residual=True)
+    norms = jattn.norms(model, batch, residual=True)["encoder"]
     assert_stored(measures["alpha"], alpha)
     assert_stored(measures["norm"], norms["weighted_norm"][:, 0])
     assert_stored(measures["attnresln"], norms["attnresln_norm"][:, 0])
-    assert_stored(measures["alti"], jattn.attributions(model, batch)["alti"][:, 0])
+    assert_stored(measures["alti"], jattn.attributions(model, batch)["encoder"]["alti"][:, 0])
 
 
 # ---------------------------------------------------------------- tiny random translation model

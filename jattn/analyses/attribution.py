@@ -139,15 +139,20 @@ def encoder_attributions(params, config, inputs):
             "alti_layers": alti, "alti": rollout(alti)}
 
 
-def attributions(model, batch) -> dict[str, np.ndarray]:
-    """Per-layer maps and their rollouts for an encoder on a batch, numpy (L, b, n, n):
+def attributions(model, examples) -> dict[str, dict[str, np.ndarray]]:
+    """Context-mixing maps of ``model`` on ``examples`` (a list, or a tokenized batch; see
+    ``ModuleModel.batch``), per attention type, numpy; padding is 0.
+
+    Encoder: ``{"encoder": ...}`` with per-layer maps and their rollouts (L, b, n, n):
     ``residual_attention`` / ``rollout`` (Abnar & Zuidema), ``globenc_layers`` / ``globenc``
-    (Modarressi et al.), ``alti_layers`` / ``alti`` (Ferrando et al.). Padding is 0.
-    Attention flow is per example: ``attention_flow(out["residual_attention"][:, k, :n, :n])``.
+    (Modarressi et al.), ``alti_layers`` / ``alti`` (Ferrando et al. 2022a). Attention flow is per
+    example: ``attention_flow(out["encoder"]["residual_attention"][:, k, :n, :n])``.
+    Translation model: ALTI+ (Ferrando et al. 2022b), ``jattn.analyses.context_mixing.alti_plus_maps``.
     """
     if not hasattr(model, "attribution_maps"):
-        raise TypeError(f"attributions supports encoder models, got {type(model).__name__}")
-    return {k: np.asarray(v) for k, v in model.attribution_maps(batch).items()}
+        raise TypeError(f"jattn.attributions takes a model from jattn.load, got {type(model).__name__}")
+    maps = model.attribution_maps(model.batch(examples))
+    return {kind: jax.tree.map(np.asarray, maps[kind]) for kind in model.head_shapes if kind in maps}
 
 
 # ---------------------------------------------------------------- attention flow

@@ -115,11 +115,16 @@ def cross_alti_layer(layer: dict, view: dict, target_mask, source_mask, eps: flo
 
 
 def alti_plus_maps(internals: dict, views: dict, batch: dict, eps: float) -> dict:
-    """ALTI+ from a translation model's internals {kind: (L, ...)} and views {kind: (L, ...)}:
-    ``alti_plus`` (L_dec, b, t, s + t), columns the source tokens then the target tokens."""
+    """ALTI+ from a translation model's internals {kind: (L, ...)} and views {kind: (L, ...)}, per
+    attention type: ``encoder``: ``alti_layers`` / ``alti`` (L_enc, b, s, s) as for an encoder;
+    ``decoder``: ``alti_layers`` (L_dec, b, t, t) and ``alti_plus`` (L_dec, b, t, s + t), columns the
+    source tokens then the target tokens; ``cross``: ``alti_layers`` (L_dec, b, t, 1 + s), column 0
+    the residual."""
     src = batch["attention_mask"].astype(jnp.float32)  # (b, s)
     tgt = batch["decoder_attention_mask"].astype(jnp.float32)  # (b, t)
-    enc = rollout(over_layers(alti_layer, internals["encoder"], views["encoder"], src, eps))[-1]  # (b, s, s)
+    enc_layers = over_layers(alti_layer, internals["encoder"], views["encoder"], src, eps)  # (L_enc, b, s, s)
+    enc_rolled = rollout(enc_layers)  # (L_enc, b, s, s)
+    enc = enc_rolled[-1]  # (b, s, s)
     self_maps = over_layers(alti_layer, internals["decoder"], views["decoder"], tgt, eps)  # (L, b, t, t)
     cross = over_layers(cross_alti_layer, internals["cross"], views["cross"], tgt, src, eps)  # (L, b, t, 1 + s)
     b, s, t = src.shape[0], src.shape[1], tgt.shape[1]
@@ -133,8 +138,9 @@ def alti_plus_maps(internals: dict, views: dict, batch: dict, eps: float) -> dic
     start = jnp.concatenate([jnp.zeros((b, t, s)), jnp.broadcast_to(jnp.eye(t), (b, t, t)) * tgt[:, :, None]], 2)
     rolled = jax.lax.scan(step, start, (self_maps, cross))[1]  # (L, b, t, s + t) over encoder outputs
     to_source = jnp.einsum("lbts,bsu->lbtu", rolled[..., :s], enc)  # (L, b, t, s) over source embeddings
-    return {"alti_plus": jnp.concatenate([to_source, rolled[..., s:]], -1), "decoder_alti_layers": self_maps,
-            "cross_alti_layers": cross, "encoder_alti": enc}
+    return {"encoder": {"alti_layers": enc_layers, "alti": enc_rolled},
+            "decoder": {"alti_layers": self_maps, "alti_plus": jnp.concatenate([to_source, rolled[..., s:]], -1)},
+            "cross": {"alti_layers": cross}}
 
 
 @partial(jax.jit, static_argnames=("config",))
@@ -146,14 +152,6 @@ def seq2seq_alti_plus(params, config, inputs) -> dict:
     views = {k: model.view(k) for k in seq2seq.KINDS}
     return alti_plus_maps(internals, views, inputs, config.layer_norm_eps)
 
-
-def alti_plus(model, batch) -> dict[str, np.ndarray]:
-    """ALTI+ (Ferrando et al. 2022b) for a translation model on a teacher-forced batch:
-    ``alti_plus`` (L_dec, b, t, s + t) (source tokens, then target tokens), numpy; padding 0."""
-    if not hasattr(model, "generate"):
-        raise TypeError(f"alti_plus supports encoder–decoder models, got {type(model).__name__}")
-    return {k: np.asarray(v) for k, v in seq2seq_alti_plus(model.params, model.config,
-                                                           model.check_batch(batch)).items()}
 
 
 # ---------------------------------------------------------------- registered methods
@@ -201,7 +199,7 @@ class AltiPlus(Method):
         real = (ctx.batch["example"] >= 0)[:, None]  # (b, 1)
         batch = {"attention_mask": ctx.batch["attention_mask"] * real,
                  "decoder_attention_mask": ctx.batch["decoder_attention_mask"] * real}
-        maps = alti_plus_maps(internals, views, batch, ctx.config.layer_norm_eps)["alti_plus"]  # (L, b, t, s + t)
+        maps = alti_plus_maps(internals, views, batch, ctx.config.layer_norm_eps)["decoder"]["alti_plus"]  # (L, b, t, s + t)
         s = batch["attention_mask"].shape[1]
         source = maps[..., :s].sum(-1)  # (L, b, t)
         return {"source": jnp.einsum("lbt,bt->l", source, batch["decoder_attention_mask"].astype(jnp.float32)),

@@ -87,7 +87,7 @@ class OccurrenceLog:
 
 
 def occurrence_values(norms: dict, mask: np.ndarray, residual: bool) -> dict[str, np.ndarray]:
-    """One batch of ``jattn.norms`` output -> per-token values (b, n):
+    """One batch of an encoder's ``jattn.norms(...)["encoder"]`` -> per-token values (b, n):
     ``fnorm`` ‖f(x_j)‖ averaged over heads and layers and ``alpha`` the α x_j receives averaged
     over layers, heads and real query rows (2020); with ``residual``, ``mixing_<k>`` each
     layer-mean mixing ratio (2021)."""
@@ -117,7 +117,7 @@ def occurrence_pass(model, examples: Iterable, folder, *, residual: bool, batch_
     examples = list(examples)
     bar = tqdm(total=len(examples), unit="ex", desc="occurrences", disable=not progress, dynamic_ncols=True)
     for inputs, idx in model_batches(model, examples, batch_size, max_length, truncate, skipped=[]):
-        norms = jattn.norms(model, inputs, residual=residual)
+        norms = jattn.norms(model, inputs, residual=residual)["encoder"]
         if on_batch is not None:
             on_batch(norms, inputs)
         values = occurrence_values(norms, inputs["attention_mask"], residual)

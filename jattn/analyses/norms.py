@@ -220,20 +220,18 @@ def seq2seq_norms(params, config, inputs, residual: bool):
     return out
 
 
-def norms(model, batch, *, residual: bool = False) -> dict:
-    """Norm-based analysis of every attention layer of ``model`` on ``batch`` (Kobayashi et al. 2020).
+def norms(model, examples, *, residual: bool = False) -> dict[str, dict[str, np.ndarray]]:
+    """Norm-based analysis of every attention layer of ``model`` on ``examples`` (a list, or a
+    tokenized batch; see ``ModuleModel.batch``) (Kobayashi et al. 2020), per attention type.
 
-    Encoder (BERT, RoBERTa): numpy arrays ``f_norm`` (L, b, H, n), ``weighted_norm``
-    (L, b, H, n, n), ``summed_norm`` (L, b, n, n), ``weights`` (L, b, H, n, n); padding is 0.
-    ``residual=True`` adds the 2021 extension (see ``residual_norms``): ``attnres_norm``,
-    ``attnresln_norm`` (L, b, n, n) and the five ``mixing_*`` ratios (L, b, n).
-
-    Encoder–decoder (Marian, FSMT, the NMT model trained here; ``batch`` with ``input_ids``,
-    ``attention_mask``, ``decoder_input_ids``, optional ``decoder_attention_mask``): a dict
-    keyed ``"encoder"``, ``"decoder"``, ``"cross"`` of the same arrays per attention type
-    (queries × keys: s × s, t × t, t × s); ``residual=True`` adds the extension to the two
-    self-attention types.
+    ``{kind: arrays}`` with numpy arrays ``f_norm`` (L, b, H, k), ``weighted_norm`` (L, b, H, q, k),
+    ``summed_norm`` (L, b, q, k), ``weights`` (L, b, H, q, k); padding is 0. An encoder has the
+    type ``"encoder"`` (q = k = n); a translation model ``"encoder"``, ``"decoder"``, ``"cross"``
+    (queries × keys: s × s, t × t, t × s). ``residual=True`` adds the 2021 extension to the
+    self-attention types (see ``residual_norms``): ``attnres_norm``, ``attnresln_norm`` (L, b, n, n)
+    and the five ``mixing_*`` ratios (L, b, n).
     """
     if not hasattr(model, "norm_maps"):
         raise TypeError(f"jattn.norms takes a model from jattn.load, got {type(model).__name__}")
-    return jax.tree.map(np.asarray, model.norm_maps(batch, residual))
+    maps = model.norm_maps(model.batch(examples), residual)
+    return {kind: jax.tree.map(np.asarray, maps[kind]) for kind in model.head_shapes}  # the types in order

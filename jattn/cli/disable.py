@@ -54,10 +54,10 @@ def _choices(text: str, known: tuple, option: str) -> list[str]:
 def sweep(model, examples, metric, m, u, args, work):
     """One (unit, mode) sweep, kept in ``work`` once done (a rerun skips it)."""
     from jattn.cli.common import cached
-    from jattn.sweeps.disable import SweepResult, disable_sweep
+    from jattn.sweeps.disable import SweepResult, disable
 
     def compute():
-        r = disable_sweep(model, examples, metric, mode=m, unit=u, batch_size=args.batch_size,
+        r = disable(model, examples, metric, mode=m, unit=u, batch_size=args.batch_size,
                           max_length=min(args.max_length, model.config.max_length))
         return {"baseline": np.asarray(r.baseline), "metric": r.metric, "predictions": r.predictions,
                 "baseline_predictions": r.baseline_predictions}

@@ -147,8 +147,7 @@ def export(model, point: dict, folder: Path) -> Path:
 
     gates = {k: np.asarray(v, np.float32) for k, v in point["gates"].items()}
     keep = {k: g > 0 for k, g in gates.items()}
-    return export_pruned(gated_model(model, gates), keep if hasattr(model.config, "decoder_layers")
-                         else keep["encoder"], folder)
+    return export_pruned(gated_model(model, gates), keep, folder)
 
 
 def run(args) -> None:
@@ -158,7 +157,7 @@ def run(args) -> None:
     from jattn.cli.gates_report import write
     from jattn.cli.reporting import metric_name
     from jattn.io import results
-    from jattn.sweeps.pruning_curve import as_model_mask, bleu_metric, classification_metric
+    from jattn.sweeps.pruning_curve import bleu_metric, classification_metric
     from jattn.training import l0
 
     exporting = results.Output(args.export, overwrite=args.overwrite, option="--export") if args.export \
@@ -175,14 +174,12 @@ def run(args) -> None:
         if unknown := [k for k in kinds if k not in shapes]:
             raise ValueError(f"--kinds {' '.join(unknown)}: this model has the attention types {', '.join(shapes)}. "
                              f"Fix: --kinds {' '.join(shapes)}")
-        if args.format == "parallel":
-            name, evaluate = metric_name("bleu"), bleu_metric(model, dev, batch_size=args.batch_size,
-                                                              max_length=max_length)
-            metric_fn = evaluate
+        if args.format == "parallel":  # metric_fn: {type: (L, H) gates} -> the metric
+            name, metric_fn = metric_name("bleu"), bleu_metric(model, dev, batch_size=args.batch_size,
+                                                               max_length=max_length)
         else:
             name = metric_name(args.metric)
-            evaluate = classification_metric(model, dev, args.metric, args.batch_size, max_length)
-            metric_fn = lambda gates: evaluate(as_model_mask(model, gates))  # noqa: E731
+            metric_fn = classification_metric(model, dev, args.metric, args.batch_size, max_length)
         work = work_folder(output)
         identity = {"model": str(model.source), "input": list(args.input), "dev": list(args.dev),
                     "format": args.format, "metric": name, "examples": len(train), "dev_examples": len(dev),

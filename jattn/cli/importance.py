@@ -56,8 +56,8 @@ def run(args) -> None:
         imp = jattn.importance(model, examples, estimator=args.estimator, normalize=not args.no_normalize,
                                batch_size=args.batch_size, max_length=min(args.max_length, model.config.max_length))
         what = f"(L, H) head importance E|dL/dξ|, {args.estimator} estimator (Michel et al. 2019)"
-        per = imp if isinstance(imp, dict) else {"": imp}
-        stats = {f"{k}_importance" if k else "importance": Statistic(np.asarray(v), what) for k, v in per.items()}
+        single = len(imp) == 1  # an encoder's one attention type keeps the plain name
+        stats = {"importance" if single else f"{k}_importance": Statistic(np.asarray(v), what) for k, v in imp.items()}
         meta = results.run_meta(model=model.source, input=" ".join(args.input), format=args.format,
                                 estimator=args.estimator, normalize=not args.no_normalize, examples=len(examples),
                                 complete=True)

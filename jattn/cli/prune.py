@@ -58,7 +58,7 @@ def run(args) -> None:
     from jattn.cli.reporting import metric_name, table, write_report
     from jattn.io import results
     from jattn.sweeps.pruning_curve import (as_lists, bleu_metric, classification_metric, prunable_fraction,
-                                           pruning_curve)
+                                           prune)
 
     with results.Output(args.out, overwrite=args.overwrite) as output:
         examples = read_examples(args.input, args.format)
@@ -78,10 +78,9 @@ def run(args) -> None:
         identity = {"model": str(model.source), "input": list(args.input), "dev": list(args.dev), "format": args.format,
                     "metric": name, "examples": len(examples), "dev_examples": len(dev), "batch_size": args.batch_size,
                     "max_length": max_length}
-        curve = pruning_curve(model, examples, metric, estimator=args.estimator, schedule=args.schedule,
-                              step=args.step, keep_one_per_layer=args.keep_one_per_layer,
-                              batch_size=args.batch_size, max_length=max_length, progress=True, masks_out=masks,
-                              state_file=state, identity=identity)
+        curve = prune(model, examples, metric, estimator=args.estimator, schedule=args.schedule, step=args.step,
+                      keep_one_per_layer=args.keep_one_per_layer, batch_size=args.batch_size, max_length=max_length,
+                      progress=True, masks_out=masks, state_file=state, identity=identity)
         prunable = prunable_fraction(curve, curve[0][1], args.tolerance)
         keep = masks[[f for f, _ in curve].index(prunable)]
         doc = {"curve": curve, "baseline_metric": curve[0][1], "metric": name,
@@ -115,7 +114,7 @@ def run(args) -> None:
     if args.export:
         from jattn.sweeps.pruning import export_pruned
 
-        keep = {k: np.asarray(v) > 0.5 for k, v in keep.items()} if isinstance(keep, dict) else np.asarray(keep) > 0.5
+        keep = {k: np.asarray(v) > 0.5 for k, v in keep.items()}  # {type: (L, H) bool}
         export_pruned(model, keep, args.export)
     print(f"jattn prune: {described(examples, args.input)}; dev: {described(dev, args.dev)}; {prunable:.1%} of heads prunable within {args.tolerance:g} points -> {args.out}"
           + (f"; pruned model in {args.export}" if args.export else ""))

@@ -69,6 +69,36 @@ class ModuleModel:
         _, params_def, where = self._layout
         return jax.tree.unflatten(params_def, [leaves[i] for i in where])
 
+    @property
+    def head_shapes(self) -> dict[str, tuple[int, int]]:
+        """(L, H) of each attention type the model has, in the order every result lists them:
+        ``{"encoder": ...}`` for an encoder, ``{"encoder", "decoder", "cross"}`` for a translation model."""
+        raise NotImplementedError
+
+    def per_type(self, value, name: str) -> dict:
+        """``value`` keyed by attention type: a dict over (some of) ``head_shapes``' types, or, for a
+        model with a single attention type, the bare value (an encoder's (L, H) mask, its
+        ``Interventions``) — the one form every analysis, sweep and forward takes."""
+        kinds = tuple(self.head_shapes)
+        if isinstance(value, dict):
+            if unknown := sorted(set(value) - set(kinds)):
+                raise ValueError(f"{name}: this model's attention types are {kinds}, got {unknown}")
+            return dict(value)
+        if len(kinds) > 1:
+            raise ValueError(f"{name}: this model has attention types {kinds}; give one value per type, "
+                             f"e.g. {{{kinds[0]!r}: ...}}")
+        return {kinds[0]: value}
+
+    def batch(self, examples) -> dict:
+        """The checked input dict of ``examples``: a tokenized batch as it is, or a non-empty list
+        of examples tokenized at the model's full length (``tokenize_examples``; nothing is cut:
+        an example longer than the model's positions is an error)."""
+        if isinstance(examples, str) or (isinstance(examples, (list, tuple)) and not examples):
+            raise ValueError(f"expected a non-empty list of examples or a tokenized batch, got {examples!r}")
+        if isinstance(examples, (list, tuple)):
+            return self.check_batch(self.tokenize_examples(list(examples)))
+        return self.check_batch(examples)
+
     def shard(self, mesh):
         """Place the parameters on ``mesh`` by their partitioning metadata (in place; returns self)."""
         nnx.update(self.module, state.shard(self.params, mesh))

@@ -125,6 +125,14 @@ class EncoderModel(ModuleModel):
             raise ValueError(f"max_length={max_length} exceeds the model's {self.config.max_length} positions")
         return tokenize(self.tokenizer, examples, max_length=max_length, truncate=truncate, pad_to=pad_to)
 
+    @property
+    def head_shapes(self) -> dict[str, tuple[int, int]]:
+        return {"encoder": (self.config.num_layers, self.config.num_heads)}
+
+    def tokenize_examples(self, examples: list):
+        """Texts or (A, B) pairs at the model's full length, nothing cut."""
+        return self.tokenize(examples, max_length=self.config.max_length)
+
     def check_batch(self, batch) -> dict:
         """Validate a TokenBatch or dict of (b, n) arrays on the host; return the forward's input dict."""
         if isinstance(batch, (str, list, tuple)):
@@ -161,6 +169,8 @@ class EncoderModel(ModuleModel):
         and every value (``jattn.io.validate.interventions``: nothing is broadcast or cut)."""
         if interventions is None:
             return NONE
+        if isinstance(interventions, dict):  # the per-attention-type form every model takes
+            interventions = self.per_type(interventions, "interventions").get("encoder", NONE)
         if not isinstance(interventions, Interventions):
             raise ValueError(f"interventions must be a jattn.Interventions, got {type(interventions).__name__}")
         c = self.config
@@ -203,13 +213,13 @@ class EncoderModel(ModuleModel):
                                                                                      inputs["input_ids"].shape))
 
     def norm_maps(self, batch, residual: bool) -> dict:
-        """``jattn.norms`` for this family (Kobayashi et al. 2020/2021), device arrays."""
+        """``jattn.norms`` for this family (Kobayashi et al. 2020/2021): {"encoder": arrays}, on device."""
         from jattn.analyses.norms import encoder_norms
 
-        return encoder_norms(self.params, self.config, self.check_batch(batch), residual)
+        return {"encoder": encoder_norms(self.params, self.config, self.check_batch(batch), residual)}
 
     def attribution_maps(self, batch) -> dict:
-        """``jattn.attributions`` for this family, device arrays."""
+        """``jattn.attributions`` for this family: {"encoder": arrays}, on device."""
         from jattn.analyses.attribution import encoder_attributions
 
-        return encoder_attributions(self.params, self.config, self.check_batch(batch))
+        return {"encoder": encoder_attributions(self.params, self.config, self.check_batch(batch))}

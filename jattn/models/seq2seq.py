@@ -134,6 +134,31 @@ class Seq2SeqModel(ModuleModel):
             raise ValueError(f"{name} has an empty sentence (an all-zero attention-mask row); remove it")
         return np.asarray(ids, np.int32), np.asarray(mask, np.int32)
 
+    @property
+    def head_shapes(self) -> dict[str, tuple[int, int]]:
+        c = self.config
+        return {"encoder": (c.encoder_layers, c.encoder_heads), "decoder": (c.decoder_layers, c.decoder_heads),
+                "cross": (c.decoder_layers, c.decoder_heads)}
+
+    def tokenize_examples(self, pairs: list) -> dict:
+        """(source, target) text pairs -> a teacher-forced batch (decoder input: start + target[:-1]),
+        the texts normalised as the model was trained (``prepare_texts``)."""
+        from jattn.runner.batcher import pad_rows
+
+        if any(not (isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(s, str) for s in p))
+               for p in pairs):
+            raise ValueError("a translation model takes (source, target) string pairs, or a batch dict "
+                             "(input_ids, attention_mask, decoder_input_ids)")
+        c, tok = self.config, self.tokenizer
+        src = tok(self.prepare_texts([s for s, _ in pairs]))["input_ids"]
+        tgt = tok(text_target=self.prepare_texts([t for _, t in pairs]))["input_ids"]
+        b, s, t = len(pairs), max(map(len, src)), max(map(len, tgt))
+        ids, mask = pad_rows(src, b, s, c.pad_token_id)  # (b, s)
+        _, dec_mask = pad_rows(tgt, b, t, c.pad_token_id)  # (b, t)
+        dec, _ = pad_rows([y[:-1] for y in tgt], b, t, c.pad_token_id, offset=1)  # (b, t) start + target[:-1]
+        dec[:, 0] = c.decoder_start_token_id
+        return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec, "decoder_attention_mask": dec_mask}
+
     def check_batch(self, batch) -> dict:
         """Validate a dict of (b, s) source and (b, t) target arrays; return the forward's input."""
         if isinstance(batch, (str, list, tuple)):
@@ -174,6 +199,13 @@ class Seq2SeqModel(ModuleModel):
         from jattn.analyses.norms import seq2seq_norms
 
         return seq2seq_norms(self.params, self.config, self.check_batch(batch), residual)
+
+    def attribution_maps(self, batch) -> dict:
+        """``jattn.attributions`` for this family: ALTI+ (Ferrando et al. 2022b) per attention type
+        (``jattn.analyses.context_mixing.alti_plus_maps``), on device."""
+        from jattn.analyses.context_mixing import seq2seq_alti_plus
+
+        return seq2seq_alti_plus(self.params, self.config, self.check_batch(batch))
 
     def generate(self, input_ids, attention_mask=None, num_beams: int = 1, max_length: int | None = None,
                  length_penalty: float = 1.0, interventions=None) -> np.ndarray:

@@ -190,7 +190,7 @@ def sweep_logits(model, batch: dict, mode: str, unit: str) -> tuple[jax.Array, j
     return logits, jnp.stack(variants)  # (b, C), (L, V, b, C)
 
 
-def disable_sweep(model, examples: Sequence, metric="accuracy", *, mode: str = "uniform", unit: str = "head",
+def disable(model, examples: Sequence, metric="accuracy", *, mode: str = "uniform", unit: str = "head",
                   batch_size: int = 32, max_length: int = 128, progress: bool = True) -> SweepResult:
     """Δmetric for each single head (``unit="head"``, (L, H)) or whole layer (``"layer"``, (L,))
     disabled (``mode`` "uniform": Kovaleva et al. 2019; "zero": Michel et al. 2019), batched
@@ -255,7 +255,7 @@ def sweep_by_loop(model, examples: Sequence, metric="accuracy", *, mode: str = "
 def heads_metric(model, examples: Sequence, heads, metric="accuracy", *, mode: str = "uniform",
                  batch_size: int = 32, max_length: int = 128) -> float:
     """The metric with the heads ``heads`` ([(layer, head)], 0-based, or an "L:H,L:H" string:
-    ``jattn.io.validate.heads``) disabled together (``mode`` as ``disable_sweep``)."""
+    ``jattn.io.validate.heads``) disabled together (``mode`` as ``disable``)."""
     _check(model, examples, mode, "head")
     check_sizes(batch_size, max_length)
     c = model.config

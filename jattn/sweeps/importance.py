@@ -217,14 +217,16 @@ def importance(model, examples: Sequence, *, loss: Callable | None = None, estim
                progress: bool = True):
     """Head importance (Michel et al. 2019, Eq. 3) over ``examples``; see the module docstring.
 
-    Encoder: examples are texts / (A, B) pairs (masked-LM loss) or (input, label) pairs (a
-    classifier) -> (L, H) numpy. Translation model: (source, target) text pairs -> {"encoder",
-    "decoder", "cross"}: (L, H) each. ``loss(params, config, outputs, batch) -> (b,)`` replaces
-    the model's own loss. ``mask``: head mask (L, H) (a dict per attention type for a translation
-    model) at which the gradient is taken; pruned heads get 0."""
+    -> {attention type: (L, H) numpy}, ``{"encoder": ...}`` for an encoder. Encoder examples are
+    texts / (A, B) pairs (masked-LM loss) or (input, label) pairs (a classifier); a translation
+    model's are (source, target) text pairs (types "encoder", "decoder", "cross").
+    ``loss(params, config, outputs, batch) -> (b,)`` replaces the model's own loss. ``mask``: the
+    head mask at which the gradient is taken, {type: (L, H)} (or, for an encoder, the bare (L, H));
+    pruned heads get 0."""
     check_estimator(estimator)
     check_sizes(batch_size, max_length)
     max_length = min(128, model.config.max_length) if max_length is None else max_length  # 128 or fewer positions
+    mask = {} if mask is None else model.per_type(mask, "mask")
     if hasattr(model.config, "decoder_layers"):
         return seq2seq_importance(model, examples, loss=loss, estimator=estimator, normalize=normalize, mask=mask,
                                   batch_size=batch_size, max_length=max_length, progress=progress)
@@ -234,19 +236,13 @@ def importance(model, examples: Sequence, *, loss: Callable | None = None, estim
     inputs, labels = split_labels(examples, kind)
     if labels is not None:
         validate.labels("labels", labels, model.config.num_labels)
-    method = HeadImportance(model, loss, estimator=estimator, normalize=normalize, labels=labels, head_mask=mask)
+    method = HeadImportance(model, loss, estimator=estimator, normalize=normalize, labels=labels,
+                            head_mask=mask.get("encoder"))
     result = run_corpus(model, inputs, [method], batch_size=batch_size, max_length=max_length, progress=progress)
-    return result.statistics["importance"].value
+    return {"encoder": result.statistics["importance"].value}
 
 
 KINDS = ("encoder", "decoder", "cross")
-
-
-def seq2seq_shapes(config) -> dict[str, tuple[int, int]]:
-    """(L, H) of each attention type of a translation model."""
-    return {"encoder": (config.encoder_layers, config.encoder_heads),
-            "decoder": (config.decoder_layers, config.decoder_heads),
-            "cross": (config.decoder_layers, config.decoder_heads)}
 
 
 @partial(jax.jit, static_argnames=("config", "estimator", "loss"))
@@ -294,11 +290,9 @@ def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int
 
 def seq2seq_importance(model, pairs: Sequence, *, loss=None, estimator="token", normalize=True, mask=None,
                        batch_size=32, max_length=128, progress=True) -> dict[str, np.ndarray]:
-    """``importance`` for a translation model: {"encoder", "decoder", "cross"}: (L, H)."""
-    shapes = seq2seq_shapes(model.config)
-    mask = {} if mask is None else mask
-    if unknown := set(mask) - set(KINDS):
-        raise ValueError(f"head mask keys must be among {KINDS}, got {sorted(unknown)}")
+    """``importance`` for a translation model: {"encoder", "decoder", "cross"}: (L, H); ``mask``
+    {type: (L, H)} (missing types: all kept)."""
+    shapes = model.head_shapes
     if max_length > model.config.max_length:
         raise ValueError(f"max_length={max_length} exceeds the model's {model.config.max_length} positions")
     masks = {kind: head_mask_rows(mask.get(kind), batch_size, *shapes[kind]) for kind in KINDS}

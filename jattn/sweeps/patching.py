@@ -38,58 +38,14 @@ from flax import nnx
 from jattn.nn import encoder, seq2seq
 from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.interventions import NONE, Interventions
-from jattn.runner.batcher import pad_rows
 
 
 # ---------------------------------------------------------------- inputs
 
-def is_seq2seq(model) -> bool:
-    return isinstance(model.config, Seq2SeqConfig)
-
-
-def kinds(model) -> tuple[str, ...]:
-    """The model's attention types: ("encoder",) or ``jattn.nn.seq2seq.KINDS``."""
-    return seq2seq.KINDS if is_seq2seq(model) else ("encoder",)
-
-
-def stack_shape(model, kind: str) -> tuple[int, int]:
-    """(L, H) of attention type ``kind``."""
-    c = model.config
-    if not is_seq2seq(model):
-        return c.num_layers, c.num_heads
-    if kind == "encoder":
-        return c.encoder_layers, c.encoder_heads
-    return c.decoder_layers, c.decoder_heads
-
-
-def _tokenize_pairs(model, pairs) -> dict:
-    """(source, target) string pairs -> a teacher-forced batch (decoder input: start + target[:-1])."""
-    if any(not (isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(s, str) for s in p)) for p in pairs):
-        raise ValueError("a translation model is patched on (source, target) string pairs, or on a batch dict "
-                         "(input_ids, attention_mask, decoder_input_ids)")
-    c, tok, prepare = model.config, model.tokenizer, getattr(model, "prepare_texts", list)
-    src = tok(prepare([s for s, _ in pairs]))["input_ids"]
-    tgt = tok(text_target=prepare([t for _, t in pairs]))["input_ids"]
-    b, s, t = len(pairs), max(map(len, src)), max(map(len, tgt))
-    ids, mask = pad_rows(src, b, s, c.pad_token_id)  # (b, s)
-    _, dec_mask = pad_rows(tgt, b, t, c.pad_token_id)  # (b, t)
-    dec, _ = pad_rows([y[:-1] for y in tgt], b, t, c.pad_token_id, offset=1)  # (b, t) start + target[:-1]
-    dec[:, 0] = c.decoder_start_token_id
-    return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec, "decoder_attention_mask": dec_mask}
-
-
-def _as_batch(model, inputs, name: str) -> dict:
-    if isinstance(inputs, (list, tuple)) and inputs and not isinstance(inputs, str):
-        return model.check_batch(_tokenize_pairs(model, inputs) if is_seq2seq(model) else model.tokenize(list(inputs), max_length=model.config.max_length))
-    if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and not inputs):
-        raise ValueError(f"{name} must be a non-empty list of examples (or a tokenized batch), got {inputs!r}")
-    return model.check_batch(inputs)
-
-
 def paired_inputs(model, clean, corrupted) -> tuple[dict, dict]:
     """Tokenize (or check) ``clean`` and ``corrupted``; both padded to the same shape. Raises a
     ValueError naming the first example whose clean and corrupted versions differ in length."""
-    a, b = _as_batch(model, clean, "clean"), _as_batch(model, corrupted, "corrupted")
+    a, b = model.batch(clean), model.batch(corrupted)
     if len(a["input_ids"]) != len(b["input_ids"]):
         raise ValueError(f"clean has {len(a['input_ids'])} examples, corrupted {len(b['input_ids'])}: patching "
                          "pairs them one to one")
@@ -255,11 +211,11 @@ def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, 
 
     ``clean``, ``corrupted``: lists of texts (encoder; (A, B) pairs allowed) or (source, target)
     pairs (translation), or tokenized batches; pair i must tokenize to equal lengths.
-    ``metric(outputs) -> (b,)``: jit-traceable. Returns (L, H) for an encoder, {kind: (L, H)}
-    for a translation model ("encoder" self, "decoder" causal self, "cross"); with
-    ``per_position`` (L, H, n): the head patched at query position i only, averaged over the
-    examples whose position i is a real token (NaN where none is). ``metric_inputs``: per-example
-    arrays (N, ...) the metric reads as ``metric(outputs, rows)`` (module docstring).
+    ``metric(outputs) -> (b,)``: jit-traceable. Returns {attention type: (L, H)}: ``"encoder"``
+    for an encoder; ``"encoder"`` self, ``"decoder"`` causal self, ``"cross"`` for a translation
+    model; with ``per_position`` (L, H, n): the head patched at query position i only, averaged
+    over the examples whose position i is a real token (NaN where none is). ``metric_inputs``:
+    per-example arrays (N, ...) the metric reads as ``metric(outputs, rows)`` (module docstring).
     ``per_example``: the effects of each example, (N, L, H), instead of their mean."""
     if per_example and per_position:
         raise ValueError("per_example=True gives (N, L, H) head effects; per_position=True is not combined with it. "
@@ -274,8 +230,7 @@ def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, 
         real = min(batch_size, N - start)
         contexts, out, inputs = _runs(model.params, c, ca, cb)
         base = np.asarray(_metric_rows(metric, out, batch_size, rows))[:real]  # (real,)
-        for kind in kinds(model):
-            L, H = stack_shape(model, kind)
+        for kind, (L, H) in model.head_shapes.items():
             q = contexts[kind].shape[3]
             query_mask = cb["decoder_attention_mask" if kind != "encoder" else "attention_mask"][:real]  # (real, q)
             counts[kind] = counts.get(kind, 0) + query_mask.sum(0)  # (q,) examples with position i real
@@ -297,7 +252,7 @@ def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, 
         result = {k: np.where(counts[k] > 0, s / np.maximum(counts[k], 1), np.nan) for k, s in sums.items()}
     else:
         result = {k: s / N for k, s in sums.items()}
-    return result if is_seq2seq(model) else result["encoder"]
+    return result
 
 
 # ---------------------------------------------------------------- attribution patching
@@ -334,8 +289,7 @@ def attribution_patch_heads(model, clean, corrupted, metric, *, batch_size: int 
         for kind, g in grads.items():
             g = np.moveaxis(np.asarray(g, np.float64)[:, :real], 1, 0)  # (real, L, H)
             sums[kind] = np.concatenate([sums[kind], g]) if kind in sums else g
-    result = {k: s if per_example else s.mean(0) for k, s in sums.items()}
-    return result if is_seq2seq(model) else result["encoder"]
+    return {k: sums[k] if per_example else sums[k].mean(0) for k in model.head_shapes}
 
 
 def agreement(estimate, exact) -> dict:

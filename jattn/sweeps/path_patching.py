@@ -28,7 +28,7 @@ import numpy as np
 from jattn.nn import encoder, seq2seq
 from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.interventions import Interventions
-from jattn.sweeps.patching import batch_rows, is_seq2seq, kinds, paired_inputs, stack_shape
+from jattn.sweeps.patching import batch_rows, paired_inputs
 
 ROLES = {"q": "query_input", "k": "key_input", "v": "value_input"}
 
@@ -36,15 +36,15 @@ ROLES = {"q": "query_input", "k": "key_input", "v": "value_input"}
 def receiver_masks(model, receivers) -> dict:
     """{kind: {site: (L, 1, H) bool}} from receivers [(kind, layer, head, roles)] (an encoder
     also takes (layer, head, roles)); roles a string over "qkv"."""
-    out = {}
+    out, shapes = {}, model.head_shapes
     for r in receivers:
-        r = ("encoder", *r) if len(r) == 3 and not is_seq2seq(model) else tuple(r)
-        if len(r) != 4 or r[0] not in kinds(model) or not set(r[3]) <= set(ROLES) or not r[3]:
-            raise ValueError(f"receiver {r!r}: give (kind, layer, head, roles) with kind in {kinds(model)} and roles "
-                             f"a non-empty string over 'qkv' (an encoder also takes (layer, head, roles)); or "
+        r = (*shapes, *r) if len(r) == 3 and len(shapes) == 1 else tuple(r)
+        if len(r) != 4 or r[0] not in shapes or not set(r[3]) <= set(ROLES) or not r[3]:
+            raise ValueError(f"receiver {r!r}: give (kind, layer, head, roles) with kind in {tuple(shapes)} and "
+                             "roles a non-empty string over 'qkv' (an encoder also takes (layer, head, roles)); or "
                              "receivers='output'")
         kind, l, h, roles = r
-        L, H = stack_shape(model, kind)
+        L, H = shapes[kind]
         if not (0 <= l < L and 0 <= h < H):
             raise ValueError(f"receiver {r!r}: {kind} has layers 0..{L - 1} and heads 0..{H - 1}")
         for role in roles:
@@ -90,11 +90,9 @@ def _path_effects(params, config, clean, corrupted, senders, receivers, metric, 
 
 def sender_onehots(model) -> tuple[dict, list]:
     """Every head of every attention type as a sender: ({kind: (S, L, 1, H, 1) bool}, [(kind, l, h)])."""
-    names = [(k, l, h) for k in kinds(model) for l in range(stack_shape(model, k)[0])
-             for h in range(stack_shape(model, k)[1])]
+    names = [(k, l, h) for k, (L, H) in model.head_shapes.items() for l in range(L) for h in range(H)]
     onehots = {}
-    for k in kinds(model):
-        L, H = stack_shape(model, k)
+    for k, (L, H) in model.head_shapes.items():
         a = np.zeros((len(names), L, 1, H, 1), bool)
         for s, (kind, l, h) in enumerate(names):
             if kind == k:
@@ -107,8 +105,8 @@ def path_patch(model, clean, corrupted, metric, receivers, *, batch_size: int = 
                senders_per_step: int | None = None):
     """Path patching from every head to ``receivers`` (module docstring): "output", or a list of
     (kind, layer, head, roles) ((layer, head, roles) for an encoder), roles over "qkv".
-    ``clean``, ``corrupted``, ``metric`` as ``jattn.patch_heads``. Returns (L, H) over sender
-    heads for an encoder, {kind: (L, H)} for a translation model."""
+    ``clean``, ``corrupted``, ``metric`` as ``jattn.patch_heads``. Returns {attention type: (L, H)}
+    over sender heads, as ``jattn.patch_heads``."""
     masks = None if isinstance(receivers, str) and receivers == "output" else receiver_masks(model, receivers)
     a, b = paired_inputs(model, clean, corrupted)
     onehots, names = sender_onehots(model)
@@ -121,21 +119,22 @@ def path_patch(model, clean, corrupted, metric, receivers, *, batch_size: int = 
                           senders_per_step or len(names))  # (S, b)
         base = np.asarray(base_fn(model.params, cb), np.float64)[:real]  # (real,)
         total += (np.asarray(m, np.float64)[:, :real] - base).sum(1)
-    result = {k: np.zeros(stack_shape(model, k)) for k in kinds(model)}
+    result = {k: np.zeros(shape) for k, shape in model.head_shapes.items()}
     for (k, l, h), value in zip(names, total / N):
         result[k][l, h] = value
-    return result if is_seq2seq(model) else result["encoder"]
+    return result
 
 
 def path_patch_matrix(model, clean, corrupted, metric, *, roles: str = "qkv", batch_size: int = 16) -> np.ndarray:
     """Sender × receiver path patching for an encoder: (L, H, L, H), entry [l, h, l', h'] the
     effect of sender (l, h) through receiver (l', h')'s ``roles`` alone; 0 unless l < l'."""
-    if is_seq2seq(model):
+    if tuple(model.head_shapes) != ("encoder",):
         raise ValueError("path_patch_matrix covers encoders; for a translation model call path_patch with "
                          "(kind, layer, head, roles) receivers")
-    L, H = stack_shape(model, "encoder")
+    L, H = model.head_shapes["encoder"]
     out = np.zeros((L, H, L, H))
     for lr in range(1, L):
         for hr in range(H):
-            out[:, :, lr, hr] = path_patch(model, clean, corrupted, metric, [(lr, hr, roles)], batch_size=batch_size)
+            out[:, :, lr, hr] = path_patch(model, clean, corrupted, metric, [(lr, hr, roles)],
+                                           batch_size=batch_size)["encoder"]
     return out

@@ -13,7 +13,7 @@ type keeps all its heads). H is ``config.num_heads`` / ``encoder_heads`` / ``dec
 heads of the model at hand, so an already pruned model is pruned further with a mask over its
 own head slots.
 
-In memory (``prune``): the L layers of a stack are stacked and run by ``lax.scan``, which needs
+In memory (``remove_heads``): the L layers of a stack are stacked and run by ``lax.scan``, which needs
 one shape for every layer, so each stack holds H' = max(1, max_l k_l) head slots, k_l the heads
 layer l keeps. Layer l's heads fill slots 0..k_l-1 in their original order; the slots after them
 have zero query/key/value kernels and biases and zero W_O rows. Such a slot's values are 0, so its
@@ -206,11 +206,12 @@ def prune_params(params, config, keep) -> tuple[dict, object]:
     return arrays, new_config
 
 
-def prune(model, keep):
+def remove_heads(model, keep):
     """A copy of ``model`` (``EncoderModel`` or ``Seq2SeqModel``) with the heads ``keep`` drops
     physically removed (see the module docstring for the in-memory layout). Gates that are open
     but not exactly 1 (L0 gates at evaluation) are folded into W_O first: ``jattn.training.l0.fold_gates``."""
-    params, config = prune_params(model.params, model.config, keep)
+    keep = model.per_type(keep, "keep")  # {type: (L, H) bool}; an encoder's bare (L, H) too
+    params, config = prune_params(model.params, model.config, keep["encoder"] if len(keep) == 1 else keep)
     return type(model)(config, params, model.tokenizer, model.source)
 
 
@@ -253,7 +254,8 @@ def export_pruned(model, keep, folder) -> Path:
     folder = Path(folder)
     if folder.exists() and folder.resolve() == source.resolve():
         raise ValueError(f"export_pruned would overwrite the model's own folder {folder}; choose another folder")
-    params, config = prune_params(model.params, model.config, keep)
+    keep = model.per_type(keep, "keep")  # {type: (L, H) bool}; an encoder's bare (L, H) too
+    params, config = prune_params(model.params, model.config, keep["encoder"] if len(keep) == 1 else keep)
     state = hf_state_dict(params, config)
     base = json.loads((source / "config.json").read_text(encoding="utf-8"))
     folder.mkdir(parents=True, exist_ok=True)

@@ -23,27 +23,18 @@ import numpy as np
 from jattn.io import validate
 from jattn.nn.interventions import Interventions
 from jattn.runner.batcher import model_batches
-from jattn.sweeps.importance import KINDS, check_sizes, importance, seq2seq_shapes
+from jattn.sweeps.importance import KINDS, check_sizes, importance
 
 SCHEDULES = ("once", "reestimate")
 
 
-def head_shapes(model) -> dict[str, tuple[int, int]]:
-    """(L, H) per attention type; an encoder has one type, "encoder"."""
-    if hasattr(model.config, "decoder_layers"):
-        return seq2seq_shapes(model.config)
-    return {"encoder": (model.config.num_layers, model.config.num_heads)}
-
-
-def as_model_mask(model, masks: dict):
-    """{kind: (L, H)} -> what ``importance``/metrics take: (L, H) for an encoder, the dict otherwise."""
-    return masks if hasattr(model.config, "decoder_layers") else masks["encoder"]
-
-
 def flat_scores(model, scores) -> np.ndarray:
-    """Importance (an (L, H) array or {kind: (L, H)}) flattened in ``head_shapes`` order."""
-    scores = scores if isinstance(scores, dict) else {"encoder": scores}
-    return np.concatenate([np.asarray(scores[k], np.float64).ravel() for k in head_shapes(model)])
+    """Scores per head ({type: (L, H)}, or an encoder's bare (L, H)) flattened in
+    ``model.head_shapes`` order."""
+    scores = model.per_type(scores, "scores")
+    if missing := [k for k in model.head_shapes if k not in scores]:
+        raise ValueError(f"scores: no scores for the attention types {missing}")
+    return np.concatenate([np.asarray(scores[k], np.float64).ravel() for k in model.head_shapes])
 
 
 def choose(scores: np.ndarray, kept: np.ndarray, layer_of: np.ndarray, k: int, keep_one_per_layer: bool) -> list:
@@ -61,7 +52,7 @@ def choose(scores: np.ndarray, kept: np.ndarray, layer_of: np.ndarray, k: int, k
     return chosen
 
 
-def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: str = "token",
+def prune(model, examples: Sequence, metric_fn: Callable, *, estimator: str = "token",
                   schedule: str = "once", step: float = 0.1, keep_one_per_layer: bool = False, loss=None,
                   scores=None, batch_size: int = 32, max_length: int | None = None, progress: bool = False,
                   history: list | None = None, masks_out: list | None = None, state_file=None,
@@ -69,9 +60,9 @@ def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: 
     """Metric vs share of heads masked: [[fraction_pruned, metric], ...] from 0 to the last step.
 
     ``examples``: what ``jattn.importance`` takes (the data importance is estimated on).
-    ``metric_fn(mask) -> float`` with mask (L, H) float {0, 1} (a dict per attention type for a
-    translation model). ``scores``: a fixed ranking instead of importance (e.g. random: the
-    baseline), only with ``schedule="once"``. ``history`` / ``masks_out``: if lists, the importance
+    ``metric_fn(mask) -> float`` with mask {attention type: (L, H) float {0, 1}} (as ``importance``
+    returns them). ``scores``: a fixed ranking instead of importance (e.g. random: the baseline),
+    in the same form (an encoder's bare (L, H) too), only with ``schedule="once"``. ``history`` / ``masks_out``: if lists, the importance
     used at each step / the head mask of each curve point are appended to them.
 
     ``state_file``: a JSON file the curve is saved to after every point (written atomically), and
@@ -86,7 +77,7 @@ def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: 
     check_sizes(batch_size, max_length)
     if scores is not None and schedule != "once":
         raise ValueError("a fixed ranking (scores=...) cannot be re-estimated: use schedule='once'")
-    shapes = head_shapes(model)
+    shapes = model.head_shapes
     layer_of = np.concatenate([np.repeat(np.arange(L) + sum(s[0] for s in list(shapes.values())[:i]), H)
                                for i, (L, H) in enumerate(shapes.values())])  # (N,) a global layer id per head
     N = len(layer_of)
@@ -98,7 +89,7 @@ def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: 
         for kind, (L, H) in shapes.items():
             out[kind] = kept[start:start + L * H].reshape(L, H).copy()
             start += L * H
-        return as_model_mask(model, out)
+        return out
 
     def estimate():
         imp = importance(model, examples, loss=loss, estimator=estimator, mask=masks(), batch_size=batch_size,
@@ -139,13 +130,13 @@ def pruning_curve(model, examples: Sequence, metric_fn: Callable, *, estimator: 
         curve.append([float(1 - kept.mean()), evaluate()])
 
 
-def as_lists(x):
-    """Arrays (or a dict of them per attention type) as nested lists, for JSON."""
-    return {k: np.asarray(v).tolist() for k, v in x.items()} if isinstance(x, dict) else np.asarray(x).tolist()
+def as_lists(x: dict) -> dict:
+    """{type: array} as nested lists, for JSON."""
+    return {k: np.asarray(v).tolist() for k, v in x.items()}
 
 
-def _arrays(x):
-    return {k: np.asarray(v) for k, v in x.items()} if isinstance(x, dict) else np.asarray(x)
+def _arrays(x: dict) -> dict:
+    return {k: np.asarray(v) for k, v in x.items()}
 
 
 def _save(state_file, settings, curve, kept, current, history, masks_out) -> None:
@@ -203,7 +194,7 @@ def prunable_fraction(curve: list, baseline: float, tolerance: float = 1.0, high
 
 def classification_predictions(model, texts: Sequence, batch_size: int = 64,
                                max_length: int | None = None) -> Callable:
-    """mask (L, H) -> the classifier's predicted class of each of ``texts`` (an int array, the
+    """mask ({"encoder": (L, H)} or the bare (L, H)) -> the classifier's predicted class of each of ``texts`` (an int array, the
     texts' order) with the heads where mask is 0 gated off. Batches are tokenized once (the
     runner's batches, ``jattn.runner.batcher.model_batches``; an over-long input is an error, never
     cut); the jitted forward takes the mask as an argument."""
@@ -213,7 +204,7 @@ def classification_predictions(model, texts: Sequence, batch_size: int = 64,
     batches = list(model_batches(model, list(texts), batch_size, max_length))
 
     def predict(mask) -> np.ndarray:
-        iv = Interventions(head_gates=jnp.asarray(mask, jnp.float32))
+        iv = Interventions(head_gates=jnp.asarray(model.per_type(mask, "mask")["encoder"], jnp.float32))
         pred = np.zeros(len(texts), np.int64)
         for batch, idx in batches:
             logits = model.classify(batch, iv)  # (b, C)
@@ -225,7 +216,7 @@ def classification_predictions(model, texts: Sequence, batch_size: int = 64,
 
 def classification_metric(model, examples: Sequence, metric: str = "accuracy", batch_size: int = 64,
                           max_length: int | None = None, scale: float = 100.0) -> Callable:
-    """mask (L, H) -> ``metric`` ("accuracy" | "matthews_corr") ×``scale`` of a classifier on
+    """mask ({"encoder": (L, H)} or the bare (L, H)) -> ``metric`` ("accuracy" | "matthews_corr") ×``scale`` of a classifier on
     (input, label) ``examples`` (``classification_predictions`` scored against the labels)."""
     from jattn.io.glue import accuracy, matthews_corr
 

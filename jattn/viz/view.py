@@ -72,11 +72,11 @@ def encoder_maps(model, text: str, pair: str | None, max_length: int, truncate: 
     n = int(batch.lengths[0])
     tokens = model.tokenizer.convert_ids_to_tokens(batch.input_ids[0, :n].tolist())
     alpha = np.asarray(model.forward(batch, internals=("weights",)).attentions)[:, 0, :, :n, :n]  # (L, H, n, n)
-    norms = norms_of(model, batch, residual=True)
+    norms = norms_of(model, batch, residual=True)["encoder"]
     maps = {"alpha": alpha}
     for key, name in NORM_KEYS.items():
         maps[key] = norms[name][:, 0, ..., :n, :n]  # (L, [H,] n, n)
-    attributions = attributions_of(model, batch)
+    attributions = attributions_of(model, batch)["encoder"]
     for key, name in ATTRIBUTION_KEYS.items():
         maps[key] = attributions[name][:, 0, :n, :n]  # (L, n, n)
     return maps, tokens

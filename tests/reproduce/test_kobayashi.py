@@ -38,7 +38,7 @@ def reference_segment(model, segment) -> dict:
 
     enc = model.tokenizer(*segment, return_tensors="np")
     inputs = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
-    out = jattn.norms(model, inputs, residual=True)
+    out = jattn.norms(model, inputs, residual=True)["encoder"]
     cls = token_classes(model.tokenizer, inputs["input_ids"], inputs["attention_mask"])[0]  # (n,)
     L, _, H, n, _ = out["weights"].shape
     want = {f"{s}_{c}": 0.0 for s in ("weight", "norm") for c in CLASS_NAMES}

@@ -1,6 +1,6 @@
 """The Kovaleva study: the family of paired tests against ``jattn.stats`` written one system at a
 time, Δ statistics over seeds against a plain t-interval, the compact predictions, the resumable
-sweep against one uninterrupted ``disable_sweep``, the cross-fitted classifiers against
+sweep against one uninterrupted ``disable``, the cross-fitted classifiers against
 brute-force loops, the map statistics of one forward on a tiny model, every stage function on
 tiny inputs with each claim recomputed from its predictions file, and the quick profile."""
 
@@ -115,15 +115,15 @@ def tiny(tmp_path_factory):
 
 
 def test_the_chunked_sweep_resumes_and_equals_one_sweep(tiny, tmp_path):
-    from jattn.sweeps.disable import disable_sweep
+    from jattn.sweeps.disable import disable
 
     model = tiny[0]
     examples = [(s, i % 2) for i, s in enumerate(SENTENCES)]
     first = D.sweep(model, examples, tmp_path, chunk=3)
     (tmp_path / "chunk_1.npz").unlink()  # as if killed before the second chunk was saved
     again = D.sweep(model, examples, tmp_path, chunk=3)
-    whole = disable_sweep(model, examples, unit="head", progress=False)
-    layers = disable_sweep(model, examples, unit="layer", progress=False)
+    whole = disable(model, examples, unit="head", progress=False)
+    layers = disable(model, examples, unit="layer", progress=False)
     for r in (first, again):
         np.testing.assert_array_equal(r["base"], whole.baseline_predictions)
         np.testing.assert_array_equal(r["heads"], whole.predictions)

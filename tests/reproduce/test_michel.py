@@ -6,29 +6,32 @@ and the quick profile end to end (slow)."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from sklearn.metrics import matthews_corrcoef
 
 from jattn import stats
+from jattn.models.base import ModuleModel
 from jattn.reproduce import claims, pipeline
 from jattn.reproduce.studies import michel, michel_claims, michel_curves as mc
-from jattn.sweeps.pruning_curve import pruning_curve
+from jattn.sweeps.pruning_curve import prune
 
 
 def test_masks_match_pruning_curve_on_a_common_grid():
     """With 10 heads, 10 % steps are one head each: ``masks_for`` on the 10 % grid must be the
-    masks ``pruning_curve(scores=...)`` walks (its tie rule included: scores with ties)."""
-    model = SimpleNamespace(config=SimpleNamespace(num_layers=2, num_heads=5))
+    masks ``prune(scores=...)`` walks (its tie rule included: scores with ties)."""
+    class TwoByFive:  # what prune reads of a model when the scores are given
+        head_shapes = {"encoder": (2, 5)}
+        per_type = ModuleModel.per_type
+
     scores = np.array([[0.5, 0.1, 0.5, 0.9, 0.1], [0.3, 0.5, 0.0, 0.3, 0.7]])
     walked = []
-    pruning_curve(model, None, lambda m: 0.0, scores=scores, step=0.1, masks_out=walked)
+    prune(TwoByFive(), None, lambda m: 0.0, scores=scores, step=0.1, masks_out=walked)
     ours = mc.masks_for(scores.ravel(), (2, 5))
     assert len(walked) == len(ours) == 11
     for a, b in zip(walked, ours):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a["encoder"], b)
 
 
 def test_masks_round_each_share_of_all_heads():
@@ -182,7 +185,7 @@ def test_curves_stage_on_a_tiny_classifier(tiny_classifier, tmp_path, monkeypatc
     result = stage.run(ctx)
     net = jattn.load(tiny_classifier)
     imp_examples, dev = michel._slices("sst2", p)
-    np.testing.assert_array_equal(result["importance"], jattn.importance(net, imp_examples, progress=False))
+    np.testing.assert_array_equal(result["importance"], jattn.importance(net, imp_examples, progress=False)["encoder"])
     predict = classification_predictions(net, [x for x, _ in dev])
     for name, scores in [("importance", np.ravel(result["importance"])), ("random-2", mc.random_orders(8, 5)[2])]:
         for share, mask, got in zip(mc.SHARES, mc.masks_for(scores, (2, 4)), result["orders"][name]):

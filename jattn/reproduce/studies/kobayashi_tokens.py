@@ -37,7 +37,7 @@ CHUNK = 64  # segments per checkpoint
 
 
 def batch_measures(norms: dict, classes: np.ndarray, mask: np.ndarray) -> dict:
-    """One batch of ``jattn.norms(..., residual=True)`` output -> per-row measures.
+    """One batch of ``jattn.norms(..., residual=True)["encoder"]`` -> per-row measures.
 
     classes (b, n) token class (-1 on padding), mask (b, n). Returns ``weight``, ``norm``,
     ``uniform`` (b, C); ``weight_layer``, ``norm_layer`` (L, b, C); ``fnorm`` (b, n) ‖f(x)‖ mean
@@ -78,7 +78,7 @@ def _chunk(model, segments: list, start: int, batch_size: int, max_length: int) 
     sums = {k: np.zeros((L, C)) for k in ("weight_layer", "norm_layer", "fnorm_class", "received_class")}
     counts = np.zeros(C)
     for inputs, idx in model_batches(model, segments, batch_size, max_length, truncate=True):
-        norms = jattn.norms(model, inputs, residual=True)
+        norms = jattn.norms(model, inputs, residual=True)["encoder"]
         mask = inputs["attention_mask"]
         m = batch_measures(norms, token_classes(model.tokenizer, inputs["input_ids"], mask), mask)
         for r, k in enumerate(int(i) for i in idx):

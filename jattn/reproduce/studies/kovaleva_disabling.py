@@ -2,7 +2,7 @@
 fine-tuned classifier, tested against the unmodified model on the same dev examples.
 
 - ``sweep``: the dev predictions of the unmodified model and of each variant (a head's attention
-  made uniform over the real keys, ``jattn.sweeps.disable.disable_sweep`` mode "uniform"; a layer:
+  made uniform over the real keys, ``jattn.sweeps.disable.disable`` mode "uniform"; a layer:
   all its heads), in chunks of length-sorted examples saved to the stage's work folder, so that a
   killed sweep continues from its last chunk. Stored compactly: a variant of a binary classifier
   is the unmodified prediction with some examples flipped, so per variant only the flipped
@@ -89,7 +89,7 @@ def sweep(model, examples: list[tuple[str, int]], work: Path, chunk: int = 64, b
     import hashlib
     import json
 
-    from jattn.sweeps.disable import disable_sweep
+    from jattn.sweeps.disable import disable
 
     work.mkdir(parents=True, exist_ok=True)
     mark = work / "identity.json"
@@ -111,8 +111,8 @@ def sweep(model, examples: list[tuple[str, int]], work: Path, chunk: int = 64, b
         if not path.is_file():
             part = [examples[i] for i in idx]
             kw = dict(mode="uniform", batch_size=batch_size, progress=False)
-            h = disable_sweep(model, part, unit="head", **kw)
-            layer = disable_sweep(model, part, unit="layer", **kw)
+            h = disable(model, part, unit="head", **kw)
+            layer = disable(model, part, unit="layer", **kw)
             tmp = work / f"chunk_{k}.tmp.npz"
             np.savez(tmp, idx=idx, base=h.baseline_predictions, heads=h.predictions, layers=layer.predictions)
             tmp.replace(path)  # a chunk is there whole or not at all

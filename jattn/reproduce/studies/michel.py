@@ -124,7 +124,7 @@ def _curves_stage(model: str, task: str, seed: int):
         else:
             start = time.perf_counter()
             imp = np.asarray(jattn.importance(net, imp_examples, estimator=p["estimator"], batch_size=p["batch_size"],
-                                              progress=ctx.progress))  # (L, H)
+                                              progress=ctx.progress)["encoder"])  # (L, H)
             seconds["importance"] = round(time.perf_counter() - start, 1)
             saved.write_text(json.dumps(imp.tolist()))
         orders = {"importance": flat_scores(net, imp)}

@@ -5,7 +5,7 @@ A *pruning order* is a score per head (flat, in ``pruning_curve.head_shapes`` or
 of all N heads, the round(p·N) heads of lowest score are masked (gate ξ_h = 0, Michel's masking),
 ties broken by the lower flat index as ``jattn.sweeps.pruning_curve.choose`` does. With one
 ranking for the whole curve (importance estimated once, on the unpruned model) this is the
-curve ``pruning_curve(schedule="once")`` walks, on the exact 10 % grid of all heads instead of
+curve ``prune(schedule="once")`` walks, on the exact 10 % grid of all heads instead of
 cumulative steps of round(0.1·N) heads (so that 40 % and 50 % are points of every curve).
 
 ``predictions_along`` runs a model's ``predict(mask)`` at every share of every order, once per

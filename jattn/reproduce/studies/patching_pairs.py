@@ -148,8 +148,8 @@ def measure(model, pairs: list[dict], pad_to: int, batch_size: int) -> dict:
                                masks))
     kw = dict(metric_inputs=masks, per_example=True, batch_size=batch_size)
     return {"clean": m_clean, "corrupted": m_corr,
-            "exact": patch_heads(model, clean, corrupted, metric, **kw),
-            "attribution": attribution_patch_heads(model, clean, corrupted, metric, **kw),
+            "exact": patch_heads(model, clean, corrupted, metric, **kw)["encoder"],
+            "attribution": attribution_patch_heads(model, clean, corrupted, metric, **kw)["encoder"],
             "clark": clark_correct(model, clean, pairs, word_ids).astype(np.float64)}
 
 

@@ -188,7 +188,7 @@ def test_pruning_curve_and_bleu_metric(model):
     ranks the heads of all three types together."""
     import sacrebleu
 
-    from jattn.sweeps.pruning_curve import bleu_metric, pruning_curve
+    from jattn.sweeps.pruning_curve import bleu_metric, prune
 
     data = list(zip(sentences(3, 3), sentences(3, 4)))
     c = model.config
@@ -206,7 +206,7 @@ def test_pruning_curve_and_bleu_metric(model):
     assert got == pytest.approx(sacrebleu.corpus_bleu(hyps, [[t for _, t in data]]).score, abs=1e-9)
     history, seen = [], []
     metric = lambda m: seen.append({k: np.array(v) for k, v in m.items()}) or 0.0  # noqa: E731
-    pruning_curve(model, data, metric, estimator="token", step=0.1, history=history, batch_size=4)
+    prune(model, data, metric, estimator="token", step=0.1, history=history, batch_size=4)
     flat = np.concatenate([history[0][k].ravel() for k in KINDS])
     k = max(1, round(0.1 * len(flat)))
     first = np.argsort(flat, kind="stable")[:k]

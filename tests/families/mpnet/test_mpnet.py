@@ -97,7 +97,7 @@ def test_kobayashi_decomposition_with_bias(base, batch):
     mask = batch["attention_mask"].astype(bool)
     summed = np.einsum("bhij,bhje->bije", alpha, f)  # (b, n, n, D)
     want = np.linalg.norm(summed, axis=-1) * (mask[:, :, None] & mask[:, None, :])  # (b, n, n)
-    got = jattn.norms(model, batch)["summed_norm"][0]
+    got = jattn.norms(model, batch)["encoder"]["summed_norm"][0]
     terms = model_terms(model.config, n)
     assert_close(got, want, terms=terms)
     with torch.no_grad():  # Σ_j of the decomposition plus b_O is HF's attention output
@@ -188,7 +188,7 @@ def test_patch_heads_reads_the_score_bias(base, batch):
     corrupted["input_ids"][:, 0] = batch["input_ids"][:, 0]
     w = np.random.default_rng(2).normal(size=model.config.hidden_size)
     w /= np.linalg.norm(w)
-    got = patch_heads(model, batch, corrupted, lambda out: out["last_hidden_state"][:, 0] @ w.astype(np.float32))
+    got = patch_heads(model, batch, corrupted, lambda out: out["last_hidden_state"][:, 0] @ w.astype(np.float32))["encoder"]
     as_torch = lambda b: {k: torch.tensor(np.asarray(b[k]), dtype=torch.long)  # noqa: E731
                           for k in ("input_ids", "attention_mask")}
     want = hf_patch_loop(hf.double(), as_torch(batch), as_torch(corrupted),
