@@ -44,7 +44,7 @@ reproduce-quick: $(VENV)/.setup-reproduce
 	$(BIN)/jattn reproduce --quick --no-progress
 
 test: setup-test
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n auto --durations=15
 
 # The edit loop's tier (about 2 minutes on 2 cores): tiny random models and the embedded MiniLM —
 # HF parity of both shapes and every family, conversion, tokenization, the analyses against their
