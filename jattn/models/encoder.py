@@ -170,7 +170,10 @@ class EncoderModel(ModuleModel):
         if interventions is None:
             return NONE
         if isinstance(interventions, dict):  # the per-attention-type form every model takes
-            interventions = self.per_type(interventions, "interventions").get("encoder", NONE)
+            if unknown := sorted(set(interventions) - set(self.head_shapes)):
+                raise ValueError(f"interventions must be a jattn.Interventions or {{attention type: "
+                                 f"jattn.Interventions}} over {tuple(self.head_shapes)}; got a dict with keys {unknown}")
+            interventions = interventions.get("encoder", NONE)
         if not isinstance(interventions, Interventions):
             raise ValueError(f"interventions must be a jattn.Interventions, got {type(interventions).__name__}")
         c = self.config
