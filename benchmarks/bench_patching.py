@@ -1,9 +1,13 @@
-"""Activation patching of every head of MiniLM: jattn's compiled sweep vs a PyTorch forward-hook
-loop vs nnsight, in one run on the same inputs; attribution patching in forward-equivalents.
+"""Activation patching of every head of MiniLM or all-mpnet-base-v2: jattn's compiled sweep vs a
+PyTorch forward-hook loop vs nnsight, in one run on the same inputs; attribution patching in
+forward-equivalents.
 
 Command (from the repository root):
 
-    nice -n 10 python benchmarks/bench_patching.py [--pairs 16] [--rounds 3] [--heads-per-step 12]
+    python benchmarks/bench_patching.py [--model minilm|all-mpnet-base-v2] [--pairs 16] [--rounds 3]
+        [--heads-per-step 12]
+
+``all-mpnet-base-v2`` is read from jattn's cache (``jattn models fetch all-mpnet-base-v2``).
 
 Inputs: ``--pairs`` name-swap pairs ("John gave the book to Mary because she asked ." vs the names
 swapped; every name one word piece, so each pair tokenizes to equal lengths), one batch. Metric:
@@ -17,22 +21,28 @@ the [CLS] hidden state's projection on a fixed unit direction. Timed, in this on
   (c) the same loop in nnsight (``NNsight(model).trace``: save the clean inputs of the output
       projections, then one trace per head assigning the clean slice);
   (d) ``jattn.attribution_patch_heads`` (clean forward, corrupted forward + one backward), and one
-      jitted corrupted forward of jattn (its time is the forward-equivalent unit).
+      jitted corrupted forward of jattn (its time is the forward-equivalent unit). Beside its time
+      in forwards, its floating-point operations in forwards (XLA's cost analysis of both
+      compiled programs): about 3, the bound any implementation of the method meets.
 Prefix reuse alone bounds (a)'s saving over a loop of full forwards by L·H·L / (H·Σ_l (L − l)) =
 2L / (L + 1) layer evaluations (1.71 for L = 6); the rest of the ratio is batching the heads and
 compiling the sweep. (a) and (b) are checked to agree. Writes
-benchmarks/results/bench_patching.json and prints a Markdown table.
+benchmarks/results/bench_patching.json (MiniLM) or bench_patching_<model>.json and prints a
+Markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from bench_encoder import cpu_model  # benchmarks/ (the scripts run from their folder)
 
 REPO = Path(__file__).resolve().parents[1]
 NAMES = ["John", "Mary", "Tom", "Anna", "James", "Sarah", "David", "Emma", "Paul", "Laura"]
@@ -51,12 +61,24 @@ def pairs(n: int) -> tuple[list[str], list[str]]:
     return clean, corrupted
 
 
+# Where each benchmarked HF model keeps its attention output projection (its input is the
+# concatenated per-head context), as a module path and as the nnsight envoy path (nnsight's
+# ``output`` attribute is the module's output, so a submodule named ``output`` is ``E_output``).
+MODELS = {
+    "minilm": {"hf": lambda hf, l: hf.encoder.layer[l].attention.output.dense,
+               "nnsight": lambda nn, l: nn.encoder.layer[l].attention.E_output.dense},
+    "all-mpnet-base-v2": {"hf": lambda hf, l: hf.encoder.layer[l].attention.attn.o,
+                          "nnsight": lambda nn, l: nn.encoder.layer[l].attention.attn.o},
+}
+
+
 def best(times: dict, key: str, seconds: float):
     times[key] = min(times.get(key, np.inf), seconds)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="minilm")
     parser.add_argument("--pairs", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--heads-per-step", type=int, default=12)
@@ -68,11 +90,16 @@ def main():
     from transformers import AutoModel
 
     import jattn
+    from jattn.io import artefacts
     from jattn.models.load import default_model_path
-    from jattn.sweeps.patching import agreement, paired_inputs
+    from jattn.nn import encoder
+    from jattn.sweeps.patching import _attribution, agreement, paired_inputs
 
     torch.set_num_threads(2)
-    model = jattn.load()
+    if args.model == "minilm":
+        model, folder = jattn.load(), default_model_path()
+    else:
+        model, folder = jattn.load(args.model), artefacts.path(args.model)
     c = model.config
     L, H = c.num_layers, c.num_heads
     d = c.hidden_size // H
@@ -85,10 +112,11 @@ def main():
         return out["last_hidden_state"][:, 0] @ w32
 
     a, b = paired_inputs(model, clean, corrupted)
-    hf = AutoModel.from_pretrained(str(default_model_path()), attn_implementation="eager").eval()
+    hf = AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval()
     ta, tb = ({k: torch.tensor(v, dtype=torch.long) for k, v in x.items()} for x in (a, b))
-    projections = [layer.attention.output.dense for layer in hf.encoder.layer]
+    projections = [MODELS[args.model]["hf"](hf, l) for l in range(L)]
     nn = NNsight(hf)
+    envoy = MODELS[args.model]["nnsight"]
 
     def run_jattn():
         return jattn.patch_heads(model, a, b, metric, batch_size=args.pairs,
@@ -129,18 +157,32 @@ def main():
         with torch.no_grad():
             with nn.trace(**ta):
                 for l in range(L):
-                    saved.append(nn.encoder.layer[l].attention.E_output.dense.input.save())
+                    saved.append(envoy(nn, l).input.save())
             with nn.trace(**tb):
                 box["base"] = nn.output.last_hidden_state[:, 0].save()
             out = np.zeros((L, H))
             for l in range(L):
                 for h in range(H):
                     with nn.trace(**tb):
-                        x = nn.encoder.layer[l].attention.E_output.dense.input
+                        x = envoy(nn, l).input
                         x[..., h * d:(h + 1) * d] = saved[l][..., h * d:(h + 1) * d]
                         box["patched"] = nn.output.last_hidden_state[:, 0].save()
                     out[l, h] = float(((box["patched"] - box["base"]) @ wt).mean())
         return out
+
+    def flops(fn, *args):
+        cost = fn.lower(*args).compile().cost_analysis()
+        return float((cost[0] if isinstance(cost, list) else cost)["flops"])
+
+    # The work attribution patching cannot avoid, in forwards: a clean forward (the heads'
+    # outputs), a corrupted forward and a backward to the activations (about one forward's
+    # products: no parameter gradients), i.e. about 3; XLA's count of its floating-point operations
+    # over the forward's is that bound for this model and input.
+    jb = {k: jax.numpy.asarray(v) for k, v in b.items()}
+    forward_flops = flops(jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=None)[0]["last_hidden_state"]),
+                          model.params, jb)
+    attribution_flops = flops(_attribution, model.params, c, {k: jax.numpy.asarray(v) for k, v in a.items()}, jb,
+                              metric, None)
 
     runs = {"jattn_exact": run_jattn, "torch_hooks": run_hooks, "nnsight": run_nnsight,
             "jattn_attribution": run_attribution, "jattn_forward": run_forward}
@@ -154,7 +196,7 @@ def main():
     exact, hooks, ns = (np.asarray(results[k]) for k in ("jattn_exact", "torch_hooks", "nnsight"))
     faster = min(times["torch_hooks"], times["nnsight"])
     record = {
-        "model": "all-MiniLM-L6-v2", "pairs": args.pairs, "tokens": int(a["input_ids"].shape[1]),
+        "model": "all-MiniLM-L6-v2" if args.model == "minilm" else args.model, "pairs": args.pairs, "tokens": int(a["input_ids"].shape[1]),
         "layers": L, "heads": H, "heads_per_step": args.heads_per_step, "rounds": args.rounds,
         "seconds": {k: round(v, 4) for k, v in times.items()},
         "speedup_vs_torch_hooks": round(times["torch_hooks"] / times["jattn_exact"], 2),
@@ -162,15 +204,18 @@ def main():
         "speedup_vs_faster_of_the_two": round(faster / times["jattn_exact"], 2),
         "prefix_reuse_bound": round(2 * L / (L + 1), 3),
         "attribution_forward_equivalents": round(times["jattn_attribution"] / times["jattn_forward"], 2),
+        "attribution_flops_in_forwards": round(attribution_flops / forward_flops, 2),
         "attribution_speedup_vs_torch_hooks": round(times["torch_hooks"] / times["jattn_attribution"], 1),
         "attribution_vs_exact": agreement(results["jattn_attribution"], exact),
         "max_abs_diff_jattn_vs_torch_hooks": float(np.abs(exact - hooks).max()),
         "max_abs_diff_jattn_vs_nnsight": float(np.abs(exact - ns).max()),
         "largest_effect": float(np.abs(exact).max()),
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "load_average_at_end": os.getloadavg()},
         "versions": {"jax": jax.__version__, "torch": torch.__version__,
                      "nnsight": __import__("nnsight").__version__},
     }
-    out = REPO / "benchmarks" / "results" / "bench_patching.json"
+    name = "bench_patching.json" if args.model == "minilm" else f"bench_patching_{args.model}.json"
+    out = REPO / "benchmarks" / "results" / name
     out.write_text(json.dumps(record, indent=2) + "\n")
     print("| what | seconds |\n| --- | --- |")
     for k, v in record["seconds"].items():
