@@ -8,11 +8,12 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# Every test's encoder layers run on chunks of ≤ 16 token rows (a batch of 4 × 10 tokens: 4 chunks
-# of one sequence), so that every parity and method test also checks the chunked layer
-# (``jattn.nn.engine.over_chunks``) that real batches take on CPU. A config's own ``chunk_rows``
-# wins over it: tests/test_chunks.py compares chunk sizes through it.
-os.environ["JATTN_CHUNK_ROWS"] = "16"
+# Tests run the encoder's layers as real batches on CPU would at their size: tiny batches in one
+# chunk. The chunked layer (``jattn.nn.engine.over_chunks``) is checked where it can differ:
+# tests/test_chunks.py (outputs, every internal, layerwise rows and totals, [CLS] logits and gate
+# gradients under every kind of intervention, chunked vs whole) and tests/test_batch_invariance.py
+# (every registered analysis on chunked batches vs each example alone), which set their chunk sizes
+# themselves. Chunking every test's layers as well cost about a fifth of the suite's compile time.
 
 
 def pytest_addoption(parser):

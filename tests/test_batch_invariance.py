@@ -7,7 +7,7 @@ pad the others to a larger bucket), the runner's totals with every example alone
 (padded to the longest, filler rows added), within the float32 bound of tests/tolerance.py: the
 totals are the same per-example terms, summed in another order and computed on other shapes.
 Corpus indices are the same in both runs, so methods that draw per example (seeded by index) draw
-the same. Every registered method runs, on a tiny model of each family it reads; methods that need
+the same. The batched runs take the chunked layer (fixture ``chunked_layers``). Every registered method runs, on a tiny model of each family it reads; methods that need
 labels get them from CoNLL-U words (the bundled UD sample), GAP-style labels where asked."""
 
 from __future__ import annotations
@@ -24,6 +24,16 @@ from jattn.io.readers import read_conllu
 from jattn.runner import run_corpus
 from tiny_encoders import save_tiny
 from tolerance import assert_close, model_terms
+
+@pytest.fixture(scope="module", autouse=True)
+def chunked_layers():
+    """Layers on chunks of ≤ 16 token rows (``jattn.nn.engine.chunk_rows``): a batched run splits
+    its 2-4 rows into chunks of one or two examples, an example alone runs in one chunk, so each
+    property also compares every analysis on the chunked layer with the whole one."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JATTN_CHUNK_ROWS", "16")
+        yield
+
 
 SAMPLE = Path(jattn.__file__).parent / "io" / "sample" / "en_ewt-ud-dev.sample.conllu"
 NEEDS_DATA = {"coref"}  # GAP labels: tests/test_coref.py covers it on GAP data
