@@ -23,11 +23,14 @@ permutation interval, a difference when its interval excludes the baseline's. Pe
 paired bootstrap p-value of the exact effect ≠ 0 and Holm–Bonferroni over all heads (the table
 gives how many heads survive).
 
-Measured costs (2-core CPU shared with other jobs, load average 8-20 during the measurements;
-``nice -n 10``), per pair padded to 96 tokens, in chunks: MiniLM exact sweep 2.9 s, attribution
-0.2 s (compile ≈ 30 s); all-mpnet-base-v2 exact sweep 42.5 s, attribution 1.5 s (compile ≈ 30 s);
-loading a model 10-15 s. Full profile (``FULL``): 160 MiniLM pairs ≈ 9 min, 32 MPNet pairs
-≈ 24 min, pairs and claims ≈ 2 min: ≈ 35 min of the 40-minute budget. Quick: 12 MiniLM pairs
+Measured costs, per pair padded to 96 tokens, in chunks, on 2 CPU cores: with the machine to
+itself, the exact sweeps of the full profile took 126 s for 160 MiniLM pairs (0.8 s a pair) and
+289 s for 32 all-mpnet-base-v2 pairs (9.0 s a pair), compiles included; shared with other jobs
+(load average 8-20, ``nice -n 10``) 2.9 s and 42.5 s a pair, attribution 0.2 s and 1.5 s, a
+compile ≈ 30 s, loading a model 10-15 s. Full profile (``FULL``): 160 pairs for each model, as
+many as the GAP development rows give (≈ 2 min MiniLM, ≈ 25 min MPNet on a machine of its own;
+32 MPNet pairs left the behaviour claim's interval too wide to tell the metric from the
+nearest-name rule). Quick: 12 MiniLM pairs
 of ≤ 64 tokens.
 """
 
@@ -39,8 +42,8 @@ from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce.studies import finetune
 from jattn.reproduce.studies.patching_pairs import GAP_FILE, base_model, pairs_stage, sweep_stage
 
-# pairs per model: "small" the embedded MiniLM, "base" the 144-head model (8 × its cost per forward)
-FULL = {"max_tokens": 96, "batch": 8, "pairs": {"small": 160, "base": 32}}
+# pairs per model: "small" the embedded MiniLM, "base" the 144-head model (≈ 11 × its cost per pair)
+FULL = {"max_tokens": 96, "batch": 8, "pairs": {"small": 160, "base": 160}}
 QUICK = {"max_tokens": 64, "batch": 12, "pairs": {"small": 12}}
 PAPER = {
     "behaviour": "Clark et al. 2019 §4.3 (their 144-head base model, CoNLL-2012): the best attention head picks an antecedent "
