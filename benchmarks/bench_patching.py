@@ -196,7 +196,8 @@ def main():
     exact, hooks, ns = (np.asarray(results[k]) for k in ("jattn_exact", "torch_hooks", "nnsight"))
     faster = min(times["torch_hooks"], times["nnsight"])
     record = {
-        "model": "all-MiniLM-L6-v2" if args.model == "minilm" else args.model, "pairs": args.pairs, "tokens": int(a["input_ids"].shape[1]),
+        "model": "all-MiniLM-L6-v2" if args.model == "minilm" else args.model, "pairs": args.pairs,
+        "tokens": int(a["input_ids"].shape[1]),
         "layers": L, "heads": H, "heads_per_step": args.heads_per_step, "rounds": args.rounds,
         "seconds": {k: round(v, 4) for k, v in times.items()},
         "speedup_vs_torch_hooks": round(times["torch_hooks"] / times["jattn_exact"], 2),

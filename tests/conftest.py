@@ -13,7 +13,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # tests/test_chunks.py (outputs, every internal, layerwise rows and totals, [CLS] logits and gate
 # gradients under every kind of intervention, chunked vs whole) and tests/test_batch_invariance.py
 # (every registered analysis on chunked batches vs each example alone), which set their chunk sizes
-# themselves. Chunking every test's layers as well cost about a fifth of the suite's compile time.
+# themselves. Chunking every test's layers as well cost about a fifth of the compile time of the
+# test files measured (test_norms, test_weights, test_importance).
 
 
 def pytest_addoption(parser):

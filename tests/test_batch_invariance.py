@@ -7,8 +7,8 @@ pad the others to a larger bucket), the runner's totals with every example alone
 (padded to the longest, filler rows added), within the float32 bound of tests/tolerance.py: the
 totals are the same per-example terms, summed in another order and computed on other shapes.
 Corpus indices are the same in both runs, so methods that draw per example (seeded by index) draw
-the same. The batched runs take the chunked layer (fixture ``chunked_layers``). Every registered method runs, on a tiny model of each family it reads; methods that need
-labels get them from CoNLL-U words (the bundled UD sample), GAP-style labels where asked."""
+the same. The batched runs take the chunked layer (fixture ``chunked_layers``). Every registered
+method runs, on a tiny model of each family it reads; methods that need labels get them from CoNLL-U words (the bundled UD sample), GAP-style labels where asked."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from jattn.io.readers import read_conllu
 from jattn.runner import run_corpus
 from tiny_encoders import save_tiny
 from tolerance import assert_close, model_terms
+
 
 @pytest.fixture(scope="module", autouse=True)
 def chunked_layers():
