@@ -11,6 +11,9 @@
 - ``permutation_interval``: the central 95 % of a statistic under random permutations of one
   argument: the band a value must leave to differ from "no association".
 - ``t_interval``: mean and Student-t interval over training seeds.
+- ``bleu_statistics`` / ``bleu_from_statistics``: corpus sacreBLEU (Post 2018) as a statistic of
+  per-sentence rows (n-gram matches and totals, lengths: they sum to the corpus ones), so the two
+  bootstraps above resample sentences and recompute the corpus BLEU.
 """
 
 from __future__ import annotations
@@ -113,3 +116,36 @@ def t_interval(values, level: float = 0.95) -> tuple[float, tuple[float, float]]
         raise ValueError(f"a t-interval needs ≥ 2 seeds, got {len(v)}")
     half = t.ppf((1 + level) / 2, len(v) - 1) * v.std(ddof=1) / np.sqrt(len(v))
     return float(v.mean()), (float(v.mean() - half), float(v.mean() + half))
+
+
+def bleu_statistics(hyps: list[str], refs: list[str]) -> np.ndarray:
+    """(n, 10) per sentence: sacreBLEU's (13a) matched n-grams (n = 1..4), n-gram totals, hypothesis
+    and reference length, one reference per sentence. Rows sum to the corpus statistics."""
+    from sacrebleu.metrics import BLEU
+
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} translations but {len(refs)} references: they must be aligned line by line")
+    metric = BLEU(effective_order=True)  # changes sentence scores only, not the counts read here
+    return np.array([[*s.counts, *s.totals, s.sys_len, s.ref_len]
+                     for s in (metric.sentence_score(h, [r]) for h, r in zip(hyps, refs))], dtype=np.int64)
+
+
+def bleu_from_statistics(rows: np.ndarray) -> float:
+    """Corpus BLEU (sacreBLEU's defaults: exponential smoothing, brevity penalty) of the summed rows."""
+    from sacrebleu.metrics import BLEU
+
+    t = np.asarray(rows).sum(0)
+    return BLEU.compute_bleu(t[:4].tolist(), t[4:8].tolist(), int(t[8]), int(t[9])).score
+
+
+def bleu_ci(hyps: list[str], refs: list[str]) -> dict:
+    """Corpus sacreBLEU with its percentile bootstrap interval over sentences (``STATISTICS.md`` §2)
+    and sacreBLEU's signature -> {"bleu", "ci", "n", "b", "signature"}."""
+    from sacrebleu.metrics import BLEU
+
+    value, ci = bootstrap_ci(bleu_from_statistics, bleu_statistics(hyps, refs))
+    metric = BLEU()
+    corpus = metric.corpus_score(hyps, [refs])  # sacreBLEU's own score: the signature needs one
+    if abs(corpus.score - value) > 1e-9:
+        raise AssertionError(f"BLEU from per-sentence statistics {value} != sacreBLEU's corpus score {corpus.score}")
+    return {"bleu": value, "ci": list(ci), "n": len(hyps), "b": B, "signature": str(metric.get_signature())}

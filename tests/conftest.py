@@ -82,7 +82,7 @@ def tiny_marian(tiny_marian_folder):
     return jattn.load(str(tiny_marian_folder), use_cache=False)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")  # no state: module fixtures may use it too
 def data_set():
     """``data_set(name)``: the folder of real data set ``name`` in the data folder (``$JATTN_DATA``,
     else the user cache), or a skip saying how to get it."""

@@ -42,7 +42,17 @@ def _pip_parts(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) 
     return {"sha256": recipe.sha256}
 
 
-MAKERS = {"finetune": _finetune, "pip_parts": _pip_parts}  # Recipe.kind -> maker(recipe, out, work, progress)
+def _translation(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -> dict:
+    """A Multi30k translation model trained from scratch (``jattn.training.translation``, resumable
+    in ``work``; writes ``out`` with ``DONE``)."""
+    from jattn.training.translation import TranslationConfig, train_translation
+
+    src, tgt = recipe.task.split("-")
+    return train_translation(out, work, TranslationConfig(src=src, tgt=tgt, epochs=recipe.epochs,
+                                                          **dict(recipe.options)), progress=progress)
+
+
+MAKERS = {"finetune": _finetune, "pip_parts": _pip_parts, "translation": _translation}  # Recipe.kind -> maker(recipe, out, work, progress)
 
 
 def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path:

@@ -42,6 +42,7 @@ class TrainConfig:
     epochs: int = 20
     time_budget_s: float = float("inf")  # stop (and evaluate) after this much training time
     eval_every: int = 0  # optimizer updates between validations; 0 = once per epoch
+    patience: int = 0  # stop after this many validations without a better BLEU (converged); 0 = never
     eval_beams: int = 1  # validation decoding (greedy is cheap; the final test uses beams)
     save_every_s: float = 600.0  # also checkpoint last/ after this much training time
     max_decode_length: int = 96
@@ -140,7 +141,8 @@ class Trainer(Checkpointed):
     Trainer on an existing workdir resumes from ``last/``; the number of epochs, the time budget
     and the validation schedule may change on resume, the other arguments may not."""
 
-    EXTENDABLE = ("epochs", "time_budget_s", "eval_every", "eval_beams", "save_every_s", "max_decode_length")
+    EXTENDABLE = ("epochs", "time_budget_s", "eval_every", "eval_beams", "save_every_s", "max_decode_length",
+                  "patience")
 
     def __init__(self, config: Seq2SeqConfig, tc: TrainConfig, workdir, tokenizer=None):
         import orbax.checkpoint as ocp
@@ -151,7 +153,7 @@ class Trainer(Checkpointed):
         params = init_params(config, jax.random.key(tc.seed))
         self.run = Resumable(self.workdir, {"params": params, "opt_state": self.optimizer.init(params)},
                              {"step": 0, "micro_step": 0, "epoch": 0, "batch_in_epoch": 0, "train_time_s": 0.0,
-                              "curve": [], "best_bleu": None}, tc, self.EXTENDABLE)
+                              "curve": [], "best_bleu": None, "since_best": 0}, tc, self.EXTENDABLE)
         self.best = ocp.CheckpointManager(self.workdir / "best", options=ocp.CheckpointManagerOptions(
             max_to_keep=1, create=True, best_fn=lambda m: m["bleu"], best_mode="max"))
 
@@ -183,10 +185,14 @@ class Trainer(Checkpointed):
                              max_length=self.tc.max_decode_length, dtype=jnp.dtype(self.tc.compute_dtype))
         return bleu(self.tokenizer, hyps, refs)[0]
 
+    def converged(self) -> bool:
+        """``patience`` validations in a row without a better BLEU than the best before them."""
+        return bool(self.tc.patience) and self.meta.get("since_best", 0) >= self.tc.patience
+
     def fit(self, train_src, train_tgt, val_src=None, val_refs=None, max_updates: int | None = None,
             progress: bool = True):
-        """Train until ``epochs``, ``time_budget_s`` or ``max_updates``; validate (BLEU) and
-        checkpoint every ``eval_every`` updates / epoch. Ctrl-C or SIGTERM: a checkpoint after the
+        """Train until ``epochs``, ``time_budget_s``, ``max_updates`` or convergence (``patience``);
+        validate (BLEU) and checkpoint every ``eval_every`` updates / epoch. Ctrl-C or SIGTERM: a checkpoint after the
         current micro-batch, then ``KeyboardInterrupt``. Returns the curve (list of dicts)."""
         with stop_requests() as stop:
             return self._fit(train_src, train_tgt, val_src, val_refs, max_updates, progress, stop)
@@ -198,7 +204,7 @@ class Trainer(Checkpointed):
         key = jax.random.key(tc.seed + 1)
         bar = tqdm(total=None, disable=not progress, initial=m["step"], unit="upd", mininterval=5)
         window = {"tokens": 0, "loss": 0.0, "n": 0, "t": time.perf_counter()}
-        while m["epoch"] < tc.epochs:
+        while m["epoch"] < tc.epochs and not self.converged():
             batches = token_batches(train_src, train_tgt, tc.max_tokens, self.config.pad_token_id,
                                     self.config.decoder_start_token_id, np.random.default_rng(tc.seed + m["epoch"]))
             while m["batch_in_epoch"] < len(batches):
@@ -234,8 +240,12 @@ class Trainer(Checkpointed):
                     window = {"tokens": 0, "loss": 0.0, "n": 0, "t": now}
                 if tc.eval_every and m["step"] % tc.eval_every == 0:
                     self._validate(val_src, val_refs)
+                    if self.converged():
+                        break
                 elif m["train_time_s"] - m.get("saved_at_s", 0.0) >= tc.save_every_s:
                     self.save()
+            if self.converged():
+                break
             m["epoch"] += 1
             m["batch_in_epoch"] = 0
             self._validate(val_src, val_refs)
@@ -255,8 +265,9 @@ class Trainer(Checkpointed):
             m["curve"].append({"step": m["step"], "epoch": m["epoch"], "val_bleu": score,
                                "train_time_s": round(m["train_time_s"], 1),
                                "eval_time_s": round(time.perf_counter() - t0, 1)})
-            if m["best_bleu"] is None or score > m["best_bleu"]:
-                m["best_bleu"] = score
+            better = m["best_bleu"] is None or score > m["best_bleu"]
+            m["best_bleu"] = score if better else m["best_bleu"]
+            m["since_best"] = 0 if better else m.get("since_best", 0) + 1
             print(f"[step {m['step']} epoch {m['epoch']}] val BLEU {score:.2f} (best {m['best_bleu']:.2f})",
                   flush=True)
         self.save(score)

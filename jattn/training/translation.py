@@ -1,0 +1,134 @@
+"""A translation model trained on Multi30k (Elliott et al. 2016) and exported as a Hugging Face
+Marian folder: what ``jattn models make`` runs for a recipe of kind ``translation``.
+
+Steps, each resumable in the work folder: a joint unigram SentencePiece vocabulary on the
+training text (``tokenizer/``); training with ``jattn.training.nmt.Trainer`` (``train/``: orbax
+``last`` for resuming, ``best`` by validation BLEU), stopped at convergence (``patience``
+validations without a better BLEU) or after ``epochs``; export of the best checkpoint; the test
+set decoded with beam search and scored with sacreBLEU, its interval by bootstrap over sentences
+(``jattn.stats.bleu_ci``). The folder gets ``training.json`` (settings, the validation curve, BLEU with its
+sacreBLEU signature and interval), ``test.hyp`` (one translation per test sentence, aligned with
+the test file) and ``DONE``.
+
+Text is NFKC-normalised with collapsed blanks (``jattn.io.parallel.normalize``) and, unless
+``cased``, lowercased; the folder records which (``record_normalization``), so ``translate`` and
+the corpus runner prepare new text the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from jattn.io.artefacts import DONE
+from jattn.stats import bleu_ci
+
+
+@dataclasses.dataclass(frozen=True)
+class TranslationConfig:
+    """Model and training settings (Vaswani et al. 2017's post-LayerNorm Transformer in Marian's
+    layout: tied embeddings, sinusoidal positions, ReLU)."""
+
+    src: str = "fr"
+    tgt: str = "en"
+    cased: bool = True
+    vocab_size: int = 8000
+    layers: int = 6  # encoder and decoder each
+    heads: int = 8
+    d_model: int = 256
+    ffn: int = 1024
+    activation: str = "relu"
+    dropout: float = 0.1
+    max_len: int = 64  # training sentences are cut to this many tokens (test sentences never are)
+    max_tokens: int = 2048  # padded tokens per side per batch
+    peak_lr: float = 7e-4
+    warmup: int = 1000
+    epochs: int = 40
+    patience: int = 5  # validations (one per epoch) without a better BLEU before stopping
+    val_pairs: int = 400  # validation during training: the first N val pairs, greedy
+    test_beams: int = 4
+    test_split: str = "test_2016_flickr"
+    seed: int = 0
+    limit_train: int = 0  # only the first N training pairs (tests); 0 = all
+    limit_eval: int = 0  # only the first N val and test pairs (tests); 0 = all
+
+
+def _read(root: Path, split: str, c: TranslationConfig) -> tuple[list[str], list[str]]:
+    from jattn.io.parallel import read_parallel
+
+    return read_parallel(root / f"{split}.{c.src}", root / f"{split}.{c.tgt}", lowercase=not c.cased)
+
+
+def model_config(c: TranslationConfig, tokenizer):
+    from jattn.nn.config import Seq2SeqConfig
+
+    return Seq2SeqConfig(
+        model_type="marian", src_vocab_size=len(tokenizer), tgt_vocab_size=len(tokenizer), d_model=c.d_model,
+        encoder_layers=c.layers, decoder_layers=c.layers, encoder_heads=c.heads, decoder_heads=c.heads,
+        encoder_ffn_dim=c.ffn, decoder_ffn_dim=c.ffn, activation=c.activation, max_position_embeddings=256,
+        scale_embedding=True, shared_embeddings=True, tie_output=True, positions="vaswani", final_logits_bias=True,
+        decoder_mask="all", pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id, forced_eos_token_id=tokenizer.eos_token_id,
+        bad_token_ids=(tokenizer.pad_token_id,), dropout=c.dropout, attention_dropout=0.0, activation_dropout=0.0)
+
+
+def train_translation(out, work, c: TranslationConfig, data_dir=None, progress: bool = True) -> dict:
+    """Train (or resume from ``work``) a ``c`` model on Multi30k ``c.src``→``c.tgt``, export it to
+    ``out`` with ``training.json``, ``test.hyp`` and ``DONE``; return what ``training.json`` holds."""
+    from transformers import MarianTokenizer
+
+    from jattn.families.marian.convert import save_marian_folder
+    from jattn.families.marian.tokenizer import train_sentencepiece
+    from jattn.io.manifest import data_path
+    from jattn.io.parallel import encode
+    from jattn.models.seq2seq import record_normalization
+    from jattn.training.nmt import TrainConfig, Trainer, bleu, translate_ids
+
+    out, work = Path(out), Path(work)
+    t_start = time.time()
+    root = data_path("multi30k", data_dir)
+    (tr_s, tr_t), (va_s, va_t), (te_s, te_t) = (_read(root, s, c) for s in ("train", "val", c.test_split))
+    if c.limit_train:
+        tr_s, tr_t = tr_s[: c.limit_train], tr_t[: c.limit_train]
+    if c.limit_eval:
+        va_s, va_t, te_s, te_t = va_s[: c.limit_eval], va_t[: c.limit_eval], te_s[: c.limit_eval], te_t[: c.limit_eval]
+    tok_dir = work / "tokenizer"
+    if (tok_dir / "vocab.json").is_file():
+        tokenizer = MarianTokenizer.from_pretrained(str(tok_dir))
+    else:
+        tokenizer = train_sentencepiece(tr_s + tr_t, tok_dir, c.vocab_size, seed=c.seed)
+    config = model_config(c, tokenizer)
+    train_src = encode(tokenizer, tr_s, c.max_len, truncate=True)
+    train_tgt = encode(tokenizer, tr_t, c.max_len, target=True, truncate=True)
+    val_src = encode(tokenizer, va_s[: c.val_pairs], c.max_len, truncate=True)
+    test_src = encode(tokenizer, te_s, max(256, c.max_len))  # never cut: an error names a sentence too long
+    decode_length = c.max_len + 16
+    tc = TrainConfig(peak_lr=c.peak_lr, warmup_steps=c.warmup, max_tokens=c.max_tokens, epochs=c.epochs,
+                     patience=c.patience, seed=c.seed, max_decode_length=decode_length)
+    trainer = Trainer(config, tc, work / "train", tokenizer)
+    curve = trainer.fit(train_src, train_tgt, val_src, va_t[: c.val_pairs], progress=progress)
+
+    params = trainer.best_params()
+    t0 = time.time()
+    hyps = bleu(tokenizer, translate_ids(params, config, test_src, num_beams=c.test_beams,
+                                         max_length=decode_length), te_t)[1]
+    test_time = time.time() - t0
+    out.mkdir(parents=True, exist_ok=True)
+    save_marian_folder(out, params, config, tok_dir, generation={"num_beams": c.test_beams, "max_length": decode_length})
+    record_normalization(out, lowercase=not c.cased)
+    (out / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    m = trainer.meta
+    result = {
+        "test": {"split": c.test_split, "beams": c.test_beams, **bleu_ci(hyps, te_t), "decode_time_s": round(test_time, 1),
+                 "references": "NFKC, collapsed blanks" + ("" if c.cased else ", lowercased")},
+        "best_val_bleu_greedy": m["best_bleu"], "val_pairs": len(val_src), "updates": m["step"], "epochs": m["epoch"],
+        "converged": trainer.converged(), "train_time_min": round(m["train_time_s"] / 60, 1),
+        "wall_time_this_run_min": round((time.time() - t_start) / 60, 1), "settings": dataclasses.asdict(c),
+        "curve": curve}
+    (out / "training.json").write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    (out / DONE).write_text(f"test {c.test_split} BLEU {result['test']['bleu']:.2f} (beam {c.test_beams})\n")
+    return result

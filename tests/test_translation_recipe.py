@@ -1,0 +1,101 @@
+"""The translation recipe (``jattn.training.translation``): BLEU with a bootstrap interval,
+training to convergence, a cased model that both readers of its folder translate alike."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from jattn.stats import bleu_ci, bleu_from_statistics, bleu_statistics
+
+CAPITALISED = "Une table pleine de photos dans des cadres, sur un marché de plein air."
+
+
+def test_bleu_of_resampled_statistics_is_sacrebleu_of_the_resampled_corpus():
+    """The bootstrap's statistic: BLEU summed from per-sentence rows equals sacreBLEU's corpus BLEU of
+    the same sentences, for the whole corpus and for resamples with repeated sentences."""
+    import sacrebleu
+
+    rng = np.random.default_rng(0)
+    words = "a man in a red shirt is riding a bike down the street while two dogs watch".split()
+    refs = [" ".join(rng.choice(words, rng.integers(3, 12))) for _ in range(60)]
+    hyps = [" ".join(w for w in r.split() if rng.random() > 0.25) or "a" for r in refs]
+    rows = bleu_statistics(hyps, refs)
+    for idx in (np.arange(60), *rng.integers(0, 60, (3, 60))):
+        want = sacrebleu.corpus_bleu([hyps[i] for i in idx], [[refs[i] for i in idx]]).score
+        assert bleu_from_statistics(rows[idx]) == pytest.approx(want, abs=1e-9)  # same integer counts, same formula
+    got = bleu_ci(hyps, refs)
+    assert got["ci"][0] < got["bleu"] < got["ci"][1] and got["signature"].startswith("nrefs:1|case:mixed")
+    with pytest.raises(ValueError, match="aligned line by line"):
+        bleu_statistics(hyps, refs[:-1])
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory, data_set):
+    """A 1+1-layer model trained cased for a few updates on 120 Multi30k pairs, with patience 1."""
+    from jattn.training.translation import TranslationConfig, train_translation
+
+    data_set("multi30k")
+    root = tmp_path_factory.mktemp("translation")
+    c = TranslationConfig(limit_train=120, limit_eval=6, vocab_size=400, layers=1, d_model=32, ffn=64, heads=2,
+                          epochs=6, patience=1, max_len=16, test_beams=2, val_pairs=6)
+    return root / "out", train_translation(root / "out", root / "work", c, progress=False), c
+
+
+def test_training_stops_at_convergence_and_records_bleu_of_its_translations(tiny_model, data_set):
+    from jattn.io.parallel import read_parallel
+
+    out, result, c = tiny_model
+    saved = json.loads((out / "training.json").read_text())
+    assert (out / "DONE").is_file() and saved["test"] == result["test"]
+    # greedy validation BLEU of a model this small stays 0: never better, so patience 1 stops after epoch 2
+    assert saved["converged"] and saved["epochs"] == 2 < c.epochs
+    refs = read_parallel(*(data_set("multi30k") / f"test_2016_flickr.{s}" for s in ("fr", "en")))[1][: c.limit_eval]
+    hyps = (out / "test.hyp").read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(hyps) == len(refs) == saved["test"]["n"]
+    assert saved["test"]["bleu"] == bleu_ci(hyps, refs)["bleu"]
+
+
+def test_a_cased_model_reads_capitals_and_both_readers_agree(tiny_model):
+    """Trained cased: a capitalised sentence has no <unk> piece; ``translate`` and HF's
+    ``MarianMTModel.generate`` on the exported folder give the same tokens (greedy)."""
+    import torch
+    from transformers import MarianMTModel, MarianTokenizer
+
+    import jattn
+
+    out = tiny_model[0]
+    tok = MarianTokenizer.from_pretrained(str(out))
+    ids = tok([CAPITALISED])["input_ids"][0]
+    assert tok.unk_token_id not in ids, tok.convert_ids_to_tokens(ids)
+    ours = jattn.load(out, use_cache=False).translate([CAPITALISED], num_beams=1, max_length=12)
+    hf = MarianMTModel.from_pretrained(str(out)).eval()
+    with torch.no_grad():
+        gen = hf.generate(**tok([CAPITALISED], return_tensors="pt"), num_beams=1, do_sample=False, max_length=12)
+    assert ours == tok.batch_decode(gen, skip_special_tokens=True)
+
+
+@pytest.mark.slow
+def test_the_trained_model_translates_a_capitalised_sentence():
+    """The recipe's model (``jattn models make multi30k-fr-en-6x8``): the sentence a lowercased model
+    turned into "emergency medical table ..." translates with its ordinary words, alike through
+    ``translate`` and HF's reader (beam 4, as the folder's generation config says)."""
+    import torch
+    from transformers import MarianMTModel, MarianTokenizer
+
+    import jattn
+    from jattn.io import artefacts
+
+    if not artefacts.is_made("multi30k-fr-en-6x8"):
+        pytest.skip(f"the artefact is not made: {artefacts.make_command('multi30k-fr-en-6x8')}")
+    out = artefacts.path("multi30k-fr-en-6x8")
+    tok = MarianTokenizer.from_pretrained(str(out))
+    assert tok.unk_token_id not in tok([CAPITALISED])["input_ids"][0]
+    ours = jattn.load(out, use_cache=False).translate([CAPITALISED], num_beams=4)
+    with torch.no_grad():
+        gen = MarianMTModel.from_pretrained(str(out)).eval().generate(**tok([CAPITALISED], return_tensors="pt"))
+    assert ours == tok.batch_decode(gen, skip_special_tokens=True)
+    words = set(ours[0].lower().replace(",", " ").replace(".", " ").split())
+    assert {"table", "pictures", "market"} <= words or {"table", "photos", "market"} <= words, ours
