@@ -58,6 +58,45 @@ def bootstrap_ci(statistic: Callable[..., float], *arrays, b: int = B, seed: int
     return value, (float(result.confidence_interval.low), float(result.confidence_interval.high))
 
 
+def _tie_groups(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(stable sort order, each sorted position's group of equal values, the number of groups)."""
+    order = np.argsort(v, kind="stable")
+    s = v[order]
+    group = np.concatenate([[0], np.cumsum(s[1:] != s[:-1])])  # (n,)
+    return order, group, int(group[-1]) + 1 if len(v) else 0
+
+
+def _resampled_ranks(counts: np.ndarray, order: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
+    """The average rank each example's copies get in a resample that drew example i ``counts[i]``
+    times (scipy's ``rankdata(method="average")`` of the resampled values)."""
+    size = np.bincount(group, weights=counts[order], minlength=groups)  # (groups,) resampled values per group
+    rank = np.cumsum(size) - size + (size + 1) / 2  # (groups,)
+    out = np.empty(len(order))
+    out[order] = rank[group]
+    return out
+
+
+def spearman_bootstrap_ci(x, y, *, b: int = B, seed: int = SEED, level: float = 0.95
+                          ) -> tuple[float, tuple[float, float]]:
+    """``bootstrap_ci`` of Spearman's ρ in O(n) per resample instead of two sorts: a resample's
+    ranks follow from the original order and how often it drew each example, and ρ is the Pearson
+    correlation of those ranks weighted by the counts. The same resamples and percentile rule as
+    ``bootstrap_ci``, so the same interval to rounding (tested against it)."""
+    from scipy.stats import quantile, spearmanr
+
+    x, y = (np.asarray(a, np.float64) for a in _check((x, y)))
+    value = float(spearmanr(x, y).statistic)
+    gx, gy = _tie_groups(x), _tie_groups(y)
+    rho = np.empty(b)
+    for k, idx in enumerate(_resamples(len(x), b, seed)):
+        w = np.bincount(idx, minlength=len(x)).astype(np.float64)  # (n,) copies of each example
+        rx, ry = _resampled_ranks(w, *gx), _resampled_ranks(w, *gy)
+        dx, dy = rx - w @ rx / w.sum(), ry - w @ ry / w.sum()
+        rho[k] = (w * dx) @ dy / np.sqrt(((w * dx) @ dx) * ((w * dy) @ dy))
+    lo, hi = quantile(rho, np.array([(1 - level) / 2, (1 + level) / 2]))
+    return value, (float(lo), float(hi))
+
+
 def mean_ci(values, **kw) -> tuple[float, tuple[float, float]]:
     """The mean of per-example values and its percentile bootstrap interval."""
     return bootstrap_ci(np.mean, values, **kw)
@@ -135,7 +174,7 @@ def bleu_from_statistics(rows: np.ndarray) -> float:
     from sacrebleu.metrics import BLEU
 
     t = np.asarray(rows).sum(0)
-    return BLEU.compute_bleu(t[:4].tolist(), t[4:8].tolist(), int(t[8]), int(t[9])).score
+    return BLEU.compute_bleu(t[:4].tolist(), t[4:8].tolist(), int(t[8]), int(t[9]), smooth_method="exp").score
 
 
 def bleu_ci(hyps: list[str], refs: list[str]) -> dict:

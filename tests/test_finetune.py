@@ -192,6 +192,7 @@ def test_sigkill_then_rerun_ends_with_the_same_weights(tiny_bert_folder, tmp_pat
     """SIGKILL (no handler runs) while a run saves a checkpoint after every micro-batch: the rerun
     resumes from the last complete checkpoint and ends bit for bit where an uninterrupted run
     (the same script, another work folder) ends."""
+    import os
     import signal
     import subprocess
     import sys
@@ -202,8 +203,11 @@ def test_sigkill_then_rerun_ends_with_the_same_weights(tiny_bert_folder, tmp_pat
         return KILLED_RUN.format(tests=str(Path(__file__).parent), folder=str(tiny_bert_folder), work=str(work),
                                  out=str(out))
 
-    subprocess.run([sys.executable, "-c", script(tmp_path / "whole", tmp_path / "whole.npz")], check=True)
-    run = subprocess.Popen([sys.executable, "-c", script(tmp_path / "part", tmp_path / "part.npz")])
+    # the three runs share compiled programs through JAX's cache (the same executables: bit for bit)
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+    subprocess.run([sys.executable, "-c", script(tmp_path / "whole", tmp_path / "whole.npz")], check=True, env=env)
+    run = subprocess.Popen([sys.executable, "-c", script(tmp_path / "part", tmp_path / "part.npz")], env=env)
     last = tmp_path / "part" / "last"
     deadline = time.time() + 300
     while time.time() < deadline and run.poll() is None and max(
@@ -213,7 +217,7 @@ def test_sigkill_then_rerun_ends_with_the_same_weights(tiny_bert_folder, tmp_pat
     run.send_signal(signal.SIGKILL)
     run.wait()
     assert not (tmp_path / "part.npz").exists()
-    subprocess.run([sys.executable, "-c", script(tmp_path / "part", tmp_path / "part.npz")], check=True)
+    subprocess.run([sys.executable, "-c", script(tmp_path / "part", tmp_path / "part.npz")], check=True, env=env)
     whole, part = np.load(tmp_path / "whole.npz"), np.load(tmp_path / "part.npz")
     assert len(whole.files) == len(part.files) > 0
     for k in whole.files:

@@ -107,3 +107,19 @@ def test_t_interval_equals_scipy():
     assert mean == pytest.approx(np.mean(seeds)) and ci == pytest.approx(ref)
     with pytest.raises(ValueError, match="2 seeds"):
         stats.t_interval([0.8])
+
+
+def test_spearman_bootstrap_is_the_generic_bootstrap_of_scipys_rho():
+    """The O(n) resampled ranks (ties: values repeated in the data and examples drawn twice) give
+    the interval ``bootstrap_ci`` gives with ``scipy.stats.spearmanr`` recomputed per resample."""
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(4)
+    for x, y in [(rng.integers(0, 9, 200), rng.integers(0, 4, 200)),  # many ties on both sides
+                 (rng.normal(size=150), rng.normal(size=150))]:
+        y = y + x  # correlated
+        value, ci = stats.spearman_bootstrap_ci(x, y, b=300, seed=2)
+        want = stats.bootstrap_ci(lambda a, b: spearmanr(a, b).statistic, x, y, b=300, seed=2)
+        assert value == want[0] and np.allclose(ci, want[1], rtol=0, atol=1e-12)
+    with pytest.raises(ValueError):
+        stats.spearman_bootstrap_ci([1.0, np.nan, 2.0], [1.0, 2.0, 3.0])

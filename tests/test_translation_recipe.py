@@ -1,4 +1,4 @@
-"""The translation recipe (``jattn.training.translation``): BLEU with a bootstrap interval,
+"""The translation recipe (``jattn.families.marian.train``): BLEU with a bootstrap interval,
 training to convergence, a cased model that both readers of its folder translate alike."""
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ def test_bleu_of_resampled_statistics_is_sacrebleu_of_the_resampled_corpus():
     rng = np.random.default_rng(0)
     words = "a man in a red shirt is riding a bike down the street while two dogs watch".split()
     refs = [" ".join(rng.choice(words, rng.integers(3, 12))) for _ in range(60)]
-    hyps = [" ".join(w for w in r.split() if rng.random() > 0.25) or "a" for r in refs]
+    hyps = [" ".join(w for w in r.split() if rng.random() > keep) or "a" for keep in (0.25, 0.8) for r in refs[:30]]
+    refs = refs[:30] * 2  # half the sentences nearly right, half with no 4-gram match (smoothing matters)
     rows = bleu_statistics(hyps, refs)
-    for idx in (np.arange(60), *rng.integers(0, 60, (3, 60))):
+    for idx in (np.arange(60), *rng.integers(0, 60, (3, 60)), np.arange(30, 60)):
         want = sacrebleu.corpus_bleu([hyps[i] for i in idx], [[refs[i] for i in idx]]).score
         assert bleu_from_statistics(rows[idx]) == pytest.approx(want, abs=1e-9)  # same integer counts, same formula
     got = bleu_ci(hyps, refs)
@@ -35,7 +36,7 @@ def test_bleu_of_resampled_statistics_is_sacrebleu_of_the_resampled_corpus():
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory, data_set):
     """A 1+1-layer model trained cased for a few updates on 120 Multi30k pairs, with patience 1."""
-    from jattn.training.translation import TranslationConfig, train_translation
+    from jattn.families.marian.train import TranslationConfig, train_translation
 
     data_set("multi30k")
     root = tmp_path_factory.mktemp("translation")

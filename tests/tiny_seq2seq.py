@@ -62,7 +62,7 @@ def save_tiny(folder: Path, kind: str, seed: int = 0, eos_boost: float = 2.0, **
 
     folder = Path(folder)
     torch.manual_seed(seed)
-    kw = dict(CONFIGS[kind], max_position_embeddings=64, **overrides)
+    kw = {**CONFIGS[kind], "max_position_embeddings": 64, **overrides}
     if kind == "marian":
         tok = marian_tokenizer(folder)
         V = len(tok)

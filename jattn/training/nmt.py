@@ -14,6 +14,7 @@ root decay, Eq. 3; §5.4 dropout and label smoothing ε_ls=0.1, Szegedy et al. 2
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from functools import partial
 from pathlib import Path
@@ -76,6 +77,7 @@ def inverse_sqrt_schedule(peak_lr: float, warmup: int):
     return schedule
 
 
+@functools.lru_cache(maxsize=8)  # one object per config: a resumed Trainer reuses the compiled step
 def make_optimizer(tc: TrainConfig):
     """Adam(0.9, 0.98, 1e-9) with the inverse-sqrt schedule and global-norm clipping; the update
     is applied every ``accumulate`` micro-batches (``optax.MultiSteps``)."""
@@ -248,7 +250,11 @@ class Trainer(Checkpointed):
                 break
             m["epoch"] += 1
             m["batch_in_epoch"] = 0
-            self._validate(val_src, val_refs)
+            if val_src is not None:
+                self._validate(val_src, val_refs)
+            elif m["train_time_s"] - m.get("saved_at_s", 0.0) >= tc.save_every_s:
+                self.save()
+        self.save()  # the final state (a no-op when the last validation saved it)
         bar.close()
         return m["curve"]
 

@@ -2,9 +2,11 @@
 output, positions 0..n-1 (Vaswani et al.'s table), a ``final_logits_bias``, and a default decoder
 mask that attends everywhere (the start token is the pad id)."""
 
-from jattn.families.marian import convert
+from jattn.families.marian import convert, train
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, seq2seq_config
+
+TRAINED = (train.RECIPE.name,)  # made by name: jattn models make NAME, then jattn.load(NAME)
 
 
 def config_from_hf(hf: dict):

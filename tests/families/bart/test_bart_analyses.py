@@ -159,10 +159,11 @@ def test_norms_against_explicit_tensor(model):
                 assert_close(got[kind][key][layer], want[key], terms=T, err_msg=f"{kind} {key} layer {layer}")
 
 
-@pytest.mark.parametrize("estimator", ["batch", "example", "token"])
+@pytest.mark.parametrize("estimator", ["token"])
 def test_importance_equals_hf(model, folder, estimator):
     """Michel et al.'s head importance of all three attention types vs HF in float64 with gates
-    inserted by hooks (tests/test_importance.py's oracle)."""
+    inserted by hooks (tests/test_importance.py's oracle). The token estimator (the studies'):
+    the estimators differ in code no family touches, tested on every estimator with Marian."""
     from test_importance import grad_terms, reference as importance_reference, translation_cases, translation_loss
 
     from jattn.sweeps.importance import importance

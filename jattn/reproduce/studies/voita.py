@@ -1,0 +1,68 @@
+"""Voita et al. 2019, "Analyzing Multi-Head Self-Attention" (§5-6, Fig. 7-8), with Michel et al.
+2019's importance pruning at the same head counts, on a translation model at the papers' head
+count: 6 + 6 layers × 8 heads (48 encoder-self, 48 decoder-self, 48 cross-attention heads).
+
+Protocol (``STATISTICS.md`` §2, §4, §6). The model is the artefact ``multi30k-fr-en-6x8``
+(``jattn.families.marian.train``: Multi30k fr→en, cased, trained until validation BLEU stops
+improving). For each λ of the sweep and each setting — gates on the encoder self-attention
+only, and on all three attention types — hard-concrete gates (``jattn.nn.gates``) are trained
+*jointly with every parameter* from the converged model (``jattn.training.l0.GateTrainer`` with
+``model_lr`` > 0, dropout and label smoothing as in training), the task loss plus λ · Σ_heads
+P(g ≠ 0) (Eq. 5 as written), for ``steps`` updates, then on in steps of ``steps`` / 2 while
+any evaluation gate lies strictly between 0 and 1, up to ``max_steps``. Kept heads are the gates
+open at evaluation (the deterministic gates folded into W_O); a gate still fractional at the end
+is counted and reported, never rounded. The control is the all-gates-open model trained the same
+way for ``steps`` updates (what the fine-tuning alone does). Michel's baseline: importance
+(token estimator, per-layer L2; ``jattn.importance``) estimated once on the converged model over
+a slice of the validation split, the heads of the gated types ranked together, and the model
+pruned to each λ's open-head count by it and by ``random_orders`` random orders. Every system
+translates the whole test set (test_2016_flickr, 1,000 sentences) with beam search; BLEU is
+sacreBLEU (13a, cased) with bootstrap intervals; differences are paired bootstrap Δ.
+
+Deviations from the paper: Multi30k fr→en (29k pairs) instead of WMT / OpenSubtitles en→ru, a
+model of width 256 (the papers' 512: the data set is small and the machine two CPU cores), one
+training seed of the model, a few hundred joint updates per λ.
+
+Quick profile: a 1 + 1-layer, 2-head model trained in the work folder on 300 pairs, 2 λ, 20
+updates, 24 test sentences, beam 2: the pipeline end to end, not the paper's numbers.
+"""
+
+from __future__ import annotations
+
+from jattn.reproduce.pipeline import Profile, Stage
+from jattn.reproduce.studies import voita_claims, voita_runs as R
+from jattn.reproduce.studies.voita_runs import DATA, MODEL, SETTINGS, lam_name
+
+def params(profile: Profile) -> dict:
+    """Sizes: λ sweep, joint-training updates, decoding, the Michel baseline (0: all sentences)."""
+    return profile.pick(
+        full={"lams": [0.005, 0.01, 0.02, 0.05, 0.1], "steps": 600, "max_steps": 1200, "gate_lr": 0.05,
+              "model_lr": 1e-4, "max_tokens": 2048, "max_len": 64, "save_every": 100, "beams": 4, "max_decode": 80,
+              "test_sentences": 0, "train_pairs": 0, "importance_pairs": 1000, "random_orders": 5},
+        quick={"lams": [0.05, 0.5], "steps": 20, "max_steps": 30, "gate_lr": 0.2, "model_lr": 1e-4,
+               "max_tokens": 512, "max_len": 24, "save_every": 10, "beams": 2, "max_decode": 32,
+               "test_sentences": 24, "train_pairs": 2000, "importance_pairs": 32, "random_orders": 2})
+
+
+def stages(profile: Profile) -> list[Stage]:
+    p = params(profile)
+    code = ("jattn.reproduce.studies.voita", "jattn.training.l0", "jattn.nn.gates", "jattn.families.marian.train")
+    models = (MODEL,) if profile.name == "full" else ()
+    common = dict(params=p, data=DATA, models=models, code=code)
+    out = [Stage("voita.unpruned", R.unpruned_stage, **common)]
+    gate_stages = []
+    for setting in SETTINGS:
+        for lam in p["lams"]:
+            gate_stages.append(f"voita.gates-{setting}-{lam_name(lam)}")
+            out.append(Stage(gate_stages[-1], R.gate_stage(setting, lam), **common))
+    out.append(Stage("voita.control", R.gate_stage("all", None), **common))
+    out.append(Stage("voita.importance", R.importance_stage, **common))
+    michel = []
+    for setting in SETTINGS:
+        michel.append(f"voita.michel-{setting}")
+        names = tuple(f"voita.gates-{setting}-{lam_name(lam)}" for lam in p["lams"])
+        out.append(Stage(michel[-1], R.michel_stage(setting, names), needs=("voita.importance", *names), **common))
+    out.append(Stage("voita.claims", voita_claims.claims_stage(gate_stages, michel),
+                     needs=("voita.unpruned", "voita.control", *gate_stages, *michel), params=p,
+                     code=("jattn.reproduce.studies.voita", "jattn.reproduce.studies.voita_claims")))
+    return out

@@ -1,0 +1,149 @@
+"""The Voita study of ``jattn reproduce``: the BLEU statistics against sacreBLEU, Michel's top-k
+masks against a brute force, joint gate training resumed after a stop, and the quick profile end
+to end (every claim recomputed from its files, BLEU from the translation files)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import jax
+import numpy as np
+import pytest
+import sacrebleu
+
+from jattn.reproduce import claims, pipeline
+from jattn.reproduce.studies import voita_runs
+
+WORDS = "a man in a red shirt is riding a bike down the street while two dogs watch".split()
+
+
+def _corpus(rng, n=40):
+    refs = [" ".join(rng.choice(WORDS, rng.integers(3, 10))) for _ in range(n)]
+    noisy = lambda keep: [" ".join(w for w in r.split() if rng.random() < keep) or "a" for r in refs]  # noqa: E731
+    return refs, noisy
+
+
+def test_bleu_statistics_are_sacrebleus():
+    rng = np.random.default_rng(0)
+    refs, noisy = _corpus(rng)
+    a, b, c = noisy(0.9), noisy(0.6), noisy(0.3)
+    bleu = lambda hyps: sacrebleu.corpus_bleu(list(hyps), [refs]).score  # noqa: E731
+    fn = {k: v[1] for k, v in claims.STATISTICS.items()}
+    assert fn["bleu"](refs, a) == pytest.approx(bleu(a), abs=1e-9)
+    two = np.stack([b, c], 1)  # (n, 2): two systems, their BLEUs averaged
+    assert fn["bleu"](refs, two) == pytest.approx((bleu(b) + bleu(c)) / 2, abs=1e-9)
+    assert fn["bleu_gain"](refs, a, two) == pytest.approx(bleu(a) - (bleu(b) + bleu(c)) / 2, abs=1e-9)
+    # the fewest heads within 1 BLEU of the reference: a loop over systems with sacreBLEU
+    systems, heads = np.stack([c, b, a, refs], 1), np.tile([4, 8, 12, 16], (len(refs), 1))
+    want = min(h for h, s in zip([4, 8, 12, 16], [c, b, a, refs]) if bleu(s) >= bleu(refs) - 1)
+    assert fn["fewest_heads_within_1_bleu"](refs, systems, heads, refs) == want == 16
+    near = [r if i else r + " dog" for i, r in enumerate(refs)]  # one word added to one sentence
+    assert 99 < bleu(near) < 100
+    systems = np.stack([c, near, refs], 1)
+    assert fn["fewest_heads_within_1_bleu"](refs, systems, heads[:, :3], refs) == 8
+
+
+def test_keep_top_ranks_the_gated_types_together():
+    rng = np.random.default_rng(1)
+    shapes = {"encoder": (2, 3), "decoder": (2, 3), "cross": (2, 3)}
+    scores = {k: rng.integers(0, 4, s).astype(float) for k, s in shapes.items()}  # ties on purpose
+    kinds = ("encoder", "cross")
+    for k in range(13):
+        masks = voita_runs.keep_top(scores, kinds, k, shapes)
+        flat = [(scores[t][l, h], -(i * 6 + l * 3 + h), t, l, h)
+                for i, t in enumerate(kinds) for l, h in itertools.product(range(2), range(3))]
+        want = {(t, l, h) for *_, t, l, h in sorted(flat, reverse=True)[:k]}  # highest, then lower flat index
+        got = {(t, l, h) for t in kinds for l, h in zip(*np.nonzero(masks[t]))}
+        assert got == want and masks["decoder"].all()
+
+
+def test_joint_gate_training_resumes_to_the_same_parameters(tmp_path, tiny_marian):
+    """Gates trained with the model (``model_lr`` > 0, the paper's setting) stopped after 3 updates
+    and resumed end where 6 uninterrupted updates end: gates and every parameter."""
+    from flax import nnx
+
+    from jattn.runner.batcher import token_batches
+    from jattn.training import l0
+    from jattn.training.nmt import device_batch
+
+    c, params = tiny_marian.config, nnx.to_pure_dict(tiny_marian.params)
+    rng = np.random.default_rng(0)
+    src = [np.append(rng.integers(3, 20, rng.integers(3, 8)), c.eos_token_id).astype(np.int32) for _ in range(24)]
+    batches = [device_batch(b) for b in token_batches(src, src, 64, c.pad_token_id, c.decoder_start_token_id)]
+    gc = l0.GateConfig(lam=0.05, kinds=("encoder", "cross"), steps=6, lr=0.1, model_lr=1e-3, dropout=True,
+                       label_smoothing=0.1, save_every=100)
+    whole = l0.GateTrainer(c, params, gc, tmp_path / "whole", lambda e: batches[:4])
+    whole.fit(progress=False)
+    l0.GateTrainer(c, params, dataclasses.replace(gc, steps=3), tmp_path / "part", lambda e: batches[:4]).fit(
+        progress=False)
+    resumed = l0.GateTrainer(c, params, gc, tmp_path / "part", lambda e: batches[:4])
+    assert resumed.meta["step"] == 3
+    resumed.fit(progress=False)
+    same = lambda a, b: jax.tree.map(np.testing.assert_array_equal, a, b)  # noqa: E731  the same compiled steps
+    same(resumed.log_alpha, whole.log_alpha)
+    same(resumed.params, whole.params)
+    changed = jax.tree.leaves(jax.tree.map(lambda a, b: bool(np.any(np.asarray(a) != np.asarray(b))),
+                                           whole.params, params))
+    assert any(changed)  # the model's parameters were trained too
+
+
+def _recomputes(found: list[dict], out) -> None:
+    for c in found:
+        again = claims.recompute(c, out)
+        assert again["value"]["value"] == c["value"] and again["value"]["ci"] == c["ci"], c["id"]
+        assert again["baseline"]["value"] == c["baseline"]["value"], c["id"]
+
+
+def test_every_stage_on_a_tiny_random_model(tmp_path, monkeypatch, data_set):
+    """The study's stages on a random 2+3-layer Marian model (no training of the model): gates
+    trained jointly and folded, the control, importance and Michel's pruning to the gate runs'
+    counts; every claim recomputes from its rows, each system's BLEU from its translations file,
+    and a rerun skips every stage."""
+    from jattn.io import manifest
+    from jattn.reproduce import studies
+    from jattn.reproduce.studies import voita
+    from tiny_seq2seq import save_tiny
+
+    data_set("multi30k")
+    folder = save_tiny(tmp_path / "model", "marian", max_position_embeddings=256)  # Multi30k's sentences fit
+    quick = voita.params(pipeline.PROFILES["quick"])
+    monkeypatch.setattr(voita, "params", lambda profile: {**quick, "lams": [0.5], "steps": 3, "max_steps": 4,
+                                                           "beams": 1, "test_sentences": 6, "train_pairs": 64,
+                                                           "importance_pairs": 8, "random_orders": 2})
+    monkeypatch.setattr(voita_runs, "translation_model", lambda ctx: folder)
+    profile = pipeline.PROFILES["quick"]
+    ctx = pipeline.Context(profile, tmp_path, tmp_path / ".work", manifest.data_dir(), progress=False)
+    stages = studies.stages(profile, ("voita",))
+    records = pipeline.run(stages, ctx, log=lambda m: None)
+    found = records["voita.claims"]["result"]["claims"]
+    assert {c["id"] for c in found} >= {"voita-unpruned-bleu", "voita-encoder-lam0.5", "voita-all-lam0.5-vs-importance",
+                                        "voita-encoder-fewest-heads"}
+    _recomputes(found, tmp_path)
+    gates = records["voita.gates-all-lam0.5"]["result"]
+    assert gates["steps"] in (3, 4) and gates["open_heads"] == {k: int((np.asarray(v) > 0).sum())
+                                                                 for k, v in gates["gates"].items()}
+    refs = [r["ref"] for r in claims.read_rows(tmp_path / found[0]["predictions"])]
+    for name in ("voita.unpruned", "voita.gates-encoder-lam0.5", "voita.control"):
+        hyps = (tmp_path / records[name]["result"]["translations"]).read_text().split("\n")[:-1]
+        assert len(hyps) == len(refs) == 6
+    hyps = (tmp_path / records["voita.unpruned"]["result"]["translations"]).read_text().split("\n")[:-1]
+    assert found[0]["value"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)
+    michel = records["voita.michel-encoder"]["result"]
+    assert michel["counts"] == [records["voita.gates-encoder-lam0.5"]["result"]["open_heads"]["encoder"]]
+    assert all(line.endswith(": up to date") for line in pipeline.plan(stages, ctx))
+
+
+@pytest.mark.slow
+def test_quick_profile_end_to_end(tmp_path, data_set):
+    """``jattn reproduce voita --quick`` (trains its tiny model first): every claim recomputes."""
+    from jattn.io import manifest
+    from jattn.reproduce import studies
+
+    data_set("multi30k")
+    profile = pipeline.PROFILES["quick"]
+    ctx = pipeline.Context(profile, tmp_path, tmp_path / ".work", manifest.data_dir(), progress=False)
+    records = pipeline.run(studies.stages(profile, ("voita",)), ctx, log=lambda m: None)
+    found = records["voita.claims"]["result"]["claims"]
+    assert len(found) >= 8
+    _recomputes(found, tmp_path)
