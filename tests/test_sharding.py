@@ -19,8 +19,10 @@ WORKER = Path(__file__).with_name("sharding_worker.py")
 
 
 def _env(**extra):
+    """The workers' environment: only the XLA flags given here, besides the suite's optimisation level."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(WORKER.parent), **extra)
-    env.pop("XLA_FLAGS", None) if "XLA_FLAGS" not in extra else None
+    level = [f for f in os.environ.get("XLA_FLAGS", "").split() if f.startswith("--xla_backend_optimization_level")]
+    env["XLA_FLAGS"] = " ".join([*level, *extra.get("XLA_FLAGS", "").split()])
     return env
 
 

@@ -110,7 +110,8 @@ def test_every_stage_on_a_tiny_random_model(tmp_path, monkeypatch, data_set):
     quick = voita.params(pipeline.PROFILES["quick"])
     monkeypatch.setattr(voita, "params", lambda profile: {**quick, "lams": [0.5], "steps": 3, "max_steps": 4,
                                                            "beams": 1, "test_sentences": 6, "train_pairs": 64,
-                                                           "importance_pairs": 8, "random_orders": 2})
+                                                           "max_len": 12, "importance_pairs": 8,
+                                                           "random_orders": 2})  # sentences cut to 12: one shape
     monkeypatch.setattr(voita_runs, "translation_model", lambda ctx: folder)
     profile = pipeline.PROFILES["quick"]
     ctx = pipeline.Context(profile, tmp_path, tmp_path / ".work", manifest.data_dir(), progress=False)
