@@ -69,6 +69,20 @@ def test_stop_and_resume_is_bit_for_bit(tiny, tmp_path):
         ClassifierTrainer(model, dataclasses.replace(fc, learning_rate=2e-3), tmp_path / "parts", data)
 
 
+@pytest.mark.parametrize("seconds, saved", [(1e9, [5, 10]), (1e-9, list(range(1, 11)))])
+def test_checkpoints_follow_training_time(tiny, tmp_path, monkeypatch, seconds, saved):
+    """Besides every ``save_every`` micro-batches and each epoch end, a checkpoint once
+    ``save_every_s`` of training time has passed since the last (a long epoch is not lost)."""
+    model = with_classifier(tiny, 2, seed=1)
+    fc = FinetuneConfig(epochs=2, batch_size=8, learning_rate=1e-3, max_length=16, save_every=1000,
+                        save_every_s=seconds)
+    trainer = ClassifierTrainer(model, fc, tmp_path / "run", separable(40, 3))
+    steps = []
+    monkeypatch.setattr(trainer.run, "save", lambda step: steps.append(step))
+    trainer.fit(progress=False)
+    assert sorted(set(steps)) == saved  # 5 micro-batches an epoch
+
+
 def test_length_batches_cover_each_example_once():
     lengths = np.random.default_rng(0).integers(3, 40, size=203)
     batches = length_batches(lengths, 16, seed=0, epoch=1)

@@ -46,6 +46,7 @@ class FinetuneConfig:
     max_length: int = 128
     seed: int = 0
     save_every: int = 500  # micro-batches between resume checkpoints (and at every epoch end)
+    save_every_s: float = 600.0  # also a checkpoint after this much training time since the last one
     train_examples: int = 0  # finetune_task: 0 = the whole train split, else a random subset of this size
 
     def __post_init__(self):
@@ -57,6 +58,7 @@ class FinetuneConfig:
         validate.number("learning_rate (--lr)", self.learning_rate, low=0, low_open=True,
                         fix="pass a positive learning rate, e.g. --lr 5e-5")
         validate.number("warmup_fraction", self.warmup_fraction, low=0, high=1)
+        validate.number("save_every_s", self.save_every_s, low=0, low_open=True)
         validate.number("weight_decay", self.weight_decay, low=0)
 
 
@@ -191,9 +193,10 @@ class ClassifierTrainer(Checkpointed):
         self.run = Resumable(workdir, {"params": params, "opt_state": self.optimizer.init(params)},
                              {"micro_step": 0, "epoch": 0, "batch_in_epoch": 0, "train_seconds": 0.0, "history": []},
                              {**dataclasses.asdict(fc), "train_examples": len(train), "labels": model.config.num_labels},
-                             extendable=("save_every",))
+                             extendable=("save_every", "save_every_s"))
 
     def save(self):
+        self.meta["saved_at_s"] = self.meta["train_seconds"]
         self.run.save(self.meta["micro_step"])
 
     def fit(self, max_steps: int | None = None, progress: bool = True) -> list[dict]:
@@ -239,7 +242,8 @@ class ClassifierTrainer(Checkpointed):
                 if stop.requested:
                     self.save()
                     raise KeyboardInterrupt
-                if self.meta["micro_step"] % fc.save_every == 0:
+                if (self.meta["micro_step"] % fc.save_every == 0
+                        or self.meta["train_seconds"] - self.meta.get("saved_at_s", 0.0) >= fc.save_every_s):
                     self.save()
             self.meta["epoch"] += 1
             self.meta["batch_in_epoch"] = 0
