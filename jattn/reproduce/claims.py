@@ -115,6 +115,9 @@ def _fewest_heads(ref, systems, heads, reference) -> float:
     return float(min(ok)) if ok else float(heads.max())
 
 
+# statistics with an exact faster bootstrap than ``stats.bootstrap_ci`` (the same resamples and interval)
+FAST_BOOTSTRAP = {"spearman": stats.spearman_bootstrap_ci}
+
 # name -> (the statistic's argument names, the function of those columns)
 STATISTICS: dict[str, tuple[tuple[str, ...], Callable[..., float]]] = {
     "accuracy": (("gold", "pred"), _accuracy),
@@ -148,7 +151,8 @@ def evaluate(rows: list[dict], spec: dict) -> dict:
     fn = STATISTICS[statistic][1]
     if method == "bootstrap":
         columns = _columns(rows, spec["columns"], statistic)
-        value, ci = (stats.spearman_bootstrap_ci(*columns) if fn is _spearman else stats.bootstrap_ci(fn, *columns))
+        value, ci = (FAST_BOOTSTRAP[statistic](*columns) if statistic in FAST_BOOTSTRAP
+                     else stats.bootstrap_ci(fn, *columns))
         return {"value": value, "ci": list(ci)}
     if method == "paired":  # Δ = statistic(columns) − statistic(columns with "against"), one resample for both
         system = _columns(rows, spec["columns"], statistic)

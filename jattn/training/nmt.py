@@ -128,6 +128,13 @@ def translate_ids(params, config: Seq2SeqConfig, src: list[np.ndarray], *, num_b
     return out
 
 
+def translations(params, config: Seq2SeqConfig, tokenizer, src: list[np.ndarray], *, num_beams: int,
+                 max_length: int) -> list[str]:
+    """``translate_ids`` decoded to text (special tokens dropped), one string per source sentence."""
+    ids = translate_ids(params, config, src, num_beams=num_beams, max_length=max_length)
+    return tokenizer.batch_decode([x.tolist() for x in ids], skip_special_tokens=True)
+
+
 def bleu(tokenizer, hyp_ids: list[np.ndarray], refs: list[str]) -> tuple[float, list[str]]:
     """Corpus sacreBLEU (13a tokenisation) of decoded hypotheses against reference strings."""
     import sacrebleu

@@ -86,7 +86,7 @@ def train_translation(out, work, c: TranslationConfig, data_dir=None, progress: 
     from jattn.io.manifest import data_path
     from jattn.io.parallel import encode
     from jattn.models.seq2seq import record_normalization
-    from jattn.training.nmt import TrainConfig, Trainer, bleu, translate_ids
+    from jattn.training.nmt import TrainConfig, Trainer, translations
 
     out, work = Path(out), Path(work)
     t_start = time.time()
@@ -105,7 +105,7 @@ def train_translation(out, work, c: TranslationConfig, data_dir=None, progress: 
     train_src = encode(tokenizer, tr_s, c.max_len, truncate=True)
     train_tgt = encode(tokenizer, tr_t, c.max_len, target=True, truncate=True)
     val_src = encode(tokenizer, va_s[: c.val_pairs], c.max_len, truncate=True)
-    test_src = encode(tokenizer, te_s, max(256, c.max_len))  # never cut: an error names a sentence too long
+    test_src = encode(tokenizer, te_s, config.max_length)  # never cut: an error names a sentence too long
     decode_length = c.max_len + 16
     tc = TrainConfig(peak_lr=c.peak_lr, warmup_steps=c.warmup, max_tokens=c.max_tokens, epochs=c.epochs,
                      patience=c.patience, seed=c.seed, max_decode_length=decode_length)
@@ -114,8 +114,7 @@ def train_translation(out, work, c: TranslationConfig, data_dir=None, progress: 
 
     params = trainer.best_params()
     t0 = time.time()
-    hyps = bleu(tokenizer, translate_ids(params, config, test_src, num_beams=c.test_beams,
-                                         max_length=decode_length), te_t)[1]
+    hyps = translations(params, config, tokenizer, test_src, num_beams=c.test_beams, max_length=decode_length)
     test_time = time.time() - t0
     out.mkdir(parents=True, exist_ok=True)
     save_marian_folder(out, params, config, tok_dir, generation={"num_beams": c.test_beams, "max_length": decode_length})

@@ -73,11 +73,10 @@ class Setup:
 
     def translate(self, params) -> list[str]:
         """Beam-search translations of the test sources with ``params`` (a nested dict)."""
-        from jattn.training.nmt import translate_ids
+        from jattn.training.nmt import translations
 
-        ids = translate_ids(params, self.model.config, self.test_src, num_beams=self.p["beams"],
+        return translations(params, self.model.config, self.model.tokenizer, self.test_src, num_beams=self.p["beams"],
                             max_length=self.p["max_decode"])
-        return self.model.tokenizer.batch_decode([x.tolist() for x in ids], skip_special_tokens=True)
 
     def pure_params(self) -> dict:
         from flax import nnx
