@@ -196,6 +196,44 @@ def head_relevance(params, config, batch: dict) -> dict:
             "layer_input": totals * real[:, None]}
 
 
+@partial(jax.jit, static_argnames=("config",))
+def head_gradient_x_input(params, config, batch: dict) -> jax.Array:
+    """Gradient × input of every encoder head for the same prediction(s) as ``head_relevance``, the
+    baseline LRP is checked against: Σ over the head's units and tokens of ∂o/∂c_h · c_h, which is
+    ∂o/∂ξ_h at ξ = 1 for a gate ξ_h on the head's output (Michel et al. 2019's mask). o: the top-1
+    class logit, or Σ_t over ``target_mask`` of the top-1 logit at target position t (the top-1
+    token fixed at the unmodified model's). batch as ``head_relevance``'s -> (b, L, H), signed."""
+    from jattn.nn import encoder, seq2seq
+    from jattn.nn.interventions import Interventions
+
+    b = batch["input_ids"].shape[0]
+    if isinstance(config, EncoderConfig):
+        if not config.num_labels:
+            raise ValueError("gradient x input of the heads needs a prediction: load a classifier (num_labels > 0) "
+                             "or a translation model")
+        L, H = config.num_layers, config.num_heads
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+
+        def outputs(gates):  # (L, b, H) -> (b,)
+            logits = encoder.classify(params, config, inputs, Interventions(head_gates=gates))  # (b, C)
+            top = jax.lax.stop_gradient(logits.argmax(-1))  # (b,)
+            return jnp.take_along_axis(logits, top[:, None], -1)[:, 0]
+    else:
+        L, H = config.encoder_layers, config.encoder_heads
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")}
+        mask = batch["target_mask"].astype(jnp.float32)  # (b, t)
+
+        def outputs(gates):
+            logits = seq2seq.forward(params, config, inputs, {"encoder": Interventions(head_gates=gates)},
+                                     internals=None)[0]["logits"]  # (b, t, V)
+            top = jax.lax.stop_gradient(logits.argmax(-1))  # (b, t)
+            return (jnp.take_along_axis(logits, top[..., None], -1)[..., 0] * mask).sum(-1)  # (b,)
+
+    ones = jnp.ones((L, b, H), jnp.float32)
+    grads = jax.grad(lambda g: outputs(g).sum())(ones)  # (L, b, H): each example's o depends on its own gates only
+    return jnp.moveaxis(grads, 1, 0)  # (b, L, H)
+
+
 def normalise_per_layer(heads: np.ndarray) -> np.ndarray:
     """Σ over examples of head relevance (b, L, H) or its total (L, H) -> (L, H), each layer summing to 1."""
     total = np.asarray(heads, np.float64)

@@ -268,8 +268,9 @@ def _seq2seq_step(params, config, batch: dict, masks: dict, estimator: str, loss
 
 
 def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int):
-    """(source, target) text pairs -> length-sorted padded ``jattn.runner.batcher.TrainingBatch``es of
-    ``batch_size`` rows (filler rows fully masked), lengths rounded up to multiples of 16."""
+    """(source, target) text pairs -> (length-sorted padded ``jattn.runner.batcher.TrainingBatch`` of
+    ``batch_size`` rows (filler rows fully masked), lengths rounded up to multiples of 16; the indices
+    of its real rows' pairs)."""
     from jattn.io.parallel import encode
     from jattn.runner.batcher import make_batch, round_up
 
@@ -285,7 +286,7 @@ def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int
         idx = order[k:k + batch_size]
         n = round_up(max(max(len(src[i]), len(tgt[i])) for i in idx), 16)
         yield make_batch([src[i] for i in idx], [tgt[i] for i in idx], c.pad_token_id, c.decoder_start_token_id,
-                         rows=batch_size, length=n), len(idx)
+                         rows=batch_size, length=n), idx
 
 
 def seq2seq_importance(model, pairs: Sequence, *, loss=None, estimator="token", normalize=True, mask=None,
@@ -299,14 +300,14 @@ def seq2seq_importance(model, pairs: Sequence, *, loss=None, estimator="token", 
     sums = {kind: np.zeros(shapes[kind]) for kind in KINDS}
     counts = dict.fromkeys((*KINDS, "examples"), 0.0)
     bar = tqdm(total=len(pairs), unit="pair", desc="importance", disable=not progress, dynamic_ncols=True)
-    for batch, real in translation_batches(model, pairs, batch_size, max_length):
+    for batch, idx in translation_batches(model, pairs, batch_size, max_length):
         arrays = {k: jnp.asarray(v) for k, v in dataclasses.asdict(batch).items()}
         s, c = _seq2seq_step(model.params, model.config, arrays, masks, estimator, loss)
         for kind in KINDS:
             sums[kind] += np.asarray(s[kind], np.float64)
         for key in counts:
             counts[key] += float(c[key])
-        bar.update(real)
+        bar.update(len(idx))
     bar.close()
     if counts["examples"] == 0:
         raise ValueError("no translation pairs given: importance needs at least one (source, target) pair")

@@ -119,7 +119,10 @@ def test_every_stage_on_a_tiny_random_model(tmp_path, monkeypatch, data_set):
     records = pipeline.run(stages, ctx, log=lambda m: None)
     found = records["voita.claims"]["result"]["claims"]
     assert {c["id"] for c in found} >= {"voita-unpruned-bleu", "voita-encoder-lam0.5", "voita-all-lam0.5-vs-importance",
-                                        "voita-encoder-fewest-heads"}
+                                        "voita-encoder-fewest-heads", "voita-confidence-lrp"}
+    heads = records["voita.roles"]["result"]
+    assert len(heads["rows"]) == 6 and np.asarray(heads["roles"]).shape == (2, 4)
+    assert max(heads["lrp_conservation_error"]) < 1e-4  # relevance conserved at every layer (float32 sums)
     _recomputes(found, tmp_path)
     gates = records["voita.gates-all-lam0.5"]["result"]
     assert gates["steps"] in (3, 4) and gates["open_heads"] == {k: int((np.asarray(v) > 0).sum())

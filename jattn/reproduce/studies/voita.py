@@ -30,7 +30,7 @@ updates, 24 test sentences, beam 2: the pipeline end to end, not the paper's num
 from __future__ import annotations
 
 from jattn.reproduce.pipeline import Profile, Stage
-from jattn.reproduce.studies import voita_claims, voita_runs as R
+from jattn.reproduce.studies import voita_claims, voita_roles, voita_runs as R
 from jattn.reproduce.studies.voita_runs import DATA, MODEL, SETTINGS, lam_name
 
 def params(profile: Profile) -> dict:
@@ -38,10 +38,12 @@ def params(profile: Profile) -> dict:
     return profile.pick(
         full={"lams": [0.005, 0.01, 0.02, 0.05, 0.1], "steps": 600, "max_steps": 1200, "gate_lr": 0.05,
               "model_lr": 1e-4, "max_tokens": 2048, "max_len": 64, "save_every": 100, "beams": 4, "max_decode": 80,
-              "test_sentences": 0, "train_pairs": 0, "importance_pairs": 1000, "random_orders": 5},
+              "test_sentences": 0, "train_pairs": 0, "importance_pairs": 1000, "random_orders": 5,
+              "rare_top": 500, "min_relation_count": 100},
         quick={"lams": [0.05, 0.5], "steps": 20, "max_steps": 30, "gate_lr": 0.2, "model_lr": 1e-4,
                "max_tokens": 512, "max_len": 24, "save_every": 10, "beams": 2, "max_decode": 32,
-               "test_sentences": 24, "train_pairs": 2000, "importance_pairs": 32, "random_orders": 2})
+               "test_sentences": 24, "train_pairs": 2000, "importance_pairs": 32, "random_orders": 2,
+               "rare_top": 50, "min_relation_count": 1})
 
 
 def stages(profile: Profile) -> list[Stage]:
@@ -55,6 +57,10 @@ def stages(profile: Profile) -> list[Stage]:
         for lam in p["lams"]:
             gate_stages.append(f"voita.gates-{setting}-{lam_name(lam)}")
             out.append(Stage(gate_stages[-1], R.gate_stage(setting, lam), **common))
+    analyses = dict(common, code=code + ("jattn.analyses.roles", "jattn.analyses.lrp", "jattn.analyses.confidence",
+                                         "jattn.io.parse"))
+    out.append(Stage("voita.parse", voita_roles.parse_stage, **analyses))
+    out.append(Stage("voita.roles", voita_roles.roles_stage, needs=("voita.parse",), **analyses))
     out.append(Stage("voita.control", R.gate_stage("all", None), **common))
     out.append(Stage("voita.importance", R.importance_stage, **common))
     michel = []
@@ -63,6 +69,6 @@ def stages(profile: Profile) -> list[Stage]:
         names = tuple(f"voita.gates-{setting}-{lam_name(lam)}" for lam in p["lams"])
         out.append(Stage(michel[-1], R.michel_stage(setting, names), needs=("voita.importance", *names), **common))
     out.append(Stage("voita.claims", voita_claims.claims_stage(gate_stages, michel),
-                     needs=("voita.unpruned", "voita.control", *gate_stages, *michel), params=p,
+                     needs=("voita.unpruned", "voita.control", "voita.roles", *gate_stages, *michel), params=p,
                      code=("jattn.reproduce.studies.voita", "jattn.reproduce.studies.voita_claims")))
     return out

@@ -15,7 +15,7 @@ import numpy as np
 
 from jattn import stats
 from jattn.reproduce.pipeline import Context
-from jattn.reproduce.studies import voita_runs as V
+from jattn.reproduce.studies import voita_head_claims, voita_runs as V
 
 
 def _gain(hyp: str, reference: str) -> dict:
@@ -64,9 +64,13 @@ def claims_stage(gate_stages: list[str], michel_stages: list[str]):
                 claims.append(c)
         claims.append(_fewest_claim(ctx, [r for r in runs if r["setting"] == "encoder"], text, michel["encoder"],
                                     refs, protocol))
+        heads = ctx.result("voita.roles")
+        claims += voita_head_claims.claims(ctx, heads, [r for r in runs if r["setting"] == "encoder"])
         systems = {name: stats.bleu_ci(hyps, refs) for name, hyps in text.items() if "-random-" not in name}
-        figures = [_curve_figure(ctx, runs, michel, systems, text, refs), _gates_figure(ctx, runs)]
-        return {"claims": claims, "figures": figures, "table": _table(runs, michel, systems)}
+        figures = [_curve_figure(ctx, runs, michel, systems, text, refs), _gates_figure(ctx, runs),
+                   voita_head_claims.roles_figure(ctx, heads, runs)]
+        return {"claims": claims, "figures": figures,
+                "table": _table(runs, michel, systems) + "\n\n" + voita_head_claims.table(heads, runs)}
 
     return run
 

@@ -102,11 +102,15 @@ def write_translations(ctx: Context, system: str, hyps: list[str]) -> str:
     return ctx.relative(path)
 
 
-def read_translations(ctx: Context, relative: str) -> list[str]:
+def repository_path(ctx: Context, relative: str) -> Path:
+    """The file a result names (relative to the repository, or to the output folder outside one)."""
     from jattn.reproduce.pipeline import repository_root
 
-    root = repository_root(ctx.out.resolve()) or ctx.out.resolve()
-    return (root / relative).read_text(encoding="utf-8").split("\n")[:-1]
+    return (repository_root(ctx.out.resolve()) or ctx.out.resolve()) / relative
+
+
+def read_translations(ctx: Context, relative: str) -> list[str]:
+    return repository_path(ctx, relative).read_text(encoding="utf-8").split("\n")[:-1]
 
 
 def unpruned_stage(ctx: Context) -> dict:
