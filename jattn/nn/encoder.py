@@ -203,14 +203,13 @@ class Encoder(nnx.Module):
         allowed = batch["attention_mask"].astype(bool)[:, None, :]  # (b, 1, n)
         n = x0.shape[1]
 
-        def written(view, y, ints, take):  # what a layer writes to the stacked result, rows (b', ...)
+        def written(view, ints, take):  # what a layer writes to the stacked result, rows (b', ...)
             rows = {} if layer_rows is None else {"layer_rows": layer_rows(ints, view, take)}
-            return {"hidden": y, **select(ints, internals), **rows}
+            return {**select(ints, internals), **rows}
 
         x, kept, totals = run_stack(self.layers, x0, allowed, iv, layer_rngs, chunk_rows(self.config.chunk_rows),
                                     written, layer_totals, lambda l: self.score_bias(l, n))
-        hidden = kept.pop("hidden")  # (L, b, n, D)
-        outputs = {"last_hidden_state": x, "hidden_states": jnp.concatenate([x0[None], hidden], 0)}  # (L+1, b, n, D)
+        outputs = {"last_hidden_state": x, "hidden_states": kept.pop("hidden")}  # (L+1, b, n, D)
         if self.pooler is not None:
             outputs["pooler_output"] = self.pool(x)  # (b, D)
         if self.classifier is not None:  # its dropout: a stream independent of the layers'

@@ -121,17 +121,19 @@ def run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, laye
               layer_totals, score_bias):
     """Run the stacked ``layers`` (an ``nnx`` module with a leading layer axis) on x0 (b, n, D).
 
-    ``written(view, y, internals, take)`` -> the entries a layer writes to the stacked result for
-    a chunk's rows (b', ...), including ``"hidden"``, its output; ``layer_totals(internals, view,
-    take)`` (or None) -> sums over a chunk's examples, added over the chunks; ``score_bias(l)`` ->
-    layer l's additive score bias (H, n, n) or None; ``layer_rngs`` (L,) keys or None.
-    -> (last output (b, n, D), {name: (L, b, ...)}, totals (L, ...) or None)."""
+    ``written(view, internals, take)`` -> the entries a layer writes to the stacked result for a
+    chunk's rows (b', ...); ``layer_totals(internals, view, take)`` (or None) -> sums over a
+    chunk's examples, added over the chunks; ``score_bias(l)`` -> layer l's additive score bias
+    (H, n, n) or None; ``layer_rngs`` (L,) keys or None.
+    -> (last output (b, n, D), {name: (L, b, ...)} with ``"hidden"`` (L+1, b, n, D): x0, then each
+    layer's output, written in place (no concatenation), totals (L, ...) or None)."""
     graphdef, stacked = nnx.split(layers)
     run = chunked(*x0.shape[:2], rows)
 
     def first_layer(state, slices):  # shapes of the stacked result's entries, at the full batch
         layer = nnx.merge(graphdef, state)
-        return written(layer.view(), *layer(x0, allowed, iv.for_layer(*slices), None, score_bias(0)), lambda a: a)
+        _, ints = layer(x0, allowed, iv.for_layer(*slices), None, score_bias(0))
+        return written(layer.view(), ints, lambda a: a)
 
     shapes = jax.eval_shape(first_layer, *jax.tree.map(lambda a: a[0], (stacked, iv.layer_slices())))
     if "layer_rows" in shapes and any(a.shape[:1] != x0.shape[:1] for a in jax.tree.leaves(shapes["layer_rows"])):
@@ -140,20 +142,22 @@ def run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, laye
                          f"{x0.shape[0]}. Fix: sums over the examples go to layer_totals")
     L = jax.tree.leaves(stacked)[0].shape[0]
     stacks = jax.tree.map(lambda a: jnp.zeros((L, *a.shape), a.dtype), shapes)  # (L, b, ...)
+    hidden = jnp.zeros((L + 1, *x0.shape), x0.dtype).at[0].set(x0)  # (L+1, b, n, D)
 
     def step(carry, xs):
-        x, stacks = carry
+        x, hidden, stacks = carry
         state, slices, rng, l = xs
         layer = nnx.merge(graphdef, state)
         view = layer.view()
 
-        def split(y, ints, take):  # a chunk's rows all go to the stacked result
-            return {}, written(view, y, ints, take)
+        def split(y, ints, take):  # a chunk's output is reassembled as (b, n, D); its internals go to the stacks
+            return y, written(view, ints, take)
 
         chunk_totals = None if layer_totals is None else (lambda ints, take: layer_totals(ints, view, take))
-        _, stacks, totals = run(layer, x, allowed, iv.for_layer(*slices), rng, split, chunk_totals, stacks, l,
+        y, stacks, totals = run(layer, x, allowed, iv.for_layer(*slices), rng, split, chunk_totals, stacks, l,
                                 score_bias(l))
-        return (stacks["hidden"][l], stacks), totals  # (b, n, D): the next layer's input
+        return (y, jax.lax.dynamic_update_index_in_dim(hidden, y, l + 1, 0), stacks), totals  # y: the next input
 
-    (x, kept), totals = jax.lax.scan(step, (x0, stacks), (stacked, iv.layer_slices(), layer_rngs, jnp.arange(L)))
-    return x, kept, totals
+    (x, hidden, kept), totals = jax.lax.scan(step, (x0, hidden, stacks),
+                                             (stacked, iv.layer_slices(), layer_rngs, jnp.arange(L)))
+    return x, {**kept, "hidden": hidden}, totals
