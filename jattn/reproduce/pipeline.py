@@ -144,6 +144,16 @@ class Context:
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
+    def save_figure(self, fig, name: str, dpi: int = 110) -> str:
+        """Save a matplotlib figure as ``figure(name)`` (cropped to its contents), close it, and
+        return its path relative to the output folder, as a stage lists it under "figures"."""
+        import matplotlib.pyplot as plt
+
+        path = self.figure(name)
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+        plt.close(fig)
+        return str(path.relative_to(self.out))
+
     def relative(self, path: Path) -> str:
         """``path`` as claims record it: relative to the repository holding ``out``, else to ``out``."""
         root = repository_root(self.out.resolve()) or self.out.resolve()

@@ -166,7 +166,4 @@ def figures(ctx, model: str, task: str, L: int, H: int, heads: dict, layers: dic
     bx.axhline(0, color="k", lw=0.8)
     bx.set(xlabel="layer disabled", ylabel=f"Δ{unit} (95 % paired CI)", xticks=range(L), title="whole layer")
     fig.suptitle(f"{model} {task}, seed {heads['seed']}: Kovaleva et al. Fig. 9-10 with paired tests", fontsize=9, y=1.03)
-    path = ctx.figure(f"{model}-{task}-disabling.png")
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return [str(path.relative_to(ctx.out))]
+    return [ctx.save_figure(fig, f"{model}-{task}-disabling.png", dpi=100)]

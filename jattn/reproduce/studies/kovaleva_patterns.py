@@ -173,7 +173,4 @@ def _figures(ctx, tag: str, types: dict, uniform: list, per_layer: list, cosine_
     cx.set(xlabel="head", ylabel="layer", title="cosine per head (mean over dev)")
     fig.colorbar(im, ax=cx)
     fig.suptitle(tag, fontsize=9, y=1.03)
-    path = ctx.figure(f"{tag}-patterns-change.png")
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return [str(path.relative_to(ctx.out))]
+    return [ctx.save_figure(fig, f"{tag}-patterns-change.png", dpi=100)]

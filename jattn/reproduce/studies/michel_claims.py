@@ -182,7 +182,4 @@ def _figure(ctx: Context, model: str, task, curves: list, sums: list) -> str:
     axes[0][0].set_ylabel(f"dev {task.unit} ×100")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    path = ctx.figure(f"{model}-{task.name}.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path.relative_to(ctx.out))
+    return ctx.save_figure(fig, f"{model}-{task.name}.png")

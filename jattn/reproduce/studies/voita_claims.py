@@ -181,10 +181,7 @@ def _curve_figure(ctx, runs: list[dict], michel: dict, systems: dict, text: dict
     axes[0][0].set_ylabel("test BLEU")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    path = ctx.figure("bleu-vs-heads.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path.relative_to(ctx.out))
+    return ctx.save_figure(fig, "bleu-vs-heads.png")
 
 
 def _gates_figure(ctx, runs: list[dict]) -> str:
@@ -205,7 +202,4 @@ def _gates_figure(ctx, runs: list[dict]) -> str:
             ax.set_title(f"{r['setting']} λ {r['lam']:g}: {kind} ({r['open_heads'][kind]} open)", fontsize=7)
     fig.supylabel("layer (rows) × head (columns); black = open", fontsize=8)
     fig.tight_layout()
-    path = ctx.figure("gates.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path.relative_to(ctx.out))
+    return ctx.save_figure(fig, "gates.png")

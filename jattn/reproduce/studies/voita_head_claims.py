@@ -113,7 +113,4 @@ def roles_figure(ctx: Context, heads: dict, runs: list[dict]) -> str:
     axes[0][0].set_ylabel("encoder layer")
     fig.supxlabel("head", fontsize=8)
     fig.tight_layout()
-    path = ctx.figure("encoder-heads.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path.relative_to(ctx.out))
+    return ctx.save_figure(fig, "encoder-heads.png")
