@@ -186,3 +186,11 @@ def test_parse_writes_trees_read_back():
         assert "".join(tree.words) == text.replace(" ", "")  # the parser's words cover the text
         assert (tree.heads == 0).sum() >= 1 and tree.heads.max() <= len(tree.words)
     assert "nsubj" in trees[0].relations
+
+
+def test_parser_missing_names_the_fix():
+    pytest.importorskip("spacy")
+    from jattn.io import parse
+
+    with pytest.raises(ImportError, match="spacy download no_such_pipeline"):
+        parse.load_parser("no_such_pipeline")

@@ -25,8 +25,8 @@ def load_parser(pipeline: str = PIPELINE):
     try:
         return spacy.load(pipeline)
     except OSError as e:
-        raise ImportError(f"spaCy pipeline {pipeline!r} is not installed. Fix: pip install 'jattn[reproduce]' "
-                          f"(or pip install {pipeline.replace('_', '-')})") from e
+        raise ImportError(f"spaCy pipeline {pipeline!r} is not installed. Fix: pip install 'jattn[reproduce]', or "
+                          f"python -m spacy download {pipeline}") from e
 
 
 def parse_to_conllu(texts: Sequence[str], path: Path, pipeline: str = PIPELINE) -> dict:
