@@ -19,6 +19,12 @@ pruned to each λ's open-head count by it and by ``random_orders`` random orders
 translates the whole test set (test_2016_flickr, 1,000 sentences) with beam search; BLEU is
 sacreBLEU (13a, cased) with bootstrap intervals; differences are paired bootstrap Δ.
 
+The heads themselves (§4, ``voita_roles``): on the unpruned model and the test set, each encoder
+head's role (positional, syntactic against spaCy's parse of the French sources, rare words),
+confidence, and LRP relevance (conservation checked layer by layer) beside gradient × input;
+claims (``voita_head_claims``): confidence vs LRP relevance over heads, and the confidence of the
+heads each λ keeps against those it closes.
+
 Deviations from the paper: Multi30k fr→en (29k pairs) instead of WMT / OpenSubtitles en→ru, a
 model of width 256 (the papers' 512: the data set is small and the machine two CPU cores), one
 training seed of the model, a few hundred joint updates per λ.
@@ -70,5 +76,6 @@ def stages(profile: Profile) -> list[Stage]:
         out.append(Stage(michel[-1], R.michel_stage(setting, names), needs=("voita.importance", *names), **common))
     out.append(Stage("voita.claims", voita_claims.claims_stage(gate_stages, michel),
                      needs=("voita.unpruned", "voita.control", "voita.roles", *gate_stages, *michel), params=p,
-                     code=("jattn.reproduce.studies.voita", "jattn.reproduce.studies.voita_claims")))
+                     code=("jattn.reproduce.studies.voita", "jattn.reproduce.studies.voita_claims",
+                           "jattn.reproduce.studies.voita_head_claims")))
     return out
