@@ -169,18 +169,14 @@ def test_gradient_x_input_equals_finite_differences(tiny_marian):
         np.testing.assert_allclose(got[:, l, h], fd, rtol=2e-2, atol=2e-3)  # O(eps²) + float32 logits / eps
 
 
-def test_parse_writes_trees_read_back():
+def test_parse_writes_trees_read_back(tmp_path):
     pytest.importorskip("spacy")
     from jattn.io.labels import read_conllu_trees
     from jattn.io.parse import parse_to_conllu
 
     texts = ["Un homme regarde l'appareil photo.", "Deux chiens courent dans la neige."]
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory() as d:
-        meta = parse_to_conllu(texts, Path(d) / "p.conllu")
-        trees = list(read_conllu_trees(Path(d) / "p.conllu"))
+    meta = parse_to_conllu(texts, tmp_path / "p.conllu")
+    trees = list(read_conllu_trees(tmp_path / "p.conllu"))
     assert meta["pipeline"] == "fr_core_news_md" and len(trees) == 2
     for text, tree in zip(texts, trees):
         assert "".join(tree.words) == text.replace(" ", "")  # the parser's words cover the text

@@ -30,7 +30,8 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.analyses.base import SEP, Method, Statistic, StepContext
+from jattn.analyses.base import Method, Statistic, StepContext
+from jattn.analyses.confidence import scored_rows
 from jattn.analyses.syntax import OFFSETS, DependencyCounts, head_roles
 
 RELATIONS = ("nsubj", "obj", "amod", "advmod")
@@ -122,7 +123,7 @@ class TokenRoles(Method):
         rarest = ctx.features["rarest"] > 0  # (b, n)
         n = W.shape[-1]
         pos = jnp.arange(n)  # (n,)
-        rows = (ctx.batch["query_mask"] > 0) & (ctx.batch["query_class"] != SEP)  # (b, n) real non-EOS rows
+        rows = scored_rows(ctx.batch)  # (b, n) real non-EOS rows, as confidence reads them
         top = jnp.where(allowed[None, :, None], W, -1.0).argmax(-1)  # (L, b, H, n) argmax key of each row
         count = lambda hit, m: (hit & m[None, :, None]).astype(jnp.int32).sum((1, 3))  # noqa: E731 -> (L, H)
         real = ctx.batch["key_mask"] > 0  # (b, n)
@@ -173,7 +174,8 @@ class TokenRoles(Method):
     def roles(self, statistics: dict, prefix: str = "encoder_") -> dict:
         """The role of every head from the finalized statistics (``prefix`` the runner's attention-type
         prefix): ``syntax.head_roles`` plus rare-word heads -> {"role": (L, H) str, "relation", ...}."""
-        totals = {k[len(prefix) + 6:]: s.value for k, s in statistics.items() if k.startswith(prefix + "roles_")}
+        counts = prefix + "roles_"
+        totals = {k[len(counts):]: s.value for k, s in statistics.items() if k.startswith(counts)}
         out = head_roles(self.counts(totals), self.min_count)
         out["rare"] = statistics[prefix + "rare"].value  # (L, H)
         rare, role = out["rare"] > RARE, out["role"].copy()

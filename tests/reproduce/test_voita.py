@@ -123,6 +123,8 @@ def test_every_stage_on_a_tiny_random_model(tmp_path, monkeypatch, data_set):
     heads = records["voita.roles"]["result"]
     assert len(heads["rows"]) == 6 and np.asarray(heads["roles"]).shape == (2, 4)
     assert max(heads["lrp_conservation_error"]) < 1e-4  # relevance conserved at every layer (float32 sums)
+    per_sentence = np.asarray([r["confidence"] for r in heads["rows"]]).mean(0)  # the claims' rows vs the runner
+    np.testing.assert_allclose(per_sentence, np.ravel(heads["confidence"]["encoder"]), atol=1e-5)
     _recomputes(found, tmp_path)
     gates = records["voita.gates-all-lam0.5"]["result"]
     assert gates["steps"] in (3, 4) and gates["open_heads"] == {k: int((np.asarray(v) > 0).sum())
