@@ -11,8 +11,8 @@ Modes, each in its own subprocess (so peak RSS is its own):
   original    how Clark et al. worked: HF PyTorch ``output_attentions=True`` in batches of 32, keep
               every (L, H, n, n) map, then the weight statistics + entropies in numpy per example
               (no JS: its numpy cost is timed on the first ``--original-js`` examples and extrapolated)
-Corpus: the first N GAP development paragraphs that are a sentence pair of ≤ 128 tokens (as in
-experiments/clark_attention_statistics.py), repeated when N exceeds what GAP has. jattn modes
+Corpus: the first 1,600 GAP development paragraphs that are a sentence pair of ≤ 128 tokens (as
+the Clark stage of ``jattn reproduce`` reads them), repeated up to N. jattn modes
 first run one batch per bucket length as warm-up (compile; persistent compilation cache), then
 time the full corpus. Prints a Markdown table; ``--json`` writes the numbers.
 """
@@ -34,13 +34,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def corpus(model, n: int):
-    sys.path.insert(0, str(REPO / "experiments"))
-    from clark_attention_statistics import gap_segments
-
     from jattn.io.manifest import data_path
+    from jattn.io.readers import read
+    from jattn.io.tokenize import tokenize
 
-    # GAP in the data folder (jattn data fetch gap)
-    pool, _ = gap_segments(data_path("gap").parent, model.tokenizer, 1600, 128)
+    pool = []
+    for ex in read(data_path("gap") / "gap-development.tsv", "gap"):  # jattn data fetch gap
+        if len(pool) == 1600:
+            break
+        if ex.b is not None and tokenize(model.tokenizer, [(ex.a, ex.b)], max_length=10**9).lengths[0] <= 128:
+            pool.append(ex)
     return [pool[i % len(pool)] for i in range(n)]
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -172,55 +170,3 @@ def test_eflomal_wrapper_gives_symmetrised_links():
         eflomal_align([["a"], []], [["b"], ["c"]])
     with pytest.raises(ValueError, match="2 source sentences for 1"):
         eflomal_align([["a"], ["b"]], [["c"]])
-
-
-def test_alignment_experiment_end_to_end(tmp_path):
-    """experiments/kobayashi_alignment.py on a tiny random Marian model, made-up Hansards-layout
-    pairs and made-up Multi30k files: it runs, and reports AER for both sets, every setting, map,
-    decoder layer and head, with the two baselines, and writes the silver links."""
-    import json
-    import sys
-
-    pytest.importorskip("eflomal", reason="eflomal is not installed (pip install eflomal)")
-    from tiny_seq2seq import CONFIGS, WORDS, save_tiny
-
-    data = tmp_path / "data"  # 12 made-up pairs in the Hansards layout: "en ||| fr", 1-based "i-j" / "ipj"
-    (data / "alignment").mkdir(parents=True)
-    words = ["a", "dog", "runs", "on", "the", "grass", "today"]
-    pairs = [(words[: 2 + k % 5], words[1: 4 + k % 4]) for k in range(12)]
-    (data / "alignment" / "enfr.src-tgt").write_text("".join(f"{' '.join(e)} ||| {' '.join(f)}\n" for e, f in pairs))
-    (data / "alignment" / "enfr.gold").write_text("".join("1-1 2p2\n" for _ in pairs))
-    (data / "multi30k").mkdir()
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 30), ("test_2016_flickr", 10)):
-        lines = [" ".join(rng.choice(WORDS, rng.integers(2, 7))) for _ in range(n)]
-        (data / "multi30k" / f"{split}.fr").write_text("".join(f"{x.capitalize()}.\n" for x in lines))
-        (data / "multi30k" / f"{split}.en").write_text("".join(f"{x}\n" for x in lines))
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    import kobayashi_alignment as KA
-
-    folder = save_tiny(tmp_path / "marian", "marian")
-    KA.main(["--model", str(folder), "--data-dir", str(data), "--out", str(tmp_path / "out")])
-    doc = json.loads((tmp_path / "out" / "results.json").read_text())
-    L, H = CONFIGS["marian"]["decoder_layers"], CONFIGS["marian"]["decoder_attention_heads"]
-    assert doc["eflomal"]["training_pairs"] == 30 + 10 + 12
-    for key, n in (("hansards", 12), ("multi30k_silver", 10)):
-        part = doc[key]
-        assert part["pairs"] + part["pairs_skipped_too_long"] == n and part["pairs"] > 0
-        assert 0 <= part["diagonal"] <= 100 and 0 <= part["eflomal"] <= 100
-        for setting in ("AWO", "AWI"):
-            for name in ("weights", "norms", "summed_norms"):
-                row = part[setting][name]
-                assert len(row["per_layer"]) == L and all(0 <= a <= 100 for a in row["per_layer"])
-                assert row["best_layer_aer"] == min(row["per_layer"])
-                assert ("per_head" in row) == (name != "summed_norms")
-                if name != "summed_norms":
-                    assert np.array(row["per_head"]).shape == (L, H)
-    silver = (tmp_path / "out" / "multi30k_silver.txt").read_text().splitlines()
-    assert len(silver) == 10
-    for line in silver:  # "fr words ||| en words ||| links", links inside both sentences
-        fr, en, links = (x.split() for x in line.split("|||"))
-        assert fr[-1] == "." and all(i < len(fr) and j < len(en) for i, j in AL.parse_links(" ".join(links),
-                                                                                             one_based=False)[1])
-    assert "silver" in (tmp_path / "out" / "table.md").read_text().lower()

@@ -102,9 +102,9 @@ def test_analyze_cli_rejects_unknown_methods(tmp_path):
               "--methods", "weights,bogus", "--out", str(tmp_path / "o")])
 
 
-def test_analyze_cli_syntax_gives_the_experiments_table(tmp_path, monkeypatch, tiny_bert_folder):
+def test_analyze_cli_syntax_gives_the_per_sentence_table(tmp_path, monkeypatch, tiny_bert_folder):
     """--format conllu --methods syntax: the runner's counts and Table 1 equal the per-sentence
-    code of experiments/clark_syntax_coref.py (word_attention + syntax.sentence_counts)."""
+    path (word_attention + syntax.sentence_counts)."""
     from jattn.io import labels
     from jattn.analyses import syntax
     from jattn.analyses.word_attention import word_attention
@@ -132,9 +132,9 @@ def test_analyze_cli_syntax_gives_the_experiments_table(tmp_path, monkeypatch, t
     assert doc["word_attn_to_cls"]["shape"] == [2, 3]
 
 
-def test_analyze_cli_coref_gives_the_experiments_scores(tmp_path, monkeypatch, tiny_bert_folder):
+def test_analyze_cli_coref_gives_the_per_example_scores(tmp_path, monkeypatch, tiny_bert_folder):
     """--format gap --methods coref: the runner's GAP accuracy per head and baselines equal the
-    per-example code of experiments/clark_syntax_coref.py (coref.gap_counts on word maps)."""
+    per-example path (coref.gap_counts on word maps)."""
     from jattn.io import labels
     from jattn.analyses import coref
     from jattn.analyses.word_attention import word_attention

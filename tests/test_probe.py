@@ -128,33 +128,9 @@ def test_word_embedding_table(minilm):
     assert np.isfinite(t[ids]).all()
 
 
-@pytest.mark.slow
-def test_experiment_smoke(tmp_path, data_set):
-    """experiments/clark_syntax_coref.py end to end on a few sentences (about 2 min)."""
-    import json
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    import clark_syntax_coref
-
-    for name in ("ud-english-ewt", "gap", "litbank"):  # the script's default --data-dir; skips when absent
-        data_set(name)
-    clark_syntax_coref.main(["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), "--train-sentences",
-                             "100", "--eval-sentences", "120", "--epochs", "1", "--gap-rows", "20",
-                             "--litbank-docs", "1", "--min-count", "20"])
-    res = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert {"det", "all"} <= set(res["dependency"]) and set(res["dependency"]["det"]) == {
-        "count", "best_head", "head_accuracy", "best_offset", "offset_accuracy"}
-    for key in ("coref_gap", "coref_litbank"):
-        assert {"best_head", "accuracy", "nearest"} <= set(res[key])
-    assert set(res["probe_uas"]) == {"right-branching", "attn", "attn+emb", "dist+emb", "random-init attn+emb"}
-    assert (tmp_path / "out" / "figures" / "head_roles.png").is_file()
-
-
 def test_features_through_the_runner_equal_the_per_sentence_path(tiny_bert_folder, tmp_path):
-    """ProbeFeatures records -> shards_from_records give the shards the experiment writes from
-    word_attention + sentence_features + word_embeddings."""
+    """ProbeFeatures records -> shards_from_records give the shards of the per-sentence path
+    (word_attention + sentence_features + word_embeddings)."""
     import jattn
     from jattn.io import labels
     from jattn.io.readers import Corpus

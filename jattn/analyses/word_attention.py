@@ -5,7 +5,7 @@ batches and yields, per sentence, the word-level map of every layer and head: un
 [CLS], the words in order, [SEP] (so unit k+1 is word k), attention TO a word summed over its
 subword columns and FROM a word averaged over its subword rows
 (``jattn.analyses.weights.word_level``, the runner's own aggregation). The per-sentence path of
-``experiments/clark_syntax_coref.py`` (probe features, LitBank); the runner's ``syntax`` and
+the Clark stages of ``jattn reproduce`` (probe features, LitBank, syntax); the runner's ``syntax`` and
 ``coref`` methods compute the same counts from labels carried through ``run_corpus``.
 """
 

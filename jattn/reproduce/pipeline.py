@@ -3,7 +3,8 @@
 A ``Stage`` is one resumable step of a study (fine-tune a classifier, disable every head, train
 the probe, ...). Its *key* is a hash of everything its result depends on: its parameters (the
 profile's sizes), the sha256 of the data files it reads (from the data manifest), the recipes of
-the artefacts it uses, the source of the modules it names, and the keys of the stages it reads.
+the artefacts it uses, the code of the modules it names (their source without docstrings and
+comments: ``code_text``), and the keys of the stages it reads.
 ``run`` executes stages in order and skips one whose record ``<out>/stages/<name>.json`` holds
 the same key, so that a rerun after a kill continues where it stopped and a stage whose inputs
 and code did not change is not rerun. The claims' statistics (``jattn.reproduce.claims``) are
@@ -19,15 +20,18 @@ stages on small subsets, minutes; CI runs it).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import importlib
 import inspect
+import io
 import json
 import os
 import platform
 import sys
 import time
+import tokenize
 from pathlib import Path
 from typing import Callable
 
@@ -66,9 +70,29 @@ class Stage:
         return self.name.split(".", 1)[0]
 
 
+def code_text(source: str) -> str:
+    """``source`` without docstrings, comments and blank lines: the part of a module a result
+    depends on, so that editing prose reruns nothing. Spans come from the syntax tree (docstrings)
+    and the tokenizer (comments), so the text is the same under every Python version."""
+    lines = source.splitlines()
+    cut: list[tuple[int, int, int, int]] = []  # (first line, column, last line, end column); lines 1-based
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            doc = node.body[0]
+            if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str):
+                end = len(lines[doc.end_lineno - 1].encode()[:doc.end_col_offset].decode())  # bytes -> characters
+                cut.append((doc.lineno, doc.col_offset, doc.end_lineno, end))
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            cut.append((*token.start, *token.end))
+    for first, column, last, end in sorted(cut, reverse=True):  # later spans first: earlier ones keep their place
+        lines[first - 1:last] = [lines[first - 1][:column] + lines[last - 1][end:]]
+    return "\n".join(line.rstrip() for line in lines if line.strip())
+
+
 def _source_hash(module_name: str) -> str:
     module = importlib.import_module(module_name)
-    return hashlib.sha256(Path(inspect.getfile(module)).read_bytes()).hexdigest()
+    return hashlib.sha256(code_text(Path(inspect.getfile(module)).read_text()).encode()).hexdigest()
 
 
 def stage_key(stage: Stage, needed_keys: dict[str, str]) -> str:

@@ -147,6 +147,33 @@ def test_stages_run_once_and_again_only_when_their_inputs_change(tmp_path):
     assert pipeline.plan(_toy(n=5), _ctx(tmp_path))[0].startswith("toy.count: would run")
 
 
+MODULE = '''"""Module docstring, ≥ one line."""
+import os  # a comment
+
+X = "# not a comment"
+
+
+def f(a):
+    """Doc of f: α ≤ β."""  # trailing comment
+    return a + 1  # one more
+
+
+class C:
+    """Doc of C."""
+
+    def g(self):
+        """Only a docstring."""
+'''
+
+
+def test_code_text_drops_docstrings_comments_and_blank_lines_only():
+    text = pipeline.code_text(MODULE)
+    assert text == 'import os\nX = "# not a comment"\ndef f(a):\n    return a + 1\nclass C:\n    def g(self):'
+    prose = MODULE.replace("Doc of f: α ≤ β.", "Other words, ≠").replace("# one more", "# changed")
+    assert pipeline.code_text(prose) == text  # an edit of prose keeps the key
+    assert pipeline.code_text(MODULE.replace("a + 1", "a + 2")) != text  # an edit of code changes it
+
+
 def _claiming(ctx):
     CALLS.append(ctx.stage.name)
     return {"claims": [ctx.claim(id="toy-acc", claim="c", paper="p", unit="accuracy", rows=_rows(),
