@@ -7,7 +7,9 @@ its own ``PYTHONPATH``), several rounds, writing ``DIR/{before,after}_{bench}_{r
 
     git worktree add /tmp/before <old commit>; git worktree add /tmp/after <new commit>
     cd /tmp/before && PYTHONPATH=$PWD python benchmarks/bench_encoder.py --models minilm --out DIR/before_encoder_1.json
-    ...  (bench_nmt.py --out, bench_norms.py (copy benchmarks/results/bench_norms.json), bench_analysis.py --json)
+    ...  (bench_nmt.py --out, bench_norms.py (copy benchmarks/results/bench_norms.json), bench_analysis.py --json,
+          bench_importance.py --out, bench_disable.py (copy benchmarks/results/disable.json),
+          bench_output_memory.py --out DIR/{before,after}_outputmemory_{round}.json)
 
 then ``python benchmarks/before_after.py DIR [--out table.json]`` prints, per ratio, the median
 over rounds of each version and after ÷ before (> 1: the new code is faster relative to the
@@ -55,7 +57,21 @@ def _analysis(d: dict) -> dict:
     return out
 
 
-READERS = {"encoder": _encoder, "encoderbase": _encoder, "nmt": _nmt, "norms": _norms, "analysis": _analysis}
+def _importance(d: dict) -> dict:
+    return {f"importance: {part}_speedup_over_hf": d[part]["speedup"] for part in ("importance", "curve") if part in d}
+
+
+def _disable(d: dict) -> dict:
+    return {f"disable: {key}": d[key] for key in ("ratio_loop_over_batched", "ratio_hf_loop_over_batched")}
+
+
+def _output_memory(d: dict) -> dict:
+    return {f"output memory: {kind}_over_lean (lower is better)": d[kind]["over_lean"]
+            for kind in ("weights", "weights_recycled")}
+
+
+READERS = {"encoder": _encoder, "encoderbase": _encoder, "nmt": _nmt, "norms": _norms, "analysis": _analysis,
+           "importance": _importance, "disable": _disable, "outputmemory": _output_memory}
 
 
 def collect(folder: Path) -> dict:

@@ -1,8 +1,8 @@
-"""Where the experiment scripts find their data.
+"""Where ``train_nmt_multi30k.py`` (the script that made the committed translation model) finds its data.
 
-Every script takes ``--data-dir``: the data folder, one sub-folder per data set, as ``jattn data
+It takes ``--data-dir``: the data folder, one sub-folder per data set, as ``jattn data
 fetch`` fills it (default: ``$JATTN_DATA``, else the user cache; ``jattn data path`` prints it). A
-missing file stops the script with the command that fetches it and its public source.
+missing file stops it with the command that fetches it and its public source.
 """
 
 from __future__ import annotations
@@ -54,42 +54,3 @@ def data_file(data_dir: Path, relative: str) -> Path:
         raise SystemExit(f"{path} not found. Fix: run `jattn data fetch {name} --data-dir {data_dir}` ({name} from "
                          f"{source}, into {Path(data_dir) / name}), or point --data-dir at a folder that has it")
     return path
-
-
-def gap_study_arguments(description: str, out: Path, argv=None) -> argparse.Namespace:
-    """Arguments of a study over GAP paragraphs: --model, --data-dir, --segments, --batch-size, --out."""
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--model", default=None, help="HF folder (default: the embedded MiniLM)")
-    add_data_dir(p)
-    p.add_argument("--segments", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--out", type=Path, default=out)
-    return p.parse_args(argv)
-
-
-def gap_paragraphs(data_dir: Path, n: int) -> list:
-    """The first ``n`` GAP development paragraphs as [CLS] A [SEP] B [SEP] examples."""
-    import itertools
-
-    from jattn.io.readers import read
-
-    return list(itertools.islice(read(data_file(data_dir, "gap/gap-development.tsv"), "gap"), n))
-
-
-def write_table(result, text: str, out: Path) -> None:
-    """Print a study's Markdown table and write it to ``out/table.md`` under a corpus-size line."""
-    (Path(out) / "table.md").write_text(f"{result.meta['segments']} segments, {result.meta['tokens']} tokens\n\n"
-                                        + text)
-    print(text)
-
-
-def write_study(result, out: Path, num_layers: int) -> None:
-    """``jattn.io.results.write_results`` for a study's own folder, keeping its hand-written
-    ``summary.md``: the results folder is swapped in whole, which would otherwise drop it."""
-    from jattn.io.results import write_results
-
-    summary = Path(out) / "summary.md"
-    text = summary.read_bytes() if summary.is_file() else None
-    write_results(result, out, num_layers)
-    if text is not None:
-        summary.write_bytes(text)

@@ -178,7 +178,7 @@ def test_make_rejects_unknown_names_before_running_any(cache, tiny_recipe, capsy
     assert artefacts.status("tiny-sst2") == "not made"
 
 
-def test_recipes_follow_the_finetune_glue_protocol():
+def test_recipes_follow_the_glue_finetuning_protocol():
     """The two classifiers: the embedded MiniLM with FinetuneConfig's defaults but the epochs
     (CoLA 3, SST-2 1) and the seed (0, 1, 2), each reading its own GLUE task and naming that data set."""
     for name, task in (("minilm-sst2", "sst2"), ("minilm-cola", "cola")):

@@ -21,29 +21,6 @@ def test_missing_file_names_the_source_and_the_destination(tmp_path):
     assert data_file(tmp_path, "multi30k/val.fr") == tmp_path / "multi30k" / "val.fr"
 
 
-def test_write_study_keeps_the_hand_written_summary(tmp_path):
-    """A study's results folder is swapped in whole; its summary.md survives, the rest is new."""
-    import json
-
-    import numpy as np
-
-    from experiment_data import write_study
-    from jattn.analyses.base import Statistic
-    from jattn.runner import RunResult
-
-    out = tmp_path / "study"
-    out.mkdir()
-    (out / "summary.md").write_text("# what the numbers mean\n")
-    (out / "stale.txt").write_text("from an older run\n")
-    result = RunResult({"x": Statistic(np.arange(3.0), "(3,) a statistic")}, {}, {"segments": 1, "tokens": 3})
-    write_study(result, out, num_layers=2)
-    assert (out / "summary.md").read_text() == "# what the numbers mean\n"
-    assert not (out / "stale.txt").exists()
-    assert json.loads((out / "results.json").read_text())["x"]["value"] == [0.0, 1.0, 2.0]
-    write_study(result, tmp_path / "fresh", num_layers=2)  # no summary yet: none is made up
-    assert not (tmp_path / "fresh" / "summary.md").exists()
-
-
 def test_compilation_cache_is_used_inside_the_block_only(tmp_path):
     """Compiles inside ``compilation_cache`` land in its folder; after the block none do, even
     though JAX opens its cache once per process (a test calling an experiment's main once left the

@@ -18,7 +18,7 @@ Rules (thresholds ``Thresholds``):
 3. otherwise block if the input is a pair and B ≥ ``block``;  4. heterogeneous otherwise.
 
 The thresholds were chosen on 72 MiniLM maps labelled by eye
-(``experiments/results/kovaleva_disabling_patterns/hand_labels.json``, drawn in
+(``experiments/labels/kovaleva-patterns/hand_labels.json``, drawn in
 ``hand_labelled_maps_*.png``): the grid V ∈ {0.25, 0.30, …, 0.70} × R ∈ {0.15, 0.20, …, 0.80}
 agrees best with the hand labels at V = 0.35, R = 0.45 (52/72 = 72 %, in sample). A map's eye
 label follows where the *rest* of the mass goes once the [CLS] column is discounted, hence R

@@ -83,7 +83,7 @@ def seeded(name: str, what: str, takes: str, **fields) -> list[Recipe]:
 # BERT's classification head, AdamW, batch 32, 10 % linear warm-up then linear decay, texts up to
 # 128 tokens (FinetuneConfig's defaults). MiniLM (the embedded all-MiniLM-L6-v2): lr 5e-5; CoLA
 # 3 epochs as Kovaleva et al. 2019 §3, SST-2 1 epoch (67,349 sentences, 2,105 updates).
-# Times: training alone on 2 CPU cores (experiments/results/finetune_glue.json). The base-scale
+# Times: measured, training alone on 2 CPU cores. The base-scale
 # classifiers are registered by their family's folder.
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     *seeded("minilm-sst2", "the embedded MiniLM fine-tuned on SST-2: 1 epoch, batch 32, lr 5e-5",

@@ -216,8 +216,11 @@ def test_stages_on_tiny_models(tiny, tiny_marian_folder, tmp_path, monkeypatch):
     got = [c for r in records.values() for c in r["result"]["claims"]]
     ids = {c["id"] for c in got}
     assert {f"kobayashi-minilm-{k}-{c}" for k in ("weight", "norm") for c in K.CLASSES} <= ids
-    assert {"kobayashi-minilm-mixing", "kobayashi-minilm-frequency", "kobayashi-align-eflomal"} <= ids
-    assert sum(i.startswith("kobayashi-align-") for i in ids) == 5
+    tag = f"-{Path(tiny_marian_folder).name}"  # a model other than the committed one: named in stage and claims
+    assert align.name == f"kobayashi.alignment{tag}"
+    assert {"kobayashi-minilm-mixing", "kobayashi-minilm-frequency", f"kobayashi-align{tag}-eflomal"} <= ids
+    aligned = [c for c in got if c["id"].startswith(f"kobayashi-align{tag}-")]
+    assert len(aligned) == 5 and all(c["claim"].startswith("fr→en ") for c in aligned)
     for claim in got:
         check_recomputes(claim, tmp_path / "out")
         assert claim["status"] in (None, "reproduced", "not reproduced")

@@ -22,8 +22,9 @@ MPNet's ``<s>``/``</s>`` take the [CLS]/[SEP] roles, and its pairs read ``<s> A 
   bootstrap over occurrences is the claim's interval, the bootstrap over segments (occurrences
   of one segment are not independent) is given beside it (``ci_segments``).
 
-``kobayashi.alignment`` (``kobayashi_alignment_stage.alignment_stage(profile, model)``: the
-translation model is a parameter, a repository folder or a made artefact): teacher-forced
+``kobayashi.alignment`` and, in the full profile, ``kobayashi.alignment-multi30k-fr-en-6x8``
+(``kobayashi_alignment_stage.alignment_stage(profile, model)``: the committed 3 + 3 × 4 model and
+the 6 + 6 × 8 artefact the Voita study trains): teacher-forced
 cross-attention alignments of the 447 Hansards fr→en pairs (``kobayashi_align``), the best layer
 selected on the even-numbered pairs and reported on the odd ones, for AWO and AWI: norm-based
 (‖Σ_h αf‖) vs weight-based (head-mean α), norm-based vs the diagonal; eflomal (trained on
@@ -50,7 +51,7 @@ import numpy as np
 
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce.studies import finetune
-from jattn.reproduce.studies.kobayashi_alignment_stage import alignment_stage
+from jattn.reproduce.studies.kobayashi_alignment_stage import LARGE_MODEL, alignment_stage
 from jattn.reproduce.studies.kobayashi_claims import PAPER, paired, verdict
 
 CLASSES = {"cls": "[CLS]", "sep": "[SEP]", "punct": '"." and ","', "other": "other tokens"}
@@ -260,4 +261,6 @@ def stages(profile: Profile) -> list[Stage]:
                                "jattn.reproduce.studies.kobayashi_claims",
                                "jattn.analyses.norms", "jattn.analyses.norm_occurrences")))
     out.append(alignment_stage(profile))
+    if profile.name == "full":
+        out.append(alignment_stage(profile, LARGE_MODEL))
     return out

@@ -1,7 +1,9 @@
 """The alignment stage of the Kobayashi et al. study (2020, §5): word alignments from a translation
 model's cross-attention, weight-based vs norm-based, on the Hansards fr→en gold, beside the diagonal
 and eflomal (``kobayashi_align`` computes the links and counts). The model is a parameter
-(``alignment_stage(profile, model)``): a folder of the repository or a made artefact.
+(``alignment_stage(profile, model)``): a folder of the repository or a made artefact. The full
+profile runs it on the committed 3 + 3-layer model and on the 6 + 6-layer artefact of the Voita
+study (the paper's size), so the finding is read at both scales.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from jattn.reproduce.studies import kobayashi_align as KA
 from jattn.reproduce.studies.kobayashi_claims import PAPER, paired, verdict
 
 TRANSLATION_MODEL = "checkpoints/multi30k-fr-en"
+LARGE_MODEL = "multi30k-fr-en-6x8"  # the artefact the Voita study trains
 PAIRS = {"full": 0, "quick": 32}  # 0: all 447
 IN_DOMAIN = {"full": 1000, "quick": 32}  # Multi30k test_2016_flickr pairs for the familiarity check
 
@@ -56,14 +59,22 @@ def familiarity_note(fits: dict) -> str:
             f"French word {h['source_subwords_per_word']:.2f} vs {m['source_subwords_per_word']:.2f}.")
 
 
-def _alignment_claims(ctx: Context, table: list[dict], layers: int, fits: dict) -> tuple[list[dict], dict]:
+def model_label(net) -> str:
+    """A translation model as the claims name it, e.g. "fr→en 3+3 × 4, lowercased"."""
+    c = net.config
+    case = "lowercased" if (net.text_normalization or {}).get("lowercase") else "cased"
+    return f"fr→en {c.encoder_layers}+{c.decoder_layers} × {c.decoder_heads}, {case}"
+
+
+def _alignment_claims(ctx: Context, net, tag: str, table: list[dict], fits: dict) -> tuple[list[dict], dict]:
     select = [r for r in table if r["index"] % 2 == 0]
     report = [r for r in table if r["index"] % 2 == 1]
+    layers, named = net.config.decoder_layers, model_label(net)
     chosen, claims = {}, []
     protocol = (f"Hansards fr→en, {len(table)} pairs with human sure/possible gold (out of domain for the caption "
-                f"model); best layer selected on the {len(select)} even-numbered pairs, AER pooled over the "
-                f"{len(report)} odd-numbered ones, bootstrap over pairs recomputing the pooled AER. Deviations: "
-                "language pair and data, one model (no seeds), the model's own normalisation (lowercased).")
+                f"model {named}); best layer selected on the {len(select)} even-numbered pairs, AER pooled over "
+                f"the {len(report)} odd-numbered ones, bootstrap over pairs recomputing the pooled AER. Deviations: "
+                "language pair and data, one model (no seeds), the model's own text normalisation.")
     for setting in KA.SETTINGS:
         for name in KA.MAPS:
             chosen[(setting, name)] = KA.best_layer(select, setting, name, layers)[0]
@@ -75,14 +86,15 @@ def _alignment_claims(ctx: Context, table: list[dict], layers: int, fits: dict) 
             status, note = verdict(delta, -1)
             suffix = "norms-vs-weights" if base == weights else "norms-vs-diagonal"
             claims.append(ctx.claim(
-                id=f"kobayashi-align-{setting}-{suffix}", paper=PAPER[key], unit="AER", rows=report,
-                claim=f"{setting} alignment AER from ‖Σ_h αf‖ (layer {chosen[(setting, 'summed')]}) vs "
+                id=f"kobayashi-align{tag}-{setting}-{suffix}", paper=PAPER[key], unit="AER", rows=report,
+                claim=f"{named}: {setting} alignment AER from ‖Σ_h αf‖ (layer {chosen[(setting, 'summed')]}) vs "
                       + ("α" if base == weights else "the diagonal"),
                 measure={"statistic": "aer", "columns": KA.columns(norms), "ci_method": "bootstrap"},
                 baseline={"name": label, "columns": KA.columns(base)}, protocol=protocol, status=status,
                 note=f"{note}. {familiarity_note(fits)}", delta=delta))
     claims.append(ctx.claim(
-        id="kobayashi-align-eflomal", claim="eflomal (statistical aligner) AER", paper=PAPER["eflomal"], unit="AER",
+        id=f"kobayashi-align{tag}-eflomal", claim=f"{named}'s subwords: eflomal (statistical aligner) AER",
+        paper=PAPER["eflomal"], unit="AER",
         rows=report, measure={"statistic": "aer", "columns": KA.columns("eflomal"), "ci_method": "bootstrap"},
         baseline={"name": "diagonal alignment", "columns": KA.columns("diagonal")}, protocol=protocol,
         note="the data are alignable: the reference point for the attention-based alignments"))
@@ -115,6 +127,7 @@ def _alignment_table(table: list[dict], chosen: dict, layers: int, fits: dict) -
 def alignment_stage(profile: Profile, model: str = TRANSLATION_MODEL) -> Stage:
     """The alignment stage for translation model ``model`` (a repository folder or an artefact name)."""
     source, params, models = _translation_source(model)
+    tag = "" if model == TRANSLATION_MODEL else f"-{Path(model).name}"  # in the stage's, claims' and figure's names
     data = ["alignment/enfr.src-tgt", "alignment/enfr.gold", "multi30k/test_2016_flickr.fr",
             "multi30k/test_2016_flickr.en"]
     if profile.name == "full":
@@ -141,14 +154,13 @@ def alignment_stage(profile: Profile, model: str = TRANSLATION_MODEL) -> Stage:
                 "multi30k": KA.fit(net, KA.encode(net, KA.moses_pairs(net, read("fr")[:n], read("en")[:n])),
                                    ctx.params["batch_size"])}
         layers = net.config.decoder_layers
-        claims, chosen = _alignment_claims(ctx, table, layers, fits)
-        fig = kobayashi_figures.alignment(ctx.figure("alignment.png"), table, layers)
+        claims, chosen = _alignment_claims(ctx, net, tag, table, fits)
+        fig = kobayashi_figures.alignment(ctx.figure(f"alignment{tag}.png"), table, layers)
         return {"claims": claims, "figures": [str(fig.relative_to(ctx.out))],
                 "table": _alignment_table(table, chosen, layers, fits), "familiarity": fits,
                 "chosen_layers": {f"{s}/{n}": v for (s, n), v in chosen.items()}}
 
-    name = "kobayashi.alignment" if model == TRANSLATION_MODEL else f"kobayashi.alignment-{Path(model).name}"
-    return Stage(name, run, data=tuple(data), models=models,
+    return Stage(f"kobayashi.alignment{tag}", run, data=tuple(data), models=models,
                  params={**params, "pairs": profile.pick(PAIRS["full"], PAIRS["quick"]), "batch_size": 32,
                          "eflomal_multi30k": profile.name == "full",
                          "in_domain_pairs": profile.pick(IN_DOMAIN["full"], IN_DOMAIN["quick"])},

@@ -103,7 +103,7 @@ def _labels_stage(ctx: Context) -> dict:
     root = repository_root(Path(__file__).resolve())
     if root is None:
         raise FileNotFoundError("the hand-labelled maps are files of the jattn checkout "
-                                "(experiments/results/kovaleva_disabling_patterns). Fix: run from a checkout")
+                                "(experiments/labels/kovaleva-patterns). Fix: run from a checkout")
     data = ctx.data("sst2/train.tsv").parents[1]
     return KP.labels_result(ctx, jattn.load(), root, glue.read_task("sst2", "dev", root=data),
                             glue.read_task("sst2", "train", root=data))

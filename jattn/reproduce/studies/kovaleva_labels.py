@@ -1,7 +1,7 @@
 """Pattern-type classifiers fitted on one set of hand-labelled maps and scored on another
 (Kovaleva et al. 2019 §4; STATISTICS.md §4-5).
 
-The labelled maps are the 72 of ``experiments/results/kovaleva_disabling_patterns``
+The labelled maps are the 72 of ``experiments/labels/kovaleva-patterns``
 (``hand_labels.json``, ``hand_maps.npz``): pretrained MiniLM on SST-2 dev sentences (56 single, 16
 pairs), (example, layer, head) drawn at random, labelled by eye by one annotator (29
 heterogeneous, 22 vertical, 11 diagonal, 9 vertical+diagonal, 1 block). Too few for a fixed
@@ -28,7 +28,7 @@ import numpy as np
 
 from jattn.analyses.patterns import TYPES, Thresholds, classify, map_statistics
 
-HAND = Path("experiments") / "results" / "kovaleva_disabling_patterns"
+HAND = Path("experiments") / "labels" / "kovaleva-patterns"
 GRID_V = tuple(np.round(np.arange(0.25, 0.701, 0.05), 2))
 GRID_R = tuple(np.round(np.arange(0.15, 0.801, 0.05), 2))
 
