@@ -60,3 +60,6 @@ def run(args) -> None:
     readme = root / "README.md" if (root is not None and profile.name == "full" and args.out is None) else None
     for path in report.write({**everything, **records}, out, profile.name, readme=readme):
         print(path)
+    if ctx.not_run:
+        raise SystemExit(f"jattn reproduce: {len(ctx.not_run)} stage(s) did not run; the report has the others:\n"
+                         + "\n".join(f"  {name}: {why}" for name, why in ctx.not_run.items()))

@@ -135,6 +135,7 @@ class Context:
     stage: Stage | None = None
     results: dict = dataclasses.field(default_factory=dict)  # stage name -> result
     progress: bool = True
+    not_run: dict = dataclasses.field(default_factory=dict)  # stage name -> why (an artefact not made)
 
     @property
     def params(self) -> dict:
@@ -305,10 +306,18 @@ def load_records(out: Path, names: list[str]) -> dict[str, dict]:
 
 def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=print) -> dict[str, dict]:
     """Run ``stages`` in order, skipping those whose record holds their current key; ``force``:
-    stage names (or study names) to rerun anyway. Returns every stage's record."""
+    stage names (or study names) to rerun anyway. Returns every stage's record. A stage that
+    needs a named artefact not made (``ArtefactNotMade``: the message names the command) does not
+    run, nor do the stages that need it; the others go on, and ``ctx.not_run`` says why each did not."""
+    from jattn.io.artefacts import ArtefactNotMade
+
     records: dict[str, dict] = {}
     rerun: set[str] = set()
     for i, (stage, key) in enumerate(zip(stages, keys(stages).values())):
+        if missing := [n for n in stage.needs if n in ctx.not_run]:
+            ctx.not_run[stage.name] = f"it needs {missing[0]}, which did not run"
+            log(f"[{i + 1}/{len(stages)}] {stage.name}: not run: {ctx.not_run[stage.name]}")
+            continue
         old = _record(ctx.out, stage.name)
         current = _current(stage, old, key, force)
         if current and any(n in rerun for n in stage.needs):  # the same key, but what it reads was made again
@@ -328,7 +337,12 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         rerun.add(stage.name)
         ctx.stage = stage
         start = time.perf_counter()
-        result = stage.run(ctx)
+        try:
+            result = stage.run(ctx)
+        except ArtefactNotMade as e:
+            ctx.not_run[stage.name] = str(e)
+            log(f"    not run: {e}")
+            continue
         record = {"name": stage.name, "key": key, "needs": list(stage.needs), "profile": ctx.profile.name,
                   "params": stage.params,
                   "runtime_s": round(time.perf_counter() - start, 1), "machine": machine(),

@@ -203,6 +203,36 @@ def test_an_edit_of_the_claims_module_reruns_only_stages_whose_numbers_it_change
     assert CALLS[2:] == ["toy.claim", "toy.after"] and json.loads(record.read_text())["claims_code"] == "edited again"
 
 
+def _unmade(ctx):
+    from jattn.io import artefacts
+
+    CALLS.append(ctx.stage.name)
+    raise artefacts.not_made("minilm-sst2", ctx.work_root / "cache")
+
+
+def test_a_stage_whose_artefact_is_not_made_is_skipped_with_its_dependents_and_the_rest_runs(tmp_path):
+    CALLS.clear()
+    stages = [pipeline.Stage("toy.unmade", _unmade), pipeline.Stage("toy.after", _count, params={"n": 1},
+                                                                     needs=("toy.unmade",)), *_toy()]
+    ctx = _ctx(tmp_path)
+    records = pipeline.run(stages, ctx, log=lambda *_: None)
+    assert CALLS == ["toy.unmade", "toy.count", "toy.double"] and set(records) == {"toy.count", "toy.double"}
+    assert "jattn models make minilm-sst2" in ctx.not_run["toy.unmade"]
+    assert ctx.not_run["toy.after"] == "it needs toy.unmade, which did not run"
+    assert not (tmp_path / "out" / "stages" / "toy.unmade.json").exists()
+
+
+def test_the_command_writes_the_report_then_exits_1_naming_what_did_not_run(tmp_path, monkeypatch, capsys):
+    from jattn.cli import main
+    from jattn.reproduce import studies
+
+    monkeypatch.setattr(studies, "stages", lambda profile, only=(): [pipeline.Stage("toy.unmade", _unmade), *_toy()])
+    with pytest.raises(SystemExit) as stop:
+        main(["reproduce", "--quick", "--out", str(tmp_path / "out"), "--no-progress"])
+    assert "1 stage(s) did not run" in str(stop.value) and "toy.unmade: artefact minilm-sst2" in str(stop.value)
+    assert (tmp_path / "out" / "REPORT.md").is_file() and (tmp_path / "out" / "stages" / "toy.double.json").is_file()
+
+
 def test_a_killed_stage_leaves_no_record_and_resumes_from_its_work_folder(tmp_path):
     CALLS.clear()
     stages = [pipeline.Stage("toy.flaky", _flaky)]
