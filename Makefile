@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-fast reproduce reproduce-quick setup setup-test clean
+.PHONY: demo test test-fast test-no-fma reproduce reproduce-quick setup setup-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,15 @@ FAST_TESTS := architecture data_fetch convert encoder_parity seq2seq tokenize re
               syntax checkpoints patterns attribution
 test-fast: setup-test
 	$(BIN)/python -m pytest -q $(FAST_TESTS:%=tests/test_%.py)
+
+# The whole suite as on an x86-64 CPU without AVX2 and FMA (Sandy Bridge class): every numeric
+# library's kernels capped at AVX (XLA's code generation, PyTorch's ATen, MKL, oneDNN, OpenBLAS),
+# so float32 products and sums round differently from the machine's native kernels; the derived
+# tolerances (tests/tolerance.py) must hold there too.
+NO_FMA := XLA_FLAGS=--xla_cpu_max_isa=AVX ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX \
+          ONEDNN_MAX_CPU_ISA=AVX OPENBLAS_CORETYPE=SandyBridge
+test-no-fma: setup-test
+	$(NO_FMA) $(BIN)/python -m pytest -q -n auto --durations=15
 
 clean:
 	rm -rf $(VENV) results
