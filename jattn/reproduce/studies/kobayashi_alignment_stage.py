@@ -93,7 +93,7 @@ def _alignment_claims(ctx: Context, net, tag: str, table: list[dict], fits: dict
                 baseline={"name": label, "columns": KA.columns(base)}, protocol=protocol, status=status,
                 note=f"{note}. {familiarity_note(fits)}", delta=delta))
     claims.append(ctx.claim(
-        id=f"kobayashi-align{tag}-eflomal", claim=f"{named}'s subwords: eflomal (statistical aligner) AER",
+        id=f"kobayashi-align{tag}-eflomal", claim=f"{named}: eflomal (statistical aligner) AER on its subwords",
         paper=PAPER["eflomal"], unit="AER",
         rows=report, measure={"statistic": "aer", "columns": KA.columns("eflomal"), "ci_method": "bootstrap"},
         baseline={"name": "diagonal alignment", "columns": KA.columns("diagonal")}, protocol=protocol,
