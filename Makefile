@@ -56,8 +56,8 @@ test-fast: setup-test
 
 # The whole suite as on an x86-64 CPU without AVX2 and FMA (Sandy Bridge class): every numeric
 # library's kernels capped at AVX (XLA's code generation, PyTorch's ATen, MKL, oneDNN, OpenBLAS),
-# so float32 products and sums round differently from the machine's native kernels; the derived
-# tolerances (tests/tolerance.py) must hold there too.
+# so XLA's fused element-wise kernels (LayerNorm, GELU) and PyTorch's products round differently
+# from the machine's native ones; the derived tolerances (tests/tolerance.py) must hold there too.
 NO_FMA := XLA_FLAGS=--xla_cpu_max_isa=AVX ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX \
           ONEDNN_MAX_CPU_ISA=AVX OPENBLAS_CORETYPE=SandyBridge
 test-no-fma: setup-test

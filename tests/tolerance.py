@@ -22,8 +22,9 @@ a safety factor (default 8). Across this suite's comparisons (XLA and PyTorch ke
 and for AVX2) the differences stay below 2 ulps · EPS · sqrt(terms) · scale, most below 0.5, and
 the suite passes with every library capped at AVX (``make test-no-fma``). Pass an explicit
 ``scale`` where the result cancels (a difference of large numbers, a gradient of a softmax): the
-rounding errors are relative to the terms, not to the result. A computation that amplifies its errors (a softmax of large logits, an ill-conditioned
-solve) needs that gain in ``ulps``, said at the call.
+rounding errors are relative to the terms, not to the result. A computation that amplifies its
+errors (a softmax of large logits, an ill-conditioned solve) needs that gain in ``ulps``, said at
+the call.
 
 What the tolerance still catches: a term too many or too few (an off-by-one mask, a skipped
 element) changes a sum of n comparable terms by ~ S / n, far above EPS · sqrt(n) · S for any n a
