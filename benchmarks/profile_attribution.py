@@ -29,7 +29,8 @@ from bench_patching import pairs  # benchmarks/ (the scripts run from their fold
 def op_times(trace_dir: Path, calls: int) -> collections.Counter:
     """{operation kind: ms per call} from a perfetto trace: XLA's operation events (the host-side
     spans, named with a ``$`` or after the runtime's own classes, left out)."""
-    events = json.load(gzip.open(next(trace_dir.rglob("perfetto_trace.json.gz"))))
+    with gzip.open(next(trace_dir.rglob("perfetto_trace.json.gz"))) as f:
+        events = json.load(f)
     events = events["traceEvents"] if isinstance(events, dict) else events
     kinds = collections.Counter()
     for e in events:
@@ -59,7 +60,8 @@ def main() -> None:
     def metric(out):
         return out["last_hidden_state"][:, 0] @ w  # (b,)
 
-    contexts = jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=("context",))[1]["context"])(p, a)  # (L, b, H, n, d_h)
+    clean_contexts = jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=("context",))[1]["context"])
+    contexts = clean_contexts(p, a)  # (L, b, H, n, d_h)
 
     def total(t, p, x):  # t (L, b, H, 1): every head's patch on the corrupted batch x, 0 = the corrupted run
         out, _ = encoder.forward(p, c, x, Interventions(patch={"context": (contexts, t)}), internals=None)
