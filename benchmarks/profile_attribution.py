@@ -63,19 +63,21 @@ def main() -> None:
     clean_contexts = jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=("context",))[1]["context"])
     contexts = clean_contexts(p, a)  # (L, b, H, n, d_h)
 
-    def total(t, p, x):  # t (L, b, H, 1): every head's patch on the corrupted batch x, 0 = the corrupted run
-        out, _ = encoder.forward(p, c, x, Interventions(patch={"context": (contexts, t)}), internals=None)
+    def total(t, p, x, cx):  # t (L, b, H, 1): every head's patch to the clean cx on the corrupted x, 0 = corrupted
+        out, _ = encoder.forward(p, c, x, Interventions(patch={"context": (cx, t)}), internals=None)
         return call_metric(metric, out, None).sum()
 
-    # parameters as arguments, as jattn.attribution_patch_heads passes them (as constants XLA could lay them out anew)
-    programs = {"forward": jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=None)[0]["last_hidden_state"]),
-                "gradient": jax.jit(lambda p, x: jax.grad(total)(jnp.zeros((*contexts.shape[:3], 1)), p, x))}
-    for name, fn in programs.items():
-        jax.block_until_ready(fn(p, b))  # compiled and warm
+    # parameters and contexts as arguments, as jattn.attribution_patch_heads has them (XLA could lay constants out anew)
+    t0 = jnp.zeros((*contexts.shape[:3], 1))  # (L, b, H, 1)
+    forward = jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=None)[0]["last_hidden_state"])  # (b, n, D)
+    programs = {"forward": (forward, (p, b)),
+                "gradient": (jax.jit(lambda t, p, x, cx: jax.grad(total)(t, p, x, cx)), (t0, p, b, contexts))}
+    for name, (fn, inputs) in programs.items():
+        jax.block_until_ready(fn(*inputs))  # compiled and warm
         with tempfile.TemporaryDirectory() as tmp:
             jax.profiler.start_trace(tmp, create_perfetto_trace=True)
             for _ in range(args.calls):
-                jax.block_until_ready(fn(p, b))
+                jax.block_until_ready(fn(*inputs))
             jax.profiler.stop_trace()
             kinds = op_times(Path(tmp), args.calls)
         print(f"{name}: {sum(kinds.values()):.1f} ms of operations a call")
