@@ -56,9 +56,11 @@ def run(args) -> None:
             print(line)
         return
     records = pipeline.run(stages, ctx, force=tuple(args.force), log=lambda m: print(m, file=sys.stderr, flush=True))
-    everything = pipeline.load_records(out, [s.name for s in studies.stages(profile)])
+    every_stage = studies.stages(profile)
+    everything = pipeline.load_records(out, [s.name for s in every_stage])
     readme = root / "README.md" if (root is not None and profile.name == "full" and args.out is None) else None
-    for path in report.write({**everything, **records}, out, profile.name, readme=readme):
+    for path in report.write({**everything, **records}, out, profile.name, readme=readme,
+                             stale=pipeline.stale(every_stage, out)):
         print(path)
     if ctx.not_run:
         raise SystemExit(f"jattn reproduce: {len(ctx.not_run)} stage(s) did not run; the report has the others:\n"

@@ -299,6 +299,13 @@ def plan(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = ()) -> l
     return lines
 
 
+def stale(stages: list[Stage], out: Path) -> list[str]:
+    """The stages whose record on disk holds another key than today's: computed from other inputs
+    or code (e.g. a stage that did not run because its model is not made keeps its old record)."""
+    return [name for name, key in keys(stages).items()
+            if (record := _record(out, name)) is not None and record.get("key") != key]
+
+
 def load_records(out: Path, names: list[str]) -> dict[str, dict]:
     """The records on disk of the stages ``names`` (those that have one), in that order."""
     return {n: r for n in names if (r := _record(out, n)) is not None}

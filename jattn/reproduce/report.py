@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 TITLES = {
@@ -48,28 +49,31 @@ def _upstream(records: dict[str, dict], name: str) -> set[str]:
     return seen
 
 
-def claims_of(records: dict[str, dict]) -> list[dict]:
+def claims_of(records: dict[str, dict], stale: Collection[str] = ()) -> list[dict]:
     """Every claim of every stage, each with the runtime of its stage and of the stages it needs
-    (fine-tuning included) and the machine."""
+    (fine-tuning included) and the machine; ``"stale": True`` on the claims of the ``stale``
+    stages (records computed from other inputs or code than today's)."""
     out = []
     for record in records.values():
         runtime = sum(records[n]["runtime_s"] for n in _upstream(records, record["name"]))
+        mark = {"stale": True} if record["name"] in stale else {}
         for claim in record["result"].get("claims", []):
             out.append({**claim, "stage": record["name"], "runtime_s": round(runtime, 1),
-                        "machine": record["machine"]})
+                        "machine": record["machine"], **mark})
     return out
 
 
-def reproduce_json(records: dict[str, dict]) -> dict:
+def reproduce_json(records: dict[str, dict], stale: Collection[str] = ()) -> dict:
     """``{"claims": [...]}``: the fields the issue names first, then how each was computed."""
     claims = []
-    for c in claims_of(records):
+    for c in claims_of(records, stale):
         claims.append({**{k: c[k] for k in CLAIM_FIELDS}, **{k: v for k, v in c.items() if k not in CLAIM_FIELDS}})
     return {"claims": claims}
 
 
 def _status(claim: dict) -> str:
-    return {"reproduced": "yes", "not reproduced": "**no**", "partly": "partly"}.get(claim.get("status"), "–")
+    status = {"reproduced": "yes", "not reproduced": "**no**", "partly": "partly"}.get(claim.get("status"), "–")
+    return status + (" (stale: inputs or code changed since)" if claim.get("stale") else "")
 
 
 def claims_table(claims: list[dict], runtime: bool = True) -> str:
@@ -88,8 +92,8 @@ def claims_table(claims: list[dict], runtime: bool = True) -> str:
     return "\n".join(rows)
 
 
-def report_markdown(records: dict[str, dict], profile: str) -> str:
-    claims = claims_of(records)
+def report_markdown(records: dict[str, dict], profile: str, stale: Collection[str] = ()) -> str:
+    claims = claims_of(records, stale)
     studies = [s for s in TITLES if any(r["name"].split(".")[0] == s for r in records.values())]
     total = sum(r["runtime_s"] for r in records.values())
     machines = sorted({r["machine"] for r in records.values()})
@@ -99,6 +103,10 @@ def report_markdown(records: dict[str, dict], profile: str) -> str:
              "recomputable from the file its claim names under `predictions/` (`reproduce.json` has the statistic "
              "and columns of each); intervals as `STATISTICS.md` §2 says (percentile bootstrap B = 1000 over "
              "examples, paired bootstrap for differences, Student-t over training seeds).", ""]
+    if old := [n for n in records if n in stale]:
+        lines += [f"Stale records, computed from other inputs or code than today's (`jattn reproduce --list` says "
+                  f"why; `jattn reproduce` reruns them, once their models are made): {', '.join(old)}. Their "
+                  "claims are marked stale.", ""]
     for study in studies:
         lines += [f"## {TITLES[study]}", ""]
         mine = [c for c in claims if c["study"] == study]
@@ -141,12 +149,14 @@ def update_readme(readme: Path, reproduce: dict) -> bool:
     return True
 
 
-def write(records: dict[str, dict], out: Path, profile: str, readme: Path | None = None) -> list[Path]:
-    """``out/REPORT.md`` and ``out/reproduce.json`` (and the README's block when ``readme``)."""
+def write(records: dict[str, dict], out: Path, profile: str, readme: Path | None = None,
+          stale: Collection[str] = ()) -> list[Path]:
+    """``out/REPORT.md`` and ``out/reproduce.json`` (and the README's block when ``readme``);
+    the claims of the ``stale`` stages marked as such."""
     out.mkdir(parents=True, exist_ok=True)
-    data = reproduce_json(records)
+    data = reproduce_json(records, stale)
     (out / "reproduce.json").write_text(json.dumps(data, indent=1) + "\n")
-    (out / "REPORT.md").write_text(report_markdown(records, profile))
+    (out / "REPORT.md").write_text(report_markdown(records, profile, stale))
     written = [out / "reproduce.json", out / "REPORT.md"]
     if readme is not None and update_readme(readme, data):
         written.append(readme)

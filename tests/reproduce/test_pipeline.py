@@ -233,6 +233,27 @@ def test_the_command_writes_the_report_then_exits_1_naming_what_did_not_run(tmp_
     assert (tmp_path / "out" / "REPORT.md").is_file() and (tmp_path / "out" / "stages" / "toy.double.json").is_file()
 
 
+def test_an_old_record_of_a_stage_that_did_not_run_is_reported_stale(tmp_path, monkeypatch):
+    from jattn.cli import main
+    from jattn.reproduce import studies
+
+    out = tmp_path / "out"
+    command = ["reproduce", "--quick", "--out", str(out), "--no-progress"]
+    monkeypatch.setattr(studies, "stages", lambda profile, only=(): [pipeline.Stage("toy.claim", _claiming)])
+    main(command)
+    assert "stale" not in (out / "REPORT.md").read_text().lower()
+    assert "stale" not in json.loads((out / "reproduce.json").read_text())["claims"][0]
+    # its parameters change, but its model is gone: it does not run, and its old record is marked
+    monkeypatch.setattr(studies, "stages", lambda profile, only=(): [pipeline.Stage("toy.claim", _unmade,
+                                                                                    params={"n": 2})])
+    with pytest.raises(SystemExit):
+        main(command)
+    assert pipeline.stale(studies.stages(None), out) == ["toy.claim"]
+    claim = json.loads((out / "reproduce.json").read_text())["claims"][0]
+    assert claim["stale"] is True and "(stale: inputs or code changed since) |" in report.claims_table([claim])
+    assert "Stale records" in (out / "REPORT.md").read_text()
+
+
 def test_a_killed_stage_leaves_no_record_and_resumes_from_its_work_folder(tmp_path):
     CALLS.clear()
     stages = [pipeline.Stage("toy.flaky", _flaky)]
