@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import tempfile
 import time
@@ -33,16 +34,21 @@ import numpy as np
 from peak_memory import fastest  # benchmarks/peak_memory.py (the scripts run from their folder)
 
 
-def alternate(fns: dict, repeats: int) -> dict[str, float]:
-    """Median seconds of each function, run in turn ``repeats`` times after a warm-up."""
+def alternate(fns: dict, repeats: int, faults: dict | None = None) -> dict[str, float]:
+    """Median seconds of each function, run in turn ``repeats`` times after a warm-up; into
+    ``faults``, when given, the median count of minor page faults of each (a page of fresh memory
+    touched for the first time: what writing results into new memory costs beyond the writes)."""
     for fn in fns.values():
         fn()
-    times = {k: [] for k in fns}
+    times, counts = {k: [] for k in fns}, {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
-            t0 = time.perf_counter()
+            f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - t0)
+            counts[k].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+    if faults is not None:
+        faults.update({k: int(statistics.median(v)) for k, v in counts.items()})
     return {k: statistics.median(v) for k, v in times.items()}
 
 

@@ -9,10 +9,14 @@ The model is all-mpnet-base-v2 (12 x 12, D=768) from jattn's cache when it is fe
 one run (``bench_encoder.alternate``), so machine load hits all alike: read the ratios, not the
 absolute rates. Entries: ``Model.forward`` with every internal returned to the host as HF returns
 its attentions, called fresh and in a loop that hands each result back (``recycle=``: its memory
-reused, no fresh pages to fault in; HF has no such option); ``internals=("weights",)``; the lean forward (hidden states only); HF eager with
-``output_attentions=True``. Beside them the forward's matrix products alone
+reused, no fresh pages to fault in; HF has no such option); ``internals=("weights",)``; the lean
+forward (hidden states only); HF eager with ``output_attentions=True``. Beside each its minor page
+faults a call (pages of fresh memory touched first), and the forward's matrix products alone
 (``bench_encoder.gemm_bound``): the lean forward's share of that bound says how close to the
-products' speed it runs.
+products' speed it runs. ``GLIBC_TUNABLES`` in the environment (e.g.
+``glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736``: large blocks from a heap that
+is never given back) is recorded with the results: it changes how many of those pages are fresh,
+for both libraries.
 """
 
 from __future__ import annotations
@@ -82,12 +86,14 @@ def bench(folder: Path, batch_size: int, length: int, repeats: int) -> dict:
             out = oracle(**torch_batch, output_attentions=True)
         return [a.numpy() for a in out.attentions]
 
+    faults = {}
     secs = alternate({"jattn_forward": ours, "jattn_forward_recycled": ours_recycled, "jattn_weights": ours_weights,
-                      "jattn_lean": ours_lean, "hf": theirs}, repeats)
+                      "jattn_lean": ours_lean, "hf": theirs}, repeats, faults)
     tokens, c = batch_size * length, model.config
     result = {"model": f"L={c.num_layers} H={c.num_heads} D={c.hidden_size}", "batch": [batch_size, length],
               **{f"{k}_tokens_per_s": tokens / v for k, v in secs.items()},
-              **{f"{k}_seconds": v for k, v in secs.items()}}
+              **{f"{k}_seconds": v for k, v in secs.items()},
+              **{f"{k}_page_faults": v for k, v in faults.items()}}
     for k in ("forward", "forward_recycled", "weights", "lean"):
         result[f"ratio_{k}"] = secs["hf"] / secs[f"jattn_{k}"]  # > 1: jattn faster
     result.update(gemm_bound(c, batch_size, length, repeats))
@@ -113,8 +119,11 @@ def main() -> None:
     print(f"{name}: HF eager {r['hf_tokens_per_s']:.0f} tok/s | jattn all internals {r['ratio_forward']:.2f}x HF "
           f"({r['ratio_forward_recycled']:.2f}x with recycle=), "
           f"weights only {r['ratio_weights']:.2f}x, lean {r['ratio_lean']:.2f}x | lean at "
-          f"{r['lean_of_torch_bound']:.0%} of the torch-GEMM bound, {r['lean_of_xla_bound']:.0%} of the XLA-GEMM bound")
+          f"{r['lean_of_torch_bound']:.0%} of the torch-GEMM bound, {r['lean_of_xla_bound']:.0%} of the XLA-GEMM bound"
+          f" | minor page faults a call: all internals {r['jattn_forward_page_faults']}, recycled "
+          f"{r['jattn_forward_recycled_page_faults']}, lean {r['jattn_lean_page_faults']}, HF {r['hf_page_faults']}")
     meta = {"threads": args.threads, "cpu": cpu_model(), "repeats": args.repeats,
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
             "load_average_at_end": os.getloadavg()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"meta": meta, "results": [r]}, indent=1))
