@@ -23,7 +23,9 @@ the [CLS] hidden state's projection on a fixed unit direction. Timed, in this on
   (d) ``jattn.attribution_patch_heads`` (clean forward, corrupted forward + one backward), and one
       jitted corrupted forward of jattn (its time is the forward-equivalent unit). Beside its time
       in forwards, its floating-point operations in forwards (XLA's cost analysis of both
-      compiled programs): about 3, the bound any implementation of the method meets.
+      compiled programs, each with its layers unrolled: the analysis counts a loop's body once):
+      a little under 3, since the clean pass needs no last-layer FFN and the backward no
+      first-layer attention scores.
 Prefix reuse alone bounds (a)'s saving over a loop of full forwards by L·H·L / (H·Σ_l (L − l)) =
 2L / (L + 1) layer evaluations (1.71 for L = 6); the rest of the ratio is batching the heads and
 compiling the sweep. (a) and (b) are checked to agree. Writes
@@ -176,10 +178,13 @@ def main():
 
     # The work attribution patching cannot avoid, in forwards: a clean forward (the heads'
     # outputs), a corrupted forward and a backward to the activations (about one forward's
-    # products: no parameter gradients), i.e. about 3; XLA's count of its floating-point operations
-    # over the forward's is that bound for this model and input.
+    # products: no parameter gradients), i.e. about 3 less what no output needs (the clean pass's
+    # last FFN, the backward's first-layer scores); XLA's count of its floating-point operations
+    # over the forward's is that bound for this model and input (both unrolled: XLA counts a loop
+    # body once).
     jb = {k: jax.numpy.asarray(v) for k, v in b.items()}
-    forward_flops = flops(jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=None)[0]["last_hidden_state"]),
+    forward_flops = flops(jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=None,
+                                                               unroll=True)[0]["last_hidden_state"]),
                           model.params, jb)
     attribution_flops = flops(_attribution, model.params, c, {k: jax.numpy.asarray(v) for k, v in a.items()}, jb,
                               metric, None)

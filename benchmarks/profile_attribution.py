@@ -1,14 +1,14 @@
 """Where attribution patching's time goes: XLA's own per-operation times (``jax.profiler``) of the
-corrupted forward and of the gradient that attribution patching takes (the corrupted forward with
-a zero patch of every head's context, and the backward to those patches), on the inputs of
-``bench_patching.py`` (MiniLM, 16 name-swap pairs):
+forward that is bench_patching's unit and of the whole attribution program (the clean pass, the
+corrupted pass and the backward to every head's patch, ``jattn.sweeps.patching._attribution``), on
+the inputs of ``bench_patching.py`` (MiniLM, 16 name-swap pairs):
 
     .venv/bin/python benchmarks/profile_attribution.py [--calls 10]   (run from benchmarks/)
 
-Prints, per program, the operation time per call summed over XLA's threads and grouped by kind
-(``ynn_fusion``: the matrix products, run by YNNPACK; the rest: slices, copies, zero-filled
-buffers, element-wise fusions). The backward's products are what the floating-point count
-predicts; what this separates is how much of the rest is the products and how much moving data.
+Prints, per program, the wall time and the operation time per call summed over XLA's threads,
+grouped by kind (``ynn_fusion``: the matrix products, run by YNNPACK; the rest: slices, copies,
+element-wise fusions). Set beside the floating-point count, this separates how much of the time
+above it is the products running slower and how much is moving data.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import gzip
 import json
 import re
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -49,8 +50,7 @@ def main() -> None:
 
     import jattn
     from jattn.nn import encoder
-    from jattn.nn.interventions import Interventions
-    from jattn.sweeps.patching import call_metric, paired_inputs
+    from jattn.sweeps.patching import _attribution, paired_inputs
 
     model = jattn.load()
     c, p = model.config, model.params
@@ -60,27 +60,20 @@ def main() -> None:
     def metric(out):
         return out["last_hidden_state"][:, 0] @ w  # (b,)
 
-    clean_contexts = jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=("context",))[1]["context"])
-    contexts = clean_contexts(p, a)  # (L, b, H, n, d_h)
-
-    def total(t, p, x, cx):  # t (L, b, H, 1): every head's patch to the clean cx on the corrupted x, 0 = corrupted
-        out, _ = encoder.forward(p, c, x, Interventions(patch={"context": (cx, t)}), internals=None)
-        return call_metric(metric, out, None).sum()
-
-    # parameters and contexts as arguments, as jattn.attribution_patch_heads has them (XLA could lay constants out anew)
-    t0 = jnp.zeros((*contexts.shape[:3], 1))  # (L, b, H, 1)
     forward = jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=None)[0]["last_hidden_state"])  # (b, n, D)
     programs = {"forward": (forward, (p, b)),
-                "gradient": (jax.jit(lambda t, p, x, cx: jax.grad(total)(t, p, x, cx)), (t0, p, b, contexts))}
+                "attribution": (lambda p, a, b: _attribution(p, c, a, b, metric, None), (p, a, b))}
     for name, (fn, inputs) in programs.items():
         jax.block_until_ready(fn(*inputs))  # compiled and warm
         with tempfile.TemporaryDirectory() as tmp:
             jax.profiler.start_trace(tmp, create_perfetto_trace=True)
+            start = time.perf_counter()
             for _ in range(args.calls):
                 jax.block_until_ready(fn(*inputs))
+            wall = (time.perf_counter() - start) / args.calls * 1e3
             jax.profiler.stop_trace()
             kinds = op_times(Path(tmp), args.calls)
-        print(f"{name}: {sum(kinds.values()):.1f} ms of operations a call")
+        print(f"{name}: {wall:.1f} ms a call, {sum(kinds.values()):.1f} ms of operations")
         for kind, ms in kinds.most_common(10):
             print(f"  {ms:6.1f} ms  {kind}")
 

@@ -125,3 +125,36 @@ def test_chunk_size_default(monkeypatch):
     assert engine.chunk_rows(None) == 48
     monkeypatch.delenv("JATTN_CHUNK_ROWS")
     assert engine.chunk_rows(None) == (engine.CPU_CHUNK_ROWS if jax.default_backend() == "cpu" else 0) == 1024
+
+
+def _unrolled_vs_loop(forward, params, batch, iv, gate_shape, gate_iv):
+    """Outputs, every internal and a gate gradient, with the layers as a loop and unrolled."""
+    def run(unroll):
+        outs, ints = jax.jit(lambda p, b, iv: forward(p, b, iv, unroll=unroll))(params, batch, iv)
+        loss = lambda g: jax.tree.leaves(forward(params, batch, gate_iv(g), internals=None, unroll=unroll)[0])[0].sum()
+        return outs, ints, jax.jit(jax.grad(loss))(jnp.ones(gate_shape, jnp.float32))
+    return run(False), run(True)
+
+
+def test_unrolled_layers_equal_the_layer_loop(tiny, tiny_marian):
+    """``engine.layer_loop(unroll=True)``: the same outputs, internals and gate gradients as the
+    loop, for the encoder (chunked layers, every intervention) and the translation model."""
+    from tiny_seq2seq import padded_batch
+
+    from jattn.nn import seq2seq
+
+    cfg = dataclasses.replace(tiny.config, chunk_rows=20)  # 3 chunks of 2 sequences
+    batch = {k: jnp.asarray(v) for k, v in random_batch(cfg, [10, 7, 10, 3, 9, 10]).items()}  # b = 6, n = 10
+    loop, unrolled = _unrolled_vs_loop(lambda p, b, iv, **k: encoder.forward(p, cfg, b, iv, **k), tiny.params, batch,
+                                       _all_interventions(cfg, 6, 10), (cfg.num_layers, 6, cfg.num_heads),
+                                       lambda g: Interventions(head_gates=g))
+    terms = 2 * model_terms(cfg, 10)
+    mc = tiny_marian.config
+    pairs = {k: jnp.asarray(v) for k, v in padded_batch(mc).items()}
+    s2s = _unrolled_vs_loop(lambda p, b, iv, **k: seq2seq.forward(p, mc, b, iv, **k), tiny_marian.params, pairs, None,
+                            (mc.decoder_layers, 4, mc.decoder_heads),
+                            lambda g: {"cross": Interventions(head_gates=g)})
+    for (got_all, want_all), t in (((unrolled, loop), terms), ((s2s[1], s2s[0]), 4 * terms)):
+        assert jax.tree.structure(got_all) == jax.tree.structure(want_all)
+        for got, want in zip(jax.tree.leaves(got_all), jax.tree.leaves(want_all)):
+            assert_close(got, want, terms=t)

@@ -172,13 +172,15 @@ class Encoder(nnx.Module):
         self.classifier = ClassificationHead(config, rngs=rngs) if config.num_labels else None
 
     def __call__(self, batch: dict, interventions: Interventions | None = None, *, dropout_rng=None,
-                 compute_dtype=jnp.float32, layer_rows=None, layer_totals=None, internals="all"):
+                 compute_dtype=jnp.float32, layer_rows=None, layer_totals=None, internals="all", unroll=False):
         """Run the encoder; return (outputs, internals).
 
         batch: ``input_ids`` (b, n) int, ``attention_mask`` (b, n) {0,1}, optional
         ``token_type_ids`` (b, n). ``interventions``: see ``jattn.nn.interventions`` (None = none).
         ``dropout_rng`` None means evaluation. ``internals``: "all", None, or names from
-        ``INTERNALS``; under ``jit`` the others are never written.
+        ``INTERNALS``; under ``jit`` the others are never written. ``unroll``: the layers as
+        straight-line code rather than a loop (``jattn.nn.engine.layer_loop``), for programs that
+        pass over them several times or differentiate through them.
 
         Analyses that read a layer's internals while they are in cache, inside the scan, run on
         each chunk of the batch the layer is computed in (``config.chunk_rows``,
@@ -208,7 +210,7 @@ class Encoder(nnx.Module):
             return {**select(ints, internals), **rows}
 
         x, kept, totals = run_stack(self.layers, x0, allowed, iv, layer_rngs, chunk_rows(self.config.chunk_rows),
-                                    written, layer_totals, lambda l: self.score_bias(l, n))
+                                    written, layer_totals, lambda l: self.score_bias(l, n), unroll)
         outputs = {"last_hidden_state": x, "hidden_states": kept.pop("hidden")}  # (L+1, b, n, D)
         if self.pooler is not None:
             outputs["pooler_output"] = self.pool(x)  # (b, D)

@@ -116,15 +116,33 @@ def chunked(b: int, n: int, rows: int):
     return run
 
 
+def layer_loop(step, carry, xs, unroll: bool = False):
+    """``jax.lax.scan(step, carry, xs)`` over the stacked layers, or with ``unroll`` the same L
+    steps as straight-line code, each on static slices of ``xs``, the per-step outputs stacked.
+
+    A loop compiles one layer and slices each layer's weights cheaply; it suits a forward (unrolled,
+    static slices copy the weights: ~1.35× the time for MiniLM). Unrolled, a backward reads each
+    layer's residuals where the forward left them instead of through (L, ...) stacks carried by
+    the loop, and XLA drops the work no result needs from the first and last layer: attribution
+    patching (a forward, a second forward and its backward) takes 3.2–3.3 forwards' time unrolled,
+    3.9 as loops (MiniLM, ``benchmarks/bench_patching.py``, ``docs/BENCHMARKS.md``)."""
+    if not unroll:
+        return jax.lax.scan(step, carry, xs)
+    ys = []
+    for l in range(jax.tree.leaves(xs)[0].shape[0]):
+        carry, y = step(carry, jax.tree.map(lambda a: a[l], xs))
+        ys.append(y)
+    return carry, jax.tree.map(lambda *a: jnp.stack(a), *ys)
+
 
 def run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, layer_rngs, rows: int, written,
-              layer_totals, score_bias):
+              layer_totals, score_bias, unroll: bool = False):
     """Run the stacked ``layers`` (an ``nnx`` module with a leading layer axis) on x0 (b, n, D).
 
     ``written(view, internals, take)`` -> the entries a layer writes to the stacked result for a
     chunk's rows (b', ...); ``layer_totals(internals, view, take)`` (or None) -> sums over a
     chunk's examples, added over the chunks; ``score_bias(l)`` -> layer l's additive score bias
-    (H, n, n) or None; ``layer_rngs`` (L,) keys or None.
+    (H, n, n) or None; ``layer_rngs`` (L,) keys or None; ``unroll``: see ``layer_loop``.
     -> (last output (b, n, D), {name: (L, b, ...)} with ``"hidden"`` (L+1, b, n, D): x0, then each
     layer's output, written in place (no concatenation), totals (L, ...) or None)."""
     graphdef, stacked = nnx.split(layers)
@@ -158,6 +176,6 @@ def run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, laye
                                 score_bias(l))
         return (y, jax.lax.dynamic_update_index_in_dim(hidden, y, l + 1, 0), stacks), totals  # y: the next input
 
-    (x, hidden, kept), totals = jax.lax.scan(step, (x0, hidden, stacks),
-                                             (stacked, iv.layer_slices(), layer_rngs, jnp.arange(L)))
+    (x, hidden, kept), totals = layer_loop(step, (x0, hidden, stacks),
+                                          (stacked, iv.layer_slices(), layer_rngs, jnp.arange(L)), unroll)
     return x, {**kept, "hidden": hidden}, totals

@@ -40,6 +40,7 @@ from jattn.nn.interventions import NONE, Interventions
 from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention, post_ln_ffn
 from jattn.nn.encoder import select
 from jattn.nn import state
+from jattn.nn.engine import layer_loop
 from jattn.nn.layers import Dense, LayerNorm, dropout, param, split_rng
 
 KINDS = ("encoder", "decoder", "cross")
@@ -211,8 +212,9 @@ class Seq2Seq(nnx.Module):
             self.final_logits_bias = param(None, (config.tgt_vocab_size,), "zeros")
 
     def encoder_stack(self, input_ids, attention_mask, iv: Interventions = NONE, rng=None, dtype=jnp.float32,
-               internals="all"):
-        """Encoder stack. input_ids, attention_mask (b, s) -> (b, s, D), internals (L_enc, ...)."""
+               internals="all", unroll=False):
+        """Encoder stack. input_ids, attention_mask (b, s) -> (b, s, D), internals (L_enc, ...);
+        ``unroll``: ``jattn.nn.engine.layer_loop``."""
         r = split_rng(rng, 2)
         x = self.embeddings(input_ids, "source", dtype, r[0])  # (b, s, D)
         allowed = attention_mask.astype(bool)[:, None, :]  # (b, 1, s)
@@ -227,12 +229,13 @@ class Seq2Seq(nnx.Module):
             out, ints["ffn_pre_ln"] = layer.ffn(h, layer_iv, lr[1])  # (b, s, D)
             return out, select(ints, internals)
 
-        return jax.lax.scan(step, x, (stacked, iv.layer_slices(), layer_rngs))
+        return layer_loop(step, x, (stacked, iv.layer_slices(), layer_rngs), unroll)
 
     def decoder_stack(self, encoder_out, attention_mask, decoder_input_ids, decoder_attention_mask,
-               iv: Mapping[str, Interventions], rng=None, dtype=jnp.float32, internals="all"):
+               iv: Mapping[str, Interventions], rng=None, dtype=jnp.float32, internals="all", unroll=False):
         """Decoder stack with teacher forcing. encoder_out (b, s, D), decoder_input_ids (b, t) ->
-        (b, t, D) and internals {"decoder": (L_dec, ...), "cross": (L_dec, ...)}."""
+        (b, t, D) and internals {"decoder": (L_dec, ...), "cross": (L_dec, ...)}; ``unroll``:
+        ``jattn.nn.engine.layer_loop``."""
         r = split_rng(rng, 2)
         t = decoder_input_ids.shape[1]
         y = self.embeddings(decoder_input_ids, "target", dtype, r[0])  # (b, t, D)
@@ -252,7 +255,7 @@ class Seq2Seq(nnx.Module):
             return out, {"decoder": select(self_int, internals), "cross": select(cross_int, internals)}
 
         xs = (stacked, iv_self.layer_slices(), iv_cross.layer_slices(), layer_rngs)
-        return jax.lax.scan(step, y, xs)
+        return layer_loop(step, y, xs, unroll)
 
     def logits(self, h: jax.Array) -> jax.Array:
         """Output projection (tied to the target embeddings or not) + the final_logits_bias, if any.
@@ -264,13 +267,14 @@ class Seq2Seq(nnx.Module):
         return logits
 
     def __call__(self, batch: dict, interventions: Mapping[str, Interventions] | None = None, *,
-                 dropout_rng=None, compute_dtype=jnp.float32, internals="all"):
+                 dropout_rng=None, compute_dtype=jnp.float32, internals="all", unroll=False):
         """Teacher-forced encoder–decoder pass; returns (outputs, internals).
 
         batch: ``input_ids``, ``attention_mask`` (b, s); ``decoder_input_ids`` (b, t) and optional
         ``decoder_attention_mask`` (b, t) (default as HF: see ``default_decoder_mask``).
         ``interventions``: {"encoder"|"decoder"|"cross": Interventions} (missing = none).
-        ``dropout_rng`` None means evaluation. ``internals``: "all", None or names.
+        ``dropout_rng`` None means evaluation. ``internals``: "all", None or names. ``unroll``:
+        the layers as straight-line code (``jattn.nn.engine.layer_loop``).
 
         outputs: ``logits`` (b, t, V), ``encoder_last_hidden_state`` (b, s, D),
         ``decoder_last_hidden_state`` (b, t, D). internals: {"encoder", "decoder", "cross"}, each
@@ -282,9 +286,9 @@ class Seq2Seq(nnx.Module):
         if dec_mask is None:
             dec_mask = default_decoder_mask(self.config, batch["decoder_input_ids"])  # (b, t)
         enc, enc_int = self.encoder_stack(batch["input_ids"], batch["attention_mask"], iv.get("encoder", NONE), r[0],
-                                   compute_dtype, internals)  # (b, s, D)
+                                   compute_dtype, internals, unroll)  # (b, s, D)
         dec, dec_int = self.decoder_stack(enc, batch["attention_mask"], batch["decoder_input_ids"], dec_mask, iv, r[1],
-                                   compute_dtype, internals)  # (b, t, D)
+                                   compute_dtype, internals, unroll)  # (b, t, D)
         outputs = {"logits": self.logits(dec), "encoder_last_hidden_state": enc, "decoder_last_hidden_state": dec}
         return outputs, {"encoder": enc_int, **dec_int}
 

@@ -259,14 +259,18 @@ def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, 
 
 @partial(jax.jit, static_argnames=("config", "metric"))
 def _attribution(params, config, clean, corrupted, metric, rows):
-    """Σ over examples of ∂metric/∂t_{l,h} at t = 0, {kind: (L, H)}."""
-    contexts, _, _ = _runs(params, config, clean, corrupted)
+    """Σ over examples of ∂metric/∂t_{l,h} at t = 0, {kind: (L, H)}. Both passes unrolled
+    (``jattn.nn.engine.layer_loop``): they share each layer's weight slices, and the backward
+    reads the residuals in place."""
     f = seq2seq.forward if isinstance(config, Seq2SeqConfig) else encoder.forward
+    _, ints = f(params, config, clean, None, internals=("context",), unroll=True)
+    ints = ints if isinstance(config, Seq2SeqConfig) else {"encoder": ints}
+    contexts = {k: v["context"] for k, v in ints.items()}  # {kind: (L, b, H, q, d_h)}
 
     def total(ts):
         patch = {k: Interventions(patch={"context": (contexts[k], t)}) for k, t in ts.items()}
         iv = patch if isinstance(config, Seq2SeqConfig) else patch["encoder"]
-        out, _ = f(params, config, corrupted, iv, internals=None)
+        out, _ = f(params, config, corrupted, iv, internals=None, unroll=True)
         return call_metric(metric, out, rows).sum()
 
     ts = {k: jnp.zeros((*v.shape[:3], 1), v.dtype) for k, v in contexts.items()}  # (L, b, H, 1)
