@@ -60,6 +60,28 @@ def test_copy_task_loss_decreases(tmp_path):
     assert after < 0.5 * before, (before, after)
 
 
+def test_depth_scaled_init_scales_layer_l_by_one_over_sqrt_l(tmp_path):
+    """DS-Init (Zhang et al. 2019): layer l's kernels are the plain initialisation's over √l, for
+    encoder and decoder; embeddings, biases and LayerNorms are untouched; the trainer uses it."""
+    from jattn.training.nmt import init_params
+
+    config = tiny_config(encoder_layers=3, decoder_layers=4)
+    plain, scaled = (init_params(config, jax.random.key(5), depth_scaled=d) for d in (False, True))
+    kernels = 0
+    for (path, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(plain), jax.tree_util.tree_leaves_with_path(scaled)):
+        names = [k.key for k in path]
+        if "layers" in names and names[-1] == "kernel":
+            kernels += 1
+            for l in range(a.shape[0]):
+                np.testing.assert_allclose(b[l], a[l] / np.sqrt(l + 1), rtol=1e-6)
+        else:
+            np.testing.assert_array_equal(b, a)
+    assert kernels == 6 + 10  # encoder: q, k, v, o, FFN in and out; decoder: also cross-attention's q, k, v, o
+    trainer_params = Trainer(config, TrainConfig(seed=5, depth_scaled_init=True), tmp_path / "run").state["params"]
+    np.testing.assert_array_equal(trainer_params["decoder"]["layers"]["ffn_in"]["kernel"],
+                                  scaled["decoder"]["layers"]["ffn_in"]["kernel"])
+
+
 def test_resume_gives_identical_params_and_step(tmp_path):
     src, tgt = copy_task(128, seed=1)
     tc = TrainConfig(peak_lr=1e-3, warmup_steps=10, max_tokens=256, accumulate=2, epochs=10, seed=3)
