@@ -29,6 +29,7 @@ import io
 import json
 import os
 import platform
+import shutil
 import sys
 import time
 import tokenize
@@ -133,6 +134,7 @@ class Context:
     work_root: Path  # resumable checkpoints of long stages
     data_dir: Path
     stage: Stage | None = None
+    key: str | None = None  # the running stage's key (``stage_key``)
     results: dict = dataclasses.field(default_factory=dict)  # stage name -> result
     progress: bool = True
     not_run: dict = dataclasses.field(default_factory=dict)  # stage name -> why (an artefact not made)
@@ -158,8 +160,10 @@ class Context:
         return path
 
     def work(self) -> Path:
-        """This stage's checkpoint folder (kept until the stage's record is written)."""
-        folder = self.work_root / self.stage.name
+        """This stage's checkpoint folder for its current key: a stage whose inputs or code changed
+        starts afresh rather than resuming from checkpoints made by the old ones. Removed once the
+        stage's record is written."""
+        folder = self.work_root / self.stage.name / self.key[:16]
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
@@ -342,7 +346,7 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             continue
         log(f"[{i + 1}/{len(stages)}] {stage.name}: running" + why)
         rerun.add(stage.name)
-        ctx.stage = stage
+        ctx.stage, ctx.key = stage, key
         start = time.perf_counter()
         try:
             result = stage.run(ctx)
@@ -357,6 +361,7 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
                   "claims_code": _claims_code(), "result": result}
         # the record last: a killed stage has none and reruns from its work folder
         records[stage.name] = _write_record(ctx.out, record)
+        shutil.rmtree(ctx.work_root / stage.name, ignore_errors=True)  # every key's checkpoints: done with
         ctx.results[stage.name] = records[stage.name]["result"]
         log(f"    done in {record['runtime_s']:.0f} s")
     return records

@@ -264,6 +264,20 @@ def test_a_killed_stage_leaves_no_record_and_resumes_from_its_work_folder(tmp_pa
     assert record["result"] == {"resumed": "first half done"} and CALLS == ["toy.flaky", "toy.flaky"]
 
 
+def test_a_changed_stage_does_not_resume_from_old_checkpoints(tmp_path):
+    """Checkpoints belong to a stage's key: killed, then changed (other params), it starts afresh;
+    its work folder is gone once its record is written."""
+    CALLS.clear()
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run([pipeline.Stage("toy.flaky", _flaky, params={"v": 1})], _ctx(tmp_path), log=lambda *_: None)
+    with pytest.raises(KeyboardInterrupt):  # the first half again: the v=1 checkpoint is not v=2's
+        pipeline.run([pipeline.Stage("toy.flaky", _flaky, params={"v": 2})], _ctx(tmp_path), log=lambda *_: None)
+    record = pipeline.run([pipeline.Stage("toy.flaky", _flaky, params={"v": 2})], _ctx(tmp_path),
+                          log=lambda *_: None)["toy.flaky"]
+    assert record["result"] == {"resumed": "first half done"} and len(CALLS) == 3
+    assert not (tmp_path / "work" / "toy.flaky").exists()
+
+
 def test_a_stage_reads_only_what_it_declares(tmp_path):
     bad = [pipeline.Stage("toy.double", _double)]
     with pytest.raises(KeyError, match="without naming it in needs"):
