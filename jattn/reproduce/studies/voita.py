@@ -31,9 +31,10 @@ two CPU cores) initialised with DS-Init (Zhang et al. 2019; the deep post-LN sta
 from plain Xavier initialisation), one training seed of the model, a few hundred joint updates per λ.
 
 Costs, from measured parts (AMD EPYC, 2 cores): a training update of the 6 + 6 × 8 model takes
-about 1.6 s (8 min for an epoch of ~308 updates); a joint gate update runs the same forward and
-backward plus the gates (not yet timed: assumed as much), so a gate run of 600-1,200 updates
-takes 16-31 min and the 11 runs (10 λ runs and the control) 3-6 h;
+about 1.6 s (8 min for an epoch of ~308 updates); a joint gate update (all three attention types
+gated, the model trained, dropout on) costs as much, 0.91-1.12× a training update in alternated
+rounds (``benchmarks/bench_gate_update.py``), so a gate run of 600-1,200 updates takes 16-31 min
+and the 11 runs (10 λ runs and the control) 3-6 h;
 beam-4 decoding of the 1,000 test sentences took 102 s on one core shared with another job, and
 the study decodes up to 72 systems (the unpruned model, 11 gate runs, and for each setting and
 each distinct open-head count of its 5 λ runs the importance-pruned model and 5 random orders),
