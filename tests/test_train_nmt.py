@@ -82,6 +82,23 @@ def test_depth_scaled_init_scales_layer_l_by_one_over_sqrt_l(tmp_path):
                                   scaled["decoder"]["layers"]["ffn_in"]["kernel"])
 
 
+def test_a_run_recorded_before_an_argument_existed_resumes_at_its_default(tmp_path):
+    """A run whose recorded arguments lack a field added later (here ``depth_scaled_init``)
+    resumes when the new value is the field's default, and is refused otherwise."""
+    import dataclasses
+    import json
+
+    config = tiny_config()
+    Trainer(config, TrainConfig(), tmp_path / "run").save()
+    for meta in (tmp_path / "run").glob("last/*/meta/metadata"):  # as an older jattn recorded it
+        record = json.loads(meta.read_text())
+        del record["arguments"]["depth_scaled_init"]
+        meta.write_text(json.dumps(record))
+    assert Trainer(config, TrainConfig(), tmp_path / "run").meta["step"] == 0
+    with pytest.raises(ValueError, match=r"depth_scaled_init=False \(now True\)"):
+        Trainer(config, dataclasses.replace(TrainConfig(), depth_scaled_init=True), tmp_path / "run")
+
+
 def test_resume_gives_identical_params_and_step(tmp_path):
     src, tgt = copy_task(128, seed=1)
     tc = TrainConfig(peak_lr=1e-3, warmup_steps=10, max_tokens=256, accumulate=2, epochs=10, seed=3)

@@ -260,8 +260,8 @@ def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, 
 @partial(jax.jit, static_argnames=("config", "metric"))
 def _attribution(params, config, clean, corrupted, metric, rows):
     """Σ over examples of ∂metric/∂t_{l,h} at t = 0, {kind: (L, H)}. Both passes unrolled
-    (``jattn.nn.engine.layer_loop``): they share each layer's weight slices, and the backward
-    reads the residuals in place."""
+    (``jattn.nn.engine.layer_loop``): the backward reads the residuals where the forward left
+    them, and XLA drops the work no result needs (``docs/BENCHMARKS.md``)."""
     f = seq2seq.forward if isinstance(config, Seq2SeqConfig) else encoder.forward
     _, ints = f(params, config, clean, None, internals=("context",), unroll=True)
     ints = ints if isinstance(config, Seq2SeqConfig) else {"encoder": ints}

@@ -28,6 +28,14 @@ def _recorded(arguments, extendable: tuple[str, ...]) -> dict:
     return {k: v for k, v in fields.items() if k not in extendable}
 
 
+def _defaults(arguments, names) -> dict:
+    """The declared defaults of the dataclass ``arguments``' fields among ``names``."""
+    if not dataclasses.is_dataclass(arguments):
+        return {}
+    return {f.name: f.default for f in dataclasses.fields(arguments)
+            if f.name in names and f.default is not dataclasses.MISSING}
+
+
 class Resumable:
     def __init__(self, workdir, state, meta: dict, arguments, extendable: tuple[str, ...] = (),
                  saved_keys: tuple[str, ...] | None = None):
@@ -47,6 +55,8 @@ class Resumable:
         got = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract),
                                                                  meta=ocp.args.JsonRestore()))
         recorded = dict(got["meta"]).get("arguments")
+        if recorded is not None:  # an argument added since the run was recorded counts at its default
+            recorded = {**_jsonable(_defaults(arguments, self.meta["arguments"])), **recorded}
         if recorded is not None and recorded != self.meta["arguments"]:
             differ = sorted(k for k in set(recorded) | set(self.meta["arguments"])
                             if recorded.get(k) != self.meta["arguments"].get(k))
