@@ -29,7 +29,6 @@ import io
 import json
 import os
 import platform
-import shutil
 import sys
 import time
 import tokenize
@@ -161,8 +160,9 @@ class Context:
 
     def work(self) -> Path:
         """This stage's checkpoint folder for its current key: a stage whose inputs or code changed
-        starts afresh rather than resuming from checkpoints made by the old ones. Removed once the
-        stage's record is written."""
+        starts afresh rather than resuming from checkpoints made by the old ones. Kept after the
+        record is written: a later stage may read it (the Clark probe reads the syntax stage's
+        feature shards)."""
         folder = self.work_root / self.stage.name / self.key[:16]
         folder.mkdir(parents=True, exist_ok=True)
         return folder
@@ -361,7 +361,6 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
                   "claims_code": _claims_code(), "result": result}
         # the record last: a killed stage has none and reruns from its work folder
         records[stage.name] = _write_record(ctx.out, record)
-        shutil.rmtree(ctx.work_root / stage.name, ignore_errors=True)  # every key's checkpoints: done with
         ctx.results[stage.name] = records[stage.name]["result"]
         log(f"    done in {record['runtime_s']:.0f} s")
     return records

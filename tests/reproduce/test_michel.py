@@ -181,7 +181,7 @@ def test_curves_stage_on_a_tiny_classifier(tiny_classifier, tmp_path, monkeypatc
     p = {**michel.params(pipeline.PROFILES["quick"]), "importance_examples": 6, "dev_examples": 10}
     stage = pipeline.Stage("michel.curves-tiny-sst2-s0", michel._curves_stage("tiny", "sst2", 0), params=p)
     ctx = pipeline.Context(pipeline.PROFILES["quick"], tmp_path, tmp_path / "work", tmp_path, stage=stage,
-                           progress=False)
+                           key=pipeline.keys([stage])[stage.name], progress=False)
     result = stage.run(ctx)
     net = jattn.load(tiny_classifier)
     imp_examples, dev = michel._slices("sst2", p)
