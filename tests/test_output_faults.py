@@ -199,9 +199,15 @@ def test_two_runs_into_one_out(setup, tmp_path):
 
 class Finalizer:
     """An object whose finalizer receives a SIGINT: its KeyboardInterrupt is raised inside
-    ``__del__``, where Python reports it as 'Exception ignored' and drops it."""
+    ``__del__``, where Python reports it as 'Exception ignored' and drops it (or, given an
+    exception type, raises that there instead)."""
+
+    def __init__(self, error: type | None = None):
+        self.error = error
 
     def __del__(self):
+        if self.error is not None:
+            raise self.error("raised in a finalizer")
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.1)  # the handler runs here
 
@@ -222,15 +228,22 @@ def test_a_swallowed_interrupt_still_leaves_the_previous_results(tmp_path):
         return "filled"
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    dropped, hook = [], sys.unraisablehook
+    record = sys.unraisablehook = lambda u: dropped.append(type(u.exc_value).__name__)  # what Python would print
     try:
         with Output(out) as output, pytest.raises(KeyboardInterrupt):
             output.write(fill)
+        assert dropped == []  # the remembered interrupt's traceback is not printed
+        with Output(out):
+            Finalizer(ValueError)  # any other dropped exception still is
+        assert dropped == ["ValueError"] and sys.unraisablehook is record  # restored on close
         assert (out / "results.json").read_text() == '{"meta": {"complete": true}}'  # not replaced
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored on close
         with Output(out) as output:  # without a signal, a write publishes
             assert output.write(lambda folder: (folder / "results.json").write_text("{}")) == 2
     finally:
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = hook
     assert (out / "results.json").read_text() == "{}" and leftovers(out) == []
 
 

@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -174,6 +175,7 @@ class Output:
         self.overwrite, self.option = overwrite, option
         self._lock = None
         self._handler = None  # the SIGINT handler to restore on close, when this one guards the run
+        self._unraisable = None  # the sys.unraisablehook to restore on close
         self.interrupted = False
         out, parent = self.out, self.out.parent
         if out.exists() and not out.is_dir():
@@ -250,7 +252,8 @@ class Output:
     def close(self) -> None:
         if self._handler is not None:
             signal.signal(signal.SIGINT, self._handler)
-            self._handler = None
+            sys.unraisablehook = self._unraisable
+            self._handler = self._unraisable = None
         if self._lock is not None:
             self._lock.close()
             self._lock = None
@@ -259,11 +262,18 @@ class Output:
         self.interrupted = True
         (self._handler or signal.default_int_handler)(signum, frame)  # raises KeyboardInterrupt
 
+    def _on_unraisable(self, unraisable):
+        """A remembered SIGINT's KeyboardInterrupt that Python dropped (raised in a finalizer or
+        a garbage-collection callback) is not printed as a traceback: the run stops on it anyway."""
+        if not (self.interrupted and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            self._unraisable(unraisable)
+
     def __enter__(self):
         """Also remember SIGINTs while open (main thread, Python's default handler only)."""
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
             self._handler = signal.signal(signal.SIGINT, self._on_sigint)
+            self._unraisable, sys.unraisablehook = sys.unraisablehook, self._on_unraisable
         return self
 
     def __exit__(self, *exc):
