@@ -57,6 +57,7 @@ def run(args) -> None:
         return
     records = pipeline.run(stages, ctx, force=tuple(args.force), log=lambda m: print(m, file=sys.stderr, flush=True))
     every_stage = studies.stages(profile)
+    pipeline.add_models_time(every_stage, out)
     everything = pipeline.load_records(out, [s.name for s in every_stage])
     readme = root / "README.md" if (root is not None and profile.name == "full" and args.out is None) else None
     for path in report.write({**everything, **records}, out, profile.name, readme=readme,

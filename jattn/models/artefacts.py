@@ -49,6 +49,22 @@ def _translation(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool
 
 
 MAKERS = {"finetune": _finetune, "pip_parts": _pip_parts, "translation": _translation}  # Recipe.kind -> maker(recipe, out, work, progress)
+# Recipe.kind -> (the file its maker writes into the made folder, its field of training seconds, unit in s)
+TRAINING_TIME = {"finetune": ("finetune.json", "train_seconds", 1.0),
+                 "translation": ("training.json", "train_time_min", 60.0)}
+
+
+def training_seconds(name: str, cache_dir=None) -> float | None:
+    """How long the made artefact ``name`` trained, as its trainer recorded it (resumed runs summed;
+    the time of evaluations and of reading data left out); None when it is not made or not trained
+    (a download)."""
+    import json
+
+    kind = artefacts.recipe(name).kind
+    if kind not in TRAINING_TIME or not artefacts.is_made(name, cache_dir):
+        return None
+    file, field, unit = TRAINING_TIME[kind]
+    return float(json.loads((artefacts.folder(name, cache_dir) / file).read_text())[field]) * unit
 
 
 def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path:

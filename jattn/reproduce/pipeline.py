@@ -12,7 +12,9 @@ not part of the key: each record names the version of that module its claims wer
 with, and after an edit of it the recorded claims are recomputed from their predictions files
 — the record stands if every number comes out the same (a new statistic, a refactoring), the
 stage reruns if one differs. A stage that takes long checkpoints in its own work folder
-(``Context.work``) and continues from there; its record is written last.
+(``Context.work``) and continues from there; its record is written last. A record holds the
+stage's runtime and the training time of the models it read that were made before it ran
+(``models_s``; a model the stage makes itself is in its runtime): the report counts both.
 
 Two profiles: ``full`` (the numbers of ``experiments/results/REPORT.md``) and ``quick`` (the same
 stages on small subsets, minutes; CI runs it).
@@ -310,6 +312,23 @@ def stale(stages: list[Stage], out: Path) -> list[str]:
             if (record := _record(out, name)) is not None and record.get("key") != key]
 
 
+def models_time(names) -> dict[str, float]:
+    """{model: its training seconds} for the trained models among ``names`` (downloads left out):
+    what a record adds to its stage's runtime for the models made before the stage ran."""
+    from jattn.models.artefacts import training_seconds
+
+    return {m: s for m in names if (s := training_seconds(m)) is not None}
+
+
+def add_models_time(stages: list[Stage], out: Path) -> None:
+    """Give each record on disk that lacks ``models_s`` (written before records held it) the
+    training time of the stage's models that are made now, each taken as made before the stage ran."""
+    for stage in stages:
+        record = _record(out, stage.name)
+        if record is not None and "models_s" not in record:
+            _write_record(out, {**record, "models_s": models_time(stage.models)})
+
+
 def load_records(out: Path, names: list[str]) -> dict[str, dict]:
     """The records on disk of the stages ``names`` (those that have one), in that order."""
     return {n: r for n in names if (r := _record(out, n)) is not None}
@@ -320,6 +339,7 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
     stage names (or study names) to rerun anyway. Returns every stage's record. A stage that
     needs a named artefact not made (``ArtefactNotMade``: the message names the command) does not
     run, nor do the stages that need it; the others go on, and ``ctx.not_run`` says why each did not."""
+    from jattn.io import artefacts
     from jattn.io.artefacts import ArtefactNotMade
 
     records: dict[str, dict] = {}
@@ -347,6 +367,7 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         log(f"[{i + 1}/{len(stages)}] {stage.name}: running" + why)
         rerun.add(stage.name)
         ctx.stage, ctx.key = stage, key
+        made_before = [m for m in stage.models if artefacts.is_made(m)]  # their training is not in the runtime
         start = time.perf_counter()
         try:
             result = stage.run(ctx)
@@ -356,7 +377,8 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             continue
         record = {"name": stage.name, "key": key, "needs": list(stage.needs), "profile": ctx.profile.name,
                   "params": stage.params,
-                  "runtime_s": round(time.perf_counter() - start, 1), "machine": machine(),
+                  "runtime_s": round(time.perf_counter() - start, 1), "models_s": models_time(made_before),
+                  "machine": machine(),
                   "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "python": sys.version.split()[0],
                   "claims_code": _claims_code(), "result": result}
         # the record last: a killed stage has none and reruns from its work folder

@@ -49,13 +49,20 @@ def _upstream(records: dict[str, dict], name: str) -> set[str]:
     return seen
 
 
+def models_time(records) -> dict[str, float]:
+    """{model: training seconds} of the models the ``records`` read, made before their stages ran."""
+    return {m: s for r in records for m, s in r.get("models_s", {}).items()}
+
+
 def claims_of(records: dict[str, dict], stale: Collection[str] = ()) -> list[dict]:
     """Every claim of every stage, each with the runtime of its stage and of the stages it needs
-    (fine-tuning included) and the machine; ``"stale": True`` on the claims of the ``stale``
-    stages (records computed from other inputs or code than today's)."""
+    (fine-tuning included), plus the training of the models they read, and the machine;
+    ``"stale": True`` on the claims of the ``stale`` stages (records computed from other inputs or
+    code than today's)."""
     out = []
     for record in records.values():
-        runtime = sum(records[n]["runtime_s"] for n in _upstream(records, record["name"]))
+        upstream = [records[n] for n in _upstream(records, record["name"])]
+        runtime = sum(r["runtime_s"] for r in upstream) + sum(models_time(upstream).values())
         mark = {"stale": True} if record["name"] in stale else {}
         for claim in record["result"].get("claims", []):
             out.append({**claim, "stage": record["name"], "runtime_s": round(runtime, 1),
@@ -96,10 +103,16 @@ def report_markdown(records: dict[str, dict], profile: str, stale: Collection[st
     claims = claims_of(records, stale)
     studies = [s for s in TITLES if any(r["name"].split(".")[0] == s for r in records.values())]
     total = sum(r["runtime_s"] for r in records.values())
+    trained = models_time(records.values())
     machines = sorted({r["machine"] for r in records.values()})
+    training = (f" and {sum(trained.values()) / 3600:.2f} h training the {len(trained)} models they read, made "
+                "before the stages that read them (each as its trainer recorded it: "
+                + ", ".join(f"{m} {s / 60:.0f} min" for m, s in trained.items()) + ")") if trained else ""
     lines = ["# Reproduction report", "",
              f"Profile `{profile}`: {len(claims)} claims from {len(records)} stages; "
-             f"{total / 3600:.2f} h of stage time on {'; '.join(machines)}. Every value, interval and baseline is "
+             f"{total / 3600:.2f} h of stage time{training}, on {'; '.join(machines)}. The claims' runtime column "
+             "adds up the stages each claim reads and the training of their models. Every value, interval and "
+             "baseline is "
              "recomputable from the file its claim names under `predictions/` (`reproduce.json` has the statistic "
              "and columns of each); intervals as `STATISTICS.md` §2 says (percentile bootstrap B = 1000 over "
              "examples, paired bootstrap for differences, Student-t over training seeds).", ""]

@@ -147,6 +147,44 @@ def test_stages_run_once_and_again_only_when_their_inputs_change(tmp_path):
     assert pipeline.plan(_toy(n=5), _ctx(tmp_path))[0].startswith("toy.count: would run")
 
 
+def _made(cache: Path, name: str, seconds: float) -> None:
+    """A classifier folder as ``jattn models make`` leaves it, with its trainer's record."""
+    from jattn.io import artefacts
+
+    folder = cache / "models" / name
+    folder.mkdir(parents=True)
+    (folder / "finetune.json").write_text(json.dumps({"train_seconds": seconds}))
+    (folder / artefacts.DONE).write_text("made\n")
+
+
+def _makes_sst2(ctx):
+    _made(ctx.work_root / "cache", "minilm-sst2", 900.0)  # made by the stage: in its runtime
+    return {"n": 1}
+
+
+def test_the_training_of_models_made_before_a_stage_counts_once_in_the_runtime(tmp_path, monkeypatch):
+    cache = tmp_path / "work" / "cache"
+    monkeypatch.setenv("JATTN_CACHE", str(cache))
+    _made(cache, "minilm-cola", 600.0)
+    stages = [pipeline.Stage("toy.a", _count, params={"n": 1}, models=("minilm-cola",)),
+              pipeline.Stage("toy.b", _count, params={"n": 2}, models=("minilm-cola",), needs=("toy.a",)),
+              pipeline.Stage("toy.c", _makes_sst2, models=("minilm-sst2", "all-mpnet-base-v2"), needs=("toy.b",))]
+    ctx = _ctx(tmp_path)
+    records = pipeline.run(stages, ctx, log=lambda *_: None)
+    assert [records[n]["models_s"] for n in ("toy.a", "toy.b", "toy.c")] == [{"minilm-cola": 600.0}] * 2 + [{}]
+    own = sum(r["runtime_s"] for r in records.values())
+    assert report.claims_of({"toy.c": {**records["toy.c"], "result": {"claims": [{"id": "x"}]}},
+                             "toy.a": records["toy.a"], "toy.b": records["toy.b"]})[0]["runtime_s"] == \
+        pytest.approx(own + 600.0, abs=0.2)  # the model read by two stages counts once
+    assert "h training the 1 models they read" in report.report_markdown(records, "quick")
+    assert "minilm-cola 10 min" in report.report_markdown(records, "quick")
+    # a record written before records held models_s: its models made now count as made before it
+    path = tmp_path / "out" / "stages" / "toy.a.json"
+    path.write_text(json.dumps({k: v for k, v in records["toy.a"].items() if k != "models_s"}))
+    pipeline.add_models_time(stages, tmp_path / "out")
+    assert json.loads(path.read_text())["models_s"] == {"minilm-cola": 600.0}
+
+
 MODULE = '''"""Module docstring, ≥ one line."""
 import os  # a comment
 
