@@ -95,6 +95,7 @@ def main():
     from jattn.io import artefacts
     from jattn.models.load import default_model_path
     from jattn.nn import encoder
+    from jattn.nn.engine import layer_views
     from jattn.sweeps.patching import _attribution, agreement, paired_inputs
 
     torch.set_num_threads(2)
@@ -186,7 +187,7 @@ def main():
     forward_flops = flops(jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=None,
                                                                unroll=True)[0]["last_hidden_state"]),
                           model.params, jb)
-    attribution_flops = flops(_attribution, model.params, c, {k: jax.numpy.asarray(v) for k, v in a.items()}, jb,
+    attribution_flops = flops(_attribution, layer_views(model.params), c, {k: jax.numpy.asarray(v) for k, v in a.items()}, jb,
                               metric, None)
 
     runs = {"jattn_exact": run_jattn, "torch_hooks": run_hooks, "nnsight": run_nnsight,

@@ -50,6 +50,7 @@ def main() -> None:
 
     import jattn
     from jattn.nn import encoder
+    from jattn.nn.engine import layer_views
     from jattn.sweeps.patching import _attribution, paired_inputs
 
     model = jattn.load()
@@ -62,7 +63,7 @@ def main() -> None:
 
     forward = jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=None)[0]["last_hidden_state"])  # (b, n, D)
     programs = {"forward": (forward, (p, b)),
-                "attribution": (lambda p, a, b: _attribution(p, c, a, b, metric, None), (p, a, b))}
+                "attribution": (lambda v, a, b: _attribution(v, c, a, b, metric, None), (layer_views(p), a, b))}
     for name, (fn, inputs) in programs.items():
         jax.block_until_ready(fn(*inputs))  # compiled and warm
         with tempfile.TemporaryDirectory() as tmp:

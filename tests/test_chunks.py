@@ -158,3 +158,67 @@ def test_unrolled_layers_equal_the_layer_loop(tiny, tiny_marian):
         assert jax.tree.structure(got_all) == jax.tree.structure(want_all)
         for got, want in zip(jax.tree.leaves(got_all), jax.tree.leaves(want_all)):
             assert_close(got, want, terms=t)
+
+
+@pytest.mark.parametrize("views_on_host", [True, False])
+def test_layer_views_are_the_layers_without_copies(tiny, tiny_marian, monkeypatch, views_on_host):
+    """``engine.layer_views``: each stacked-layer leaf as its L layers (on one CPU device, views of
+    the stacked buffer; else slices); ``stacked_layers`` inside a program gives the same forward,
+    and XLA folds its stacks into the unrolled layers' slices: the program slices no weights."""
+    from tiny_seq2seq import padded_batch
+
+    from jattn.nn import seq2seq
+
+    monkeypatch.setattr(engine, "_on_one_cpu", lambda a: views_on_host)
+    mc = tiny_marian.config
+    cases = [(encoder.forward, tiny.config, tiny.params, random_batch(tiny.config, [10, 7, 3])),
+             (seq2seq.forward, mc, tiny_marian.params, padded_batch(mc))]
+    for forward, cfg, params, batch in cases:
+        views = engine.layer_views(params)
+        stacked = jax.tree_util.tree_leaves_with_path(params)
+        split = dict(jax.tree_util.tree_leaves_with_path(views, is_leaf=lambda x: isinstance(x, list)))
+        aliased = 0
+        for path, a in stacked:
+            got = split[path]
+            if not engine._is_stacked(path):
+                assert got is a
+                continue
+            assert isinstance(got, list) and len(got) == a.shape[0]
+            for l, layer in enumerate(got):
+                np.testing.assert_array_equal(layer, a[l])
+                offset = l * layer.nbytes
+                if views_on_host and offset % 64 == 0:  # jax aliases host memory aligned to 64 bytes, else copies
+                    assert layer.unsafe_buffer_pointer() == a.unsafe_buffer_pointer() + offset
+                    aliased += 1
+        assert (aliased > 0) == views_on_host
+        batch = {k: jnp.asarray(v) for k, v in batch.items()}
+
+        def run(p, b, from_views):
+            p = engine.stacked_layers(p) if from_views else p
+            return forward(p, cfg, b, None, internals=None, unroll=True)[0]  # the outputs
+
+        program = jax.jit(run, static_argnums=2)
+        for got, want in zip(*(jax.tree.leaves(program(*a, batch, v)) for a, v in (((views,), True), ((params,), False)))):
+            np.testing.assert_array_equal(got, want)
+        assert _weight_copies(program, views, batch, True) == 0
+        assert _weight_copies(program, params, batch, False) > 0  # the stacked arguments: each layer's slices
+
+
+def _weight_copies(program, params, batch, *static) -> int:
+    """How many slices or concatenations the compiled ``program(params, batch, ...)`` takes of a
+    stacked-layer parameter (or a layer of one) inside its fusions."""
+    import re
+
+    hlo = program.lower(params, batch, *static).compile().as_text()
+    bodies = dict(re.findall(r"^%?([\w.\-]+) \([^\n]*\{\n(.*?)\n\}", hlo, re.S | re.M))
+    entry = hlo[hlo.index("ENTRY"):]
+    weights = {name for name, i in re.findall(r"%([\w.\-]+) = [^\n]* parameter\((\d+)\)", entry)
+               if int(i) < len(jax.tree.leaves(params)) and "layers" in name}
+    copies = 0
+    for operands, called in re.findall(r"= [^\n]* fusion\(([^)]*)\), kind=kLoop, calls=%?([\w.\-]+)", entry):
+        reads = [re.sub(r"/\*.*?\*/", "", o).strip().lstrip("%") for o in operands.split(",")]
+        body = bodies.get(called, "")
+        inner = {name for name, i in re.findall(r"%([\w.\-]+) = [^\n]* parameter\((\d+)\)", body)
+                 if reads[int(i)] in weights}  # the fusion's parameters that are weights
+        copies += sum(1 for operand in re.findall(r" (?:slice|concatenate)\(%([\w.\-]+)", body) if operand in inner)
+    return copies

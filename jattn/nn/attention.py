@@ -88,8 +88,7 @@ class MultiHeadAttention(nnx.Module):
         if iv.head_gates is not None:
             context = context * _per_head(iv.head_gates).astype(dt)  # (b, H, q, d_h)  ξ_h · head_h
         context = iv.patched("context", context)  # (b, H, q, d_h)
-        out = self.out.bias[...].astype(dt) + jnp.einsum(
-            "bhqd,hdo->bqo", context, self.out.kernel[...].astype(dt))  # (b, q, D)
+        out = self.out(jnp.moveaxis(context, 1, 2))  # (b, q, D)
         internals = {
             "weights": internal_weights,  # (b, H, q, k) α, float32
             "values": v,  # (b, H, k, d_h) v_hj

@@ -135,6 +135,41 @@ def layer_loop(step, carry, xs, unroll: bool = False):
     return carry, jax.tree.map(lambda *a: jnp.stack(a), *ys)
 
 
+def _is_stacked(path) -> bool:
+    """A leaf of the stacked layers: the layer stacks live in modules named ``layers``."""
+    return any(getattr(k, "key", None) == "layers" for k in path)
+
+
+def _on_one_cpu(a: jax.Array) -> bool:
+    devices = a.sharding.device_set
+    return len(devices) == 1 and next(iter(devices)).platform == "cpu"
+
+
+def layer_views(params):
+    """``params`` with each stacked-layer leaf (L, ...) as the list of its L layers, for a program
+    that runs its layers unrolled (``layer_loop``): each layer's weights then enter the program
+    as arguments of their own, where the static slices of a stacked argument are copies
+    (XLA:CPU). On one CPU device each layer is a view of the stacked array (no copy); elsewhere
+    a slice. ``stacked_layers`` undoes it inside the program."""
+    import numpy as np
+
+    def split(path, a):
+        if not _is_stacked(path):
+            return a
+        if _on_one_cpu(a):
+            return jax.device_put(list(np.asarray(a)), a.sharding)  # L views of the host buffer
+        return [a[l] for l in range(a.shape[0])]
+
+    return jax.tree_util.tree_map_with_path(split, params)
+
+
+def stacked_layers(views):
+    """``layer_views``'s inverse, inside a jitted program: each stacked leaf as ``jnp.stack`` of its
+    layers, which XLA folds into the per-layer slices an unrolled ``layer_loop`` takes (no copy)."""
+    return jax.tree_util.tree_map_with_path(lambda path, a: jnp.stack(a) if _is_stacked(path) else a, views,
+                                            is_leaf=lambda x: isinstance(x, list))
+
+
 def run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, layer_rngs, rows: int, written,
               layer_totals, score_bias, unroll: bool = False):
     """Run the stacked ``layers`` (an ``nnx`` module with a leading layer axis) on x0 (b, n, D).

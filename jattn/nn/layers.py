@@ -64,7 +64,14 @@ class Dense(nnx.Module):
         self.n_in = len(in_shape)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return jnp.tensordot(x, self.kernel[...].astype(x.dtype), axes=self.n_in) + self.bias[...].astype(x.dtype)
+        """As one (rows, fan-in) × (fan-in, fan-out) product on free reshapes: its gradient x̄ =
+        ȳ · kernelᵀ then reads the kernel in place, where XLA:CPU copies a transposed kernel for the
+        gradient of the equivalent ``tensordot`` over several axes."""
+        kernel = self.kernel[...].astype(x.dtype)  # (*in_shape, *out_shape)
+        lead, fan_in = x.shape[:x.ndim - self.n_in], math.prod(x.shape[x.ndim - self.n_in:])
+        out_shape = kernel.shape[self.n_in:]
+        y = x.reshape(-1, fan_in) @ kernel.reshape(fan_in, -1)  # (rows, fan-out)
+        return y.reshape(*lead, *out_shape) + self.bias[...].astype(x.dtype)  # (*lead, *out_shape)
 
 
 class LayerNorm(nnx.Module):
