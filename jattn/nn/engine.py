@@ -124,8 +124,9 @@ def layer_loop(step, carry, xs, unroll: bool = False):
     static slices copy the weights: ~1.35× the time for MiniLM). Unrolled, a backward reads each
     layer's residuals where the forward left them instead of through (L, ...) stacks carried by
     the loop, and XLA drops the work no result needs from the first and last layer: attribution
-    patching (a forward, a second forward and its backward) takes 3.2–3.3 forwards' time unrolled,
-    3.9 as loops (MiniLM, ``benchmarks/bench_patching.py``, ``docs/BENCHMARKS.md``)."""
+    patching (a forward, a second forward and its backward, with its weights from ``layer_views``)
+    takes 3.1 forwards' time unrolled, 3.9 as loops (MiniLM; MPNet 2.8,
+    ``benchmarks/bench_patching.py``, ``docs/BENCHMARKS.md``)."""
     if not unroll:
         return jax.lax.scan(step, carry, xs)
     ys = []
