@@ -312,7 +312,7 @@ def stale(stages: list[Stage], out: Path) -> list[str]:
             if (record := _record(out, name)) is not None and record.get("key") != key]
 
 
-def models_time(names) -> dict[str, float]:
+def _models_seconds(names) -> dict[str, float]:
     """{model: its training seconds} for the trained models among ``names`` (downloads left out):
     what a record adds to its stage's runtime for the models made before the stage ran."""
     from jattn.models.artefacts import training_seconds
@@ -326,7 +326,7 @@ def add_models_time(stages: list[Stage], out: Path) -> None:
     for stage in stages:
         record = _record(out, stage.name)
         if record is not None and "models_s" not in record:
-            _write_record(out, {**record, "models_s": models_time(stage.models)})
+            _write_record(out, {**record, "models_s": _models_seconds(stage.models)})
 
 
 def load_records(out: Path, names: list[str]) -> dict[str, dict]:
@@ -377,7 +377,7 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             continue
         record = {"name": stage.name, "key": key, "needs": list(stage.needs), "profile": ctx.profile.name,
                   "params": stage.params,
-                  "runtime_s": round(time.perf_counter() - start, 1), "models_s": models_time(made_before),
+                  "runtime_s": round(time.perf_counter() - start, 1), "models_s": _models_seconds(made_before),
                   "machine": machine(),
                   "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "python": sys.version.split()[0],
                   "claims_code": _claims_code(), "result": result}

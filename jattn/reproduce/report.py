@@ -49,7 +49,7 @@ def _upstream(records: dict[str, dict], name: str) -> set[str]:
     return seen
 
 
-def models_time(records) -> dict[str, float]:
+def trained_models(records) -> dict[str, float]:
     """{model: training seconds} of the models the ``records`` read, made before their stages ran."""
     return {m: s for r in records for m, s in r.get("models_s", {}).items()}
 
@@ -62,7 +62,7 @@ def claims_of(records: dict[str, dict], stale: Collection[str] = ()) -> list[dic
     out = []
     for record in records.values():
         upstream = [records[n] for n in _upstream(records, record["name"])]
-        runtime = sum(r["runtime_s"] for r in upstream) + sum(models_time(upstream).values())
+        runtime = sum(r["runtime_s"] for r in upstream) + sum(trained_models(upstream).values())
         mark = {"stale": True} if record["name"] in stale else {}
         for claim in record["result"].get("claims", []):
             out.append({**claim, "stage": record["name"], "runtime_s": round(runtime, 1),
@@ -103,7 +103,7 @@ def report_markdown(records: dict[str, dict], profile: str, stale: Collection[st
     claims = claims_of(records, stale)
     studies = [s for s in TITLES if any(r["name"].split(".")[0] == s for r in records.values())]
     total = sum(r["runtime_s"] for r in records.values())
-    trained = models_time(records.values())
+    trained = trained_models(records.values())
     machines = sorted({r["machine"] for r in records.values()})
     training = (f" and {sum(trained.values()) / 3600:.2f} h training the {len(trained)} models they read, made "
                 "before the stages that read them (each as its trainer recorded it: "
