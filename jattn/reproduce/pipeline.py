@@ -13,7 +13,7 @@ with, and after an edit of it the recorded claims are recomputed from their pred
 — the record stands if every number comes out the same (a new statistic, a refactoring), the
 stage reruns if one differs. A stage that takes long checkpoints in its own work folder
 (``Context.work``) and continues from there; its record is written last. A record holds the
-stage's runtime and the training time of the models it read that were made before it ran
+stage's runtime (the runs killed before it included) and the training time of the models it read that were made before it ran
 (``models_s``; a model the stage makes itself is in its runtime): the report counts both.
 
 Two profiles: ``full`` (the numbers of ``experiments/results/REPORT.md``) and ``quick`` (the same
@@ -205,6 +205,9 @@ class Context:
                            command=self.command, **fields)
 
 
+SPENT = "seconds_spent"  # in a stage's work folder: the time of its runs that were killed before the record
+
+
 def _record_path(out: Path, name: str) -> Path:
     return out / "stages" / f"{name}.json"
 
@@ -368,6 +371,8 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         rerun.add(stage.name)
         ctx.stage, ctx.key = stage, key
         made_before = [m for m in stage.models if artefacts.is_made(m)]  # their training is not in the runtime
+        spent = ctx.work_root / stage.name / key[:16] / SPENT
+        earlier = float(spent.read_text()) if spent.is_file() else 0.0
         start = time.perf_counter()
         try:
             result = stage.run(ctx)
@@ -375,9 +380,13 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             ctx.not_run[stage.name] = str(e)
             log(f"    not run: {e}")
             continue
+        except BaseException:  # killed: a stage that checkpointed resumes, and this run's time counts then
+            if spent.parent.is_dir():
+                spent.write_text(f"{earlier + time.perf_counter() - start:.1f}\n")
+            raise
         record = {"name": stage.name, "key": key, "needs": list(stage.needs), "profile": ctx.profile.name,
                   "params": stage.params,
-                  "runtime_s": round(time.perf_counter() - start, 1), "models_s": _models_seconds(made_before),
+                  "runtime_s": round(earlier + time.perf_counter() - start, 1), "models_s": _models_seconds(made_before),
                   "machine": machine(),
                   "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "python": sys.version.split()[0],
                   "claims_code": _claims_code(), "result": result}

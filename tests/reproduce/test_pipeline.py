@@ -5,6 +5,7 @@ and every committed claim recomputable from its committed predictions."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,7 @@ def _flaky(ctx):
     mark = ctx.work() / "half"
     if not mark.exists():
         mark.write_text("first half done")
+        time.sleep(0.3)  # the killed run's time, counted in the record of the run that finishes
         raise KeyboardInterrupt
     return {"resumed": mark.read_text()}
 
@@ -300,6 +302,7 @@ def test_a_killed_stage_leaves_no_record_and_resumes_from_its_work_folder(tmp_pa
     assert not (tmp_path / "out" / "stages" / "toy.flaky.json").exists()
     record = pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)["toy.flaky"]
     assert record["result"] == {"resumed": "first half done"} and CALLS == ["toy.flaky", "toy.flaky"]
+    assert record["runtime_s"] >= 0.3
 
 
 def test_a_changed_stage_does_not_resume_from_old_checkpoints(tmp_path):
