@@ -34,7 +34,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     from jattn.io import artefacts, manifest
-    from jattn.reproduce import pipeline, report, studies
+    from jattn.reproduce import pipeline, records, report, studies
 
     profile = pipeline.PROFILES["quick" if args.quick else "full"]
     root = pipeline.repository_root(Path.cwd())
@@ -55,12 +55,12 @@ def run(args) -> None:
         for line in pipeline.plan(stages, ctx, force=tuple(args.force)):
             print(line)
         return
-    records = pipeline.run(stages, ctx, force=tuple(args.force), log=lambda m: print(m, file=sys.stderr, flush=True))
+    ran = pipeline.run(stages, ctx, force=tuple(args.force), log=lambda m: print(m, file=sys.stderr, flush=True))
     every_stage = studies.stages(profile)
-    pipeline.add_models_time(every_stage, out)
-    everything = pipeline.load_records(out, [s.name for s in every_stage])
+    records.add_models_time(every_stage, out)
+    everything = records.load(out, [s.name for s in every_stage])
     readme = root / "README.md" if (root is not None and profile.name == "full" and args.out is None) else None
-    for path in report.write({**everything, **records}, out, profile.name, readme=readme,
+    for path in report.write({**everything, **ran}, out, profile.name, readme=readme,
                              stale=pipeline.stale(every_stage, out)):
         print(path)
     if ctx.not_run:

@@ -30,7 +30,6 @@ import inspect
 import io
 import json
 import os
-import platform
 import sys
 import time
 import tokenize
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Callable
 
 from jattn.io import manifest
+from jattn.reproduce import records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,23 +208,6 @@ class Context:
 SPENT = "seconds_spent"  # in a stage's work folder: the time of its runs that were killed before the record
 
 
-def _record_path(out: Path, name: str) -> Path:
-    return out / "stages" / f"{name}.json"
-
-
-def machine() -> str:
-    """``platform`` facts of the machine a stage ran on (for its runtime)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores"
-
-
 def keys(stages: list[Stage]) -> dict[str, str]:
     """Every stage's key, in order (a stage's ``needs`` must come before it)."""
     out: dict[str, str] = {}
@@ -234,11 +217,6 @@ def keys(stages: list[Stage]) -> dict[str, str]:
             raise ValueError(f"stage {stage.name} needs {missing}, which do not run before it")
         out[stage.name] = stage_key(stage, {n: out[n] for n in stage.needs})
     return out
-
-
-def _record(out: Path, name: str) -> dict | None:
-    path = _record_path(out, name)
-    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _current(stage: Stage, record: dict | None, key: str, force: tuple[str, ...]) -> bool:
@@ -278,27 +256,17 @@ def _claims_stand(record: dict, ctx: Context) -> bool:
         baseline = {"value": claim["baseline"]["value"], "ci": claim["baseline"]["ci"]}
         fresh = {k: again["value"][k] for k in recorded}
         fresh_baseline = {k: again["baseline"][k] for k in baseline}
-        if not (_same_numbers(recorded, json.loads(json.dumps(fresh, default=_json_default)))
-                and _same_numbers(baseline, json.loads(json.dumps(fresh_baseline, default=_json_default)))):
+        if not (_same_numbers(recorded, json.loads(json.dumps(fresh, default=records.json_default)))
+                and _same_numbers(baseline, json.loads(json.dumps(fresh_baseline, default=records.json_default)))):
             return False
     return True
-
-
-def _write_record(out: Path, record: dict) -> dict:
-    """Write ``record`` atomically; returns it as read back (JSON types)."""
-    path = _record_path(out, record["name"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1, default=_json_default) + "\n")
-    os.replace(tmp, path)
-    return json.loads(path.read_text())
 
 
 def plan(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = ()) -> list[str]:
     """One line per stage: whether ``run`` would run it, and why."""
     lines = []
     for stage, (name, key) in zip(stages, keys(stages).items()):
-        record = _record(ctx.out, name)
+        record = records.read(ctx.out, name)
         state = ("up to date" + ("" if record.get("claims_code") == _claims_code() else
                                  " (claims to be recomputed: jattn.reproduce.claims changed)")
                  if _current(stage, record, key, force) else
@@ -312,29 +280,7 @@ def stale(stages: list[Stage], out: Path) -> list[str]:
     """The stages whose record on disk holds another key than today's: computed from other inputs
     or code (e.g. a stage that did not run because its model is not made keeps its old record)."""
     return [name for name, key in keys(stages).items()
-            if (record := _record(out, name)) is not None and record.get("key") != key]
-
-
-def _models_seconds(names) -> dict[str, float]:
-    """{model: its training seconds} for the trained models among ``names`` (downloads left out):
-    what a record adds to its stage's runtime for the models made before the stage ran."""
-    from jattn.models.artefacts import training_seconds
-
-    return {m: s for m in names if (s := training_seconds(m)) is not None}
-
-
-def add_models_time(stages: list[Stage], out: Path) -> None:
-    """Give each record on disk that lacks ``models_s`` (written before records held it) the
-    training time of the stage's models that are made now, each taken as made before the stage ran."""
-    for stage in stages:
-        record = _record(out, stage.name)
-        if record is not None and "models_s" not in record:
-            _write_record(out, {**record, "models_s": _models_seconds(stage.models)})
-
-
-def load_records(out: Path, names: list[str]) -> dict[str, dict]:
-    """The records on disk of the stages ``names`` (those that have one), in that order."""
-    return {n: r for n in names if (r := _record(out, n)) is not None}
+            if (record := records.read(out, name)) is not None and record.get("key") != key]
 
 
 def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=print) -> dict[str, dict]:
@@ -345,14 +291,14 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
     from jattn.io import artefacts
     from jattn.io.artefacts import ArtefactNotMade
 
-    records: dict[str, dict] = {}
+    done: dict[str, dict] = {}
     rerun: set[str] = set()
     for i, (stage, key) in enumerate(zip(stages, keys(stages).values())):
         if missing := [n for n in stage.needs if n in ctx.not_run]:
             ctx.not_run[stage.name] = f"it needs {missing[0]}, which did not run"
             log(f"[{i + 1}/{len(stages)}] {stage.name}: not run: {ctx.not_run[stage.name]}")
             continue
-        old = _record(ctx.out, stage.name)
+        old = records.read(ctx.out, stage.name)
         current = _current(stage, old, key, force)
         if current and any(n in rerun for n in stage.needs):  # the same key, but what it reads was made again
             current, why = False, " (a stage it needs was run again)"
@@ -363,8 +309,8 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         if current:
             log(f"[{i + 1}/{len(stages)}] {stage.name}: unchanged since {old['finished']}, not rerun")
             if old.get("claims_code") != _claims_code():
-                old = _write_record(ctx.out, {**old, "claims_code": _claims_code()})
-            records[stage.name] = old
+                old = records.write(ctx.out, {**old, "claims_code": _claims_code()})
+            done[stage.name] = old
             ctx.results[stage.name] = old["result"]
             continue
         log(f"[{i + 1}/{len(stages)}] {stage.name}: running" + why)
@@ -386,24 +332,12 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             raise
         record = {"name": stage.name, "key": key, "needs": list(stage.needs), "profile": ctx.profile.name,
                   "params": stage.params,
-                  "runtime_s": round(earlier + time.perf_counter() - start, 1), "models_s": _models_seconds(made_before),
-                  "machine": machine(),
+                  "runtime_s": round(earlier + time.perf_counter() - start, 1), "models_s": records.models_seconds(made_before),
+                  "machine": records.machine(),
                   "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "python": sys.version.split()[0],
                   "claims_code": _claims_code(), "result": result}
         # the record last: a killed stage has none and reruns from its work folder
-        records[stage.name] = _write_record(ctx.out, record)
-        ctx.results[stage.name] = records[stage.name]["result"]
+        done[stage.name] = records.write(ctx.out, record)
+        ctx.results[stage.name] = done[stage.name]["result"]
         log(f"    done in {record['runtime_s']:.0f} s")
-    return records
-
-
-def _json_default(value):
-    import numpy as np
-
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"a stage result holds {type(value).__name__}, which JSON cannot store")
+    return done

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jattn import stats
-from jattn.reproduce import claims, pipeline, report
+from jattn.reproduce import claims, pipeline, records, report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -172,18 +172,18 @@ def test_the_training_of_models_made_before_a_stage_counts_once_in_the_runtime(t
               pipeline.Stage("toy.b", _count, params={"n": 2}, models=("minilm-cola",), needs=("toy.a",)),
               pipeline.Stage("toy.c", _makes_sst2, models=("minilm-sst2", "all-mpnet-base-v2"), needs=("toy.b",))]
     ctx = _ctx(tmp_path)
-    records = pipeline.run(stages, ctx, log=lambda *_: None)
-    assert [records[n]["models_s"] for n in ("toy.a", "toy.b", "toy.c")] == [{"minilm-cola": 600.0}] * 2 + [{}]
-    own = sum(r["runtime_s"] for r in records.values())
-    assert report.claims_of({"toy.c": {**records["toy.c"], "result": {"claims": [{"id": "x"}]}},
-                             "toy.a": records["toy.a"], "toy.b": records["toy.b"]})[0]["runtime_s"] == \
+    ran = pipeline.run(stages, ctx, log=lambda *_: None)
+    assert [ran[n]["models_s"] for n in ("toy.a", "toy.b", "toy.c")] == [{"minilm-cola": 600.0}] * 2 + [{}]
+    own = sum(r["runtime_s"] for r in ran.values())
+    assert report.claims_of({"toy.c": {**ran["toy.c"], "result": {"claims": [{"id": "x"}]}},
+                             "toy.a": ran["toy.a"], "toy.b": ran["toy.b"]})[0]["runtime_s"] == \
         pytest.approx(own + 600.0, abs=0.2)  # the model read by two stages counts once
-    assert "h training the 1 models they read" in report.report_markdown(records, "quick")
-    assert "minilm-cola 10 min" in report.report_markdown(records, "quick")
+    assert "h training the 1 models they read" in report.report_markdown(ran, "quick")
+    assert "minilm-cola 10 min" in report.report_markdown(ran, "quick")
     # a record written before records held models_s: its models made now count as made before it
     path = tmp_path / "out" / "stages" / "toy.a.json"
-    path.write_text(json.dumps({k: v for k, v in records["toy.a"].items() if k != "models_s"}))
-    pipeline.add_models_time(stages, tmp_path / "out")
+    path.write_text(json.dumps({k: v for k, v in ran["toy.a"].items() if k != "models_s"}))
+    records.add_models_time(stages, tmp_path / "out")
     assert json.loads(path.read_text())["models_s"] == {"minilm-cola": 600.0}
 
 
