@@ -13,8 +13,9 @@ with, and after an edit of it the recorded claims are recomputed from their pred
 — the record stands if every number comes out the same (a new statistic, a refactoring), the
 stage reruns if one differs. A stage that takes long checkpoints in its own work folder
 (``Context.work``) and continues from there; its record is written last. A record holds the
-stage's runtime (the runs killed before it included) and the training time of the models it read that were made before it ran
-(``models_s``; a model the stage makes itself is in its runtime): the report counts both.
+stage's runtime (its runs killed before it finished included) and the training time of the
+models it read that were made before it ran (``models_s``; a model the stage makes itself is in
+its runtime): the report counts both.
 
 Two profiles: ``full`` (the numbers of ``experiments/results/REPORT.md``) and ``quick`` (the same
 stages on small subsets, minutes; CI runs it).
