@@ -57,7 +57,6 @@ def run(args) -> None:
         return
     ran = pipeline.run(stages, ctx, force=tuple(args.force), log=lambda m: print(m, file=sys.stderr, flush=True))
     every_stage = studies.stages(profile)
-    records.add_models_time(every_stage, out)
     everything = records.load(out, [s.name for s in every_stage])
     readme = root / "README.md" if (root is not None and profile.name == "full" and args.out is None) else None
     for path in report.write({**everything, **ran}, out, profile.name, readme=readme,

@@ -55,15 +55,6 @@ def models_seconds(names) -> dict[str, float]:
     return {m: s for m in names if (s := training_seconds(m)) is not None}
 
 
-def add_models_time(stages, out: Path) -> None:
-    """Give each record on disk that lacks ``models_s`` (written before records held it) the
-    training time of the stage's models that are made now, each taken as made before the stage ran."""
-    for stage in stages:
-        record = read(out, stage.name)
-        if record is not None and "models_s" not in record:
-            write(out, {**record, "models_s": models_seconds(stage.models)})
-
-
 def json_default(value):
     import numpy as np
 

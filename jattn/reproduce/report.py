@@ -105,7 +105,8 @@ def report_markdown(records: dict[str, dict], profile: str, stale: Collection[st
     total = sum(r["runtime_s"] for r in records.values())
     trained = trained_models(records.values())
     machines = sorted({r["machine"] for r in records.values()})
-    training = (f" and {sum(trained.values()) / 3600:.2f} h training the {len(trained)} models they read, made "
+    training = (f" and {sum(trained.values()) / 3600:.2f} h training the {len(trained)} "
+                f"model{'s' if len(trained) != 1 else ''} they read, made "
                 "before the stages that read them (each as its trainer recorded it: "
                 + ", ".join(f"{m} {s / 60:.0f} min" for m, s in trained.items()) + ")") if trained else ""
     lines = ["# Reproduction report", "",
