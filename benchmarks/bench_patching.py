@@ -12,7 +12,8 @@ Command (from the repository root):
 Inputs: ``--pairs`` name-swap pairs ("John gave the book to Mary because she asked ." vs the names
 swapped; every name one word piece, so each pair tokenizes to equal lengths), one batch. Metric:
 the [CLS] hidden state's projection on a fixed unit direction. Timed, in this one process, in
-``--rounds`` alternating rounds (the fastest of each kept; the machine is shared):
+``--rounds`` alternating rounds (the fastest of each kept; the machine is shared; (d)'s two short
+calls alternate 10 times a round):
   (a) ``jattn.patch_heads``: clean and corrupted forwards once, each layer's H variants re-run
       from the corrupted layer input (prefix reuse), ``--heads-per-step`` of them under vmap;
   (b) HF PyTorch (eager attention) hook loop: a clean forward recording every attention output
@@ -26,7 +27,9 @@ the [CLS] hidden state's projection on a fixed unit direction. Timed, in this on
       compiled programs, each with its layers unrolled: the analysis counts a loop's body once):
       a little under 3, since the clean pass needs no last-layer FFN and the backward no
       first-layer attention scores.
-Prefix reuse alone bounds (a)'s saving over a loop of full forwards by L·H·L / (H·Σ_l (L − l)) =
+Beside each time, the call's minor page faults (fresh memory touched first; ``jattn.host_memory``,
+applied on import for every library in the process, keeps freed memory for reuse; run with
+``JATTN_KEEP_FREED_MEMORY=0`` to see glibc's default). Prefix reuse alone bounds (a)'s saving over a loop of full forwards by L·H·L / (H·Σ_l (L − l)) =
 2L / (L + 1) layer evaluations (1.71 for L = 6); the rest of the ratio is batching the heads and
 compiling the sweep. (a) and (b) are checked to agree. Writes
 benchmarks/results/bench_patching.json (MiniLM) or bench_patching_<model>.json and prints a
@@ -38,8 +41,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 import time
+import timeit
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +79,9 @@ MODELS = {
 }
 
 
+UNIT_CALLS = 10
+
+
 def best(times: dict, key: str, seconds: float):
     times[key] = min(times.get(key, np.inf), seconds)
 
@@ -86,12 +94,13 @@ def main():
     parser.add_argument("--heads-per-step", type=int, default=12)
     args = parser.parse_args()
 
+    import jattn  # first: it sets malloc up before any library's threads allocate (jattn.host_memory)
     import jax
     import torch
     from nnsight import NNsight
     from transformers import AutoModel
 
-    import jattn
+    from jattn.host_memory import keep_freed_memory
     from jattn.io import artefacts
     from jattn.models.load import default_model_path
     from jattn.nn import encoder
@@ -187,18 +196,25 @@ def main():
     forward_flops = flops(jax.jit(lambda p, x: encoder.forward(p, c, x, None, internals=None,
                                                                unroll=True)[0]["last_hidden_state"]),
                           model.params, jb)
-    attribution_flops = flops(_attribution, layer_views(model.params), c, {k: jax.numpy.asarray(v) for k, v in a.items()}, jb,
+    attribution_flops = flops(_attribution, model.layer_views(), c, {k: jax.numpy.asarray(v) for k, v in a.items()}, jb,
                               metric, None)
 
+    views_seconds = min(timeit.repeat(lambda: layer_views(model.params), number=1, repeat=20))  # what
+    # Model.layer_views saves each call after the first
     runs = {"jattn_exact": run_jattn, "torch_hooks": run_hooks, "nnsight": run_nnsight,
             "jattn_attribution": run_attribution, "jattn_forward": run_forward}
+    short = ("jattn_attribution", "jattn_forward")  # their ratio is the forward-equivalents
     results = {k: f() for k, f in runs.items()}  # warm-up: compiles, first-touch allocations
-    times = {}
+    times, faults = {}, {}
     for _ in range(args.rounds):
-        for key, f in runs.items():
-            start = time.perf_counter()
-            results[key] = jax.block_until_ready(f())
-            best(times, key, time.perf_counter() - start)
+        for call in range(UNIT_CALLS):
+            for key, f in runs.items():
+                if call > 0 and key not in short:
+                    continue
+                f0, start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+                results[key] = jax.block_until_ready(f())
+                best(times, key, time.perf_counter() - start)
+                faults[key] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0  # the same every call
     exact, hooks, ns = (np.asarray(results[k]) for k in ("jattn_exact", "torch_hooks", "nnsight"))
     faster = min(times["torch_hooks"], times["nnsight"])
     record = {
@@ -206,6 +222,9 @@ def main():
         "tokens": int(a["input_ids"].shape[1]),
         "layers": L, "heads": H, "heads_per_step": args.heads_per_step, "rounds": args.rounds,
         "seconds": {k: round(v, 4) for k, v in times.items()},
+        "minor_page_faults": faults,
+        "layer_views_seconds_uncached": round(views_seconds, 5),
+        "freed_memory_kept": keep_freed_memory(),  # jattn.host_memory, for every library in this process
         "speedup_vs_torch_hooks": round(times["torch_hooks"] / times["jattn_exact"], 2),
         "speedup_vs_nnsight": round(times["nnsight"] / times["jattn_exact"], 2),
         "speedup_vs_faster_of_the_two": round(faster / times["jattn_exact"], 2),

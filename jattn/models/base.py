@@ -7,6 +7,7 @@ from flax import nnx
 
 from jattn import families
 from jattn.nn import state
+from jattn.nn.engine import layer_views
 
 
 class NoTokenizer:
@@ -40,6 +41,7 @@ class ModuleModel:
         self.config = config
         self.module = state.merge(params, config)
         self._layout = None  # (module treedef, state treedef, the state leaves' places among the module's)
+        self._views = None  # (the module's leaves, layer_views of the parameters)
 
     @property
     def family(self) -> families.FamilySpec:
@@ -68,6 +70,16 @@ class ModuleModel:
             return params
         _, params_def, where = self._layout
         return jax.tree.unflatten(params_def, [leaves[i] for i in where])
+
+    def layer_views(self):
+        """``jattn.nn.engine.layer_views`` of ``params`` (each layer's weights an array of its own),
+        made again only when an array of the module is replaced: making them costs ≈ 2 ms for
+        MiniLM, an eighth of its forward on 16 short examples."""
+        leaves = jax.tree.leaves(self.module)
+        if self._views is None or len(leaves) != len(self._views[0]) or any(
+                a is not b for a, b in zip(leaves, self._views[0])):
+            self._views = (leaves, layer_views(self.params))  # the leaves held: their ids stay theirs
+        return self._views[1]
 
     @property
     def head_shapes(self) -> dict[str, tuple[int, int]]:

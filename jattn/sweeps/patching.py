@@ -36,7 +36,7 @@ import numpy as np
 from flax import nnx
 
 from jattn.nn import encoder, seq2seq
-from jattn.nn.engine import layer_views, stacked_layers
+from jattn.nn.engine import stacked_layers
 from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.interventions import NONE, Interventions
 
@@ -261,7 +261,7 @@ def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, 
 @partial(jax.jit, static_argnames=("config", "metric"))
 def _attribution(views, config, clean, corrupted, metric, rows):
     """Σ over examples of ∂metric/∂t_{l,h} at t = 0, {kind: (L, H)}, from the parameters as
-    ``jattn.nn.engine.layer_views`` gives them (each layer's weights an argument of its own). Both
+    ``jattn.nn.engine.layer_views`` (``Model.layer_views``) gives them (each layer's weights an argument of its own). Both
     passes unrolled (``jattn.nn.engine.layer_loop``): the backward reads the residuals where the
     forward left them, and XLA drops the work no result needs (``docs/BENCHMARKS.md``)."""
     params = stacked_layers(views)
@@ -288,7 +288,7 @@ def attribution_patch_heads(model, clean, corrupted, metric, *, batch_size: int 
     a, b = paired_inputs(model, clean, corrupted)
     N, sums = len(a["input_ids"]), {}
     extra = check_metric_inputs(metric_inputs, N)
-    views = layer_views(model.params)
+    views = model.layer_views()
     for start in range(0, N, batch_size):
         real = min(batch_size, N - start)
         grads = _attribution(views, model.config, batch_rows(a, start, batch_size),
