@@ -13,9 +13,9 @@ reused, no fresh pages to fault in; HF has no such option); ``internals=("weight
 forward (hidden states only); HF eager with ``output_attentions=True``. Beside each its minor page
 faults a call (pages of fresh memory touched first), and the forward's matrix products alone
 (``bench_encoder.gemm_bound``): the lean forward's share of that bound says how close to the
-products' speed it runs. ``GLIBC_TUNABLES`` in the environment (e.g.
-``glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736``: large blocks from a heap that
-is never given back) is recorded with the results: it changes how many of those pages are fresh,
+products' speed it runs. Whether freed memory is kept for reuse (``jattn.host_memory``, set by
+``import jattn`` for every library in the process unless ``JATTN_KEEP_FREED_MEMORY=0``) and
+``GLIBC_TUNABLES`` are recorded with the results: they change how many of those pages are fresh,
 for both libraries.
 """
 
@@ -110,6 +110,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--out", default="benchmarks/results/mpnet.json")
     args = parser.parse_args()
+    import jattn  # first: it sets malloc up before any library's threads allocate (jattn.host_memory)
     import torch
 
     torch.set_num_threads(args.threads)
@@ -123,6 +124,7 @@ def main() -> None:
           f" | minor page faults a call: all internals {r['jattn_forward_page_faults']}, recycled "
           f"{r['jattn_forward_recycled_page_faults']}, lean {r['jattn_lean_page_faults']}, HF {r['hf_page_faults']}")
     meta = {"threads": args.threads, "cpu": cpu_model(), "repeats": args.repeats,
+            "freed_memory_kept": jattn.host_memory.keep_freed_memory(),
             "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
             "load_average_at_end": os.getloadavg()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
