@@ -305,3 +305,20 @@ def test_path_patching_equals_three_passes(tiny_bert, receivers):
     if receivers != "output":  # a sender at or above every receiver's layer reaches none of them
         top = max(l for l, _, _ in receivers)
         assert (want[top:] == 0).all()  # (jattn matches it within the tolerance above)
+
+
+def test_layer_views_follow_the_parameters(tiny_bert):
+    """``Model.layer_views`` is made once, and made again when a parameter array is replaced, so
+    attribution patching always reads the model's current weights."""
+    import jax
+    from flax import nnx
+
+    model = jattn.load(str(tiny_bert[0].source), use_cache=False)
+    views = model.layer_views()
+    assert model.layer_views() is views
+    kernel = views["layers"]["ffn_in"]["kernel"]  # [L arrays]
+    nnx.update(model.module, jax.tree.map(lambda x: x * 2, model.params))
+    fresh = model.layer_views()
+    assert fresh is not views
+    for l, old in enumerate(kernel):
+        np.testing.assert_array_equal(np.asarray(fresh["layers"]["ffn_in"]["kernel"][l]), 2 * np.asarray(old))
