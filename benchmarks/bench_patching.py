@@ -29,9 +29,10 @@ calls alternate 10 times a round):
       first-layer attention scores.
 Beside each time, the call's minor page faults (fresh memory touched first; ``jattn.host_memory``,
 applied on import for every library in the process, keeps freed memory for reuse; run with
-``JATTN_KEEP_FREED_MEMORY=0`` to see glibc's default). Prefix reuse alone bounds (a)'s saving over a loop of full forwards by L·H·L / (H·Σ_l (L − l)) =
-2L / (L + 1) layer evaluations (1.71 for L = 6); the rest of the ratio is batching the heads and
-compiling the sweep. (a) and (b) are checked to agree. Writes
+``JATTN_KEEP_FREED_MEMORY=0`` to see glibc's default). Prefix reuse alone bounds (a)'s saving over
+a loop of full forwards by L·H·L / (H·Σ_l (L − l)) = 2L / (L + 1) layer evaluations (1.71 for
+L = 6); the rest of the ratio is batching the heads and compiling the sweep. (a) and (b) are
+checked to agree. Writes
 benchmarks/results/bench_patching.json (MiniLM) or bench_patching_<model>.json and prints a
 Markdown table.
 """

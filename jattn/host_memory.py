@@ -36,7 +36,6 @@ def keep_freed_memory() -> bool:
     return all(libc.mallopt(option, value) == 1 for option, value in SETTINGS)
 
 
-
 def _glibc() -> bool:
     try:
         return os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc")  # e.g. "glibc 2.36"

@@ -261,7 +261,7 @@ def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, 
 @partial(jax.jit, static_argnames=("config", "metric"))
 def _attribution(views, config, clean, corrupted, metric, rows):
     """Σ over examples of ∂metric/∂t_{l,h} at t = 0, {kind: (L, H)}, from the parameters as
-    ``jattn.nn.engine.layer_views`` (``Model.layer_views``) gives them (each layer's weights an argument of its own). Both
+    ``Model.layer_views`` gives them (each layer's weights an argument of its own). Both
     passes unrolled (``jattn.nn.engine.layer_loop``): the backward reads the residuals where the
     forward left them, and XLA drops the work no result needs (``docs/BENCHMARKS.md``)."""
     params = stacked_layers(views)
