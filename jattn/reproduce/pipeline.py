@@ -209,6 +209,14 @@ class Context:
 SPENT = "seconds_spent"  # in a stage's work folder: the time of its runs that were killed before the record
 
 
+def _spent(earlier: list[float], start: float, cpu_start: float) -> list[float]:
+    """[wall, CPU] seconds of a stage so far: the killed runs' ``earlier`` plus this one's. CPU
+    time is the process's, every thread (up to the cores × the wall time; a job sharing the cores
+    slows the wall clock, not it); left out when an earlier run recorded none."""
+    now = [time.perf_counter() - start, time.process_time() - cpu_start]
+    return [e + n for e, n in zip(earlier, now)] if len(earlier) == 2 else [earlier[0] + now[0]]
+
+
 def keys(stages: list[Stage]) -> dict[str, str]:
     """Every stage's key, in order (a stage's ``needs`` must come before it)."""
     out: dict[str, str] = {}
@@ -319,8 +327,9 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         ctx.stage, ctx.key = stage, key
         made_before = [m for m in stage.models if artefacts.is_made(m)]  # their training is not in the runtime
         spent = ctx.work_root / stage.name / key[:16] / SPENT
-        earlier = float(spent.read_text()) if spent.is_file() else 0.0
-        start = time.perf_counter()
+        # wall and CPU seconds of earlier killed runs ("wall cpu"; an older file holds the wall time only)
+        earlier = [float(x) for x in spent.read_text().split()] if spent.is_file() else [0.0, 0.0]
+        start, cpu_start = time.perf_counter(), time.process_time()
         try:
             result = stage.run(ctx)
         except ArtefactNotMade as e:
@@ -329,11 +338,12 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             continue
         except BaseException:  # killed: a stage that checkpointed resumes, and this run's time counts then
             if spent.parent.is_dir():
-                spent.write_text(f"{earlier + time.perf_counter() - start:.1f}\n")
+                spent.write_text(" ".join(f"{t:.1f}" for t in _spent(earlier, start, cpu_start)) + "\n")
             raise
+        wall, *cpu = _spent(earlier, start, cpu_start)
         record = {"name": stage.name, "key": key, "needs": list(stage.needs), "profile": ctx.profile.name,
-                  "params": stage.params,
-                  "runtime_s": round(earlier + time.perf_counter() - start, 1), "models_s": records.models_seconds(made_before),
+                  "params": stage.params, "runtime_s": round(wall, 1), **({"cpu_s": round(cpu[0], 1)} if cpu else {}),
+                  "models_s": records.models_seconds(made_before),
                   "machine": records.machine(),
                   "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "python": sys.version.split()[0],
                   "claims_code": _claims_code(), "result": result}

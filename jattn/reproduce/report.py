@@ -99,6 +99,14 @@ def claims_table(claims: list[dict], runtime: bool = True) -> str:
     return "\n".join(rows)
 
 
+def cpu_time(records) -> str:
+    """The stages' CPU time as `` (C h of CPU time)`` when every one recorded it (``cpu_s``: the
+    process's, all threads), else "". A job sharing the cores stretches the wall-clock stage time
+    but not C, and C / cores is the least those stages can take on idle cores."""
+    cpu = [r.get("cpu_s") for r in records]
+    return f" ({sum(cpu) / 3600:.2f} h of CPU time)" if cpu and None not in cpu else ""
+
+
 def report_markdown(records: dict[str, dict], profile: str, stale: Collection[str] = ()) -> str:
     claims = claims_of(records, stale)
     studies = [s for s in TITLES if any(r["name"].split(".")[0] == s for r in records.values())]
@@ -111,7 +119,8 @@ def report_markdown(records: dict[str, dict], profile: str, stale: Collection[st
                 + ", ".join(f"{m} {s / 60:.0f} min" for m, s in trained.items()) + ")") if trained else ""
     lines = ["# Reproduction report", "",
              f"Profile `{profile}`: {len(claims)} claims from {len(records)} stages; "
-             f"{total / 3600:.2f} h of stage time{training}, on {'; '.join(machines)}. The claims' runtime column "
+             f"{total / 3600:.2f} h of stage time{cpu_time(records.values())}{training}, on {'; '.join(machines)}. "
+             "The claims' runtime column "
              "adds up the stages each claim reads and the training of their models. Every value, interval and "
              "baseline is "
              "recomputable from the file its claim names under `predictions/` (`reproduce.json` has the statistic "

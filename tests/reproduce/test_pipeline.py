@@ -355,3 +355,37 @@ def test_every_committed_claim_recomputes_from_its_committed_predictions(claim):
 def test_the_readme_results_are_generated_from_reproduce_json():
     data = json.loads(COMMITTED.read_text())
     assert report.readme_section(data) in (ROOT / "README.md").read_text()
+
+
+def _busy(ctx):
+    start = time.process_time()
+    while time.process_time() - start < 0.3:  # 0.3 s of CPU
+        pass
+    return {}
+
+
+def _idle(ctx):
+    time.sleep(0.3)  # 0.3 s of wall time, next to no CPU
+    return {}
+
+
+def test_cpu_time_is_recorded_beside_the_wall_time(tmp_path):
+    done = pipeline.run([pipeline.Stage("toy.busy", _busy), pipeline.Stage("toy.idle", _idle)], _ctx(tmp_path),
+                        log=lambda *_: None)
+    assert done["toy.busy"]["cpu_s"] >= 0.3 and done["toy.idle"]["runtime_s"] >= 0.3
+    assert done["toy.idle"]["cpu_s"] < 0.2
+    cpu = done["toy.busy"]["cpu_s"] + done["toy.idle"]["cpu_s"]
+    assert report.cpu_time(done.values()) == f" ({cpu / 3600:.2f} h of CPU time)"
+    assert report.cpu_time([*done.values(), {"runtime_s": 1.0}]) == ""  # a record from before CPU time was kept
+
+
+def test_a_resumed_stage_adds_its_killed_runs_cpu_time(tmp_path):
+    CALLS.clear()
+    stages = [pipeline.Stage("toy.flaky", _flaky)]
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)
+    spent = next((tmp_path / "work").rglob(pipeline.SPENT))
+    assert len(spent.read_text().split()) == 2  # wall and CPU seconds
+    spent.write_text("5.0\n")  # as a run before CPU time was kept wrote it
+    record = pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)["toy.flaky"]
+    assert record["runtime_s"] >= 5.0 and "cpu_s" not in record  # unknown, so not reported
