@@ -7,7 +7,9 @@ of 8 calls per round: the lean forward (``internals=None``), ``internals=("weigh
 memory, and the same with ``recycle=`` the previous result (its buffers donated, so α is written
 into memory already mapped). Beside each time: the minor page faults a call takes
 (``getrusage``), i.e. the 4 KiB pages the kernel maps on first write. The physical reference: numpy
-writing α's bytes into an array already mapped (memory bandwidth alone).
+writing α's bytes into an array already mapped (memory bandwidth alone). Whether freed memory is
+kept for reuse (``jattn.host_memory``; ``JATTN_KEEP_FREED_MEMORY=0`` for glibc's default) is recorded:
+with it, a fresh result takes the memory the previous one freed, and ``recycle=`` saves little.
 """
 
 from __future__ import annotations
@@ -40,9 +42,8 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/output_memory.json")
     args = parser.parse_args()
 
+    import jattn  # first: it sets malloc up before any library's threads allocate (jattn.host_memory)
     import jax
-
-    import jattn
 
     model = jattn.load(use_cache=False)
     ids = np.random.default_rng(0).integers(1000, model.config.vocab_size, (32, 128)).astype(np.int32)
@@ -64,7 +65,8 @@ def main() -> None:
     for _ in range(args.rounds):
         for k, fn in fns.items():
             rounds[k].append(per_call(fn))
-    result = {"alpha_mb": alpha.nbytes / 1e6, "rounds": args.rounds}
+    result = {"alpha_mb": alpha.nbytes / 1e6, "rounds": args.rounds,
+              "freed_memory_kept": jattn.host_memory.keep_freed_memory()}
     for k, values in rounds.items():
         result[k] = {"seconds": float(np.median([s for s, _ in values])),
                      "minor_faults": float(np.median([f for _, f in values]))}

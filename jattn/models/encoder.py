@@ -191,9 +191,12 @@ class EncoderModel(ModuleModel):
         caller is done with; its arrays are donated and this call's outputs are written into
         their memory (they are deleted then; while a numpy view of one is alive, that one is
         left alone and fresh memory used instead). For loops that consume each result before
-        the next call: fresh output memory is faulted in page by page by the kernel — for
-        MiniLM's α at 32 × 128 (151 MB) ≈ 37,000 faults, ≈ 10 % of the forward on a 2-core CPU
-        (``benchmarks/bench_encoder.py``)."""
+        the next call where ``malloc`` gives freed memory back to the kernel (with
+        ``JATTN_KEEP_FREED_MEMORY=0`` or a C library other than glibc; ``jattn.host_memory``):
+        fresh output memory is then faulted in page by page, for MiniLM's α at 32 × 128
+        (151 MB) 36,865 faults and 14 % of the forward on a 2-core CPU. With freed memory kept
+        (the default) a fresh result reuses the last one's memory, and recycling saves ≈ 1 %
+        (``benchmarks/bench_output_memory.py``)."""
         inputs, internals = self.check_batch(batch), internals_arg(internals)
         iv = self.check_interventions(interventions, inputs["input_ids"].shape)
         args = (self.params, self.config, inputs, iv, check_dtype(compute_dtype),
