@@ -1,20 +1,27 @@
 """Keep the memory XLA:CPU frees for its next call instead of giving it back to the kernel.
 
 XLA's CPU runtime takes each call's temporary buffers and outputs from ``malloc``. glibc serves a
-block of 32 MB or more, and any block too large for a worker thread's arena (64 MB heaps), with a
-fresh ``mmap`` that ``free`` unmaps, so every call of a large program touches its memory for the
-first time again and the kernel faults it in page by page: attribution patching on MiniLM (16 pairs
-of 14 tokens) faults 8,801 pages a call, MPNet's lean forward at 8 × 128 19,423
-(``benchmarks/bench_patching.py``, ``bench_mpnet.py``). The device allocators of GPUs and TPUs keep
-what is freed; this gives the CPU heap the same habit: one arena, no block of its own ``mmap``, and
-the heap's free top given back only beyond 2 GiB (``mallopt`` takes an ``int``). A freed block is
-then reused by the next call without a fault (those two: 0 faults; attribution 3.09 → 2.90 forwards
-of time, the lean forward 9 % faster), and the process's resident memory stays near its peak
-instead of shrinking after it.
+block of 32 MB or more with a fresh ``mmap`` that ``free`` unmaps, and a worker thread's arena
+(64 MB heaps) falls back to ``mmap`` for any block larger than that, so every call of a large
+program touches its memory for the first time again and the kernel faults it in page by page. The
+device allocators of GPUs and TPUs keep what is freed; this gives the CPU heap the same habit:
 
-``import jattn`` applies it before the first allocation of XLA's threads (glibc only; with another
-C library nothing changes). Set ``JATTN_KEEP_FREED_MEMORY=0`` before the import to leave ``malloc``
-as it is, e.g. where memory must go back to the system between large calls.
+* glibc serves no block with ``mmap`` and gives the heap's free top back only beyond 2 GiB
+  (``mallopt``: ``M_MMAP_MAX`` 0, ``M_TRIM_THRESHOLD`` 2³¹ − 1);
+* JAX runs a single-device CPU computation in the calling thread (``jax_cpu_enable_async_dispatch``
+  off, as JAX's CPU backend always did before asynchronous dispatch), so XLA allocates from that
+  thread's arena: for the main thread, the heap, which has no 64 MB limit.
+
+A freed block is then reused by the next call without a fault, and the process's resident memory
+stays near its peak instead of shrinking after it. Other threads keep their own arenas, so
+allocation-heavy threaded code (a fast tokenizer's batch call) runs as fast as before; one shared
+arena would remove the faults too, but slowed that tokenizer call 1.7× (``benchmarks/
+bench_host_memory.py``). Measured effects are in ``docs/BENCHMARKS.md`` (page faults).
+
+``import jattn`` applies both before JAX's CPU client exists (glibc only for the first; with
+another C library ``malloc`` is left as it is). Set ``JATTN_KEEP_FREED_MEMORY=0`` before the
+import to leave both alone, e.g. where memory must go back to the system between large calls or
+where Python must run ahead of CPU computations.
 """
 
 from __future__ import annotations
@@ -23,14 +30,20 @@ import ctypes
 import os
 
 # glibc's <malloc.h>: mallopt parameters
-M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8
-SETTINGS = ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2**31 - 1))
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+SETTINGS = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 def keep_freed_memory() -> bool:
-    """Set glibc's ``malloc`` to keep freed memory for reuse (module docstring). Returns whether it
-    is set: False with ``JATTN_KEEP_FREED_MEMORY=0`` or a C library other than glibc."""
-    if os.environ.get("JATTN_KEEP_FREED_MEMORY", "1") == "0" or not _glibc():
+    """Set glibc's ``malloc`` to keep freed memory for reuse and JAX's CPU dispatch to run in the
+    calling thread (module docstring). Returns whether ``malloc`` is set: False with
+    ``JATTN_KEEP_FREED_MEMORY=0`` or a C library other than glibc."""
+    if os.environ.get("JATTN_KEEP_FREED_MEMORY", "1") == "0":
+        return False
+    import jax
+
+    jax.config.update("jax_cpu_enable_async_dispatch", False)  # read when the CPU client is made
+    if not _glibc():
         return False
     libc = ctypes.CDLL(None)  # the process's own symbols, glibc's mallopt among them
     return all(libc.mallopt(option, value) == 1 for option, value in SETTINGS)

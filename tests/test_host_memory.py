@@ -1,5 +1,6 @@
-"""jattn.host_memory: after ``import jattn`` a large block freed by a worker thread is reused
-without faulting its pages in again; with ``JATTN_KEEP_FREED_MEMORY=0`` glibc maps it afresh."""
+"""jattn.host_memory: after ``import jattn`` a jitted CPU program's large buffers are reused from
+one call to the next without faulting their pages in again; with ``JATTN_KEEP_FREED_MEMORY=0``
+glibc maps them afresh on every call."""
 
 import os
 import subprocess
@@ -7,45 +8,40 @@ import sys
 
 import pytest
 
-# In a fresh interpreter: a worker thread (as XLA's are) takes an 80 MB block (above both glibc's
-# 32 MB mmap threshold and its 64 MB thread heaps), writes it, frees it, and does it again; prints
-# the minor page faults of the second round.
+# In a fresh interpreter: a program whose output (96 MB, above glibc's 32 MB mmap threshold and
+# a thread arena's 64 MB heaps) is freed after each call; prints the minor page faults of the
+# third call and whether asynchronous CPU dispatch is on.
 PROBE = """
-import ctypes, resource, threading
+import resource
 import jattn
-libc = ctypes.CDLL(None)
-libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
-n, faults = 80 << 20, []
-def twice():
-    for _ in range(2):
-        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
-        block = libc.malloc(n)
-        ctypes.memset(block, 1, n)
-        libc.free(block)
-        faults.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before)
-thread = threading.Thread(target=twice)
-thread.start(); thread.join()
-print(jattn.host_memory.keep_freed_memory(), faults[1])
+import jax, jax.numpy as jnp
+f = jax.jit(lambda x: jnp.sin(x) * 2)
+x = jnp.ones(24 << 20, jnp.float32)
+faults = []
+for _ in range(3):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    f(x).block_until_ready()  # the result dies at once: its memory is freed
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(jattn.host_memory.keep_freed_memory(), jax.config.values["jax_cpu_enable_async_dispatch"], faults[2])
 """
 
 
-def probe(keep: str) -> tuple[str, int]:
+def probe(keep: str) -> tuple[str, str, int]:
     env = {**os.environ, "JATTN_KEEP_FREED_MEMORY": keep}
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
-    kept, faults = out.stdout.split()
-    return kept, int(faults)
+    kept, dispatch, faults = out.stdout.split()
+    return kept, dispatch, int(faults)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
-def test_a_freed_block_is_reused_without_faults():
-    kept, faults = probe("1")
-    assert kept == "True"
-    assert faults <= 4  # 80 MB is 20,480 pages of 4 KiB (40 huge pages)
+def test_a_freed_output_is_reused_without_faults():
+    kept, dispatch, faults = probe("1")
+    assert (kept, dispatch) == ("True", "False")
+    assert faults <= 8  # 96 MB is 24,576 pages of 4 KiB (48 huge pages)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
-def test_opting_out_leaves_malloc_as_it_is():
-    kept, faults = probe("0")
-    assert kept == "False"
-    assert faults >= 40  # glibc maps the block afresh: at least one fault per 2 MB page
+def test_opting_out_leaves_malloc_and_dispatch_as_they_are():
+    kept, dispatch, faults = probe("0")
+    assert (kept, dispatch) == ("False", "True")
+    assert faults >= 48  # glibc maps the block afresh: at least one fault per 2 MB page

@@ -195,8 +195,8 @@ class EncoderModel(ModuleModel):
         ``JATTN_KEEP_FREED_MEMORY=0`` or a C library other than glibc; ``jattn.host_memory``):
         fresh output memory is then faulted in page by page, for MiniLM's α at 32 × 128
         (151 MB) 36,865 faults and 14 % of the forward on a 2-core CPU. With freed memory kept
-        (the default) a fresh result reuses the last one's memory, and recycling saves ≈ 1 %
-        (``benchmarks/bench_output_memory.py``)."""
+        (the default) a fresh result reuses the last one's memory and recycling is slower than
+        not (``benchmarks/bench_output_memory.py``)."""
         inputs, internals = self.check_batch(batch), internals_arg(internals)
         iv = self.check_interventions(interventions, inputs["input_ids"].shape)
         args = (self.params, self.config, inputs, iv, check_dtype(compute_dtype),
