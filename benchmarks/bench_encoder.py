@@ -205,7 +205,7 @@ def main() -> None:
                   f"of the torch-GEMM bound, {r['lean_of_xla_bound']:.0%} of the XLA-GEMM bound")
             results.append(r)
     meta = {"threads": args.threads, "cpu": cpu_model(), "repeats": args.repeats,
-            "freed_memory_kept": jattn.host_memory.keep_freed_memory(),
+            "freed_memory_kept": jattn.host_memory.KEPT,
             "load_average_at_end": os.getloadavg()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=1))

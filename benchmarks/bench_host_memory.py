@@ -37,7 +37,7 @@ for _ in range(repeats):
     start = time.perf_counter()
     tok(lines, padding=True, truncation=True, max_length=64)
     best = min(best, time.perf_counter() - start)
-print(jattn.host_memory.keep_freed_memory(), best)
+print(jattn.host_memory.KEPT, best)
 """
 
 

@@ -124,7 +124,7 @@ def main() -> None:
           f" | minor page faults a call: all internals {r['jattn_forward_page_faults']}, recycled "
           f"{r['jattn_forward_recycled_page_faults']}, lean {r['jattn_lean_page_faults']}, HF {r['hf_page_faults']}")
     meta = {"threads": args.threads, "cpu": cpu_model(), "repeats": args.repeats,
-            "freed_memory_kept": jattn.host_memory.keep_freed_memory(),
+            "freed_memory_kept": jattn.host_memory.KEPT,
             "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
             "load_average_at_end": os.getloadavg()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

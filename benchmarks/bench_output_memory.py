@@ -9,7 +9,7 @@ into memory already mapped). Beside each time: the minor page faults a call take
 (``getrusage``), i.e. the 4 KiB pages the kernel maps on first write. The physical reference: numpy
 writing α's bytes into an array already mapped (memory bandwidth alone). Whether freed memory is
 kept for reuse (``jattn.host_memory``; ``JATTN_KEEP_FREED_MEMORY=0`` for glibc's default) is recorded:
-with it, a fresh result takes the memory the previous one freed, and ``recycle=`` saves little.
+with it, a fresh result takes the memory the previous one freed, and ``recycle=`` does not help.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def main() -> None:
         for k, fn in fns.items():
             rounds[k].append(per_call(fn))
     result = {"alpha_mb": alpha.nbytes / 1e6, "rounds": args.rounds,
-              "freed_memory_kept": jattn.host_memory.keep_freed_memory()}
+              "freed_memory_kept": jattn.host_memory.KEPT}
     for k, values in rounds.items():
         result[k] = {"seconds": float(np.median([s for s, _ in values])),
                      "minor_faults": float(np.median([f for _, f in values]))}

@@ -101,7 +101,6 @@ def main():
     from nnsight import NNsight
     from transformers import AutoModel
 
-    from jattn.host_memory import keep_freed_memory
     from jattn.io import artefacts
     from jattn.models.load import default_model_path
     from jattn.nn import encoder
@@ -200,8 +199,8 @@ def main():
     attribution_flops = flops(_attribution, model.layer_views(), c, {k: jax.numpy.asarray(v) for k, v in a.items()}, jb,
                               metric, None)
 
-    views_seconds = min(timeit.repeat(lambda: layer_views(model.params), number=1, repeat=20))  # what
-    # Model.layer_views saves each call after the first
+    # what Model.layer_views saves on each call after the first
+    views_seconds = min(timeit.repeat(lambda: layer_views(model.params), number=1, repeat=20))
     runs = {"jattn_exact": run_jattn, "torch_hooks": run_hooks, "nnsight": run_nnsight,
             "jattn_attribution": run_attribution, "jattn_forward": run_forward}
     short = ("jattn_attribution", "jattn_forward")  # their ratio is the forward-equivalents
@@ -225,7 +224,7 @@ def main():
         "seconds": {k: round(v, 4) for k, v in times.items()},
         "minor_page_faults": faults,
         "layer_views_seconds_uncached": round(views_seconds, 5),
-        "freed_memory_kept": keep_freed_memory(),  # jattn.host_memory, for every library in this process
+        "freed_memory_kept": jattn.host_memory.KEPT,  # for every library in this process
         "speedup_vs_torch_hooks": round(times["torch_hooks"] / times["jattn_exact"], 2),
         "speedup_vs_nnsight": round(times["nnsight"] / times["jattn_exact"], 2),
         "speedup_vs_faster_of_the_two": round(faster / times["jattn_exact"], 2),

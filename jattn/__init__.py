@@ -10,9 +10,7 @@ functions carry the names of the command-line commands that run them (``jattn di
 
 import warnings as _warnings
 
-from jattn.host_memory import keep_freed_memory as _keep_freed_memory
-
-_keep_freed_memory()  # before XLA's threads allocate: see jattn.host_memory
+from jattn import host_memory as _host_memory  # first: sets malloc and CPU dispatch up before XLA allocates
 
 from jattn.nn.interventions import Interventions
 from jattn.io.manifest import data_path

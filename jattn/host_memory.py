@@ -18,10 +18,10 @@ allocation-heavy threaded code (a fast tokenizer's batch call) runs as fast as b
 arena would remove the faults too, but slowed that tokenizer call 1.7× (``benchmarks/
 bench_host_memory.py``). Measured effects are in ``docs/BENCHMARKS.md`` (page faults).
 
-``import jattn`` applies both before JAX's CPU client exists (glibc only for the first; with
-another C library ``malloc`` is left as it is). Set ``JATTN_KEEP_FREED_MEMORY=0`` before the
-import to leave both alone, e.g. where memory must go back to the system between large calls or
-where Python must run ahead of CPU computations.
+``import jattn`` applies both before JAX's CPU client exists (the first with glibc only; ``KEPT``
+says whether ``malloc`` was set). Set ``JATTN_KEEP_FREED_MEMORY=0`` before the import to leave both
+alone, e.g. where memory must go back to the system between large calls or where Python must run
+ahead of CPU computations.
 """
 
 from __future__ import annotations
@@ -54,3 +54,6 @@ def _glibc() -> bool:
         return os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc")  # e.g. "glibc 2.36"
     except (AttributeError, ValueError, OSError):  # not a GNU system
         return False
+
+
+KEPT = keep_freed_memory()  # applied once: ``import jattn`` imports this module before anything else

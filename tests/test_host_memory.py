@@ -23,7 +23,7 @@ for _ in range(6):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     f(x).block_until_ready()  # the result dies at once: its memory is freed
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(jattn.host_memory.keep_freed_memory(), jax.config.values["jax_cpu_enable_async_dispatch"], faults[-1])
+print(jattn.host_memory.KEPT, jax.config.values["jax_cpu_enable_async_dispatch"], faults[-1])
 """
 
 
