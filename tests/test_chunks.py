@@ -222,3 +222,29 @@ def _weight_copies(program, params, batch, *static) -> int:
                  if reads[int(i)] in weights}  # the fusion's parameters that are weights
         copies += sum(1 for operand in re.findall(r" (?:slice|concatenate)\(%([\w.\-]+)", body) if operand in inner)
     return copies
+
+
+@pytest.mark.parametrize("one_cpu", [True, False])
+def test_model_forward_unrolls_over_views_on_one_cpu(tiny, monkeypatch, one_cpu):
+    """``Model.forward`` takes ``layer_views`` on one CPU device (``forward_params``; the layers
+    run unrolled, ``engine.unrolled``) and the stacked parameters elsewhere (the loop); either
+    way, and into a recycled result, the loop's outputs and internals under interventions."""
+    from jattn.models import base
+
+    monkeypatch.setattr(base, "on_one_cpu", lambda params: one_cpu)
+    cfg = tiny.config
+    batch = random_batch(cfg, [10, 7, 10, 3])
+    iv = _all_interventions(cfg, 4, 10)
+    taken = tiny.forward_params()
+    stacked = [a for p, a in jax.tree_util.tree_leaves_with_path(taken, is_leaf=lambda x: isinstance(x, list))
+               if engine._is_stacked(p)]
+    assert stacked and all(isinstance(a, list) == one_cpu for a in stacked)
+    loop = jax.jit(lambda p, b, iv: encoder.forward(p, cfg, b, iv))
+    outs, ints = loop(tiny.params, {k: jnp.asarray(v) for k, v in batch.items()}, iv)
+    want = [outs["last_hidden_state"], outs["hidden_states"], ints]
+    first = tiny.forward(batch, iv)
+    again = tiny.forward(batch, iv, recycle=tiny.forward(batch, iv))
+    for result in (first, again):
+        got = [result.last_hidden_state, result.hidden_states, result.internals]
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            assert_close(g, w, terms=model_terms(cfg, 10))

@@ -7,7 +7,7 @@ from flax import nnx
 
 from jattn import families
 from jattn.nn import state
-from jattn.nn.engine import layer_views
+from jattn.nn.engine import layer_views, on_one_cpu
 
 
 class NoTokenizer:
@@ -80,6 +80,14 @@ class ModuleModel:
                 a is not b for a, b in zip(leaves, self._views[0])):
             self._views = (leaves, layer_views(self.params))  # the leaves held: their ids stay theirs
         return self._views[1]
+
+    def forward_params(self):
+        """The parameters a jitted forward takes: on one CPU device ``layer_views``, over which the
+        layers run unrolled (``jattn.nn.engine.unrolled``; 2–7 % less time than the layer loop for
+        MiniLM and MPNet, docs/BENCHMARKS.md), else ``params`` and the loop (on GPU/TPU or a mesh
+        the views would be copies of the weights)."""
+        params = self.params
+        return self.layer_views() if on_one_cpu(params) else params
 
     @property
     def head_shapes(self) -> dict[str, tuple[int, int]]:

@@ -17,6 +17,7 @@ from jattn.io.tokenize import TokenBatch, tokenize
 from jattn.nn.interventions import NONE, Interventions
 from jattn.models.base import ModuleModel
 from jattn.nn import encoder
+from jattn.nn.engine import unrolled
 
 
 @dataclasses.dataclass
@@ -37,7 +38,10 @@ class EncoderResult:
 
 @partial(jax.jit, static_argnames=("config", "compute_dtype", "internals"))
 def _forward(params, config, batch, interventions, compute_dtype, internals):
-    return encoder.forward(params, config, batch, interventions, compute_dtype=compute_dtype, internals=internals)
+    """``encoder.forward`` on stacked parameters (the layer loop) or on ``layer_views`` (unrolled)."""
+    params, unroll = unrolled(params)
+    return encoder.forward(params, config, batch, interventions, compute_dtype=compute_dtype, internals=internals,
+                           unroll=unroll)
 
 
 @partial(jax.jit, static_argnames=("config", "compute_dtype", "internals"), donate_argnames=("recycled",),
@@ -45,7 +49,7 @@ def _forward(params, config, batch, interventions, compute_dtype, internals):
 def _forward_into(params, config, batch, interventions, compute_dtype, internals, recycled):
     """``_forward`` whose outputs take the memory of ``recycled`` (a previous result's arrays of
     the same shapes, donated; XLA pairs donated buffers with outputs by shape and dtype)."""
-    return encoder.forward(params, config, batch, interventions, compute_dtype=compute_dtype, internals=internals)
+    return _forward(params, config, batch, interventions, compute_dtype, internals)
 
 
 @partial(jax.jit, static_argnames=("config",))
@@ -199,8 +203,7 @@ class EncoderModel(ModuleModel):
         not (``benchmarks/bench_output_memory.py``)."""
         inputs, internals = self.check_batch(batch), internals_arg(internals)
         iv = self.check_interventions(interventions, inputs["input_ids"].shape)
-        args = (self.params, self.config, inputs, iv, check_dtype(compute_dtype),
-                internals)
+        args = (self.forward_params(), self.config, inputs, iv, check_dtype(compute_dtype), internals)
         if recycle is None:
             outputs, kept = _forward(*args)
         else:
