@@ -220,7 +220,10 @@ def test_stages_on_tiny_models(tiny, tiny_marian_folder, tmp_path, monkeypatch):
     assert align.name == f"kobayashi.alignment{tag}"
     assert {"kobayashi-minilm-mixing", "kobayashi-minilm-frequency", f"kobayashi-align{tag}-eflomal"} <= ids
     aligned = [c for c in got if c["id"].startswith(f"kobayashi-align{tag}-")]
-    assert len(aligned) == 5 and all(c["claim"].startswith("fr→en ") for c in aligned)
+    assert len(aligned) == 9 and all(c["claim"].startswith("fr→en ") for c in aligned)
+    in_domain = [c for c in aligned if c["id"].startswith(f"kobayashi-align{tag}-in-domain-")]
+    assert len(in_domain) == 4 and all("in domain vs eflomal" in c["claim"] for c in in_domain)  # no eflomal claim
+    assert all("silver" in c["protocol"] and "Multi30k" in c["protocol"] for c in in_domain)
     for claim in got:
         check_recomputes(claim, tmp_path / "out")
         assert claim["status"] in (None, "reproduced", "not reproduced")
