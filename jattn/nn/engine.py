@@ -120,10 +120,11 @@ def layer_loop(step, carry, xs, unroll: bool = False):
     """``jax.lax.scan(step, carry, xs)`` over the stacked layers, or with ``unroll`` the same L
     steps as straight-line code, each on static slices of ``xs``, the per-step outputs stacked.
 
-    A loop compiles one layer and slices each layer's weights cheaply. Unrolled on static slices of
-    stacked weights, XLA:CPU copies them (~1.35× the time of a MiniLM forward); unrolled over
-    ``layer_views`` (each layer's weights an argument of its own, no copy) a forward takes 2–7 %
-    less time than the loop (``Model.forward_params``) at 1–3× the compile time. Unrolled, a backward reads each
+    A loop compiles one layer and slices each layer's weights out of the stacks on every call.
+    Unrolled on static slices of stacked weights, XLA:CPU copies them (~1.35× the time of a MiniLM
+    forward); unrolled over ``layer_views`` (each layer's weights an argument of its own, no copy)
+    a forward takes 2–4 % less time than the loop (``Model.forward_params``,
+    ``benchmarks/bench_layer_loop.py``) at 1–3× the compile time. Unrolled, a backward reads each
     layer's residuals where the forward left them instead of through (L, ...) stacks carried by
     the loop, and XLA drops the work no result needs from the first and last layer: attribution
     patching (a forward, a second forward and its backward, with its weights from ``layer_views``)
@@ -178,8 +179,8 @@ def unrolled(params):
     and True (the layers run as straight-line code, each on its own weights), or the stacked
     parameters as given and False (the layer loop). Whether ``params`` are views is their tree
     structure, static under ``jit``: one program for each form."""
-    is_list = [isinstance(x, list) for x in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, list))]
-    return (stacked_layers(params), True) if any(is_list) else (params, False)
+    views = any(isinstance(x, list) for x in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, list)))
+    return (stacked_layers(params), True) if views else (params, False)
 
 
 def stacked_layers(views):
