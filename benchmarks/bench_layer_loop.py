@@ -5,8 +5,10 @@
 ``jattn.nn.encoder.forward`` jitted two ways on the same parameters and inputs: as ``lax.scan``
 over the stacked layers (``unroll=False``), and unrolled over ``jattn.nn.engine.layer_views``
 (each layer's weights an argument of its own: what ``Model.forward`` takes on one CPU device,
-``Model.forward_params``). For MiniLM (the embedded model, 32 × 128) and all-mpnet-base-v2 when
-it is fetched (8 × 128), lean (hidden states only) and with every internal fetched to the host;
+``Model.forward_params``); likewise ``jattn.nn.seq2seq.forward`` for a translation model. For
+MiniLM (the embedded model, 32 × 128), all-mpnet-base-v2 when it is fetched (8 × 128) and the
+6 + 6 × 8 translation model when it is made (32 pairs of 32 random source and target tokens,
+teacher-forced), lean (hidden states only) and with every internal fetched to the host;
 the two programs are called alternately (``bench_encoder.alternate``): median and fastest call of
 each, their ratio (> 1: unrolled faster) and each program's compile time.
 """
@@ -26,37 +28,50 @@ from bench_encoder import alternate, cpu_model  # benchmarks/ (the scripts run f
 
 
 def models():
-    """(name, model, batch size): MiniLM, and all-mpnet-base-v2 when fetched."""
+    """(name, model, batch size, length): MiniLM, all-mpnet-base-v2 when fetched, the translation model
+    when made."""
     import jattn
     from jattn.io import artefacts
     from jattn.models import artefacts as makers  # registers the families' recipes
 
     assert makers.MAKERS
-    yield "all-MiniLM-L6-v2", jattn.load(), 32
+    yield "all-MiniLM-L6-v2", jattn.load(), 32, 128
     if artefacts.is_made("all-mpnet-base-v2"):
-        yield "all-mpnet-base-v2", jattn.load(artefacts.path("all-mpnet-base-v2"), tokenizer=False), 8
+        yield "all-mpnet-base-v2", jattn.load(artefacts.path("all-mpnet-base-v2"), tokenizer=False), 8, 128
+    if artefacts.is_made("multi30k-fr-en-6x8"):
+        yield "multi30k-fr-en-6x8", jattn.load(artefacts.path("multi30k-fr-en-6x8")), 32, 32
+
+
+def inputs(cfg, batch_size: int, length: int) -> tuple[dict, object]:
+    """Random token ids of every input the model reads, and its pure forward."""
+    import jax.numpy as jnp
+
+    from jattn.nn import encoder, seq2seq
+
+    ids = jnp.asarray(np.random.default_rng(0).integers(10, 1000, (batch_size, length)), jnp.int32)  # (b, n)
+    ones = jnp.ones_like(ids)
+    if hasattr(cfg, "d_model"):  # a translation model: source and target
+        return {"input_ids": ids, "attention_mask": ones, "decoder_input_ids": ids[:, ::-1],
+                "decoder_attention_mask": ones}, seq2seq.forward
+    return {"input_ids": ids, "attention_mask": ones, **({"token_type_ids": 0 * ids} if cfg.type_vocab_size else {})}, \
+        encoder.forward
 
 
 def bench(model, batch_size: int, length: int, repeats: int) -> dict:
     import jax
-    import jax.numpy as jnp
 
-    from jattn.nn import encoder
     from jattn.nn.engine import layer_views, stacked_layers
 
     cfg = model.config
-    ids = np.random.default_rng(0).integers(1000, cfg.vocab_size, (batch_size, length)).astype(np.int32)
-    batch = {"input_ids": jnp.asarray(ids), "attention_mask": jnp.ones_like(ids)}
-    if cfg.type_vocab_size:
-        batch["token_type_ids"] = jnp.zeros_like(ids)
+    batch, forward = inputs(cfg, batch_size, length)
 
     @partial(jax.jit, static_argnames="internals")
     def loop(params, batch, internals):
-        return encoder.forward(params, cfg, batch, internals=internals)
+        return forward(params, cfg, batch, internals=internals)
 
     @partial(jax.jit, static_argnames="internals")
     def unrolled(views, batch, internals):
-        return encoder.forward(stacked_layers(views), cfg, batch, internals=internals, unroll=True)
+        return forward(stacked_layers(views), cfg, batch, internals=internals, unroll=True)
 
     params, views = model.params, layer_views(model.params)
     result = {}
@@ -80,12 +95,11 @@ def bench(model, batch_size: int, length: int, repeats: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--out", default="benchmarks/results/layer_loop.json")
     args = parser.parse_args()
     results = []
-    for name, model, b in models():
-        r = {"name": name, "batch": [b, args.length], **bench(model, b, args.length, args.repeats)}
+    for name, model, b, n in models():
+        r = {"name": name, "batch": [b, n], **bench(model, b, n, args.repeats)}
         print(f"{name}: loop ÷ unrolled lean {r['lean_loop_over_unrolled']:.3f}, all internals "
               f"{r['all_internals_loop_over_unrolled']:.3f}; compile lean {r['lean_loop_compile_seconds']:.1f} s → "
               f"{r['lean_unrolled_compile_seconds']:.1f} s, all internals {r['all_internals_loop_compile_seconds']:.1f}"

@@ -225,26 +225,38 @@ def _weight_copies(program, params, batch, *static) -> int:
 
 
 @pytest.mark.parametrize("one_cpu", [True, False])
-def test_model_forward_unrolls_over_views_on_one_cpu(tiny, monkeypatch, one_cpu):
+def test_model_forward_unrolls_over_views_on_one_cpu(tiny, tiny_marian, monkeypatch, one_cpu):
     """``Model.forward`` takes ``layer_views`` on one CPU device (``forward_params``; the layers
     run unrolled, ``engine.unrolled``) and the stacked parameters elsewhere (the loop); either
-    way, and into a recycled result, the loop's outputs and internals under interventions."""
+    way the loop's outputs and internals under interventions: an encoder (also into a recycled
+    result) and a translation model."""
+    from tiny_seq2seq import padded_batch
+
     from jattn.models import base
+    from jattn.nn import seq2seq
 
     monkeypatch.setattr(base, "on_one_cpu", lambda params: one_cpu)
-    cfg = tiny.config
-    batch = random_batch(cfg, [10, 7, 10, 3])
+    cfg, mc = tiny.config, tiny_marian.config
+    batch, pairs = random_batch(cfg, [10, 7, 10, 3]), padded_batch(mc)
     iv = _all_interventions(cfg, 4, 10)
-    taken = tiny.forward_params()
-    stacked = [a for p, a in jax.tree_util.tree_leaves_with_path(taken, is_leaf=lambda x: isinstance(x, list))
-               if engine._is_stacked(p)]
-    assert stacked and all(isinstance(a, list) == one_cpu for a in stacked)
+    gates = {"cross": Interventions(head_gates=jnp.linspace(0.2, 1.5, mc.decoder_layers * mc.decoder_heads
+                                                            ).reshape(mc.decoder_layers, mc.decoder_heads))}
+    for model in (tiny, tiny_marian):
+        taken = [a for p, a in jax.tree_util.tree_leaves_with_path(model.forward_params(),
+                                                                   is_leaf=lambda x: isinstance(x, list))
+                 if engine._is_stacked(p)]
+        assert taken and all(isinstance(a, list) == one_cpu for a in taken)
     loop = jax.jit(lambda p, b, iv: encoder.forward(p, cfg, b, iv))
     outs, ints = loop(tiny.params, {k: jnp.asarray(v) for k, v in batch.items()}, iv)
     want = [outs["last_hidden_state"], outs["hidden_states"], ints]
-    first = tiny.forward(batch, iv)
-    again = tiny.forward(batch, iv, recycle=tiny.forward(batch, iv))
-    for result in (first, again):
-        got = [result.last_hidden_state, result.hidden_states, result.internals]
-        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    for result in (tiny.forward(batch, iv), tiny.forward(batch, iv, recycle=tiny.forward(batch, iv))):
+        assert jax.tree.structure(result.internals) == jax.tree.structure(ints)
+        for g, w in zip(jax.tree.leaves([result.last_hidden_state, result.hidden_states, result.internals]),
+                        jax.tree.leaves(want)):
             assert_close(g, w, terms=model_terms(cfg, 10))
+    s2s_loop = jax.jit(lambda p, b, iv: seq2seq.forward(p, mc, b, iv))
+    outs, ints = s2s_loop(tiny_marian.params, {k: jnp.asarray(v) for k, v in pairs.items()}, gates)
+    got = tiny_marian.forward(pairs, gates)
+    assert jax.tree.structure(got.internals) == jax.tree.structure(ints)
+    for g, w in zip(jax.tree.leaves([got.logits, got.internals]), jax.tree.leaves([outs["logits"], ints])):
+        assert_close(g, w, terms=model_terms(mc, 9, 7))

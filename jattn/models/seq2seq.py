@@ -18,6 +18,7 @@ from jattn.nn.config import Seq2SeqConfig
 from jattn.models.encoder import check_dtype, int_array, internals_arg
 from jattn.models.base import ModuleModel
 from jattn.nn import decode, seq2seq
+from jattn.nn.engine import unrolled
 
 
 @dataclasses.dataclass
@@ -42,7 +43,10 @@ class Seq2SeqResult:
 
 @partial(jax.jit, static_argnames=("config", "compute_dtype", "internals"))
 def _forward(params, config, batch, interventions, compute_dtype, internals):
-    return seq2seq.forward(params, config, batch, interventions, compute_dtype=compute_dtype, internals=internals)
+    """``seq2seq.forward`` on stacked parameters (the layer loops) or on ``layer_views`` (unrolled)."""
+    params, unroll = unrolled(params)
+    return seq2seq.forward(params, config, batch, interventions, compute_dtype=compute_dtype, internals=internals,
+                           unroll=unroll)
 
 
 def _generation_overrides(source: str) -> dict:
@@ -189,7 +193,7 @@ class Seq2SeqModel(ModuleModel):
                                    "decoder": (c.decoder_layers, c.decoder_heads, t, t),
                                    "cross": (c.decoder_layers, c.decoder_heads, t, s)}.items():
             validate.interventions(iv.get(kind), f"interventions[{kind!r}]", L, H, b, q, k)
-        outputs, kept = _forward(self.params, self.config, inputs, iv, check_dtype(compute_dtype),
+        outputs, kept = _forward(self.forward_params(), self.config, inputs, iv, check_dtype(compute_dtype),
                                  internals_arg(internals))
         return Seq2SeqResult(outputs["logits"], outputs["encoder_last_hidden_state"],
                              outputs["decoder_last_hidden_state"], kept)
