@@ -83,7 +83,7 @@ class ModuleModel:
 
     def forward_params(self):
         """The parameters a jitted forward takes: on one CPU device ``layer_views``, over which the
-        layers run unrolled (``jattn.nn.engine.unrolled``; up to 4 % less time than the layer loop,
+        layers run unrolled (``jattn.nn.engine.unrolled``; up to 7 % less time than the layer loop,
         never more beyond the noise: ``benchmarks/bench_layer_loop.py``), else ``params`` and the
         loop (on GPU/TPU or a mesh the views would be copies of the weights)."""
         params = self.params
