@@ -13,10 +13,10 @@ reused, no fresh pages to fault in; HF has no such option); ``internals=("weight
 forward (hidden states only); HF eager with ``output_attentions=True``. Beside each its minor page
 faults a call (pages of fresh memory touched first), and the forward's matrix products alone
 (``bench_encoder.gemm_bound``, which times the lean forward again beside XLA's products): the lean
-forward's share of that bound says how close to the products' speed it runs. Whether freed memory is kept for reuse (``jattn.host_memory``, set by
-``import jattn`` for every library in the process unless ``JATTN_KEEP_FREED_MEMORY=0``) and
-``GLIBC_TUNABLES`` are recorded with the results: they change how many of those pages are fresh,
-for both libraries.
+forward's share of that bound says how close to the products' speed it runs. Whether freed memory
+is kept for reuse (``jattn.host_memory``, set by ``import jattn`` for every library in the process
+unless ``JATTN_KEEP_FREED_MEMORY=0``) and ``GLIBC_TUNABLES`` are recorded with the results: they
+change how many of those pages are fresh, for both libraries.
 """
 
 from __future__ import annotations

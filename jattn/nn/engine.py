@@ -126,10 +126,10 @@ def layer_loop(step, carry, xs, unroll: bool = False):
     a forward takes up to 7 % less time than the loop, never more beyond the noise
     (``Model.forward_params``, ``benchmarks/bench_layer_loop.py``) at 1–3× the compile time.
     Unrolled, a backward reads each layer's residuals where the forward left them instead of
-    through (L, ...) stacks carried by the loop, and XLA drops the work no result needs from the first and last layer: attribution
-    patching (a forward, a second forward and its backward, with its weights from ``layer_views``)
-    takes 3.1 forwards' time unrolled, 3.9 as loops (MiniLM; MPNet 2.8,
-    ``benchmarks/bench_patching.py``, ``docs/BENCHMARKS.md``)."""
+    through (L, ...) stacks carried by the loop, and XLA drops the work no result needs from the
+    first and last layer: attribution patching (a forward, a second forward and its backward, with
+    its weights from ``layer_views``) takes 3.1 forwards' time unrolled, 3.9 as loops (MiniLM;
+    MPNet 2.8, ``benchmarks/bench_patching.py``, ``docs/BENCHMARKS.md``)."""
     if not unroll:
         return jax.lax.scan(step, carry, xs)
     ys = []
