@@ -169,7 +169,7 @@ def test_layer_views_are_the_layers_without_copies(tiny, tiny_marian, monkeypatc
 
     from jattn.nn import seq2seq
 
-    monkeypatch.setattr(engine, "_on_one_cpu", lambda a: views_on_host)
+    monkeypatch.setattr(engine, "on_one_cpu", lambda a: views_on_host)
     mc = tiny_marian.config
     cases = [(encoder.forward, tiny.config, tiny.params, random_batch(tiny.config, [10, 7, 3])),
              (seq2seq.forward, mc, tiny_marian.params, padded_batch(mc))]

@@ -144,16 +144,11 @@ def _is_stacked(path) -> bool:
     return any(getattr(k, "key", None) == "layers" for k in path)
 
 
-def _on_one_cpu(a: jax.Array) -> bool:
-    devices = a.sharding.device_set
-    return len(devices) == 1 and next(iter(devices)).platform == "cpu"
-
-
 def on_one_cpu(params) -> bool:
-    """Every array of ``params`` on one and the same CPU device: where ``layer_views`` are views
-    (no copy) and a forward runs fastest unrolled over them (``unrolled``)."""
-    leaves = jax.tree.leaves(params)
-    return all(_on_one_cpu(a) for a in leaves) and len({d for a in leaves for d in a.sharding.device_set}) == 1
+    """Every array of ``params`` (a pytree, or one array) on one and the same CPU device: where
+    ``layer_views`` are views (no copy) and a forward runs fastest unrolled over them (``unrolled``)."""
+    devices = {d for a in jax.tree.leaves(params) for d in a.sharding.device_set}
+    return len(devices) == 1 and next(iter(devices)).platform == "cpu"
 
 
 def layer_views(params):
@@ -167,7 +162,7 @@ def layer_views(params):
     def split(path, a):
         if not _is_stacked(path):
             return a
-        if _on_one_cpu(a):
+        if on_one_cpu(a):
             return jax.device_put(list(np.asarray(a)), a.sharding)  # L views of the host buffer
         return [a[l] for l in range(a.shape[0])]
 
