@@ -150,9 +150,19 @@ def report_markdown(records: dict[str, dict], profile: str, stale: Collection[st
                 lines += [f"### {record['name']}", "", result["table"].strip(), ""]
             for fig in result.get("figures", []):
                 lines += [f"![{Path(fig).stem}]({fig})", ""]
-        lines += ["Stage runtimes: " + ", ".join(f"{r['name']} {r['runtime_s'] / 60:.1f} min" for r in records.values()
-                                                 if r["name"].split(".")[0] == study), ""]
+        lines += [study_runtime([r for r in records.values() if r["name"].split(".")[0] == study]), ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def study_runtime(records: list[dict]) -> str:
+    """One study's line: its stages' time, the training of the models they read (each once), the
+    sum, then every stage's time."""
+    stages = sum(r["runtime_s"] for r in records) / 3600
+    trained = trained_models(records)
+    made = sum(trained.values()) / 3600
+    training = (f" + {made:.2f} h training {', '.join(trained)} = {stages + made:.2f} h" if trained else "")
+    return (f"Runtime: {stages:.2f} h of stages{training}. Stages: "
+            + ", ".join(f"{r['name']} {r['runtime_s'] / 60:.1f} min" for r in records))
 
 
 def readme_section(reproduce: dict) -> str:

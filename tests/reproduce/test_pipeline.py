@@ -180,6 +180,9 @@ def test_the_training_of_models_made_before_a_stage_counts_once_in_the_runtime(t
         pytest.approx(own + 600.0, abs=0.2)  # the model read by two stages counts once
     assert "h training the 1 model they read" in report.report_markdown(ran, "quick")
     assert "minilm-cola 10 min" in report.report_markdown(ran, "quick")
+    line = report.study_runtime(list(ran.values()))
+    assert line.startswith(f"Runtime: {own / 3600:.2f} h of stages + {600 / 3600:.2f} h training minilm-cola = "
+                           f"{(own + 600) / 3600:.2f} h. Stages: toy.a ")
 
 
 MODULE = '''"""Module docstring, ≥ one line."""
