@@ -13,7 +13,7 @@ import pytest
 import sacrebleu
 
 from jattn.reproduce import claims, pipeline
-from jattn.reproduce.studies import voita_runs
+from jattn.reproduce.studies import voita_claims, voita_runs
 
 WORDS = "a man in a red shirt is riding a bike down the street while two dogs watch".split()
 
@@ -42,6 +42,15 @@ def test_bleu_statistics_are_sacrebleus():
     assert 99 < bleu(near) < 100
     systems = np.stack([c, near, refs], 1)
     assert fn["fewest_heads_within_1_bleu"](refs, systems, heads[:, :3], refs) == 8
+
+
+def test_the_fewest_heads_note_names_the_run_that_kept_them():
+    runs = [{"setting": "encoder", "lam": lam, "open_heads": {"encoder": k}} for lam, k in ((0.02, 0), (0.005, 9))]
+    bleu = {"encoder-lam0.02": 51.954, "encoder-lam0.005": 52.6, "unpruned": 52.291}.get
+    assert voita_claims.fewest_note(0.0, 48, runs, bleu) == (
+        "0 of 48 encoder heads kept within 1 BLEU (the paper: 10 of 48); at 0 open heads (λ 0.02) BLEU 51.95, "
+        "unpruned 52.29; reproduced means at most half of them, with the interval below all 48")
+    assert "open heads (λ" not in voita_claims.fewest_note(48.0, 48, runs, bleu)
 
 
 def test_keep_top_ranks_the_gated_types_together():
@@ -126,6 +135,8 @@ def test_every_stage_on_a_tiny_random_model(tmp_path, monkeypatch, data_set):
     per_sentence = np.asarray([r["confidence"] for r in heads["rows"]]).mean(0)  # the claims' rows vs the runner
     np.testing.assert_allclose(per_sentence, np.ravel(heads["confidence"]["encoder"]), atol=1e-5)
     _recomputes(found, tmp_path)
+    fewest = next(c for c in found if c["id"] == "voita-encoder-fewest-heads")
+    assert fewest["note"] == voita_claims.fewest_note(fewest["value"], 8, [], None)  # all 8 kept: no run to name
     gates = records["voita.gates-all-lam0.5"]["result"]
     assert gates["steps"] in (3, 4) and gates["open_heads"] == {k: int((np.asarray(v) > 0).sum())
                                                                  for k, v in gates["gates"].items()}
