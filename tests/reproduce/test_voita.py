@@ -128,6 +128,7 @@ def test_every_stage_on_a_tiny_random_model(tmp_path, monkeypatch, data_set):
     records = pipeline.run(stages, ctx, log=lambda m: None)
     found = records["voita.claims"]["result"]["claims"]
     assert {c["id"] for c in found} >= {"voita-unpruned-bleu", "voita-encoder-lam0.5", "voita-all-lam0.5-vs-importance",
+                                        "voita-all-lam0.5-vs-control",
                                         "voita-encoder-fewest-heads", "voita-confidence-lrp"}
     heads = records["voita.roles"]["result"]
     assert len(heads["rows"]) == 6 and np.asarray(heads["roles"]).shape == (2, 4)
@@ -141,8 +142,12 @@ def test_every_stage_on_a_tiny_random_model(tmp_path, monkeypatch, data_set):
     assert gates["steps"] in (3, 4) and gates["open_heads"] == {k: int((np.asarray(v) > 0).sum())
                                                                  for k, v in gates["gates"].items()}
     refs = [r["ref"] for r in claims.read_rows(tmp_path / found[0]["predictions"])]
-    for name in ("voita.unpruned", "voita.gates-encoder-lam0.5", "voita.control"):
-        hyps = (tmp_path / records[name]["result"]["translations"]).read_text().split("\n")[:-1]
+    control = records["voita.control"]["result"]
+    gate_steps = {records[f"voita.gates-{s}-lam0.5"]["result"]["steps"] for s in ("encoder", "all")}
+    assert control["steps"] == sorted(gate_steps) and set(control["translations"]) == {str(k) for k in gate_steps}
+    for file in [records[n]["result"]["translations"] for n in ("voita.unpruned", "voita.gates-encoder-lam0.5")] + \
+            list(control["translations"].values()):
+        hyps = (tmp_path / file).read_text().split("\n")[:-1]
         assert len(hyps) == len(refs) == 6
     hyps = (tmp_path / records["voita.unpruned"]["result"]["translations"]).read_text().split("\n")[:-1]
     assert found[0]["value"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)

@@ -12,7 +12,8 @@ P(g ≠ 0) (Eq. 5 as written), for ``steps`` updates, then on in steps of ``step
 any evaluation gate lies strictly between 0 and 1, up to ``max_steps``. Kept heads are the gates
 open at evaluation (the deterministic gates folded into W_O); a gate still fractional at the end
 is counted and reported, never rounded. The control is the all-gates-open model trained the same
-way for ``steps`` updates (what the fine-tuning alone does). Michel's baseline: importance
+way (what the fine-tuning alone does), translated at each update count a gate run stopped at, so
+every gate run is set beside the control trained for as many updates. Michel's baseline: importance
 (token estimator, per-layer L2; ``jattn.importance``) estimated once on the converged model over
 a slice of the validation split, the heads of the gated types ranked together, and the model
 pruned to each λ's open-head count by it and by ``random_orders`` random orders. Every system
@@ -34,11 +35,12 @@ Costs, from measured parts (AMD EPYC, 2 cores): a joint gate update (the model t
 on) costs 0.91-1.12× a training update in alternated rounds (``benchmarks/bench_gate_update.py``)
 and took 0.79 s in the study's own run on an otherwise idle machine (all three attention types
 gated, λ = 0.001: 2,100 updates in 28 min), so a gate run of 600-3,600 updates takes 8-48 min and
-the 11 runs (10 λ runs and the control) 2-6 h;
+the 11 runs (10 λ runs and the control, as long as the longest) 2-6 h;
 beam-4 decoding of the 1,000 test sentences took 42-73 s in the same run (102 s on one core
-shared with another job), and the study decodes up to 72 systems (the unpruned model, 11 gate
-runs, and for each setting and each distinct open-head count of its 5 λ runs the importance-pruned
-model and 5 random orders), about 1 h. The study as a whole: 3-8 h.
+shared with another job), and the study decodes up to 82 systems (the unpruned model, 10 gate
+runs, the control at up to 10 update counts, and for each setting and each distinct open-head
+count of its 5 λ runs the importance-pruned model and 5 random orders), about 1-1.5 h. The study
+as a whole: 3-8 h.
 
 The λ grid, 0.001-0.02: on this model encoder gates at λ = 0.005 kept 9 of 48 heads and at
 λ = 0.01 three (600 and 900 joint updates), so the grid runs from there towards fewer pruned heads
@@ -86,7 +88,7 @@ def stages(profile: Profile) -> list[Stage]:
                                          "jattn.io.parse"))
     out.append(Stage("voita.parse", voita_roles.parse_stage, **analyses))
     out.append(Stage("voita.roles", voita_roles.roles_stage, needs=("voita.parse",), **analyses))
-    out.append(Stage("voita.control", R.gate_stage("all", None), **common))
+    out.append(Stage("voita.control", R.control_stage(tuple(gate_stages)), needs=tuple(gate_stages), **common))
     out.append(Stage("voita.importance", R.importance_stage, **common))
     michel = []
     for setting in SETTINGS:

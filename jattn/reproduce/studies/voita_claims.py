@@ -3,7 +3,8 @@ run stages saved. Every number is corpus sacreBLEU recomputed from those files; 
 is a paired bootstrap over test sentences (one index resample scores both systems).
 
 Claims: the unpruned model's BLEU (beside copying the source); per setting and λ, Δ BLEU of the
-gated model vs the unpruned one (beside the all-gates-open control's Δ) and vs Michel's
+gated model vs the unpruned one (beside the Δ of the all-gates-open control trained for as many
+updates), vs that control (beside the unpruned model's Δ vs it) and vs Michel's
 importance pruning to the same open-head count (beside random orders' Δ); per setting and count,
 Michel's Δ vs unpruned (beside random orders'); the fewest encoder heads within 1 BLEU of the
 unpruned model (beside the same rule applied to importance pruning).
@@ -31,8 +32,9 @@ def claims_stage(gate_stages: list[str], michel_stages: list[str]):
     def run(ctx: Context) -> dict:
         base = ctx.result("voita.unpruned")
         refs, n = base["refs"], len(base["refs"])
-        text = {"unpruned": V.read_translations(ctx, base["translations"]),
-                "control": V.read_translations(ctx, ctx.result("voita.control")["translations"])}
+        control = ctx.result("voita.control")
+        text = {"unpruned": V.read_translations(ctx, base["translations"])}
+        text.update({_control(int(k)): V.read_translations(ctx, f) for k, f in control["translations"].items()})
         runs = [ctx.result(g) for g in gate_stages]
         michel = {m["setting"]: m for m in map(ctx.result, michel_stages)}
         for m in michel.values():
@@ -67,16 +69,20 @@ def claims_stage(gate_stages: list[str], michel_stages: list[str]):
         heads = ctx.result("voita.roles")
         claims += voita_head_claims.claims(ctx, heads, [r for r in runs if r["setting"] == "encoder"])
         systems = {name: stats.bleu_ci(hyps, refs) for name, hyps in text.items() if "-random-" not in name}
-        figures = [_curve_figure(ctx, runs, michel, systems, text, refs), _gates_figure(ctx, runs),
+        figures = [_curve_figure(ctx, runs, michel, systems, text, refs, control["steps"]), _gates_figure(ctx, runs),
                    voita_head_claims.roles_figure(ctx, heads, runs)]
         return {"claims": claims, "figures": figures,
-                "table": _table(runs, michel, systems) + "\n\n" + voita_head_claims.table(heads, runs)}
+                "table": _table(runs, systems, control["steps"]) + "\n\n" + voita_head_claims.table(heads, runs)}
 
     return run
 
 
 def _system(r: dict) -> str:
     return f"{r['setting']}-{V.lam_name(r['lam'])}"
+
+
+def _control(steps: int) -> str:
+    return f"control-{steps}"
 
 
 def _open(r: dict) -> int:
@@ -99,16 +105,24 @@ def _gate_claims(ctx, r: dict, text: dict, m: dict, refs: list[str], protocol: s
     extra = {"open_heads": r["open_heads"], "fractional_gates": r["fractional_gates"], "lam": r["lam"],
              "steps": r["steps"]}
     randoms = [text[f"michel-{r['setting']}-{k}-{o}"] for o in m["orders"] if o.startswith("random")]
-    rows = _rows(refs, gated=text[name], unpruned=text["unpruned"], control=text["control"],
+    rows = _rows(refs, gated=text[name], unpruned=text["unpruned"], control=text[_control(r["steps"])],
                  importance=text[f"michel-{r['setting']}-{k}-importance"], random=_per_row(randoms))
     gated = ", ".join(V.SETTINGS[r["setting"]])
     one = ctx.claim(id=f"voita-{name}", unit="Δ BLEU", rows=rows, n=n, seeds=1,
                     claim=f"L0 gates on {gated} (λ {r['lam']:g}): {k} of {m['heads']} heads open, Δ BLEU vs unpruned",
                     paper=V.PAPER, measure=_gain("gated", "unpruned"), protocol=protocol,
-                    baseline={"name": "all-gates-open control trained alike, Δ vs unpruned",
+                    baseline={"name": f"all-gates-open control trained alike for {r['steps']} updates, Δ vs "
+                                      "unpruned",
                               **_gain("control", "unpruned")}, **extra)
     one["note"] = f"{_sign(*one['ci'])} than unpruned" + (f"; {r['fractional_gates']} gate(s) still between 0 and 1"
                                                           if r["fractional_gates"] else "")
+    versus = ctx.claim(id=f"voita-{name}-vs-control", unit="Δ BLEU", rows=rows, n=n, seeds=1,
+                       claim=f"L0 gates (λ {r['lam']:g}, {gated}): {k} of {m['heads']} heads open, Δ BLEU vs the "
+                             f"all-gates-open control trained for as many updates ({r['steps']})",
+                       paper=V.PAPER, measure=_gain("gated", "control"), protocol=protocol,
+                       baseline={"name": "the unpruned model (no further training) vs the control",
+                                 **_gain("unpruned", "control")}, **extra)
+    versus["note"] = f"{_sign(*versus['ci'])} than the control: what the gates cost beyond the training alone"
     two = ctx.claim(id=f"voita-{name}-vs-importance", unit="Δ BLEU", rows=rows, n=n, seeds=1,
                     claim=f"L0 gates (λ {r['lam']:g}, {gated}) vs Michel importance pruning to the same {k} heads, "
                           "Δ BLEU", paper=V.PAPER + "; Michel et al. 2019 (importance pruning)",
@@ -116,7 +130,7 @@ def _gate_claims(ctx, r: dict, text: dict, m: dict, refs: list[str], protocol: s
                     baseline={"name": f"{len(randoms)} random orders (mean) vs importance at {k} heads",
                               **_gain("random", "importance")}, **extra)
     two["note"] = f"L0 {_sign(*two['ci'])} than importance pruning at {k} heads"
-    return [one, two]
+    return [one, versus, two]
 
 
 def _fewest_claim(ctx, runs: list[dict], text: dict, m: dict, refs: list[str], protocol: str) -> dict:
@@ -151,20 +165,24 @@ def fewest_note(value: float, heads: int, runs: list[dict], bleu) -> str:
             f"at most half of them, with the interval below all {heads}")
 
 
-def _table(runs: list[dict], michel: dict, systems: dict) -> str:
+def _table(runs: list[dict], systems: dict, control_steps: list[int]) -> str:
     fmt = lambda s: f"{s['bleu']:.2f} [{s['ci'][0]:.2f}, {s['ci'][1]:.2f}]"  # noqa: E731
-    lines = [f"Unpruned {fmt(systems['unpruned'])} BLEU; all-gates-open control {fmt(systems['control'])}.", "",
+    controls = "; ".join(f"{k} updates {fmt(systems[_control(k)])}" for k in control_steps)
+    lines = [f"Unpruned {fmt(systems['unpruned'])} BLEU; all-gates-open control: {controls}.", "",
              "| setting | λ | updates | open heads (enc / dec / cross) | gates in (0, 1) | L0 BLEU [CI] | "
-             "importance at the same count [CI] |", "|---|---|---|---|---|---|---|"]
+             "control, as many updates [CI] | importance at the same count [CI] |", "|---|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: (r["setting"], r["lam"])):
         o, importance = r["open_heads"], systems["michel-%s-%d-importance" % (r["setting"], _open(r))]
         lines.append(f"| {r['setting']} | {r['lam']:g} | {r['steps']} | {o['encoder']} / {o['decoder']} / {o['cross']} "
-                     f"| {r['fractional_gates']} | {fmt(systems[_system(r)])} | {fmt(importance)} |")
+                     f"| {r['fractional_gates']} | {fmt(systems[_system(r)])} | {fmt(systems[_control(r['steps'])])} "
+                     f"| {fmt(importance)} |")
     return "\n".join(lines)
 
 
-def _curve_figure(ctx, runs: list[dict], michel: dict, systems: dict, text: dict, refs: list[str]) -> str:
-    """BLEU vs open heads of the gated types, per setting: L0, importance, the random band, unpruned, control."""
+def _curve_figure(ctx, runs: list[dict], michel: dict, systems: dict, text: dict, refs: list[str],
+                  control_steps: list[int]) -> str:
+    """BLEU vs open heads of the gated types, per setting: L0, importance, the random band, unpruned,
+    and the control (all heads open) at each update count."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,7 +203,9 @@ def _curve_figure(ctx, runs: list[dict], michel: dict, systems: dict, text: dict
                           for o in m["orders"] if o.startswith("random")] for k in ks])  # (counts, orders)
         ax.fill_between(ks, band.min(1), band.max(1), color="grey", alpha=0.25, label=f"{band.shape[1]} random orders")
         ax.axhline(systems["unpruned"]["bleu"], color="k", ls=":", lw=0.8, label="unpruned")
-        ax.plot([m["heads"]], [systems["control"]["bleu"]], "s", color="C2", ms=4, label="control (gates open)")
+        ax.plot([m["heads"]] * len(control_steps), [systems[_control(k)]["bleu"] for k in control_steps], "s",
+                color="C2", ms=4, mfc="none", label=f"control (gates open), {min(control_steps)}-{max(control_steps)} "
+                                                     "updates")
         ax.set_title(f"gates on {', '.join(V.SETTINGS[setting])}", fontsize=9)
         ax.set_xlabel(f"open heads (of {m['heads']})")
     axes[0][0].set_ylabel("test BLEU")

@@ -1,5 +1,5 @@
 """The Voita stages that train or translate (``voita`` has the protocol): the unpruned model's test
-translations, one gate run (a λ and a setting, or the all-gates-open control), the importance
+translations, one gate run (a λ and a setting), the all-gates-open control, the importance
 estimate, and Michel's pruning to each gate run's open-head count. Each system's translations
 are a text file under ``<out>/predictions/voita/`` (one line per test sentence, aligned with the
 test file); a stopped stage continues from its work folder (gate checkpoints, finished files).
@@ -48,8 +48,8 @@ def translation_model(ctx: Context) -> Path:
     return out
 
 
-def lam_name(lam: float | None) -> str:
-    return "control" if lam is None else f"lam{lam:g}"
+def lam_name(lam: float) -> str:
+    return f"lam{lam:g}"
 
 
 @dataclasses.dataclass
@@ -143,34 +143,63 @@ def _fractional(gates: dict) -> int:
     return int(sum(((g > 0) & (g < 1)).sum() for g in gates.values()))
 
 
-def gate_stage(setting: str, lam: float | None):
-    """Gates on ``setting``'s attention types trained jointly with the model at penalty ``lam``;
-    ``lam`` None: the all-gates-open control (gates held at 1, the model trained alike)."""
+def _gate_config(p: dict, setting: str, lam: float, steps: int):
+    """The joint gate training of a run: ``lam`` 0 is the all-gates-open control (gates held at 1)."""
+    from jattn.training.l0 import GateConfig
+
+    return GateConfig(lam=lam, kinds=SETTINGS[setting], steps=steps, lr=p["gate_lr"], model_lr=p["model_lr"],
+                      fixed_open=lam == 0, dropout=True, label_smoothing=0.1, save_every=p["save_every"])
+
+
+def gate_stage(setting: str, lam: float):
+    """Gates on ``setting``'s attention types trained jointly with the model at penalty ``lam``."""
     def run(ctx: Context) -> dict:
-        from jattn.training.l0 import GateConfig, GateTrainer, fold_gates
+        from jattn.training.l0 import GateTrainer, fold_gates
 
         p, s = ctx.params, Setup.load(ctx)
         batches = _training_batches(ctx, s, p)
-        gc = GateConfig(lam=0.0 if lam is None else lam, kinds=SETTINGS[setting], steps=p["steps"], lr=p["gate_lr"],
-                        model_lr=p["model_lr"], fixed_open=lam is None, dropout=True, label_smoothing=0.1,
-                        save_every=p["save_every"])
-        start = time.perf_counter()
-        trainer = GateTrainer(s.model.config, s.pure_params(), gc, ctx.work() / "gates", batches)
+        steps, start = p["steps"], time.perf_counter()
+        trainer = GateTrainer(s.model.config, s.pure_params(), _gate_config(p, setting, lam, steps),
+                              ctx.work() / "gates", batches)
         trainer.fit(progress=ctx.progress)
-        while lam is not None and _fractional(trainer.evaluation_gates()) and gc.steps < p["max_steps"]:
-            gc = dataclasses.replace(gc, steps=min(gc.steps + p["steps"] // 2, p["max_steps"]))
-            trainer = GateTrainer(s.model.config, s.pure_params(), gc, ctx.work() / "gates", batches)  # resumes
+        while _fractional(trainer.evaluation_gates()) and steps < p["max_steps"]:
+            steps = min(steps + p["steps"] // 2, p["max_steps"])
+            trainer = GateTrainer(s.model.config, s.pure_params(), _gate_config(p, setting, lam, steps),
+                                  ctx.work() / "gates", batches)  # resumes
             trainer.fit(progress=ctx.progress)
         trained = time.perf_counter() - start
         gates = trainer.evaluation_gates()  # {kind: (L, H)}, 1 for the ungated types
         hyps = s.translate(fold_gates(trainer.params, s.model.config, gates))
-        system = f"{setting}-{lam_name(lam)}" if lam is not None else "control"
         return {"setting": setting, "lam": lam, "steps": trainer.meta["step"],
                 "gates": {k: np.asarray(g).tolist() for k, g in gates.items()},
                 "open_heads": {k: int((np.asarray(g) > 0).sum()) for k, g in gates.items()},
                 "fractional_gates": _fractional(gates), "curve": trainer.meta["curve"],
-                "translations": write_translations(ctx, system, hyps),
+                "translations": write_translations(ctx, f"{setting}-{lam_name(lam)}", hyps),
                 "seconds": {"training": round(trained, 1), "decode": round(time.perf_counter() - start - trained, 1)}}
+
+    return run
+
+
+def control_stage(gate_stages: tuple[str, ...]):
+    """The all-gates-open control: the model trained as the gate runs train it (gates held at 1,
+    λ 0), one run up to the longest gate run's updates, translating the test set at every update
+    count a gate run stopped at, so each gate run has a control trained for as many updates."""
+    def run(ctx: Context) -> dict:
+        from jattn.training.l0 import GateTrainer
+
+        p, s = ctx.params, Setup.load(ctx)
+        batches = _training_batches(ctx, s, p)
+        counts = sorted({ctx.result(g)["steps"] for g in gate_stages})
+        done, start = ctx.work() / "done.json", time.perf_counter()
+        files = json.loads(done.read_text()) if done.is_file() else {}
+        for steps in counts:
+            if str(steps) not in files:
+                trainer = GateTrainer(s.model.config, s.pure_params(), _gate_config(p, "all", 0.0, steps),
+                                      ctx.work() / "gates", batches)  # resumes from the previous count
+                trainer.fit(progress=ctx.progress)
+                files[str(steps)] = write_translations(ctx, f"control-{steps}", s.translate(trainer.params))
+                done.write_text(json.dumps(files))
+        return {"steps": counts, "translations": files, "seconds": round(time.perf_counter() - start, 1)}
 
     return run
 
