@@ -45,11 +45,19 @@ def test_bleu_statistics_are_sacrebleus():
 
 
 def test_the_fewest_heads_note_names_the_run_that_kept_them():
-    runs = [{"setting": "encoder", "lam": lam, "open_heads": {"encoder": k}} for lam, k in ((0.02, 0), (0.005, 9))]
-    bleu = {"encoder-lam0.02": 51.954, "encoder-lam0.005": 52.6, "unpruned": 52.291}.get
-    assert voita_claims.fewest_note(0.0, 48, runs, bleu) == (
-        "0 of 48 encoder heads kept within 1 BLEU (the paper: 10 of 48); at 0 open heads (λ 0.02) BLEU 51.95, "
-        "unpruned 52.29; reproduced means at most half of them, with the interval below all 48")
+    runs = [{"setting": "encoder", "lam": lam, "open_heads": {"encoder": k}, "steps": steps}
+            for lam, k, steps in ((0.02, 0, 600), (0.005, 9, 900))]
+    bleu = {"encoder-lam0.02": 51.954, "encoder-lam0.005": 52.6, "unpruned": 52.291, "control-600": 52.5,
+            "control-900": 52.7, "michel-encoder-0-importance": 40.01, "michel-encoder-9-importance": 48.0}.get
+    zero = voita_claims.fewest_note(0.0, 48, runs, bleu)
+    assert zero.startswith(
+        "0 of 48 encoder heads kept within 1 BLEU (the paper: 10 of 48); at 0 open heads (λ 0.02, 600 joint updates) "
+        "BLEU 51.95, unpruned 52.29, the all-gates-open control after as many updates 52.50, importance pruning to 0 "
+        "heads without training 40.01. With no encoder self-attention head open")
+    assert zero.endswith("; reproduced means at most half of them, with the interval below all 48")
+    nine = voita_claims.fewest_note(9.0, 48, runs, bleu)
+    assert "(λ 0.005, 900 joint updates) BLEU 52.60" in nine and "control after as many updates 52.70" in nine
+    assert "without training 48.00;" in nine and "feed-forward" not in nine
     assert "open heads (λ" not in voita_claims.fewest_note(48.0, 48, runs, bleu)
 
 

@@ -157,10 +157,22 @@ def _fewest_claim(ctx, runs: list[dict], text: dict, m: dict, refs: list[str], p
 
 def fewest_note(value: float, heads: int, runs: list[dict], bleu) -> str:
     """The fewest-heads claim's note: the count, the paper's, and (below all ``heads``) the BLEU of
-    the gate run that kept that many beside the unpruned model's (``bleu(system name)``)."""
+    the gate run that kept that many beside the unpruned model's, the control trained for as many
+    updates and importance pruning to as many heads without training (``bleu(system name)``);
+    with no encoder head left, what that model is."""
     run = next((r for r in runs if _open(r) == value), None) if value < heads else None
-    at = (f"; at {_open(run)} open heads (λ {run['lam']:g}) BLEU {bleu(_system(run)):.2f}, unpruned "
-          f"{bleu('unpruned'):.2f}" if run else "")
+    at = ""
+    if run:
+        k = _open(run)
+        at = (f"; at {k} open heads (λ {run['lam']:g}, {run['steps']} joint updates) BLEU {bleu(_system(run)):.2f}, "
+              f"unpruned {bleu('unpruned'):.2f}, the all-gates-open control after as many updates "
+              f"{bleu(_control(run['steps'])):.2f}, importance pruning to {k} heads without training "
+              f"{bleu(f'michel-encoder-{k}-importance'):.2f}")
+        if k == 0:
+            at += (". With no encoder self-attention head open the encoder is a per-position feed-forward stack: "
+                   "each source vector is computed from its own token and position, and only the decoder's "
+                   "cross-attention mixes the source; the training that goes with the gates is what lets the "
+                   "model work that way")
     return (f"{value:.0f} of {heads} encoder heads kept within 1 BLEU (the paper: 10 of 48){at}; reproduced means "
             f"at most half of them, with the interval below all {heads}")
 
