@@ -49,16 +49,18 @@ def test_the_fewest_heads_note_names_the_run_that_kept_them():
             for lam, k, steps in ((0.02, 0, 600), (0.005, 9, 900))]
     bleu = {"encoder-lam0.02": 51.954, "encoder-lam0.005": 52.6, "unpruned": 52.291, "control-600": 52.5,
             "control-900": 52.7, "michel-encoder-0-importance": 40.01, "michel-encoder-9-importance": 48.0}.get
-    zero = voita_claims.fewest_note(0.0, 48, runs, bleu)
+    zero = voita_claims.fewest_note(0.0, 48, runs, bleu, 0)
     assert zero.startswith(
         "0 of 48 encoder heads kept within 1 BLEU (the paper: 10 of 48); at 0 open heads (λ 0.02, 600 joint updates) "
         "BLEU 51.95, unpruned 52.29, the all-gates-open control after as many updates 52.50, importance pruning to 0 "
         "heads without training 40.01. With no encoder self-attention head open")
-    assert zero.endswith("; reproduced means at most half of them, with the interval below all 48")
-    nine = voita_claims.fewest_note(9.0, 48, runs, bleu)
+    assert zero.endswith("; 0 of the unpruned model's 48 encoder heads have a positional, syntactic or rare-word role "
+                         "by the paper's criteria (the roles table); reproduced means at most half of them kept, with "
+                         "the interval below all 48")
+    nine = voita_claims.fewest_note(9.0, 48, runs, bleu, 3)
     assert "(λ 0.005, 900 joint updates) BLEU 52.60" in nine and "control after as many updates 52.70" in nine
-    assert "without training 48.00;" in nine and "feed-forward" not in nine
-    assert "open heads (λ" not in voita_claims.fewest_note(48.0, 48, runs, bleu)
+    assert "without training 48.00; 3 of the" in nine and "feed-forward" not in nine
+    assert "open heads (λ" not in voita_claims.fewest_note(48.0, 48, runs, bleu, 0)
 
 
 def test_keep_top_ranks_the_gated_types_together():
@@ -145,7 +147,10 @@ def test_every_stage_on_a_tiny_random_model(tmp_path, monkeypatch, data_set):
     np.testing.assert_allclose(per_sentence, np.ravel(heads["confidence"]["encoder"]), atol=1e-5)
     _recomputes(found, tmp_path)
     fewest = next(c for c in found if c["id"] == "voita-encoder-fewest-heads")
-    assert fewest["note"] == voita_claims.fewest_note(fewest["value"], 8, [], None)  # all 8 kept: no run to name
+    specialised = int((np.asarray(heads["roles"]) != "other").sum())
+    assert fewest["note"] == voita_claims.fewest_note(fewest["value"], 8, [], None, specialised)  # all 8 kept
+    assert "Largest over the 8 heads: share of rows whose argmax is the previous token" in \
+        records["voita.claims"]["result"]["table"]
     gates = records["voita.gates-all-lam0.5"]["result"]
     assert gates["steps"] in (3, 4) and gates["open_heads"] == {k: int((np.asarray(v) > 0).sum())
                                                                  for k, v in gates["gates"].items()}

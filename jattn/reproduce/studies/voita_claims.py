@@ -64,9 +64,9 @@ def claims_stage(gate_stages: list[str], michel_stages: list[str]):
                                         **_gain("random", "unpruned")})
                 c["note"] = f"{_sign(*c['ci'])} than unpruned"
                 claims.append(c)
-        claims.append(_fewest_claim(ctx, [r for r in runs if r["setting"] == "encoder"], text, michel["encoder"],
-                                    refs, protocol))
         heads = ctx.result("voita.roles")
+        claims.append(_fewest_claim(ctx, [r for r in runs if r["setting"] == "encoder"], text, michel["encoder"],
+                                    refs, protocol, heads))
         claims += voita_head_claims.claims(ctx, heads, [r for r in runs if r["setting"] == "encoder"])
         systems = {name: stats.bleu_ci(hyps, refs) for name, hyps in text.items() if "-random-" not in name}
         figures = [_curve_figure(ctx, runs, michel, systems, text, refs, control["steps"]), _gates_figure(ctx, runs),
@@ -133,9 +133,10 @@ def _gate_claims(ctx, r: dict, text: dict, m: dict, refs: list[str], protocol: s
     return [one, versus, two]
 
 
-def _fewest_claim(ctx, runs: list[dict], text: dict, m: dict, refs: list[str], protocol: str) -> dict:
+def _fewest_claim(ctx, runs: list[dict], text: dict, m: dict, refs: list[str], protocol: str, heads: dict) -> dict:
     """The fewest open encoder heads whose BLEU is within 1 of the unpruned model's, with its
-    bootstrap interval; the same rule over importance pruning at the same counts beside it."""
+    bootstrap interval; the same rule over importance pruning at the same counts beside it
+    (``heads``: the roles stage's result)."""
     runs = sorted(runs, key=_open)
     counts, n = [_open(r) for r in runs] + [m["heads"]], len(refs)
     rows = _rows(refs, gated=_per_row([text[_system(r)] for r in runs] + [text["unpruned"]]),
@@ -150,16 +151,18 @@ def _fewest_claim(ctx, runs: list[dict], text: dict, m: dict, refs: list[str], p
                             **spec("importance")})
     half = m["heads"] / 2
     c["status"] = "reproduced" if c["value"] <= half and c["ci"][1] < m["heads"] else "not reproduced"
+    specialised = int((np.asarray(heads["roles"]) != "other").sum())
     c["note"] = fewest_note(c["value"], m["heads"], runs,
-                            lambda name: stats.bleu_from_statistics(stats.bleu_statistics(text[name], refs)))
+                            lambda name: stats.bleu_from_statistics(stats.bleu_statistics(text[name], refs)), specialised)
     return c
 
 
-def fewest_note(value: float, heads: int, runs: list[dict], bleu) -> str:
+def fewest_note(value: float, heads: int, runs: list[dict], bleu, specialised: int) -> str:
     """The fewest-heads claim's note: the count, the paper's, and (below all ``heads``) the BLEU of
     the gate run that kept that many beside the unpruned model's, the control trained for as many
     updates and importance pruning to as many heads without training (``bleu(system name)``);
-    with no encoder head left, what that model is."""
+    with no encoder head left, what that model is; then how many of the unpruned model's encoder
+    heads have a role by Voita's criteria (``specialised``)."""
     run = next((r for r in runs if _open(r) == value), None) if value < heads else None
     at = ""
     if run:
@@ -173,8 +176,10 @@ def fewest_note(value: float, heads: int, runs: list[dict], bleu) -> str:
                    "each source vector is computed from its own token and position, and only the decoder's "
                    "cross-attention mixes the source; the training that goes with the gates is what lets the "
                    "model work that way")
-    return (f"{value:.0f} of {heads} encoder heads kept within 1 BLEU (the paper: 10 of 48){at}; reproduced means "
-            f"at most half of them, with the interval below all {heads}")
+    return (f"{value:.0f} of {heads} encoder heads kept within 1 BLEU (the paper: 10 of 48){at}; {specialised} of the "
+            f"unpruned model's {heads} encoder heads have a positional, syntactic or rare-word role by the paper's "
+            f"criteria (the roles table); reproduced means at most half of them kept, with the interval below all "
+            f"{heads}")
 
 
 def _table(runs: list[dict], systems: dict, control_steps: list[int]) -> str:
