@@ -85,6 +85,10 @@ def _control(steps: int) -> str:
     return f"control-{steps}"
 
 
+def _span(values: list[int]) -> str:
+    return f"{min(values)}" if min(values) == max(values) else f"{min(values)}-{max(values)}"
+
+
 def _open(r: dict) -> int:
     return sum(r["open_heads"][t] for t in V.SETTINGS[r["setting"]])
 
@@ -221,8 +225,7 @@ def _curve_figure(ctx, runs: list[dict], michel: dict, systems: dict, text: dict
         ax.fill_between(ks, band.min(1), band.max(1), color="grey", alpha=0.25, label=f"{band.shape[1]} random orders")
         ax.axhline(systems["unpruned"]["bleu"], color="k", ls=":", lw=0.8, label="unpruned")
         ax.plot([m["heads"]] * len(control_steps), [systems[_control(k)]["bleu"] for k in control_steps], "s",
-                color="C2", ms=4, mfc="none", label=f"control (gates open), {min(control_steps)}-{max(control_steps)} "
-                                                     "updates")
+                color="C2", ms=4, mfc="none", label=f"control (gates open), {_span(control_steps)} updates")
         ax.set_title(f"gates on {', '.join(V.SETTINGS[setting])}", fontsize=9)
         ax.set_xlabel(f"open heads (of {m['heads']})")
     axes[0][0].set_ylabel("test BLEU")

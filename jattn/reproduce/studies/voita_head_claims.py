@@ -74,11 +74,12 @@ def table(heads: dict, runs: list[dict]) -> str:
         lines.append(f"| kept at λ {r['lam']:g} ({int(kept.sum())}) | {count(kept)} |")
     top = lambda key: float(np.max(heads[key]))  # noqa: E731  the largest over the L × H heads
     confidence = np.asarray(heads["confidence"]["encoder"])
+    margin = (f"{top('margin'):+.1f} points" if np.isfinite(top("margin")) else
+              "none (no relation with enough dependents)")
     lines += ["", f"Largest over the {roles.size} heads: share of rows whose argmax is the previous token "
               f"{top('previous'):.0%}, the next token {top('next'):.0%} (a positional head: ≥ 90 %), the rarest "
               f"token {top('rare'):.0%} (a rare-word head: > 50 %); best syntactic margin over the offset baseline "
-              f"{top('margin'):+.1f} points (a syntactic head: ≥ +10); confidence {confidence.min():.2f}-"
-              f"{confidence.max():.2f}."]
+              f"{margin} (a syntactic head: ≥ +10); confidence {confidence.min():.2f}-{confidence.max():.2f}."]
     worst = max(heads["lrp_conservation_error"])
     lines += ["", f"LRP conservation: the largest |Σ relevance at a layer's input / explained predictions − 1| over "
               f"sentences and layers is {worst:.1e}; relevance passed through the residual stream per layer (mean "
