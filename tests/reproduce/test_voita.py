@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -183,3 +185,26 @@ def test_quick_profile_end_to_end(tmp_path, data_set):
     found = records["voita.claims"]["result"]["claims"]
     assert len(found) >= 8
     _recomputes(found, tmp_path)
+
+
+COMMITTED = Path(__file__).resolve().parents[2] / "experiments" / "results"
+
+
+@pytest.mark.skipif(not (COMMITTED / "stages" / "voita.claims.json").is_file(), reason="no committed Voita records")
+def test_committed_bleu_is_sacrebleu_of_the_committed_translations(data_set):
+    """Every committed Voita BLEU, and every Δ against the unpruned model, is sacreBLEU of the
+    committed translation files against the test references as the data set distributes them."""
+    refs = (data_set("multi30k") / f"{voita_runs.TEST}.en").read_text(encoding="utf-8").splitlines()
+    record = lambda name: json.loads((COMMITTED / "stages" / f"{name}.json").read_text())["result"]  # noqa: E731
+    bleu = lambda file: sacrebleu.corpus_bleu(  # noqa: E731
+        (COMMITTED.parents[1] / file).read_text(encoding="utf-8").split("\n")[:-1], [refs]).score
+    found = {c["id"]: c for c in record("voita.claims")["claims"]}
+    unpruned = bleu(record("voita.unpruned")["translations"])
+    assert found["voita-unpruned-bleu"]["value"] == pytest.approx(unpruned, abs=1e-9)
+    gate_runs = sorted((COMMITTED / "stages").glob("voita.gates-*.json"))
+    assert len(gate_runs) >= 10  # two settings x five λ
+    for path in gate_runs:
+        run = record(path.stem)
+        name = f"{run['setting']}-{voita_runs.lam_name(run['lam'])}"
+        assert found[f"voita-{name}"]["value"] == pytest.approx(bleu(run["translations"]) - unpruned, abs=1e-9)
+        assert run["fractional_gates"] == 0 == sum(0 < g < 1 for g in np.ravel(list(run["gates"].values())))

@@ -24,8 +24,11 @@ def _gain(hyp: str, reference: str) -> dict:
             "ci_method": "bootstrap"}
 
 
-def _sign(lo: float, hi: float) -> str:
-    return "better" if lo > 0 else "worse" if hi < 0 else "no difference detected (the interval includes 0)"
+def _versus(ci: list, other: str) -> str:
+    """How a Δ BLEU with interval ``ci`` compares its model with ``other``."""
+    lo, hi = ci
+    return (f"better than {other}" if lo > 0 else f"worse than {other}" if hi < 0
+            else f"no difference from {other} detected (the interval includes 0)")
 
 
 def claims_stage(gate_stages: list[str], michel_stages: list[str]):
@@ -62,7 +65,7 @@ def claims_stage(gate_stages: list[str], michel_stages: list[str]):
                               measure=_gain("importance", "unpruned"), protocol=protocol,
                               baseline={"name": f"{len(randoms)} random orders (mean), Δ vs unpruned",
                                         **_gain("random", "unpruned")})
-                c["note"] = f"{_sign(*c['ci'])} than unpruned"
+                c["note"] = _versus(c["ci"], "unpruned")
                 claims.append(c)
         heads = ctx.result("voita.roles")
         claims.append(_fewest_claim(ctx, [r for r in runs if r["setting"] == "encoder"], text, michel["encoder"],
@@ -118,7 +121,7 @@ def _gate_claims(ctx, r: dict, text: dict, m: dict, refs: list[str], protocol: s
                     baseline={"name": f"all-gates-open control trained alike for {r['steps']} updates, Δ vs "
                                       "unpruned",
                               **_gain("control", "unpruned")}, **extra)
-    one["note"] = f"{_sign(*one['ci'])} than unpruned" + (f"; {r['fractional_gates']} gate(s) still between 0 and 1"
+    one["note"] = _versus(one["ci"], "unpruned") + (f"; {r['fractional_gates']} gate(s) still between 0 and 1"
                                                           if r["fractional_gates"] else "")
     versus = ctx.claim(id=f"voita-{name}-vs-control", unit="Δ BLEU", rows=rows, n=n, seeds=1,
                        claim=f"L0 gates (λ {r['lam']:g}, {gated}): {k} of {m['heads']} heads open, Δ BLEU vs the "
@@ -126,14 +129,14 @@ def _gate_claims(ctx, r: dict, text: dict, m: dict, refs: list[str], protocol: s
                        paper=V.PAPER, measure=_gain("gated", "control"), protocol=protocol,
                        baseline={"name": "the unpruned model (no further training) vs the control",
                                  **_gain("unpruned", "control")}, **extra)
-    versus["note"] = f"{_sign(*versus['ci'])} than the control: what the gates cost beyond the training alone"
+    versus["note"] = _versus(versus["ci"], "the control") + ": what the gates cost beyond the training alone"
     two = ctx.claim(id=f"voita-{name}-vs-importance", unit="Δ BLEU", rows=rows, n=n, seeds=1,
                     claim=f"L0 gates (λ {r['lam']:g}, {gated}) vs Michel importance pruning to the same {k} heads, "
                           "Δ BLEU", paper=V.PAPER + "; Michel et al. 2019 (importance pruning)",
                     measure=_gain("gated", "importance"), protocol=protocol,
                     baseline={"name": f"{len(randoms)} random orders (mean) vs importance at {k} heads",
                               **_gain("random", "importance")}, **extra)
-    two["note"] = f"L0 {_sign(*two['ci'])} than importance pruning at {k} heads"
+    two["note"] = "L0 " + _versus(two["ci"], f"importance pruning at {k} heads")
     return [one, versus, two]
 
 
