@@ -292,6 +292,19 @@ def stale(stages: list[Stage], out: Path) -> list[str]:
             if (record := records.read(out, name)) is not None and record.get("key") != key]
 
 
+def release_compiled() -> None:
+    """Drop every compiled XLA program (``jax.clear_caches``). XLA:CPU maps each program's machine
+    code into memory regions of its own (about 16 for a small program, hundreds for a model's
+    forward); a process that runs every stage compiles thousands of programs and reaches the
+    kernel's limit on a process's mappings (``vm.max_map_count``, 65,530 by default), where LLVM
+    stops with "Unable to allocate section memory". Called after each stage: the next compiles
+    what it needs again (seconds)."""
+    if "jax" in sys.modules:
+        import jax
+
+        jax.clear_caches()
+
+
 def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=print) -> dict[str, dict]:
     """Run ``stages`` in order, skipping those whose record holds their current key; ``force``:
     stage names (or study names) to rerun anyway. Returns every stage's record. A stage that
@@ -340,6 +353,8 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             if spent.parent.is_dir():
                 spent.write_text(" ".join(f"{t:.1f}" for t in _spent(earlier, start, cpu_start)) + "\n")
             raise
+        finally:
+            release_compiled()
         wall, *cpu = _spent(earlier, start, cpu_start)
         record = {"name": stage.name, "key": key, "needs": list(stage.needs), "profile": ctx.profile.name,
                   "params": stage.params, "runtime_s": round(wall, 1), **({"cpu_s": round(cpu[0], 1)} if cpu else {}),

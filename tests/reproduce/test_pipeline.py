@@ -392,3 +392,37 @@ def test_a_resumed_stage_adds_its_killed_runs_cpu_time(tmp_path):
     spent.write_text("5.0\n")  # as a run before CPU time was kept wrote it
     record = pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)["toy.flaky"]
     assert record["runtime_s"] >= 5.0 and "cpu_s" not in record  # unknown, so not reported
+
+
+def _mappings() -> int:
+    return len(Path("/proc/self/maps").read_text().splitlines())
+
+
+def _compiles(ctx):  # 40 programs of distinct shapes, each mapping its machine code
+    import jax
+    import jax.numpy as jnp
+
+    kept = [jax.jit(lambda x: jnp.tanh(x) @ x.T) for _ in range(40)]
+    for i, f in enumerate(kept):
+        f(jnp.ones((8 + i, 16))).block_until_ready()
+    ctx.results["mappings_in_stage"] = _mappings()
+    return {}
+
+
+def _counts(ctx):
+    ctx.results["mappings_after"] = _mappings()
+    return {}
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads /proc/self/maps (Linux)")
+def test_compiled_programs_are_released_between_stages(tmp_path):
+    """A process running every stage must not keep every program it compiled: each maps memory
+    regions, and the kernel's limit on them (vm.max_map_count) ends a long run."""
+    import jax.numpy as jnp
+
+    jnp.ones(1).block_until_ready()  # the runtime's own mappings exist before counting
+    ctx, before = _ctx(tmp_path), _mappings()
+    pipeline.run([pipeline.Stage("toy.compiles", _compiles), pipeline.Stage("toy.counts", _counts)], ctx,
+                 log=lambda *_: None)
+    assert ctx.results["mappings_in_stage"] - before > 200  # the programs did map code (the test can fail)
+    assert ctx.results["mappings_after"] - before < 100
