@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import datetime
 import hashlib
 import importlib
 import inspect
@@ -271,15 +272,26 @@ def _claims_stand(record: dict, ctx: Context) -> bool:
     return True
 
 
+def remade_needs(record: dict, needs: dict[str, dict | None]) -> list[str]:
+    """The stages among ``needs`` (name -> record) whose record was written after ``record``: made
+    again since (forced, or in an earlier process of a run that was stopped), so that what the
+    stage read is gone even though every key is the same. (``finished`` is local time to the
+    microsecond; a record of seconds only sorts before any later one of the same second.)"""
+    return [n for n, need in needs.items() if need is not None and need["finished"] > record["finished"]]
+
+
 def plan(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = ()) -> list[str]:
     """One line per stage: whether ``run`` would run it, and why."""
     lines = []
     for stage, (name, key) in zip(stages, keys(stages).items()):
         record = records.read(ctx.out, name)
+        remade = record is not None and remade_needs(record, {n: records.read(ctx.out, n) for n in stage.needs})
         state = ("up to date" + ("" if record.get("claims_code") == _claims_code() else
                                  " (claims to be recomputed: jattn.reproduce.claims changed)")
-                 if _current(stage, record, key, force) else
-                 "would run: " + ("no record" if record is None else "forced" if record.get("key") == key
+                 if _current(stage, record, key, force) and not remade else
+                 "would run: " + ("no record" if record is None else f"{remade[0]}, which it reads, was run again"
+                                  if remade and record.get("key") == key and name not in force
+                                  else "forced" if record.get("key") == key
                                   else "inputs or code changed (or a stage it needs)"))
         lines.append(f"{name}: {state}")
     return lines
@@ -314,7 +326,6 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
     from jattn.io.artefacts import ArtefactNotMade
 
     done: dict[str, dict] = {}
-    rerun: set[str] = set()
     for i, (stage, key) in enumerate(zip(stages, keys(stages).values())):
         if missing := [n for n in stage.needs if n in ctx.not_run]:
             ctx.not_run[stage.name] = f"it needs {missing[0]}, which did not run"
@@ -322,7 +333,7 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             continue
         old = records.read(ctx.out, stage.name)
         current = _current(stage, old, key, force)
-        if current and any(n in rerun for n in stage.needs):  # the same key, but what it reads was made again
+        if current and remade_needs(old, {n: done[n] for n in stage.needs}):  # the same key, but what it reads was made again
             current, why = False, " (a stage it needs was run again)"
         elif current and not _claims_stand(old, ctx):
             current, why = False, " (its claims recompute differently with the edited jattn.reproduce.claims)"
@@ -336,7 +347,6 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             ctx.results[stage.name] = old["result"]
             continue
         log(f"[{i + 1}/{len(stages)}] {stage.name}: running" + why)
-        rerun.add(stage.name)
         ctx.stage, ctx.key = stage, key
         made_before = [m for m in stage.models if artefacts.is_made(m)]  # their training is not in the runtime
         spent = ctx.work_root / stage.name / key[:16] / SPENT
@@ -360,7 +370,7 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
                   "params": stage.params, "runtime_s": round(wall, 1), **({"cpu_s": round(cpu[0], 1)} if cpu else {}),
                   "models_s": records.models_seconds(made_before),
                   "machine": records.machine(),
-                  "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "python": sys.version.split()[0],
+                  "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f"), "python": sys.version.split()[0],
                   "claims_code": _claims_code(), "result": result}
         # the record last: a killed stage has none and reruns from its work folder
         done[stage.name] = records.write(ctx.out, record)

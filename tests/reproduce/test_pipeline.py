@@ -426,3 +426,16 @@ def test_compiled_programs_are_released_between_stages(tmp_path):
                  log=lambda *_: None)
     assert ctx.results["mappings_in_stage"] - before > 200  # the programs did map code (the test can fail)
     assert ctx.results["mappings_after"] - before < 100
+
+
+def test_a_stage_whose_need_was_remade_by_an_earlier_process_runs_again(tmp_path):
+    """A forced stage stopped before its dependents ran: the next process (a new ``run``) sees the
+    need's record newer than the dependent's, although every key is the same."""
+    CALLS.clear()
+    quiet = lambda *_: None  # noqa: E731
+    pipeline.run(_toy(), _ctx(tmp_path), log=quiet)
+    pipeline.run(_toy()[:1], _ctx(tmp_path), force=("toy.count",), log=quiet)  # stopped after the need
+    assert pipeline.plan(_toy(), _ctx(tmp_path))[1] == "toy.double: would run: toy.count, which it reads, was run again"
+    pipeline.run(_toy(), _ctx(tmp_path), log=quiet)
+    assert CALLS == ["toy.count", "toy.double", "toy.count", "toy.double"]
+    assert pipeline.plan(_toy(), _ctx(tmp_path)) == ["toy.count: up to date", "toy.double: up to date"]
