@@ -282,18 +282,20 @@ def remade_needs(record: dict, needs: dict[str, dict | None]) -> list[str]:
 
 def plan(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = ()) -> list[str]:
     """One line per stage: whether ``run`` would run it, and why."""
-    lines = []
+    lines, running = [], set()
     for stage, (name, key) in zip(stages, keys(stages).items()):
         record = records.read(ctx.out, name)
         remade = record is not None and remade_needs(record, {n: records.read(ctx.out, n) for n in stage.needs})
-        state = ("up to date" + ("" if record.get("claims_code") == _claims_code() else
-                                 " (claims to be recomputed: jattn.reproduce.claims changed)")
-                 if _current(stage, record, key, force) and not remade else
-                 "would run: " + ("no record" if record is None else f"{remade[0]}, which it reads, was run again"
-                                  if remade and record.get("key") == key and name not in force
-                                  else "forced" if record.get("key") == key
-                                  else "inputs or code changed (or a stage it needs)"))
-        lines.append(f"{name}: {state}")
+        before = [n for n in stage.needs if n in running]
+        if _current(stage, record, key, force) and not remade and not before:
+            lines.append(f"{name}: up to date" + ("" if record.get("claims_code") == _claims_code() else
+                                                  " (claims to be recomputed: jattn.reproduce.claims changed)"))
+            continue
+        running.add(name)
+        why = ("no record" if record is None else "inputs or code changed (or a stage it needs)"
+               if record.get("key") != key else "forced" if name in force or stage.study in force
+               else f"{remade[0]}, which it reads, was run again" if remade else f"{before[0]}, which it reads, runs first")
+        lines.append(f"{name}: would run: {why}")
     return lines
 
 

@@ -434,6 +434,8 @@ def test_a_stage_whose_need_was_remade_by_an_earlier_process_runs_again(tmp_path
     CALLS.clear()
     quiet = lambda *_: None  # noqa: E731
     pipeline.run(_toy(), _ctx(tmp_path), log=quiet)
+    assert pipeline.plan(_toy(), _ctx(tmp_path), force=("toy.count",)) == [
+        "toy.count: would run: forced", "toy.double: would run: toy.count, which it reads, runs first"]
     pipeline.run(_toy()[:1], _ctx(tmp_path), force=("toy.count",), log=quiet)  # stopped after the need
     assert pipeline.plan(_toy(), _ctx(tmp_path))[1] == "toy.double: would run: toy.count, which it reads, was run again"
     pipeline.run(_toy(), _ctx(tmp_path), log=quiet)
