@@ -229,9 +229,22 @@ def keys(stages: list[Stage]) -> dict[str, str]:
     return out
 
 
-def _current(stage: Stage, record: dict | None, key: str, force: tuple[str, ...]) -> bool:
-    return (record is not None and record.get("key") == key and stage.name not in force
-            and stage.study not in force)
+def _why_run(stage: Stage, record: dict | None, key: str, force: tuple[str, ...], needs: dict[str, dict | None],
+             running: set[str]) -> str | None:
+    """Why ``stage`` must run, or None when its ``record`` stands: no record, another key, forced,
+    a stage it reads (``needs``: name -> record) remade after it (``remade_needs``), or one of
+    ``running`` (those that run before it in this pass) among what it reads."""
+    if record is None:
+        return "no record"
+    if record.get("key") != key:
+        return "inputs or code changed (or a stage it needs)"
+    if stage.name in force or stage.study in force:
+        return "forced"
+    if remade := remade_needs(record, needs):
+        return f"{remade[0]}, which it reads, was run again"
+    if before := [n for n in stage.needs if n in running]:
+        return f"{before[0]}, which it reads, runs first"
+    return None
 
 
 def _claims_code() -> str:
@@ -285,17 +298,13 @@ def plan(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = ()) -> l
     lines, running = [], set()
     for stage, (name, key) in zip(stages, keys(stages).items()):
         record = records.read(ctx.out, name)
-        remade = record is not None and remade_needs(record, {n: records.read(ctx.out, n) for n in stage.needs})
-        before = [n for n in stage.needs if n in running]
-        if _current(stage, record, key, force) and not remade and not before:
+        why = _why_run(stage, record, key, force, {n: records.read(ctx.out, n) for n in stage.needs}, running)
+        if why is None:
             lines.append(f"{name}: up to date" + ("" if record.get("claims_code") == _claims_code() else
                                                   " (claims to be recomputed: jattn.reproduce.claims changed)"))
-            continue
-        running.add(name)
-        why = ("no record" if record is None else "inputs or code changed (or a stage it needs)"
-               if record.get("key") != key else "forced" if name in force or stage.study in force
-               else f"{remade[0]}, which it reads, was run again" if remade else f"{before[0]}, which it reads, runs first")
-        lines.append(f"{name}: would run: {why}")
+        else:
+            running.add(name)
+            lines.append(f"{name}: would run: {why}")
     return lines
 
 
@@ -334,21 +343,18 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             log(f"[{i + 1}/{len(stages)}] {stage.name}: not run: {ctx.not_run[stage.name]}")
             continue
         old = records.read(ctx.out, stage.name)
-        current = _current(stage, old, key, force)
-        if current and remade_needs(old, {n: done[n] for n in stage.needs}):  # the same key, but what it reads was made again
-            current, why = False, " (a stage it needs was run again)"
-        elif current and not _claims_stand(old, ctx):
-            current, why = False, " (its claims recompute differently with the edited jattn.reproduce.claims)"
-        else:
-            why = " (its inputs or code changed)" if old else ""
-        if current:
+        # what it reads is in ``done``: a stage run in this pass has a newer record than this one
+        why = _why_run(stage, old, key, force, {n: done[n] for n in stage.needs}, set())
+        if why is None and not _claims_stand(old, ctx):
+            why = "its claims recompute differently with the edited jattn.reproduce.claims"
+        if why is None:
             log(f"[{i + 1}/{len(stages)}] {stage.name}: unchanged since {old['finished']}, not rerun")
             if old.get("claims_code") != _claims_code():
                 old = records.write(ctx.out, {**old, "claims_code": _claims_code()})
             done[stage.name] = old
             ctx.results[stage.name] = old["result"]
             continue
-        log(f"[{i + 1}/{len(stages)}] {stage.name}: running" + why)
+        log(f"[{i + 1}/{len(stages)}] {stage.name}: running ({why})")
         ctx.stage, ctx.key = stage, key
         made_before = [m for m in stage.models if artefacts.is_made(m)]  # their training is not in the runtime
         spent = ctx.work_root / stage.name / key[:16] / SPENT
