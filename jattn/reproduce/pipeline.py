@@ -368,8 +368,8 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             log(f"    not run: {e}")
             continue
         except BaseException:  # killed: a stage that checkpointed resumes, and this run's time counts then
-            if spent.parent.is_dir():
-                spent.write_text(" ".join(f"{t:.1f}" for t in _spent(earlier, start, cpu_start)) + "\n")
+            spent.parent.mkdir(parents=True, exist_ok=True)  # also for one that checkpoints elsewhere (a trainer)
+            spent.write_text(" ".join(f"{t:.1f}" for t in _spent(earlier, start, cpu_start)) + "\n")
             raise
         finally:
             release_compiled()

@@ -394,6 +394,25 @@ def test_a_resumed_stage_adds_its_killed_runs_cpu_time(tmp_path):
     assert record["runtime_s"] >= 5.0 and "cpu_s" not in record  # unknown, so not reported
 
 
+def test_a_stage_that_checkpoints_outside_its_work_folder_counts_its_killed_runs_time(tmp_path):
+    """A fine-tuning stage resumes from its trainer's checkpoint in the model cache, not from
+    ``ctx.work()``: its killed run's time still reaches the record of the run that finishes."""
+    elsewhere = tmp_path / "trainer-checkpoint"
+
+    def trains(ctx):
+        if not elsewhere.exists():
+            elsewhere.write_text("half")
+            time.sleep(0.3)
+            raise KeyboardInterrupt
+        return {}
+
+    stages = [pipeline.Stage("toy.trains", trains)]
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)
+    record = pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)["toy.trains"]
+    assert record["runtime_s"] >= 0.3
+
+
 def _mappings() -> int:
     return len(Path("/proc/self/maps").read_text().splitlines())
 
