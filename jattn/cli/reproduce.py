@@ -27,7 +27,9 @@ def add_arguments(parser) -> None:
                         help="the data folder as `jattn data fetch` fills it (default: $JATTN_DATA, else the user "
                              "cache)")
     parser.add_argument("--force", nargs="+", default=(), metavar="STAGE",
-                        help="rerun these stages (or every stage of these studies) even if unchanged")
+                        help="rerun these stages (or every stage of these studies) even if unchanged, from the start "
+                             "(their checkpoints discarded; the models they read are kept). After a stop, run "
+                             "without --force to continue")
     parser.add_argument("--list", action="store_true", help="list the stages and whether each would run, then stop")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 

@@ -32,6 +32,7 @@ import inspect
 import io
 import json
 import os
+import shutil
 import sys
 import time
 import tokenize
@@ -330,7 +331,10 @@ def release_compiled() -> None:
 
 def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=print) -> dict[str, dict]:
     """Run ``stages`` in order, skipping those whose record holds their current key; ``force``:
-    stage names (or study names) to rerun anyway. Returns every stage's record. A stage that
+    stage names (or study names) to rerun anyway, from the start: a forced stage's checkpoints
+    (its work folder) are discarded first, so that it computes everything again and its record
+    times all of it. The models it reads are artefacts of the cache, kept (``jattn models``).
+    Returns every stage's record. A stage that
     needs a named artefact not made (``ArtefactNotMade``: the message names the command) does not
     run, nor do the stages that need it; the others go on, and ``ctx.not_run`` says why each did not."""
     from jattn.io import artefacts
@@ -356,6 +360,8 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             continue
         log(f"[{i + 1}/{len(stages)}] {stage.name}: running ({why})")
         ctx.stage, ctx.key = stage, key
+        if why == "forced":  # from the start, not from the finished checkpoints of its last run
+            shutil.rmtree(ctx.work_root / stage.name / key[:16], ignore_errors=True)
         made_before = [m for m in stage.models if artefacts.is_made(m)]  # their training is not in the runtime
         spent = ctx.work_root / stage.name / key[:16] / SPENT
         # wall and CPU seconds of earlier killed runs ("wall cpu"; an older file holds the wall time only)

@@ -394,6 +394,18 @@ def test_a_resumed_stage_adds_its_killed_runs_cpu_time(tmp_path):
     assert record["runtime_s"] >= 5.0 and "cpu_s" not in record  # unknown, so not reported
 
 
+def test_a_forced_stage_starts_afresh_rather_than_from_its_finished_checkpoints(tmp_path):
+    """Forcing a resumable stage computes it again (and times it): its work folder is discarded."""
+    CALLS.clear()
+    stages = [pipeline.Stage("toy.flaky", _flaky)]
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)
+    pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)  # resumed from its checkpoint, finished
+    with pytest.raises(KeyboardInterrupt):  # forced: the checkpoint is gone, so it dies at the first half again
+        pipeline.run(stages, _ctx(tmp_path), force=("toy.flaky",), log=lambda *_: None)
+    assert CALLS == ["toy.flaky"] * 3
+
+
 def test_a_stage_that_checkpoints_outside_its_work_folder_counts_its_killed_runs_time(tmp_path):
     """A fine-tuning stage resumes from its trainer's checkpoint in the model cache, not from
     ``ctx.work()``: its killed run's time still reaches the record of the run that finishes."""
