@@ -10,7 +10,7 @@ random bert-base-sized config (12 x 12, D=768). Reports tokens/s and the ratio (
   * ``Model.forward``: every internal returned to the caller (values, contexts, residuals, ...);
   * ``Model.forward(internals=("weights",))``: the attention weights only (what HF returns);
     and the same with ``recycle=`` the previous result (its memory reused: no fresh pages);
-  * ``Model.forward(internals=None)``: the lean forward, hidden states only;
+  * ``Model.forward(internals=None)``: the lean forward, the last hidden state only;
   * ``jit(forward) -> (hidden, attentions)``: what HF returns, as a user's own jitted function.
 It also times the forward's matrix products alone (``gemm_bound``), in PyTorch and in XLA: HF's
 time divided by that is the largest speed-up over HF any float32 implementation can reach

@@ -10,7 +10,7 @@ one run (``bench_encoder.alternate``), so machine load hits all alike: read the 
 absolute rates. Entries: ``Model.forward`` with every internal returned to the host as HF returns
 its attentions, called fresh and in a loop that hands each result back (``recycle=``: its memory
 reused, no fresh pages to fault in; HF has no such option); ``internals=("weights",)``; the lean
-forward (hidden states only); HF eager with ``output_attentions=True``. Beside each its minor page
+forward (the last hidden state only); HF eager with ``output_attentions=True``. Beside each its minor page
 faults a call (pages of fresh memory touched first), and the forward's matrix products alone
 (``bench_encoder.gemm_bound``, which times the lean forward again beside XLA's products): the lean
 forward's share of that bound says how close to the products' speed it runs. Whether freed memory

@@ -127,7 +127,7 @@ def check_classifier(model, oracle, batch: dict, types: bool = True) -> None:
     assert_close(logits, hf_run(oracle, hf_inputs(batch, types)).logits, terms=terms)
     assert_close(model.classify(batch), logits, terms=terms)
     inputs = model.check_batch(batch)
-    hidden = model.forward(inputs, internals=None).hidden_states  # (L+1, b, n, D)
+    hidden = model.forward(inputs, internals=("hidden_states",)).hidden_states  # (L+1, b, n, D)
     allowed = jnp.asarray(inputs["attention_mask"], bool)[:, None, :]
     L, H = model.config.num_layers, model.config.num_heads
     for start in range(L):

@@ -268,23 +268,38 @@ def test_params_follow_the_module(tmp_path):
 def test_recycled_result_lends_its_memory(tiny, batch):
     """``forward(..., recycle=previous)`` writes into the previous result's donated buffers and
     returns what a fresh call returns; misuse is a clear error."""
-    first = tiny.forward(batch, internals=("weights", "values"))
+    KEPT = ("weights", "values", "hidden_states")
+    first = tiny.forward(batch, internals=KEPT)
     want = jax.tree.map(np.array, (first.last_hidden_state, first.hidden_states, first.internals))  # copies
     address = first.internals["weights"].unsafe_buffer_pointer()
-    again = tiny.forward(batch, internals=("weights", "values"), recycle=first)
+    again = tiny.forward(batch, internals=KEPT, recycle=first)
     assert first.internals["weights"].is_deleted() and first.hidden_states.is_deleted()
     assert again.internals["weights"].unsafe_buffer_pointer() == address  # the same memory
     for got, ref in zip(jax.tree.leaves((again.last_hidden_state, again.hidden_states, again.internals)),
                         jax.tree.leaves(want)):
         np.testing.assert_array_equal(got, ref)
     with pytest.raises(ValueError, match="already recycled"):
-        tiny.forward(batch, internals=("weights", "values"), recycle=first)
+        tiny.forward(batch, internals=KEPT, recycle=first)
     with pytest.raises(ValueError, match="same batch shape and internals"):
         tiny.forward(batch, internals=("weights",), recycle=again)
     with pytest.raises(ValueError, match="same batch shape and internals"):
-        tiny.forward({k: v[:2] for k, v in batch.items()}, internals=("weights", "values"), recycle=again)
+        tiny.forward({k: v[:2] for k, v in batch.items()}, internals=KEPT, recycle=again)
     view = np.asarray(again.internals["weights"])  # a live numpy view: that buffer is left alone
-    third = tiny.forward(batch, internals=("weights", "values"), recycle=again)
+    third = tiny.forward(batch, internals=KEPT, recycle=again)
     assert not again.internals["weights"].is_deleted() and again.internals["values"].is_deleted()
     np.testing.assert_array_equal(view, want[2]["weights"])
     np.testing.assert_array_equal(third.internals["weights"], want[2]["weights"])
+
+
+def test_the_hidden_state_stack_is_returned_when_asked_for(tiny, batch):
+    """The lean forward (internals=None) returns the last hidden state only, as HF does by
+    default; "all" or a tuple naming "hidden_states" returns the (L+1) stack, the same either way."""
+    lean = tiny.forward(batch, internals=None)
+    assert lean.stack is None and lean.internals == {}
+    with pytest.raises(ValueError, match="did not return the hidden states"):
+        lean.hidden_states
+    full = tiny.forward(batch)
+    asked = tiny.forward(batch, internals=("hidden_states",))
+    np.testing.assert_array_equal(asked.hidden_states, full.hidden_states)
+    np.testing.assert_array_equal(asked.hidden_states[-1], lean.last_hidden_state)
+    assert asked.internals == {} and full.hidden_states.shape[0] == tiny.config.num_layers + 1
