@@ -268,24 +268,24 @@ def test_params_follow_the_module(tmp_path):
 def test_recycled_result_lends_its_memory(tiny, batch):
     """``forward(..., recycle=previous)`` writes into the previous result's donated buffers and
     returns what a fresh call returns; misuse is a clear error."""
-    KEPT = ("weights", "values", "hidden_states")
-    first = tiny.forward(batch, internals=KEPT)
+    asked = ("weights", "values", "hidden_states")
+    first = tiny.forward(batch, internals=asked)
     want = jax.tree.map(np.array, (first.last_hidden_state, first.hidden_states, first.internals))  # copies
     address = first.internals["weights"].unsafe_buffer_pointer()
-    again = tiny.forward(batch, internals=KEPT, recycle=first)
+    again = tiny.forward(batch, internals=asked, recycle=first)
     assert first.internals["weights"].is_deleted() and first.hidden_states.is_deleted()
     assert again.internals["weights"].unsafe_buffer_pointer() == address  # the same memory
     for got, ref in zip(jax.tree.leaves((again.last_hidden_state, again.hidden_states, again.internals)),
                         jax.tree.leaves(want)):
         np.testing.assert_array_equal(got, ref)
     with pytest.raises(ValueError, match="already recycled"):
-        tiny.forward(batch, internals=KEPT, recycle=first)
+        tiny.forward(batch, internals=asked, recycle=first)
     with pytest.raises(ValueError, match="same batch shape and internals"):
         tiny.forward(batch, internals=("weights",), recycle=again)
     with pytest.raises(ValueError, match="same batch shape and internals"):
-        tiny.forward({k: v[:2] for k, v in batch.items()}, internals=KEPT, recycle=again)
+        tiny.forward({k: v[:2] for k, v in batch.items()}, internals=asked, recycle=again)
     view = np.asarray(again.internals["weights"])  # a live numpy view: that buffer is left alone
-    third = tiny.forward(batch, internals=KEPT, recycle=again)
+    third = tiny.forward(batch, internals=asked, recycle=again)
     assert not again.internals["weights"].is_deleted() and again.internals["values"].is_deleted()
     np.testing.assert_array_equal(view, want[2]["weights"])
     np.testing.assert_array_equal(third.internals["weights"], want[2]["weights"])

@@ -334,9 +334,9 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
     stage names (or study names) to rerun anyway, from the start: a forced stage's checkpoints
     (its work folder) are discarded first, so that it computes everything again and its record
     times all of it. The models it reads are artefacts of the cache, kept (``jattn models``).
-    Returns every stage's record. A stage that
-    needs a named artefact not made (``ArtefactNotMade``: the message names the command) does not
-    run, nor do the stages that need it; the others go on, and ``ctx.not_run`` says why each did not."""
+    Returns every stage's record. A stage that needs a named artefact not made
+    (``ArtefactNotMade``: the message names the command) does not run, nor do the stages that
+    need it; the others go on, and ``ctx.not_run`` says why each did not."""
     from jattn.io import artefacts
     from jattn.io.artefacts import ArtefactNotMade
 
