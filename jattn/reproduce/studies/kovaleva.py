@@ -31,8 +31,9 @@ Full profile (``sizes``), estimated quiet wall: MPNet seed 0 on 400 of the 872 S
 sentences (12.1k tokens, ≈ 29 min) and all 527 CoLA dev sentences (9.2k, ≈ 22 min); MiniLM
 seeds 0-2 on both full dev sets (3 × 35.6k tokens, ≈ 15 min); compiling ≈ 1 min per sweep
 stage (8); maps ≈ 4 min (two forwards with weights per model and task); labels ≈ 2 min: about
-80 min in all, within the study's 90. All 872 SST-2 sentences for MPNet would add ≈ 34 min;
-MPNet seeds 1-2 ≈ 51 min each. Quick profile: MiniLM, seeds 0-1, 12 dev sentences of ≤ 16
+80 min in all, within the study's 90. Measured on a quiet AMD EPYC (2 cores, XLA's products
+at ≈ 450 GFLOP/s; `experiments/results/REPORT.md` has every stage's time) an MPNet sweep takes
+5-7 min, not 22-29: the full profile sweeps MPNet seeds 0-2 as it does MiniLM's. Quick profile: MiniLM, seeds 0-1, 12 dev sentences of ≤ 16
 tokens per task for the sweeps (one length bucket: one compile per program) and 24 for the
 maps, a 40-step CNN: 80 s of stage time at load average ~8, most of it compiling.
 """
@@ -54,7 +55,7 @@ PAPER_MODEL = "BERT-base fine-tuned per GLUE task (MRPC, STS-B, SST-2, QQP, RTE,
 def sizes(profile: Profile) -> dict:
     """What each profile sweeps: per model the seeds and dev examples per task (0: all)."""
     return profile.pick(
-        full={"sweep": {"mpnet": {"seeds": (0,), "dev": {"sst2": 400, "cola": 0}},
+        full={"sweep": {"mpnet": {"seeds": (0, 1, 2), "dev": {"sst2": 400, "cola": 0}},
                         "minilm": {"seeds": (0, 1, 2), "dev": {"sst2": 0, "cola": 0}}},
               "chunk": 64, "maps_dev": 0, "cnn_steps": 600, "corpus_sentences": 250, "per_sentence": 8},
         quick={"sweep": {"minilm": {"seeds": (0, 1), "dev": {"sst2": 12, "cola": 12}}}, "max_tokens": 16,
