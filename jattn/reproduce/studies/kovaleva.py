@@ -33,9 +33,10 @@ seeds 0-2 on both full dev sets (3 × 35.6k tokens, ≈ 15 min); compiling ≈ 1
 stage (8); maps ≈ 4 min (two forwards with weights per model and task); labels ≈ 2 min: about
 80 min in all, within the study's 90. Measured on a quiet AMD EPYC (2 cores, XLA's products
 at ≈ 450 GFLOP/s; `experiments/results/REPORT.md` has every stage's time) an MPNet sweep takes
-5-7 min, not 22-29: the full profile sweeps MPNet seeds 0-2 as it does MiniLM's. Quick profile: MiniLM, seeds 0-1, 12 dev sentences of ≤ 16
-tokens per task for the sweeps (one length bucket: one compile per program) and 24 for the
-maps, a 40-step CNN: 80 s of stage time at load average ~8, most of it compiling.
+5-7 min, not 22-29: the full profile sweeps MPNet seeds 0-2 as it does MiniLM's. Quick
+profile: MiniLM, seeds 0-1, 12 dev sentences of ≤ 16 tokens per task for the sweeps (one
+length bucket: one compile per program) and 24 for the maps, a 40-step CNN: 80 s of stage time
+at load average ~8, most of it compiling.
 """
 
 from __future__ import annotations
