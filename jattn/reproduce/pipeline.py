@@ -230,6 +230,10 @@ def keys(stages: list[Stage]) -> dict[str, str]:
     return out
 
 
+def _forced(stage: Stage, force: tuple[str, ...]) -> bool:
+    return stage.name in force or stage.study in force
+
+
 def _why_run(stage: Stage, record: dict | None, key: str, force: tuple[str, ...], needs: dict[str, dict | None],
              running: set[str]) -> str | None:
     """Why ``stage`` must run, or None when its ``record`` stands: no record, another key, forced,
@@ -239,7 +243,7 @@ def _why_run(stage: Stage, record: dict | None, key: str, force: tuple[str, ...]
         return "no record"
     if record.get("key") != key:
         return "inputs or code changed (or a stage it needs)"
-    if stage.name in force or stage.study in force:
+    if _forced(stage, force):
         return "forced"
     if remade := remade_needs(record, needs):
         return f"{remade[0]}, which it reads, was run again"
@@ -360,7 +364,7 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             continue
         log(f"[{i + 1}/{len(stages)}] {stage.name}: running ({why})")
         ctx.stage, ctx.key = stage, key
-        if why == "forced":  # from the start, not from the finished checkpoints of its last run
+        if _forced(stage, force):  # from the start, not from the checkpoints of its last run
             shutil.rmtree(ctx.work_root / stage.name / key[:16], ignore_errors=True)
         made_before = [m for m in stage.models if artefacts.is_made(m)]  # their training is not in the runtime
         spent = ctx.work_root / stage.name / key[:16] / SPENT
