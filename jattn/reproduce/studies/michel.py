@@ -18,23 +18,10 @@ bootstrap over dev examples for one seed, Student-t over fine-tuning seeds where
 Deviations: MPNet / MiniLM on SST-2 and CoLA instead of BERT-base on MNLI; importance once
 (the paper's iterative re-estimation not run: budget).
 
-Costs, measured under load (2 cores shared with ~6 other jobs) with a load factor from the quiet
-benchmark in the same process (all-mpnet-base-v2 lean forward 8 x 128: 492 tokens/s quiet,
-``benchmarks/results/mpnet.json``; 55-60 tokens/s during the measurement: factor 8.6), per mask
-(one dev pass under a head mask, batch 32) and per importance example (forward + backward):
-
-| model | dev pass CoLA (527) | dev pass SST-2 (872) | importance / example (CoLA, SST-2) |
-|---|---|---|---|
-| mpnet | 164 s loaded (factor 8.6), 19.2 s quiet | 322 s loaded (4.9), 65.6 s quiet | 80 ms, 229 ms quiet |
-| minilm | 20 s loaded (7.9), 2.6 s quiet | 25 s loaded (3.9), 6.5 s quiet | 16 ms, 51 ms quiet |
-
-A curve stage runs 1 + 9 x (1 + 5) + 1 = 56 dev passes (the unpruned and all-pruned masks are
-shared by every order). Full profile, quiet machine: MPNet CoLA 56 x 19.2 s + 1000 x 0.08 s ≈ 19
-min; MPNet SST-2 on a seeded 400 of the 872 dev sentences 56 x 30 s + 1000 x 0.23 s ≈ 32 min;
-MiniLM, 3 seeds x (56 x (2.6 + 6.5) s + 1000 x 0.067 s) ≈ 29 min; claims stages < 1 min each:
-≈ 82 min of the 90 allowed. Seeds 1 and 2 of MPNet, or all 872 SST-2 dev sentences for MPNet
-(+ 33 min), do not fit. The quick profile's curve stages took 364 s and 216 s under load
-(factor ~4-8: ~1 min each quiet, mostly compilation) — over its 90 s budget (see the report).
+Costs, quiet AMD EPYC (2 cores; the stage records' ``runtime_s``): a curve stage runs
+1 + 9 x (1 + 5) + 1 = 56 dev passes under head masks (the unpruned and all-pruned masks are shared
+by every order) after 1,000 importance examples (forward + backward). MPNet: 4.2 min (CoLA, 527
+dev sentences) and 5.6 min (SST-2, 400 dev sentences) a seed; MiniLM 0.7 and 1.6 min a seed.
 Quick profile: MiniLM, 32 importance sentences, 64 dev sentences, 2 seeds.
 """
 
@@ -81,15 +68,13 @@ def models(profile: Profile) -> tuple[str, ...]:
 
 
 def seeds(profile: Profile, model: str) -> tuple[int, ...]:
-    """Fine-tuning seeds analysed: every seed of MiniLM, seed 0 of MPNet (budget: module docstring)."""
-    every = finetune.seeds(profile)
-    return every if model == "minilm" else every[:1]
+    """Fine-tuning seeds analysed: every seed the fine-tuning stages train, for both models."""
+    return finetune.seeds(profile)
 
 
-def params(profile: Profile, model: str = "minilm", task: str = "sst2") -> dict:
-    """A curve stage's sizes; ``dev_examples`` 0 = the whole dev split (MPNet SST-2: 400, budget)."""
-    dev = profile.pick(400 if (model, task) == ("mpnet", "sst2") else 0, 64)
-    return {"importance_examples": profile.pick(1000, 32), "dev_examples": dev, "random_orders": 5,
+def params(profile: Profile) -> dict:
+    """A curve stage's sizes; ``dev_examples`` 0 = the whole dev split."""
+    return {"importance_examples": profile.pick(1000, 32), "dev_examples": profile.pick(0, 64), "random_orders": 5,
             "estimator": "token", "shares": list(mc.SHARES), "batch_size": 32}
 
 
@@ -148,7 +133,7 @@ def stages(profile: Profile) -> list[Stage]:
     out = []
     for model in models(profile):
         for name, task in _tasks().items():
-            p, curves = params(profile, model, name), []
+            p, curves = params(profile), []
             for seed in seeds(profile, model):
                 stage = f"michel.curves-{model}-{name}-s{seed}"
                 curves.append(stage)
