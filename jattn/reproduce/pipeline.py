@@ -356,7 +356,7 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         if why is None and not _claims_stand(old, ctx):
             why = "its claims recompute differently with the edited jattn.reproduce.claims"
         if why is None:
-            log(f"[{i + 1}/{len(stages)}] {stage.name}: unchanged since {old['finished']}, not rerun")
+            log(f"[{i + 1}/{len(stages)}] {stage.name}: unchanged since {old['finished'][:19]}, not rerun")
             if old.get("claims_code") != _claims_code():
                 old = records.write(ctx.out, {**old, "claims_code": _claims_code()})
             done[stage.name] = old

@@ -20,8 +20,8 @@ Deviations: MPNet / MiniLM on SST-2 and CoLA instead of BERT-base on MNLI; impor
 
 Costs, quiet AMD EPYC (2 cores; the stage records' ``runtime_s``): a curve stage runs
 1 + 9 x (1 + 5) + 1 = 56 dev passes under head masks (the unpruned and all-pruned masks are shared
-by every order) after 1,000 importance examples (forward + backward). MPNet: 4.2 min (CoLA, 527
-dev sentences) and 5.6 min (SST-2, 400 dev sentences) a seed; MiniLM 0.7 and 1.6 min a seed.
+by every order) after 1,000 importance examples (forward + backward). MPNet: 4.3 min (CoLA, 527
+dev sentences) and 10.5 min (SST-2, 872) a seed; MiniLM 0.7 and 1.6 min a seed.
 Quick profile: MiniLM, 32 importance sentences, 64 dev sentences, 2 seeds.
 """
 
