@@ -55,7 +55,7 @@ def alternate(fns: dict, repeats: int, faults: dict | None = None, fastest: dict
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def gemm_bound(config, batch_size: int, length: int, repeats: int, lean) -> dict:
+def gemm_bound(config, batch_size: int, length: int, repeats: int, lean, rounds: int = 8) -> dict:
     """Time the matrix products of one forward pass alone, in PyTorch and in XLA, float32, and
     the lean forward ``lean`` (a function) beside XLA's.
 
@@ -66,14 +66,19 @@ def gemm_bound(config, batch_size: int, length: int, repeats: int, lean) -> dict
     Each product is timed alone (a jitted sequence of equal products would be CSE'd) and its
     fastest call counts, which errs toward a higher bound.
 
-    The lean forward's share of the XLA bound is measured like with like: ``lean`` is timed in
-    XLA's block, right after its products (no PyTorch thread pool spinning between, as it may
-    between ``alternate``'s calls), and its median call (``lean_of_xla_bound``) and its fastest
-    (``lean_fastest_of_xla_bound``, the bound's own statistic) are set against the products' time.
+    The lean forward's share of the XLA bound is measured like with like, in ``rounds`` rounds:
+    each times XLA's products and then ``lean`` (``repeats`` calls each, no PyTorch thread pool
+    spinning between), so that a drift of the machine's speed, which moves the bound by up to
+    10 % between runs, hits both sides of a round's ratio alike. Per round: the products' time
+    over the lean forward's fastest call (``lean_fastest_of_xla_bound``, the bound's own
+    statistic) and over its median call (``lean_of_xla_bound``); reported as the mean over the
+    rounds with a 95 % t-interval (``jattn.stats.t_interval``), the rounds beside them.
     """
     import jax
     import jax.numpy as jnp
     import torch
+
+    from jattn.stats import t_interval
 
     L, H, D, F = config.num_layers, config.num_heads, config.hidden_size, config.intermediate_size
     rows, bh, d = batch_size * length, batch_size * H, D // H
@@ -82,18 +87,35 @@ def gemm_bound(config, batch_size: int, length: int, repeats: int, lean) -> dict
     rng = np.random.default_rng(0)
     mm = jax.jit(jnp.matmul)
     operands = [(rng.random(sa, np.float32), rng.random(sb, np.float32)) for sa, sb in shapes]
-    products = {"torch": [(lambda a=torch.tensor(a), b=torch.tensor(b): a @ b) for a, b in operands],
-                "xla": [(lambda a=jnp.asarray(a), b=jnp.asarray(b): mm(a, b).block_until_ready()) for a, b in operands]}
-    secs = {}
-    for name, fns in products.items():  # each library in its own block: no thread pool of the other spinning
-        time.sleep(1.0)
-        secs[name] = L * sum(fastest(fn, repeats) for fn in fns)  # one product at a time, L identical layers
-    calls = alternate({"lean": lean}, repeats, fastest=(best := {}))["lean"]  # still XLA's block
+    torch_products = [(lambda a=torch.tensor(a), b=torch.tensor(b): a @ b) for a, b in operands]
+    xla_products = [(lambda a=jnp.asarray(a), b=jnp.asarray(b): mm(a, b).block_until_ready()) for a, b in operands]
+    time.sleep(1.0)
+    torch_seconds = L * sum(fastest(fn, repeats) for fn in torch_products)  # one product at a time, L layers
+    time.sleep(1.0)  # each library in its own block: no thread pool of the other spinning
+    xla, lean_median, lean_fastest = [], [], []
+    for _ in range(rounds):
+        xla.append(L * sum(fastest(fn, repeats) for fn in xla_products))
+        lean_median.append(alternate({"lean": lean}, repeats, fastest=(best := {}))["lean"])
+        lean_fastest.append(best["lean"])
+    xla_seconds = statistics.median(xla)
+    share, share_ci = t_interval(np.array(xla) / np.array(lean_median))
+    share_fastest, share_fastest_ci = t_interval(np.array(xla) / np.array(lean_fastest))
     flops = L * sum(2 * np.prod(a) * b[-1] for a, b in shapes)
-    return {"gemm_gflop": flops / 1e9, **{f"{k}_gemm_seconds": v for k, v in secs.items()},
-            **{f"{k}_gemm_gflops": flops / v / 1e9 for k, v in secs.items()},
-            "jattn_lean_alone_seconds": calls, "jattn_lean_alone_fastest_seconds": best["lean"],
-            "lean_of_xla_bound": secs["xla"] / calls, "lean_fastest_of_xla_bound": secs["xla"] / best["lean"]}
+    return {"gemm_gflop": flops / 1e9, "torch_gemm_seconds": torch_seconds, "xla_gemm_seconds": xla_seconds,
+            "torch_gemm_gflops": flops / torch_seconds / 1e9, "xla_gemm_gflops": flops / xla_seconds / 1e9,
+            "jattn_lean_alone_seconds": statistics.median(lean_median),
+            "jattn_lean_alone_fastest_seconds": statistics.median(lean_fastest),
+            "lean_of_xla_bound": share, "lean_of_xla_bound_ci95": share_ci,
+            "lean_fastest_of_xla_bound": share_fastest, "lean_fastest_of_xla_bound_ci95": share_fastest_ci,
+            "bound_rounds": {"xla_gemm_seconds": xla, "lean_median_seconds": lean_median,
+                             "lean_fastest_seconds": lean_fastest}}
+
+
+def bound_share(r: dict) -> str:
+    """The lean forward's shares of the XLA-GEMM bound as ``gemm_bound`` measures them, for a log line."""
+    lo, hi = r["lean_fastest_of_xla_bound_ci95"]
+    return (f"{r['lean_fastest_of_xla_bound']:.1%} [{lo:.1%}, {hi:.1%}] (fastest calls), "
+            f"{r['lean_of_xla_bound']:.1%} (median calls), {len(r['bound_rounds']['xla_gemm_seconds'])} rounds")
 
 
 def bench(folder: Path, batch_size: int, length: int, repeats: int) -> dict:
@@ -213,7 +235,7 @@ def main() -> None:
                   f" | internals=('weights',) {r['ratio_weights']:.2f}x, lean {r['ratio_lean']:.2f}x "
                   f"(weights/lean time {r['weights_over_lean_seconds']:.3f}, recycled "
                   f"{r['weights_recycled_over_lean_seconds']:.3f}); lean at {r['lean_of_torch_bound']:.0%} "
-                  f"of the torch-GEMM bound, {r['lean_of_xla_bound']:.0%} of the XLA-GEMM bound")
+                  f"of the torch-GEMM bound, of the XLA-GEMM bound {bound_share(r)}")
             results.append(r)
     meta = {"threads": args.threads, "cpu": cpu_model(), "repeats": args.repeats,
             "freed_memory_kept": jattn.host_memory.KEPT,
