@@ -32,7 +32,7 @@ import numpy as np
 
 from jattn.analyses.norms import diagonal_sum, head_gram, layer_norm_map, over_layers, quadratic_norm
 from jattn.nn.attention import transformed_vectors
-from jattn.nn.layers import ln_sigma
+from jattn.nn.layers import ln_sigma, safe_norm
 
 
 def _pair_mask(mask: jax.Array) -> jax.Array:
@@ -85,7 +85,7 @@ def globenc_layer(layer: dict, view: dict, mask: jax.Array, eps: float) -> jax.A
     both = lambda v, s: layer_norm_map(layer_norm_map(v, g1, one), g2, s)  # LN2 ∘ LN1, linear (rows of v)
     off = quadratic_norm(alpha, head_gram(values, both(w_o, one))) / sigma  # (b, n, n)  j ≠ i
     r_ii = diagonal_sum(alpha, values, w_o) + layer["residual"].astype(jnp.float32)  # (b, n, D)
-    on = jnp.linalg.norm(both(r_ii, sigma), axis=-1)  # (b, n)
+    on = safe_norm(both(r_ii, sigma), axis=-1)  # (b, n)
     eye = jnp.eye(alpha.shape[-1], dtype=bool)
     return jnp.where(eye, on[:, :, None], off) * _pair_mask(mask)  # (b, n, n)
 

@@ -33,7 +33,7 @@ from jattn.analyses.norms import layer_norm_map, over_layers
 from jattn.analyses.registry import register
 from jattn.nn.attention import transformed_vectors
 from jattn.nn.interventions import Interventions
-from jattn.nn.layers import ln_sigma
+from jattn.nn.layers import ln_sigma, safe_norm
 
 
 # ---------------------------------------------------------------- value zeroing
@@ -48,7 +48,7 @@ def value_zeroing_layer(layer, x, allowed, mask, score_bias=None, chunk: int = 8
     zeros = jnp.zeros((b, H, n, layer.attention.value.kernel.shape[-1]), x.dtype)  # (b, H, n, d_h)
 
     def unit(v):  # (b, n, D) rows scaled to norm 1
-        return v / jnp.maximum(jnp.linalg.norm(v, axis=-1, keepdims=True), jnp.finfo(jnp.float32).tiny)
+        return v / jnp.maximum(safe_norm(v, axis=-1, keepdims=True), jnp.finfo(jnp.float32).tiny)
 
     def zeroed(j):  # 1 − cos(x̃^{¬j}, x̃) = ½ ‖x̂^{¬j} − x̂‖² for every query i (no cancellation near cos = 1) -> (b, n)
         where = jnp.broadcast_to(jnp.arange(n) == j, (1, H, n))  # (1, H, n) token j in every head

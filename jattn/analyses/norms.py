@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.nn.layers import ln_sigma
+from jattn.nn.layers import ln_sigma, safe_norm, safe_sqrt
 
 
 def transformed_norm(values: jax.Array, out_kernel: jax.Array) -> jax.Array:
@@ -44,7 +44,7 @@ def transformed_norm(values: jax.Array, out_kernel: jax.Array) -> jax.Array:
     m = jnp.einsum("hde,hfe->hdf", w, w)  # (H, d_h, d_h)
     v = values.astype(jnp.float32)
     sq = jnp.einsum("bhnd,hdf,bhnf->bhn", v, m, v)  # (b, H, n)
-    return jnp.sqrt(jnp.maximum(sq, 0.0))
+    return safe_sqrt(sq)
 
 
 def head_gram(values: jax.Array, out_kernel: jax.Array) -> jax.Array:
@@ -69,14 +69,15 @@ def quadratic_norm(weights: jax.Array, gram: jax.Array) -> jax.Array:
     """‖Σ_h α[h,i,j] u_h(x_j)‖ from the Gram matrix of the u_h(x_j).
 
     weights (b, H, q, k), gram (b, k, H, H) -> (b, q, k): Σ_h α_h² G[h,h] + 2 Σ_{h<g} α_h α_g G[h,g]
-    as H(H+1)/2 fused elementwise terms, clipped at 0 against rounding before the square root.
+    as H(H+1)/2 fused elementwise terms, clipped at 0 against rounding before the square root
+    (``safe_sqrt``: gradient 0, not NaN, at a masked pair's 0).
     """
     H = weights.shape[1]
     sq = jnp.zeros(weights.shape[:1] + weights.shape[2:], jnp.float32)  # (b, q, k)
     for h in range(H):
         for g in range(h, H):
             sq = sq + (1.0 if g == h else 2.0) * weights[:, h] * weights[:, g] * gram[:, None, :, h, g]
-    return jnp.sqrt(jnp.maximum(sq, 0.0))
+    return safe_sqrt(sq)
 
 
 def diagonal_sum(weights: jax.Array, values: jax.Array, out_kernel: jax.Array) -> jax.Array:
@@ -106,7 +107,7 @@ def attention_norms(internals: dict, view: dict, q_mask=None, k_mask=None) -> di
     q_mask, k_mask, pair = _masks(alpha, q_mask, k_mask)
     alpha = alpha * pair[:, None]  # (b, H, q, k)
     gram = head_gram(internals["values"], view["out_kernel"])  # (b, k, H, H)
-    f_norm = jnp.sqrt(jnp.maximum(jnp.diagonal(gram, axis1=-2, axis2=-1), 0.0))  # (b, k, H)
+    f_norm = safe_sqrt(jnp.diagonal(gram, axis1=-2, axis2=-1))  # (b, k, H)
     f_norm = jnp.transpose(f_norm, (0, 2, 1)) * k_mask[:, None]  # (b, H, k)
     return {
         "f_norm": f_norm,  # (b, H, k)
@@ -124,8 +125,8 @@ def layer_norm_map(v: jax.Array, scale: jax.Array, sigma: jax.Array) -> jax.Arra
 
 def _ratio(mixing: jax.Array, preserving: jax.Array) -> jax.Array:
     """r_i = ‖mixing‖ / (‖mixing‖ + ‖preserving‖). (b, n, D) each -> (b, n)."""
-    m = jnp.linalg.norm(mixing, axis=-1)  # (b, n)
-    p = jnp.linalg.norm(preserving, axis=-1)  # (b, n)
+    m = safe_norm(mixing, axis=-1)  # (b, n)
+    p = safe_norm(preserving, axis=-1)  # (b, n)
     return m / jnp.maximum(m + p, jnp.finfo(jnp.float32).tiny)
 
 
@@ -164,7 +165,7 @@ def residual_norms(internals: dict, view: dict, mask: jax.Array, eps: float) -> 
     w_ln = layer_norm_map(w_o.astype(jnp.float32), gamma, jnp.ones(()))  # (H, d_h, D) rows: f ↦ γ ⊙ (f − mean f)
     z_off = quadratic_norm(alpha, head_gram(values, w_ln)) / sigma  # (b, n, n)  ‖Z_ij‖, j ≠ i
     s_off = quadratic_norm(alpha, head_gram(values, w_o))  # (b, n, n)  ‖S_ij‖ = ‖R_ij‖, j ≠ i
-    diag = lambda v: jnp.linalg.norm(v, axis=-1)[:, :, None] * eye  # (b, n, n)
+    diag = lambda v: safe_norm(v, axis=-1)[:, :, None] * eye  # (b, n, n)
     bar_ii = alpha_ii.mean(1)  # (b, n)  ᾱ_ii
     real = mask.astype(jnp.float32)  # (b, n)
     return {

@@ -44,6 +44,7 @@ import numpy as np
 
 from jattn.analyses.base import CLASS_NAMES, CLS, SEP, Method, Statistic, StepContext
 from jattn.analyses.registry import register
+from jattn.nn.layers import safe_sqrt
 
 TYPES = ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous")
 VERTICAL, DIAGONAL, MIXED, BLOCK, HETEROGENEOUS = range(5)
@@ -123,13 +124,15 @@ class PatternTypes(Method):
 
 def map_cosine(A: jax.Array, B: jax.Array, attention_mask: jax.Array) -> jax.Array:
     """Kovaleva et al.'s §5 similarity: the cosine between two models' flattened maps of the same
-    head and input over real rows and columns. A, B (L, b, H, n, n), attention_mask (b, n) -> (L, b, H)."""
+    head and input over real rows and columns. A, B (L, b, H, n, n), attention_mask (b, n) -> (L, b, H);
+    0 (with gradient 0, not NaN) where a map has no real entry (a padding-only row of the batch)."""
     real = attention_mask.astype(A.dtype)  # (b, n)
     pair = real[:, :, None] * real[:, None, :]  # (b, n, n) real rows and columns only
     dot = jnp.einsum("lbhij,lbhij,bij->lbh", A, B, pair)  # (L, b, H)
-    norm_a = jnp.sqrt(jnp.einsum("lbhij,bij->lbh", A * A, pair))  # (L, b, H)
-    norm_b = jnp.sqrt(jnp.einsum("lbhij,bij->lbh", B * B, pair))  # (L, b, H)
-    return dot / (norm_a * norm_b)
+    norm_a = safe_sqrt(jnp.einsum("lbhij,bij->lbh", A * A, pair))  # (L, b, H)
+    norm_b = safe_sqrt(jnp.einsum("lbhij,bij->lbh", B * B, pair))  # (L, b, H)
+    den = norm_a * norm_b  # (L, b, H)
+    return jnp.where(den > 0, dot / jnp.where(den > 0, den, 1.0), 0.0)
 
 
 @partial(jax.jit, static_argnames=("config_a", "config_b"))

@@ -111,6 +111,20 @@ def ln_sigma(x: jax.Array, eps: float) -> jax.Array:
     return jnp.sqrt(jnp.square(x32 - x32.mean(-1, keepdims=True)).mean(-1, keepdims=True) + eps)
 
 
+def safe_sqrt(sq: jax.Array) -> jax.Array:
+    """sqrt(max(sq, 0)) with a finite gradient everywhere: 0 at sq ≤ 0, where sqrt's derivative
+    1/(2√sq) is infinite. A norm of a masked (all-zero) vector is 0 with gradient 0 instead of
+    0·∞ = NaN, so ``jax.grad`` through a norm on a padded batch stays finite (the double
+    ``where``: the untaken branch is evaluated at 1, never at 0)."""
+    positive = sq > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1.0)), 0.0)
+
+
+def safe_norm(x: jax.Array, axis: int = -1, keepdims: bool = False) -> jax.Array:
+    """‖x‖₂ over ``axis`` with a finite gradient at x = 0 (``safe_sqrt``)."""
+    return safe_sqrt(jnp.square(x).sum(axis, keepdims=keepdims))
+
+
 def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
     """Inverted dropout; the identity when ``rng`` is None (evaluation)."""
     if rng is None or rate == 0.0:

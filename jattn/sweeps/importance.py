@@ -98,6 +98,23 @@ def gate_sums(total_loss: Callable, masks: dict, queries: dict, rows: jax.Array,
     return sums
 
 
+def fill_rows(batch: dict, rows: jax.Array) -> dict:
+    """``batch`` with its filler rows (``rows`` False: padding only, no example) replaced by a copy
+    of the first real row, for a user's loss: it never sees a row without tokens (a mean over no
+    token is 0/0, and its gradient NaN even where that row's loss is dropped). The copies stay
+    marked as filler (``batch["example"]`` −1, or ``label_mask`` all 0) and their losses are
+    dropped (``jnp.where(rows, …)``), so they add exactly nothing. Arrays (b, ...) only, at any depth."""
+    first = jnp.argmax(rows)  # the first real row
+    keep = ("example", "label_mask")  # the masks that say which rows are filler
+
+    def fill(x):
+        if x.ndim == 0 or x.shape[0] != rows.shape[0]:
+            return x
+        return jnp.where(rows.reshape(-1, *(1,) * (x.ndim - 1)), x, x[first])  # (b, ...)
+
+    return {k: x if k in keep else jax.tree.map(fill, x) for k, x in batch.items()}
+
+
 def finish(total: np.ndarray, count: np.ndarray, normalize: bool) -> np.ndarray:
     """Mean over units (count per layer (L,) or scalar), then per-layer L2 if ``normalize``."""
     imp = total / np.maximum(np.asarray(count, np.float64), 1.0).reshape(-1, 1)  # (L, H)
@@ -159,29 +176,33 @@ class HeadImportance(Method):
             f["labels"] = np.asarray([self.labels[i] if i >= 0 else 0 for i in batch.example], np.int32)  # (b,)
         return f
 
-    def example_losses(self, ctx: StepContext, outputs) -> jax.Array:
-        """L_s of each row (b,)."""
+    def example_losses(self, ctx: StepContext, outputs, batch: dict) -> jax.Array:
+        """L_s of each row (b,); ``batch`` the rows the forward ran on."""
         f = ctx.features
         if self.kind == "classification":
             return losses.example_cross_entropy(outputs["logits"], f["labels"])
         if self.kind == "mlm":
             return losses.mlm_loss(ctx.params, ctx.config, outputs, {"positions": f["positions"],
                                                                      "labels": f["mlm_labels"]})
-        return self.loss(ctx.params, ctx.config, outputs, {**ctx.batch, **f})
+        return self.loss(ctx.params, ctx.config, outputs, {**batch, **f})
 
     def reduce(self, ctx: StepContext) -> dict:
         f = ctx.features
         rows = ctx.batch["example"] >= 0  # (b,)
         real = (ctx.batch["attention_mask"] > 0) & rows[:, None]  # (b, n)
+        batch = fill_rows(ctx.batch, rows) if self.kind == "custom" else ctx.batch
         overrides = {"input_ids": f["input_ids"]} if self.kind == "mlm" else {}
 
         def total_loss(gates):
             iv = Interventions(head_gates=gates["encoder"])
             if self.kind == "classification":  # the logits alone: the last layer on [CLS] only
                 outputs = {"logits": encoder.classify(ctx.params, ctx.config, ctx.batch, iv)}
+            elif self.kind == "custom":  # on the filled rows
+                inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+                outputs, _ = encoder.forward(ctx.params, ctx.config, inputs, iv, internals=None)
             else:
                 outputs, _ = ctx.forward(interventions=iv, internals=None, **overrides)
-            return jnp.where(rows, self.example_losses(ctx, outputs), 0.0).sum()
+            return jnp.where(rows, self.example_losses(ctx, outputs, batch), 0.0).sum()
 
         sums = gate_sums(total_loss, {"encoder": f["head_mask"]}, {"encoder": real}, rows, self.estimator)
         return {"sum": sums["encoder"], "tokens": real.sum().astype(jnp.float32),
@@ -254,6 +275,10 @@ def _seq2seq_step(params, config, batch: dict, masks: dict, estimator: str, loss
     source = (batch["attention_mask"] > 0) & rows[:, None]  # (b, s)
     target = batch["label_mask"] > 0  # (b, t)
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "decoder_input_ids")}
+
+    if loss is not None:  # a user's loss never sees a filler row (``fill_rows``)
+        batch = fill_rows(batch, rows)
+        inputs = {k: batch[k] for k in inputs}
 
     def total_loss(gates):
         iv = {kind: Interventions(head_gates=g) for kind, g in gates.items()}

@@ -1,0 +1,92 @@
+"""The functional contract's reported cases (issue list of docs/GUIDE.md "Composing with JAX"),
+each as a user met it: gradients through the norm analysis on a padded batch, a custom importance
+loss that averages over real tokens, errors in the caller's terms, dropout and a frozen copy.
+Each test failed before the change it names."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jattn
+import tiny_seq2seq
+from jattn.analyses.attribution import encoder_attributions
+from jattn.analyses.norms import encoder_norms, seq2seq_norms
+from tiny_encoders import save_tiny
+from tolerance import assert_close, model_terms
+
+TEXTS = ["The cat sat on the mat today.", "Hi."]  # the second padded to the first
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory):
+    return jattn.load(save_tiny(tmp_path_factory.mktemp("bert"), "bert-2x4"), use_cache=False)
+
+
+@pytest.fixture(scope="module")
+def marian(tmp_path_factory):
+    return jattn.load(tiny_seq2seq.save_tiny(tmp_path_factory.mktemp("marian"), "marian"), use_cache=False)
+
+
+def nonfinite(tree) -> int:
+    return sum(int((~jnp.isfinite(x)).sum()) for x in jax.tree.leaves(tree))
+
+
+def test_norm_and_attribution_gradients_are_finite_on_a_padded_batch(bert):
+    """Case 1: sqrt(max(sq, 0)) at a masked pair (sq = 0) gave 0·∞ = NaN in every parameter's
+    gradient (12,272 entries for ‖Σαf‖ here); GlobEnc's ‖·‖ of a padded row likewise."""
+    inputs = bert.check_batch(bert.tokenize(TEXTS, max_length=32))
+    assert inputs["attention_mask"].min() == 0  # padded
+    maps = {**encoder_norms(bert.params, bert.config, inputs, True), **encoder_attributions(bert.params, bert.config,
+                                                                                           inputs)}
+    for name in maps:
+        def total(p, name=name):
+            out = {**encoder_norms(p, bert.config, inputs, True), **encoder_attributions(p, bert.config, inputs)}
+            return out[name].sum()
+
+        grad = jax.grad(total)(bert.params)
+        assert nonfinite(grad) == 0, name
+        assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grad)) or name.startswith("mixing_attn"), name
+
+
+def test_translation_norm_gradients_are_finite_on_a_padded_batch(marian):
+    pairs = [("a b c d e f", "g h i j"), ("a", "b")]
+    inputs = marian.batch(pairs)
+    grad = jax.grad(lambda p: sum(v.sum() for kind in seq2seq_norms(p, marian.config, inputs, True).values()
+                                  for v in kind.values()))(marian.params)
+    assert nonfinite(grad) == 0
+
+
+def mean_over_real_tokens(params, config, outputs, batch):
+    """A user's loss: the mean over a row's real tokens of the squared last hidden state -> (b,)."""
+    mask = batch["attention_mask"].astype(jnp.float32)  # (b, n)
+    per_token = jnp.square(outputs["last_hidden_state"]).sum(-1)  # (b, n)
+    return (per_token * mask).sum(1) / mask.sum(1)  # (b,)  0/0 on a padding-only row
+
+
+def test_a_custom_loss_never_sees_a_padding_only_row(bert):
+    """Case 2: three examples at batch_size=2 left a filler row of padding only in the second
+    batch; the loss's 0/0 there made every importance NaN (finite at batch_size=3: no filler
+    row). Now the importance is finite and the same for every batch size."""
+    texts = ["the cat sat on the mat", "a dog barks", "birds fly"]
+    runs = [jattn.importance(bert, texts, loss=mean_over_real_tokens, batch_size=b, max_length=32,
+                             estimator="example", normalize=False, progress=False)["encoder"] for b in (2, 3, 4)]
+    for imp in runs:
+        assert np.isfinite(imp).all() and imp.max() > 0
+    terms = 2 * model_terms(bert.config, 16)
+    for imp in runs[1:]:
+        assert_close(imp, runs[0], terms=terms, scale=float(runs[0].max()))
+
+
+def test_a_custom_translation_loss_never_sees_a_padding_only_row(marian):
+    def mean_target_loss(params, config, outputs, batch):
+        mask = batch["label_mask"].astype(jnp.float32)  # (b, t) 0 on a filler row
+        real = batch["decoder_input_ids"] != config.pad_token_id  # (b, t) the copies' tokens
+        logp = jax.nn.log_softmax(outputs["logits"], -1)  # (b, t, V)
+        return -(jnp.take_along_axis(logp, batch["labels"][..., None], -1)[..., 0] * real).sum(1) / real.sum(1)
+
+    pairs = [("a b c", "d e f"), ("g h", "i j k l")]
+    imp = jattn.importance(marian, pairs, loss=mean_target_loss, batch_size=4, progress=False)
+    assert all(np.isfinite(v).all() and v.max() > 0 for v in imp.values())
