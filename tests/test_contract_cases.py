@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import jattn
+import jattn.runner.loop
 import tiny_seq2seq
 from jattn.analyses.attribution import encoder_attributions
 from jattn.analyses.norms import encoder_norms, seq2seq_norms
@@ -90,3 +91,72 @@ def test_a_custom_translation_loss_never_sees_a_padding_only_row(marian):
     pairs = [("a b c", "d e f"), ("g h", "i j k l")]
     imp = jattn.importance(marian, pairs, loss=mean_target_loss, batch_size=4, progress=False)
     assert all(np.isfinite(v).all() and v.max() > 0 for v in imp.values())
+
+
+# ---------------------------------------------------------------- case 9: errors in the caller's terms
+
+def test_a_too_long_example_in_an_analysis_names_what_the_caller_can_pass(bert):
+    """Case 9: ``jattn.norms`` said "pass truncate=True", an argument it does not have."""
+    from jattn.io.tokenize import SequenceTooLongError
+
+    with pytest.raises(SequenceTooLongError, match=r"example 0 has \d+ tokens, more than the model's positions, 64.*"
+                                                   r"model\.tokenize\(examples, truncate=True\)") as info:
+        jattn.norms(bert, ["word " * 80])
+    assert "truncate=True to cut it" not in str(info.value)
+
+
+def test_run_corpus_names_its_arguments_and_the_cli_its_flags(bert, tmp_path):
+    """Case 9: ``run_corpus`` named ``--max-length``, ``--truncate``, ``--skip-too-long``."""
+    from jattn.analyses.weights import Entropy
+    from jattn.cli import main
+
+    long = "word " * 40
+    with pytest.raises(ValueError, match=r"more than max_length=16\. Fix: a larger max_length= .*truncate=True.*"
+                                         r"skip_too_long=True") as info:
+        jattn.run_corpus(bert, ["short", long], [Entropy()], max_length=16, progress=False)
+    assert "--" not in str(info.value)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(f"short\n{long}\n")
+    with pytest.raises(SystemExit, match=r"more than --max-length 16\. Fix: a larger --max-length .*--truncate.*"
+                                         r"--skip-too-long") as info:
+        main(["analyze", "--model", bert.source, "--input", str(corpus), "--methods", "entropy", "--max-length", "16",
+              "--out", str(tmp_path / "out")])
+    assert "_length=" not in str(info.value)
+
+
+def test_a_statistic_name_clash_is_reported_before_the_corpus_runs(bert):
+    """Case 9: a user's ``Method`` whose statistic shares a built-in one's name was reported
+    after the whole corpus had run."""
+    import dataclasses
+
+    from jattn.analyses.base import Method, Statistic
+    from jattn.analyses.weights import Entropy
+
+    @dataclasses.dataclass(frozen=True)
+    class Mine(Method):
+        name = "mine"
+
+        def reduce(self, ctx):
+            return {"rows": (ctx.batch["example"] >= 0).sum().astype(jnp.float32)}
+
+        def finalize(self, totals, meta):
+            return {"entropy": Statistic(totals["rows"], "rows seen")}
+
+    ran = []
+    step = jattn.runner.loop.make_step
+
+    def counting(*args):  # the runner's compiled step, with a count of the batches it ran (not traced)
+        run, *rest = step(*args)
+
+        def counted(*a):
+            if not isinstance(jax.tree.leaves(a)[0], jax.core.Tracer):
+                ran.append(1)
+            return run(*a)
+
+        return counted, *rest
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jattn.runner.loop, "make_step", counting)
+        with pytest.raises(ValueError, match="methods 'entropy' and 'mine' both produce a statistic named 'entropy'"):
+            jattn.run_corpus(bert, ["a cat"] * 40, [Entropy(), Mine()], batch_size=4, max_length=32, progress=False)
+    assert ran == []

@@ -100,9 +100,9 @@ def test_a_method_defined_in_one_place_reaches_the_command_line(model, capsys, t
 
 def test_rank_file_is_required_and_checked(model, tmp_path):
     for name in ("norm-freq", "mixing"):
-        with pytest.raises(ValueError, match=f"'{name}' needs a token frequency rank file.*--rank-file"):
+        with pytest.raises(ValueError, match=f"'{name}' needs a token frequency rank file.*rank_file=FILE"):
             registry.make_methods(model, [name])
-    with pytest.raises(FileNotFoundError, match="nope.txt not found. Fix: pass --rank-file"):
+    with pytest.raises(FileNotFoundError, match="nope.txt not found. Fix: pass rank_file= a"):
         registry.make_methods(model, ["norm-freq"], registry.Options(rank_file=tmp_path / "nope.txt"))
 
 

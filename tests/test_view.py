@@ -146,7 +146,7 @@ def test_bad_input(tiny_encoder):
     with pytest.raises(ValueError, match="second text is empty"):
         jattn.view(tiny_encoder, SENTENCE, pair=" ")
     long_text = " ".join(["word"] * 80)  # 82 tokens > the model's 64 positions
-    with pytest.raises(ValueError, match=r"82 tokens, more than the 64 .*--truncate"):
+    with pytest.raises(ValueError, match=r"82 tokens, more than the 64 .*truncate=True"):
         jattn.view(tiny_encoder, long_text)
     data = read_page(jattn.view(tiny_encoder, long_text, truncate=True))
     assert len(data["tokens"]["input"]) == 64 and data["tokens"]["input"][-1] == "[SEP]"
@@ -154,7 +154,7 @@ def test_bad_input(tiny_encoder):
         jattn.view(tiny_encoder, SENTENCE, max_length=10)
     with pytest.raises(ValueError, match="max_length=65 must be in"):
         jattn.view(tiny_encoder, SENTENCE, max_length=65)
-    with pytest.raises(ValueError, match="--target is for translation models"):
+    with pytest.raises(ValueError, match="target= is for translation models"):
         jattn.view(tiny_encoder, SENTENCE, target="Le chien.")
     with pytest.raises(ValueError, match="not a jattn view page"):
         read_page("<html></html>")
@@ -295,11 +295,11 @@ def test_translation_page_own_translation(tiny_marian):
 
 
 def test_translation_bad_input(tiny_marian):
-    with pytest.raises(ValueError, match="--pair is for encoders"):
+    with pytest.raises(ValueError, match="pair= is for encoders"):
         jattn.view(tiny_marian, SOURCE, pair="x")
     with pytest.raises(ValueError, match="the target text is empty"):
         jattn.view(tiny_marian, SOURCE, target=" ")
-    with pytest.raises(ValueError, match="the source text has .* tokens, more than the 8.*--truncate"):
+    with pytest.raises(ValueError, match="the source text has .* tokens, more than the 8.*truncate=True"):
         jattn.view(tiny_marian, SOURCE + " " + SOURCE, target=TARGET, max_length=8)
     data = read_page(jattn.view(tiny_marian, SOURCE + " " + SOURCE, target=TARGET + " " + TARGET, max_length=8,
                                 truncate=True))
@@ -372,7 +372,7 @@ def test_compare_bad_input(tiny_encoder, tiny_marian, tmp_path):
     from jattn.viz.view import _same_tokens
 
     with pytest.raises(ValueError, match=r"target text differently \(A: 3 tokens, B: 2; first difference at "
-                                         r"position 2: 'c' vs the end\).*or pass the target text \(--target\)"):
+                                         r"position 2: 'c' vs the end\).*or pass the target text \(target=\)"):
         _same_tokens({"source": ["a"], "target": ["a", "b", "c"]}, {"source": ["a"], "target": ["a", "b"]}, ("A", "B"))
 
 

@@ -100,7 +100,7 @@ class NormClassAttention(Method):
 def read_ranks(path, vocab_size: int) -> np.ndarray:
     """``rank count id`` lines -> rank per vocabulary id (V,), NaN for ids not ranked."""
     if not Path(path).is_file():
-        raise FileNotFoundError(f"frequency rank file {path} not found. Fix: pass --rank-file (rank_file=) a "
+        raise FileNotFoundError(f"frequency rank file {path} not found. Fix: pass rank_file= a "
                                 "file of 'rank count id' lines, e.g. frequency/rank_count_ids.txt in the "
                                 "data folder (jattn data fetch frequency)")
     ranks = np.full(vocab_size, np.nan)

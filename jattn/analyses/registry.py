@@ -87,5 +87,5 @@ def require_rank_file(options: Options, method: str) -> Path:
     if options.rank_file is None:
         raise ValueError(f"method {method!r} needs a token frequency rank file ('rank count vocab_id' per "
                          "line, e.g. frequency/rank_count_ids.txt in the data folder: jattn data fetch frequency). "
-                         "Fix: pass --rank-file FILE (rank_file= in Python)")
+                         "Fix: pass rank_file=FILE")
     return Path(options.rank_file)

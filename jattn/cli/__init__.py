@@ -119,7 +119,34 @@ def build_parser() -> tuple[Parser, dict]:
         doc = summary(mod.__doc__).replace("%", "%%")
         mod.add_arguments(sub.add_parser(name, help=doc, description=(mod.__doc__ or doc).strip().replace("%", "%%"),
                                          parents=[common]))
+    parser.commands = dict(sub.choices)  # {command: its parser}, for ``in_flags``
     return parser, modules
+
+
+def options(parser: argparse.ArgumentParser) -> list:
+    """The parser's actions, with those of its sub-commands' parsers (``jattn models make``)."""
+    found = []
+    for action in parser._actions:
+        found.append(action)
+        if isinstance(action, argparse._SubParsersAction):
+            found += [a for sub in action.choices.values() for a in options(sub)]
+    return found
+
+
+def in_flags(message: str, parser: argparse.ArgumentParser) -> str:
+    """A library error in the command line's terms. The Python API names its arguments as
+    ``name=`` (``max_length=64``, ``truncate=True``); each name that is one of this command's
+    options (by its ``dest``) becomes the option's flag: ``--max-length 64``, ``--truncate``."""
+    for action in options(parser):
+        flags = [s for s in action.option_strings if s.startswith("--")]
+        if not flags:
+            continue
+        name, flag = re.escape(action.dest), flags[0]
+        if isinstance(action, FLAGS):
+            message = re.sub(rf"(?<![\w.]){name}={action.const!r}(?!\w)", flag, message)
+        message = re.sub(rf"(?<![\w.]){name}=(?=[\s,.;:)]|$)", flag, message)  # the name alone
+        message = re.sub(rf"(?<![\w.]){name}=(?=\S)", flag + " ", message)  # with a value
+    return message
 
 
 def _terminate(signum, frame):
@@ -147,7 +174,8 @@ def main(argv=None) -> None:
     except USER_ERRORS as e:
         if debugging(args):
             raise
-        raise SystemExit(f"jattn {args.command}: error: {e or e.__class__.__name__}") from None
+        message = in_flags(str(e) or e.__class__.__name__, parser.commands[args.command])
+        raise SystemExit(f"jattn {args.command}: error: {message}") from None
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

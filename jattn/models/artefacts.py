@@ -83,7 +83,7 @@ def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path
     try:
         locks.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise OSError(f"cannot write in {out.parent} ({e.strerror or e}). Fix: set JATTN_CACHE (or --cache-dir) "
+        raise OSError(f"cannot write in {out.parent} ({e.strerror or e}). Fix: set JATTN_CACHE (or cache_dir=) "
                       "to a writable folder") from None
     lock = filelock.FileLock(str(locks / f"{name}.lock"))
     try:

@@ -94,7 +94,7 @@ def tokenize_segments(model, examples: list[tuple[int, Example]], max_length: in
         group = list(group)
         if words and not split:
             raise ValueError(f"{group[0][1].source}: word-level methods need input pre-split into "
-                             "words. Fix: use --format conllu (or gap), or drop the word-level methods")
+                             "words. Fix: give lists of words (read_conllu; format=conllu or gap), or drop the word-level methods")
         text = lambda ex: (ex.a, ex.b) if pair else ex.a  # noqa: E731
         if dropped is not None and not truncate:
             full = tokenize(model.tokenizer, [text(ex) for _, ex in group], max_length=10**9)
@@ -111,9 +111,9 @@ def tokenize_segments(model, examples: list[tuple[int, Example]], max_length: in
                 n = len(tokenize(model.tokenizer, [one], max_length=10**9).input_ids[0])
                 if n > max_length:
                     raise SequenceTooLongError(
-                        f"{ex.source}: {n} tokens, more than --max-length {max_length}. Fix: raise "
-                        "--max-length (up to the model's maximum), shorten the segment, pass "
-                        "--truncate to cut over-long segments explicitly, or --skip-too-long") from None
+                        f"{ex.source}: {n} tokens, more than max_length={max_length}. Fix: a larger "
+                        "max_length= (up to the model's maximum), shorten the segment, pass "
+                        "truncate=True to cut over-long segments explicitly, or skip_too_long=True") from None
             raise
         for r, (index, ex) in enumerate(group):
             n = int(batch.attention_mask[r].sum())
@@ -123,7 +123,7 @@ def tokenize_segments(model, examples: list[tuple[int, Example]], max_length: in
                 if len(set(wids[wids >= 0].tolist())) != count:
                     if dropped is None:
                         raise ValueError(f"{ex.source}: a word gives no subword token, so its labels cannot be "
-                                         "placed. Fix: remove the word, or run with --skip-too-long to skip "
+                                         "placed. Fix: remove the word, or pass skip_too_long=True to skip "
                                          "such examples with a count")
                     dropped["unmappable"].append(index)
                     continue
@@ -200,7 +200,7 @@ def tokenize_pairs(model, examples: list, max_length: int, truncate: bool) -> li
     for _, ex in examples:
         if not ex.is_pair or ex.is_words:
             raise ValueError(f"{ex.source}: a translation model is run teacher-forced on (source, target) "
-                             "pairs of strings. Fix: give pairs, e.g. --format parallel --input SRC_FILE TGT_FILE")
+                             "pairs of strings. Fix: give (source, target) pairs (format=parallel with a source and a target file)")
     tok, prepare = model.tokenizer, getattr(model, "prepare_texts", list)  # the model's own text normalisation
     src = tok(prepare([ex.a for _, ex in examples]), truncation=truncate, max_length=max_length)["input_ids"]
     tgt = tok(text_target=prepare([ex.b for _, ex in examples]), truncation=truncate,
@@ -209,9 +209,9 @@ def tokenize_pairs(model, examples: list, max_length: int, truncate: bool) -> li
     for (index, ex), s, t in zip(examples, src, tgt):
         n = max(len(s), len(t))
         if n > max_length:
-            raise SequenceTooLongError(f"{ex.source}: {n} tokens on one side, more than --max-length {max_length}. "
-                                       "Fix: raise --max-length (up to the model's positions), shorten the pair, "
-                                       "or pass --truncate")
+            raise SequenceTooLongError(f"{ex.source}: {n} tokens on one side, more than max_length={max_length}. "
+                                       "Fix: a larger max_length= (up to the model's positions), shorten the pair, "
+                                       "or pass truncate=True")
         rows.append((index, {"source": np.asarray(s, np.int32), "target": np.asarray(t, np.int32),
                              "labels": ex.labels}))
     return rows

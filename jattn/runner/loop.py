@@ -141,7 +141,7 @@ def check_methods(model, methods: Sequence) -> None:
             what = "a translation (seq2seq) model" if fam == "seq2seq" else "an encoder model"
             raise ValueError(f"method {m.name!r} reads {' and '.join(families)} models, and {model.source or 'the model'} "
                              f"is {what}. Fix: choose methods that declare families including {fam!r}"
-                             + (" (jattn analyze --help lists them)" if fam == "seq2seq" else ""))
+                             + (" (jattn.analyses.registry.entries() lists them)" if fam == "seq2seq" else ""))
         if fam == "seq2seq" and getattr(m, "level", "token") != "token":
             raise ValueError(f"method {m.name!r} is word-level; a translation model runs token-level methods only. "
                              "Fix: drop the word-level methods")
@@ -215,6 +215,8 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
                               batch_size * chunk_batches, skipped, dropped):
         features = {m.name: m.prepare(host) for m in methods}
         arrays = {k: v for k, v in host.arrays().items() if v is not None}
+        if totals is None and pending is None:  # the first batch: what needs no run is checked before any
+            check_statistic_names(model, methods, jax.eval_shape(step, params, arrays, features), len(devices))
         out = step(params, jax.device_put(arrays, data), jax.device_put(features, data))
         if pending is not None:  # fetch the previous batch while this one runs
             accumulate(pending)
@@ -238,16 +240,45 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
             **{f"skipped_{k}": int(totals["_meta"][f"skipped_{k}"]) for k in (dropped or {})}}
     if meta["segments"] == 0:
         raise ValueError(f"the corpus is empty: no example reached the model ({meta['skipped_empty']} empty "
-                         "examples skipped). Fix: check the input file and --format")
+                         "examples skipped). Fix: check the examples (and the input file's format)")
     statistics = {}
-    finished = (run_translation.finalize([m], totals, meta) if family(model) == "seq2seq"
-                else m.finalize(totals[m.name], meta) for m in methods)
-    for stats in finished:
-        for name, stat in stats.items():
+    for m in methods:
+        for name, stat in finalize(model, m, totals, meta).items():
             if name in statistics:
                 raise ValueError(f"two methods produce a statistic named {name!r}")
             statistics[name] = stat
     return RunResult(statistics, totals, meta)
+
+
+def finalize(model, method, totals: dict, meta: dict) -> dict:
+    """``method``'s statistics from the corpus totals."""
+    if family(model) == "seq2seq":
+        return run_translation.finalize([method], totals, meta)
+    return method.finalize(totals[method.name], meta)
+
+
+def check_statistic_names(model, methods, shapes, devices: int) -> None:
+    """Two methods that name a statistic alike (a user's ``Method`` and a built-in one) are an
+    error before the first batch runs, not after the corpus: each method's ``finalize`` on
+    all-zero totals of the step's output ``shapes`` (``jax.eval_shape``: traced, not run) names
+    its statistics. A ``finalize`` that cannot run on zeros is left to the same check after the
+    corpus."""
+    totals = jax.tree.map(lambda s: np.zeros(s.shape, np.float64), shapes)
+    totals.pop("_records", None)
+    meta = {"model": model.source, "segments": 0, "tokens": 0, "batch_size": devices, "max_length": 16,
+            "devices": devices, "processes": 1, "skipped_empty": 0}
+    owner = {}
+    for m in methods:
+        try:
+            with np.errstate(all="ignore"):
+                names = finalize(model, m, totals, meta)
+        except Exception:  # noqa: BLE001 — e.g. a statistic that needs data; checked after the corpus
+            continue
+        for name in names:
+            if name in owner:
+                raise ValueError(f"methods {owner[name]!r} and {m.name!r} both produce a statistic named {name!r}. "
+                                 "Fix: rename the statistic your Method's finalize returns")
+            owner[name] = m.name
 
 
 def _zeros(model, methods, step, devices, words):

@@ -48,13 +48,13 @@ def _check_text(name: str, text) -> str:
         raise ValueError(f"{name} must be a string, got {type(text).__name__}")
     if not text.strip():
         raise ValueError(f"{name} is empty: there is nothing to look at. Fix: give a sentence, e.g. "
-                         f"--text \"The cat sat on the mat.\"")
+                         f"text=\"The cat sat on the mat.\"")
     return text
 
 
 def _too_long(what: str, n: int, limit: int) -> ValueError:
-    return ValueError(f"{what} has {n} tokens, more than the {limit} the model (or --max-length) allows. Fix: "
-                      f"shorten it, or pass --truncate (truncate=True in Python) to keep the first {limit}")
+    return ValueError(f"{what} has {n} tokens, more than the {limit} the model (or max_length=) allows. Fix: "
+                      f"shorten it, or pass truncate=True to keep the first {limit}")
 
 
 def encoder_maps(model, text: str, pair: str | None, max_length: int, truncate: bool) -> tuple[dict, list]:
@@ -186,7 +186,7 @@ def _same_tokens(first: dict, second: dict, names: tuple[str, str]) -> None:
                          f"{len(tokens)} tokens, {names[1]}: {len(other)}; first difference at position {at}: "
                          f"{shown(tokens)} vs {shown(other)}). The panels compare maps position by position. Fix: "
                          "compare models that share a tokenizer (e.g. a model and its fine-tuned version)"
-                         + (", or pass the target text (--target)" if side == "target" else ""))
+                         + (", or pass the target text (target=)" if side == "target" else ""))
 
 
 def page_data(model, text: str, pair: str | None = None, target: str | None = None, *, compare=None,
@@ -206,10 +206,10 @@ def page_data(model, text: str, pair: str | None = None, target: str | None = No
         raise ValueError(f"compare: {_name(model)} is {kinds[seq2seq]} but {_name(compare)} is "
                          f"{kinds[not seq2seq]}. Fix: compare two models of the same shape")
     if seq2seq and pair is not None:
-        raise ValueError("--pair is for encoders (sentence pairs); a translation model takes --text and "
-                         "optionally --target")
+        raise ValueError("pair= is for encoders (sentence pairs); a translation model takes text= and "
+                         "optionally target=")
     if not seq2seq and target is not None:
-        raise ValueError("--target is for translation models; an encoder reads --text (and --pair)")
+        raise ValueError("target= is for translation models; an encoder reads text= (and pair=)")
     if pair is not None:
         pair = _check_text("the pair's second text", pair)
     if target is not None:
