@@ -147,7 +147,7 @@ class GapCoreference(Method):
     def prepare(self, batch: HostBatch) -> dict:
         if not {"pronoun", "candidates", "gold"} <= set(batch.labels):
             raise ValueError("method 'coref' needs GAP labels (pronoun, candidate names, gold name). "
-                             "Fix: read the GAP tsv as words with its labels (format=gap; jattn.io.readers)")
+                             "Fix: --format gap with the GAP tsv")
         base = np.zeros((2, len(batch.example)), np.int32)  # (2, b) nearest, first right
         for r, gold in enumerate(batch.labels["gold"]):
             if gold < 0:

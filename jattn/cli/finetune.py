@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--epochs", type=positive_int, default=3, help="passes over the training data")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per micro-batch")
     parser.add_argument("--accumulation", type=positive_int, default=1, help="micro-batches per optimizer update")
-    parser.add_argument("--lr", dest="learning_rate", type=finite(low=0, low_open=True), default=5e-5, help="peak learning rate")
+    parser.add_argument("--lr", type=finite(low=0, low_open=True), default=5e-5, help="peak learning rate")
     parser.add_argument("--max-length", type=positive_int, default=128, help="longest text, in tokens")
     parser.add_argument("--seed", type=int, default=0, help="random seed (classifier head, data order, dropout)")
 
@@ -74,7 +74,7 @@ def run(args) -> None:
         raise ValueError("--train needs --dev (the dev metric is reported per epoch). Fix: add --dev FILE "
                          "('text<TAB>label' lines)")
     fc = FinetuneConfig(epochs=args.epochs, batch_size=args.batch_size, accumulation=args.accumulation,
-                        learning_rate=args.learning_rate, max_length=args.max_length, seed=args.seed)
+                        learning_rate=args.lr, max_length=args.max_length, seed=args.seed)
     if args.task:
         from jattn.io.manifest import data_path
 

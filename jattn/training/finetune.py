@@ -50,12 +50,13 @@ class FinetuneConfig:
     train_examples: int = 0  # finetune_task: 0 = the whole train split, else a random subset of this size
 
     def __post_init__(self):
-        for name in ("epochs", "batch_size", "accumulation", "max_length", "save_every"):
-            validate.number(f"{name}=", getattr(self, name), low=1, integer=True)
-        validate.number("seed=", self.seed, integer=True)
+        for name, option in (("epochs", "--epochs"), ("batch_size", "--batch-size"), ("accumulation", "--accumulation"),
+                             ("max_length", "--max-length"), ("save_every", None)):
+            validate.number(f"{name} ({option})" if option else name, getattr(self, name), low=1, integer=True)
+        validate.number("seed (--seed)", self.seed, integer=True)
         validate.number("train_examples", self.train_examples, low=0, integer=True)
-        validate.number("learning_rate=", self.learning_rate, low=0, low_open=True,
-                        fix="pass a positive learning rate, e.g. learning_rate=5e-5")
+        validate.number("learning_rate (--lr)", self.learning_rate, low=0, low_open=True,
+                        fix="pass a positive learning rate, e.g. --lr 5e-5")
         validate.number("warmup_fraction", self.warmup_fraction, low=0, high=1)
         validate.number("save_every_s", self.save_every_s, low=0, low_open=True)
         validate.number("weight_decay", self.weight_decay, low=0)
@@ -229,7 +230,7 @@ class ClassifierTrainer(Checkpointed):
                 if not np.isfinite(loss):  # the run diverged: keep the last sound checkpoint, export nothing
                     raise ValueError(f"fine-tuning diverged: the training loss is {loss} at micro-batch "
                                      f"{self.meta['micro_step'] + 1} (learning rate {fc.learning_rate:g}). Fix: lower "
-                                     f"learning_rate=, then start again in a new work folder (or delete {self.run.workdir})")
+                                     f"--lr, then start again in a new work folder (or delete {self.run.workdir})")
                 self.state = {"params": params, "opt_state": opt_state}
                 self.meta["train_seconds"] += time.perf_counter() - t
                 self.meta["micro_step"] += 1
@@ -333,9 +334,9 @@ def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out
     if (out / "DONE").is_file():
         record = json.loads((out / "finetune.json").read_text())
         if record.get("config") != dataclasses.asdict(fc) or record.get("metric_name") != metric_name:
-            raise validate.BadArgument("out=", str(out), "a new folder, or one fine-tuned with these arguments (it "
+            raise validate.BadArgument("--out", str(out), "a new folder, or one fine-tuned with these arguments (it "
                                        f"holds a finished run with {record.get('config')})",
-                                       "choose another out=, or rerun with the recorded arguments to get it back")
+                                       "choose another --out, or rerun with the recorded arguments to get it back")
         return record
     if metric_name not in ("accuracy", "matthews_corr"):
         raise ValueError(f"metric_name must be accuracy or matthews_corr, got {metric_name!r}")
