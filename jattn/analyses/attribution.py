@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.analyses.norms import diagonal_sum, head_gram, layer_norm_map, over_layers, quadratic_norm
+from jattn.analyses.norms import layer_major, diagonal_sum, head_gram, layer_norm_map, over_layers, quadratic_norm
+from jattn.nn import state
 from jattn.nn.attention import transformed_vectors
 from jattn.nn.layers import ln_sigma, safe_norm
 
@@ -128,15 +129,18 @@ def encoder_attributions(params, config, inputs):
     """Every per-layer map and rollout of ``attributions`` for an encoder batch, (L, b, n, n)."""
     from jattn.nn import encoder
 
-    model = encoder.module(params, config)
-    _, internals = model(inputs)
-    mask, eps, view = inputs["attention_mask"], config.layer_norm_eps, model.view()  # (b, n)
-    residual = residual_attention(internals["weights"], mask)  # (L, b, n, n)
-    globenc = row_normalize(over_layers(globenc_layer, internals, view, mask, eps))  # (L, b, n, n)
-    alti = over_layers(alti_layer, internals, view, mask, eps)  # (L, b, n, n)
-    return {"residual_attention": residual, "rollout": rollout(residual),
-            "globenc_layers": globenc, "globenc": rollout(globenc),
-            "alti_layers": alti, "alti": rollout(alti)}
+    def run(params, inputs):
+        model = encoder.module(params, config)
+        _, internals = model(inputs)
+        mask, eps, view = inputs["attention_mask"], config.layer_norm_eps, model.view()  # (b, n)
+        residual = residual_attention(internals["weights"], mask)  # (L, b, n, n)
+        globenc = row_normalize(over_layers(globenc_layer, internals, view, mask, eps))  # (L, b, n, n)
+        alti = over_layers(alti_layer, internals, view, mask, eps)  # (L, b, n, n)
+        return {"residual_attention": residual, "rollout": rollout(residual),
+                "globenc_layers": globenc, "globenc": rollout(globenc),
+                "alti_layers": alti, "alti": rollout(alti)}
+
+    return state.on_auto_axes(run, (params, inputs), inputs["attention_mask"], layer_major)
 
 
 def attributions(model, examples) -> dict[str, dict[str, np.ndarray]]:

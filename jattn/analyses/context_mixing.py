@@ -29,8 +29,9 @@ import numpy as np
 
 from jattn.analyses.attribution import _pair_mask, alti_layer, rollout, row_normalize
 from jattn.analyses.base import CLASS_NAMES, Method, Statistic, StepContext, class_sums
-from jattn.analyses.norms import layer_norm_map, over_layers
+from jattn.analyses.norms import layer_major, layer_norm_map, over_layers
 from jattn.analyses.registry import register
+from jattn.nn import state
 from jattn.nn.attention import transformed_vectors
 from jattn.nn.interventions import Interventions
 from jattn.nn.layers import ln_sigma, safe_norm
@@ -80,10 +81,13 @@ def encoder_value_zeroing(params, config, inputs) -> dict:
     """Per-layer value-zeroing maps and their rollout for an encoder batch, (L, b, n, n)."""
     from jattn.nn import encoder
 
-    model = encoder.module(params, config)
-    outputs, _ = model(inputs, internals=None)
-    maps = value_zeroing_maps(model, outputs["hidden_states"], inputs["attention_mask"])  # (L, b, n, n)
-    return {"value_zeroing_layers": maps, "value_zeroing": rollout(maps)}
+    def run(params, inputs):
+        model = encoder.module(params, config)
+        outputs, _ = model(inputs, internals=None)
+        maps = value_zeroing_maps(model, outputs["hidden_states"], inputs["attention_mask"])  # (L, b, n, n)
+        return {"value_zeroing_layers": maps, "value_zeroing": rollout(maps)}
+
+    return state.on_auto_axes(run, (params, inputs), inputs["attention_mask"], layer_major)
 
 
 def value_zeroing(model, batch) -> dict[str, np.ndarray]:
@@ -147,10 +151,13 @@ def alti_plus_maps(internals: dict, views: dict, batch: dict, eps: float) -> dic
 def seq2seq_alti_plus(params, config, inputs) -> dict:
     from jattn.nn import seq2seq
 
-    model = seq2seq.module(params, config)
-    _, internals = model(inputs)
-    views = {k: model.view(k) for k in seq2seq.KINDS}
-    return alti_plus_maps(internals, views, inputs, config.layer_norm_eps)
+    def run(params, inputs):
+        model = seq2seq.module(params, config)
+        _, internals = model(inputs)
+        views = {k: model.view(k) for k in seq2seq.KINDS}
+        return alti_plus_maps(internals, views, inputs, config.layer_norm_eps)
+
+    return state.on_auto_axes(run, (params, inputs), inputs["attention_mask"], layer_major)
 
 
 

@@ -34,7 +34,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jattn.nn import state
 from jattn.nn.layers import ln_sigma, safe_norm, safe_sqrt
+
+
+def layer_major(path) -> int:
+    """The batch axis of every stacked (L, b, ...) result at ``path``: 1 (``jattn.nn.state.on_auto_axes``)."""
+    return 1
 
 
 def transformed_norm(values: jax.Array, out_kernel: jax.Array) -> jax.Array:
@@ -190,35 +196,42 @@ def over_layers(fn, internals: dict, view: dict, *args) -> dict:
 @partial(jax.jit, static_argnames=("config", "residual"))
 def encoder_norms(params, config, inputs, residual: bool):
     """Norms of every encoder layer, computed inside the encoder's scan on each chunk of the
-    batch a layer runs in, written straight into the stacked result. -> each (L, b, ...)."""
+    batch a layer runs in, written straight into the stacked result. -> each (L, b, ...), sharded
+    over the batch as ``inputs`` is (``jattn.nn.state.on_auto_axes``)."""
     from jattn.nn import encoder
 
-    def layer_norms(layer, view, take):  # one chunk's internals (b', ...) -> its norms, rows (b', ...)
-        mask = take(inputs["attention_mask"])  # (b', n)
-        out = attention_norms(layer, view, mask, mask)
-        if residual:
-            out.update(residual_norms(layer, view, mask, config.layer_norm_eps))
-        return out
+    def run(params, inputs):
+        def layer_norms(layer, view, take):  # one chunk's internals (b', ...) -> its norms, rows (b', ...)
+            mask = take(inputs["attention_mask"])  # (b', n)
+            out = attention_norms(layer, view, mask, mask)
+            if residual:
+                out.update(residual_norms(layer, view, mask, config.layer_norm_eps))
+            return out
 
-    outputs, _ = encoder.forward(params, config, inputs, layer_rows=layer_norms, internals=None)
-    return outputs["layer_rows"]  # each (L, b, ...)
+        outputs, _ = encoder.forward(params, config, inputs, layer_rows=layer_norms, internals=None)
+        return outputs["layer_rows"]  # each (L, b, ...)
+
+    return state.on_auto_axes(run, (params, inputs), inputs["attention_mask"], layer_major)
 
 
 @partial(jax.jit, static_argnames=("config", "residual"))
 def seq2seq_norms(params, config, inputs, residual: bool):
-    """Norms of the three attention types of a translation model. -> {kind: each (L, ...)}."""
+    """Norms of the three attention types of a translation model. -> {kind: each (L, b, ...)}."""
     from jattn.nn import seq2seq
 
-    model = seq2seq.module(params, config)
-    _, internals = model(inputs)
-    src, tgt = inputs["attention_mask"], inputs["decoder_attention_mask"]  # (b, s), (b, t)
-    masks = {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}
-    out = {kind: over_layers(attention_norms, internals[kind], model.view(kind), *masks[kind]) for kind in masks}
-    if residual:  # the residual + LayerNorm decomposition needs q = k: self-attention only
-        for kind in ("encoder", "decoder"):
-            out[kind].update(over_layers(residual_norms, internals[kind], model.view(kind), masks[kind][0],
-                                         config.layer_norm_eps))
-    return out
+    def run(params, inputs):
+        model = seq2seq.module(params, config)
+        _, internals = model(inputs)
+        src, tgt = inputs["attention_mask"], inputs["decoder_attention_mask"]  # (b, s), (b, t)
+        masks = {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}
+        out = {kind: over_layers(attention_norms, internals[kind], model.view(kind), *masks[kind]) for kind in masks}
+        if residual:  # the residual + LayerNorm decomposition needs q = k: self-attention only
+            for kind in ("encoder", "decoder"):
+                out[kind].update(over_layers(residual_norms, internals[kind], model.view(kind), masks[kind][0],
+                                             config.layer_norm_eps))
+        return out
+
+    return state.on_auto_axes(run, (params, inputs), inputs["attention_mask"], layer_major)
 
 
 def norms(model, examples, *, residual: bool = False) -> dict[str, dict[str, np.ndarray]]:

@@ -70,7 +70,8 @@ def encoder_hf_config(config, architecture: str, label_names: list[str] | None =
         "intermediate_size": config.intermediate_size, "hidden_act": config.hidden_act,
         "max_position_embeddings": config.max_position_embeddings, "layer_norm_eps": config.layer_norm_eps,
         "pad_token_id": config.pad_token_id, "hidden_dropout_prob": config.hidden_dropout,
-        "attention_probs_dropout_prob": config.attention_dropout, **fields,
+        "attention_probs_dropout_prob": config.attention_dropout,
+        "tie_word_embeddings": config.tied_mlm_decoder, **fields,
     }
     if config.pruned:
         out["pruned_heads"] = config.pruned.removed()

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-CONVERSION_VERSION = "1"  # bump when a converter's output layout changes
+CONVERSION_VERSION = "2"  # bump when a converter's output layout changes (2: untied MLM decoders, ELECTRA's RTD head)
 FORMAT = "jattn nnx.State 1"  # the pure-dict layout of the modules' nnx.Param state (jattn.nn.state)
 FORMAT_FILE = "jattn.format"  # inside the checkpoint folder, covered by the checksum; orbax ignores it
 

@@ -147,6 +147,16 @@ def apply_table(state: dict[str, np.ndarray], entries: list[Entry], ignore: tupl
     return nest(flat)
 
 
+def check_tied(state: dict[str, np.ndarray], copies: dict[str, str], source: str, fix: str) -> None:
+    """Every tied copy in ``state`` ({copy key: the key it is tied to}) equal to what it is tied
+    to, where both are there: Hugging Face's loader overwrites a tied copy, so a copy that differs
+    holds weights the checkpoint's own model computed with. Else a ``ConversionError`` with ``fix``."""
+    for copy, original in copies.items():
+        if copy in state and original in state and not np.array_equal(state[copy], state[original]):
+            raise ConversionError(f"{source}: {copy} differs from {original}, which config.json ties it to (Hugging "
+                                  f"Face would silently use {original}). Fix: {fix}")
+
+
 def nest(flat: dict[tuple, np.ndarray]) -> dict:
     """{('a', 0, 'b'): x, ('a', 1, 'b'): y} -> {'a': {'b': stack([x, y])}}."""
     tree: dict = {}

@@ -8,7 +8,7 @@ fix. The checks:
   same check as an argparse ``type`` (status 2, one line).
 * ``labels``: integer class labels against a classifier's ``num_labels``.
 * ``array``: a numeric array's shape on every axis (named) and its finiteness;
-  ``interventions``: head gates, disabled heads and weight deltas against the batch they act on.
+  ``interventions``: head gates, disabled heads, weight deltas and patches against the batch they act on.
 * ``heads``: ``"L:H,L:H"`` head lists against the model's layers and heads.
 * ``visible``: text made only of NUL bytes, control or zero-width characters.
 * ``model_kind``: the model shape a command needs (encoder, classifier, translation model).
@@ -26,6 +26,7 @@ import numbers
 import socket
 import unicodedata
 
+import jax
 import numpy as np
 
 
@@ -36,6 +37,11 @@ class BadArgument(ValueError):
         self.argument, self.value, self.expected, self.fix = argument, value, expected, fix
         shown = value if isinstance(value, str) and not value.startswith("<") else _show(value)
         super().__init__(f"{argument} {shown}: expected {expected}. Fix: {fix}")
+
+
+def _traced(value) -> bool:
+    """A tracer: an array inside ``jax.jit``, ``grad`` or ``vmap``, whose values are unknown."""
+    return isinstance(value, jax.core.Tracer)
 
 
 def _show(value) -> str:
@@ -122,11 +128,12 @@ def labels(argument: str, values, num_labels: int, where=None) -> np.ndarray:
 
 def array(argument: str, value, axes: tuple, *, finite: bool = True, dtype: str = "float") -> np.ndarray:
     """``value`` as an array whose axes match ``axes``: (name, size) pairs, size None = any.
-    Checks every axis and, for ``finite``, every value (NaN / inf)."""
+    Checks every axis and, for ``finite``, every value (NaN / inf); a tracer (inside ``jax.jit``,
+    ``grad``, ``vmap``) is returned as it is, its shape and dtype checked, its values unknown."""
     expected = "(" + ", ".join(f"{n}={s}" if s is not None else n for n, s in axes) + ")"
     if isinstance(value, (str, bytes, dict)):
         raise BadArgument(argument, value, f"an array of shape {expected}", "pass a numeric array")
-    a = np.asarray(value)
+    a = value if _traced(value) else np.asarray(value)
     kinds = {"float": "f", "bool": "b"}
     if dtype == "float" and a.dtype.kind not in "fiu":
         raise BadArgument(argument, a, f"a float array {expected}", "pass numbers (a boolean mask goes in "
@@ -139,7 +146,7 @@ def array(argument: str, value, axes: tuple, *, finite: bool = True, dtype: str 
         if size is not None and got != size:
             raise BadArgument(argument, a, f"shape {expected}: axis {i} ({name}) is {got}, not {size}",
                               f"make axis {i} hold {size} entries, one per {name}; nothing is broadcast or cut")
-    if finite and a.dtype.kind == kinds["float"] and not np.isfinite(a).all():
+    if finite and a.dtype.kind == kinds["float"] and not _traced(a) and not np.isfinite(a).all():
         bad = np.argwhere(~np.isfinite(a))
         raise BadArgument(argument, a, f"finite values; {len(bad)} NaN/inf, the first at index "
                           f"{tuple(int(i) for i in bad[0])}", "replace the NaN / inf entries")
@@ -151,10 +158,22 @@ GATE_LAYOUTS = {2: ("layer", "head"), 3: ("layer", "example", "head"), 4: ("laye
 MASK_LAYOUTS = {2: ("layer", "head"), 3: ("layer", "example", "head")}
 
 
+# patch site -> the axes of one layer's value after its example axis (None: the model width), as
+# jattn.nn.interventions.PATCH_SITES documents them; its ``where`` has the value's axes but the last
+# (receivers: the head axis), an example, query or key axis of size 1 broadcasting
+PATCH_LAYOUTS = {
+    "context": ("head", "query", None), "weights": ("head", "query", "key"), "values": ("head", "key", None),
+    **{site: ("query", None) for site in ("residual", "ffn_residual", "ffn_output", "layer_output", "query_input")},
+    "key_input": ("key", None), "value_input": ("key", None),
+}
+RECEIVERS = ("query_input", "key_input", "value_input")
+
+
 def interventions(iv, what: str, L: int, H: int, b: int, q: int, k: int) -> None:
     """Every axis and value of an ``Interventions``' arrays against the batch they act on:
     ``head_gates`` (L, H) / (L, b, H) / (L, b, H, q), finite; ``disabled_heads`` (L, H) /
-    (L, b, H), 0/1; ``weights_delta`` (L, b, H, q, k), finite."""
+    (L, b, H), 0/1; ``weights_delta`` (L, b, H, q, k), finite; each ``patch`` site's value and
+    ``where`` (``PATCH_LAYOUTS``), finite (unknown sites are ``Interventions.check``'s to name)."""
     sizes = {"layer": L, "head": H, "example": b, "query": q, "key": k}
     if iv is None:
         return
@@ -167,12 +186,32 @@ def interventions(iv, what: str, L: int, H: int, b: int, q: int, k: int) -> None
         names = layouts.get(ndim)
         if names is None:
             shapes = " or ".join("(" + ", ".join(f"{n}={sizes[n]}" for n in ns) + ")" for ns in layouts.values())
-            raise BadArgument(f"{what}.{field}", np.asarray(value), f"shape {shapes}",
+            raise BadArgument(f"{what}.{field}", value if _traced(value) else np.asarray(value), f"shape {shapes}",
                               "reshape it; see jattn.Interventions")
         a = array(f"{what}.{field}", value, tuple((n, sizes[n]) for n in names), finite=dtype == "float", dtype=dtype)
-        if dtype == "bool" and a.dtype.kind != "b" and not np.isin(a, (0, 1)).all():
+        if dtype == "bool" and a.dtype.kind != "b" and not _traced(a) and not np.isin(a, (0, 1)).all():
             raise BadArgument(f"{what}.{field}", a, "0/1 values (True = disabled)",
                               "pass a bool array, e.g. mask > 0.5")
+    for site, pair in (getattr(iv, "patch", None) or {}).items():
+        if site in PATCH_LAYOUTS and isinstance(pair, tuple) and len(pair) == 2:
+            _patch(f"{what}.patch[{site!r}]", site, pair, sizes)
+
+
+def _patch(argument: str, site: str, pair: tuple, sizes: dict) -> None:
+    """One patch site's (value, where) against the batch's ``sizes`` (``PATCH_LAYOUTS``)."""
+    layout = PATCH_LAYOUTS[site]
+    array(f"{argument} value", pair[0], (("layer", sizes["layer"]), ("example", sizes["example"]),
+                                         *((n, sizes[n]) if n else ("width", None) for n in layout)))
+    names = ("layer", "example", "head") if site in RECEIVERS else ("layer", "example", *layout[:-1])
+    where = pair[1] if _traced(pair[1]) else np.asarray(pair[1])
+    expected = "(" + ", ".join(f"{n}={sizes[n]}" if n in ("layer", "head") else f"{n}=1|{sizes[n]}"
+                               for n in names) + ")"
+    if where.dtype.kind not in "bf" or where.ndim != len(names) or any(
+            got != sizes[n] and not (got == 1 and n not in ("layer", "head")) for n, got in zip(names, where.shape)):
+        raise BadArgument(f"{argument} where", where, f"a bool (replace) or float (blend) array {expected}",
+                          "shape it as the value without its last axis (1 broadcasts over examples or positions)")
+    if where.dtype.kind == "f" and not _traced(where) and not np.isfinite(where).all():
+        raise BadArgument(f"{argument} where", where, "finite blend weights", "replace the NaN / inf entries")
 
 
 def heads(text: str, num_layers: int, num_heads: int, argument: str = "--heads") -> list[tuple[int, int]]:

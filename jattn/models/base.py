@@ -2,12 +2,54 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import jax
+import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from jattn import families
+from jattn.io.tokenize import SequenceTooLongError
 from jattn.nn import state
 from jattn.nn.engine import layer_views, on_one_cpu
+
+
+def concrete(x) -> bool:
+    """Whether ``x``'s values can be read: not a tracer (inside ``jax.jit``, ``grad`` or ``vmap``
+    only its shape and dtype are known). The models' input checks read values only where this
+    holds; shapes and dtypes are checked either way."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def as_int32(x):
+    """``x`` as int32 where it is: a host array stays a numpy array, a jax array (sharded, or a
+    tracer) stays a jax array with its placement."""
+    if isinstance(x, jax.Array):
+        return x if x.dtype == jnp.int32 else x.astype(jnp.int32)
+    return np.asarray(x, np.int32)
+
+
+def check_traced(check, interventions):
+    """``check(interventions)``: ``Interventions.check`` (or a mapping of them checked per attention
+    type) where ``head_gates`` or ``disabled_heads`` may be tracers. That check reads the values of
+    (L, H) gates and of non-bool disabled heads on the host; a traced field's values are unknown,
+    so zeros of its shape and dtype are checked in its place (at once, also inside a trace) and
+    the tracer is put back (disabled heads as bool). Its shape and dtype are checked all the same."""
+    one = not isinstance(interventions, dict)
+    given = {0: interventions} if one else dict(interventions)
+    traced = {k: {f: getattr(iv, f) for f in ("head_gates", "disabled_heads") if not concrete(getattr(iv, f, None))}
+              for k, iv in given.items()}
+    traced = {k: fields for k, fields in traced.items() if fields}
+    given.update({k: dataclasses.replace(given[k], **{f: np.zeros(x.shape, x.dtype) for f, x in fields.items()})
+                  for k, fields in traced.items()})
+    with jax.ensure_compile_time_eval():  # the stand-ins' checks run now, also inside a trace
+        out = {0: check(given[0])} if one else dict(check(given))
+    for k, fields in traced.items():
+        out[k] = dataclasses.replace(out[k], **{f: x.astype(bool) if f == "disabled_heads" else x
+                                               for f, x in fields.items()})
+    return out[0] if one else out
 
 
 class NoTokenizer:
@@ -71,6 +113,15 @@ class ModuleModel:
         _, params_def, where = self._layout
         return jax.tree.unflatten(params_def, [leaves[i] for i in where])
 
+    def copy(self):
+        """A model of its own holding this model's parameters as they are now, e.g. the frozen
+        reference kept before fine-tuning ``.module`` in place. Cheap: no array is copied (JAX
+        arrays are immutable; an optimizer step puts new arrays into the trained module's
+        variables and never touches the copy's), only the module graph is rebuilt (``nnx.clone``)."""
+        twin = copy.copy(self)
+        twin.module, twin._layout, twin._views = nnx.clone(self.module), None, None
+        return twin
+
     def layer_views(self):
         """``jattn.nn.engine.layer_views`` of ``params`` (each layer's weights an array of its own),
         made again only when an array of the module is replaced: making them costs ≈ 2 ms for
@@ -78,7 +129,8 @@ class ModuleModel:
         leaves = jax.tree.leaves(self.module)
         if self._views is None or len(leaves) != len(self._views[0]) or any(
                 a is not b for a, b in zip(leaves, self._views[0])):
-            self._views = (leaves, layer_views(self.params))  # the leaves held: their ids stay theirs
+            with jax.ensure_compile_time_eval():  # concrete, also when first asked for inside a trace
+                self._views = (leaves, layer_views(self.params))  # the leaves held: their ids stay theirs
         return self._views[1]
 
     def forward_params(self):
@@ -116,10 +168,30 @@ class ModuleModel:
         if isinstance(examples, str) or (isinstance(examples, (list, tuple)) and not examples):
             raise ValueError(f"expected a non-empty list of examples or a tokenized batch, got {examples!r}")
         if isinstance(examples, (list, tuple)):
-            return self.check_batch(self.tokenize_examples(list(examples)))
+            try:
+                batch = self.tokenize_examples(list(examples))
+            except SequenceTooLongError as e:  # its fix names tokenize's arguments, which the caller did not pass
+                what = str(e).split(" Fix:")[0].replace("max_length=", "the model's positions, ")
+                raise SequenceTooLongError(f"{what} Fix: shorten or split the example (an analysis cuts nothing), "
+                                           "or pass a batch cut to length: model.tokenize(examples, truncate=True)") from None
+            return self.check_batch(batch)
         return self.check_batch(examples)
 
+    def check_placement(self, inputs: dict) -> None:
+        """A batch of jax arrays on several devices (sharded over a mesh) needs the parameters on
+        those devices too; else a clear error rather than JAX's about the first pair it meets."""
+        devices = {d for x in jax.tree.leaves(inputs) if isinstance(x, jax.Array) and concrete(x)
+                   for d in x.sharding.device_set}
+        if len(devices) > 1:
+            placed = {d for a in jax.tree.leaves(self.params) for d in a.sharding.device_set}
+            if not devices <= placed:
+                raise ValueError(f"the batch is sharded over {len(devices)} devices, the model's parameters are on "
+                                 f"{len(placed)}. Fix: place the model on the batch's mesh: model.shard(mesh), or "
+                                 "jattn.load(..., mesh=mesh)")
+
     def shard(self, mesh):
-        """Place the parameters on ``mesh`` by their partitioning metadata (in place; returns self)."""
+        """Place the parameters on ``mesh`` by their partitioning metadata (in place; returns self):
+        ``jattn.nn.state.shard``, on the mesh as given, Explicit or Auto axes; a ``model`` axis
+        that does not divide the heads or FFN columns is an error."""
         nnx.update(self.module, state.shard(self.params, mesh))
         return self

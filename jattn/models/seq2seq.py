@@ -16,13 +16,17 @@ import numpy as np
 from jattn.io import validate
 from jattn.nn.config import Seq2SeqConfig
 from jattn.models.encoder import check_dtype, int_array, internals_arg
-from jattn.models.base import ModuleModel
-from jattn.nn import decode, seq2seq
+from jattn.models.base import ModuleModel, as_int32, check_traced, concrete
+from jattn.nn import decode, seq2seq, state
 from jattn.nn.engine import unrolled
 
 
+@jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class Seq2SeqResult:
+    """A teacher-forced forward's outputs; a pytree (``jax.tree.map``, ``jax.device_get``, returned
+    from ``jax.jit``)."""
+
     logits: jax.Array  # (b, t, V)
     encoder_last_hidden_state: jax.Array  # (b, s, D)
     decoder_last_hidden_state: jax.Array  # (b, t, D)
@@ -41,12 +45,33 @@ class Seq2SeqResult:
         return self.internals["cross"]["weights"]
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Generation:
+    """``Seq2SeqModel.generate(..., return_attentions=True)``: the ids and the attention weights they
+    were generated with, a pytree. Row t of a decoder or cross map is the step that chose
+    ``sequences[:, t + 1]``; rows after a sequence's EOS (``decoder_attention_mask`` 0) attend
+    only up to it, where HF's steps also attend to the padding fed after it."""
+
+    sequences: np.ndarray | jax.Array  # (b, n) HF's layout: the start token, the generated ids, padding
+    decoder_attention_mask: np.ndarray | jax.Array  # (b, n - 1) 1 up to each row's EOS, the start token kept
+    encoder_attentions: jax.Array  # (L_enc, b, H, s, s)
+    decoder_attentions: jax.Array  # (L_dec, b, H, n - 1, n - 1)
+    cross_attentions: jax.Array  # (L_dec, b, H, n - 1, s)
+
+
 @partial(jax.jit, static_argnames=("config", "compute_dtype", "internals"))
 def _forward(params, config, batch, interventions, compute_dtype, internals):
-    """``seq2seq.forward`` on stacked parameters (the layer loops) or on ``layer_views`` (unrolled)."""
-    params, unroll = unrolled(params)
-    return seq2seq.forward(params, config, batch, interventions, compute_dtype=compute_dtype, internals=internals,
-                           unroll=unroll)
+    """``seq2seq.forward`` on stacked parameters (the layer loops) or on ``layer_views`` (unrolled);
+    on a mesh with Explicit axes, run with them Auto, outputs (b, ...) and internals (L, b, ...)
+    sharded over the batch as ``input_ids`` is (``jattn.nn.state.on_auto_axes``)."""
+    def run(params, batch, interventions):
+        params, unroll = unrolled(params)
+        return seq2seq.forward(params, config, batch, interventions, compute_dtype=compute_dtype,
+                               internals=internals, unroll=unroll)
+
+    return state.on_auto_axes(run, (params, batch, interventions), batch["attention_mask"],
+                              lambda path: (0, 1)[path[0].idx])  # (outputs (b, ...), internals (L, b, ...))
 
 
 def _generation_overrides(source: str) -> dict:
@@ -126,17 +151,17 @@ class Seq2SeqModel(ModuleModel):
         if ids.shape[1] > self.config.max_length:
             raise ValueError(f"{name} has {ids.shape[1]} tokens but the model has {self.config.max_length} "
                              "positions; truncate the input (tokenizer(..., truncation=True, max_length=...))")
-        if ids.min() < 0 or ids.max() >= vocab:
+        if concrete(ids) and (ids.min() < 0 or ids.max() >= vocab):
             raise ValueError(f"{name} has ids outside the vocabulary [0, {vocab}): was it made with "
                              "another model's tokenizer?")
-        mask = np.ones_like(ids) if mask is None else int_array(mask, f"{name} attention_mask")
+        mask = np.ones(ids.shape, np.int32) if mask is None else int_array(mask, f"{name} attention_mask")
         if mask.shape != ids.shape:
             raise ValueError(f"the attention mask of {name} has shape {mask.shape}, {name} has {ids.shape}")
-        if not np.isin(mask, (0, 1)).all():
+        if concrete(mask) and not np.isin(mask, (0, 1)).all():
             raise ValueError(f"the attention mask of {name} must hold 0 and 1 only, got {np.unique(mask)[:6].tolist()}")
-        if not mask.any(axis=1).all():
+        if concrete(mask) and not mask.any(axis=1).all():
             raise ValueError(f"{name} has an empty sentence (an all-zero attention-mask row); remove it")
-        return np.asarray(ids, np.int32), np.asarray(mask, np.int32)
+        return as_int32(ids), as_int32(mask)
 
     @property
     def head_shapes(self) -> dict[str, tuple[int, int]]:
@@ -164,7 +189,9 @@ class Seq2SeqModel(ModuleModel):
         return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec, "decoder_attention_mask": dec_mask}
 
     def check_batch(self, batch) -> dict:
-        """Validate a dict of (b, s) source and (b, t) target arrays; return the forward's input."""
+        """Validate a dict of (b, s) source and (b, t) target arrays; return the forward's input.
+        Shapes and dtypes are always checked, values (vocabulary, masks) where they are concrete:
+        not inside ``jax.jit``, ``grad`` or ``vmap``. Jax arrays stay jax arrays, sharded as they are."""
         if isinstance(batch, (str, list, tuple)):
             raise ValueError("forward takes a dict of token-id arrays (input_ids, attention_mask, "
                              "decoder_input_ids), not text. Fix: tokenize with model.tokenizer(src, text_target=tgt)")
@@ -176,7 +203,8 @@ class Seq2SeqModel(ModuleModel):
                                     self.config.src_vocab_size)
         dec_mask = batch.get("decoder_attention_mask")
         if dec_mask is None:
-            dec_mask = seq2seq.default_decoder_mask(self.config, np.asarray(batch["decoder_input_ids"]))
+            dec_mask = seq2seq.default_decoder_mask(self.config, int_array(batch["decoder_input_ids"],
+                                                                           "decoder_input_ids", "a translation batch"))
         dec, dec_mask = self._check_ids("decoder_input_ids", batch["decoder_input_ids"], dec_mask,
                                         self.config.tgt_vocab_size)
         if dec.shape[0] != ids.shape[0]:
@@ -186,8 +214,9 @@ class Seq2SeqModel(ModuleModel):
     def forward(self, batch, interventions=None, *, compute_dtype=jnp.float32, internals="all") -> Seq2SeqResult:
         """Teacher-forced forward; one compile per padded shape. ``interventions``:
         {"encoder"|"decoder"|"cross": jattn.Interventions} (missing = none)."""
-        iv = seq2seq.check_interventions(self.config, interventions)
+        iv = check_traced(lambda given: seq2seq.check_interventions(self.config, given), interventions)
         inputs = self.check_batch(batch)
+        self.check_placement(inputs)
         (b, s), t, c = inputs["input_ids"].shape, inputs["decoder_input_ids"].shape[1], self.config
         for kind, (L, H, q, k) in {"encoder": (c.encoder_layers, c.encoder_heads, s, s),
                                    "decoder": (c.decoder_layers, c.decoder_heads, t, t),
@@ -212,24 +241,40 @@ class Seq2SeqModel(ModuleModel):
         return seq2seq_alti_plus(self.params, self.config, self.check_batch(batch))
 
     def generate(self, input_ids, attention_mask=None, num_beams: int = 1, max_length: int | None = None,
-                 length_penalty: float = 1.0, interventions=None) -> np.ndarray:
-        """Greedy (num_beams=1) or beam search; ids (b, n ≤ max_length) in HF's layout.
+                 length_penalty: float = 1.0, interventions=None, return_attentions: bool = False):
+        """Greedy (num_beams=1) or beam search; ids (b, n ≤ max_length) in HF's layout, a numpy
+        array (under ``jax.jit`` / ``vmap``: untrimmed (b, max_length), ``jattn.nn.decode.generate``).
         ``max_length`` counts the start token; default min(128, the model's positions).
-        ``interventions``: per attention type, per-head (L, H) arrays only."""
+        ``interventions``: per attention type, per-head (L, H) arrays only.
+
+        ``return_attentions``: a ``Generation`` instead, the ids with the attention weights they
+        were generated with, of a teacher-forced forward over ``sequences[:, :-1]`` under
+        ``decode.generated_mask`` (the start token kept, the padding after each row's EOS masked);
+        for greedy search, rows up to each EOS equal HF ``generate(output_attentions=True)``'s steps."""
         max_length = min(128, self.config.max_length) if max_length is None else max_length
         if num_beams < 1 or max_length < 2:
             raise ValueError(f"need num_beams >= 1 and max_length >= 2, got {num_beams} and {max_length}")
         if max_length > self.config.max_length:
             raise ValueError(f"max_length={max_length} exceeds the model's {self.config.max_length} positions")
         ids, mask = self._check_ids("input_ids", input_ids, attention_mask, self.config.src_vocab_size)
+        self.check_placement({"input_ids": ids, "attention_mask": mask})
         for kind, one in (interventions or {}).items() if isinstance(interventions, dict) else ():
             for field in ("head_gates", "weights_delta"):
                 if getattr(one, field, None) is not None:
                     value = getattr(one, field)  # finite; the shapes decode accepts are checked there
                     validate.array(f"interventions[{kind!r}].{field}", value,
                                    tuple((f"axis {i}", None) for i in range(np.ndim(value))))
-        return decode.generate(self.params, self.config, ids, mask, num_beams=num_beams, max_length=max_length,
-                               length_penalty=length_penalty, interventions=interventions)
+        iv = check_traced(lambda given: seq2seq.check_interventions(self.config, given), interventions)
+        seqs = decode.generate(self.params, self.config, ids, mask, num_beams=num_beams, max_length=max_length,
+                               length_penalty=length_penalty, interventions=iv)  # (b, n)
+        if not return_attentions:
+            return seqs
+        dec = seqs[:, :-1]  # (b, n - 1) the tokens fed: row t's attention chose seqs[:, t + 1]
+        dec_mask = decode.generated_mask(self.config, dec)  # (b, n - 1)
+        forced = self.forward({"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec,
+                               "decoder_attention_mask": dec_mask}, iv, internals=("weights",))
+        return Generation(seqs, dec_mask, forced.encoder_attentions, forced.decoder_attentions,
+                          forced.cross_attentions)
 
     def translate(self, texts, num_beams: int = 4, max_length: int | None = None, batch_size: int = 64,
                   length_penalty: float = 1.0, truncate: bool = False) -> list[str]:

@@ -10,8 +10,9 @@ Interventions (``jattn.nn.interventions.Interventions``, one layer's slice) ente
 ``head_gates`` multiply head h's context Σ_j α v_hj before W_O (Michel et al. 2019's ξ_h);
 ``disabled_heads`` replace the head's weights by the uniform distribution over the keys the
 query may see (Kovaleva et al. 2019); ``weights_delta`` is added to α (∂L/∂delta = ∂L/∂α);
-``patch`` replaces the block's input, values, weights or head outputs by given arrays, and lets
-marked heads read their queries, keys or values from another input (path patching's receivers).
+``patch`` replaces the block's input, values, weights or head outputs, the feed-forward block's
+input or output or the layer's output by given arrays, and lets marked heads read their queries,
+keys or values from another input (path patching's receivers).
 
 Every sublayer is used by the encoder, the translation model and cached decoding alike.
 """
@@ -136,12 +137,18 @@ def post_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, i
 
 def post_ln_ffn(ffn_in: Dense, ffn_out: Dense, ln: LayerNorm, h, iv: Interventions, *, activation: str,
                 activation_dropout: float, dropout_rate: float, rng=None):
-    """LN(h + W_2 act(W_1 h)), the post-LayerNorm feed-forward sublayer (Vaswani et al. 2017, Eq. 2).
-    h (b, n, D) -> (out (b, n, D), the pre-LayerNorm vector h + FFN(h) (b, n, D))."""
+    """LN(h + W_2 act(W_1 h + b_1) + b_2), the post-LayerNorm feed-forward sublayer (Vaswani et al.
+    2017, Eq. 2). h (b, n, D) -> (out (b, n, D), internals): ``ffn_activation`` act(W_1 h + b_1)
+    (b, n, F) (before dropout), ``ffn_output`` W_2 a + b_2 (b, n, D) (before the residual),
+    ``ffn_pre_ln`` h + FFN(h) (b, n, D). The patch sites ``ffn_residual`` (h), ``ffn_output`` and
+    ``layer_output`` (out) apply here (``jattn.nn.interventions.PATCH_SITES``)."""
     r = split_rng(rng, 2)
-    a = dropout(ACT[activation](ffn_in(h)), activation_dropout, r[0])  # (b, n, F)
-    pre_ln = h + dropout(ffn_out(a), dropout_rate, r[1])  # (b, n, D)
-    return ln(pre_ln, _sigma(pre_ln, ln.eps, iv)), pre_ln
+    h = iv.patched("ffn_residual", h)  # (b, n, D)
+    a = ACT[activation](ffn_in(h))  # (b, n, F)
+    y = iv.patched("ffn_output", ffn_out(dropout(a, activation_dropout, r[0])))  # (b, n, D)
+    pre_ln = h + dropout(y, dropout_rate, r[1])  # (b, n, D)
+    out = iv.patched("layer_output", ln(pre_ln, _sigma(pre_ln, ln.eps, iv)))  # (b, n, D)
+    return out, {"ffn_activation": a, "ffn_output": y, "ffn_pre_ln": pre_ln}
 
 
 def _sigma(pre_ln, eps, iv: Interventions):

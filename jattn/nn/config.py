@@ -92,6 +92,12 @@ class EncoderConfig:
     attention_dropout: float = 0.1
     with_pooler: bool = False  # the checkpoint has BERT's pooler (set by the converter)
     with_mlm_head: bool = False  # the checkpoint has a masked-LM head (set by the converter)
+    # the masked-LM head's output matrix is the word-embedding table (config.json tie_word_embeddings);
+    # False: a decoder matrix (V, D) of its own (jattn.nn.heads.MLMHead)
+    tied_mlm_decoder: bool = True
+    mlm_activation: str | None = None  # the masked-LM transform's nonlinearity; None: hidden_act
+    # the checkpoint has a replaced-token-detection head, one logit per token (Clark et al. 2020; set by the converter)
+    with_replaced_token_head: bool = False
     num_labels: int = 0  # classes of a sequence-classification head; 0: none (set by the converter)
     pruned: PrunedHeads | None = None  # physically pruned heads (config.json "pruned_heads"; jattn.sweeps.pruning)
     positions: str = "absolute"  # "absolute": 0..n-1; "after_padding": pad+1+count of real tokens, pad on padding
@@ -238,6 +244,7 @@ def encoder_config(hf: dict[str, Any], **scheme) -> EncoderConfig:
         pad_token_id=hf.get("pad_token_id", 0) if hf.get("pad_token_id") is not None else 0,
         hidden_dropout=hf.get("hidden_dropout_prob", 0.1),
         attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+        tied_mlm_decoder=bool(hf.get("tie_word_embeddings", True)),
         **scheme,
     )
 

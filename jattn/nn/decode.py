@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from jattn.nn import state
 from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.seq2seq import check_interventions, module
 
@@ -195,18 +196,38 @@ def trim(ids, lengths) -> np.ndarray:
 
 
 def generate(params, config: Seq2SeqConfig, input_ids, attention_mask, *, num_beams: int = 1, max_length: int,
-             length_penalty: float = 1.0, interventions=None, dtype=jnp.float32) -> np.ndarray:
+             length_penalty: float = 1.0, interventions=None, dtype=jnp.float32):
     """Translate a padded batch; returns HF-layout ids (b, n ≤ max_length), starting with the
-    decoder start token and padded with ``pad_token_id`` after EOS. ``interventions``:
-    {"encoder"|"decoder"|"cross": Interventions} with per-head (L, H) gates / disabled heads."""
-    iv = check_interventions(config, interventions)
+    decoder start token and padded with ``pad_token_id`` after EOS, as a numpy array. Under a
+    trace (``jax.jit``, ``vmap``) the rows' lengths are unknown values: the ids come untrimmed,
+    (b, max_length), the columns past the longest row holding HF's fill (``pad_token_id`` or,
+    when that is 0, ``eos_token_id``). ``interventions``: {"encoder"|"decoder"|"cross":
+    Interventions} with per-head (L, H) gates / disabled heads, checked here; traced ones must
+    come checked (``Seq2SeqModel.generate`` does). On a mesh with Explicit axes the search runs
+    with them Auto (``jattn.nn.state.on_auto_axes``)."""
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(interventions))
+    iv = interventions if traced else check_interventions(config, interventions)
     for kind, one in iv.items():
         if (one.weights_delta is not None or one.patch is not None
                 or any(a is not None and a.ndim != 2 for a in one.layer_slices()[:2])):
             raise ValueError(f"decoding takes per-head interventions only: interventions[{kind!r}] must have "
                              "(L, H) head_gates / disabled_heads and no weights_delta or patch")
-    args = (params, config, jnp.asarray(input_ids, jnp.int32), jnp.asarray(attention_mask, jnp.int32), iv)
+    ids, mask = jnp.asarray(input_ids, jnp.int32), jnp.asarray(attention_mask, jnp.int32)  # (b, s)
     if num_beams == 1:
-        return trim(*greedy(*args, max_length=max_length, dtype=dtype))
-    return trim(*beam_search(*args, num_beams=num_beams, max_length=max_length, length_penalty=length_penalty,
-                             dtype=dtype))
+        search = partial(greedy, config=config, max_length=max_length, dtype=dtype)
+    else:
+        search = partial(beam_search, config=config, num_beams=num_beams, max_length=max_length,
+                         length_penalty=length_penalty, dtype=dtype)
+    seqs, lengths = state.on_auto_axes(lambda p, i, m, v: search(p, input_ids=i, attention_mask=m, iv=v),
+                                       (params, ids, mask, iv), ids, lambda path: 0)  # (b, T), (b,)
+    return seqs if isinstance(seqs, jax.core.Tracer) else trim(seqs, lengths)
+
+
+def generated_mask(config: Seq2SeqConfig, sequences):
+    """The decoder mask of a teacher-forced pass over generated ids (b, t): 1 up to and including
+    each row's first EOS after position 0, 0 on the padding after it. The start token is kept
+    whatever its id (Marian's is the pad id, which HF's ``ids != pad`` mask would hide; BART's is
+    EOS). (b, t) -> (b, t) int32, numpy for numpy ids, else jax."""
+    xp = np if isinstance(sequences, np.ndarray) else jnp
+    hit = (sequences == config.eos_token_id) & (xp.arange(sequences.shape[1]) > 0)  # (b, t) an EOS
+    return (xp.cumsum(hit, axis=1) - hit == 0).astype(xp.int32)  # (b, t) no EOS before t

@@ -22,12 +22,16 @@ Parameters (kernels (in, out); attention kernels split by head; ``L`` leads ever
           (L, D, F), bias}, ffn_out {kernel (L, F, D), bias}, ffn_ln
   relative_bias (``config.relative_position_buckets`` = R > 0): (R, H) the score bias shared by the layers
   pooler (``config.with_pooler``): {kernel (D, D), bias (D,)}
-  mlm_head (``config.with_mlm_head``): transform {kernel, bias}, ln, bias (V,); decoder tied to word
-  classifier (``config.num_labels`` = C > 0): out {kernel (D, C), bias (C,)}; RoBERTa also dense (D, D)
+  mlm_head (``config.with_mlm_head``), classifier (``config.num_labels`` = C > 0),
+  replaced_token_head (``config.with_replaced_token_head``): the task heads (``jattn.nn.heads``)
+
+The input is token ids or, for saliency and integrated gradients (``jax.grad`` with respect to
+it), their embeddings (``inputs_embeds``, ``word_embeddings``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -40,19 +44,27 @@ from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention
 from jattn.nn import state
 from jattn.nn.relative import relative_position_bias
 from jattn.nn.engine import chunk_rows, chunked, run_stack
-from jattn.nn.layers import ACT, Dense, LayerNorm, dropout, param, split_rng
+from jattn.nn.heads import STD, ClassificationHead, MLMHead, ReplacedTokenHead
+from jattn.nn.layers import Dense, LayerNorm, dropout, param, split_rng
 
-INTERNALS = ("weights", "values", "context", "output", "residual", "pre_ln", "attention_ln_out", "ffn_pre_ln")
-STD = 0.02  # BERT's initializer_range
+INTERNALS = ("weights", "values", "context", "output", "residual", "pre_ln", "attention_ln_out", "ffn_activation",
+             "ffn_output", "ffn_pre_ln")
+# the checkpoint's own heads' outputs a forward returns when asked (``heads=``): (b, n, V) and (b, n)
+HEADS = ("mlm_logits", "replaced_token_logits")
 
 
 def position_ids(config: EncoderConfig, input_ids: jax.Array) -> jax.Array:
-    """absolute: 0..n-1. after_padding: pad+1+cumulative count of real tokens, pad id on padding."""
-    n = input_ids.shape[1]
+    """``positions`` of token ids, padding where they are the pad id. (b, n) -> (b, n)."""
+    return positions(config, input_ids != config.pad_token_id)
+
+
+def positions(config: EncoderConfig, real: jax.Array) -> jax.Array:
+    """absolute: 0..n-1. after_padding: pad+1+cumulative count of real tokens, pad id on padding.
+    real (b, n) bool (True: a real token) -> (b, n)."""
     if config.positions == "after_padding":
-        real = (input_ids != config.pad_token_id).astype(jnp.int32)  # (b, n)
+        real = real.astype(jnp.int32)  # (b, n)
         return jnp.cumsum(real, axis=1) * real + config.pad_token_id  # (b, n)
-    return jnp.broadcast_to(jnp.arange(n), input_ids.shape)  # (b, n)
+    return jnp.broadcast_to(jnp.arange(real.shape[1]), real.shape)  # (b, n)
 
 
 class Embeddings(nnx.Module):
@@ -67,14 +79,31 @@ class Embeddings(nnx.Module):
         self.config = config
 
     def __call__(self, batch: dict, dtype, rng) -> jax.Array:
-        ids = batch["input_ids"]  # (b, n)
-        pos = position_ids(self.config, ids)  # (b, n)
-        x = self.word[...][ids] + self.position[...][pos]  # (b, n, E)
+        """``input_ids`` (b, n) looked up in the word table, or ``inputs_embeds`` (b, n, E) in its
+        place (positions then count the tokens ``attention_mask`` marks real, for after_padding);
+        + positions + token types, LayerNorm, dropout, the projection E -> D -> (b, n, D)."""
+        words, real = self.words(batch)  # (b, n, E), (b, n)
+        x = words + state.lookup(self.position[...], positions(self.config, real))  # (b, n, E)
         if self.token_type is not None:
             types = batch.get("token_type_ids")
-            x = x + self.token_type[...][jnp.zeros_like(ids) if types is None else types]  # (b, n, E)
+            x = x + state.lookup(self.token_type[...], jnp.zeros(real.shape, jnp.int32) if types is None else types)
         x = dropout(self.ln(x).astype(dtype), self.config.hidden_dropout, rng)  # (b, n, E)
         return x if self.project is None else self.project(x)  # (b, n, D)
+
+    def words(self, batch: dict) -> tuple[jax.Array, jax.Array]:
+        """(word embeddings (b, n, E), real tokens (b, n) bool) of ``input_ids`` or ``inputs_embeds``."""
+        if ("input_ids" in batch) == ("inputs_embeds" in batch):
+            raise ValueError("a batch needs exactly one of input_ids (b, n) and inputs_embeds (b, n, E). Fix: drop "
+                             "one (inputs_embeds = jattn.nn.encoder.word_embeddings(params, config, input_ids))")
+        if "input_ids" in batch:
+            ids = batch["input_ids"]  # (b, n)
+            return state.lookup(self.word[...], ids), ids != self.config.pad_token_id  # (b, n, E) sharded as ids
+        x, E = batch["inputs_embeds"], self.word[...].shape[1]  # (b, n, E)
+        if x.ndim != 3 or x.shape[2] != E:
+            raise ValueError(f"inputs_embeds must be (batch, length, {E}) (the word embeddings' width), got shape "
+                             f"{tuple(x.shape)}. Fix: inputs_embeds = jattn.nn.encoder.word_embeddings(params, "
+                             "config, input_ids)")
+        return x.astype(jnp.float32), batch["attention_mask"].astype(bool)
 
 
 class EncoderLayer(nnx.Module):
@@ -96,10 +125,9 @@ class EncoderLayer(nnx.Module):
         h, internals = post_ln_attention(self.attention, self.attention_ln, x, x, allowed, iv,
                                          attention_dropout=c.attention_dropout, dropout_rate=c.hidden_dropout,
                                          rng=r[0], score_bias=score_bias)  # (b, n, D)
-        out, ffn_pre_ln = post_ln_ffn(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
-                                      activation_dropout=0.0, dropout_rate=c.hidden_dropout, rng=r[1])  # (b, n, D)
-        internals["ffn_pre_ln"] = ffn_pre_ln  # (b, n, D) h + FFN(h), the vector the second LayerNorm normalises
-        return out, internals
+        out, ffn = post_ln_ffn(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
+                               activation_dropout=0.0, dropout_rate=c.hidden_dropout, rng=r[1])  # (b, n, D)
+        return out, {**internals, **ffn}  # ffn: ffn_activation (b, n, F), ffn_output, ffn_pre_ln (b, n, D)
 
     def cls_row(self, x, allowed, iv: Interventions, score_bias=None):
         """This layer's output at the [CLS] position only, in evaluation mode: the query x[:, :1],
@@ -118,44 +146,19 @@ class EncoderLayer(nnx.Module):
         return block_view(self.attention, self.attention_ln, self.ffn_ln)
 
 
-class MLMHead(nnx.Module):
-    def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
-        D = config.hidden_size
-        self.transform = Dense((D,), (D,), rngs=rngs, std=STD)
-        self.ln = LayerNorm(D, config.layer_norm_eps)
-        self.bias = param(None, (config.vocab_size,), "zeros")
-
-
-class ClassificationHead(nnx.Module):
-    """Sequence classification as Hugging Face defines it. BERT: logits = W·dropout(pooler_output) + b
-    on the pooled [CLS]; RoBERTa: logits = W_o·dropout(tanh(W_d·dropout(h_<s>) + b_d)) + b_o."""
-
-    def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
-        D = config.hidden_size
-        self.dense = Dense((D,), (D,), rngs=rngs, std=STD) if config.classifier == "dense_tanh" else None
-        self.out = Dense((D,), (config.num_labels,), rngs=rngs, std=STD)
-        self.rate = config.hidden_dropout
-
-    def __call__(self, features: jax.Array, rng) -> jax.Array:
-        """features (b, D): BERT's pooler output or RoBERTa's h_<s> -> logits (b, C)."""
-        r = split_rng(rng, 2)
-        if self.dense is not None:
-            features = jnp.tanh(self.dense(dropout(features, self.rate, r[0])))  # (b, D)
-        return self.out(dropout(features, self.rate, r[1]))  # (b, C)
-
-
-def select(internals: dict, which) -> dict:
-    """Keep the internals named in ``which`` ("all", None/() for none, or a tuple of names)."""
+def select(internals: dict, which, absent=()) -> dict:
+    """Keep the internals named in ``which`` ("all", None/() for none, or a tuple of names); names
+    in ``absent`` (those another sublayer of the model records) are skipped where missing."""
     if which == "all":
         return internals
-    which = () if which is None else tuple(which)
+    which = tuple(k for k in (() if which is None else which) if k in internals or k not in absent)
     if unknown := [k for k in which if k not in internals]:
         raise ValueError(f"unknown internals {unknown}; available: {sorted(internals)}")
     return {k: internals[k] for k in which}
 
 
 class Encoder(nnx.Module):
-    """Embeddings, L stacked post-LN layers, optional pooler and masked-LM head."""
+    """Embeddings, L stacked post-LN layers, optional pooler and task heads (``jattn.nn.heads``)."""
 
     def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
         self.config = config
@@ -170,15 +173,21 @@ class Encoder(nnx.Module):
         if config.num_labels and config.classifier == "pooler" and not config.with_pooler:
             raise ValueError("a pooler classification head reads the pooler: set with_pooler=True with num_labels")
         self.classifier = ClassificationHead(config, rngs=rngs) if config.num_labels else None
+        self.replaced_token_head = ReplacedTokenHead(config, rngs=rngs) if config.with_replaced_token_head else None
 
     def __call__(self, batch: dict, interventions: Interventions | None = None, *, dropout_rng=None,
-                 compute_dtype=jnp.float32, layer_rows=None, layer_totals=None, internals="all", unroll=False):
+                 compute_dtype=jnp.float32, layer_rows=None, layer_totals=None, internals="all", unroll=False,
+                 heads=()):
         """Run the encoder; return (outputs, internals).
 
-        batch: ``input_ids`` (b, n) int, ``attention_mask`` (b, n) {0,1}, optional
-        ``token_type_ids`` (b, n). ``interventions``: see ``jattn.nn.interventions`` (None = none).
+        batch: ``input_ids`` (b, n) int or ``inputs_embeds`` (b, n, E) float (the word embeddings,
+        ``word_embeddings``: positions, token types and the LayerNorm are still added),
+        ``attention_mask`` (b, n) {0,1}, optional ``token_type_ids`` (b, n). ``interventions``:
+        see ``jattn.nn.interventions`` (None = none).
         ``dropout_rng`` None means evaluation. ``internals``: "all", None, or names from
-        ``INTERNALS``; under ``jit`` the others are never written. ``unroll``: the layers as
+        ``INTERNALS``; under ``jit`` the others are never written. ``heads``: names from
+        ``HEADS``, the checkpoint's heads whose outputs to add (the lean forward pays for none of
+        the (b, n, V) product unless asked). ``unroll``: the layers as
         straight-line code rather than a loop (``jattn.nn.engine.layer_loop``), for programs that
         pass over them several times or differentiate through them.
 
@@ -193,10 +202,13 @@ class Encoder(nnx.Module):
         over the chunks into ``outputs["layer_totals"]`` (L, ...) (the runner's methods).
 
         outputs: ``last_hidden_state`` (b, n, D), ``hidden_states`` (L+1, b, n, D),
-        ``pooler_output`` (b, D) with a pooler, ``logits`` (b, C) with a classification head.
+        ``pooler_output`` (b, D) with a pooler, ``logits`` (b, C) with a classification head;
+        asked by ``heads``: ``mlm_logits`` (b, n, V), ``replaced_token_logits`` (b, n).
         internals: each entry stacked (L, b, ...), e.g. ``weights`` (L, b, H, n, n): α, values,
         per-head context, attention output, the block input (``residual``), the vectors entering
-        both LayerNorms (``pre_ln``, ``ffn_pre_ln``) and the attention LayerNorm's output.
+        both LayerNorms (``pre_ln``, ``ffn_pre_ln``), the attention LayerNorm's output, the
+        feed-forward activation act(W_1 h + b_1) (``ffn_activation`` (L, b, n, F)) and output
+        before the residual (``ffn_output``).
         """
         iv = NONE if interventions is None else interventions
         r = split_rng(dropout_rng, 2)
@@ -217,6 +229,7 @@ class Encoder(nnx.Module):
         if self.classifier is not None:  # its dropout: a stream independent of the layers'
             head_rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, self.config.num_layers)
             outputs["logits"] = self.head_logits(x, head_rng)  # (b, C)
+        outputs.update(self.task_outputs(x, heads))
         if layer_rows is not None:
             outputs["layer_rows"] = kept.pop("layer_rows")  # (L, b, ...)
         if layer_totals is not None:
@@ -292,11 +305,26 @@ class Encoder(nnx.Module):
         return jnp.tanh(self.pooler(hidden[:, 0]))
 
     def mlm_logits(self, hidden: jax.Array) -> jax.Array:
-        """Masked-LM head (BERT ``cls.predictions`` / RoBERTa ``lm_head``), decoder tied to the
-        word embeddings. hidden (b, n, D) -> logits (b, n, V)."""
-        p = self.mlm_head
-        h = p.ln(ACT[self.config.hidden_act](p.transform(hidden)))  # (b, n, D)
-        return h @ self.embeddings.word[...].T.astype(h.dtype) + p.bias[...]  # (b, n, V)
+        """Masked-LM head (BERT ``cls.predictions`` / RoBERTa ``lm_head``), its decoder the word
+        embeddings or its own (``config.tied_mlm_decoder``). hidden (b, n, D) -> logits (b, n, V)."""
+        if self.mlm_head is None:
+            raise ValueError("this checkpoint has no masked-LM head (config.with_mlm_head is False). Fix: load a "
+                             "*ForMaskedLM checkpoint")
+        return self.mlm_head(hidden, self.embeddings.word[...])  # (b, n, V)
+
+    def task_outputs(self, hidden: jax.Array, heads) -> dict:
+        """The outputs of the heads named in ``heads`` (``HEADS``) on the last hidden state (b, n, D)."""
+        if unknown := [h for h in heads if h not in HEADS]:
+            raise ValueError(f"unknown heads {unknown}; available: {HEADS}")
+        present = {"mlm_logits": self.mlm_head, "replaced_token_logits": self.replaced_token_head}
+        if missing := [h for h in heads if present[h] is None]:
+            raise ValueError(f"heads={tuple(heads)}: this checkpoint has no head for {missing} (config."
+                             "with_mlm_head, config.with_replaced_token_head). Fix: leave them out of heads, or "
+                             "load a checkpoint saved with that head")
+        out = {"mlm_logits": self.mlm_logits(hidden)} if "mlm_logits" in heads else {}  # (b, n, V)
+        if "replaced_token_logits" in heads:
+            out["replaced_token_logits"] = self.replaced_token_head(hidden)  # (b, n)
+        return out
 
     def view(self) -> dict:
         """Every layer's parameter view, stacked (L, ...)."""
@@ -324,3 +352,21 @@ def classify(params, config: EncoderConfig, batch: dict, interventions: Interven
 def mlm_logits(params, config: EncoderConfig, hidden: jax.Array) -> jax.Array:
     """``Encoder.mlm_logits`` on ``params``. hidden (b, n, D) -> (b, n, V)."""
     return module(params, config).mlm_logits(hidden)
+
+
+def word_embeddings(params, config: EncoderConfig, input_ids: jax.Array) -> jax.Array:
+    """The word embeddings of ``input_ids`` (b, n) -> (b, n, E): what the batch key
+    ``inputs_embeds`` replaces, so ``forward(.., {"inputs_embeds": word_embeddings(.., ids), ..})``
+    equals the forward on ``ids``. Saliency is ``jax.grad`` with respect to it; an integrated-
+    gradients baseline is e.g. the embeddings of [PAD] ids (Sundararajan et al. 2017)."""
+    return module(params, config).embeddings.word[...][input_ids]  # (b, n, E)
+
+
+def with_heads(config: EncoderConfig, params) -> EncoderConfig:
+    """``config`` with the head fields the converted ``params`` (a nested dict of arrays) decide:
+    pooler, masked-LM head and its untied decoder, classifier and its classes, replaced-token head."""
+    mlm = params.get("mlm_head", {})
+    labels = int(params["classifier"]["out"]["bias"].shape[0]) if "classifier" in params else 0
+    return dataclasses.replace(config, with_pooler="pooler" in params, with_mlm_head="mlm_head" in params,
+                               tied_mlm_decoder="decoder" not in mlm, num_labels=labels,
+                               with_replaced_token_head="replaced_token_head" in params)

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from jattn.nn import state
 from jattn.nn.interventions import Interventions
 
 CPU_CHUNK_ROWS = 1024  # token rows a layer processes at once on CPU (see ``chunk_count``)
@@ -162,8 +163,11 @@ def layer_views(params):
     def split(path, a):
         if not _is_stacked(path):
             return a
-        if on_one_cpu(a):
-            return jax.device_put(list(np.asarray(a)), a.sharding)  # L views of the host buffer
+        if on_one_cpu(a):  # L views of the host buffer, on the stack's device (its mesh, if any: of one device)
+            sharding = a.sharding
+            if isinstance(sharding, jax.sharding.NamedSharding):  # a layer has one axis fewer than the stack
+                sharding = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+            return jax.device_put(list(np.asarray(a)), sharding)
         return [a[l] for l in range(a.shape[0])]
 
     return jax.tree_util.tree_map_with_path(split, params)
@@ -194,7 +198,30 @@ def run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, laye
     chunk's examples, added over the chunks; ``score_bias(l)`` -> layer l's additive score bias
     (H, n, n) or None; ``layer_rngs`` (L,) keys or None; ``unroll``: see ``layer_loop``.
     -> (last output (b, n, D), {name: (L, b, ...)} with ``"hidden"`` (L+1, b, n, D): x0, then each
-    layer's output, written in place (no concatenation), totals (L, ...) or None)."""
+    layer's output, written in place (no concatenation), totals (L, ...) or None).
+
+    On a mesh with Explicit axes (``jax.make_mesh``'s default) the layers run with those axes Auto
+    (``jattn.nn.state.on_auto_axes``), every result sharded over the batch as x0 is; the score
+    biases then enter as one (L, H, n, n) argument, and ``written`` / ``layer_totals`` must not
+    close over arrays placed on that mesh (inside the Auto region they are an error; the model
+    methods, which run wholly with Auto axes, have no such limit)."""
+    graphdef, stacked = nnx.split(layers)
+    L = jax.tree.leaves(stacked)[0].shape[0]
+    explicit = any(state.explicit(a) for a in jax.tree.leaves((stacked, x0)))
+    biases = jax.vmap(score_bias)(jnp.arange(L)) if explicit else None  # (L, H, n, n) or None
+
+    def run(stacked, x0, allowed, iv, layer_rngs, biases):
+        bias = score_bias if biases is None else (lambda l: biases[l])
+        return _run_stack(nnx.merge(graphdef, stacked), x0, allowed, iv, layer_rngs, rows, written, layer_totals,
+                          bias, unroll)
+
+    return state.on_auto_axes(run, (stacked, x0, allowed, iv, layer_rngs, biases), x0,
+                              lambda path: (0, 1, None)[path[0].idx])  # x (b, ...), stacks (L, b, ...), totals
+
+
+def _run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, layer_rngs, rows: int, written,
+               layer_totals, score_bias, unroll: bool):
+    """``run_stack`` with every array at hand."""
     graphdef, stacked = nnx.split(layers)
     run = chunked(*x0.shape[:2], rows)
 

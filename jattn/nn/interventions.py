@@ -15,7 +15,8 @@ importance.
 ``weights_delta``  float, (L, b, H, q, k): added to α before it multiplies the values; at zero it
     changes nothing and ∂L/∂delta = ∂L/∂α (Clark et al. 2019, Fig. 3).
 ``patch``  {site: (value, where)}: activation patching (Vaswani-style internals replaced by given
-    arrays, per layer, example, head and position; ``PATCH_SITES`` below). ``where`` bool
+    arrays, per layer, example, head and position; the feed-forward block's input and output and the
+    layer's output per layer, example and position; ``PATCH_SITES`` below). ``where`` bool
     replaces; ``where`` float t blends x + t (value − x), so ∂metric/∂t at t = 0 is attribution
     patching's first-order estimate (Nanda 2023; Syed et al. 2023).
 ``detach_weights`` / ``detach_ln``  static bools: stop the gradient through α, or through the
@@ -41,8 +42,17 @@ PATCH_SITES = {
     "query_input": ("the input the marked heads compute their queries from", "(b, q, D)", "(1|b, H)"),
     "key_input": ("the input the marked heads compute their keys from", "(b, k, D)", "(1|b, H)"),
     "value_input": ("the input the marked heads compute their values from", "(b, k, D)", "(1|b, H)"),
+    "ffn_residual": ("the feed-forward block's input h = LN(x + Attn(x)), which it adds its output to",
+                     "(b, q, D)", "(1|b, 1|q)"),
+    "ffn_output": ("the feed-forward output W_2 act(W_1 h + b_1) + b_2, before the residual", "(b, q, D)",
+                   "(1|b, 1|q)"),
+    "layer_output": ("the layer's output LN(h + FFN(h)), the residual stream the next layer reads", "(b, q, D)",
+                     "(1|b, 1|q)"),
 }
 RECEIVER_SITES = ("query_input", "key_input", "value_input")  # path patching's receivers (Wang et al. 2022)
+# sites on the feed-forward sublayer: in a decoder layer they belong to the cross-attention's Interventions
+FFN_SITES = ("ffn_residual", "ffn_output", "layer_output")
+STREAM_SITES = ("residual", *FFN_SITES)  # (b, q, D) vectors without a head axis
 
 
 @jax.tree_util.register_dataclass
@@ -155,7 +165,7 @@ def check_patch(patch, L: int, H: int, what: str) -> dict:
         expected = f"value (L, {value_shape[1:]} and where (L, {where_shape[1:]} with L={L}, H={H}"
         shape_ok = (value.ndim == len(value_shape.split(",")) + 1 and where.ndim == want_where
                     and value.shape[0] == where.shape[0] == L and where.shape[1] in (1, value.shape[1]))
-        if shape_ok and site != "residual":
+        if shape_ok and site not in STREAM_SITES:
             shape_ok = where.shape[2] == H and (receiver or value.shape[2] == H)
         if shape_ok and not receiver:
             shape_ok = all(w in (1, v) for w, v in zip(where.shape[2:], value.shape[2:]))

@@ -23,6 +23,9 @@ Parameters (kernels (in, out); attention kernels split by head, as in the encode
 Positions are sinusoidal (not parameters, ``sinusoid_table``) or a learned table per side
 (``positions="learned"``, Devlin et al. 2019's absolute positions; row ``position_offset + p``
 for position p, as Lewis et al. 2020's checkpoints number them).
+
+Either side's input is token ids or their scaled token embeddings (``inputs_embeds``,
+``decoder_inputs_embeds``; ``word_embeddings``), for gradients with respect to the input.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import numpy as np
 from flax import nnx
 
 from jattn.nn.config import Seq2SeqConfig
-from jattn.nn.interventions import NONE, Interventions
+from jattn.nn.interventions import FFN_SITES, NONE, Interventions
 from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention, post_ln_ffn
 from jattn.nn.encoder import select
 from jattn.nn import state
@@ -44,6 +47,7 @@ from jattn.nn.engine import layer_loop
 from jattn.nn.layers import Dense, LayerNorm, dropout, param, split_rng
 
 KINDS = ("encoder", "decoder", "cross")
+FFN_INTERNALS = ("ffn_activation", "ffn_output", "ffn_pre_ln")  # a layer's FFN: under "encoder" and "cross"
 
 
 @functools.lru_cache(maxsize=16)
@@ -69,8 +73,13 @@ def sinusoid_table(config: Seq2SeqConfig) -> np.ndarray:
 
 
 def position_ids(config: Seq2SeqConfig, ids: jax.Array, offset=0) -> jax.Array:
-    """Row of the position table (``sinusoid_table`` or the learned one) for each token;
-    ``offset`` = tokens already decoded.
+    """``positions`` of token ids (b, n), padding where they are the pad id -> (b, n)."""
+    return positions(config, ids != config.pad_token_id, offset)
+
+
+def positions(config: Seq2SeqConfig, real: jax.Array, offset=0) -> jax.Array:
+    """Row of the position table (``sinusoid_table`` or the learned one) for each token; ``real``
+    (b, n) bool marks the real tokens; ``offset`` = tokens already decoded.
 
     vaswani: offset + 0..n-1. learned: position_offset + offset + 0..n-1, padding included.
     tensor2tensor: real tokens numbered from pad+1 (+offset), padding gets the zero row ``pad``
@@ -78,8 +87,8 @@ def position_ids(config: Seq2SeqConfig, ids: jax.Array, offset=0) -> jax.Array:
     """
     if config.positions in ("vaswani", "learned"):
         start = offset + (config.position_offset if config.positions == "learned" else 0)
-        return jnp.broadcast_to(jnp.arange(ids.shape[1]) + start, ids.shape)  # (b, n)
-    real = (ids != config.pad_token_id).astype(jnp.int32)  # (b, n)
+        return jnp.broadcast_to(jnp.arange(real.shape[1]) + start, real.shape)  # (b, n)
+    real = real.astype(jnp.int32)  # (b, n)
     return jnp.cumsum(real, axis=1) * real + config.pad_token_id + offset  # (b, n)
 
 
@@ -119,13 +128,37 @@ class Seq2SeqEmbeddings(nnx.Module):
         """Token table of ``side`` ("source" | "target"): (V, D)."""
         return (self.shared if self.config.shared_embeddings else getattr(self, side))[...]
 
+    def words(self, ids, side: str) -> jax.Array:
+        """The scaled token embeddings sqrt(D)·E[ids] (E[ids] without ``scale_embedding``), what the
+        positions are added to. ids (b, n) -> (b, n, D)."""
+        return self.table(side)[ids] * (np.sqrt(self.config.d_model) if self.config.scale_embedding else 1.0)
+
     def __call__(self, ids, side: str, dtype, rng, offset=0) -> jax.Array:
         """Scaled token embedding + position, the embedding LayerNorm if the config has one, then
         dropout. ids (b, n) -> (b, n, D)."""
+        return self.embed(self.words(ids, side), ids != self.config.pad_token_id, side, dtype, rng, offset)
+
+    def side_input(self, ids, embeds, mask, side: str, dtype, rng) -> jax.Array:
+        """A side's input (b, n, D) from its ids (b, n) or, in their place, its scaled token
+        embeddings ``embeds`` (b, n, D), the real tokens then those ``mask`` (b, n) marks."""
+        key = "input_ids" if side == "source" else "decoder_input_ids"
+        embeds_key = key.replace("input_ids", "inputs_embeds")
+        if (ids is None) == (embeds is None):
+            raise ValueError(f"a batch needs exactly one of {key} and {embeds_key}. Fix: drop one ({embeds_key} = "
+                             f"jattn.nn.seq2seq.word_embeddings(params, config, {key}, {side!r}))")
+        if ids is not None:
+            return self(ids, side, dtype, rng)
+        if embeds.ndim != 3 or embeds.shape[2] != self.config.d_model:
+            raise ValueError(f"{embeds_key} must be (batch, length, {self.config.d_model}), got shape "
+                             f"{tuple(embeds.shape)}. Fix: use jattn.nn.seq2seq.word_embeddings")
+        return self.embed(embeds.astype(jnp.float32), mask.astype(bool), side, dtype, rng)
+
+    def embed(self, words, real, side: str, dtype, rng, offset=0) -> jax.Array:
+        """words (b, n, D), the scaled token embeddings, + positions (``real`` (b, n) bool marks
+        the tokens tensor2tensor's count), the embedding LayerNorm if any, dropout -> (b, n, D)."""
         c = self.config
-        scale = np.sqrt(c.d_model) if c.scale_embedding else 1.0
         table = getattr(self, f"{side}_positions")[...] if c.positions == "learned" else jnp.asarray(sinusoid_table(c))
-        x = (self.table(side)[ids] * scale + table[position_ids(c, ids, offset)]).astype(dtype)  # (b, n, D)
+        x = (words + table[positions(c, real, offset)]).astype(dtype)  # (b, n, D)
         if c.embedding_ln:
             x = getattr(self, f"{side}_ln")(x)  # (b, n, D)
         return dropout(x, c.dropout, rng)  # (b, n, D)
@@ -195,6 +228,9 @@ def check_interventions(config: Seq2SeqConfig, given) -> dict[str, Interventions
         if not isinstance(iv, Interventions):
             raise ValueError(f"interventions[{kind!r}] must be an Interventions, got {type(iv).__name__}")
         out[kind] = iv.check(*shapes[kind], what=f"interventions[{kind!r}]")
+    if ffn := [site for site in out["decoder"].patch or {} if site in FFN_SITES]:
+        raise ValueError(f"interventions['decoder'].patch has {ffn}: a decoder layer's feed-forward sublayer "
+                         "follows its cross-attention. Fix: patch them in interventions['cross']")
     return out
 
 
@@ -212,11 +248,11 @@ class Seq2Seq(nnx.Module):
             self.final_logits_bias = param(None, (config.tgt_vocab_size,), "zeros")
 
     def encoder_stack(self, input_ids, attention_mask, iv: Interventions = NONE, rng=None, dtype=jnp.float32,
-               internals="all", unroll=False):
-        """Encoder stack. input_ids, attention_mask (b, s) -> (b, s, D), internals (L_enc, ...);
-        ``unroll``: ``jattn.nn.engine.layer_loop``."""
+               internals="all", unroll=False, inputs_embeds=None):
+        """Encoder stack. input_ids (or None and ``inputs_embeds`` (b, s, D)), attention_mask (b, s) ->
+        (b, s, D), internals (L_enc, ...); ``unroll``: ``jattn.nn.engine.layer_loop``."""
         r = split_rng(rng, 2)
-        x = self.embeddings(input_ids, "source", dtype, r[0])  # (b, s, D)
+        x = self.embeddings.side_input(input_ids, inputs_embeds, attention_mask, "source", dtype, r[0])  # (b, s, D)
         allowed = attention_mask.astype(bool)[:, None, :]  # (b, 1, s)
         layer_rngs = None if rng is None else jax.random.split(r[1], self.config.encoder_layers)
         graphdef, stacked = nnx.split(self.encoder.layers)
@@ -226,19 +262,21 @@ class Seq2Seq(nnx.Module):
             layer, lr = nnx.merge(graphdef, state), split_rng(lr, 2)
             layer_iv = iv.for_layer(*slices)
             h, ints = layer.attend("self", x, x, allowed, layer_iv, lr[0])  # (b, s, D)
-            out, ints["ffn_pre_ln"] = layer.ffn(h, layer_iv, lr[1])  # (b, s, D)
-            return out, select(ints, internals)
+            out, ffn = layer.ffn(h, layer_iv, lr[1])  # (b, s, D)
+            return out, select({**ints, **ffn}, internals)
 
         return layer_loop(step, x, (stacked, iv.layer_slices(), layer_rngs), unroll)
 
     def decoder_stack(self, encoder_out, attention_mask, decoder_input_ids, decoder_attention_mask,
-               iv: Mapping[str, Interventions], rng=None, dtype=jnp.float32, internals="all", unroll=False):
-        """Decoder stack with teacher forcing. encoder_out (b, s, D), decoder_input_ids (b, t) ->
-        (b, t, D) and internals {"decoder": (L_dec, ...), "cross": (L_dec, ...)}; ``unroll``:
-        ``jattn.nn.engine.layer_loop``."""
+               iv: Mapping[str, Interventions], rng=None, dtype=jnp.float32, internals="all", unroll=False,
+               inputs_embeds=None):
+        """Decoder stack with teacher forcing. encoder_out (b, s, D), decoder_input_ids (b, t) (or
+        None and ``inputs_embeds`` (b, t, D)) -> (b, t, D) and internals {"decoder": (L_dec, ...),
+        "cross": (L_dec, ...)}; ``unroll``: ``jattn.nn.engine.layer_loop``."""
         r = split_rng(rng, 2)
-        t = decoder_input_ids.shape[1]
-        y = self.embeddings(decoder_input_ids, "target", dtype, r[0])  # (b, t, D)
+        y = self.embeddings.side_input(decoder_input_ids, inputs_embeds, decoder_attention_mask, "target", dtype,
+                                       r[0])  # (b, t, D)
+        t = y.shape[1]
         causal = jnp.tril(jnp.ones((t, t), bool))[None] & decoder_attention_mask.astype(bool)[:, None, :]  # (b, t, t)
         cross_allowed = attention_mask.astype(bool)[:, None, :]  # (b, 1, s)
         layer_rngs = None if rng is None else jax.random.split(r[1], self.config.decoder_layers)
@@ -251,8 +289,9 @@ class Seq2Seq(nnx.Module):
             h, self_int = layer.attend("self", y, y, causal, iv_self.for_layer(*s_self), lr[0])  # (b, t, D)
             h, cross_int = layer.attend("cross", h, encoder_out, cross_allowed, iv_cross.for_layer(*s_cross),
                                         lr[1])  # (b, t, D)
-            out, cross_int["ffn_pre_ln"] = layer.ffn(h, iv_cross.for_layer(*s_cross), lr[2])  # (b, t, D)
-            return out, {"decoder": select(self_int, internals), "cross": select(cross_int, internals)}
+            out, ffn = layer.ffn(h, iv_cross.for_layer(*s_cross), lr[2])  # (b, t, D)
+            return out, {"decoder": select(self_int, internals, absent=FFN_INTERNALS),
+                         "cross": select({**cross_int, **ffn}, internals)}
 
         xs = (stacked, iv_self.layer_slices(), iv_cross.layer_slices(), layer_rngs)
         return layer_loop(step, y, xs, unroll)
@@ -271,24 +310,35 @@ class Seq2Seq(nnx.Module):
         """Teacher-forced encoder–decoder pass; returns (outputs, internals).
 
         batch: ``input_ids``, ``attention_mask`` (b, s); ``decoder_input_ids`` (b, t) and optional
-        ``decoder_attention_mask`` (b, t) (default as HF: see ``default_decoder_mask``).
+        ``decoder_attention_mask`` (b, t) (default as HF: see ``default_decoder_mask``; all ones
+        with embeddings). In place of the ids, ``inputs_embeds`` (b, s, D) and
+        ``decoder_inputs_embeds`` (b, t, D): the scaled token embeddings (``word_embeddings``), to
+        which positions are added; tensor2tensor's positions then count the tokens the masks mark
+        real. (Hugging Face's ``inputs_embeds`` replace its scaled word-embedding module's output
+        in some families and are scaled by sqrt(D) after it in others: the family specs say which.)
         ``interventions``: {"encoder"|"decoder"|"cross": Interventions} (missing = none).
         ``dropout_rng`` None means evaluation. ``internals``: "all", None or names. ``unroll``:
         the layers as straight-line code (``jattn.nn.engine.layer_loop``).
 
         outputs: ``logits`` (b, t, V), ``encoder_last_hidden_state`` (b, s, D),
         ``decoder_last_hidden_state`` (b, t, D). internals: {"encoder", "decoder", "cross"}, each
-        the sublayer internals stacked (L, ...), e.g. ``weights`` (L, b, H, q, k).
+        the sublayer internals stacked (L, ...), e.g. ``weights`` (L, b, H, q, k); a layer's
+        feed-forward internals (``FFN_INTERNALS``: ``ffn_activation`` (L, b, n, F), ``ffn_output``,
+        ``ffn_pre_ln``) under "encoder" and, for the decoder's layers, "cross".
         """
         iv = {} if interventions is None else interventions
         r = split_rng(dropout_rng, 2)
-        dec_mask = batch.get("decoder_attention_mask")
-        if dec_mask is None:
-            dec_mask = default_decoder_mask(self.config, batch["decoder_input_ids"])  # (b, t)
-        enc, enc_int = self.encoder_stack(batch["input_ids"], batch["attention_mask"], iv.get("encoder", NONE), r[0],
-                                   compute_dtype, internals, unroll)  # (b, s, D)
-        dec, dec_int = self.decoder_stack(enc, batch["attention_mask"], batch["decoder_input_ids"], dec_mask, iv, r[1],
-                                   compute_dtype, internals, unroll)  # (b, t, D)
+        dec_ids, dec_mask = batch.get("decoder_input_ids"), batch.get("decoder_attention_mask")
+        dec_embeds = batch.get("decoder_inputs_embeds")
+        if dec_mask is None and dec_ids is not None:
+            dec_mask = default_decoder_mask(self.config, dec_ids)  # (b, t)
+        elif dec_mask is None and dec_embeds is not None:
+            dec_mask = jnp.ones(dec_embeds.shape[:2], jnp.int32)  # (b, t)
+        enc, enc_int = self.encoder_stack(batch.get("input_ids"), batch["attention_mask"], iv.get("encoder", NONE),
+                                          r[0], compute_dtype, internals, unroll,
+                                          batch.get("inputs_embeds"))  # (b, s, D)
+        dec, dec_int = self.decoder_stack(enc, batch["attention_mask"], dec_ids, dec_mask, iv, r[1], compute_dtype,
+                                          internals, unroll, dec_embeds)  # (b, t, D)
         outputs = {"logits": self.logits(dec), "encoder_last_hidden_state": enc, "decoder_last_hidden_state": dec}
         return outputs, {"encoder": enc_int, **dec_int}
 
@@ -310,3 +360,12 @@ def module(params, config) -> Seq2Seq:
 def forward(params, config: Seq2SeqConfig, batch: dict, interventions=None, **kwargs):
     """The pure face: ``Seq2Seq.__call__`` with the parameters as an argument."""
     return module(params, config)(batch, interventions, **kwargs)
+
+
+def word_embeddings(params, config: Seq2SeqConfig, ids: jax.Array, side: str) -> jax.Array:
+    """The scaled token embeddings of ``ids`` (b, n) on ``side`` ("source" | "target") -> (b, n, D):
+    what the batch keys ``inputs_embeds`` / ``decoder_inputs_embeds`` replace, so a forward on
+    them equals the forward on the ids (an integrated-gradients baseline: e.g. pad ids')."""
+    if side not in ("source", "target"):
+        raise ValueError(f"side must be 'source' or 'target', got {side!r}")
+    return module(params, config).embeddings.words(ids, side)  # (b, n, D)

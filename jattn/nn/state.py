@@ -8,11 +8,12 @@ module is where those dicts become the modules' ``nnx.Param`` state.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import numpy as np
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 MODULES: dict[type, type] = {}  # config class -> NNX module class (each model module registers itself)
 
@@ -87,33 +88,92 @@ def to_arrays(params) -> dict:
 
 
 def auto_mesh(mesh):
-    """``mesh`` with every axis ``AxisType.Auto``: the models leave intermediate shardings to JAX's
-    SPMD partitioner (``jax.make_mesh`` makes Explicit axes by default, under which an embedding
-    lookup on a sharded batch has no unambiguous output sharding)."""
-    auto = (jax.sharding.AxisType.Auto,) * len(mesh.axis_names)
+    """``mesh`` with every axis ``AxisType.Auto``. The runner (``jattn.runner.run_corpus``) places
+    its batches and parameters on this form of the mesh it is given, whatever its axis types: its
+    step is its own program, and the SPMD partitioner chooses every intermediate sharding."""
+    auto = (AxisType.Auto,) * len(mesh.axis_names)
     if tuple(mesh.axis_types) == auto:
         return mesh
     return jax.sharding.Mesh(mesh.devices, mesh.axis_names, axis_types=auto)
 
 
+def explicit(x) -> bool:
+    """Whether ``x`` (an array, or a tracer) is typed on a mesh with ``AxisType.Explicit`` axes,
+    ``jax.make_mesh``'s default: its sharding is part of its type, and every operation on it must
+    have an unambiguous output sharding."""
+    return AxisType.Explicit in jax.typeof(x).sharding.mesh.axis_types
+
+
+def lookup(table: jax.Array, ids: jax.Array) -> jax.Array:
+    """``table[ids]``: rows of a table (V, ...) for ids (b, n) -> (b, n, ...). Under Explicit axes a
+    gather of sharded ids from a replicated table has no unambiguous output sharding, so it is
+    named: the ids' sharding, the table's own axes replicated (``.at[].get(out_sharding=)``)."""
+    if not explicit(ids):
+        return table[ids]
+    sharding = jax.typeof(ids).sharding
+    spec = P(*sharding.spec, *(None,) * (table.ndim - 1))
+    return table.at[ids].get(out_sharding=NamedSharding(sharding.mesh, spec))  # (b, n, ...)
+
+
+def on_auto_axes(fn, args: tuple, like: jax.Array, batch_axis):
+    """``fn(*args)``, where an array of ``args`` is typed on Explicit axes (a batch sharded over
+    ``data``, parameters placed over ``model``), with those axes Auto for its duration
+    (``jax.sharding.auto_axes``). The models leave intermediate shardings to the SPMD
+    partitioner; under Explicit axes a head split, a contraction over heads split on ``model`` or
+    a gather of sharded ids has no unambiguous output sharding. ``fn`` takes every array it reads
+    as an argument (an Explicit array it closes over is an error inside). Each result leaves
+    sharded as the batch axis of ``like`` (b, ...) is (replicated if ``like`` is not on the mesh),
+    on the axis ``batch_axis(path)`` names for the result at ``path`` (a ``jax.tree_util`` key
+    path; None: replicated). Without Explicit axes: ``fn(*args)``."""
+    mesh = next((jax.typeof(a).sharding.mesh for a in jax.tree.leaves(args) if explicit(a)), None)
+    if mesh is None:
+        return fn(*args)
+    spec = jax.typeof(like).sharding.spec if explicit(like) else ()
+    batch = spec[0] if len(spec) else None
+    whole = NamedSharding(mesh, P())
+    shapes = jax.eval_shape(jax.sharding.auto_axes(fn, out_sharding=whole), *args)
+
+    def placed(path, _):
+        axis = batch_axis(path)
+        return whole if axis is None or batch is None else NamedSharding(mesh, P(*(None,) * axis, batch))
+
+    return jax.sharding.auto_axes(fn, out_sharding=jax.tree_util.tree_map_with_path(placed, shapes))(*args)
+
+
 def partition_specs(params, mesh) -> nnx.State:
     """Each parameter's ``PartitionSpec`` from its ``out_sharding`` names, keeping only the axis
-    names ``mesh`` has (a 1-D ``data`` mesh replicates everything) and only where the axis divides
-    evenly (otherwise that axis is replicated)."""
-    def spec(v):
+    names ``mesh`` has (a 1-D ``data`` mesh replicates everything). An axis a mesh axis does not
+    divide (12 heads over a ``model`` axis of 8) is an error naming the sizes that would divide
+    every split axis: splitting some parameters and replicating others would be a silent choice."""
+    bad, sizes = [], {}
+
+    def spec(path, v):
         shape = v.get_value().shape  # an array, or a ShapeDtypeStruct of abstract parameters
         names = v.get_metadata().get("out_sharding") or (None,) * len(shape)
-        axes = [n if n in mesh.axis_names and shape[i] % mesh.shape[n] == 0 else None
-                for i, n in enumerate(names)]
-        return P(*axes)
+        for i, n in enumerate(names):
+            if n in mesh.axis_names:
+                sizes.setdefault(n, []).append(shape[i])
+                if shape[i] % mesh.shape[n]:
+                    where = jax.tree_util.keystr(path, simple=True, separator=".")
+                    bad.append(f"{where} (axis {i} of size {shape[i]})")
+        return P(*(n if n in mesh.axis_names else None for n in names))
 
-    return jax.tree.map(spec, params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    specs = jax.tree_util.tree_map_with_path(spec, params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    if bad:
+        axis = next(n for n in sizes if any(k % mesh.shape[n] for k in sizes[n]))
+        g = math.gcd(*sizes[axis])
+        fits = [d for d in range(1, g + 1) if g % d == 0]
+        raise ValueError(f"mesh: its {axis!r} axis of {mesh.shape[axis]} devices does not divide {', '.join(bad[:3])}"
+                         f"{f' and {len(bad) - 3} more' if len(bad) > 3 else ''}. Fix: a {axis!r} axis of "
+                         f"{' or '.join(map(str, fits))} devices, which divide every axis split over it (heads, "
+                         f"FFN columns), e.g. jax.make_mesh((DATA, {fits[-1]}), ('data', {axis!r}))")
+    return specs
 
 
 def shard(params, mesh) -> nnx.State:
     """Place ``params`` on ``mesh`` by their partitioning metadata (heads and FFN columns over a
-    ``model`` axis, everything else replicated); JAX's SPMD partitioner does the rest under jit."""
-    mesh = auto_mesh(mesh)
+    ``model`` axis, everything else replicated), on the mesh as given: Explicit axes stay Explicit
+    (the models' jitted calls then run their products with those axes Auto, ``on_auto_axes``)."""
     specs = partition_specs(params, mesh)
     return jax.tree.map(lambda v, s: v.replace(jax.device_put(v.get_value(), NamedSharding(mesh, s))), params, specs,
                         is_leaf=lambda x: isinstance(x, nnx.Variable))

@@ -160,7 +160,10 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
     be a multiple of their number. In a multi-process run every process calls this with the
     same corpus and reads its own shard. ``mesh``: instead of ``devices``, a local mesh with a
     ``data`` axis (the batch) and optionally a ``model`` axis (the parameters, by their
-    partitioning metadata), e.g. ``jax.make_mesh((2, 4), ("data", "model"))``.
+    partitioning metadata), e.g. ``jax.make_mesh((2, 4), ("data", "model"))``; Explicit or Auto
+    axes alike: the runner's step places batches and parameters on the mesh's Auto form
+    (``jattn.nn.state.auto_mesh``), and a ``model`` axis must divide the heads and FFN columns
+    (``jattn.nn.state.partition_specs``: else an error).
 
     ``skip_too_long``: skip (and count in ``meta``) examples over ``max_length`` tokens, and
     labelled word lists whose labels cannot be placed, instead of raising — never cut.

@@ -14,8 +14,8 @@ import dataclasses
 
 import numpy as np
 
-from jattn.families.marian.convert import layer_rows
-from jattn.io.hf import Entry, apply_table, to_state_dict
+from jattn.families.marian.convert import TIED_FIX, layer_rows
+from jattn.io.hf import Entry, apply_table, check_tied, to_state_dict
 from jattn.nn.config import Seq2SeqConfig
 
 # Copies of the shared table that a checkpoint may also hold (tied in HF).
@@ -41,6 +41,8 @@ def convert(state: dict[str, np.ndarray], config: Seq2SeqConfig, source: str = "
     if "shared.weight" in state and "model.shared.weight" not in state:  # a bare BartModel
         state = {f"model.{k}": v for k, v in state.items()}
         state["final_logits_bias"] = np.zeros((1, config.tgt_vocab_size), np.float32)
+    check_tied(state, {k: "model.shared.weight" for k in ("lm_head.weight", "model.encoder.embed_tokens.weight",
+                                                          "model.decoder.embed_tokens.weight")}, source, TIED_FIX)
     return apply_table(state, entries(config), IGNORED, source)
 
 

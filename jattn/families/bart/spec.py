@@ -3,7 +3,8 @@ with position p at row p + 2, a LayerNorm on each side's embeddings (``layernorm
 token table for source, target and output, a ``final_logits_bias``; token embeddings scaled by
 sqrt(d_model) when config.json says ``scale_embedding``. Decoding starts from ``</s>``
 (``decoder_start_token_id``) and may force ``<s>`` first (``forced_bos_token_id``); without a
-decoder mask HF attends to every target position.
+decoder mask HF attends to every target position. ``inputs_embeds`` / ``decoder_inputs_embeds``
+are HF's: the scaled token embeddings (``jattn.nn.seq2seq.word_embeddings``).
 
 mBART's pre-LayerNorm blocks and final LayerNorms are not implemented: its configs
 (``model_type`` "mbart") are not registered, and a "bart" config asking for them

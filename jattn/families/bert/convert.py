@@ -1,12 +1,14 @@
 """Key table for BERT and RoBERTa checkpoints (``BertModel``, ``BertForMaskedLM``,
 ``BertForPreTraining``, ``RobertaModel``, ``RobertaForMaskedLM``, ...) -> jattn encoder params.
 
-Converted: the encoder, the pooler, the masked-LM head and the sequence-classification head
+Converted: the encoder, the pooler, the masked-LM head (its decoder matrix too when config.json
+says ``tie_word_embeddings: false``) and the sequence-classification head
 (``BertForSequenceClassification``: linear on the pooled [CLS]; ``RobertaForSequenceClassification``:
 dense + tanh + linear on <s>) when present; every row carries its inverse, so a fine-tuned model
-is exported as a folder that ``BertForSequenceClassification.from_pretrained`` reads. Tensors that are
-known but not used (position-id buffers, the NSP classifier, a decoder matrix tied to the word
-embeddings) are allowed; anything else unexpected is an error.
+is exported as a folder that ``BertForSequenceClassification.from_pretrained`` reads. Tensors that
+Hugging Face's forward does not read (position-id buffers, the NSP classifier, a tied decoder's
+copy of the word embeddings, an untied head's unused ``bias``) are allowed; a tied decoder copy
+that differs from what it is tied to, and anything else unexpected, is an error.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import numpy as np
 
 from jattn.families.spec import encoder_hf_config
 from jattn.nn.config import EncoderConfig
-from jattn.io.hf import (Entry, apply_table, linear, split_heads_bias, split_heads_in, split_heads_out,
-                              to_state_dict)
+from jattn.io.hf import (Entry, apply_table, check_tied, linear, split_heads_bias, split_heads_in, split_heads_out,
+                         to_state_dict)
 
 
 def _ln(key: str, path: tuple, d: int) -> list[Entry]:
@@ -97,34 +99,71 @@ def head_entries(c: EncoderConfig, prefix: str) -> list[Entry]:
         else:
             entries += _dense(f"{mlm}.dense", ("mlm_head", "transform"), D, D)
             entries += _ln(f"{mlm}.layer_norm", ("mlm_head", "ln"), D)
-        entries.append(Entry(f"{mlm}.bias", ("mlm_head", "bias"), (c.vocab_size,)))
+        entries += mlm_output_entries(c, mlm)
     return entries
 
 
-# Known tensors that jattn does not use: buffers, the NSP head, tied decoder copies.
+def mlm_output_entries(c: EncoderConfig, mlm: str) -> list[Entry]:
+    """The masked-LM head's output layer under ``mlm`` ("cls.predictions", "lm_head"): its bias;
+    untied (``c.tied_mlm_decoder`` False) the decoder matrix (V, D) and the decoder's bias, which
+    Hugging Face's forward reads then (transformers ≥ 5; before, ``bias`` was the same tensor)."""
+    V, D = c.vocab_size, c.hidden_size
+    if c.tied_mlm_decoder:
+        return [Entry(f"{mlm}.bias", ("mlm_head", "bias"), (V,))]
+    return [Entry(f"{mlm}.decoder.weight", ("mlm_head", "decoder"), (V, D)),
+            Entry(f"{mlm}.decoder.bias", ("mlm_head", "bias"), (V,))]
+
+
+def mlm_state(state: dict, c: EncoderConfig, mlm: str, word_key: str, source: str) -> tuple[dict, tuple[str, ...]]:
+    """(``state`` in the layout ``mlm_output_entries`` reads, the regexes of the head's tensors
+    Hugging Face's forward does not read). Tied: the decoder's copies, which must equal the word
+    embeddings (``word_key``) and the bias they are tied to (``check_tied``); untied: the
+    head's ``bias`` (a transformers 4 checkpoint, without ``decoder.bias``, has it in its place)."""
+    esc = mlm.replace(".", r"\.")
+    if not c.with_mlm_head:
+        return state, ()
+    if not c.tied_mlm_decoder:
+        if f"{mlm}.decoder.bias" not in state and f"{mlm}.bias" in state:
+            state = {**state, f"{mlm}.decoder.bias": state[f"{mlm}.bias"]}
+        return state, (rf"{esc}\.bias",)
+    check_tied(state, {f"{mlm}.decoder.weight": word_key, f"{mlm}.decoder.bias": f"{mlm}.bias"}, source,
+               "the masked-LM decoder is the checkpoint's own: set \"tie_word_embeddings\": false in config.json")
+    return state, (rf"{esc}\.decoder\.(weight|bias)",)
+
+
+# Known tensors that jattn does not use: buffers, the NSP head (and the MLM head's, mlm_state).
 IGNORED = (
     r"(bert\.|roberta\.)?embeddings\.position_ids",
     r"(bert\.|roberta\.)?embeddings\.token_type_ids",
     r"cls\.seq_relationship\.(weight|bias)",
-    r"cls\.predictions\.decoder\.(weight|bias)",
-    r"lm_head\.decoder\.(weight|bias)",
 )
 
 
 def convert(state: dict[str, np.ndarray], config: EncoderConfig, source: str = "checkpoint") -> dict:
     """HF state dict -> jattn encoder params (see ``jattn.nn.encoder`` for the layout)."""
-    prefix = _prefix(state, config.model_type)
+    prefix, mlm = _prefix(state, config.model_type), mlm_key(config.model_type)
     config = dataclasses.replace(config, with_pooler=f"{prefix}pooler.dense.weight" in state,
-                                 with_mlm_head=f"{mlm_key(config.model_type)}.bias" in state,
+                                 with_mlm_head=f"{mlm}.bias" in state,
                                  num_labels=num_labels(state, config.model_type))
-    return apply_table(state, encoder_entries(config, prefix) + head_entries(config, prefix), IGNORED, source)
+    state, unread = mlm_state(state, config, mlm, f"{prefix}embeddings.word_embeddings.weight", source)
+    return apply_table(state, encoder_entries(config, prefix) + head_entries(config, prefix), IGNORED + unread,
+                       source)
 
 
 def to_hf_state_dict(params, config: EncoderConfig) -> dict[str, np.ndarray]:
     """jattn encoder params -> a HF state dict, the inverse of ``convert``: the task model's layout
     (``BertForSequenceClassification``, ``BertForMaskedLM``, RoBERTa's) when ``config`` has a head."""
     prefix = f"{config.model_type}." if config.num_labels or config.with_mlm_head else ""
-    return to_state_dict(params, encoder_entries(config, prefix) + head_entries(config, prefix))
+    return untied_bias(to_state_dict(params, encoder_entries(config, prefix) + head_entries(config, prefix)),
+                       config, mlm_key(config.model_type))
+
+
+def untied_bias(state: dict, c: EncoderConfig, mlm: str) -> dict:
+    """An exported state dict with an untied masked-LM head's ``bias`` (unread by Hugging Face's
+    forward, expected by its loader) equal to the decoder's bias."""
+    if c.with_mlm_head and not c.tied_mlm_decoder:
+        state[f"{mlm}.bias"] = state[f"{mlm}.decoder.bias"]
+    return state
 
 
 def to_hf_config(config: EncoderConfig, label_names: list[str] | None = None) -> dict:

@@ -1,7 +1,7 @@
 """ELECTRA (Clark et al. 2020), the discriminator: BERT's blocks, positions 0..n-1 and token
 types, embedding tables of width ``embedding_size`` projected to the model width when they
 differ (``embeddings_project``); no pooler. The converted checkpoints are ``ElectraModel`` and
-``ElectraForPreTraining`` (its replaced-token head is not used)."""
+``ElectraForPreTraining`` (its replaced-token detection head converted)."""
 
 from jattn.families.electra import convert
 from jattn.families.spec import FamilySpec, register

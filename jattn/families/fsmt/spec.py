@@ -1,5 +1,8 @@
 """FSMT (fairseq WMT19; Ng et al. 2019): separate source and target tables, an untied output
-projection, tensor2tensor's sinusoid table with real tokens numbered from ``pad_token_id + 1``."""
+projection, tensor2tensor's sinusoid table with real tokens numbered from ``pad_token_id + 1``.
+jattn's ``inputs_embeds`` / ``decoder_inputs_embeds`` are the scaled token embeddings
+(``jattn.nn.seq2seq.word_embeddings``), their positions counted from the masks; HF FSMT scales the
+given embeddings by sqrt(d_model) itself and takes tokens whose first coordinate is 0 for padding."""
 
 from jattn.families.fsmt import convert
 from jattn.families.spec import FamilySpec, register

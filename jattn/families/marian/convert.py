@@ -12,7 +12,8 @@ import dataclasses
 import numpy as np
 
 from jattn.nn.config import Seq2SeqConfig
-from jattn.io.hf import Entry, apply_table, split_heads_bias, split_heads_in, split_heads_out, to_state_dict
+from jattn.io.hf import (Entry, apply_table, check_tied, split_heads_bias, split_heads_in, split_heads_out,
+                         to_state_dict)
 
 # (suffix, kind): kind picks the shape, transform and inverse of a row.
 _ATTN = ("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")
@@ -83,7 +84,9 @@ def rows(config: Seq2SeqConfig) -> list:
     return emb + [bias] + layer_rows(config, "model.", "encoder") + layer_rows(config, "model.", "decoder")
 
 
-# Known tensors jattn does not read: recomputed sinusoids, copies of tied tables.
+TIED_FIX = ("load it with transformers (which uses the table it ties to) and save_pretrained it, or export it "
+            "again from the model it was trained as")
+# Known tensors jattn does not read: recomputed sinusoids, copies of tied tables (check_tied).
 IGNORED = (
     r"model\.(encoder|decoder)\.embed_positions\.weight",
     r"lm_head\.weight",
@@ -97,6 +100,10 @@ def convert(state: dict[str, np.ndarray], config: Seq2SeqConfig, source: str = "
     if config.shared_embeddings and "model.shared.weight" not in state and "model.encoder.embed_tokens.weight" in state:
         state["model.shared.weight"] = state.pop("model.encoder.embed_tokens.weight")
     ignored = IGNORED if config.shared_embeddings else IGNORED[:2]
+    table = "model.shared.weight" if config.shared_embeddings else "model.decoder.embed_tokens.weight"
+    copies = {k: table for k in ("lm_head.weight", "model.encoder.embed_tokens.weight",
+                                 "model.decoder.embed_tokens.weight") if k != table}
+    check_tied(state, copies if config.shared_embeddings else {"lm_head.weight": table}, source, TIED_FIX)
     return apply_table(state, [e for e, _ in rows(config)], ignored, source)
 
 

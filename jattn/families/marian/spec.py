@@ -1,6 +1,9 @@
 """Marian (Opus-MT; Junczys-Dowmunt et al. 2018): one embedding table for source, target and
 output, positions 0..n-1 (Vaswani et al.'s table), a ``final_logits_bias``, and a default decoder
-mask that attends everywhere (the start token is the pad id)."""
+mask that attends everywhere (the start token is the pad id). jattn's ``inputs_embeds`` and
+``decoder_inputs_embeds`` are the scaled token embeddings (``jattn.nn.seq2seq.word_embeddings``):
+HF Marian's ``inputs_embeds`` are those, but it scales ``decoder_inputs_embeds`` by sqrt(d_model)
+itself (pass HF the embeddings divided by sqrt(d_model))."""
 
 from jattn.families.marian import convert, train
 from jattn.families.spec import FamilySpec, register

@@ -5,7 +5,8 @@ BERT's layout under other names: ``encoder.layer.N.attention.attn.{q,k,v,o}`` fo
 attention projections, ``attention.LayerNorm`` after it; no token-type table; the shared
 relative-position table ``encoder.relative_attention_bias.weight`` (32, H) becomes
 ``relative_bias``. The pooler, the masked-LM head (``lm_head``, its decoder tied to the word
-embeddings; Hugging Face applies exact GELU there, as ``hidden_act`` "gelu" does) and the
+embeddings or, with ``tie_word_embeddings: false``, its own, as BERT's: ``mlm_state``; Hugging
+Face applies exact GELU there whatever ``hidden_act`` says: ``mlm_activation``) and the
 dense–tanh classification head (``classifier.dense`` / ``classifier.out_proj``) are converted
 when present; every row carries its inverse, so a fine-tuned or pruned model is exported as a
 folder Hugging Face reads (a pruned one as transformers 4.x wrote ``pruned_heads``; the relative
@@ -18,6 +19,7 @@ import dataclasses
 
 import numpy as np
 
+from jattn.families.bert.convert import mlm_output_entries, mlm_state, untied_bias
 from jattn.families.spec import encoder_hf_config
 from jattn.io.hf import (Entry, apply_table, linear, split_heads_bias, split_heads_in, split_heads_out,
                          to_state_dict)
@@ -77,12 +79,12 @@ def head_entries(c: EncoderConfig, prefix: str) -> list[Entry]:
     if c.with_mlm_head:
         entries += _dense("lm_head.dense", ("mlm_head", "transform"), D, D)
         entries += _ln("lm_head.layer_norm", ("mlm_head", "ln"), D)
-        entries.append(Entry("lm_head.bias", ("mlm_head", "bias"), (c.vocab_size,)))
+        entries += mlm_output_entries(c, "lm_head")
     return entries
 
 
-# Known tensors that jattn does not use: the position-id buffer, the decoder tied to the word embeddings.
-IGNORED = (r"(mpnet\.)?embeddings\.position_ids", r"lm_head\.decoder\.(weight|bias)")
+# Known tensors that jattn does not use: the position-id buffer (and the MLM head's, mlm_state).
+IGNORED = (r"(mpnet\.)?embeddings\.position_ids",)
 
 
 def convert(state: dict[str, np.ndarray], config: EncoderConfig, source: str = "checkpoint") -> dict:
@@ -91,14 +93,17 @@ def convert(state: dict[str, np.ndarray], config: EncoderConfig, source: str = "
     labels = int(state["classifier.out_proj.bias"].shape[0]) if "classifier.out_proj.bias" in state else 0
     config = dataclasses.replace(config, with_pooler=f"{prefix}pooler.dense.weight" in state,
                                  with_mlm_head="lm_head.bias" in state, num_labels=labels)
-    return apply_table(state, encoder_entries(config, prefix) + head_entries(config, prefix), IGNORED, source)
+    state, unread = mlm_state(state, config, "lm_head", f"{prefix}embeddings.word_embeddings.weight", source)
+    return apply_table(state, encoder_entries(config, prefix) + head_entries(config, prefix), IGNORED + unread,
+                       source)
 
 
 def to_hf_state_dict(params, config: EncoderConfig) -> dict[str, np.ndarray]:
     """jattn encoder params -> a HF state dict, the inverse of ``convert``: the task model's layout
     (``MPNetForSequenceClassification``, ``MPNetForMaskedLM``) when ``config`` has a head."""
     prefix = PREFIX if config.num_labels or config.with_mlm_head else ""
-    return to_state_dict(params, encoder_entries(config, prefix) + head_entries(config, prefix))
+    return untied_bias(to_state_dict(params, encoder_entries(config, prefix) + head_entries(config, prefix)),
+                       config, "lm_head")
 
 
 def to_hf_config(config: EncoderConfig, label_names: list[str] | None = None) -> dict:

@@ -2,7 +2,8 @@
 ``padding_idx + 1`` skipping padding (padding_idx is 1, as Hugging Face fixes it); one learned
 relative-position score bias over 32 buckets of j − i (distances up to 128), shared by all layers
 and added to every layer's scores (``jattn.nn.relative``); a dense–tanh classification head on
-h_<s>."""
+h_<s>. Given ``inputs_embeds``, positions count the tokens ``attention_mask`` marks real (HF
+numbers every position then: the same on a right-padded batch's real tokens)."""
 
 import dataclasses
 
@@ -22,7 +23,8 @@ def config_from_hf(hf: dict):
                               f"with {key} {want} whatever the config says, so the weights were trained with "
                               f"{want}. Fix: set {key} to {want}")
     config = encoder_config({**hf, "pad_token_id": PADDING_IDX}, positions="after_padding", classifier="dense_tanh",
-                            relative_position_buckets=BUCKETS, relative_position_max_distance=MAX_DISTANCE)
+                            relative_position_buckets=BUCKETS, relative_position_max_distance=MAX_DISTANCE,
+                            mlm_activation="gelu")  # HF's MPNetLMHead: exact GELU whatever hidden_act says
     return dataclasses.replace(config, type_vocab_size=0)
 
 

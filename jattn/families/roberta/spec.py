@@ -1,5 +1,7 @@
 """RoBERTa (Liu et al. 2019): BERT's blocks; positions numbered from ``pad_token_id + 1`` skipping
-padding, a dense–tanh classification head on h_<s>. Keys as BERT's under ``roberta.``."""
+padding, a dense–tanh classification head on h_<s>. Keys as BERT's under ``roberta.``. Given
+``inputs_embeds``, positions count the tokens ``attention_mask`` marks real (HF numbers every
+position then: the same on a right-padded batch's real tokens)."""
 
 from jattn.families.bert import convert
 from jattn.families.spec import FamilySpec, register
@@ -7,7 +9,9 @@ from jattn.nn.config import encoder_config
 
 SPEC = register(FamilySpec(
     model_type="roberta", shape="encoder",
-    config_from_hf=lambda hf: encoder_config(hf, positions="after_padding", classifier="dense_tanh"),
+    # HF's RobertaLMHead applies exact GELU whatever hidden_act says
+    config_from_hf=lambda hf: encoder_config(hf, positions="after_padding", classifier="dense_tanh",
+                                             mlm_activation="gelu"),
     convert=convert.convert, to_hf_state_dict=convert.to_hf_state_dict, to_hf_config=convert.to_hf_config,
     tokenizer_files=(("tokenizer.json",), ("vocab.json", "merges.txt")), special_tokens=("cls", "sep", "pad"),
 ))
