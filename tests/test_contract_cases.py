@@ -160,3 +160,58 @@ def test_a_statistic_name_clash_is_reported_before_the_corpus_runs(bert):
         with pytest.raises(ValueError, match="methods 'entropy' and 'mine' both produce a statistic named 'entropy'"):
             jattn.run_corpus(bert, ["a cat"] * 40, [Entropy(), Mine()], batch_size=4, max_length=32, progress=False)
     assert ran == []
+
+
+# ---------------------------------------------------------------- case 10: Flax conventions
+
+def test_dropout_follows_train_and_eval(bert):
+    """Case 10: dropout was a ``dropout_rng=`` argument alone; now the module's mode decides, as
+    NNX's ``train()`` / ``eval()`` set it, and the key (or ``nnx.Rngs``) is what it draws from."""
+    from flax import nnx
+
+    from jattn.nn.encoder import forward
+
+    inputs = bert.check_batch(bert.tokenize(TEXTS, max_length=32))
+    module = bert.copy().module
+    assert module.deterministic  # loaded for evaluation
+    plain, _ = module(inputs, internals=None)
+    with pytest.raises(ValueError, match=r"evaluation mode.*module\.train\(\)"):
+        module(inputs, dropout_rng=jax.random.key(0))
+    module.train()
+    with pytest.raises(ValueError, match=r"training mode.*dropout_rng=jax\.random\.key"):
+        module(inputs)
+    a, _ = module(inputs, dropout_rng=jax.random.key(0), internals=None)
+    b, _ = module(inputs, dropout_rng=nnx.Rngs(dropout=0), internals=None)
+    pure, _ = forward(bert.params, bert.config, inputs, dropout_rng=jax.random.key(0), internals=None)
+    assert not np.allclose(a["last_hidden_state"], plain["last_hidden_state"])  # dropout acted
+    assert np.array_equal(a["last_hidden_state"], pure["last_hidden_state"])  # the pure face: a key = training
+    assert b["last_hidden_state"].shape == a["last_hidden_state"].shape
+    module.eval()
+    again, _ = module(inputs, internals=None)
+    assert np.array_equal(again["last_hidden_state"], plain["last_hidden_state"])
+
+
+def test_a_frozen_copy_stays_as_it_was_while_the_module_trains(bert):
+    """Case 10: training ``model.module`` in place left no cheap way to keep the model before it."""
+    import optax
+    from flax import nnx
+
+    model = bert.copy()
+    frozen = model.copy()
+    assert all(a is b for a, b in zip(jax.tree.leaves(model.params), jax.tree.leaves(frozen.params)))  # no copy
+    inputs = model.check_batch(model.tokenize(TEXTS, max_length=32))
+    before = frozen.forward(inputs).last_hidden_state
+    model.module.train()
+    optimizer = nnx.Optimizer(model.module, optax.adam(1e-2), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(module, optimizer, key):
+        loss = lambda m: m(inputs, dropout_rng=key, internals=None)[0]["last_hidden_state"].mean()  # noqa: E731
+        optimizer.update(module, nnx.grad(loss)(module))
+
+    for seed in range(2):
+        step(model.module, optimizer, jax.random.key(seed))
+    model.module.eval()
+    assert not np.allclose(model.forward(inputs).last_hidden_state, before)
+    assert np.array_equal(frozen.forward(inputs).last_hidden_state, before)
+    assert np.array_equal(bert.forward(inputs).last_hidden_state, before)  # the loaded model too

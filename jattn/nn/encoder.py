@@ -45,7 +45,7 @@ from jattn.nn import state
 from jattn.nn.relative import relative_position_bias
 from jattn.nn.engine import chunk_rows, chunked, run_stack
 from jattn.nn.heads import STD, ClassificationHead, MLMHead, ReplacedTokenHead
-from jattn.nn.layers import Dense, LayerNorm, dropout, param, split_rng
+from jattn.nn.layers import Dense, LayerNorm, dropout, dropout_key, param, split_rng
 
 INTERNALS = ("weights", "values", "context", "output", "residual", "pre_ln", "attention_ln_out", "ffn_activation",
              "ffn_output", "ffn_pre_ln")
@@ -174,6 +174,7 @@ class Encoder(nnx.Module):
             raise ValueError("a pooler classification head reads the pooler: set with_pooler=True with num_labels")
         self.classifier = ClassificationHead(config, rngs=rngs) if config.num_labels else None
         self.replaced_token_head = ReplacedTokenHead(config, rngs=rngs) if config.with_replaced_token_head else None
+        self.deterministic = True  # evaluation mode; train() / eval() set it (``jattn.nn.layers.dropout_key``)
 
     def __call__(self, batch: dict, interventions: Interventions | None = None, *, dropout_rng=None,
                  compute_dtype=jnp.float32, layer_rows=None, layer_totals=None, internals="all", unroll=False,
@@ -184,7 +185,8 @@ class Encoder(nnx.Module):
         ``word_embeddings``: positions, token types and the LayerNorm are still added),
         ``attention_mask`` (b, n) {0,1}, optional ``token_type_ids`` (b, n). ``interventions``:
         see ``jattn.nn.interventions`` (None = none).
-        ``dropout_rng`` None means evaluation. ``internals``: "all", None, or names from
+        ``dropout_rng``: in training mode (``train()``) the key dropout draws from, a key or an
+        ``nnx.Rngs``; none in evaluation mode (``eval()``, the default). ``internals``: "all", None, or names from
         ``INTERNALS``; under ``jit`` the others are never written. ``heads``: names from
         ``HEADS``, the checkpoint's heads whose outputs to add (the lean forward pays for none of
         the (b, n, V) product unless asked). ``unroll``: the layers as
@@ -211,6 +213,7 @@ class Encoder(nnx.Module):
         before the residual (``ffn_output``).
         """
         iv = NONE if interventions is None else interventions
+        dropout_rng = dropout_key(self, dropout_rng)
         r = split_rng(dropout_rng, 2)
         layer_rngs = None if dropout_rng is None else jax.random.split(r[1], self.config.num_layers)
         x0 = self.embeddings(batch, compute_dtype, r[0])  # (b, n, D)
@@ -340,13 +343,20 @@ def module(params, config) -> Encoder:
 
 
 def forward(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None, **kwargs):
-    """The pure face: ``Encoder.__call__`` with the parameters as an argument."""
-    return module(params, config)(batch, interventions, **kwargs)
+    """The pure face: ``Encoder.__call__`` with the parameters as an argument; a ``dropout_rng``
+    makes it a training forward (the module in ``train()`` mode)."""
+    encoder = module(params, config)
+    if kwargs.get("dropout_rng") is not None:
+        encoder.train()
+    return encoder(batch, interventions, **kwargs)
 
 
 def classify(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None) -> jax.Array:
-    """``Encoder.classify`` on ``params``: logits (b, C), the last layer on [CLS] only."""
-    return module(params, config).classify(batch, interventions)
+    """``Encoder.classify`` on ``params``: logits (b, C), the last layer on [CLS] only; on a mesh
+    with Explicit axes run with them Auto, sharded over the batch as ``attention_mask`` is
+    (``jattn.nn.state.on_auto_axes``)."""
+    run = lambda params, batch, iv: module(params, config).classify(batch, iv)  # noqa: E731
+    return state.on_auto_axes(run, (params, batch, interventions), batch["attention_mask"], lambda path: 0)
 
 
 def mlm_logits(params, config: EncoderConfig, hidden: jax.Array) -> jax.Array:

@@ -125,6 +125,23 @@ def safe_norm(x: jax.Array, axis: int = -1, keepdims: bool = False) -> jax.Array
     return safe_sqrt(jnp.square(x).sum(axis, keepdims=keepdims))
 
 
+def dropout_key(module: nnx.Module, rng):
+    """The key a forward of ``module`` draws its dropout from, by Flax NNX's convention: a model
+    is in evaluation mode (``module.eval()``; how jattn builds every model) or in training mode
+    (``module.train()``), the flag ``module.deterministic``; dropout acts in training mode only.
+    There it draws from ``rng``, a key or an ``nnx.Rngs`` (its ``dropout`` stream), passed to the
+    call as ``nnx.Dropout`` takes ``rngs`` at call time. -> the key, or None in evaluation mode."""
+    if module.deterministic:
+        if rng is not None:
+            raise ValueError("dropout_rng was given to a model in evaluation mode, where dropout is off. Fix: "
+                             "module.train() first (module.eval() after training), or pass no dropout_rng")
+        return None
+    if rng is None:
+        raise ValueError("a model in training mode (module.train()) needs a dropout key. Fix: pass "
+                         "dropout_rng=jax.random.key(seed) or nnx.Rngs(dropout=seed), or call module.eval()")
+    return rng.dropout() if isinstance(rng, nnx.Rngs) else rng
+
+
 def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
     """Inverted dropout; the identity when ``rng`` is None (evaluation)."""
     if rng is None or rate == 0.0:

@@ -44,7 +44,7 @@ from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention
 from jattn.nn.encoder import select
 from jattn.nn import state
 from jattn.nn.engine import layer_loop
-from jattn.nn.layers import Dense, LayerNorm, dropout, param, split_rng
+from jattn.nn.layers import Dense, LayerNorm, dropout, dropout_key, param, split_rng
 
 KINDS = ("encoder", "decoder", "cross")
 FFN_INTERNALS = ("ffn_activation", "ffn_output", "ffn_pre_ln")  # a layer's FFN: under "encoder" and "cross"
@@ -246,6 +246,7 @@ class Seq2Seq(nnx.Module):
             self.output = _table(rngs, config, config.tgt_vocab_size)
         if config.final_logits_bias:
             self.final_logits_bias = param(None, (config.tgt_vocab_size,), "zeros")
+        self.deterministic = True  # evaluation mode; train() / eval() set it (``jattn.nn.layers.dropout_key``)
 
     def encoder_stack(self, input_ids, attention_mask, iv: Interventions = NONE, rng=None, dtype=jnp.float32,
                internals="all", unroll=False, inputs_embeds=None):
@@ -317,7 +318,8 @@ class Seq2Seq(nnx.Module):
         real. (Hugging Face's ``inputs_embeds`` replace its scaled word-embedding module's output
         in some families and are scaled by sqrt(D) after it in others: the family specs say which.)
         ``interventions``: {"encoder"|"decoder"|"cross": Interventions} (missing = none).
-        ``dropout_rng`` None means evaluation. ``internals``: "all", None or names. ``unroll``:
+        ``dropout_rng``: in training mode (``train()``) the key dropout draws from, a key or an
+        ``nnx.Rngs``; none in evaluation mode (``eval()``, the default). ``internals``: "all", None or names. ``unroll``:
         the layers as straight-line code (``jattn.nn.engine.layer_loop``).
 
         outputs: ``logits`` (b, t, V), ``encoder_last_hidden_state`` (b, s, D),
@@ -327,7 +329,7 @@ class Seq2Seq(nnx.Module):
         ``ffn_pre_ln``) under "encoder" and, for the decoder's layers, "cross".
         """
         iv = {} if interventions is None else interventions
-        r = split_rng(dropout_rng, 2)
+        r = split_rng(dropout_key(self, dropout_rng), 2)
         dec_ids, dec_mask = batch.get("decoder_input_ids"), batch.get("decoder_attention_mask")
         dec_embeds = batch.get("decoder_inputs_embeds")
         if dec_mask is None and dec_ids is not None:
@@ -358,8 +360,23 @@ def module(params, config) -> Seq2Seq:
 
 
 def forward(params, config: Seq2SeqConfig, batch: dict, interventions=None, **kwargs):
-    """The pure face: ``Seq2Seq.__call__`` with the parameters as an argument."""
-    return module(params, config)(batch, interventions, **kwargs)
+    """The pure face: ``Seq2Seq.__call__`` with the parameters as an argument; a ``dropout_rng``
+    makes it a training forward (the module in ``train()`` mode). On a mesh with Explicit axes it
+    runs with them Auto, its results sharded over the batch as ``attention_mask`` is
+    (``jattn.nn.state.on_auto_axes``)."""
+    def run(params, batch, interventions):
+        model = module(params, config)
+        if kwargs.get("dropout_rng") is not None:
+            model.train()
+        return model(batch, interventions, **kwargs)
+
+    return state.on_auto_axes(run, (params, batch, interventions), batch["attention_mask"], _batch_axis)
+
+
+def _batch_axis(path) -> int:
+    """The batch axis of ``forward``'s result at ``path``: 0 in the outputs (b, ...), 1 in the
+    internals (L, b, ...)."""
+    return 0 if path[0].idx == 0 else 1
 
 
 def word_embeddings(params, config: Seq2SeqConfig, ids: jax.Array, side: str) -> jax.Array:
