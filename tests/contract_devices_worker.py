@@ -118,6 +118,8 @@ def sweeps(folders) -> dict:
                                                progress=False).metric
         metric = lambda outputs: outputs["logits"][:, 0] - outputs["logits"][:, 1]  # noqa: E731 (b,)
         clean, corrupted = TEXTS[3:5], ["Cats bark loudly.", "Rome is big."]
+        logits = cls.forward(cls.tokenize(corrupted, max_length=32)).logits  # (2, C)
+        out[f"{name}/patch_metric"] = np.asarray(metric({"logits": logits}))  # the scale the effects cancel from
         out[f"{name}/patch_heads"] = jattn.patch_heads(cls, clean, corrupted, metric, batch_size=2)["encoder"]
         out[f"{name}/attribution_patch_heads"] = jattn.attribution_patch_heads(cls, clean, corrupted, metric,
                                                                                batch_size=2)["encoder"]

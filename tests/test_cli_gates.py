@@ -137,5 +137,5 @@ def test_refuses_another_run_in_the_work_folder(data, tmp_path):
     work = tmp_path / "out-work"
     work.mkdir()
     (work / "run.json").write_text(json.dumps({"model": "elsewhere"}))
-    with pytest.raises(SystemExit, match=r"a run with other arguments: .*model='elsewhere'.*Fix"):
+    with pytest.raises(SystemExit, match=r"a run with other arguments: .*--model 'elsewhere'.*Fix"):
         main(command(folder, model, tmp_path / "out"))

@@ -191,7 +191,7 @@ class ModuleModel:
 
     def shard(self, mesh):
         """Place the parameters on ``mesh`` by their partitioning metadata (in place; returns self):
-        ``jattn.nn.state.shard``, on the mesh as given, Explicit or Auto axes; a ``model`` axis
+        ``jattn.nn.state.shard``, on the mesh's Auto form whatever its axis types; a ``model`` axis
         that does not divide the heads or FFN columns is an error."""
         nnx.update(self.module, state.shard(self.params, mesh))
         return self

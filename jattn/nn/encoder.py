@@ -344,11 +344,25 @@ def module(params, config) -> Encoder:
 
 def forward(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None, **kwargs):
     """The pure face: ``Encoder.__call__`` with the parameters as an argument; a ``dropout_rng``
-    makes it a training forward (the module in ``train()`` mode)."""
-    encoder = module(params, config)
-    if kwargs.get("dropout_rng") is not None:
-        encoder.train()
-    return encoder(batch, interventions, **kwargs)
+    makes it a training forward (the module in ``train()`` mode). On a mesh with Explicit axes it
+    runs with them Auto, its results sharded over the batch as ``attention_mask`` is
+    (``jattn.nn.state.on_auto_axes``: a ``layer_rows`` / ``layer_totals`` callback then takes the
+    arrays it reads from its arguments, not from arrays on that mesh it closes over)."""
+    def run(params, batch, interventions):
+        encoder = module(params, config)
+        if kwargs.get("dropout_rng") is not None:
+            encoder.train()
+        return encoder(batch, interventions, **kwargs)
+
+    return state.on_auto_axes(run, (params, batch, interventions), batch["attention_mask"], _batch_axis)
+
+
+def _batch_axis(path) -> int | None:
+    """The batch axis of ``forward``'s result at ``path``: 0 in the outputs (b, ...), 1 in the
+    stacked ones (L, b, ...) and the internals; none in the per-layer totals (L, ...)."""
+    if path[0].idx == 1 or path[1].key in ("hidden_states", "layer_rows"):
+        return 1
+    return None if path[1].key == "layer_totals" else 0
 
 
 def classify(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None) -> jax.Array:
