@@ -49,7 +49,8 @@ def value_zeroing_layer(layer, x, allowed, mask, score_bias=None, chunk: int = 8
     zeros = jnp.zeros((b, H, n, layer.attention.value.kernel.shape[-1]), x.dtype)  # (b, H, n, d_h)
 
     def unit(v):  # (b, n, D) rows scaled to norm 1
-        return v / jnp.maximum(safe_norm(v, axis=-1, keepdims=True), jnp.finfo(jnp.float32).tiny)
+        norm = safe_norm(v, axis=-1, keepdims=True)  # (b, n, 1)
+        return v / jnp.maximum(norm, jnp.finfo(jnp.float32).tiny)
 
     def zeroed(j):  # 1 − cos(x̃^{¬j}, x̃) = ½ ‖x̂^{¬j} − x̂‖² for every query i (no cancellation near cos = 1) -> (b, n)
         where = jnp.broadcast_to(jnp.arange(n) == j, (1, H, n))  # (1, H, n) token j in every head

@@ -172,8 +172,9 @@ class ModuleModel:
                 batch = self.tokenize_examples(list(examples))
             except SequenceTooLongError as e:  # its fix names tokenize's arguments, which the caller did not pass
                 what = str(e).split(" Fix:")[0].replace("max_length=", "the model's positions, ")
-                raise SequenceTooLongError(f"{what} Fix: shorten or split the example (an analysis cuts nothing), "
-                                           "or pass a batch cut to length: model.tokenize(examples, truncate=True)") from None
+                raise SequenceTooLongError(f"{what} Fix: shorten or split the example (an analysis cuts "
+                                           "nothing), or pass a batch cut to length: "
+                                           "model.tokenize(examples, truncate=True)") from None
             return self.check_batch(batch)
         return self.check_batch(examples)
 
