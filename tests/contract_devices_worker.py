@@ -5,7 +5,7 @@ all the process's devices (1, or 8 faked CPU devices).
 
     python contract_devices_worker.py BERT_FOLDER CLASSIFIER_FOLDER MARIAN_FOLDER OUT.npz PART
 
-PART: ``fast`` (one kernel on one mesh) | ``kernels`` | ``runner`` | ``sweeps``. OUT holds
+PART: ``fast`` (one kernel of the encoder on one mesh) | ``kernels`` | ``runner`` | ``sweeps``. OUT holds
 ``one/<mesh>/<result>`` and ``many/<mesh>/<result>`` arrays: the same mesh (``explicit_data``,
 ``auto_data_model``, ...) over the first device and over all of them (the sweeps, which shard over
 every local device, write ``one/`` in a process with one device and ``many/`` in one with 8).
@@ -56,9 +56,10 @@ def kernels(folders, which: str = "all") -> dict:
 
     if which == "fast":
         KERNELS = {"norms": KERNELS["norms"]}  # noqa: N806
+    shapes = (("encoder", folders[0]),) if which == "fast" else (("encoder", folders[0]), ("seq2seq", folders[2]))
     out = {}
     for name, mesh in meshes(which).items():
-        for shape, folder in (("encoder", folders[0]), ("seq2seq", folders[2])):
+        for shape, folder in shapes:
             model = jattn.load(folder, use_cache=False, mesh=mesh)
             inputs = (model.check_batch(model.tokenize(TEXTS, max_length=32)) if shape == "encoder"
                       else model.batch(PAIRS))
@@ -130,7 +131,7 @@ def sweeps(folders) -> dict:
 
 
 def fast(folders) -> dict:
-    """The quick check beside the whole one: the norms kernel of both shapes on the Explicit data × model mesh."""
+    """The quick check beside the whole one: the encoder's norms kernel on the Explicit data × model mesh."""
     return kernels(folders, "fast")
 
 

@@ -13,8 +13,7 @@ import pytest
 import jattn
 import jattn.runner.loop
 import tiny_seq2seq
-from jattn.analyses.attribution import encoder_attributions
-from jattn.analyses.norms import encoder_norms, seq2seq_norms
+from jattn.analyses.norms import encoder_norms
 from tiny_encoders import save_tiny
 from tolerance import assert_close, model_terms
 
@@ -35,27 +34,19 @@ def nonfinite(tree) -> int:
     return sum(int((~jnp.isfinite(x)).sum()) for x in jax.tree.leaves(tree))
 
 
-def test_norm_and_attribution_gradients_are_finite_on_a_padded_batch(bert):
+def test_norm_gradients_are_finite_on_a_padded_batch(bert):
     """Case 1: sqrt(max(sq, 0)) at a masked pair (sq = 0) gave 0·∞ = NaN in every parameter's
-    gradient (12,272 entries for ‖Σαf‖ here); GlobEnc's ‖·‖ of a padded row likewise."""
+    gradient (12,272 entries for ‖Σαf‖ here). Every other kernel's padded-batch gradients, the
+    translation model's included, are tests/test_contract.py's."""
     inputs = bert.check_batch(bert.tokenize(TEXTS, max_length=32))
     assert inputs["attention_mask"].min() == 0  # padded
-    for kernel in (lambda p: encoder_norms(p, bert.config, inputs, True),
-                   lambda p: encoder_attributions(p, bert.config, inputs)):
-        names = sorted(kernel(bert.params))
-        total = jax.jit(jax.grad(lambda p: sum(kernel(p)[k].sum() for k in names)))(bert.params)  # one NaN spoils it
-        if nonfinite(total):  # name them
-            bad = [k for k in names if nonfinite(jax.grad(lambda p, k=k: kernel(p)[k].sum())(bert.params))]
-            raise AssertionError(f"non-finite gradients through {bad}")
-        assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(total))
-
-
-def test_translation_norm_gradients_are_finite_on_a_padded_batch(marian):
-    pairs = [("a b c d e f", "g h i j"), ("a", "b")]
-    inputs = marian.batch(pairs)
-    grad = jax.grad(lambda p: sum(v.sum() for kind in seq2seq_norms(p, marian.config, inputs, True).values()
-                                  for v in kind.values()))(marian.params)
-    assert nonfinite(grad) == 0
+    maps = lambda p: encoder_norms(p, bert.config, inputs, True)  # noqa: E731
+    names = sorted(maps(bert.params))
+    total = jax.jit(jax.grad(lambda p: sum(maps(p)[k].sum() for k in names)))(bert.params)  # one NaN spoils it
+    if nonfinite(total):  # name them
+        bad = [k for k in names if nonfinite(jax.grad(lambda p, k=k: maps(p)[k].sum())(bert.params))]
+        raise AssertionError(f"non-finite gradients through {bad}")
+    assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(total))
 
 
 def mean_over_real_tokens(params, config, outputs, batch):

@@ -3,7 +3,9 @@ analysis through the runner and every sweep give on 8 faked CPU devices — mesh
 ``jax.make_mesh`` with Explicit axes (its default) and with Auto axes, the batch over ``data``
 and, on data 4 × model 2, the heads and FFN columns over ``model`` — what they give on one
 device, up to float32 sums in another order (tests/tolerance.py). The whole check takes minutes
-(``--runslow``); ``fast`` runs one kernel of both shapes on the Explicit data × model mesh."""
+(``--runslow``); a fast twin runs the encoder's norms kernel (an analysis that reads the layers'
+internals inside the scan) on the Explicit data × model mesh; the model methods and the pure
+forward on such meshes are tests/test_explicit_mesh.py."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from jattn.io import validate
 from jattn.io.tokenize import TokenBatch, tokenize
 from jattn.nn.interventions import NONE, Interventions
 from jattn.models.base import ModuleModel, as_int32, check_traced, concrete
-from jattn.nn import encoder, state
+from jattn.nn import encoder
 from jattn.nn.engine import unrolled
 
 
@@ -58,24 +58,14 @@ def _forward(params, config, batch, interventions, compute_dtype, internals, hea
     its (L+1) hidden-state stack left out unless ``internals`` is "all" or names it: then it is
     never written (40 MB a call for MPNet at 8 × 128, 4 % of the lean forward's time). On a mesh
     with Explicit axes it runs with them Auto, its results sharded over the batch as
-    ``attention_mask`` is (``jattn.nn.state.on_auto_axes``)."""
+    ``attention_mask`` is (``jattn.nn.state.pure_call``)."""
     params, unroll = unrolled(params)
     names = internals if internals == "all" else tuple(n for n in internals if n != HIDDEN)
-
-    def run(params, batch, iv):
-        return encoder.forward(params, config, batch, iv, compute_dtype=compute_dtype, internals=names,
-                               unroll=unroll, heads=heads)
-
-    outputs, kept = state.on_auto_axes(run, (params, batch, interventions), batch["attention_mask"], _batch_axis)
+    outputs, kept = encoder.forward(params, config, batch, interventions, compute_dtype=compute_dtype,
+                                    internals=names, unroll=unroll, heads=heads)
     if internals != "all" and HIDDEN not in internals:
         outputs = {k: v for k, v in outputs.items() if k != HIDDEN}
     return outputs, kept
-
-
-def _batch_axis(path) -> int:
-    """The batch axis of ``_forward``'s result at ``path``: 0 in the outputs (b, ...), 1 in the
-    internals and the hidden-state stack (L, b, ...)."""
-    return 1 if path[0].idx == 1 or path[1].key == HIDDEN else 0
 
 
 @partial(jax.jit, static_argnames=("config", "compute_dtype", "internals", "heads"), donate_argnames=("recycled",),
@@ -88,12 +78,7 @@ def _forward_into(params, config, batch, interventions, compute_dtype, internals
 
 @partial(jax.jit, static_argnames=("config",))
 def _classify(params, config, batch, interventions):
-    """``encoder.classify``; on a mesh with Explicit axes, run with them Auto, the logits (b, C)
-    sharded over the batch as ``attention_mask`` is (``jattn.nn.state.on_auto_axes``)."""
-    def run(params, batch, interventions):
-        return encoder.classify(params, config, batch, interventions)
-
-    return state.on_auto_axes(run, (params, batch, interventions), batch["attention_mask"], lambda path: 0)
+    return encoder.classify(params, config, batch, interventions)
 
 
 def check_dtype(compute_dtype):

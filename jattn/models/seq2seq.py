@@ -17,7 +17,7 @@ from jattn.io import validate
 from jattn.nn.config import Seq2SeqConfig
 from jattn.models.encoder import check_dtype, int_array, internals_arg
 from jattn.models.base import ModuleModel, as_int32, check_traced, concrete
-from jattn.nn import decode, seq2seq, state
+from jattn.nn import decode, seq2seq
 from jattn.nn.engine import unrolled
 
 
@@ -63,15 +63,10 @@ class Generation:
 @partial(jax.jit, static_argnames=("config", "compute_dtype", "internals"))
 def _forward(params, config, batch, interventions, compute_dtype, internals):
     """``seq2seq.forward`` on stacked parameters (the layer loops) or on ``layer_views`` (unrolled);
-    on a mesh with Explicit axes, run with them Auto, outputs (b, ...) and internals (L, b, ...)
-    sharded over the batch as ``input_ids`` is (``jattn.nn.state.on_auto_axes``)."""
-    def run(params, batch, interventions):
-        params, unroll = unrolled(params)
-        return seq2seq.forward(params, config, batch, interventions, compute_dtype=compute_dtype,
-                               internals=internals, unroll=unroll)
-
-    return state.on_auto_axes(run, (params, batch, interventions), batch["attention_mask"],
-                              lambda path: (0, 1)[path[0].idx])  # (outputs (b, ...), internals (L, b, ...))
+    on a mesh with Explicit axes its results are sharded over the batch (``jattn.nn.state.pure_call``)."""
+    params, unroll = unrolled(params)
+    return seq2seq.forward(params, config, batch, interventions, compute_dtype=compute_dtype,
+                           internals=internals, unroll=unroll)
 
 
 def _generation_overrides(source: str) -> dict:

@@ -344,17 +344,9 @@ def module(params, config) -> Encoder:
 
 def forward(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None, **kwargs):
     """The pure face: ``Encoder.__call__`` with the parameters as an argument; a ``dropout_rng``
-    makes it a training forward (the module in ``train()`` mode). On a mesh with Explicit axes it
-    runs with them Auto, its results sharded over the batch as ``attention_mask`` is
-    (``jattn.nn.state.on_auto_axes``: a ``layer_rows`` / ``layer_totals`` callback then takes the
-    arrays it reads from its arguments, not from arrays on that mesh it closes over)."""
-    def run(params, batch, interventions):
-        encoder = module(params, config)
-        if kwargs.get("dropout_rng") is not None:
-            encoder.train()
-        return encoder(batch, interventions, **kwargs)
-
-    return state.on_auto_axes(run, (params, batch, interventions), batch["attention_mask"], _batch_axis)
+    makes it a training forward; Explicit mesh axes run Auto (``jattn.nn.state.pure_call``: a
+    ``layer_rows`` / ``layer_totals`` callback reads the arrays it needs from its arguments)."""
+    return state.pure_call(params, config, batch, interventions, _batch_axis, **kwargs)
 
 
 def _batch_axis(path) -> int | None:
@@ -366,11 +358,9 @@ def _batch_axis(path) -> int | None:
 
 
 def classify(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None) -> jax.Array:
-    """``Encoder.classify`` on ``params``: logits (b, C), the last layer on [CLS] only; on a mesh
-    with Explicit axes run with them Auto, sharded over the batch as ``attention_mask`` is
-    (``jattn.nn.state.on_auto_axes``)."""
-    run = lambda params, batch, iv: module(params, config).classify(batch, iv)  # noqa: E731
-    return state.on_auto_axes(run, (params, batch, interventions), batch["attention_mask"], lambda path: 0)
+    """``Encoder.classify`` on ``params``: logits (b, C), the last layer on [CLS] only
+    (``jattn.nn.state.pure_call``: Explicit mesh axes run Auto)."""
+    return state.pure_call(params, config, batch, interventions, lambda path: 0, "classify")
 
 
 def mlm_logits(params, config: EncoderConfig, hidden: jax.Array) -> jax.Array:

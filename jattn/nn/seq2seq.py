@@ -361,16 +361,8 @@ def module(params, config) -> Seq2Seq:
 
 def forward(params, config: Seq2SeqConfig, batch: dict, interventions=None, **kwargs):
     """The pure face: ``Seq2Seq.__call__`` with the parameters as an argument; a ``dropout_rng``
-    makes it a training forward (the module in ``train()`` mode). On a mesh with Explicit axes it
-    runs with them Auto, its results sharded over the batch as ``attention_mask`` is
-    (``jattn.nn.state.on_auto_axes``)."""
-    def run(params, batch, interventions):
-        model = module(params, config)
-        if kwargs.get("dropout_rng") is not None:
-            model.train()
-        return model(batch, interventions, **kwargs)
-
-    return state.on_auto_axes(run, (params, batch, interventions), batch["attention_mask"], _batch_axis)
+    makes it a training forward; Explicit mesh axes run Auto (``jattn.nn.state.pure_call``)."""
+    return state.pure_call(params, config, batch, interventions, _batch_axis, **kwargs)
 
 
 def _batch_axis(path) -> int:

@@ -140,6 +140,22 @@ def on_auto_axes(fn, args: tuple, like: jax.Array, batch_axis):
     return jax.sharding.auto_axes(fn, out_sharding=jax.tree_util.tree_map_with_path(placed, shapes))(*args)
 
 
+def pure_call(params, config, batch: dict, interventions, batch_axis, method: str = "__call__", **kwargs):
+    """The pure face of a model module: the module holding ``params`` (``merge``) with its
+    ``method`` called on ``batch`` and ``interventions`` (and ``kwargs``); a ``dropout_rng`` makes
+    it a training call (the module in ``train()`` mode). On a mesh with Explicit axes it runs with
+    them Auto (``on_auto_axes``), each result sharded over the batch as ``attention_mask`` is, on
+    the axis ``batch_axis(path)`` names; a callback among ``kwargs`` then takes the arrays it reads
+    from its arguments, not from arrays on that mesh it closes over."""
+    def run(params, batch, interventions):
+        model = merge(params, config)
+        if kwargs.get("dropout_rng") is not None:
+            model.train()
+        return getattr(model, method)(batch, interventions, **kwargs)
+
+    return on_auto_axes(run, (params, batch, interventions), batch["attention_mask"], batch_axis)
+
+
 def partition_specs(params, mesh) -> nnx.State:
     """Each parameter's ``PartitionSpec`` from its ``out_sharding`` names, keeping only the axis
     names ``mesh`` has (a 1-D ``data`` mesh replicates everything). An axis a mesh axis does not
