@@ -9,7 +9,8 @@ import importlib
 
 from jattn.families.spec import FamilySpec, get, names
 
-FOLDERS = ("bert", "roberta", "electra", "mpnet", "marian", "fsmt", "bart")
+FOLDERS = ("bert", "roberta", "electra", "mpnet", "marian", "fsmt", "bart", "roberta_prelayernorm",
+           "xlm_roberta", "distilbert", "albert")
 for _folder in FOLDERS:
     importlib.import_module(f"jattn.families.{_folder}.spec")
 

@@ -151,6 +151,47 @@ def post_ln_ffn(ffn_in: Dense, ffn_out: Dense, ln: LayerNorm, h, iv: Interventio
     return out, {"ffn_activation": a, "ffn_output": y, "ffn_pre_ln": pre_ln}
 
 
+def pre_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, iv: Interventions, *,
+                     attention_dropout: float, dropout_rate: float, rng=None, score_bias=None):
+    """h = x + Attn(LN(x), kv), the pre-LayerNorm attention sublayer (Xiong et al. 2020, Eq. 3;
+    Wang et al. 2019): the LayerNorm normalises the block's input, the residual bypasses it.
+
+    ``kv`` as ``post_ln_attention``'s; self-attention (``kv is x``) reads LN(x) for keys and values,
+    cross-attention reads ``kv`` as given (the encoder's output, already normalised). Returns
+    (h (b, q, D), internals): the attention's, plus ``residual`` x, ``pre_ln`` x (the vector the
+    LayerNorm normalises: the block input here) and ``attention_ln_out`` LN(x) (the attention's
+    input). h itself is the feed-forward sublayer's ``ffn_pre_ln``.
+    """
+    r = split_rng(rng, 2)
+    patched = iv.patched("residual", x)  # (b, q, D)
+    self_attention, x = kv is x, patched
+    u = ln(x, _sigma(x, ln.eps, iv))  # (b, q, D)
+    kv = u if self_attention else kv
+    k, v = attn.keys_values(kv) if not isinstance(kv, tuple) else kv
+    y, internals = attn(u, k, v, allowed, iv, dropout_rate=attention_dropout, rng=r[0],
+                        score_bias=score_bias)  # (b, q, D)
+    h = x + dropout(y, dropout_rate, r[1])  # (b, q, D)
+    internals.update(residual=x, pre_ln=x, attention_ln_out=u)
+    return h, internals
+
+
+def pre_ln_ffn(ffn_in: Dense, ffn_out: Dense, ln: LayerNorm, h, iv: Interventions, *, activation: str,
+               activation_dropout: float, dropout_rate: float, rng=None):
+    """h + W_2 act(W_1 LN(h) + b_1) + b_2, the pre-LayerNorm feed-forward sublayer (Xiong et al.
+    2020). h (b, n, D) -> (out (b, n, D), internals): ``ffn_activation`` (b, n, F), ``ffn_output``
+    W_2 a + b_2 (b, n, D), ``ffn_pre_ln`` h (the vector the LayerNorm normalises). Patch sites as
+    ``post_ln_ffn``'s."""
+    r = split_rng(rng, 2)
+    h = iv.patched("ffn_residual", h)  # (b, n, D)
+    a = ACT[activation](ffn_in(ln(h, _sigma(h, ln.eps, iv))))  # (b, n, F)
+    y = iv.patched("ffn_output", ffn_out(dropout(a, activation_dropout, r[0])))  # (b, n, D)
+    out = iv.patched("layer_output", h + dropout(y, dropout_rate, r[1]))  # (b, n, D)
+    return out, {"ffn_activation": a, "ffn_output": y, "ffn_pre_ln": h}
+
+
+SUBLAYERS = {"post": (post_ln_attention, post_ln_ffn), "pre": (pre_ln_attention, pre_ln_ffn)}  # by norm_position
+
+
 def _sigma(pre_ln, eps, iv: Interventions):
     """The LayerNorm's σ with its gradient stopped when ``iv.detach_ln``; else None (the
     LayerNorm computes it)."""

@@ -106,6 +106,10 @@ class EncoderConfig:
     # by the layers, B[bucket(j − i), h] added to every layer's scores; 0 buckets: none
     relative_position_buckets: int = 0
     relative_position_max_distance: int = 128  # distances beyond it share the last bucket
+    # where each block's LayerNorms sit: "post" LN(x + sublayer(x)) (Vaswani et al. 2017), "pre"
+    # x + sublayer(LN(x)) (Xiong et al. 2020; jattn.nn.attention.SUBLAYERS)
+    norm_position: str = "post"
+    final_norm: bool = False  # a LayerNorm on the last layer's output, which the heads read (pre-LN stacks)
     # width E of the embedding tables; None: hidden_size. When E != D a learned projection E -> D
     # follows the embedding LayerNorm (Clark et al. 2020's small embeddings)
     embedding_size: int | None = None

@@ -40,12 +40,13 @@ from flax import nnx
 
 from jattn.nn.config import EncoderConfig
 from jattn.nn.interventions import NONE, Interventions
-from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention, post_ln_ffn
+from jattn.nn.attention import SUBLAYERS, MultiHeadAttention, block_view
 from jattn.nn import state
 from jattn.nn.relative import relative_position_bias
 from jattn.nn.engine import chunk_rows, chunked, run_stack
+from jattn.nn.embeddings import Embeddings
 from jattn.nn.heads import STD, ClassificationHead, MLMHead, ReplacedTokenHead
-from jattn.nn.layers import Dense, LayerNorm, dropout, dropout_key, param, split_rng
+from jattn.nn.layers import Dense, LayerNorm, dropout_key, param, split_rng
 
 INTERNALS = ("weights", "values", "context", "output", "residual", "pre_ln", "attention_ln_out", "ffn_activation",
              "ffn_output", "ffn_pre_ln")
@@ -53,61 +54,10 @@ INTERNALS = ("weights", "values", "context", "output", "residual", "pre_ln", "at
 HEADS = ("mlm_logits", "replaced_token_logits")
 
 
-def position_ids(config: EncoderConfig, input_ids: jax.Array) -> jax.Array:
-    """``positions`` of token ids, padding where they are the pad id. (b, n) -> (b, n)."""
-    return positions(config, input_ids != config.pad_token_id)
-
-
-def positions(config: EncoderConfig, real: jax.Array) -> jax.Array:
-    """absolute: 0..n-1. after_padding: pad+1+cumulative count of real tokens, pad id on padding.
-    real (b, n) bool (True: a real token) -> (b, n)."""
-    if config.positions == "after_padding":
-        real = real.astype(jnp.int32)  # (b, n)
-        return jnp.cumsum(real, axis=1) * real + config.pad_token_id  # (b, n)
-    return jnp.broadcast_to(jnp.arange(real.shape[1]), real.shape)  # (b, n)
-
-
-class Embeddings(nnx.Module):
-    def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
-        E, D = config.embedding_size or config.hidden_size, config.hidden_size
-        self.word = param(rngs, (config.vocab_size, E), "normal", STD)
-        self.position = param(rngs, (config.max_position_embeddings, E), "normal", STD)
-        # no table when the family has no token types (type_vocab_size 0): their ids are ignored
-        self.token_type = param(rngs, (config.type_vocab_size, E), "normal", STD) if config.type_vocab_size else None
-        self.ln = LayerNorm(E, config.layer_norm_eps)
-        self.project = Dense((E,), (D,), rngs=rngs, std=STD) if E != D else None
-        self.config = config
-
-    def __call__(self, batch: dict, dtype, rng) -> jax.Array:
-        """``input_ids`` (b, n) looked up in the word table, or ``inputs_embeds`` (b, n, E) in its
-        place (positions then count the tokens ``attention_mask`` marks real, for after_padding);
-        + positions + token types, LayerNorm, dropout, the projection E -> D -> (b, n, D)."""
-        words, real = self.words(batch)  # (b, n, E), (b, n)
-        x = words + state.lookup(self.position[...], positions(self.config, real))  # (b, n, E)
-        if self.token_type is not None:
-            types = batch.get("token_type_ids")
-            x = x + state.lookup(self.token_type[...], jnp.zeros(real.shape, jnp.int32) if types is None else types)
-        x = dropout(self.ln(x).astype(dtype), self.config.hidden_dropout, rng)  # (b, n, E)
-        return x if self.project is None else self.project(x)  # (b, n, D)
-
-    def words(self, batch: dict) -> tuple[jax.Array, jax.Array]:
-        """(word embeddings (b, n, E), real tokens (b, n) bool) of ``input_ids`` or ``inputs_embeds``."""
-        if ("input_ids" in batch) == ("inputs_embeds" in batch):
-            raise ValueError("a batch needs exactly one of input_ids (b, n) and inputs_embeds (b, n, E). Fix: drop "
-                             "one (inputs_embeds = jattn.nn.encoder.word_embeddings(params, config, input_ids))")
-        if "input_ids" in batch:
-            ids = batch["input_ids"]  # (b, n)
-            return state.lookup(self.word[...], ids), ids != self.config.pad_token_id  # (b, n, E) sharded as ids
-        x, E = batch["inputs_embeds"], self.word[...].shape[1]  # (b, n, E)
-        if x.ndim != 3 or x.shape[2] != E:
-            raise ValueError(f"inputs_embeds must be (batch, length, {E}) (the word embeddings' width), got shape "
-                             f"{tuple(x.shape)}. Fix: inputs_embeds = jattn.nn.encoder.word_embeddings(params, "
-                             "config, input_ids)")
-        return x.astype(jnp.float32), batch["attention_mask"].astype(bool)
-
-
 class EncoderLayer(nnx.Module):
-    """One post-LN block x -> LN(x + Attn(x)) -> LN(h + FFN(h)), created stacked (``stack=(L,)``)."""
+    """One block, created stacked (``stack=(L,)``): post-LN x -> LN(x + Attn(x)) -> LN(h + FFN(h))
+    (Vaswani et al. 2017) or pre-LN x -> x + Attn(LN(x)) -> h + FFN(LN(h)) (Xiong et al. 2020),
+    as ``config.norm_position`` says (``jattn.nn.attention.SUBLAYERS``)."""
 
     def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs, stack: tuple = ()):
         D, H, F, eps = config.hidden_size, config.num_heads, config.intermediate_size, config.layer_norm_eps
@@ -122,11 +72,12 @@ class EncoderLayer(nnx.Module):
         """One layer's slice: x (b, n, D) -> (x' (b, n, D), internals of this layer);
         ``score_bias`` (H, n, n) or None (``Encoder.score_bias``)."""
         c, r = self.config, split_rng(rng, 2)
-        h, internals = post_ln_attention(self.attention, self.attention_ln, x, x, allowed, iv,
+        attention, ffn_sublayer = SUBLAYERS[c.norm_position]
+        h, internals = attention(self.attention, self.attention_ln, x, x, allowed, iv,
                                          attention_dropout=c.attention_dropout, dropout_rate=c.hidden_dropout,
                                          rng=r[0], score_bias=score_bias)  # (b, n, D)
-        out, ffn = post_ln_ffn(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
-                               activation_dropout=0.0, dropout_rate=c.hidden_dropout, rng=r[1])  # (b, n, D)
+        out, ffn = ffn_sublayer(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
+                                activation_dropout=0.0, dropout_rate=c.hidden_dropout, rng=r[1])  # (b, n, D)
         return out, {**internals, **ffn}  # ffn: ffn_activation (b, n, F), ffn_output, ffn_pre_ln (b, n, D)
 
     def cls_row(self, x, allowed, iv: Interventions, score_bias=None):
@@ -134,11 +85,13 @@ class EncoderLayer(nnx.Module):
         keys and values from all of x (b, n, D); ``iv`` for that one query row, ``score_bias``
         the layer's (H, n, n) or None -> (b, 1, D)."""
         c = self.config
+        attention, ffn_sublayer = SUBLAYERS[c.norm_position]
         row_bias = None if score_bias is None else score_bias[:, :1]  # (H, 1, n)
-        h, _ = post_ln_attention(self.attention, self.attention_ln, x[:, :1], x, allowed, iv,
-                                 attention_dropout=0.0, dropout_rate=0.0, score_bias=row_bias)  # (b, 1, D)
-        out, _ = post_ln_ffn(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
-                             activation_dropout=0.0, dropout_rate=0.0)  # (b, 1, D)
+        kv = x if c.norm_position == "post" else self.attention.keys_values(self.attention_ln(x))  # pre-LN: LN(x)
+        h, _ = attention(self.attention, self.attention_ln, x[:, :1], kv, allowed, iv,
+                         attention_dropout=0.0, dropout_rate=0.0, score_bias=row_bias)  # (b, 1, D)
+        out, _ = ffn_sublayer(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
+                              activation_dropout=0.0, dropout_rate=0.0)  # (b, 1, D)
         return out
 
     def view(self) -> dict:
@@ -168,6 +121,8 @@ class Encoder(nnx.Module):
         heads = config.pruned.heads if config.pruned else config.num_heads  # the table's heads: never pruned
         self.relative_bias = (param(rngs, (config.relative_position_buckets, heads), "normal", STD)
                               if config.relative_position_buckets else None)
+        # a LayerNorm on the last layer's output (pre-LN stacks: Xiong et al. 2020); the heads read its output
+        self.final_ln = LayerNorm(D, config.layer_norm_eps) if config.final_norm else None
         self.pooler = Dense((D,), (D,), rngs=rngs, std=STD) if config.with_pooler else None
         self.mlm_head = MLMHead(config, rngs=rngs) if config.with_mlm_head else None
         if config.num_labels and config.classifier == "pooler" and not config.with_pooler:
@@ -203,7 +158,9 @@ class Encoder(nnx.Module):
         ``layer_totals(internals, view, take)`` returns sums over the chunk's examples, added
         over the chunks into ``outputs["layer_totals"]`` (L, ...) (the runner's methods).
 
-        outputs: ``last_hidden_state`` (b, n, D), ``hidden_states`` (L+1, b, n, D),
+        outputs: ``last_hidden_state`` (b, n, D) (after the final LayerNorm, ``config.final_norm``),
+        ``hidden_states`` (L+1, b, n, D) (the embeddings, each layer's output, the last one after the
+        final LayerNorm as HF's),
         ``pooler_output`` (b, D) with a pooler, ``logits`` (b, C) with a classification head;
         asked by ``heads``: ``mlm_logits`` (b, n, V), ``replaced_token_logits`` (b, n).
         internals: each entry stacked (L, b, ...), e.g. ``weights`` (L, b, H, n, n): α, values,
@@ -226,7 +183,10 @@ class Encoder(nnx.Module):
 
         x, kept, totals = run_stack(self.layers, x0, allowed, iv, layer_rngs, chunk_rows(self.config.chunk_rows),
                                     written, layer_totals, lambda l: self.score_bias(l, n), unroll)
-        outputs = {"last_hidden_state": x, "hidden_states": kept.pop("hidden")}  # (L+1, b, n, D)
+        hidden, x = kept.pop("hidden"), self.final(x)  # (L+1, b, n, D), (b, n, D)
+        if self.final_ln is not None:  # HF's last hidden state is the final LayerNorm's output
+            hidden = hidden.at[-1].set(x)  # (L+1, b, n, D)
+        outputs = {"last_hidden_state": x, "hidden_states": hidden}
         if self.pooler is not None:
             outputs["pooler_output"] = self.pool(x)  # (b, D)
         if self.classifier is not None:  # its dropout: a stream independent of the layers'
@@ -266,7 +226,7 @@ class Encoder(nnx.Module):
         x, _ = jax.lax.scan(step, x, (below(stacked), below(slices), jnp.arange(L - 1)))  # (b, n, D) last layer's input
         cls = nnx.merge(graphdef, last(stacked)).cls_row(x, allowed, iv.for_layer(*last(slices)).first_query(),
                                                          self.score_bias(L - 1, n))
-        return self.head_logits(cls)  # (b, C)
+        return self.head_logits(self.final(cls))  # (b, C)
 
     def run_from(self, x: jax.Array, allowed: jax.Array, start, interventions: Interventions) -> jax.Array:
         """Layers start..L−1 on x (b, n, D), the input of layer ``start`` (an int, or traced), with
@@ -280,7 +240,12 @@ class Encoder(nnx.Module):
                                                                                self.score_bias(i, n))[0]
 
         x = layer(start, x, interventions)  # (b, n, D)
-        return jax.lax.fori_loop(start + 1, self.config.num_layers, lambda i, x: layer(i, x, NONE), x)
+        return self.final(jax.lax.fori_loop(start + 1, self.config.num_layers, lambda i, x: layer(i, x, NONE), x))
+
+    def final(self, x: jax.Array) -> jax.Array:
+        """The last hidden state of the layers' output x (b, n, D): the final LayerNorm's output,
+        or x itself without one (``config.final_norm``). Every head reads it."""
+        return x if self.final_ln is None else self.final_ln(x)  # (b, n, D)
 
     def score_bias(self, layer, n: int) -> jax.Array | None:
         """Layer ``layer``'s (an int, or traced) additive score bias on n positions (H, n, n),

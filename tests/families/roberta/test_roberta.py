@@ -11,7 +11,7 @@ import pytest
 
 from encoder_family_parity import (check_classifier, check_disabled, check_gates, check_outputs, check_pruned,
                                    load_pair, pair_batch, save_random)
-from jattn.nn.encoder import position_ids
+from jattn.nn.embeddings import position_ids
 
 SHAPE = dict(vocab_size=80, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
              max_position_embeddings=40, hidden_act="gelu", type_vocab_size=1, pad_token_id=1, bos_token_id=0,

@@ -1,0 +1,1 @@
+"""RoBERTa-PreLayerNorm (``jattn.families.roberta_prelayernorm.spec``)."""

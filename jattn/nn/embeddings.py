@@ -1,0 +1,67 @@
+"""An encoder's input embeddings (Devlin et al. 2019, §3.2): word + position + token-type
+embeddings, a LayerNorm, dropout, and the projection E -> D of factorised embeddings (Clark et
+al. 2020); how positions are numbered is ``config.positions``."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from jattn.nn import state
+from jattn.nn.config import EncoderConfig
+from jattn.nn.heads import STD
+from jattn.nn.layers import Dense, LayerNorm, dropout, param
+
+
+def position_ids(config: EncoderConfig, input_ids: jax.Array) -> jax.Array:
+    """``positions`` of token ids, padding where they are the pad id. (b, n) -> (b, n)."""
+    return positions(config, input_ids != config.pad_token_id)
+
+
+def positions(config: EncoderConfig, real: jax.Array) -> jax.Array:
+    """absolute: 0..n-1. after_padding: pad+1+cumulative count of real tokens, pad id on padding.
+    real (b, n) bool (True: a real token) -> (b, n)."""
+    if config.positions == "after_padding":
+        real = real.astype(jnp.int32)  # (b, n)
+        return jnp.cumsum(real, axis=1) * real + config.pad_token_id  # (b, n)
+    return jnp.broadcast_to(jnp.arange(real.shape[1]), real.shape)  # (b, n)
+
+
+class Embeddings(nnx.Module):
+    def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
+        E, D = config.embedding_size or config.hidden_size, config.hidden_size
+        self.word = param(rngs, (config.vocab_size, E), "normal", STD)
+        self.position = param(rngs, (config.max_position_embeddings, E), "normal", STD)
+        # no table when the family has no token types (type_vocab_size 0): their ids are ignored
+        self.token_type = param(rngs, (config.type_vocab_size, E), "normal", STD) if config.type_vocab_size else None
+        self.ln = LayerNorm(E, config.layer_norm_eps)
+        self.project = Dense((E,), (D,), rngs=rngs, std=STD) if E != D else None
+        self.config = config
+
+    def __call__(self, batch: dict, dtype, rng) -> jax.Array:
+        """``input_ids`` (b, n) looked up in the word table, or ``inputs_embeds`` (b, n, E) in its
+        place (positions then count the tokens ``attention_mask`` marks real, for after_padding);
+        + positions + token types, LayerNorm, dropout, the projection E -> D -> (b, n, D)."""
+        words, real = self.words(batch)  # (b, n, E), (b, n)
+        x = words + state.lookup(self.position[...], positions(self.config, real))  # (b, n, E)
+        if self.token_type is not None:
+            types = batch.get("token_type_ids")
+            x = x + state.lookup(self.token_type[...], jnp.zeros(real.shape, jnp.int32) if types is None else types)
+        x = dropout(self.ln(x).astype(dtype), self.config.hidden_dropout, rng)  # (b, n, E)
+        return x if self.project is None else self.project(x)  # (b, n, D)
+
+    def words(self, batch: dict) -> tuple[jax.Array, jax.Array]:
+        """(word embeddings (b, n, E), real tokens (b, n) bool) of ``input_ids`` or ``inputs_embeds``."""
+        if ("input_ids" in batch) == ("inputs_embeds" in batch):
+            raise ValueError("a batch needs exactly one of input_ids (b, n) and inputs_embeds (b, n, E). Fix: drop "
+                             "one (inputs_embeds = jattn.nn.encoder.word_embeddings(params, config, input_ids))")
+        if "input_ids" in batch:
+            ids = batch["input_ids"]  # (b, n)
+            return state.lookup(self.word[...], ids), ids != self.config.pad_token_id  # (b, n, E) sharded as ids
+        x, E = batch["inputs_embeds"], self.word[...].shape[1]  # (b, n, E)
+        if x.ndim != 3 or x.shape[2] != E:
+            raise ValueError(f"inputs_embeds must be (batch, length, {E}) (the word embeddings' width), got shape "
+                             f"{tuple(x.shape)}. Fix: inputs_embeds = jattn.nn.encoder.word_embeddings(params, "
+                             "config, input_ids)")
+        return x.astype(jnp.float32), batch["attention_mask"].astype(bool)
