@@ -11,7 +11,8 @@
   its caller; we normalise so that every rolled-out map is row-stochastic, like the others.)
 * ALTI (Ferrando et al. 2022, Eq. 7-9): T_i(x_j) = Z_ij, the LN-transformed contribution
   of x_j to the attention-LayerNorm output y_i; c_ij = max(0, ‖y_i‖₁ − ‖y_i − T_i(x_j)‖₁),
-  rows normalised, then rolled out.
+  rows normalised, then rolled out. In a pre-LN block T_i(x_j) = R_ij, the AttnRes vector, and
+  y_i the block's output (``alti_layer``; ``docs/METHODS.md``).
 
 Rollout composes maps of the real tokens only; padding rows and columns are 0. Rolled-out
 maps are (L, b, n, n): layer l's row i says how much each input token j (embedding layer)
@@ -24,13 +25,16 @@ a Gram matrix, so it forms T_i(x_j) for a chunk of queries at a time: (b, chunk,
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jattn.analyses.base import CLASS_NAMES, Method, Statistic, StepContext, class_sums
 from jattn.analyses.norms import layer_major, diagonal_sum, head_gram, layer_norm_map, over_layers, quadratic_norm
+from jattn.analyses.registry import register
 from jattn.nn import state
 from jattn.nn.attention import transformed_vectors
 from jattn.nn.layers import ln_sigma, safe_norm
@@ -93,26 +97,36 @@ def globenc_layer(layer: dict, view: dict, mask: jax.Array, eps: float) -> jax.A
 
 # ---------------------------------------------------------------- ALTI
 
-def alti_layer(layer: dict, view: dict, mask: jax.Array, eps: float, chunk: int = 8) -> jax.Array:
+def alti_layer(layer: dict, view: dict, mask: jax.Array, eps: float, norm_position: str = "post",
+               chunk: int = 8) -> jax.Array:
     """ALTI contributions c_ij of one layer (Ferrando et al. 2022, Eq. 7-9), rows sum to 1.
 
-    T_i(x_j) = γ ⊙ C(Σ_h α f_h(x_j) + δ_ij x_i) / σ_i; y_i = the attention LayerNorm output.
+    Post-LN: T_i(x_j) = γ ⊙ C(Σ_h α f_h(x_j) + δ_ij x_i) / σ_i; y_i = the attention LayerNorm
+    output. Pre-LN (``norm_position`` "pre"; Ferrando et al. 2022, §3, the LayerNorm folded into
+    the value transformation): T_i(x_j) = Σ_h α f_h(x_j) + δ_ij x_i with f_h(x_j) = (LN(x_j) W_V^h +
+    b_V^h) W_O^h, and y_i = x_i + Σ_j Σ_h α f_h(x_j) + b_O, the block's output.
     Queries are processed ``chunk`` at a time: peak (b, chunk, n, D).
     """
     pair = _pair_mask(mask)  # (b, n, n)
     alpha = layer["weights"].astype(jnp.float32) * pair[:, None]  # (b, H, n, n)
-    gamma = view["ln_scale"].astype(jnp.float32)  # (D,)
-    sigma = ln_sigma(layer["pre_ln"], eps)  # (b, n, 1)
-    w_ln = layer_norm_map(view["out_kernel"].astype(jnp.float32), gamma, jnp.ones(()))  # (H, d_h, D)
-    g = transformed_vectors(layer["values"].astype(jnp.float32), w_ln)  # (b, H, n, D)  γ ⊙ C f
-    gx = layer_norm_map(layer["residual"].astype(jnp.float32), gamma, sigma)  # (b, n, D)  LN-map of x_i
-    y = layer["attention_ln_out"].astype(jnp.float32)  # (b, n, D)
+    x = layer["residual"].astype(jnp.float32)  # (b, n, D)
+    if norm_position == "pre":
+        sigma = jnp.ones(x.shape[:2] + (1,), jnp.float32)  # (b, n, 1)  no map after the residual sum
+        g = transformed_vectors(layer["values"].astype(jnp.float32), view["out_kernel"].astype(jnp.float32))  # f
+        gx, y = x, x + layer["output"].astype(jnp.float32)  # (b, n, D) x_i, the block's output h_i
+    else:
+        gamma = view["ln_scale"].astype(jnp.float32)  # (D,)
+        sigma = ln_sigma(layer["pre_ln"], eps)  # (b, n, 1)
+        w_ln = layer_norm_map(view["out_kernel"].astype(jnp.float32), gamma, jnp.ones(()))  # (H, d_h, D)
+        g = transformed_vectors(layer["values"].astype(jnp.float32), w_ln)  # (b, H, n, D)  γ ⊙ C f
+        gx = layer_norm_map(x, gamma, sigma)  # (b, n, D)  LN-map of x_i
+        y = layer["attention_ln_out"].astype(jnp.float32)  # (b, n, D)
     n = alpha.shape[-1]
 
     def row(xs):
         a_i, s_i, y_i, gx_i, i = xs  # (b, H, n), (b, 1), (b, D), (b, D), ()
         t = jnp.einsum("bhj,bhjd->bjd", a_i, g) / s_i[:, :, None]  # (b, n, D)  T_i(x_j), j ≠ i
-        t = t + (jnp.arange(n) == i)[None, :, None] * gx_i[:, None, :]  # (b, n, D)  + δ_ij LN(x_i)
+        t = t + (jnp.arange(n) == i)[None, :, None] * gx_i[:, None, :]  # (b, n, D)  + δ_ij (the map of) x_i
         d = jnp.abs(y_i[:, None, :] - t).sum(-1)  # (b, n)  ‖y_i − T_i(x_j)‖₁
         return jnp.maximum(jnp.abs(y_i).sum(-1, keepdims=True) - d, 0.0)  # (b, n)
 
@@ -134,11 +148,12 @@ def encoder_attributions(params, config, inputs):
         _, internals = model(inputs)
         mask, eps, view = inputs["attention_mask"], config.layer_norm_eps, model.view()  # (b, n)
         residual = residual_attention(internals["weights"], mask)  # (L, b, n, n)
-        globenc = row_normalize(over_layers(globenc_layer, internals, view, mask, eps))  # (L, b, n, n)
-        alti = over_layers(alti_layer, internals, view, mask, eps)  # (L, b, n, n)
-        return {"residual_attention": residual, "rollout": rollout(residual),
-                "globenc_layers": globenc, "globenc": rollout(globenc),
-                "alti_layers": alti, "alti": rollout(alti)}
+        alti = over_layers(alti_layer, internals, view, mask, eps, config.norm_position)  # (L, b, n, n)
+        out = {"residual_attention": residual, "rollout": rollout(residual), "alti_layers": alti, "alti": rollout(alti)}
+        if config.norm_position == "post":  # GlobEnc linearises a post-LN block's two LayerNorms
+            globenc = row_normalize(over_layers(globenc_layer, internals, view, mask, eps))  # (L, b, n, n)
+            out.update(globenc_layers=globenc, globenc=rollout(globenc))
+        return out
 
     return state.on_auto_axes(run, (params, inputs), inputs["attention_mask"], layer_major)
 
@@ -149,7 +164,8 @@ def attributions(model, examples) -> dict[str, dict[str, np.ndarray]]:
 
     Encoder: ``{"encoder": ...}`` with per-layer maps and their rollouts (L, b, n, n):
     ``residual_attention`` / ``rollout`` (Abnar & Zuidema), ``globenc_layers`` / ``globenc``
-    (Modarressi et al.), ``alti_layers`` / ``alti`` (Ferrando et al. 2022a). Attention flow is per
+    (Modarressi et al.; post-LN models only: its linearisation is of a post-LN block's two
+    LayerNorms), ``alti_layers`` / ``alti`` (Ferrando et al. 2022a; pre-LN as their §3). Attention flow is per
     example: ``attention_flow(out["encoder"]["residual_attention"][:, k, :n, :n])``.
     Translation model: ALTI+ (Ferrando et al. 2022b), ``jattn.analyses.context_mixing.alti_plus_maps``.
     """
@@ -157,6 +173,43 @@ def attributions(model, examples) -> dict[str, dict[str, np.ndarray]]:
         raise TypeError(f"jattn.attributions takes a model from jattn.load, got {type(model).__name__}")
     maps = model.attribution_maps(model.batch(examples))
     return {kind: jax.tree.map(np.asarray, maps[kind]) for kind in model.head_shapes if kind in maps}
+
+
+# ---------------------------------------------------------------- the registered method
+
+@dataclasses.dataclass(frozen=True)
+class Alti(Method):
+    """Per layer, the mean share of a token's ALTI row (rolled out to the input embeddings,
+    Ferrando et al. 2022a) given to itself and to each token class ([CLS], [SEP], punctuation,
+    other), and the share each layer alone keeps on the token itself. On a translation model the
+    encoder's (its decoder: ``alti-plus``)."""
+
+    name = "alti"
+    families = ("encoder", "seq2seq")
+    kinds = ("encoder",)
+
+    def reduce(self, ctx: StepContext) -> dict:
+        mask = ctx.batch["query_mask"] * (ctx.batch["example"] >= 0)[:, None]  # (b, n) real tokens of real rows
+        layers = over_layers(alti_layer, ctx.internals, ctx.view, mask, ctx.config.layer_norm_eps,
+                             ctx.config.norm_position)  # (L, b, n, n)
+        rolled = rollout(layers)  # (L, b, n, n)
+        real = mask.astype(jnp.float32)  # (b, n)
+        per_class = class_sums(rolled[:, :, None], ctx.batch["key_class"])[:, :, :, 0]  # (C, L, b, n)
+        diagonal = lambda m: jnp.einsum("lbn,bn->l", jnp.diagonal(m, axis1=-2, axis2=-1), real)  # (L,)
+        return {"class": jnp.einsum("clbn,bn->lc", per_class, real), "self": diagonal(rolled),
+                "layer_self": diagonal(layers), "n": real.sum()}
+
+    def finalize(self, totals, meta):
+        n = max(float(totals["n"]), 1.0)
+        return {"alti_class": Statistic(totals["class"] / n, f"(L, {len(CLASS_NAMES)}) mean ALTI share (rolled out "
+                                        f"to the embeddings) to {'/'.join(CLASS_NAMES)} (Ferrando et al. 2022a)"),
+                "alti_self": Statistic(totals["self"] / n, "(L,) mean ALTI share (rolled out) to the token itself"),
+                "alti_layer_self": Statistic(totals["layer_self"] / n, "(L,) mean share of each layer's own ALTI "
+                                             "row on the token itself (its residual and self-attention)")}
+
+
+register("alti", "ALTI token contributions rolled out over the layers: share to self and token classes (Ferrando "
+         "et al. 2022a; pre-LN blocks as their §3)", lambda model, options: Alti())
 
 
 # ---------------------------------------------------------------- attention flow

@@ -102,36 +102,46 @@ def value_zeroing(model, batch) -> dict[str, np.ndarray]:
 
 # ---------------------------------------------------------------- ALTI+
 
-def cross_alti_layer(layer: dict, view: dict, target_mask, source_mask, eps: float) -> jax.Array:
+def cross_alti_layer(layer: dict, view: dict, target_mask, source_mask, eps: float,
+                     norm_position: str = "post") -> jax.Array:
     """ALTI over a cross-attention sublayer's residual and source tokens (b, t, 1 + s), rows sum
-    to 1 on real target tokens: column 0 the residual h_i, columns 1.. the encoder outputs."""
+    to 1 on real target tokens: column 0 the residual h_i, columns 1.. the encoder outputs.
+    Post-LN: the parts LN-mapped, y_i the LayerNorm's output; pre-LN (``norm_position`` "pre"):
+    the parts h_i and Σ_h α f_h(e_j), y_i = h_i + Σ_j Σ_h α f_h(e_j) + b_O the sublayer's output."""
     alpha = layer["weights"].astype(jnp.float32) * source_mask[:, None, None, :]  # (b, H, t, s)
-    gamma = view["ln_scale"].astype(jnp.float32)  # (D,)
-    sigma = ln_sigma(layer["pre_ln"], eps)  # (b, t, 1)
-    w_ln = layer_norm_map(view["out_kernel"].astype(jnp.float32), gamma, jnp.ones(()))  # (H, d_h, D)
-    g = transformed_vectors(layer["values"].astype(jnp.float32), w_ln)  # (b, H, s, D)
-    t_src = jnp.einsum("bhts,bhsd->btsd", alpha, g) / sigma[..., None]  # (b, t, s, D)
-    t_res = layer_norm_map(layer["residual"].astype(jnp.float32), gamma, sigma)  # (b, t, D)
-    y = layer["attention_ln_out"].astype(jnp.float32)  # (b, t, D)
+    x = layer["residual"].astype(jnp.float32)  # (b, t, D)
+    if norm_position == "pre":
+        g = transformed_vectors(layer["values"].astype(jnp.float32), view["out_kernel"].astype(jnp.float32))
+        t_src = jnp.einsum("bhts,bhsd->btsd", alpha, g)  # (b, t, s, D)
+        t_res, y = x, x + layer["output"].astype(jnp.float32)  # (b, t, D)
+    else:
+        gamma = view["ln_scale"].astype(jnp.float32)  # (D,)
+        sigma = ln_sigma(layer["pre_ln"], eps)  # (b, t, 1)
+        w_ln = layer_norm_map(view["out_kernel"].astype(jnp.float32), gamma, jnp.ones(()))  # (H, d_h, D)
+        g = transformed_vectors(layer["values"].astype(jnp.float32), w_ln)  # (b, H, s, D)
+        t_src = jnp.einsum("bhts,bhsd->btsd", alpha, g) / sigma[..., None]  # (b, t, s, D)
+        t_res = layer_norm_map(x, gamma, sigma)  # (b, t, D)
+        y = layer["attention_ln_out"].astype(jnp.float32)  # (b, t, D)
     parts = jnp.concatenate([t_res[:, :, None], t_src], 2)  # (b, t, 1 + s, D)
     c = jnp.maximum(jnp.abs(y).sum(-1, keepdims=True) - jnp.abs(y[:, :, None] - parts).sum(-1), 0.0)  # (b, t, 1+s)
     real = jnp.concatenate([jnp.ones_like(source_mask[:, :1]), source_mask], 1)  # (b, 1 + s)
     return row_normalize(c * real[:, None, :] * target_mask[:, :, None])
 
 
-def alti_plus_maps(internals: dict, views: dict, batch: dict, eps: float) -> dict:
+def alti_plus_maps(internals: dict, views: dict, batch: dict, eps: float, norm_position: str = "post") -> dict:
     """ALTI+ from a translation model's internals {kind: (L, ...)} and views {kind: (L, ...)}, per
     attention type: ``encoder``: ``alti_layers`` / ``alti`` (L_enc, b, s, s) as for an encoder;
     ``decoder``: ``alti_layers`` (L_dec, b, t, t) and ``alti_plus`` (L_dec, b, t, s + t), columns the
     source tokens then the target tokens; ``cross``: ``alti_layers`` (L_dec, b, t, 1 + s), column 0
-    the residual."""
+    the residual. ``norm_position``: the blocks' ("post" | "pre", see ``alti_layer``)."""
     src = batch["attention_mask"].astype(jnp.float32)  # (b, s)
     tgt = batch["decoder_attention_mask"].astype(jnp.float32)  # (b, t)
-    enc_layers = over_layers(alti_layer, internals["encoder"], views["encoder"], src, eps)  # (L_enc, b, s, s)
+    enc_layers = over_layers(alti_layer, internals["encoder"], views["encoder"], src, eps, norm_position)  # (L_enc, b, s, s)
     enc_rolled = rollout(enc_layers)  # (L_enc, b, s, s)
     enc = enc_rolled[-1]  # (b, s, s)
-    self_maps = over_layers(alti_layer, internals["decoder"], views["decoder"], tgt, eps)  # (L, b, t, t)
-    cross = over_layers(cross_alti_layer, internals["cross"], views["cross"], tgt, src, eps)  # (L, b, t, 1 + s)
+    self_maps = over_layers(alti_layer, internals["decoder"], views["decoder"], tgt, eps, norm_position)  # (L, b, t, t)
+    cross = over_layers(cross_alti_layer, internals["cross"], views["cross"], tgt, src, eps,
+                        norm_position)  # (L, b, t, 1 + s)
     b, s, t = src.shape[0], src.shape[1], tgt.shape[1]
 
     def step(acc, maps):  # acc (b, t, s + t): the target tokens' contributions so far
@@ -156,7 +166,7 @@ def seq2seq_alti_plus(params, config, inputs) -> dict:
         model = seq2seq.module(params, config)
         _, internals = model(inputs)
         views = {k: model.view(k) for k in seq2seq.KINDS}
-        return alti_plus_maps(internals, views, inputs, config.layer_norm_eps)
+        return alti_plus_maps(internals, views, inputs, config.layer_norm_eps, config.norm_position)
 
     return state.on_auto_axes(run, (params, inputs), inputs["attention_mask"], layer_major)
 
@@ -207,7 +217,8 @@ class AltiPlus(Method):
         real = (ctx.batch["example"] >= 0)[:, None]  # (b, 1)
         batch = {"attention_mask": ctx.batch["attention_mask"] * real,
                  "decoder_attention_mask": ctx.batch["decoder_attention_mask"] * real}
-        maps = alti_plus_maps(internals, views, batch, ctx.config.layer_norm_eps)["decoder"]["alti_plus"]  # (L, b, t, s + t)
+        maps = alti_plus_maps(internals, views, batch, ctx.config.layer_norm_eps,
+                              ctx.config.norm_position)["decoder"]["alti_plus"]  # (L, b, t, s + t)
         s = batch["attention_mask"].shape[1]
         source = maps[..., :s].sum(-1)  # (L, b, t)
         return {"source": jnp.einsum("lbt,bt->l", source, batch["decoder_attention_mask"].astype(jnp.float32)),

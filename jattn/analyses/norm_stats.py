@@ -255,6 +255,11 @@ class MixingRatio(Method):
     name = "mixing"
 
     def __post_init__(self, model, mask_rate):
+        if model.config.norm_position != "post":
+            raise ValueError("the mixing method's AttnResLn-N ratio is a post-LN block's (the LayerNorm after the "
+                             "residual sum); this model's blocks are pre-LN, where it is undefined (docs/METHODS.md). "
+                             "Fix: jattn.norms(model, examples, residual=True) gives the AttnRes-N ratios of a pre-LN "
+                             "model; the alti method its contributions")
         for k, v in dict(mask_id=model.tokenizer.mask_token_id, eps=model.config.layer_norm_eps,
                          vocab=model.config.vocab_size, rate=mask_rate, rank_file=Path(self.rank_file)).items():
             object.__setattr__(self, k, v)

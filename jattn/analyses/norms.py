@@ -136,18 +136,25 @@ def _ratio(mixing: jax.Array, preserving: jax.Array) -> jax.Array:
     return m / jnp.maximum(m + p, jnp.finfo(jnp.float32).tiny)
 
 
-def residual_norms(internals: dict, view: dict, mask: jax.Array, eps: float) -> dict:
-    """Kobayashi et al. (2021) AttnRes-N / AttnResLn-N norms and mixing ratios, one
-    self-attention block followed by a residual and a post-LayerNorm (BERT, post-norm NMT).
+def residual_norms(internals: dict, view: dict, mask: jax.Array, eps: float, norm_position: str = "post") -> dict:
+    """Kobayashi et al. (2021) AttnRes-N / AttnResLn-N norms and mixing ratios of one
+    self-attention block with its residual, post- or pre-LayerNorm (``norm_position``).
 
     internals: ``weights`` (b, H, n, n), ``values`` (b, H, n, d_h), ``output`` (b, n, D) =
-    Σ_j S_ij + b_O, ``residual`` x (b, n, D), ``pre_ln`` x + y (b, n, D); view: ``out_kernel``
-    (H, d_h, D), ``out_bias`` (D,), ``ln_scale`` γ (D,). mask (b, n): 1 on real tokens.
-    eps: the LayerNorm's epsilon.
+    Σ_j S_ij + b_O, ``residual`` x (b, n, D), ``pre_ln`` (b, n, D) the vector the block's LayerNorm
+    normalises; view: ``out_kernel`` (H, d_h, D), ``out_bias`` (D,), ``ln_scale`` γ (D,). mask
+    (b, n): 1 on real tokens. eps: the LayerNorm's epsilon.
 
-    Returns (b, n, n): ``attnres_norm`` ‖R_ij‖, ``attnresln_norm`` ‖Z_ij‖; (b, n) mixing
+    Post-LN (BERT, post-norm NMT): h_i = LN(x_i + y_i), and Z_ij, the LN-map of R_ij, decomposes
+    h_i − β exactly. Pre-LN (Xiong et al. 2020): h_i = x_i + y_i, the LayerNorm acts on each key's
+    x_j inside f_h (v_hj = LN(x_j) W_V^h + b_V^h, so f_h(x_j) = v_hj W_O^h as read), and R_ij already
+    decomposes h_i − b_O exactly; no LayerNorm acts on the residual sum within the block (the next
+    one normalises the stream only on the feed-forward's input), so Z and its ratio are undefined
+    and absent (``docs/METHODS.md``).
+
+    Returns (b, n, n): ``attnres_norm`` ‖R_ij‖, ``attnresln_norm`` ‖Z_ij‖ (post-LN); (b, n) mixing
     ratios ``mixing_attn_w`` 1 − ᾱ_ii, ``mixing_attnres_w`` (1 − ᾱ_ii)/2 (ᾱ = head mean),
-    ``mixing_attn_n``, ``mixing_attnres_n``, ``mixing_attnresln_n``.
+    ``mixing_attn_n``, ``mixing_attnres_n``, ``mixing_attnresln_n`` (post-LN).
     """
     alpha = internals["weights"].astype(jnp.float32)  # (b, H, n, n)
     if alpha.shape[-1] != alpha.shape[-2]:
@@ -155,8 +162,6 @@ def residual_norms(internals: dict, view: dict, mask: jax.Array, eps: float) -> 
     mask, _, pair = _masks(alpha, mask, mask)
     alpha = alpha * pair[:, None]  # (b, H, n, n)
     values, w_o = internals["values"], view["out_kernel"]  # (b, H, n, d_h), (H, d_h, D)
-    gamma = view["ln_scale"].astype(jnp.float32)  # (D,)
-    sigma = ln_sigma(internals["pre_ln"], eps)  # (b, n, 1)
     x = internals["residual"].astype(jnp.float32)  # (b, n, D)
 
     alpha_ii = jnp.diagonal(alpha, axis1=-2, axis2=-1)  # (b, H, n)
@@ -164,25 +169,30 @@ def residual_norms(internals: dict, view: dict, mask: jax.Array, eps: float) -> 
     s_sum = internals["output"].astype(jnp.float32) - view["out_bias"].astype(jnp.float32)  # (b, n, D)
     mixing = s_sum - s_ii  # (b, n, D)  Σ_{j≠i} S_ij = Σ_{j≠i} R_ij
     r_ii = s_ii + x  # (b, n, D)  R_ii
-    z_mixing = layer_norm_map(mixing, gamma, sigma)  # (b, n, D)  Σ_{j≠i} Z_ij
-    z_ii = layer_norm_map(r_ii, gamma, sigma)  # (b, n, D)  Z_ii
 
     eye = jnp.eye(alpha.shape[-1], dtype=bool)  # (n, n)
-    w_ln = layer_norm_map(w_o.astype(jnp.float32), gamma, jnp.ones(()))  # (H, d_h, D) rows: f ↦ γ ⊙ (f − mean f)
-    z_off = quadratic_norm(alpha, head_gram(values, w_ln)) / sigma  # (b, n, n)  ‖Z_ij‖, j ≠ i
     s_off = quadratic_norm(alpha, head_gram(values, w_o))  # (b, n, n)  ‖S_ij‖ = ‖R_ij‖, j ≠ i
     diag = lambda v: safe_norm(v, axis=-1)[:, :, None] * eye  # (b, n, n)
     bar_ii = alpha_ii.mean(1)  # (b, n)  ᾱ_ii
     real = mask.astype(jnp.float32)  # (b, n)
-    return {
+    out = {
         "attnres_norm": jnp.where(eye, diag(r_ii), s_off) * pair,  # (b, n, n)
-        "attnresln_norm": jnp.where(eye, diag(z_ii), z_off) * pair,  # (b, n, n)
         "mixing_attn_w": (1.0 - bar_ii) * real,  # (b, n)
         "mixing_attnres_w": 0.5 * (1.0 - bar_ii) * real,  # (b, n)
         "mixing_attn_n": _ratio(mixing, s_ii) * real,  # (b, n)
         "mixing_attnres_n": _ratio(mixing, r_ii) * real,  # (b, n)
-        "mixing_attnresln_n": _ratio(z_mixing, z_ii) * real,  # (b, n)
     }
+    if norm_position == "pre":
+        return out
+    gamma = view["ln_scale"].astype(jnp.float32)  # (D,)
+    sigma = ln_sigma(internals["pre_ln"], eps)  # (b, n, 1)
+    z_mixing = layer_norm_map(mixing, gamma, sigma)  # (b, n, D)  Σ_{j≠i} Z_ij
+    z_ii = layer_norm_map(r_ii, gamma, sigma)  # (b, n, D)  Z_ii
+    w_ln = layer_norm_map(w_o.astype(jnp.float32), gamma, jnp.ones(()))  # (H, d_h, D) rows: f ↦ γ ⊙ (f − mean f)
+    z_off = quadratic_norm(alpha, head_gram(values, w_ln)) / sigma  # (b, n, n)  ‖Z_ij‖, j ≠ i
+    out["attnresln_norm"] = jnp.where(eye, diag(z_ii), z_off) * pair  # (b, n, n)
+    out["mixing_attnresln_n"] = _ratio(z_mixing, z_ii) * real  # (b, n)
+    return out
 
 
 def over_layers(fn, internals: dict, view: dict, *args) -> dict:
@@ -205,7 +215,7 @@ def encoder_norms(params, config, inputs, residual: bool):
             mask = take(inputs["attention_mask"])  # (b', n)
             out = attention_norms(layer, view, mask, mask)
             if residual:
-                out.update(residual_norms(layer, view, mask, config.layer_norm_eps))
+                out.update(residual_norms(layer, view, mask, config.layer_norm_eps, config.norm_position))
             return out
 
         outputs, _ = encoder.forward(params, config, inputs, layer_rows=layer_norms, internals=None)
@@ -228,7 +238,7 @@ def seq2seq_norms(params, config, inputs, residual: bool):
         if residual:  # the residual + LayerNorm decomposition needs q = k: self-attention only
             for kind in ("encoder", "decoder"):
                 out[kind].update(over_layers(residual_norms, internals[kind], model.view(kind), masks[kind][0],
-                                             config.layer_norm_eps))
+                                             config.layer_norm_eps, config.norm_position))
         return out
 
     return state.on_auto_axes(run, (params, inputs), inputs["attention_mask"], layer_major)
@@ -243,7 +253,8 @@ def norms(model, examples, *, residual: bool = False) -> dict[str, dict[str, np.
     type ``"encoder"`` (q = k = n); a translation model ``"encoder"``, ``"decoder"``, ``"cross"``
     (queries × keys: s × s, t × t, t × s). ``residual=True`` adds the 2021 extension to the
     self-attention types (see ``residual_norms``): ``attnres_norm``, ``attnresln_norm`` (L, b, n, n)
-    and the five ``mixing_*`` ratios (L, b, n).
+    and the five ``mixing_*`` ratios (L, b, n); a pre-LN model has no ``attnresln_norm`` nor
+    ``mixing_attnresln_n`` (undefined there, ``docs/METHODS.md``).
     """
     if not hasattr(model, "norm_maps"):
         raise TypeError(f"jattn.norms takes a model from jattn.load, got {type(model).__name__}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import jattn
 from encoder_family_parity import (check_classifier, check_disabled, check_gates, check_outputs, check_pruned,
                                    load_pair, pair_batch, save_random)
 from tiny_encoders import hf_run
@@ -106,3 +107,72 @@ def test_mlm_head_and_export(tmp_path, batch):
     (out / "config.json").write_text(json.dumps(model.family.to_hf_config(model.config)))
     save_file(state, str(out / "model.safetensors"))
     np.testing.assert_array_equal(hf_run(hf_model(out, "mlm"), batch).logits.numpy(), want.numpy())
+
+
+@pytest.fixture(scope="module")
+def tokenized_folder(tmp_path_factory):
+    """A tiny random model with MiniLM's WordPiece vocabulary and tokenizer files (a tokenizer.json,
+    which the family reads), for the commands that take text."""
+    import shutil
+
+    import torch
+    from transformers import RobertaPreLayerNormConfig, RobertaPreLayerNormModel
+
+    from jattn.models.load import default_model_path
+    from tiny_encoders import TOKENIZER_FILES
+
+    torch.manual_seed(2)
+    shape = dict(SHAPE, vocab_size=30522, pad_token_id=0, max_position_embeddings=130, initializer_range=0.3)
+    folder = save_random(RobertaPreLayerNormModel(RobertaPreLayerNormConfig(**shape)),
+                         tmp_path_factory.mktemp("preln_text"), seed=2)
+    for f in TOKENIZER_FILES:
+        if (default_model_path() / f).exists():
+            shutil.copy(default_model_path() / f, folder / f)
+    return folder
+
+
+def test_analyze_command(tokenized_folder, tmp_path):
+    """``jattn analyze --methods weights,entropy,norms,alti`` on the pre-LN model: every statistic
+    of the four methods, finite; ALTI's rolled-out shares are distributions over classes."""
+    import json
+
+    from jattn.cli import main
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("The cat sat on the mat.\nAlice met Bob, then left.\tHe stayed.\nShort.\n")
+    main(["analyze", "--model", str(tokenized_folder), "--input", str(corpus), "--methods",
+          "weights,entropy,norms,alti", "--out", str(tmp_path / "out"), "--batch-size", "2"])
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    L, H = SHAPE["num_hidden_layers"], SHAPE["num_attention_heads"]
+    assert doc["attn_to_sep"]["shape"] == [L, H] and doc["entropy"]["shape"] == [L, H]
+    assert np.array(doc["norm_to_sep"]["value"]).shape == (L, H)
+    shares = np.array(doc["alti_class"]["value"])  # (L, 4)
+    np.testing.assert_allclose(shares.sum(-1), 1.0, rtol=1e-5)
+    assert all(np.isfinite(np.array(doc[k]["value"], float)).all() for k in doc if k != "meta")
+
+
+def test_patch_heads_equals_hf_hooks(tokenized_folder):
+    """``jattn.patch_heads`` on the pre-LN model against one HF forward per head with the head's
+    input to the output projection replaced by hooks (``test_patching.hf_patch_loop``)."""
+    import torch
+
+    from jattn.sweeps.patching import paired_inputs
+    from test_patching import hf_patch_loop, torch_inputs
+    from tiny_encoders import hf_model
+    from tolerance import tolerance
+
+    model = jattn.load(tokenized_folder, use_cache=False)
+    clean, corrupted = ["the cat sat on the mat ."], ["a dog ran in a park !"]
+    w = np.random.default_rng(0).normal(size=model.config.hidden_size)
+    w /= np.linalg.norm(w)
+    w32 = w.astype(np.float32)
+    got = jattn.patch_heads(model, clean, corrupted, lambda out: out["last_hidden_state"][:, 0] @ w32)["encoder"]
+    a, b = paired_inputs(model, clean, corrupted)
+    a, b = ({k: v for k, v in x.items() if k != "token_type_ids"} for x in (a, b))
+    want = hf_patch_loop(hf_model(tokenized_folder).double(), torch_inputs(a), torch_inputs(b),
+                         lambda out: out.last_hidden_state[:, 0] @ torch.tensor(w), {"encoder": SHAPE["num_attention_heads"]})["encoder"]
+    terms = 2 * model_terms(model.config, a["input_ids"].shape[1])
+    assert_close(got, want, terms=terms, scale=1.0)
+    assert np.abs(want).max() > 20 * tolerance(1.0, terms)  # effects well above the tolerance
+
+
