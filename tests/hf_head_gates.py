@@ -1,11 +1,15 @@
 """Head gates in Hugging Face PyTorch models by forward pre-hooks (transformers v5 dropped
 ``head_mask``): the gate multiplies each head's slice of the input of the attention output
 projection, i.e. the head's context before W_O (Michel et al. 2019's ξ_h). The oracle of
-tests/test_importance.py and the baseline of benchmarks/bench_importance.py."""
+tests/test_importance.py and the baseline of benchmarks/bench_importance.py.
+
+A module shared by several layers (ALBERT's one layer, run L times) is hooked once; its hook
+counts its calls, one per layer in order, and acts as the layer of that call."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 
 
 def output_projections(hf_model) -> dict[str, list]:
@@ -16,17 +20,65 @@ def output_projections(hf_model) -> dict[str, list]:
         return {"encoder": [layer.self_attn.out_proj for layer in enc],
                 "decoder": [layer.self_attn.out_proj for layer in dec],
                 "cross": [layer.encoder_attn.out_proj for layer in dec]}
+    return {"encoder": [value_and_output(layer)[1] for layer in encoder_layers(hf_model)]}
+
+
+def encoder_layers(hf_model) -> list:
+    """The block each encoder layer runs, in order (L entries): ``encoder.layer`` (BERT, RoBERTa,
+    ELECTRA, MPNet), ``transformer.layer`` (DistilBERT) or ALBERT's group of layer i,
+    ``encoder.albert_layer_groups[⌊i / (L / G)⌋].albert_layers[0]`` (one block L times when G = 1)."""
     base = getattr(hf_model, hf_model.base_model_prefix, hf_model)
-    return {"encoder": [value_and_output(layer)[1] for layer in base.encoder.layer]}
+    if hasattr(base, "transformer"):
+        return list(base.transformer.layer)
+    if hasattr(base, "h"):  # GPT-2: ``h``
+        return list(base.h)
+    if not hasattr(base, "encoder") and hasattr(base, "layers"):  # ModernBERT: ``layers``
+        return list(base.layers)
+    if hasattr(base.encoder, "albert_layer_groups"):
+        L, G = base.config.num_hidden_layers, base.config.num_hidden_groups
+        return [base.encoder.albert_layer_groups[int(i / (L / G))].albert_layers[0] for i in range(L)]
+    return list(base.encoder.layer)
 
 
 def value_and_output(layer):
     """An encoder layer's value projection and attention output projection: BERT's layout
-    (RoBERTa, ELECTRA: ``attention.self.value``, ``attention.output.dense``) or MPNet's
-    (``attention.attn.v``, ``attention.attn.o``)."""
+    (RoBERTa, ELECTRA: ``attention.self.value``, ``attention.output.dense``), MPNet's
+    (``attention.attn.v``, ``attention.attn.o``), DistilBERT's (``attention.v_lin``,
+    ``attention.out_lin``) or ALBERT's (``attention.value``, ``attention.dense``)."""
+    if hasattr(layer, "self_attn"):  # Llama, Qwen2: ``self_attn.v_proj`` (H_kv heads), ``self_attn.o_proj``
+        return layer.self_attn.v_proj, layer.self_attn.o_proj
+    if hasattr(getattr(layer, "attn", None), "c_attn"):  # GPT-2: fused Conv1D ``attn.c_attn`` (values last), ``c_proj``
+        return layer.attn.c_attn, layer.attn.c_proj
+    if not hasattr(layer, "attention"):  # ModernBERT: fused ``attn.Wqkv`` (its values the last third), ``attn.Wo``
+        return layer.attn.Wqkv, layer.attn.Wo
     if hasattr(layer.attention, "attn"):
         return layer.attention.attn.v, layer.attention.attn.o
+    if hasattr(layer.attention, "v_lin"):
+        return layer.attention.v_lin, layer.attention.out_lin
+    if hasattr(layer.attention, "dense"):
+        return layer.attention.value, layer.attention.dense
+    if hasattr(layer.attention.self, "value_proj"):  # DeBERTa-v2
+        return layer.attention.self.value_proj, layer.attention.output.dense
     return layer.attention.self.value, layer.attention.output.dense
+
+
+def by_module(modules: list) -> dict:
+    """{module: the layers that run it, in order} of a per-layer list of modules."""
+    layers: dict = {}
+    for layer, module in enumerate(modules):
+        layers.setdefault(module, []).append(layer)
+    return layers
+
+
+def per_call(layers: list[int], fn):
+    """A hook for a module run by ``layers`` (in order): ``fn(layer, module, *hook args)``, the
+    layer being the one whose turn it is (the module's calls counted, one per layer)."""
+    calls = itertools.count()
+
+    def hook(module, *args):
+        return fn(layers[next(calls) % len(layers)], module, *args)
+
+    return hook
 
 
 @contextlib.contextmanager
@@ -36,10 +88,10 @@ def gated(hf_model, gates: dict):
     for kind, projections in output_projections(hf_model).items():
         if kind not in gates:
             continue
-        for layer, proj in enumerate(projections):
-            g = gates[kind][layer]  # (H,), (b, H) or (b, H, q)
+        for proj, layers in by_module(projections).items():
 
-            def hook(module, args, g=g):
+            def hook(layer, module, args, g=gates[kind]):
+                g = g[layer]  # (H,), (b, H) or (b, H, q)
                 x = args[0]  # (b, q, H·d_h)
                 b, q, D = x.shape
                 H = g.shape[-1] if g.dim() < 3 else g.shape[1]
@@ -47,7 +99,7 @@ def gated(hf_model, gates: dict):
                        else g.permute(0, 2, 1))  # (1 or b, 1 or q, H)
                 return ((x.view(b, q, H, D // H) * per[..., None]).view(b, q, D),)
 
-            handles.append(proj.register_forward_pre_hook(hook))
+            handles.append(proj.register_forward_pre_hook(per_call(layers, hook)))
     try:
         yield hf_model
     finally:
@@ -75,27 +127,28 @@ def disabled(hf_model, heads):
         seen["mask"] = (torch.ones(ids.shape, dtype=torch.float32) if mask is None else mask.float())  # (b, n)
 
     handles = [base.register_forward_pre_hook(read_mask, with_kwargs=True)]
-    for layer, block in enumerate(base.encoder.layer):
+    blocks = encoder_layers(hf_model)
+
+    def keep_values(layer, module, args, out):
+        seen[layer] = out  # (b, n, H·d_h)
+
+    def uniform(layer, module, args):
         off = torch.as_tensor(heads[layer], dtype=torch.bool)  # (H,)
         if not off.any():
-            continue
+            return None
+        x = args[0]  # (b, q, H·d_h)
+        b, q, D = x.shape
+        H = off.shape[0]
+        m = seen["mask"]  # (b, n)
+        mean = torch.einsum("bn,bnd->bd", m, seen[layer]) / m.sum(1, keepdim=True)  # (b, H·d_h)
+        x = x.view(b, q, H, D // H)
+        x = torch.where(off[None, None, :, None], mean.view(b, 1, H, D // H), x)  # (b, q, H, d_h)
+        return (x.reshape(b, q, D),)
 
-        def keep_values(module, args, out, layer=layer):
-            seen[layer] = out  # (b, n, H·d_h)
-
-        def uniform(module, args, layer=layer, off=off):
-            x = args[0]  # (b, q, H·d_h)
-            b, q, D = x.shape
-            H = off.shape[0]
-            m = seen["mask"]  # (b, n)
-            mean = torch.einsum("bn,bnd->bd", m, seen[layer]) / m.sum(1, keepdim=True)  # (b, H·d_h)
-            x = x.view(b, q, H, D // H)
-            x = torch.where(off[None, None, :, None], mean.view(b, 1, H, D // H), x)  # (b, q, H, d_h)
-            return (x.reshape(b, q, D),)
-
-        value, output = value_and_output(block)
-        handles.append(value.register_forward_hook(keep_values))
-        handles.append(output.register_forward_pre_hook(uniform))
+    for value, layers in by_module([value_and_output(block)[0] for block in blocks]).items():
+        handles.append(value.register_forward_hook(per_call(layers, keep_values)))
+    for output, layers in by_module([value_and_output(block)[1] for block in blocks]).items():
+        handles.append(output.register_forward_pre_hook(per_call(layers, uniform)))
     try:
         yield hf_model
     finally:

@@ -222,11 +222,13 @@ def test_electra_pretraining_round_trip(electra, tmp_path):
     assert jattn.load(tmp_path, tokenizer=False, use_cache=False).config.with_replaced_token_head
 
 
-def test_electra_generator_is_refused(tmp_path):
-    from transformers import ElectraConfig, ElectraForMaskedLM
+def test_electra_classifier_is_refused(tmp_path):
+    """ELECTRA's classification head (W_o·gelu(W_d·h + b_d) + b_o) is not implemented: refused by
+    name (the generator, ElectraForMaskedLM, loads: tests/families/electra)."""
+    from transformers import ElectraConfig, ElectraForSequenceClassification
 
-    folder = save_random(ElectraForMaskedLM(ElectraConfig(**SHAPE, embedding_size=16)), tmp_path)
-    with pytest.raises(ConversionError, match="ElectraForMaskedLM.*Fix: load the discriminator"):
+    folder = save_random(ElectraForSequenceClassification(ElectraConfig(**SHAPE, embedding_size=16)), tmp_path)
+    with pytest.raises(ConversionError, match=r"ElectraFor\*Classification.*Fix: load ElectraModel"):
         jattn.load(folder, tokenizer=False, use_cache=False)
 
 

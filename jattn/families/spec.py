@@ -13,7 +13,7 @@ from typing import Callable
 
 from jattn.nn.config import ConfigError
 
-SHAPES = ("encoder", "encoder-decoder")
+SHAPES = ("encoder", "encoder-decoder", "decoder")  # decoder: a causal LM, the encoder stack with a causal mask
 
 
 def side_vocab(tokenizer, side: str) -> dict[str, int]:
@@ -27,7 +27,7 @@ def side_vocab(tokenizer, side: str) -> dict[str, int]:
 @dataclasses.dataclass(frozen=True)
 class FamilySpec:
     model_type: str  # Hugging Face config.json "model_type"
-    shape: str  # "encoder" | "encoder-decoder": which generic model runs it
+    shape: str  # "encoder" | "encoder-decoder" | "decoder" (a causal LM): which generic model runs it
     config_from_hf: Callable[[dict], object]  # config.json dict -> EncoderConfig | Seq2SeqConfig
     convert: Callable  # (HF state dict, config, source name) -> params (nested dict of arrays)
     to_hf_state_dict: Callable  # (params, config) -> HF state dict, the inverse of convert

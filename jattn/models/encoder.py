@@ -36,6 +36,7 @@ class EncoderResult:
     logits: jax.Array | None = None  # (b, C) when the checkpoint has a classification head
     mlm_logits: jax.Array | None = None  # (b, n, V) when asked: forward(heads=("mlm_logits",))
     replaced_token_logits: jax.Array | None = None  # (b, n) when asked: forward(heads=("replaced_token_logits",))
+    lm_logits: jax.Array | None = None  # (b, n, V) a causal LM's next-token logits: forward(heads=("lm_logits",))
 
     @property
     def hidden_states(self) -> jax.Array:  # (L+1, b, n, D)
@@ -125,7 +126,7 @@ def _recyclable(result, shape: tuple, internals) -> list:
                          f"{tuple(result.last_hidden_state.shape[:2])} and {sorted(has)}, this call "
                          f"{shape} and {sorted(names)}. Fix: recycle the previous result of the same call")
     arrays = jax.tree.leaves((result.last_hidden_state, result.stack, result.internals, result.pooler_output,
-                              result.logits, result.mlm_logits, result.replaced_token_logits))
+                              result.logits, result.mlm_logits, result.replaced_token_logits, result.lm_logits))
     if any(a.is_deleted() for a in arrays):
         raise ValueError("this result was already recycled (its arrays are deleted): recycle each result once")
     return arrays
@@ -262,7 +263,7 @@ class EncoderModel(ModuleModel):
             outputs, kept = _forward_into(*args, _recyclable(recycle, shape, internals), heads=heads)
         return EncoderResult(outputs["last_hidden_state"], outputs.get(HIDDEN), kept,
                              outputs.get("pooler_output"), outputs.get("logits"), outputs.get("mlm_logits"),
-                             outputs.get("replaced_token_logits"))
+                             outputs.get("replaced_token_logits"), outputs.get("lm_logits"))
 
     def classify(self, batch, interventions: Interventions | None = None) -> jax.Array:
         """A classifier's logits (b, C), jitted, evaluation mode: ``jattn.nn.encoder.classify``

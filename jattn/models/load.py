@@ -23,13 +23,14 @@ from jattn.nn.config import ConfigError
 from jattn import families
 from jattn.models.base import NoTokenizer
 from jattn.models.encoder import EncoderModel
+from jattn.models.decoder import DecoderModel
 from jattn.models.seq2seq import Seq2SeqModel
 from jattn.io.hf import ConversionError, read_config, read_state_dict, resolve, weight_files
 
 
 def wrap(spec, config, params, tokenizer, source):
-    """The model wrapper of a family's shape: ``EncoderModel`` or ``Seq2SeqModel``."""
-    cls = EncoderModel if spec.shape == "encoder" else Seq2SeqModel
+    """The model wrapper of a family's shape: ``EncoderModel``, ``Seq2SeqModel`` or ``DecoderModel``."""
+    cls = {"encoder": EncoderModel, "decoder": DecoderModel}.get(spec.shape, Seq2SeqModel)
     return cls(config, params, tokenizer, source)
 
 

@@ -24,7 +24,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from jattn.nn.interventions import Interventions, blend
-from jattn.nn.layers import ACT, Dense, LayerNorm, dropout, ln_sigma, split_rng
+from jattn.nn.layer_terms import LayerTerms, ffn_hidden
+from jattn.nn.layers import Dense, LayerNorm, dropout, split_rng
+from jattn.nn.positions import scores as position_scores
 
 
 def _per_head(x: jax.Array) -> jax.Array:
@@ -42,41 +44,55 @@ class MultiHeadAttention(nnx.Module):
     pruned stack (``jattn.sweeps.pruning``) keeps its original d_h with fewer head slots."""
 
     def __init__(self, d_model: int, num_heads: int, *, rngs: nnx.Rngs, stack: tuple = (), std=None,
-                 head_dim: int | None = None):
+                 head_dim: int | None = None, bias: bool = True, kv_heads: int | None = None,
+                 out_bias: bool | None = None):
         d_h = head_dim or d_model // num_heads
-        proj = dict(rngs=rngs, stack=stack, out_names=("model", None), std=std)
+        kv = kv_heads or num_heads  # grouped-query attention (Ainslie et al. 2023): H_kv key/value heads
+        if num_heads % kv:
+            raise ValueError(f"num_heads={num_heads} must be a multiple of the key/value heads ({kv})")
+        proj = dict(rngs=rngs, stack=stack, out_names=("model", None), std=std, bias=bias)  # bias=False: none
         self.query = Dense((d_model,), (num_heads, d_h), **proj)
-        self.key = Dense((d_model,), (num_heads, d_h), **proj)
-        self.value = Dense((d_model,), (num_heads, d_h), **proj)
-        self.out = Dense((num_heads, d_h), (d_model,), rngs=rngs, stack=stack, in_names=("model", None), std=std)
+        self.key = Dense((d_model,), (kv, d_h), **proj)
+        self.value = Dense((d_model,), (kv, d_h), **proj)
+        self.out = Dense((num_heads, d_h), (d_model,), rngs=rngs, stack=stack, in_names=("model", None), std=std,
+                         bias=bias if out_bias is None else out_bias)
+        self.groups = num_heads // kv  # query heads per key/value head
+
+    def per_query_head(self, x: jax.Array) -> jax.Array:
+        """Key/value heads (b, H_kv, k, d_h) -> one per query head (b, H, k, d_h): query head h reads
+        key/value head h // (H / H_kv) (GQA, Ainslie et al. 2023, §2.2); the identity when H_kv = H."""
+        return x if self.groups == 1 else jnp.repeat(x, self.groups, axis=1)  # (b, H, k, d_h)
 
     def keys_values(self, x_kv: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """x_kv (b, k, D) -> keys and values head-major, (b, H, k, d_h), value bias included: the
-        layout the attention products read, and cached decoding's cache layout (appending a
-        position never transposes the cache)."""
-        return jnp.moveaxis(self.key(x_kv), 2, 1), jnp.moveaxis(self.value(x_kv), 2, 1)
+        """x_kv (b, k, D) -> keys and values head-major, (b, H, k, d_h), value bias included, one per
+        query head (``per_query_head``): the layout the attention products read, and cached
+        decoding's cache layout (appending a position never transposes the cache)."""
+        return (self.per_query_head(jnp.moveaxis(self.key(x_kv), 2, 1)),
+                self.per_query_head(jnp.moveaxis(self.value(x_kv), 2, 1)))
 
     def __call__(self, x_q, k, v, allowed, iv: Interventions, *, dropout_rate: float = 0.0, rng=None,
                  score_bias=None):
         """Attention of queries x_q (b, q, D) over keys/values (b, H, k, d_h); ``allowed``
         (b, 1 or q, k) bool; ``score_bias`` (H, q, k) float32 or None, added to the scores
-        before the softmax (``jattn.nn.relative``). Returns (output before the residual
+        before the softmax (``jattn.nn.relative``), or a layer's ``jattn.nn.positions.RelativeScores``
+        (DeBERTa's content-dependent position terms), or a layer's ``jattn.nn.layer_terms.LayerTerms``
+        (rotary q and k, a local window joined to ``allowed``). Returns (output before the residual
         (b, q, D), internals). Softmax is taken in float32 whatever the compute dtype."""
         dt = x_q.dtype
         q = self.query(x_q)  # (b, q, H, d_h)
         if iv.patch is not None:
             q, k, v = _receivers(self, q, k, v, iv.patch)
             v = iv.patched("values", v)  # (b, H, k, d_h)
-        scores = jnp.einsum("bqhd,bhkd->bhqk", q, k).astype(jnp.float32) / jnp.sqrt(q.shape[-1])  # (b, H, q, k)
-        if score_bias is not None:
-            scores = scores + score_bias  # (b, H, q, k)
+        if isinstance(score_bias, LayerTerms):  # rotary q, k; a local window (jattn.nn.layer_terms)
+            q, k, allowed, score_bias = score_bias.apply(q, k, allowed)  # allowed (b, 1 or q, k)
+        scores = position_scores(q, k, score_bias)  # (b, H, q, k) q·k/sqrt(d_h) + bias, or DeBERTa's terms
         mask = allowed[:, None]  # (b, 1, 1 or q, k)
         # additive mask, as HF's eager attention: finfo.min + s rounds to finfo.min, so this equals
         # selecting finfo.min for masked keys, and XLA fuses the addition into the softmax's loop
         bias = jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min)  # (b, 1, 1 or q, k)
         weights = jax.nn.softmax(scores + bias, axis=-1)  # (b, H, q, k)
         if iv.disabled_heads is not None:
-            uniform = mask / mask.sum(-1, keepdims=True)  # (b, 1, 1 or q, k)  Kovaleva's disabled head
+            uniform = mask / jnp.maximum(mask.sum(-1, keepdims=True), 1)  # (b, 1, 1 or q, k)  Kovaleva's disabled head
             weights = jnp.where(_per_head(iv.disabled_heads), uniform, weights)  # (b, H, q, k)
         weights = iv.patched("weights", weights)  # (b, H, q, k)
         internal_weights = weights
@@ -107,10 +123,12 @@ def _receivers(attn: MultiHeadAttention, q, k, v, patch: dict):
         q = blend(q, attn.query(x.astype(q.dtype)), where[:, None, :, None])  # (b, q, H, d_h)
     if "key_input" in patch:
         x, where = patch["key_input"]
-        k = blend(k, jnp.moveaxis(attn.key(x.astype(k.dtype)), 2, 1), where[:, :, None, None])  # (b, H, k, d_h)
+        k = blend(k, attn.per_query_head(jnp.moveaxis(attn.key(x.astype(k.dtype)), 2, 1)),
+                  where[:, :, None, None])  # (b, H, k, d_h)
     if "value_input" in patch:
         x, where = patch["value_input"]
-        v = blend(v, jnp.moveaxis(attn.value(x.astype(v.dtype)), 2, 1), where[:, :, None, None])  # (b, H, k, d_h)
+        v = blend(v, attn.per_query_head(jnp.moveaxis(attn.value(x.astype(v.dtype)), 2, 1)),
+                  where[:, :, None, None])  # (b, H, k, d_h)
     return q, k, v
 
 
@@ -130,7 +148,7 @@ def post_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, i
     y, internals = attn(x, k, v, allowed, iv, dropout_rate=attention_dropout, rng=r[0],
                         score_bias=score_bias)  # (b, q, D)
     pre_ln = x + dropout(y, dropout_rate, r[1])  # (b, q, D)
-    h = ln(pre_ln, _sigma(pre_ln, ln.eps, iv))  # (b, q, D)
+    h = ln(pre_ln, _sigma(pre_ln, ln, iv))  # (b, q, D)
     internals.update(residual=x, pre_ln=pre_ln, attention_ln_out=h)
     return h, internals
 
@@ -144,10 +162,10 @@ def post_ln_ffn(ffn_in: Dense, ffn_out: Dense, ln: LayerNorm, h, iv: Interventio
     ``layer_output`` (out) apply here (``jattn.nn.interventions.PATCH_SITES``)."""
     r = split_rng(rng, 2)
     h = iv.patched("ffn_residual", h)  # (b, n, D)
-    a = ACT[activation](ffn_in(h))  # (b, n, F)
+    a = ffn_hidden(ffn_in, h, activation)  # (b, n, F)
     y = iv.patched("ffn_output", ffn_out(dropout(a, activation_dropout, r[0])))  # (b, n, D)
     pre_ln = h + dropout(y, dropout_rate, r[1])  # (b, n, D)
-    out = iv.patched("layer_output", ln(pre_ln, _sigma(pre_ln, ln.eps, iv)))  # (b, n, D)
+    out = iv.patched("layer_output", ln(pre_ln, _sigma(pre_ln, ln, iv)))  # (b, n, D)
     return out, {"ffn_activation": a, "ffn_output": y, "ffn_pre_ln": pre_ln}
 
 
@@ -165,7 +183,7 @@ def pre_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, iv
     r = split_rng(rng, 2)
     patched = iv.patched("residual", x)  # (b, q, D)
     self_attention, x = kv is x, patched
-    u = ln(x, _sigma(x, ln.eps, iv))  # (b, q, D)
+    u = ln(x, _sigma(x, ln, iv))  # (b, q, D)
     kv = u if self_attention else kv
     k, v = attn.keys_values(kv) if not isinstance(kv, tuple) else kv
     y, internals = attn(u, k, v, allowed, iv, dropout_rate=attention_dropout, rng=r[0],
@@ -183,7 +201,7 @@ def pre_ln_ffn(ffn_in: Dense, ffn_out: Dense, ln: LayerNorm, h, iv: Intervention
     ``post_ln_ffn``'s."""
     r = split_rng(rng, 2)
     h = iv.patched("ffn_residual", h)  # (b, n, D)
-    a = ACT[activation](ffn_in(ln(h, _sigma(h, ln.eps, iv))))  # (b, n, F)
+    a = ffn_hidden(ffn_in, ln(h, _sigma(h, ln, iv)), activation)  # (b, n, F)
     y = iv.patched("ffn_output", ffn_out(dropout(a, activation_dropout, r[0])))  # (b, n, D)
     out = iv.patched("layer_output", h + dropout(y, dropout_rate, r[1]))  # (b, n, D)
     return out, {"ffn_activation": a, "ffn_output": y, "ffn_pre_ln": h}
@@ -192,18 +210,19 @@ def pre_ln_ffn(ffn_in: Dense, ffn_out: Dense, ln: LayerNorm, h, iv: Intervention
 SUBLAYERS = {"post": (post_ln_attention, post_ln_ffn), "pre": (pre_ln_attention, pre_ln_ffn)}  # by norm_position
 
 
-def _sigma(pre_ln, eps, iv: Interventions):
-    """The LayerNorm's σ with its gradient stopped when ``iv.detach_ln``; else None (the
-    LayerNorm computes it)."""
-    return jax.lax.stop_gradient(ln_sigma(pre_ln, eps)) if iv.detach_ln else None  # (b, n, 1)
+def _sigma(pre_ln, ln, iv: Interventions):
+    """The normaliser ``ln``'s divisor of ``pre_ln`` (its σ) with its gradient stopped when
+    ``iv.detach_ln``; else None (the normaliser computes it)."""
+    return jax.lax.stop_gradient(ln.sigma(pre_ln)) if iv.detach_ln else None  # (b, n, 1)
 
 
 def block_view(attn: MultiHeadAttention, ln: LayerNorm, ffn_ln: LayerNorm | None = None) -> dict:
     """The parameters the norm-based methods read for one attention sublayer (stacked or not):
     ``out_kernel`` W_O (…, H, d_h, D), ``out_bias`` b_O, ``ln_scale`` γ, ``ln_bias`` β (…, D), and
     ``ffn_ln_scale`` (the next LayerNorm's γ) when given."""
-    view = {"out_kernel": attn.out.kernel[...], "out_bias": attn.out.bias[...],
-            "ln_scale": ln.scale[...], "ln_bias": ln.bias[...]}
+    out_bias = jnp.zeros(attn.out.kernel.shape[:-3] + attn.out.kernel.shape[-1:]) if attn.out.bias is None \
+        else attn.out.bias[...]  # (…, D): zeros without a bias
+    view = {"out_kernel": attn.out.kernel[...], "out_bias": out_bias, "ln_scale": ln.scale[...], "ln_bias": ln.beta()}
     if ffn_ln is not None:
         view["ffn_ln_scale"] = ffn_ln.scale[...]
     return view

@@ -69,6 +69,19 @@ class PrunedHeads:
 
 
 @dataclasses.dataclass(frozen=True)
+class DisentangledAttention:
+    """Disentangled attention's position terms (He et al. 2021, DeBERTa, Eq. 4; ``jattn.nn.positions``)."""
+
+    terms: tuple[str, ...]  # ("c2p", "p2c") or a part: content→position, position→content; (): none
+    scale_factor: int  # scores / sqrt(d_h · scale_factor); DeBERTa: 1 + the number of position terms
+    span: int  # k: 2k relative embeddings, shared by the layers; distances clamped into [−k, k)
+    buckets: int = 0  # logarithmic buckets of the distance (``position_buckets``); 0: the distance itself
+    max_position: int = 0  # the distance the log buckets reach (``max_relative_positions``)
+    layer_norm: bool = False  # a LayerNorm on the relative embeddings (``norm_rel_ebd: layer_norm``)
+    shared_projections: bool = False  # the layer's W_q, W_k project them (v3's ``share_att_key``)
+
+
+@dataclasses.dataclass(frozen=True)
 class EncoderConfig:
     """A post-LayerNorm Transformer encoder with learned positions (Devlin et al. 2019).
 
@@ -93,7 +106,7 @@ class EncoderConfig:
     with_pooler: bool = False  # the checkpoint has BERT's pooler (set by the converter)
     with_mlm_head: bool = False  # the checkpoint has a masked-LM head (set by the converter)
     # the masked-LM head's output matrix is the word-embedding table (config.json tie_word_embeddings);
-    # False: a decoder matrix (V, D) of its own (jattn.nn.heads.MLMHead)
+    # False: a decoder matrix (V, E) of its own (jattn.nn.heads.MLMHead; E the embedding width)
     tied_mlm_decoder: bool = True
     mlm_activation: str | None = None  # the masked-LM transform's nonlinearity; None: hidden_act
     # the checkpoint has a replaced-token-detection head, one logit per token (Clark et al. 2020; set by the converter)
@@ -102,6 +115,8 @@ class EncoderConfig:
     pruned: PrunedHeads | None = None  # physically pruned heads (config.json "pruned_heads"; jattn.sweeps.pruning)
     positions: str = "absolute"  # "absolute": 0..n-1; "after_padding": pad+1+count of real tokens, pad on padding
     classifier: str = "pooler"  # "pooler": W·pooler(h_0) + b; "dense_tanh": W_o·tanh(W_d·h_0 + b_d) + b_o
+    # ("dense_relu": W_o·relu(W_d·h_0 + b_d) + b_o; jattn.nn.heads.ClassificationHead)
+    classifier_dropout: float | None = None  # the classification head's dropout rate; None: hidden_dropout
     # an additive relative-position score bias (jattn.nn.relative): a learned (buckets, H) table shared
     # by the layers, B[bucket(j − i), h] added to every layer's scores; 0 buckets: none
     relative_position_buckets: int = 0
@@ -110,16 +125,63 @@ class EncoderConfig:
     # x + sublayer(LN(x)) (Xiong et al. 2020; jattn.nn.attention.SUBLAYERS)
     norm_position: str = "post"
     final_norm: bool = False  # a LayerNorm on the last layer's output, which the heads read (pre-LN stacks)
+    # False: layer 0's attention reads its input as is, no LayerNorm (pre-LN stacks whose embeddings end in one)
+    first_attention_norm: bool = True
+    # rotary position embeddings on queries and keys (Su et al. 2021; jattn.nn.rotary): the base of the
+    # angles in layers without a window, and in windowed layers (0: rotary_theta); 0: no rotary
+    rotary_theta: float = 0.0
+    local_rotary_theta: float = 0.0
+    # per layer, the largest |i − j| a query i may attend to (a local attention window, keys beyond it
+    # masked; jattn.nn.layer_terms); 0: the whole sequence. (): every layer global
+    attention_radius: tuple[int, ...] = ()
+    gated_ffn: bool = False  # the FFN's W_1 gives input u and gate g (2F): act(u) * g (Shazeer 2020, GLU variants)
+    attention_bias: bool = True  # biases of the attention projections (False: none)
+    ffn_bias: bool = True  # biases of the FFN's W_1, W_2 (False: none)
+    norm_bias: bool = True  # the LayerNorms' β (False: none, γ only)
+    head_bias: bool = True  # the masked-LM transform's / the classification head's dense bias (False: none)
+    mlm_output_bias: bool = True  # the masked-LM logits' bias (V,) (False: none)
     # width E of the embedding tables; None: hidden_size. When E != D a learned projection E -> D
     # follows the embedding LayerNorm (Clark et al. 2020's small embeddings)
     embedding_size: int | None = None
     # token rows a layer runs on at once (strided chunks of the batch, jattn.nn.engine.chunk_count);
     # 0: the whole batch; None: the backend's default (jattn.nn.engine.chunk_rows). Results are equal.
     chunk_rows: int | None = None
+    # content-dependent relative-position score terms (jattn.nn.positions, DeBERTa); None: none
+    disentangled: DisentangledAttention | None = None
+    position_embeddings: bool = True  # a learned absolute position table added to the word embeddings
+    mask_embeddings: bool = False  # the embedding output multiplied by attention_mask (padding rows 0)
+    pooler_activation: str = "tanh"  # the pooler's nonlinearity, tanh(W h_0 + b) (BERT); or a name in ACT
+    # a causal language model (Radford et al. 2019): query i attends to keys j <= i only, in every layer and
+    # every path that runs one (jattn.nn.layer_terms); its head is next-token logits (jattn.nn.heads.LMHead)
+    causal: bool = False
+    tied_lm_head: bool = True  # the LM head's matrix is the word-embedding table (False: a (V, D) matrix of its own)
+    # key/value heads H_kv of grouped-query attention (Ainslie et al. 2023): query head h reads key/value head
+    # h // (H / H_kv) (``kv_head``); 0: H (multi-head attention)
+    num_kv_heads: int = 0
+    attention_head_dim: int = 0  # d_h when it is not D / H (Llama's ``head_dim``); 0: D / H
+    attention_out_bias: bool | None = None  # the output projection's bias; None: as attention_bias (Qwen2: none)
+    norm: str = "layer"  # every normaliser: "layer" LayerNorm, "rms" RMSNorm (jattn.nn.layers.NORMS)
+    norm_offset: float = 0.0  # RMSNorm's scale is offset + γ (Gemma: 1)
+    embedding_norm: bool = True  # a normaliser on the embeddings (False: none, GPT-2's and Llama's)
+    embedding_scale: float = 1.0  # the word embeddings multiplied by it (Gemma: sqrt(D))
+    bos_token_id: int | None = None  # the first token of a prompt (a causal LM's generation)
+    eos_token_id: int | None = None  # generation stops at it (a causal LM's generation)
 
     @property
     def head_dim(self) -> int:
+        if self.attention_head_dim:
+            return self.attention_head_dim
         return self.hidden_size // (self.pruned.heads if self.pruned else self.num_heads)
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads per layer: ``num_kv_heads``, or H (multi-head attention)."""
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def kv_head(self) -> tuple[int, ...]:
+        """The key/value head each query head reads (grouped-query attention: h // (H / H_kv))."""
+        return tuple(h // (self.num_heads // self.kv_heads) for h in range(self.num_heads))
 
     @property
     def max_length(self) -> int:
@@ -131,12 +193,13 @@ class EncoderConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Seq2SeqConfig:
-    """A post-LayerNorm encoder–decoder Transformer (Vaswani et al. 2017).
+    """An encoder–decoder Transformer (Vaswani et al. 2017), post- or pre-LayerNorm.
 
     What differs between families is data set by each family's spec (``jattn.families``): the
     position scheme (``positions``: sinusoid tables or a learned table per side), a LayerNorm on
-    the embeddings, shared or separate embedding tables, a tied or separate output projection, a
-    ``final_logits_bias``, and the decoder mask HF applies when none is given.
+    the embeddings, where the blocks' LayerNorms sit and a final LayerNorm on each stack's output
+    (``norm_position``, ``final_norm``), shared or separate embedding tables, a tied or separate
+    output projection, a ``final_logits_bias``, and the decoder mask HF applies when none is given.
     """
 
     model_type: str  # the Hugging Face model_type it was read from (names the family; never branched on)
@@ -171,6 +234,11 @@ class Seq2SeqConfig:
     decoder_mask: str = "pad"  # the default decoder mask: "pad" masks pad tokens, "all" attends everywhere
     position_offset: int = 0  # "learned" positions: the table row of position 0 (rows before it unused)
     embedding_ln: bool = False  # a LayerNorm on token + position embedding, one per side (before dropout)
+    # where each block's LayerNorms sit: "post" LN(x + sublayer(x)) (Vaswani et al. 2017), "pre"
+    # x + sublayer(LN(x)) (Xiong et al. 2020; jattn.nn.attention.SUBLAYERS)
+    norm_position: str = "post"
+    # a LayerNorm on each stack's last layer output (encoder and decoder; pre-LN stacks, Liu et al. 2020)
+    final_norm: bool = False
 
     @property
     def encoder_head_dim(self) -> int:
@@ -257,26 +325,33 @@ def seq2seq_config(hf: dict[str, Any], *, default_activation: str, vocab_sizes: 
                    **scheme) -> Seq2SeqConfig:
     """A ``Seq2SeqConfig`` from a Hugging Face ``config.json`` dict, refusing what jattn does not
     implement; a family's spec passes its defaults, its (source, target) vocabulary sizes and the
-    fields it decides (``positions``, ``position_offset``, ``embedding_ln``, ``shared_embeddings``,
-    ``tie_output``, ``scale_embedding``, ``final_logits_bias``, ``decoder_mask``).
-    (``Seq2SeqModel`` applies a folder's ``generation_config.json`` on top.)"""
+    fields it decides (``positions``, ``position_offset``, ``embedding_ln``, ``norm_position``,
+    ``final_norm``, ``shared_embeddings``, ``tie_output``, ``scale_embedding``, ``final_logits_bias``,
+    ``decoder_mask``). (``Seq2SeqModel`` applies a folder's ``generation_config.json`` on top.)"""
     act = hf.get("activation_function", default_activation)
     if act not in ACTIVATIONS:
         raise ConfigError(f"unsupported activation_function {act!r}; supported: {', '.join(ACTIVATIONS)}")
     for key in ("encoder_layerdrop", "decoder_layerdrop"):
         if hf.get(key, 0.0):
-            raise ConfigError(f"{key}={hf[key]} is not supported (LayerDrop); set it to 0.0")
+            raise ConfigError(f"{key}={hf[key]} is not supported (LayerDrop, Fan et al. 2020: jattn runs every "
+                              f"layer). Fix: set {key} to 0.0 in config.json (HF skips layers only in training, "
+                              "so evaluation is unchanged)")
     # Fields of older configs (transformers 3/4) that name the block layout: they must describe
-    # what the family's scheme computes (pre-LayerNorm blocks and final LayerNorms are not implemented).
-    learned = scheme.get("positions") == "learned"
-    layout = {"normalize_before": False, "add_final_layer_norm": False,
+    # what the family's scheme computes.
+    learned, pre = scheme.get("positions") == "learned", scheme.get("norm_position", "post") == "pre"
+    if scheme.get("norm_position", "post") not in ("post", "pre"):
+        raise ValueError(f"norm_position must be 'post' or 'pre', got {scheme['norm_position']!r}")
+    layout = {"normalize_before": pre, "add_final_layer_norm": bool(scheme.get("final_norm", False)),
               "normalize_embedding": bool(scheme.get("embedding_ln", False)), "static_position_embeddings": not learned}
     if learned:
         layout["extra_pos_embeddings"] = scheme.get("position_offset", 0)
     for key, ok in layout.items():
         if hf.get(key, ok) != ok:
+            blocks = (f"{'pre' if pre else 'post'}-LayerNorm blocks, "
+                      f"{'a' if layout['add_final_layer_norm'] else 'no'} final LayerNorm")
             raise ConfigError(f"config.json {key}={hf[key]!r} is not supported for {hf.get('model_type')}: jattn "
-                              f"runs this family with {key}={ok!r} (post-LayerNorm blocks, no final LayerNorm)")
+                              f"runs this family with {key}={ok!r} ({blocks}). Fix: check that the checkpoint is "
+                              f"a {hf.get('model_type')} model, then set {key} to {ok!r} or remove it")
     if hf["d_model"] % 2 and not learned:
         raise ConfigError(f"d_model={hf['d_model']} must be even for sinusoidal positions")
     for side in ("encoder", "decoder"):
@@ -290,6 +365,12 @@ def seq2seq_config(hf: dict[str, Any], *, default_activation: str, vocab_sizes: 
     if any(isinstance(x, list) for x in (eos, forced, forced_bos)):
         raise ConfigError("a list of eos_token_id / forced_eos_token_id / forced_bos_token_id is not supported; "
                           "use one id")
+    start = hf.get("decoder_start_token_id")
+    start = hf.get("bos_token_id") if start is None else start  # HF generate's fallback
+    if start is None:
+        raise ConfigError(f"config.json has neither decoder_start_token_id nor bos_token_id, so a "
+                          f"{hf.get('model_type')} decoder has no first token. Fix: set decoder_start_token_id "
+                          "in config.json")
     heads = {"encoder": hf["encoder_attention_heads"], "decoder": hf["decoder_attention_heads"]}
     pruned = Seq2SeqConfig.read_pruned(hf) if hf.get("jattn_pruned_heads") else None
     if pruned:
@@ -300,7 +381,7 @@ def seq2seq_config(hf: dict[str, Any], *, default_activation: str, vocab_sizes: 
         encoder_heads=heads["encoder"], decoder_heads=heads["decoder"], pruned=pruned,
         encoder_ffn_dim=hf["encoder_ffn_dim"], decoder_ffn_dim=hf["decoder_ffn_dim"], activation=act,
         max_position_embeddings=hf["max_position_embeddings"], pad_token_id=hf["pad_token_id"], eos_token_id=eos,
-        decoder_start_token_id=hf["decoder_start_token_id"], forced_eos_token_id=forced, forced_bos_token_id=forced_bos,
+        decoder_start_token_id=start, forced_eos_token_id=forced, forced_bos_token_id=forced_bos,
         bad_token_ids=tuple(sorted(w[0] for w in bad)),
         dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
         activation_dropout=hf.get("activation_dropout", 0.0), **scheme,

@@ -18,6 +18,7 @@ length; callers trim to HF's layout with ``trim``.
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import jax
@@ -46,9 +47,9 @@ def init_state(params, config: Seq2SeqConfig, input_ids, attention_mask, iv, max
 
 
 def decoder_step(params, config: Seq2SeqConfig, tokens, pos, cache, src_mask, iv):
-    """One decoder position for every row, through the same post-LN sublayers as the
-    teacher-forced forward. tokens (B,) at position ``pos`` (0-based) -> (logits (B, V)
-    float32, updated cache)."""
+    """One decoder position for every row, through the same sublayers (post- or pre-LN) and
+    final LayerNorm as the teacher-forced forward. tokens (B,) at position ``pos`` (0-based) ->
+    (logits (B, V) float32, updated cache)."""
     model = module(params, config)
     T = cache["self_k"].shape[3]
     y = model.embeddings(tokens[:, None], "target", cache["self_k"].dtype, None, offset=pos)  # (B, 1, D)
@@ -60,7 +61,7 @@ def decoder_step(params, config: Seq2SeqConfig, tokens, pos, cache, src_mask, iv
     def layer(y, xs):
         state, k_c, v_c, ck, cv, s_self, s_cross = xs
         lay = nnx.merge(graphdef, state)
-        k_new, v_new = lay.self_attn.keys_values(y)  # (B, H, 1, d_h)
+        k_new, v_new = lay.self_keys_values(y)  # (B, H, 1, d_h)
         k_c = jax.lax.dynamic_update_slice_in_dim(k_c, k_new.astype(k_c.dtype), pos, axis=2)  # (B, H, T, d_h)
         v_c = jax.lax.dynamic_update_slice_in_dim(v_c, v_new.astype(v_c.dtype), pos, axis=2)
         h, _ = lay.attend("self", y, (k_c, v_c), seen, iv_self.for_layer(*s_self), None)  # (B, 1, D)
@@ -70,7 +71,7 @@ def decoder_step(params, config: Seq2SeqConfig, tokens, pos, cache, src_mask, iv
     xs = (stacked, cache["self_k"], cache["self_v"], cache["cross_k"], cache["cross_v"],
           iv_self.layer_slices(), iv_cross.layer_slices())
     y, (k, v) = jax.lax.scan(layer, y, xs)
-    return model.logits(y)[:, 0], dict(cache, self_k=k, self_v=v)  # (B, V)
+    return model.logits(model.decoder.final(y))[:, 0], dict(cache, self_k=k, self_v=v)  # (B, V)
 
 
 def process(config: Seq2SeqConfig, scores, cur_len, max_length):
@@ -196,15 +197,22 @@ def trim(ids, lengths) -> np.ndarray:
 
 
 def generate(params, config: Seq2SeqConfig, input_ids, attention_mask, *, num_beams: int = 1, max_length: int,
-             length_penalty: float = 1.0, interventions=None, dtype=jnp.float32):
+             length_penalty: float = 1.0, interventions=None, dtype=jnp.float32, forced_bos_token_id=None):
     """Translate a padded batch; returns HF-layout ids (b, n ≤ max_length), starting with the
     decoder start token and padded with ``pad_token_id`` after EOS, as a numpy array. Under a
     trace (``jax.jit``, ``vmap``) the rows' lengths are unknown values: the ids come untrimmed,
     (b, max_length), the columns past the longest row holding HF's fill (``pad_token_id`` or,
     when that is 0, ``eos_token_id``). ``interventions``: {"encoder"|"decoder"|"cross":
     Interventions} with per-head (L, H) gates / disabled heads, checked here; traced ones must
-    come checked (``Seq2SeqModel.generate`` does). On a mesh with Explicit axes the search runs
-    with them Auto (``jattn.nn.state.on_auto_axes``)."""
+    come checked (``Seq2SeqModel.generate`` does). ``forced_bos_token_id``: the first generated
+    token of this call in place of the config's (a multilingual model's target language code, as
+    HF ``generate(forced_bos_token_id=...)``). On a mesh with Explicit axes the search runs with
+    them Auto (``jattn.nn.state.on_auto_axes``)."""
+    if forced_bos_token_id is not None:
+        if not 0 <= int(forced_bos_token_id) < config.tgt_vocab_size:
+            raise ValueError(f"forced_bos_token_id={forced_bos_token_id} is not a target token id (0.."
+                             f"{config.tgt_vocab_size - 1}). Fix: the id of the target language code")
+        config = dataclasses.replace(config, forced_bos_token_id=int(forced_bos_token_id))
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(interventions))
     iv = interventions if traced else check_interventions(config, interventions)
     for kind, one in iv.items():

@@ -32,10 +32,12 @@ class Embeddings(nnx.Module):
     def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
         E, D = config.embedding_size or config.hidden_size, config.hidden_size
         self.word = param(rngs, (config.vocab_size, E), "normal", STD)
-        self.position = param(rngs, (config.max_position_embeddings, E), "normal", STD)
+        self.position = (param(rngs, (config.max_position_embeddings, E), "normal", STD)
+                         if config.position_embeddings else None)  # None: no absolute positions (DeBERTa-v3)
         # no table when the family has no token types (type_vocab_size 0): their ids are ignored
         self.token_type = param(rngs, (config.type_vocab_size, E), "normal", STD) if config.type_vocab_size else None
-        self.ln = LayerNorm(E, config.layer_norm_eps)
+        # none on a causal LM's embeddings (GPT-2, Llama: config.embedding_norm False)
+        self.ln = LayerNorm(E, config.layer_norm_eps, bias=config.norm_bias) if config.embedding_norm else None
         self.project = Dense((E,), (D,), rngs=rngs, std=STD) if E != D else None
         self.config = config
 
@@ -44,11 +46,16 @@ class Embeddings(nnx.Module):
         place (positions then count the tokens ``attention_mask`` marks real, for after_padding);
         + positions + token types, LayerNorm, dropout, the projection E -> D -> (b, n, D)."""
         words, real = self.words(batch)  # (b, n, E), (b, n)
-        x = words + state.lookup(self.position[...], positions(self.config, real))  # (b, n, E)
+        if self.config.embedding_scale != 1.0:  # Gemma's √D (Gemma Team 2024), in float32 here
+            words = words * jnp.asarray(self.config.embedding_scale, words.dtype)  # (b, n, E)
+        x = words if self.position is None else words + state.lookup(self.position[...], positions(self.config, real))
         if self.token_type is not None:
             types = batch.get("token_type_ids")
             x = x + state.lookup(self.token_type[...], jnp.zeros(real.shape, jnp.int32) if types is None else types)
-        x = dropout(self.ln(x).astype(dtype), self.config.hidden_dropout, rng)  # (b, n, E)
+        x = (x if self.ln is None else self.ln(x)).astype(dtype)  # (b, n, E)
+        if self.config.mask_embeddings:  # padding rows zeroed, as DeBERTa's embeddings do
+            x = x * batch["attention_mask"][..., None].astype(dtype)  # (b, n, E)
+        x = dropout(x, self.config.hidden_dropout, rng)  # (b, n, E)
         return x if self.project is None else self.project(x)  # (b, n, D)
 
     def words(self, batch: dict) -> tuple[jax.Array, jax.Array]:

@@ -43,15 +43,17 @@ from jattn.nn.interventions import NONE, Interventions
 from jattn.nn.attention import SUBLAYERS, MultiHeadAttention, block_view
 from jattn.nn import state
 from jattn.nn.relative import relative_position_bias
+from jattn.nn.positions import layer_scores, position_projections, relative_embeddings
 from jattn.nn.engine import chunk_rows, chunked, run_stack
+from jattn.nn.layer_terms import attention_norm, layer_terms
 from jattn.nn.embeddings import Embeddings
-from jattn.nn.heads import STD, ClassificationHead, MLMHead, ReplacedTokenHead
-from jattn.nn.layers import Dense, LayerNorm, dropout_key, param, split_rng
+from jattn.nn.heads import STD, ClassificationHead, LMHead, MLMHead, ReplacedTokenHead
+from jattn.nn.layers import ACT, Dense, dropout_key, norm_module, param, split_rng
 
 INTERNALS = ("weights", "values", "context", "output", "residual", "pre_ln", "attention_ln_out", "ffn_activation",
              "ffn_output", "ffn_pre_ln")
 # the checkpoint's own heads' outputs a forward returns when asked (``heads=``): (b, n, V) and (b, n)
-HEADS = ("mlm_logits", "replaced_token_logits")
+HEADS = ("mlm_logits", "replaced_token_logits", "lm_logits")  # lm_logits: a causal LM's (b, n, V)
 
 
 class EncoderLayer(nnx.Module):
@@ -60,12 +62,17 @@ class EncoderLayer(nnx.Module):
     as ``config.norm_position`` says (``jattn.nn.attention.SUBLAYERS``)."""
 
     def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs, stack: tuple = ()):
-        D, H, F, eps = config.hidden_size, config.num_heads, config.intermediate_size, config.layer_norm_eps
-        self.attention = MultiHeadAttention(D, H, rngs=rngs, stack=stack, std=STD, head_dim=config.head_dim)
-        self.attention_ln = LayerNorm(D, eps, stack=stack)
-        self.ffn_in = Dense((D,), (F,), rngs=rngs, stack=stack, out_names=("model",), std=STD)
-        self.ffn_out = Dense((F,), (D,), rngs=rngs, stack=stack, in_names=("model",), std=STD)
-        self.ffn_ln = LayerNorm(D, eps, stack=stack)
+        D, H, F = config.hidden_size, config.num_heads, config.intermediate_size
+        self.attention = MultiHeadAttention(D, H, rngs=rngs, stack=stack, std=STD, head_dim=config.head_dim,
+                                            bias=config.attention_bias, kv_heads=config.kv_heads,
+                                            out_bias=config.attention_out_bias)
+        self.attention_ln = norm_module(config, D, stack)  # LayerNorm or RMSNorm (config.norm)
+        gated = (2,) if config.gated_ffn else ()  # a gated FFN's W_1: input and gate (2, F)
+        self.ffn_in = Dense((D,), (*gated, F), rngs=rngs, stack=stack, out_names=(*(None,) * len(gated), "model"),
+                            std=STD, bias=config.ffn_bias)
+        self.ffn_out = Dense((F,), (D,), rngs=rngs, stack=stack, in_names=("model",), std=STD, bias=config.ffn_bias)
+        self.ffn_ln = norm_module(config, D, stack)
+        self.positions = position_projections(config, rngs=rngs, stack=stack, std=STD)  # DeBERTa's W_{k,r}, W_{q,r}
         self.config = config
 
     def __call__(self, x, allowed, iv: Interventions, rng, score_bias=None):
@@ -73,7 +80,7 @@ class EncoderLayer(nnx.Module):
         ``score_bias`` (H, n, n) or None (``Encoder.score_bias``)."""
         c, r = self.config, split_rng(rng, 2)
         attention, ffn_sublayer = SUBLAYERS[c.norm_position]
-        h, internals = attention(self.attention, self.attention_ln, x, x, allowed, iv,
+        h, internals = attention(self.attention, attention_norm(self.attention_ln, score_bias), x, x, allowed, iv,
                                          attention_dropout=c.attention_dropout, dropout_rate=c.hidden_dropout,
                                          rng=r[0], score_bias=score_bias)  # (b, n, D)
         out, ffn = ffn_sublayer(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
@@ -87,8 +94,9 @@ class EncoderLayer(nnx.Module):
         c = self.config
         attention, ffn_sublayer = SUBLAYERS[c.norm_position]
         row_bias = None if score_bias is None else score_bias[:, :1]  # (H, 1, n)
-        kv = x if c.norm_position == "post" else self.attention.keys_values(self.attention_ln(x))  # pre-LN: LN(x)
-        h, _ = attention(self.attention, self.attention_ln, x[:, :1], kv, allowed, iv,
+        ln = attention_norm(self.attention_ln, score_bias)  # the LayerNorm, or the identity where switched off
+        kv = x if c.norm_position == "post" else self.attention.keys_values(ln(x))  # pre-LN: LN(x)
+        h, _ = attention(self.attention, ln, x[:, :1], kv, allowed, iv,
                          attention_dropout=0.0, dropout_rate=0.0, score_bias=row_bias)  # (b, 1, D)
         out, _ = ffn_sublayer(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
                               activation_dropout=0.0, dropout_rate=0.0)  # (b, 1, D)
@@ -121,8 +129,10 @@ class Encoder(nnx.Module):
         heads = config.pruned.heads if config.pruned else config.num_heads  # the table's heads: never pruned
         self.relative_bias = (param(rngs, (config.relative_position_buckets, heads), "normal", STD)
                               if config.relative_position_buckets else None)
+        self.relative_embeddings = relative_embeddings(config, rngs=rngs, std=STD)  # (2k, D) jattn.nn.positions
         # a LayerNorm on the last layer's output (pre-LN stacks: Xiong et al. 2020); the heads read its output
-        self.final_ln = LayerNorm(D, config.layer_norm_eps) if config.final_norm else None
+        self.final_ln = norm_module(config, D) if config.final_norm else None
+        self.lm_head = LMHead(config, rngs=rngs) if config.causal else None  # next-token logits (jattn.nn.heads)
         self.pooler = Dense((D,), (D,), rngs=rngs, std=STD) if config.with_pooler else None
         self.mlm_head = MLMHead(config, rngs=rngs) if config.with_mlm_head else None
         if config.num_labels and config.classifier == "pooler" and not config.with_pooler:
@@ -250,7 +260,13 @@ class Encoder(nnx.Module):
     def score_bias(self, layer, n: int) -> jax.Array | None:
         """Layer ``layer``'s (an int, or traced) additive score bias on n positions (H, n, n),
         float32 (``jattn.nn.relative``), or None without one. The table is indexed by the
-        original heads; a pruned layer reads its kept heads' columns, a padding slot none (0)."""
+        original heads; a pruned layer reads its kept heads' columns, a padding slot none (0).
+        With rotary positions, a local window or a switched-off LayerNorm: ``LayerTerms``
+        (``jattn.nn.layer_terms``), which the attention reads."""
+        if (terms := layer_terms(self.config, layer, n)) is not None:
+            return terms
+        if self.config.disentangled is not None:  # content-dependent terms (jattn.nn.positions)
+            return layer_scores(self.config, self.relative_embeddings, self.layers, layer, n)
         if self.relative_bias is None:
             return None
         table = self.relative_bias[...]  # (R, H)
@@ -270,7 +286,8 @@ class Encoder(nnx.Module):
 
     def pool(self, hidden: jax.Array) -> jax.Array:
         """BERT pooler: tanh(W h_[CLS] + b). hidden (b, n, D) -> (b, D)."""
-        return jnp.tanh(self.pooler(hidden[:, 0]))
+        act = jnp.tanh if self.config.pooler_activation == "tanh" else ACT[self.config.pooler_activation]
+        return act(self.pooler(hidden[:, 0]))  # (b, D)
 
     def mlm_logits(self, hidden: jax.Array) -> jax.Array:
         """Masked-LM head (BERT ``cls.predictions`` / RoBERTa ``lm_head``), its decoder the word
@@ -284,7 +301,8 @@ class Encoder(nnx.Module):
         """The outputs of the heads named in ``heads`` (``HEADS``) on the last hidden state (b, n, D)."""
         if unknown := [h for h in heads if h not in HEADS]:
             raise ValueError(f"unknown heads {unknown}; available: {HEADS}")
-        present = {"mlm_logits": self.mlm_head, "replaced_token_logits": self.replaced_token_head}
+        present = {"mlm_logits": self.mlm_head, "replaced_token_logits": self.replaced_token_head,
+                   "lm_logits": self.lm_head}
         if missing := [h for h in heads if present[h] is None]:
             raise ValueError(f"heads={tuple(heads)}: this checkpoint has no head for {missing} (config."
                              "with_mlm_head, config.with_replaced_token_head). Fix: leave them out of heads, or "
@@ -292,6 +310,8 @@ class Encoder(nnx.Module):
         out = {"mlm_logits": self.mlm_logits(hidden)} if "mlm_logits" in heads else {}  # (b, n, V)
         if "replaced_token_logits" in heads:
             out["replaced_token_logits"] = self.replaced_token_head(hidden)  # (b, n)
+        if "lm_logits" in heads:
+            out["lm_logits"] = self.lm_head(hidden, self.embeddings.word[...])  # (b, n, V)
         return out
 
     def view(self) -> dict:

@@ -211,7 +211,7 @@ def run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, laye
     biases = jax.vmap(score_bias)(jnp.arange(L)) if explicit else None  # (L, H, n, n) or None
 
     def run(stacked, x0, allowed, iv, layer_rngs, biases):
-        bias = score_bias if biases is None else (lambda l: biases[l])
+        bias = score_bias if biases is None else (lambda l: jax.tree.map(lambda a: a[l], biases))  # arrays or pytrees
         return _run_stack(nnx.merge(graphdef, stacked), x0, allowed, iv, layer_rngs, rows, written, layer_totals,
                           bias, unroll)
 

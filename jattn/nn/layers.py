@@ -60,7 +60,8 @@ class Dense(nnx.Module):
     """
 
     def __init__(self, in_shape: tuple, out_shape: tuple, *, rngs: nnx.Rngs, stack: tuple = (),
-                 in_names: tuple | None = None, out_names: tuple | None = None, std: float | None = None):
+                 in_names: tuple | None = None, out_names: tuple | None = None, std: float | None = None,
+                 bias: bool = True):
         fan_in, fan_out = math.prod(in_shape), math.prod(out_shape)
         in_names = in_names or (None,) * len(in_shape)
         out_names = out_names or (None,) * len(out_shape)
@@ -70,7 +71,8 @@ class Dense(nnx.Module):
             self.kernel = param(rngs, shape, "uniform", math.sqrt(6.0 / (fan_in + fan_out)), lead + in_names + out_names)
         else:
             self.kernel = param(rngs, shape, "normal", std, lead + in_names + out_names)
-        self.bias = param(rngs, (*stack, *out_shape), "zeros", sharding=lead + out_names)
+        # bias=False: y = x · kernel, no bias parameter (e.g. Warner et al. 2024's bias-free projections)
+        self.bias = param(rngs, (*stack, *out_shape), "zeros", sharding=lead + out_names) if bias else None
         self.n_in = len(in_shape)
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -81,16 +83,18 @@ class Dense(nnx.Module):
         lead, fan_in = x.shape[:x.ndim - self.n_in], math.prod(x.shape[x.ndim - self.n_in:])
         out_shape = kernel.shape[self.n_in:]
         y = x.reshape(-1, fan_in) @ kernel.reshape(fan_in, -1)  # (rows, fan-out)
-        return y.reshape(*lead, *out_shape) + self.bias[...].astype(x.dtype)  # (*lead, *out_shape)
+        y = y.reshape(*lead, *out_shape)  # (*lead, *out_shape)
+        return y if self.bias is None else y + self.bias[...].astype(x.dtype)  # (*lead, *out_shape)
 
 
 class LayerNorm(nnx.Module):
     """LayerNorm over the last axis, computed in float32 (Ba et al. 2016). scale γ, bias β (D,)."""
 
-    def __init__(self, dim: int, eps: float, *, stack: tuple = ()):
+    def __init__(self, dim: int, eps: float, *, stack: tuple = (), bias: bool = True):
         lead = (None,) * len(stack)
         self.scale = param(None, (*stack, dim), "ones", sharding=lead + (None,))
-        self.bias = param(None, (*stack, dim), "zeros", sharding=lead + (None,))
+        # bias=False: no β (PyTorch's LayerNorm(bias=False)); ``beta`` reads it as zeros
+        self.bias = param(None, (*stack, dim), "zeros", sharding=lead + (None,)) if bias else None
         self.eps = eps
 
     def __call__(self, x: jax.Array, sigma: jax.Array | None = None) -> jax.Array:
@@ -101,8 +105,59 @@ class LayerNorm(nnx.Module):
             normed = centred * jax.lax.rsqrt(jnp.square(centred).mean(-1, keepdims=True) + self.eps)
         else:
             normed = centred / sigma
-        y = normed * self.scale[...] + self.bias[...]
+        y = normed * self.scale[...]
+        y = y if self.bias is None else y + self.bias[...]
         return y.astype(x.dtype)
+
+    def beta(self) -> jax.Array:
+        """β (…, D), zeros for a LayerNorm without one (what the norm-based views read)."""
+        return jnp.zeros_like(self.scale[...]) if self.bias is None else self.bias[...]
+
+    def sigma(self, x: jax.Array) -> jax.Array:
+        """The divisor sqrt(var + eps) this LayerNorm applies to x (…, D) -> (…, 1), float32."""
+        return ln_sigma(x, self.eps)
+
+
+class RMSNorm(nnx.Module):
+    """y = x / sqrt(mean(x²) + eps) ⊙ (offset + γ) over the last axis, computed in float32 (Zhang &
+    Sennrich 2019; T5's and Llama's "LayerNorm": no centring, no β). ``offset`` 1: Gemma's, whose
+    checkpoints store γ − 1. The same interface as ``LayerNorm`` (``sigma``, ``beta``), so the
+    sublayers of ``jattn.nn.attention`` take either."""
+
+    def __init__(self, dim: int, eps: float, *, stack: tuple = (), offset: float = 0.0):
+        lead = (None,) * len(stack)
+        self.scale = param(None, (*stack, dim), "zeros" if offset else "ones", sharding=lead + (None,))
+        self.bias = None
+        self.eps, self.offset = eps, offset
+
+    def __call__(self, x: jax.Array, sigma: jax.Array | None = None) -> jax.Array:
+        """``sigma`` (…, 1), optional, replaces sqrt(mean(x²) + eps) (e.g. a gradient-detached copy)."""
+        x32 = x.astype(jnp.float32)
+        normed = x32 * jax.lax.rsqrt(jnp.square(x32).mean(-1, keepdims=True) + self.eps) if sigma is None else x32 / sigma
+        return (normed * (self.offset + self.scale[...])).astype(x.dtype)
+
+    def beta(self) -> jax.Array:
+        """Zeros (…, D): an RMSNorm has no β."""
+        return jnp.zeros_like(self.scale[...])
+
+    def sigma(self, x: jax.Array) -> jax.Array:
+        """sqrt(mean(x²) + eps) over the last axis, float32. (…, D) -> (…, 1)."""
+        x32 = x.astype(jnp.float32)
+        return jnp.sqrt(jnp.square(x32).mean(-1, keepdims=True) + self.eps)
+
+
+NORMS = {"layer": LayerNorm, "rms": RMSNorm}  # by a config's ``norm`` field
+
+
+def norm_module(config, dim: int, stack: tuple = ()):
+    """The normaliser a config's ``norm`` names (``NORMS``), with its ``layer_norm_eps``: a LayerNorm
+    with β where ``norm_bias``, or an RMSNorm with γ offset ``norm_offset``."""
+    kind = getattr(config, "norm", "layer")
+    if kind not in NORMS:
+        raise ValueError(f"config.norm must be one of {tuple(NORMS)}, got {kind!r}")
+    if kind == "rms":
+        return RMSNorm(dim, config.layer_norm_eps, stack=stack, offset=config.norm_offset)
+    return LayerNorm(dim, config.layer_norm_eps, stack=stack, bias=config.norm_bias)
 
 
 def ln_sigma(x: jax.Array, eps: float) -> jax.Array:

@@ -3,23 +3,25 @@ each encoder–decoder family's spec (``jattn.families``).
 
 As ``jattn.nn.encoder``: the module ``Seq2Seq(config, rngs=...)`` and the pure face
 ``forward(params, config, batch, interventions) -> (outputs, internals)`` with
-``params = nnx.state(model, nnx.Param)``. Every block is post-LayerNorm (the shared sublayers of
-``jattn.nn.attention``). Each stack's L identical layers are created stacked and run with
-``jax.lax.scan``; internals come out as (L, ...) for the three attention types, keyed
+``params = nnx.state(model, nnx.Param)``. Blocks are post-LayerNorm (Vaswani et al. 2017) or
+pre-LayerNorm (Xiong et al. 2020), ``config.norm_position`` choosing the shared sublayers of
+``jattn.nn.attention`` (``SUBLAYERS``); with ``config.final_norm`` a LayerNorm follows each
+stack's last layer (Liu et al. 2020's pre-LN stacks). Each stack's L identical layers are created
+stacked and run with ``jax.lax.scan``; internals come out as (L, ...) for the three attention types, keyed
 ``"encoder"`` (self), ``"decoder"`` (causal self) and ``"cross"`` (decoder queries on encoder
 outputs). Interventions are a mapping with the same keys, each an ``Interventions`` for that
 attention type (missing = none).
 
 Parameters (kernels (in, out); attention kernels split by head, as in the encoder):
-  embeddings: shared (V, D)  or  source (V_src, D) + target (V_tgt, D);
-      with learned positions source_positions, target_positions (offset + P, D);
-      with ``embedding_ln`` source_ln, target_ln (the embedding LayerNorm of each side)
+  embeddings: the token tables, learned positions and embedding LayerNorms
+      (``jattn.nn.seq2seq_embeddings``)
   output (V_tgt, D): the output projection when it is not tied to the target embeddings
   final_logits_bias (V_tgt,): when the config has one
   encoder.layers (leading axis L_enc): self_attn {query, key, value, out}, self_attn_ln,
       ffn_in, ffn_out, ffn_ln
   decoder.layers (leading axis L_dec): self_attn, self_attn_ln, cross_attn, cross_attn_ln,
       ffn_in, ffn_out, ffn_ln
+  encoder.final_ln, decoder.final_ln: with ``final_norm``, the LayerNorm on each stack's output
 Positions are sinusoidal (not parameters, ``sinusoid_table``) or a learned table per side
 (``positions="learned"``, Devlin et al. 2019's absolute positions; row ``position_offset + p``
 for position p, as Lewis et al. 2020's checkpoints number them).
@@ -30,7 +32,6 @@ Either side's input is token ids or their scaled token embeddings (``inputs_embe
 
 from __future__ import annotations
 
-import functools
 from typing import Mapping
 
 import jax
@@ -40,56 +41,16 @@ from flax import nnx
 
 from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.interventions import FFN_SITES, NONE, Interventions
-from jattn.nn.attention import MultiHeadAttention, block_view, post_ln_attention, post_ln_ffn
+from jattn.nn.attention import SUBLAYERS, MultiHeadAttention, block_view
 from jattn.nn.encoder import select
 from jattn.nn import state
 from jattn.nn.engine import layer_loop
-from jattn.nn.layers import Dense, LayerNorm, dropout, dropout_key, param, split_rng
+from jattn.nn.layers import Dense, LayerNorm, dropout_key, param, split_rng
+from jattn.nn.seq2seq_embeddings import (Seq2SeqEmbeddings, position_ids, positions, sinusoid_table,  # noqa: F401
+                                         token_table)
 
 KINDS = ("encoder", "decoder", "cross")
 FFN_INTERNALS = ("ffn_activation", "ffn_output", "ffn_pre_ln")  # a layer's FFN: under "encoder" and "cross"
-
-
-@functools.lru_cache(maxsize=16)
-def sinusoid_table(config: Seq2SeqConfig) -> np.ndarray:
-    """The fixed position table (Vaswani et al. 2017, §3.5), rows indexed by position id.
-
-    vaswani: row p = [sin(p ω_0..ω_{D/2-1}), cos(p ω_0..ω_{D/2-1})], ω_i = 10000^(-2i/D),
-      rows 0..P-1, computed in float64 (HF ``MarianSinusoidalPositionalEmbedding``).
-    tensor2tensor: ω_i = exp(-i log(10000) / (D/2 - 1)), same sin|cos halves, computed in float32,
-      P + pad + 1 rows with the ``pad_token_id`` row zero (tensor2tensor's variant).
-    """
-    D, P = config.d_model, config.max_position_embeddings
-    if config.positions == "vaswani":
-        omega = np.power(10000.0, -2.0 * np.arange(D // 2) / D)  # (D/2,)
-        angles = np.arange(P)[:, None] * omega[None]  # (P, D/2)
-        return np.concatenate([np.sin(angles), np.cos(angles)], 1).astype(np.float32)  # (P, D)
-    n, half = P + config.pad_token_id + 1, D // 2
-    omega = np.exp(np.arange(half, dtype=np.float32) * np.float32(-np.log(10000) / (half - 1)))  # (D/2,)
-    angles = np.arange(n, dtype=np.float32)[:, None] * omega[None]  # (n, D/2) float32
-    table = np.concatenate([np.sin(angles), np.cos(angles)], 1)  # (n, D)
-    table[config.pad_token_id] = 0.0
-    return table
-
-
-def position_ids(config: Seq2SeqConfig, ids: jax.Array, offset=0) -> jax.Array:
-    """``positions`` of token ids (b, n), padding where they are the pad id -> (b, n)."""
-    return positions(config, ids != config.pad_token_id, offset)
-
-
-def positions(config: Seq2SeqConfig, real: jax.Array, offset=0) -> jax.Array:
-    """Row of the position table (``sinusoid_table`` or the learned one) for each token; ``real``
-    (b, n) bool marks the real tokens; ``offset`` = tokens already decoded.
-
-    vaswani: offset + 0..n-1. learned: position_offset + offset + 0..n-1, padding included.
-    tensor2tensor: real tokens numbered from pad+1 (+offset), padding gets the zero row ``pad``
-    — fairseq's ``make_positions``, also in incremental decoding.
-    """
-    if config.positions in ("vaswani", "learned"):
-        start = offset + (config.position_offset if config.positions == "learned" else 0)
-        return jnp.broadcast_to(jnp.arange(real.shape[1]) + start, real.shape)  # (b, n)
-    real = real.astype(jnp.int32)  # (b, n)
-    return jnp.cumsum(real, axis=1) * real + config.pad_token_id + offset  # (b, n)
 
 
 def default_decoder_mask(config: Seq2SeqConfig, decoder_input_ids):
@@ -100,68 +61,6 @@ def default_decoder_mask(config: Seq2SeqConfig, decoder_input_ids):
     if config.decoder_mask == "all":
         return xp.ones(decoder_input_ids.shape, xp.int32)
     return (decoder_input_ids != config.pad_token_id).astype(xp.int32)
-
-
-def _table(rngs, config: Seq2SeqConfig, V: int) -> nnx.Param:
-    """A token table, N(0, D^-1/2) with a zero pad row (Vaswani et al. 2017 with fairseq's init)."""
-    p = param(rngs, (V, config.d_model), "normal", config.d_model ** -0.5)
-    p[...] = p[...].at[config.pad_token_id].set(0.0)
-    return p
-
-
-class Seq2SeqEmbeddings(nnx.Module):
-    def __init__(self, config: Seq2SeqConfig, *, rngs: nnx.Rngs):
-        if config.shared_embeddings:
-            self.shared = _table(rngs, config, config.src_vocab_size)
-        else:
-            self.source = _table(rngs, config, config.src_vocab_size)
-            self.target = _table(rngs, config, config.tgt_vocab_size)
-        if config.positions == "learned":  # N(0, 0.02), BERT's and BART's init
-            self.source_positions = param(rngs, (config.position_rows, config.d_model), "normal", 0.02)
-            self.target_positions = param(rngs, (config.position_rows, config.d_model), "normal", 0.02)
-        if config.embedding_ln:
-            self.source_ln = LayerNorm(config.d_model, config.layer_norm_eps)
-            self.target_ln = LayerNorm(config.d_model, config.layer_norm_eps)
-        self.config = config
-
-    def table(self, side: str) -> jax.Array:
-        """Token table of ``side`` ("source" | "target"): (V, D)."""
-        return (self.shared if self.config.shared_embeddings else getattr(self, side))[...]
-
-    def words(self, ids, side: str) -> jax.Array:
-        """The scaled token embeddings sqrt(D)·E[ids] (E[ids] without ``scale_embedding``), what the
-        positions are added to. ids (b, n) -> (b, n, D)."""
-        return self.table(side)[ids] * (np.sqrt(self.config.d_model) if self.config.scale_embedding else 1.0)
-
-    def __call__(self, ids, side: str, dtype, rng, offset=0) -> jax.Array:
-        """Scaled token embedding + position, the embedding LayerNorm if the config has one, then
-        dropout. ids (b, n) -> (b, n, D)."""
-        return self.embed(self.words(ids, side), ids != self.config.pad_token_id, side, dtype, rng, offset)
-
-    def side_input(self, ids, embeds, mask, side: str, dtype, rng) -> jax.Array:
-        """A side's input (b, n, D) from its ids (b, n) or, in their place, its scaled token
-        embeddings ``embeds`` (b, n, D), the real tokens then those ``mask`` (b, n) marks."""
-        key = "input_ids" if side == "source" else "decoder_input_ids"
-        embeds_key = key.replace("input_ids", "inputs_embeds")
-        if (ids is None) == (embeds is None):
-            raise ValueError(f"a batch needs exactly one of {key} and {embeds_key}. Fix: drop one ({embeds_key} = "
-                             f"jattn.nn.seq2seq.word_embeddings(params, config, {key}, {side!r}))")
-        if ids is not None:
-            return self(ids, side, dtype, rng)
-        if embeds.ndim != 3 or embeds.shape[2] != self.config.d_model:
-            raise ValueError(f"{embeds_key} must be (batch, length, {self.config.d_model}), got shape "
-                             f"{tuple(embeds.shape)}. Fix: use jattn.nn.seq2seq.word_embeddings")
-        return self.embed(embeds.astype(jnp.float32), mask.astype(bool), side, dtype, rng)
-
-    def embed(self, words, real, side: str, dtype, rng, offset=0) -> jax.Array:
-        """words (b, n, D), the scaled token embeddings, + positions (``real`` (b, n) bool marks
-        the tokens tensor2tensor's count), the embedding LayerNorm if any, dropout -> (b, n, D)."""
-        c = self.config
-        table = getattr(self, f"{side}_positions")[...] if c.positions == "learned" else jnp.asarray(sinusoid_table(c))
-        x = (words + table[positions(c, real, offset)]).astype(dtype)  # (b, n, D)
-        if c.embedding_ln:
-            x = getattr(self, f"{side}_ln")(x)  # (b, n, D)
-        return dropout(x, c.dropout, rng)  # (b, n, D)
 
 
 class Seq2SeqLayer(nnx.Module):
@@ -184,16 +83,23 @@ class Seq2SeqLayer(nnx.Module):
         self.config = config
 
     def attend(self, kind: str, x, kv, allowed, iv: Interventions, rng):
-        """The post-LN sublayer of attention type ``kind`` ("self" | "cross")."""
+        """The attention sublayer of type ``kind`` ("self" | "cross"), post- or pre-LN
+        (``config.norm_position``); in a pre-LN decoder h = x + CrossAttn(LN(x), kv) with ``kv``
+        the encoder's output."""
         c = self.config
         attn, ln = (self.self_attn, self.self_attn_ln) if kind == "self" else (self.cross_attn, self.cross_attn_ln)
-        return post_ln_attention(attn, ln, x, kv, allowed, iv, attention_dropout=c.attention_dropout,
-                                 dropout_rate=c.dropout, rng=rng)
+        return SUBLAYERS[c.norm_position][0](attn, ln, x, kv, allowed, iv, attention_dropout=c.attention_dropout,
+                                             dropout_rate=c.dropout, rng=rng)
+
+    def self_keys_values(self, x) -> tuple[jax.Array, jax.Array]:
+        """The keys and values (b, H, n, d_h) positions x (b, n, D) add to cached decoding's
+        self-attention cache: from the attention's input, x in a post-LN block, LN(x) in a pre-LN one."""
+        return self.self_attn.keys_values(self.self_attn_ln(x) if self.config.norm_position == "pre" else x)
 
     def ffn(self, h, iv: Interventions, rng):
         c = self.config
-        return post_ln_ffn(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.activation,
-                           activation_dropout=c.activation_dropout, dropout_rate=c.dropout, rng=rng)
+        return SUBLAYERS[c.norm_position][1](self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.activation,
+                                             activation_dropout=c.activation_dropout, dropout_rate=c.dropout, rng=rng)
 
     def view(self, kind: str) -> dict:
         """Parameters of attention type ``kind`` ("self" | "cross") as the norm methods read them."""
@@ -204,9 +110,18 @@ class Seq2SeqLayer(nnx.Module):
 
 
 class Stack(nnx.Module):
+    """A stack's layers and, with ``final_norm``, the LayerNorm on its last layer's output."""
+
     def __init__(self, config: Seq2SeqConfig, cross: bool, *, rngs: nnx.Rngs):
         n = config.decoder_layers if cross else config.encoder_layers
         self.layers = Seq2SeqLayer(config, cross, rngs=rngs, stack=(n,))
+        if config.final_norm:
+            self.final_ln = LayerNorm(config.d_model, config.layer_norm_eps)
+        self.config = config
+
+    def final(self, x: jax.Array) -> jax.Array:
+        """The stack's output from its last layer's x (b, n, D): LN(x) with ``final_norm``, else x."""
+        return self.final_ln(x) if self.config.final_norm else x  # (b, n, D)
 
 
 def check_interventions(config: Seq2SeqConfig, given) -> dict[str, Interventions]:
@@ -243,7 +158,7 @@ class Seq2Seq(nnx.Module):
         self.encoder = Stack(config, False, rngs=rngs)
         self.decoder = Stack(config, True, rngs=rngs)
         if not config.tie_output:
-            self.output = _table(rngs, config, config.tgt_vocab_size)
+            self.output = token_table(rngs, config, config.tgt_vocab_size)
         if config.final_logits_bias:
             self.final_logits_bias = param(None, (config.tgt_vocab_size,), "zeros")
         self.deterministic = True  # evaluation mode; train() / eval() set it (``jattn.nn.layers.dropout_key``)
@@ -251,7 +166,8 @@ class Seq2Seq(nnx.Module):
     def encoder_stack(self, input_ids, attention_mask, iv: Interventions = NONE, rng=None, dtype=jnp.float32,
                internals="all", unroll=False, inputs_embeds=None):
         """Encoder stack. input_ids (or None and ``inputs_embeds`` (b, s, D)), attention_mask (b, s) ->
-        (b, s, D), internals (L_enc, ...); ``unroll``: ``jattn.nn.engine.layer_loop``."""
+        the stack's output (b, s, D) (after the final LayerNorm, if any), internals (L_enc, ...);
+        ``unroll``: ``jattn.nn.engine.layer_loop``."""
         r = split_rng(rng, 2)
         x = self.embeddings.side_input(input_ids, inputs_embeds, attention_mask, "source", dtype, r[0])  # (b, s, D)
         allowed = attention_mask.astype(bool)[:, None, :]  # (b, 1, s)
@@ -266,13 +182,15 @@ class Seq2Seq(nnx.Module):
             out, ffn = layer.ffn(h, layer_iv, lr[1])  # (b, s, D)
             return out, select({**ints, **ffn}, internals)
 
-        return layer_loop(step, x, (stacked, iv.layer_slices(), layer_rngs), unroll)
+        x, ints = layer_loop(step, x, (stacked, iv.layer_slices(), layer_rngs), unroll)  # (b, s, D)
+        return self.encoder.final(x), ints
 
     def decoder_stack(self, encoder_out, attention_mask, decoder_input_ids, decoder_attention_mask,
                iv: Mapping[str, Interventions], rng=None, dtype=jnp.float32, internals="all", unroll=False,
                inputs_embeds=None):
         """Decoder stack with teacher forcing. encoder_out (b, s, D), decoder_input_ids (b, t) (or
-        None and ``inputs_embeds`` (b, t, D)) -> (b, t, D) and internals {"decoder": (L_dec, ...),
+        None and ``inputs_embeds`` (b, t, D)) -> the stack's output (b, t, D) (after the final
+        LayerNorm, if any) and internals {"decoder": (L_dec, ...),
         "cross": (L_dec, ...)}; ``unroll``: ``jattn.nn.engine.layer_loop``."""
         r = split_rng(rng, 2)
         y = self.embeddings.side_input(decoder_input_ids, inputs_embeds, decoder_attention_mask, "target", dtype,
@@ -295,7 +213,8 @@ class Seq2Seq(nnx.Module):
                          "cross": select({**cross_int, **ffn}, internals)}
 
         xs = (stacked, iv_self.layer_slices(), iv_cross.layer_slices(), layer_rngs)
-        return layer_loop(step, y, xs, unroll)
+        y, ints = layer_loop(step, y, xs, unroll)  # (b, t, D)
+        return self.decoder.final(y), ints
 
     def logits(self, h: jax.Array) -> jax.Array:
         """Output projection (tied to the target embeddings or not) + the final_logits_bias, if any.

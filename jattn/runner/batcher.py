@@ -57,8 +57,9 @@ def pad_rows(seqs, rows: int, length: int, fill: int, offset: int = 0) -> tuple[
 
 
 def token_classes(tokenizer, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-    """(b, n) CLS / SEP / PUNCT ("." and ",", also BPE's "Ġ." "Ġ,") / OTHER, -1 on padding."""
-    punct = [i for i in tokenizer.convert_tokens_to_ids([".", ",", "Ġ.", "Ġ,"])
+    """(b, n) CLS / SEP / PUNCT ("." and ",", also BPE's "Ġ." "Ġ," and SentencePiece's "▁." "▁,", the
+    word-initial forms) / OTHER, -1 on padding."""
+    punct = [i for i in tokenizer.convert_tokens_to_ids([".", ",", "Ġ.", "Ġ,", "▁.", "▁,"])
              if i is not None and i != tokenizer.unk_token_id]
     cls = np.full(input_ids.shape, OTHER, np.int32)  # (b, n)
     cls[np.isin(input_ids, punct)] = PUNCT

@@ -150,12 +150,13 @@ def seq2seq_suffix(module, batch, kind: str, enc, x, start, patch: dict) -> dict
     corrupted encoder output (b, s, D), recomputed when the encoder is patched."""
     iv = Interventions(patch=patch)
     if kind == "encoder":
-        enc = _source_layers(module, x, batch["attention_mask"].astype(bool)[:, None, :], start, iv)  # (b, s, D)
+        enc = module.encoder.final(_source_layers(module, x, batch["attention_mask"].astype(bool)[:, None, :], start,
+                                                  iv))  # (b, s, D) after the final LayerNorm, if any
         y, _ = module.decoder_stack(enc, batch["attention_mask"], batch["decoder_input_ids"],
                                     batch["decoder_attention_mask"], {}, internals=None)  # (b, t, D)
     else:
-        y = _target_layers(module, enc, batch, x, start, iv if kind == "decoder" else NONE,
-                           iv if kind == "cross" else NONE)  # (b, t, D)
+        y = module.decoder.final(_target_layers(module, enc, batch, x, start, iv if kind == "decoder" else NONE,
+                                                iv if kind == "cross" else NONE))  # (b, t, D)
     return {"logits": module.logits(y), "encoder_last_hidden_state": enc, "decoder_last_hidden_state": y}
 
 

@@ -6,9 +6,9 @@ sqrt(d_model) when config.json says ``scale_embedding``. Decoding starts from ``
 decoder mask HF attends to every target position. ``inputs_embeds`` / ``decoder_inputs_embeds``
 are HF's: the scaled token embeddings (``jattn.nn.seq2seq.word_embeddings``).
 
-mBART's pre-LayerNorm blocks and final LayerNorms are not implemented: its configs
-(``model_type`` "mbart") are not registered, and a "bart" config asking for them
-(``normalize_before``, ``add_final_layer_norm``) is refused by ``seq2seq_config``."""
+A "bart" config asking for pre-LayerNorm blocks or final LayerNorms (``normalize_before``,
+``add_final_layer_norm``) is refused by ``seq2seq_config``; mBART's checkpoints (``model_type``
+"mbart") are ``jattn.families.mbart``'s."""
 
 from jattn.families.bart import convert
 from jattn.families.spec import FamilySpec, register

@@ -1,7 +1,9 @@
-"""ELECTRA (Clark et al. 2020), the discriminator: BERT's blocks, positions 0..n-1 and token
-types, embedding tables of width ``embedding_size`` projected to the model width when they
-differ (``embeddings_project``); no pooler. The converted checkpoints are ``ElectraModel`` and
-``ElectraForPreTraining`` (its replaced-token detection head converted)."""
+"""ELECTRA (Clark et al. 2020), the discriminator and the generator: BERT's blocks, positions
+0..n-1 and token types, embedding tables of width ``embedding_size`` projected to the model width
+when they differ (``embeddings_project``); no pooler. The converted checkpoints are
+``ElectraModel``, ``ElectraForPreTraining`` (its replaced-token detection head converted) and the
+generator ``ElectraForMaskedLM`` (its masked-LM head D -> E -> V converted; HF's generator head
+applies exact GELU whatever ``hidden_act`` says)."""
 
 from jattn.families.electra import convert
 from jattn.families.spec import FamilySpec, register
@@ -10,7 +12,7 @@ from jattn.nn.config import encoder_config
 
 def config_from_hf(hf: dict):
     size = hf.get("embedding_size", hf["hidden_size"])
-    return encoder_config(hf, positions="absolute", classifier="dense_tanh",
+    return encoder_config(hf, positions="absolute", classifier="dense_tanh", mlm_activation="gelu",
                           embedding_size=None if size == hf["hidden_size"] else size)
 
 

@@ -86,3 +86,46 @@ def test_hf_round_trip(pair, tmp_path, batch):
     save_file(state, str(tmp_path / "model.safetensors"))
     np.testing.assert_array_equal(hf_run(hf_model(tmp_path), batch).last_hidden_state.numpy(),
                                   hf_run(oracle, batch).last_hidden_state.numpy())
+
+
+# ---- the generator (ElectraForMaskedLM) ---------------------------------------------------------
+
+
+def save_generator(folder, embedding_size=16, seed=0, **kw):
+    import torch
+    from transformers import ElectraConfig, ElectraForMaskedLM
+
+    torch.manual_seed(seed)
+    return save_random(ElectraForMaskedLM(ElectraConfig(**{**SHAPE, **kw}, embedding_size=embedding_size)), folder,
+                       seed)
+
+
+@pytest.mark.parametrize("embedding_size,tied", [(16, True), (16, False), (32, True)],
+                         ids=["project-16-tied", "project-16-untied", "no-projection"])
+def test_generator(tmp_path, embedding_size, tied):
+    """ElectraForMaskedLM: the encoder under ``electra.`` and the masked-LM head D -> E (GELU,
+    LayerNorm(E)) -> V, its matrix the word embeddings (V, E) or its own: outputs, attention and
+    the logits against HF's; exported as ``ElectraForMaskedLM`` and read back."""
+    from encoder_family_smoke import check_mlm_logits, check_round_trip
+
+    folder = save_generator(tmp_path / "src", embedding_size, tie_word_embeddings=tied)
+    model, oracle = load_pair(folder, head="mlm")
+    batch = pair_batch(model.config, LENGTHS, seed=2)
+    c = model.config
+    assert c.with_mlm_head and c.tied_mlm_decoder == tied and c.mlm_activation == "gelu"
+    assert model.params["mlm_head"]["transform"]["kernel"][...].shape == (32, embedding_size)  # D -> E
+    check_outputs(model, hf_model(folder), batch)  # AutoModel: the ElectraModel inside
+    check_mlm_logits(model, oracle, batch)
+    assert model.family.to_hf_config(c)["architectures"] == ["ElectraForMaskedLM"]
+    check_round_trip(model, oracle, "mlm", batch, tmp_path / "exported")
+
+
+def test_generator_analyze_cli_and_patch_heads(tmp_path, monkeypatch):
+    """A complete generator folder (MiniLM's WordPiece tokenizer): ``jattn analyze`` and ``patch_heads``."""
+    from encoder_family_smoke import POSITIONS, check_analyze_cli, check_patch_heads, wordpiece_tokenizer
+
+    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
+    folder = save_generator(tmp_path / "model", vocab_size=30522, max_position_embeddings=POSITIONS)
+    wordpiece_tokenizer(folder)
+    check_analyze_cli(folder, tmp_path / "out", layers=2, heads=4)
+    check_patch_heads(jattn.load(folder, use_cache=False))

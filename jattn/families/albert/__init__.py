@@ -1,0 +1,1 @@
+"""The ALBERT family (Lan et al. 2020)."""

@@ -1,0 +1,76 @@
+"""DeBERTa-v2 / v3 (He et al. 2021, "DeBERTa: Decoding-enhanced BERT with Disentangled
+Attention", Eq. 2–4; v3: He et al. 2023): BERT's post-LayerNorm blocks with disentangled
+attention (``jattn.nn.positions``: content→position and position→content score terms on
+relative embeddings shared by the layers, log-bucketed distances, scores / sqrt(d_h · f)),
+absolute positions optional (``position_biased_input``), token types optional, the embedding
+output multiplied by the attention mask, a ContextPooler (dense + ``pooler_hidden_act`` on token
+0) under the classifier, and the masked-LM head in both of HF's layouts (``legacy``).
+
+Refused: the convolution beside layer 0 (``conv_kernel_size`` > 0), embeddings narrower than the
+model (``embedding_size`` != ``hidden_size``: HF projects before the LayerNorm, without a bias),
+``p2p`` and other ``pos_att_type`` entries, ``norm_rel_ebd`` other than none / layer_norm, and an
+``attention_head_size`` other than hidden_size / num_attention_heads. HF applies dropout to the
+relative embeddings in training; jattn does not (evaluation is unchanged)."""
+
+from jattn.families.deberta_v2 import convert
+from jattn.families.spec import FamilySpec, register
+from jattn.nn.config import ConfigError, DisentangledAttention, encoder_config
+from jattn.nn.layers import ACT
+
+TERMS = ("c2p", "p2c")
+
+
+def terms(hf: dict) -> tuple[str, ...]:
+    """``pos_att_type`` ("p2c|c2p", a list, or None) as jattn's ordered terms, refusing others."""
+    given = hf.get("pos_att_type") or []
+    given = [t.strip() for t in given.lower().split("|")] if isinstance(given, str) else [t.lower() for t in given]
+    given = [t for t in given if t and t != "none"]
+    if unknown := [t for t in given if t not in TERMS]:
+        raise ConfigError(f"config.json pos_att_type {hf.get('pos_att_type')!r}: {unknown} not supported (jattn "
+                          f"implements the terms {TERMS}). Fix: remove them from pos_att_type")
+    return tuple(t for t in TERMS if t in given)
+
+
+def disentangled(hf: dict) -> DisentangledAttention:
+    """The position terms a DeBERTa-v2 ``config.json`` describes (HF's ``DisentangledSelfAttention``)."""
+    pos = terms(hf)
+    norm = [x.strip() for x in str(hf.get("norm_rel_ebd", "none")).lower().split("|")]
+    if set(norm) - {"none", "layer_norm"}:
+        raise ConfigError(f"config.json norm_rel_ebd {hf['norm_rel_ebd']!r} is not supported. Fix: 'none' or "
+                          "'layer_norm'")
+    if not hf.get("relative_attention", False):  # no relative embeddings: the scale factor still counts the terms
+        return DisentangledAttention(terms=(), scale_factor=1 + len(pos), span=0)
+    max_rel = hf.get("max_relative_positions", -1)
+    max_rel = hf["max_position_embeddings"] if max_rel < 1 else max_rel
+    buckets = hf.get("position_buckets", -1)
+    return DisentangledAttention(terms=pos, scale_factor=1 + len(pos), span=buckets if buckets > 0 else max_rel,
+                                 buckets=max(buckets, 0), max_position=max_rel, layer_norm="layer_norm" in norm,
+                                 shared_projections=bool(hf.get("share_att_key", False)))
+
+
+def config_from_hf(hf: dict):
+    hf = {"type_vocab_size": 0, "layer_norm_eps": 1e-7, **hf}  # DebertaV2Config's defaults
+    if hf.get("conv_kernel_size", 0) > 0:
+        raise ConfigError(f"config.json conv_kernel_size={hf['conv_kernel_size']}: the convolution beside layer 0 "
+                          "(HF's ConvLayer) is not implemented. Fix: use a checkpoint without it (conv_kernel_size 0)")
+    if hf.get("embedding_size", hf["hidden_size"]) != hf["hidden_size"]:
+        raise ConfigError(f"config.json embedding_size={hf['embedding_size']} != hidden_size={hf['hidden_size']}: "
+                          "the projection HF applies before the embedding LayerNorm (embed_proj) is not implemented")
+    if hf.get("attention_head_size", hf["hidden_size"] // hf["num_attention_heads"]) * hf["num_attention_heads"] \
+            != hf["hidden_size"]:
+        raise ConfigError(f"config.json attention_head_size={hf['attention_head_size']} is not supported: jattn's "
+                          "heads have hidden_size / num_attention_heads dimensions. Fix: remove it")
+    act = hf.get("pooler_hidden_act", "gelu")
+    if act not in ACT and act != "tanh":
+        raise ConfigError(f"config.json pooler_hidden_act {act!r} is not supported; supported: tanh, "
+                          f"{', '.join(ACT)}")
+    return encoder_config(hf, positions="absolute", classifier="pooler", disentangled=disentangled(hf),
+                          position_embeddings=bool(hf.get("position_biased_input", True)), mask_embeddings=True,
+                          pooler_activation=act, classifier_dropout=hf.get("cls_dropout"))
+
+
+SPEC = register(FamilySpec(
+    model_type="deberta-v2", shape="encoder", config_from_hf=config_from_hf,
+    convert=convert.convert, to_hf_state_dict=convert.to_hf_state_dict, to_hf_config=None,
+    tokenizer_files=(("tokenizer.json",), ("spm.model",)), special_tokens=("cls", "sep", "pad"),
+))

@@ -1,0 +1,1 @@
+"""The DistilBERT family (Sanh et al. 2019)."""

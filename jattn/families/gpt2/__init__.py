@@ -1,0 +1,1 @@
+"""GPT-2 (Radford et al. 2019)."""

@@ -1,0 +1,76 @@
+"""Key table for Hugging Face ``M2M100ForConditionalGeneration`` / ``M2M100Model`` checkpoints
+(M2M-100, NLLB-200 dense) <-> jattn seq2seq params.
+
+The blocks share Marian's names (``jattn.families.marian.convert.layer_rows``; in a pre-LayerNorm
+block each ``*_layer_norm`` normalises its sublayer's input), the final LayerNorm of each stack is
+mBART's (``jattn.families.mbart.convert.final_norm_rows``), one shared token table, no
+``final_logits_bias``. The sinusoidal position tables are recomputed, never read
+(``jattn.nn.seq2seq_embeddings.sinusoid_table``). A bare ``M2M100Model`` checkpoint (keys without
+``model.``) is read as ``M2M100ForConditionalGeneration.from_pretrained`` reads it. The exporter
+writes the ``M2M100ForConditionalGeneration`` layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from jattn.families.marian.convert import TIED_FIX, layer_rows
+from jattn.families.mbart.convert import TIED, final_norm_rows
+from jattn.io.hf import Entry, apply_table, check_tied, to_state_dict
+from jattn.nn.config import Seq2SeqConfig
+
+# Copies of the shared table that a checkpoint may also hold (tied in HF), and position tables
+# older checkpoints saved (non-persistent buffers now).
+IGNORED = (r"lm_head\.weight", r"model\.(encoder|decoder)\.embed_tokens\.weight",
+           r"model\.(encoder|decoder)\.embed_positions\.(weights|_float_tensor)")
+
+
+def entries(config: Seq2SeqConfig) -> list[Entry]:
+    """The key table (``M2M100ForConditionalGeneration`` names), each row with its inverse."""
+    rows = [Entry("model.shared.weight", ("embeddings", "shared"), (config.tgt_vocab_size, config.d_model))]
+    layers = layer_rows(config, "model.", "encoder") + layer_rows(config, "model.", "decoder")
+    return rows + [dataclasses.replace(e, inverse=inv) for e, inv in layers] + final_norm_rows(config)
+
+
+def convert(state: dict[str, np.ndarray], config: Seq2SeqConfig, source: str = "checkpoint") -> dict:
+    """HF M2M100 state dict -> jattn seq2seq params (layout in ``jattn.nn.seq2seq``)."""
+    if "shared.weight" in state and "model.shared.weight" not in state:  # a bare M2M100Model
+        state = {f"model.{k}": v for k, v in state.items()}
+    check_tied(state, {k: "model.shared.weight" for k in TIED}, source, TIED_FIX)
+    return apply_table(state, entries(config), IGNORED, source)
+
+
+def to_hf_state_dict(params, config: Seq2SeqConfig) -> dict[str, np.ndarray]:
+    """jattn seq2seq params -> an ``M2M100ForConditionalGeneration`` state dict (the tied copies
+    of the shared table are not written; HF ties them on load)."""
+    return to_state_dict(params, entries(config))
+
+
+def to_hf_config(config: Seq2SeqConfig) -> dict:
+    """The M2M100 ``config.json`` dict describing ``config``."""
+    if config.model_type != "m2m_100":
+        raise ValueError(f"only M2M100 configs can be exported as M2M100 folders, got model_type {config.model_type!r}")
+    out = {
+        "model_type": "m2m_100", "architectures": ["M2M100ForConditionalGeneration"],
+        "vocab_size": config.tgt_vocab_size, "d_model": config.d_model,
+        "encoder_layers": config.encoder_layers, "decoder_layers": config.decoder_layers,
+        "encoder_attention_heads": config.pruned[0].heads if config.pruned else config.encoder_heads,
+        "decoder_attention_heads": config.pruned[1].heads if config.pruned else config.decoder_heads,
+        "encoder_ffn_dim": config.encoder_ffn_dim, "decoder_ffn_dim": config.decoder_ffn_dim,
+        "activation_function": config.activation, "max_position_embeddings": config.max_position_embeddings,
+        "scale_embedding": config.scale_embedding, "tie_word_embeddings": True,
+        "pad_token_id": config.pad_token_id, "eos_token_id": config.eos_token_id,
+        "decoder_start_token_id": config.decoder_start_token_id,
+        "dropout": config.dropout, "attention_dropout": config.attention_dropout,
+        "activation_dropout": config.activation_dropout,
+        "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,  # M2M100Config's defaults are 0.05: write them
+        "is_encoder_decoder": True,
+    }
+    for key in ("forced_bos_token_id", "forced_eos_token_id"):
+        if getattr(config, key) is not None:
+            out[key] = getattr(config, key)
+    if config.pruned:  # jattn's key (transformers has no head pruning for M2M100): see jattn.sweeps.pruning
+        out["jattn_pruned_heads"] = {k: p.removed() for k, p in zip(("encoder", "decoder", "cross"), config.pruned)}
+    return out

@@ -1,0 +1,77 @@
+"""Key table for Hugging Face ``MBartForConditionalGeneration`` / ``MBartModel`` checkpoints <->
+jattn seq2seq params.
+
+mBART's tensors are BART's (``jattn.families.bart.convert.entries``: the shared table, one
+learned position table and one ``layernorm_embedding`` per side, the blocks under BART's names,
+where in a pre-LayerNorm block ``self_attn_layer_norm`` / ``encoder_attn_layer_norm`` /
+``final_layer_norm`` normalise each sublayer's input) plus the final LayerNorm of each stack,
+``model.{encoder,decoder}.layer_norm`` (``final_norm_rows``, shared with M2M100). A bare
+``MBartModel`` checkpoint (keys without ``model.``) and a checkpoint without
+``final_logits_bias`` are read as ``MBartForConditionalGeneration.from_pretrained`` reads them:
+the bias is zero. The exporter writes the ``MBartForConditionalGeneration`` layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jattn.families.bart.convert import IGNORED, entries as bart_entries
+from jattn.families.marian.convert import TIED_FIX
+from jattn.io.hf import Entry, apply_table, check_tied, to_state_dict
+from jattn.nn.config import Seq2SeqConfig
+
+TIED = ("lm_head.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
+
+
+def final_norm_rows(config: Seq2SeqConfig, prefix: str = "model.") -> list[Entry]:
+    """The final LayerNorm of each stack: ``{prefix}{encoder,decoder}.layer_norm`` <->
+    ``{encoder,decoder}.final_ln``."""
+    D = config.d_model
+    return [Entry(f"{prefix}{side}.layer_norm.{hf}", (side, "final_ln", ours), (D,))
+            for side in ("encoder", "decoder") for hf, ours in (("weight", "scale"), ("bias", "bias"))]
+
+
+def entries(config: Seq2SeqConfig) -> list[Entry]:
+    """The key table (``MBartForConditionalGeneration`` names), each row with its inverse."""
+    return bart_entries(config) + final_norm_rows(config)
+
+
+def convert(state: dict[str, np.ndarray], config: Seq2SeqConfig, source: str = "checkpoint") -> dict:
+    """HF mBART state dict -> jattn seq2seq params (layout in ``jattn.nn.seq2seq``)."""
+    if "shared.weight" in state and "model.shared.weight" not in state:  # a bare MBartModel
+        state = {f"model.{k}": v for k, v in state.items()}
+    if "final_logits_bias" not in state:  # MBartForConditionalGeneration: _keys_to_ignore_on_load_missing
+        state = dict(state, final_logits_bias=np.zeros((1, config.tgt_vocab_size), np.float32))
+    check_tied(state, {k: "model.shared.weight" for k in TIED}, source, TIED_FIX)
+    return apply_table(state, entries(config), IGNORED, source)
+
+
+def to_hf_state_dict(params, config: Seq2SeqConfig) -> dict[str, np.ndarray]:
+    """jattn seq2seq params -> an ``MBartForConditionalGeneration`` state dict (the tied copies of
+    the shared table are not written; HF ties them on load)."""
+    return to_state_dict(params, entries(config))
+
+
+def to_hf_config(config: Seq2SeqConfig) -> dict:
+    """The mBART ``config.json`` dict describing ``config``."""
+    if config.model_type != "mbart":
+        raise ValueError(f"only mBART configs can be exported as mBART folders, got model_type {config.model_type!r}")
+    out = {
+        "model_type": "mbart", "architectures": ["MBartForConditionalGeneration"], "vocab_size": config.tgt_vocab_size,
+        "d_model": config.d_model, "encoder_layers": config.encoder_layers, "decoder_layers": config.decoder_layers,
+        "encoder_attention_heads": config.pruned[0].heads if config.pruned else config.encoder_heads,
+        "decoder_attention_heads": config.pruned[1].heads if config.pruned else config.decoder_heads,
+        "encoder_ffn_dim": config.encoder_ffn_dim, "decoder_ffn_dim": config.decoder_ffn_dim,
+        "activation_function": config.activation, "max_position_embeddings": config.max_position_embeddings,
+        "scale_embedding": config.scale_embedding, "tie_word_embeddings": True,
+        "pad_token_id": config.pad_token_id, "eos_token_id": config.eos_token_id,
+        "decoder_start_token_id": config.decoder_start_token_id, "forced_eos_token_id": config.forced_eos_token_id,
+        "dropout": config.dropout, "attention_dropout": config.attention_dropout,
+        "activation_dropout": config.activation_dropout, "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,
+        "is_encoder_decoder": True,
+    }
+    if config.forced_bos_token_id is not None:
+        out["forced_bos_token_id"] = config.forced_bos_token_id
+    if config.pruned:  # jattn's key (transformers has no head pruning for mBART): see jattn.sweeps.pruning
+        out["jattn_pruned_heads"] = {k: p.removed() for k, p in zip(("encoder", "decoder", "cross"), config.pruned)}
+    return out

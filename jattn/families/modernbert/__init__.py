@@ -1,0 +1,1 @@
+"""ModernBERT (``jattn.families.modernbert.spec``)."""

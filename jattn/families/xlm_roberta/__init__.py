@@ -1,0 +1,1 @@
+"""The XLM-RoBERTa family (Conneau et al. 2020)."""

@@ -1,0 +1,69 @@
+"""``DecoderModel``: a causal language model (GPT-2, Llama, Qwen2) as jattn holds it — the encoder
+stack (``jattn.nn.encoder.Encoder``) with ``config.causal`` (every layer masks keys after the
+query) and a next-token head (``forward(heads=("lm_logits",))``), so every analysis and sweep of
+the encoder runs on it unchanged; plus ``generate`` (greedy and beam search with a key/value
+cache, ``jattn.nn.lm_decode``). Its attention type is named "encoder" (the one self-attention
+stack), as every per-type result of an encoder names it. The [CLS]-reading parts of an encoder
+(a classification head, ``classify``) do not apply to a causal LM."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jattn.models.encoder import EncoderModel
+from jattn.nn.interventions import Interventions
+
+
+class DecoderModel(EncoderModel):
+    """A causal LM: ``forward(batch, heads=("lm_logits",))`` gives next-token logits (b, n, V) and every
+    internal per query head (grouped-query attention: ``config.kv_head`` says which key/value head
+    each query head reads); ``generate`` continues prompts as Hugging Face ``generate`` does."""
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (f"DecoderModel({c.model_type}, L={c.num_layers}, H={c.num_heads}, H_kv={c.kv_heads}, "
+                f"D={c.hidden_size}, source={self.source!r})")
+
+    def classify(self, batch, interventions: Interventions | None = None):
+        raise ValueError(f"{self.config.model_type} is a causal language model: it has no [CLS] and no "
+                         "classification head, so classify does not apply. Fix: read forward(batch, "
+                         "heads=('lm_logits',)).lm_logits, the next-token logits (b, n, V)")
+
+    def generate(self, input_ids, attention_mask=None, *, max_new_tokens: int = 20, num_beams: int = 1,
+                 length_penalty: float = 1.0, interventions=None, return_attentions: bool = False):
+        """Continue the prompts ``input_ids`` (b, s) (left-padded, ``attention_mask`` 0 on the padding:
+        Hugging Face's convention for decoder-only generation) by up to ``max_new_tokens`` tokens,
+        greedily (``num_beams`` 1) or by beam search, equal to HF ``generate(do_sample=False)``'s ids:
+        (b, s + t) numpy, the prompt then the generated tokens, rows that stopped at EOS padded with
+        ``pad_token_id``. ``interventions``: per-head (L, H) head gates / disabled heads during
+        generation. ``return_attentions``: also the attention weights of a teacher-forced pass over
+        the returned ids, (L, b, H, s + t, s + t) (the generated tokens' rows are what the
+        generation computed)."""
+        from jattn.nn.lm_decode import generate
+
+        ids = np.asarray(input_ids)
+        mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask)
+        if ids.ndim != 2 or mask.shape != ids.shape or 0 in ids.shape:
+            raise ValueError(f"input_ids and attention_mask must be (batch, length) arrays of one shape, got "
+                             f"{ids.shape} and {mask.shape}")
+        self.check_batch({"input_ids": ids, "attention_mask": mask})
+        if ids.shape[1] + max_new_tokens > self.config.max_length:
+            raise ValueError(f"a prompt of {ids.shape[1]} tokens plus max_new_tokens={max_new_tokens} exceeds the "
+                             f"model's {self.config.max_length} positions. Fix: fewer new tokens or a shorter prompt")
+        iv = self.check_interventions(interventions)
+        out = generate(self.params, self.config, ids, mask, max_new_tokens=max_new_tokens, num_beams=num_beams,
+                       length_penalty=length_penalty, interventions=iv)
+        if not return_attentions:
+            return out
+        full = np.concatenate([mask, generated_mask(self.config, out[:, ids.shape[1]:])], axis=1)  # (b, s + t)
+        result = self.forward({"input_ids": out, "attention_mask": full}, iv, internals=("weights",))
+        return out, result.attentions
+
+
+def generated_mask(config, new) -> np.ndarray:
+    """1 on the generated tokens (b, t) up to and including each row's first EOS, 0 on the padding after."""
+    if config.eos_token_id is None:
+        return np.ones_like(new, np.int32)
+    hit = new == config.eos_token_id  # (b, t)
+    return (np.cumsum(hit, axis=1) - hit == 0).astype(np.int32)  # (b, t)
+

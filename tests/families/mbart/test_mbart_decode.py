@@ -1,0 +1,44 @@
+"""mBART greedy and beam search vs Hugging Face ``generate``: mBART-cc25 style (decoding starts
+from the target's language code) and mBART-50 style (starts from </s>, the target's code forced
+first, from the generation config or per call); forced </s> at max_length; the KV-cache step vs
+teacher forcing; decoding under head gates."""
+
+from __future__ import annotations
+
+import pytest
+
+import jattn
+import seq2seq_family_parity as parity
+from tiny_mbart import CONFIGS, EOS_BOOST, FORCED_BOS, TGT_LANG, hf_model, save_tiny
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def tiny(request, tmp_path_factory):
+    folder = save_tiny(tmp_path_factory.mktemp(request.param), request.param, seed=1,
+                       eos_boost=EOS_BOOST[request.param])
+    return request.param, jattn.load(folder, use_cache=False), hf_model(folder)
+
+
+@pytest.mark.parametrize("num_beams,length_penalty,max_length", [(1, 1.0, 12), (4, 1.0, 12), (4, 0.6, 10),
+                                                                 (4, 2.0, 14)])
+def test_generate_matches_hf(tiny, num_beams, length_penalty, max_length):
+    kind, model, hf = tiny
+    parity.check_generate(model, hf, num_beams, length_penalty, max_length, FORCED_BOS[kind])
+    if kind == "mbart-cc25":  # decoding starts from the target's language code
+        assert model.config.decoder_start_token_id == model.tokenizer.convert_tokens_to_ids(TGT_LANG)
+
+
+def test_language_code_forced_per_call(tiny):
+    """Another target language (fr_XX) forced first for one call, as ``generate(forced_bos_token_id=)``."""
+    _, model, hf = tiny
+    parity.check_generate_language(model, hf, model.tokenizer.convert_tokens_to_ids("fr_XX"))
+
+
+def test_cached_steps_match_teacher_forcing(tiny):
+    _, model, _ = tiny
+    parity.check_cached_steps(model)
+
+
+def test_generate_with_interventions_equals_gated_hf(tiny):
+    _, model, hf = tiny
+    parity.check_generate_gated(model, hf)
