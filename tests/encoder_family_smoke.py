@@ -31,14 +31,18 @@ POSITIONS = 130  # a folder's position table: the default max_length (128) fits,
 def unigram_tokenizer(folder: Path, kind: str) -> int:
     """Save a tiny Unigram (SentencePiece-style) tokenizer of Hugging Face class ``kind``
     ("xlm-roberta": <s> <pad> </s> <unk> first, <mask> last; "albert": <pad> <unk> [CLS] [SEP]
-    first, [MASK] last) into ``folder``; returns its size, the model's vocabulary size."""
-    from transformers import AlbertTokenizer, XLMRobertaTokenizer
+    first, [MASK] last; "deberta-v2": [PAD] [CLS] [SEP] [UNK] first, [MASK] last, as DeBERTa-v3's
+    spm.model) into ``folder``; returns its size, the model's vocabulary size."""
+    from transformers import AlbertTokenizer, DebertaV2Tokenizer, XLMRobertaTokenizer
 
     pieces = sorted({"▁" + w for w in WORDS} | set(WORDS) | set("abcdefghijklmnopqrstuvwxyz"))
     scores = [(p, -1.0 - len(p) / 10) for p in pieces]  # longer pieces score lower: words stay whole
     if kind == "xlm-roberta":
         vocab = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), *scores, ("<mask>", 0.0)]
         tok = XLMRobertaTokenizer(vocab=vocab)
+    elif kind == "deberta-v2":
+        vocab = [("[PAD]", 0.0), ("[CLS]", 0.0), ("[SEP]", 0.0), ("[UNK]", 0.0), *scores, ("[MASK]", 0.0)]
+        tok = DebertaV2Tokenizer(vocab=vocab, unk_id=3)
     else:
         vocab = [("<pad>", 0.0), ("<unk>", 0.0), ("[CLS]", 0.0), ("[SEP]", 0.0), *scores, ("[MASK]", 0.0)]
         tok = AlbertTokenizer(vocab=vocab)

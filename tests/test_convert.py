@@ -69,8 +69,8 @@ def _edit_config(folder, **changes):
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"model_type": "gpt2"}, "unsupported model_type 'gpt2'"),
-    ({"position_embedding_type": "relative_key"}, "absolute position"),
+    ({"model_type": "bloom"}, "unsupported model_type 'bloom'"),
+    ({"position_embedding_type": "relative_key"}, "'relative_key' is not supported.*transformers ≥ 5"),
     ({"hidden_act": "mish"}, "unsupported hidden_act 'mish'"),
 ])
 def test_unsupported_config(folder, changes, message):

@@ -292,7 +292,12 @@ def encoder_config(hf: dict[str, Any], **scheme) -> EncoderConfig:
         raise ConfigError(f"unsupported hidden_act {act!r}; supported: {', '.join(ACTIVATIONS)}")
     pos = hf.get("position_embedding_type", "absolute")
     if pos != "absolute":
-        raise ConfigError(f"only absolute position embeddings are supported, got {pos!r}")
+        raise ConfigError(f"position_embedding_type={pos!r} is not supported, only 'absolute': the relative "
+                          "position scores of Shaw et al. 2018 / Huang et al. 2020 ('relative_key', "
+                          "'relative_key_query') are gone from transformers ≥ 5, jattn's oracle, which runs such a "
+                          "checkpoint with absolute positions and drops its distance_embedding weights; jattn "
+                          "refuses it rather than compute either. Fix: load a checkpoint trained with absolute "
+                          "positions")
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
         raise ConfigError(f"decoder-style {model_type} configs (is_decoder / add_cross_attention) are not supported")
     if hf["hidden_size"] % hf["num_attention_heads"]:

@@ -172,8 +172,8 @@ def test_refused(bad, match):
 def test_analyses_run(base):
     """Kobayashi et al.'s norms, the context-mixing maps (ALTI among them; value zeroing calls the
     layers with ``module.score_bias``) and head patching run on the model, finite at the real
-    tokens (Python API on a token-id batch: no DeBERTa tokenizer is built offline for the
-    SentencePiece vocabulary, so ``jattn analyze`` is not run)."""
+    tokens (Python API on a padded token-id batch reaching the log buckets; from text and the
+    command line: ``test_analyze_cli_and_patch_heads``)."""
     from jattn.sweeps.patching import patch_heads
 
     model, _, kw = base
@@ -187,3 +187,18 @@ def test_analyses_run(base):
                                                 clean["input_ids"])}
     got = patch_heads(model, clean, corrupted, lambda out: out["last_hidden_state"][:, 0, 0])["encoder"]
     assert got.shape == (2, 4) and np.isfinite(got).all()
+
+
+def test_analyze_cli_and_patch_heads(tmp_path, monkeypatch):
+    """A complete v3 folder (a tiny Unigram tokenizer of DeBERTa-v2's class, as v3's spm.model
+    lays its vocabulary out): ``jattn analyze --methods weights,entropy,norms,alti,value-zeroing``
+    and ``patch_heads`` from text."""
+    from encoder_family_smoke import POSITIONS, check_analyze_cli, check_patch_heads, unigram_tokenizer
+
+    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    size = unigram_tokenizer(folder, "deberta-v2")
+    save_deberta(folder, **{**V3, "vocab_size": size, "max_position_embeddings": POSITIONS, "pad_token_id": 0})
+    check_analyze_cli(folder, tmp_path / "out", layers=2, heads=4)
+    check_patch_heads(jattn.load(folder, use_cache=False))
