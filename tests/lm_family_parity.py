@@ -138,15 +138,30 @@ def left_padded(config, lengths, seed: int = 2) -> tuple[np.ndarray, np.ndarray]
     return np.where(mask == 1, ids, config.pad_token_id).astype(np.int32), mask
 
 
-def check_generate(model, oracle, lengths, num_beams: int, max_new_tokens: int = 8) -> None:
-    """``model.generate`` ids equal to HF ``generate`` on left-padded prompts."""
+def _hf_generate(model, oracle, ids, mask, num_beams, max_new_tokens, eos):
     import torch
 
-    ids, mask = left_padded(model.config, lengths)
     with torch.no_grad():
-        want = oracle.generate(input_ids=torch.tensor(ids, dtype=torch.long),
+        return oracle.generate(input_ids=torch.tensor(ids, dtype=torch.long),
                                attention_mask=torch.tensor(mask, dtype=torch.long), do_sample=False,
                                num_beams=num_beams, max_new_tokens=max_new_tokens, min_new_tokens=0,
-                               pad_token_id=model.config.pad_token_id).numpy()
+                               pad_token_id=model.config.pad_token_id, eos_token_id=eos).numpy()
+
+
+def check_generate(model, oracle, lengths, num_beams: int, max_new_tokens: int = 8) -> None:
+    """``model.generate`` ids equal to HF ``generate`` on left-padded prompts; then again with the EOS
+    id set to a token the first run generated in row 0, so that rows stop early (padded after EOS)."""
+    import dataclasses
+
+    from jattn.models.decoder import DecoderModel
+
+    ids, mask = left_padded(model.config, lengths)
+    want = _hf_generate(model, oracle, ids, mask, num_beams, max_new_tokens, model.config.eos_token_id)
     got = model.generate(ids, mask, max_new_tokens=max_new_tokens, num_beams=num_beams)
     np.testing.assert_array_equal(got, want)
+    eos = int(want[0, ids.shape[1] + 2])
+    stopping = DecoderModel(dataclasses.replace(model.config, eos_token_id=eos), model.params, model.tokenizer)
+    want = _hf_generate(model, oracle, ids, mask, num_beams, max_new_tokens, eos)
+    assert num_beams > 1 or (want[:, ids.shape[1]:] == eos).any(), "the EOS run should stop a row"
+    np.testing.assert_array_equal(stopping.generate(ids, mask, max_new_tokens=max_new_tokens, num_beams=num_beams),
+                                  want)

@@ -373,9 +373,9 @@ def check_norms(model) -> None:
 
 
 def check_analyze_cli(model, folder, out: Path) -> dict:
-    """``jattn analyze --methods weights,entropy,norms,alti-plus`` on (source, target) pairs: the
-    statistics' shapes per attention type, the weight statistics equal to the corpus runner's.
-    -> results.json."""
+    """``jattn analyze --methods weights,entropy,norms,alti,alti-plus`` on (source, target) pairs:
+    the statistics' shapes per attention type, ALTI's and ALTI+'s finite, the weight statistics equal
+    to the corpus runner's. -> results.json."""
     from jattn.analyses.weights import ClassAttention
     from jattn.cli import main
     from jattn.runner import run_corpus
@@ -383,14 +383,17 @@ def check_analyze_cli(model, folder, out: Path) -> dict:
     one = out.parent / "pairs.txt"
     one.write_text("".join(f"{a} ||| {b}\n" for a, b in pairs()))
     main(["analyze", "--model", str(folder), "--format", "parallel", "--input", str(one), "--methods",
-          "weights,entropy,norms,alti-plus", "--max-length", "32", "--batch-size", "2", "--out", str(out)])
+          "weights,entropy,norms,alti,alti-plus", "--max-length", "32", "--batch-size", "2", "--out", str(out)])
     doc = json.loads((out / "results.json").read_text())
     c = model.config
     assert doc["meta"]["segments"] == 5
     assert doc["encoder_attn_to_sep"]["shape"] == [c.encoder_layers, c.encoder_heads]
     assert doc["decoder_entropy"]["shape"] == [c.decoder_layers, c.decoder_heads]
     assert doc["cross_norm_to_sep"]["shape"] == [c.decoder_layers, c.decoder_heads]
-    assert np.isfinite(np.asarray(doc["cross_alti_plus_source"]["value"], np.float64)).all()
+    alti = [k for k in doc if "alti" in k]
+    assert "cross_alti_plus_source" in alti and any(k.startswith("encoder_alti") for k in alti), alti
+    for key in alti:
+        assert np.isfinite(np.asarray(doc[key]["value"], np.float64)).all(), key
     direct = run_corpus(model, pairs(), [ClassAttention()], batch_size=2, max_length=32, progress=False).statistics
     assert_close(doc["cross_attn_to_sep"]["value"], direct["cross_attn_to_sep"].value,
                  terms=model_terms(c, 32, 32) + 32 * 5)

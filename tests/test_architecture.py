@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "jattn"
-FAMILY_WORDS = re.compile(r"bert|roberta|electra|mpnet|marian|fsmt|bart", re.I)
+FAMILY_WORDS = re.compile(r"bert|roberta|electra|mpnet|marian|fsmt|bart|albert|deberta|xlm|m2m|nllb|\bt5\b|mt5|gpt|llama|qwen|gemma", re.I)
 MAX_LINES = 400
 
 

@@ -108,3 +108,12 @@ def test_mixing_method_refuses_a_pre_ln_model(setup, tmp_path):
     ranks.write_text("")
     with pytest.raises(ValueError, match="pre-LN.*Fix: jattn.norms"):
         MixingRatio(setup[0], rank_file=ranks)
+
+
+def test_lrp_refuses_a_pre_ln_model(setup):
+    """LRP's relprop steps are a post-LN block's: a pre-LN model is refused, naming the alternative."""
+    from jattn.analyses.lrp import head_relevance
+
+    model, batch, _, _ = setup
+    with pytest.raises(ValueError, match="pre-LN.*Fix: head_gradient_x_input"):
+        head_relevance(model.params, model.config, batch)

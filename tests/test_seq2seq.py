@@ -152,8 +152,7 @@ def test_unsupported_config_refused(tiny):
     _, folder, _, _ = tiny
     cfg = json.loads((folder / "config.json").read_text())
     spec = families.get(cfg["model_type"])
-    with pytest.raises(ConfigError, match="LayerDrop"):
-        spec.config_from_hf(dict(cfg, encoder_layerdrop=0.1))
+    assert spec.config_from_hf(dict(cfg, encoder_layerdrop=0.1)).layerdrop == (0.1, 0.0)  # kept; training refuses it
     with pytest.raises(ConfigError, match="activation_function"):
         spec.config_from_hf(dict(cfg, activation_function="glu"))
 
@@ -223,3 +222,21 @@ def test_bad_interventions(tiny):
         model.forward(["un chat"])
     with pytest.raises(ValueError, match="batch_size"):
         model.translate(["un chat"], batch_size=0) if model.tokenizer is not None else model.forward({}, None)
+
+
+def test_layerdrop_is_refused_in_training_only(tiny):
+    """A config's LayerDrop (HF: training only) leaves evaluation as it is; a training forward refuses it."""
+    import dataclasses
+
+    import jax
+
+    from jattn.nn import seq2seq
+    from tiny_seq2seq import padded_batch
+
+    _, _, model, _ = tiny
+    config = dataclasses.replace(model.config, layerdrop=(0.1, 0.0))
+    batch = padded_batch(model.config)
+    out, _ = seq2seq.forward(model.params, config, batch, internals=None)
+    np.testing.assert_array_equal(out["logits"], seq2seq.forward(model.params, model.config, batch, internals=None)[0]["logits"])
+    with pytest.raises(ValueError, match="LayerDrop .* training.*Fix: train with dataclasses.replace"):
+        seq2seq.forward(model.params, config, batch, dropout_rng=jax.random.key(0), internals=None)

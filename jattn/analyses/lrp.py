@@ -158,6 +158,10 @@ def head_relevance(params, config, batch: dict) -> dict:
     is explained). Returns ``heads`` (b, L, H) relevance per head (un-normalised; the example's total is
     its number of predictions), ``residual`` (b, L) relevance passed on through the residual at each
     layer, ``layer_input`` (b, L) Σ R(x_l) (conservation: equal to the total at every layer)."""
+    if config.norm_position != "post":
+        raise ValueError("head_relevance propagates relevance through post-LN blocks (x -> LN_2(h + FFN(h)), "
+                         "h = LN_1(x + attention)); this model's blocks are pre-LN, whose relprop steps it does not "
+                         "implement. Fix: head_gradient_x_input (gradient × input of each head) applies to any block")
     module = state.merge(params, config)
     if isinstance(config, EncoderConfig):
         outputs, internals = module(batch, internals=("residual", "weights", "context"))

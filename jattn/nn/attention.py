@@ -45,7 +45,7 @@ class MultiHeadAttention(nnx.Module):
 
     def __init__(self, d_model: int, num_heads: int, *, rngs: nnx.Rngs, stack: tuple = (), std=None,
                  head_dim: int | None = None, bias: bool = True, kv_heads: int | None = None,
-                 out_bias: bool | None = None):
+                 out_bias: bool | None = None, softcap: float = 0.0, score_scale: float = 0.0):
         d_h = head_dim or d_model // num_heads
         kv = kv_heads or num_heads  # grouped-query attention (Ainslie et al. 2023): H_kv key/value heads
         if num_heads % kv:
@@ -57,6 +57,8 @@ class MultiHeadAttention(nnx.Module):
         self.out = Dense((num_heads, d_h), (d_model,), rngs=rngs, stack=stack, in_names=("model", None), std=std,
                          bias=bias if out_bias is None else out_bias)
         self.groups = num_heads // kv  # query heads per key/value head
+        # scores c·tanh(s / c) (Gemma Team 2024's soft-capping; 0: none), scaled by score_scale (0: 1/sqrt(d_h))
+        self.softcap, self.score_scale = softcap, score_scale
 
     def per_query_head(self, x: jax.Array) -> jax.Array:
         """Key/value heads (b, H_kv, k, d_h) -> one per query head (b, H, k, d_h): query head h reads
@@ -85,7 +87,11 @@ class MultiHeadAttention(nnx.Module):
             v = iv.patched("values", v)  # (b, H, k, d_h)
         if isinstance(score_bias, LayerTerms):  # rotary q, k; a local window (jattn.nn.layer_terms)
             q, k, allowed, score_bias = score_bias.apply(q, k, allowed)  # allowed (b, 1 or q, k)
+        if self.score_scale:  # q·k · score_scale in place of q·k / sqrt(d_h) (Gemma's query_pre_attn_scalar^−½)
+            q = q * jnp.asarray(self.score_scale * q.shape[-1] ** 0.5, q.dtype)  # (b, q, H, d_h)
         scores = position_scores(q, k, score_bias)  # (b, H, q, k) q·k/sqrt(d_h) + bias, or DeBERTa's terms
+        if self.softcap:
+            scores = self.softcap * jnp.tanh(scores / self.softcap)  # (b, H, q, k) soft-capped before the mask
         mask = allowed[:, None]  # (b, 1, 1 or q, k)
         # additive mask, as HF's eager attention: finfo.min + s rounds to finfo.min, so this equals
         # selecting finfo.min for masked keys, and XLA fuses the addition into the softmax's loop
@@ -170,7 +176,7 @@ def post_ln_ffn(ffn_in: Dense, ffn_out: Dense, ln: LayerNorm, h, iv: Interventio
 
 
 def pre_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, iv: Interventions, *,
-                     attention_dropout: float, dropout_rate: float, rng=None, score_bias=None):
+                     attention_dropout: float, dropout_rate: float, rng=None, score_bias=None, post_ln=None):
     """h = x + Attn(LN(x), kv), the pre-LayerNorm attention sublayer (Xiong et al. 2020, Eq. 3;
     Wang et al. 2019): the LayerNorm normalises the block's input, the residual bypasses it.
 
@@ -178,7 +184,9 @@ def pre_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, iv
     cross-attention reads ``kv`` as given (the encoder's output, already normalised). Returns
     (h (b, q, D), internals): the attention's, plus ``residual`` x, ``pre_ln`` x (the vector the
     LayerNorm normalises: the block input here) and ``attention_ln_out`` LN(x) (the attention's
-    input). h itself is the feed-forward sublayer's ``ffn_pre_ln``.
+    input). h itself is the feed-forward sublayer's ``ffn_pre_ln``. ``post_ln``: a norm on the
+    attention's output before the residual, h = x + post_ln(Attn(LN(x))) (Gemma Team 2024's sandwich;
+    ``output`` stays the attention's output before it).
     """
     r = split_rng(rng, 2)
     patched = iv.patched("residual", x)  # (b, q, D)
@@ -188,22 +196,22 @@ def pre_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, iv
     k, v = attn.keys_values(kv) if not isinstance(kv, tuple) else kv
     y, internals = attn(u, k, v, allowed, iv, dropout_rate=attention_dropout, rng=r[0],
                         score_bias=score_bias)  # (b, q, D)
-    h = x + dropout(y, dropout_rate, r[1])  # (b, q, D)
+    h = x + dropout(y if post_ln is None else post_ln(y), dropout_rate, r[1])  # (b, q, D)
     internals.update(residual=x, pre_ln=x, attention_ln_out=u)
     return h, internals
 
 
 def pre_ln_ffn(ffn_in: Dense, ffn_out: Dense, ln: LayerNorm, h, iv: Interventions, *, activation: str,
-               activation_dropout: float, dropout_rate: float, rng=None):
+               activation_dropout: float, dropout_rate: float, rng=None, post_ln=None):
     """h + W_2 act(W_1 LN(h) + b_1) + b_2, the pre-LayerNorm feed-forward sublayer (Xiong et al.
     2020). h (b, n, D) -> (out (b, n, D), internals): ``ffn_activation`` (b, n, F), ``ffn_output``
     W_2 a + b_2 (b, n, D), ``ffn_pre_ln`` h (the vector the LayerNorm normalises). Patch sites as
-    ``post_ln_ffn``'s."""
+    ``post_ln_ffn``'s; ``post_ln`` as ``pre_ln_attention``'s (``ffn_output`` before it)."""
     r = split_rng(rng, 2)
     h = iv.patched("ffn_residual", h)  # (b, n, D)
     a = ffn_hidden(ffn_in, ln(h, _sigma(h, ln, iv)), activation)  # (b, n, F)
     y = iv.patched("ffn_output", ffn_out(dropout(a, activation_dropout, r[0])))  # (b, n, D)
-    out = iv.patched("layer_output", h + dropout(y, dropout_rate, r[1]))  # (b, n, D)
+    out = iv.patched("layer_output", h + dropout(y if post_ln is None else post_ln(y), dropout_rate, r[1]))  # (b, n, D)
     return out, {"ffn_activation": a, "ffn_output": y, "ffn_pre_ln": h}
 
 

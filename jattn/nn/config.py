@@ -9,63 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A Hugging Face config that jattn cannot represent faithfully."""
-
+from jattn.nn.errors import ConfigError  # noqa: F401  (re-exported)
+from jattn.nn.pruned import PrunedHeads  # noqa: F401  (re-exported)
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
-
-
-@dataclasses.dataclass(frozen=True)
-class PrunedHeads:
-    """The heads left in one physically pruned attention stack (``jattn.sweeps.pruning``).
-
-    Layer l's remaining heads, by their index before pruning (ascending), fill the module's
-    head slots 0..len(kept[l])-1; slots after them hold zero weights and are not heads."""
-
-    heads: int  # heads per layer before pruning
-    kept: tuple[tuple[int, ...], ...]  # per layer, the original index of the head in each slot
-
-    @classmethod
-    def full(cls, num_layers: int, heads: int) -> "PrunedHeads":
-        """Nothing pruned."""
-        return cls(heads, (tuple(range(heads)),) * num_layers)
-
-    @classmethod
-    def from_removed(cls, removed, num_layers: int, heads: int, what: str) -> "PrunedHeads":
-        """From Hugging Face's ``pruned_heads`` convention {layer: [removed heads]} (JSON keys are
-        strings); ``what`` names the field in errors."""
-        if not isinstance(removed, dict):
-            raise ConfigError(f"{what} must map layers to lists of removed heads, got {type(removed).__name__}")
-        drop: dict[int, set] = {}
-        for layer, hs in removed.items():
-            try:
-                layer = int(layer)
-                hs = [int(h) for h in hs]
-            except (TypeError, ValueError):
-                raise ConfigError(f"{what}: {layer!r}: {hs!r} is not layer: [head, ...] with integers") from None
-            if not 0 <= layer < num_layers or any(not 0 <= h < heads for h in hs):
-                raise ConfigError(f"{what}: layer {layer}, heads {hs} outside the model's {num_layers} layers x "
-                                  f"{heads} heads (0-based). Fix: config.json and the weights disagree; export again")
-            drop.setdefault(layer, set()).update(hs)
-        return cls(heads, tuple(tuple(h for h in range(heads) if h not in drop.get(layer, ()))
-                                for layer in range(num_layers)))
-
-    @property
-    def counts(self) -> tuple[int, ...]:
-        """Heads per layer."""
-        return tuple(len(k) for k in self.kept)
-
-    @property
-    def slots(self) -> int:
-        """Head slots per layer in the module: the most heads a layer keeps (at least 1)."""
-        return max((1, *self.counts))
-
-    def removed(self) -> dict[str, list[int]]:
-        """Hugging Face's ``pruned_heads``: {layer: removed heads}, for layers that lost heads."""
-        return {str(layer): [h for h in range(self.heads) if h not in kept]
-                for layer, kept in enumerate(self.kept) if len(kept) < self.heads}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,8 +111,14 @@ class EncoderConfig:
     norm_offset: float = 0.0  # RMSNorm's scale is offset + γ (Gemma: 1)
     embedding_norm: bool = True  # a normaliser on the embeddings (False: none, GPT-2's and Llama's)
     embedding_scale: float = 1.0  # the word embeddings multiplied by it (Gemma: sqrt(D))
-    bos_token_id: int | None = None  # the first token of a prompt (a causal LM's generation)
-    eos_token_id: int | None = None  # generation stops at it (a causal LM's generation)
+    bos_token_id: int | None = None  # a causal LM's first token of a prompt; eos: where its generation stops
+    eos_token_id: int | None = None
+    # Gemma 2's (Gemma Team 2024): a norm on each sublayer's output before the residual (jattn.nn.attention);
+    # scores c·tanh(s / c) (attention_softcap c) and logits likewise (logit_softcap); 0: none
+    sublayer_post_norm: bool = False
+    attention_softcap: float = 0.0
+    logit_softcap: float = 0.0
+    score_scale: float = 0.0  # the scores' scale, q·k · score_scale (query_pre_attn_scalar^−½); 0: 1/sqrt(d_h)
 
     @property
     def head_dim(self) -> int:
@@ -217,7 +170,7 @@ class Seq2SeqConfig:
     scale_embedding: bool  # multiply token embeddings by sqrt(d_model)
     shared_embeddings: bool  # one table for source and target tokens
     tie_output: bool  # output projection = target embedding table
-    positions: str  # "vaswani" | "tensor2tensor" (sinusoids) | "learned" (a table per side), see jattn.nn.seq2seq
+    positions: str  # "vaswani" | "tensor2tensor" (sinusoids) | "learned" (a table per side) | "none", jattn.nn.seq2seq
     pad_token_id: int
     eos_token_id: int
     decoder_start_token_id: int
@@ -228,6 +181,9 @@ class Seq2SeqConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
+    # LayerDrop rates (encoder, decoder) (Fan et al. 2020): HF skips layers only in training, which
+    # jattn's training forward does not implement (it refuses a non-zero rate there); evaluation is unchanged
+    layerdrop: tuple[float, float] = (0.0, 0.0)
     # physically pruned heads of (encoder, decoder, cross) (config.json "jattn_pruned_heads"; jattn.sweeps.pruning)
     pruned: tuple[PrunedHeads, PrunedHeads, PrunedHeads] | None = None
     final_logits_bias: bool = False  # a learned bias added to the output logits
@@ -239,14 +195,24 @@ class Seq2SeqConfig:
     norm_position: str = "post"
     # a LayerNorm on each stack's last layer output (encoder and decoder; pre-LN stacks, Liu et al. 2020)
     final_norm: bool = False
+    norm: str = "layer"  # every normaliser: "layer" LayerNorm, "rms" RMSNorm (jattn.nn.layers.NORMS)
+    attention_head_dim: int = 0  # d_h when not D / H (T5's d_kv: H·d_h may differ from D); 0: D / H
+    score_scale: float = 0.0  # scores q·k · score_scale; 0: q·k / sqrt(d_h) (T5: 1, unscaled)
+    gated_ffn: bool = False  # W_1 gives an input u and a gate g (2, F): act(u) * g (Shazeer 2020)
+    linear_bias: bool = True  # biases of the attention and FFN projections (False: none, T5)
+    # a relative-position score bias per stack, B[bucket(j − i), h] added in every layer (Raffel et al. 2020,
+    # §2.1; jattn.nn.relative; the decoder's buckets one-sided); 0 buckets: none
+    relative_attention_num_buckets: int = 0
+    relative_attention_max_distance: int = 128  # distances beyond it share the last bucket
+    output_scale: float = 1.0  # the decoder's output times it before the output projection (T5 v1.0: D^-½)
 
     @property
     def encoder_head_dim(self) -> int:
-        return self.d_model // (self.pruned[0].heads if self.pruned else self.encoder_heads)
+        return self.attention_head_dim or self.d_model // (self.pruned[0].heads if self.pruned else self.encoder_heads)
 
     @property
     def decoder_head_dim(self) -> int:
-        return self.d_model // (self.pruned[1].heads if self.pruned else self.decoder_heads)
+        return self.attention_head_dim or self.d_model // (self.pruned[1].heads if self.pruned else self.decoder_heads)
 
     @property
     def vocab_size(self) -> int:
@@ -336,11 +302,6 @@ def seq2seq_config(hf: dict[str, Any], *, default_activation: str, vocab_sizes: 
     act = hf.get("activation_function", default_activation)
     if act not in ACTIVATIONS:
         raise ConfigError(f"unsupported activation_function {act!r}; supported: {', '.join(ACTIVATIONS)}")
-    for key in ("encoder_layerdrop", "decoder_layerdrop"):
-        if hf.get(key, 0.0):
-            raise ConfigError(f"{key}={hf[key]} is not supported (LayerDrop, Fan et al. 2020: jattn runs every "
-                              f"layer). Fix: set {key} to 0.0 in config.json (HF skips layers only in training, "
-                              "so evaluation is unchanged)")
     # Fields of older configs (transformers 3/4) that name the block layout: they must describe
     # what the family's scheme computes.
     learned, pre = scheme.get("positions") == "learned", scheme.get("norm_position", "post") == "pre"
@@ -357,10 +318,10 @@ def seq2seq_config(hf: dict[str, Any], *, default_activation: str, vocab_sizes: 
             raise ConfigError(f"config.json {key}={hf[key]!r} is not supported for {hf.get('model_type')}: jattn "
                               f"runs this family with {key}={ok!r} ({blocks}). Fix: check that the checkpoint is "
                               f"a {hf.get('model_type')} model, then set {key} to {ok!r} or remove it")
-    if hf["d_model"] % 2 and not learned:
+    if hf["d_model"] % 2 and scheme.get("positions") in ("vaswani", "tensor2tensor"):
         raise ConfigError(f"d_model={hf['d_model']} must be even for sinusoidal positions")
     for side in ("encoder", "decoder"):
-        if hf["d_model"] % hf[f"{side}_attention_heads"]:
+        if hf["d_model"] % hf[f"{side}_attention_heads"] and not scheme.get("attention_head_dim"):
             raise ConfigError(f"d_model must be divisible by {side}_attention_heads")
     bad = hf.get("bad_words_ids") or []
     if any(len(w) != 1 for w in bad):
@@ -389,5 +350,6 @@ def seq2seq_config(hf: dict[str, Any], *, default_activation: str, vocab_sizes: 
         decoder_start_token_id=start, forced_eos_token_id=forced, forced_bos_token_id=forced_bos,
         bad_token_ids=tuple(sorted(w[0] for w in bad)),
         dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.0),
-        activation_dropout=hf.get("activation_dropout", 0.0), **scheme,
+        activation_dropout=hf.get("activation_dropout", 0.0),
+        layerdrop=(float(hf.get("encoder_layerdrop") or 0.0), float(hf.get("decoder_layerdrop") or 0.0)), **scheme,
     )

@@ -65,13 +65,16 @@ class EncoderLayer(nnx.Module):
         D, H, F = config.hidden_size, config.num_heads, config.intermediate_size
         self.attention = MultiHeadAttention(D, H, rngs=rngs, stack=stack, std=STD, head_dim=config.head_dim,
                                             bias=config.attention_bias, kv_heads=config.kv_heads,
-                                            out_bias=config.attention_out_bias)
+                                            out_bias=config.attention_out_bias, softcap=config.attention_softcap,
+                                            score_scale=config.score_scale)
         self.attention_ln = norm_module(config, D, stack)  # LayerNorm or RMSNorm (config.norm)
         gated = (2,) if config.gated_ffn else ()  # a gated FFN's W_1: input and gate (2, F)
         self.ffn_in = Dense((D,), (*gated, F), rngs=rngs, stack=stack, out_names=(*(None,) * len(gated), "model"),
                             std=STD, bias=config.ffn_bias)
         self.ffn_out = Dense((F,), (D,), rngs=rngs, stack=stack, in_names=("model",), std=STD, bias=config.ffn_bias)
         self.ffn_ln = norm_module(config, D, stack)
+        post = config.sublayer_post_norm  # norms on the sublayers' outputs (pre_ln_attention's post_ln)
+        self.attention_post_ln, self.ffn_post_ln = (norm_module(config, D, stack) if post else None for _ in "af")
         self.positions = position_projections(config, rngs=rngs, stack=stack, std=STD)  # DeBERTa's W_{k,r}, W_{q,r}
         self.config = config
 
@@ -82,9 +85,10 @@ class EncoderLayer(nnx.Module):
         attention, ffn_sublayer = SUBLAYERS[c.norm_position]
         h, internals = attention(self.attention, attention_norm(self.attention_ln, score_bias), x, x, allowed, iv,
                                          attention_dropout=c.attention_dropout, dropout_rate=c.hidden_dropout,
-                                         rng=r[0], score_bias=score_bias)  # (b, n, D)
+                                         rng=r[0], score_bias=score_bias, **self.post_norms("attention"))  # (b, n, D)
         out, ffn = ffn_sublayer(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
-                                activation_dropout=0.0, dropout_rate=c.hidden_dropout, rng=r[1])  # (b, n, D)
+                                activation_dropout=0.0, dropout_rate=c.hidden_dropout, rng=r[1],
+                                **self.post_norms("ffn"))  # (b, n, D)
         return out, {**internals, **ffn}  # ffn: ffn_activation (b, n, F), ffn_output, ffn_pre_ln (b, n, D)
 
     def cls_row(self, x, allowed, iv: Interventions, score_bias=None):
@@ -101,6 +105,11 @@ class EncoderLayer(nnx.Module):
         out, _ = ffn_sublayer(self.ffn_in, self.ffn_out, self.ffn_ln, h, iv, activation=c.hidden_act,
                               activation_dropout=0.0, dropout_rate=0.0)  # (b, 1, D)
         return out
+
+    def post_norms(self, sublayer: str) -> dict:
+        """The ``post_ln`` keyword of a sublayer ("attention" | "ffn") with output norms, else {}."""
+        post = getattr(self, f"{sublayer}_post_ln")
+        return {} if post is None else {"post_ln": post}
 
     def view(self) -> dict:
         """This layer's (or the stack's) parameters as the norm-based methods read them."""

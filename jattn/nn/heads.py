@@ -96,11 +96,13 @@ class LMHead(nnx.Module):
     def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
         self.weight = None if config.tied_lm_head else param(rngs, (config.vocab_size, config.hidden_size),
                                                               "normal", STD)
+        self.softcap = config.logit_softcap  # logits c·tanh(z / c) (Gemma Team 2024); 0: none
 
     def __call__(self, hidden: jax.Array, word: jax.Array) -> jax.Array:
         """hidden (b, n, D) (the final norm's output), ``word`` the word table (V, D) -> logits (b, n, V)."""
         table = word if self.weight is None else self.weight[...]  # (V, D)
-        return hidden @ table.T.astype(hidden.dtype)  # (b, n, V)
+        logits = hidden @ table.T.astype(hidden.dtype)  # (b, n, V)
+        return self.softcap * jnp.tanh(logits / self.softcap) if self.softcap else logits  # (b, n, V)
 
 
 class ReplacedTokenHead(nnx.Module):

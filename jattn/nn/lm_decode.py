@@ -60,21 +60,25 @@ def step(params, config: EncoderConfig, tokens, t, positions, cache: dict, real,
     attention, ffn = SUBLAYERS[c.norm_position]
     graphdef, stacked = nnx.split(model.layers)
 
+    radii = jnp.asarray(c.attention_radius or (0,) * c.num_layers, jnp.int32)  # (L,) a layer's window; 0: none
+
     def layer(x, xs):
-        st, k_c, v_c, slices = xs
+        st, k_c, v_c, slices, radius = xs
         lay, one = nnx.merge(graphdef, st), iv.for_layer(*slices)
+        near = (radius == 0) | (t - jnp.arange(T) <= radius)  # (T,) keys within the layer's window (buffer indices)
         k_new, v_new = lay.attention.keys_values(lay.attention_ln(x) if c.norm_position == "pre" else x)  # (B, H, 1, d_h)
         if terms is not None:
             k_new = rotate(k_new, cos, sin)  # (B, H, 1, d_h) at the token's position
         k_c = jax.lax.dynamic_update_slice_in_dim(k_c, k_new.astype(k_c.dtype), t, axis=2)  # (B, H, T, d_h)
         v_c = jax.lax.dynamic_update_slice_in_dim(v_c, v_new.astype(v_c.dtype), t, axis=2)
-        h, _ = attention(lay.attention, lay.attention_ln, x, (k_c, v_c), allowed, one, attention_dropout=0.0,
-                         dropout_rate=0.0, score_bias=terms)  # (B, 1, D)
+        h, _ = attention(lay.attention, lay.attention_ln, x, (k_c, v_c), allowed & near[None, None], one,
+                         attention_dropout=0.0, dropout_rate=0.0, score_bias=terms,
+                         **lay.post_norms("attention"))  # (B, 1, D)
         out, _ = ffn(lay.ffn_in, lay.ffn_out, lay.ffn_ln, h, one, activation=c.hidden_act, activation_dropout=0.0,
-                     dropout_rate=0.0)  # (B, 1, D)
+                     dropout_rate=0.0, **lay.post_norms("ffn"))  # (B, 1, D)
         return out, (k_c, v_c)
 
-    x, (k, v) = jax.lax.scan(layer, x, (stacked, cache["k"], cache["v"], iv.layer_slices()))
+    x, (k, v) = jax.lax.scan(layer, x, (stacked, cache["k"], cache["v"], iv.layer_slices(), radii))
     logits = model.lm_head(model.final(x), emb.word[...])[:, 0]  # (B, V)
     return logits.astype(jnp.float32), {"k": k, "v": v}
 

@@ -249,6 +249,11 @@ class Seq2Seq(nnx.Module):
         """
         iv = {} if interventions is None else interventions
         r = split_rng(dropout_key(self, dropout_rng), 2)
+        if r[0] is not None and any(self.config.layerdrop):
+            raise ValueError(f"this model's config asks for LayerDrop {self.config.layerdrop} (encoder, decoder) in "
+                             "training, which jattn does not implement (every layer runs). Fix: train with "
+                             "dataclasses.replace(config, layerdrop=(0.0, 0.0)), or set encoder_layerdrop / "
+                             "decoder_layerdrop to 0.0 in config.json")
         dec_ids, dec_mask = batch.get("decoder_input_ids"), batch.get("decoder_attention_mask")
         dec_embeds = batch.get("decoder_inputs_embeds")
         if dec_mask is None and dec_ids is not None:

@@ -65,7 +65,7 @@ def to_hf_config(config: Seq2SeqConfig) -> dict:
         "decoder_start_token_id": config.decoder_start_token_id,
         "dropout": config.dropout, "attention_dropout": config.attention_dropout,
         "activation_dropout": config.activation_dropout,
-        "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,  # M2M100Config's defaults are 0.05: write them
+        "encoder_layerdrop": config.layerdrop[0], "decoder_layerdrop": config.layerdrop[1],  # as read
         "is_encoder_decoder": True,
     }
     for key in ("forced_bos_token_id", "forced_eos_token_id"):

@@ -20,8 +20,9 @@ scaled token embeddings (``jattn.nn.seq2seq.word_embeddings``); with them jattn 
 of the tokens the masks mark real, HF numbers every position (pad + 1, pad + 2, …): the two agree
 on right-padded rows' real tokens.
 
-``encoder_layerdrop`` / ``decoder_layerdrop`` (LayerDrop, training only) must be 0: M2M100Config's
-default, and some released config.json files, say 0.05 (set it to 0.0 to load those)."""
+``encoder_layerdrop`` / ``decoder_layerdrop`` (LayerDrop, training only; M2M100Config's default
+and some released config.json files say 0.05) are kept in ``Seq2SeqConfig.layerdrop``: evaluation
+runs every layer, as HF's does; jattn's training forward refuses a non-zero rate."""
 
 from jattn.families.m2m_100 import convert
 from jattn.families.spec import FamilySpec, register

@@ -67,7 +67,8 @@ def to_hf_config(config: Seq2SeqConfig) -> dict:
         "pad_token_id": config.pad_token_id, "eos_token_id": config.eos_token_id,
         "decoder_start_token_id": config.decoder_start_token_id, "forced_eos_token_id": config.forced_eos_token_id,
         "dropout": config.dropout, "attention_dropout": config.attention_dropout,
-        "activation_dropout": config.activation_dropout, "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,
+        "activation_dropout": config.activation_dropout,
+        "encoder_layerdrop": config.layerdrop[0], "decoder_layerdrop": config.layerdrop[1],
         "is_encoder_decoder": True,
     }
     if config.forced_bos_token_id is not None:

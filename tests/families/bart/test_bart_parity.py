@@ -180,7 +180,6 @@ def test_refused_configs(tiny):
                           ({"static_position_embeddings": True}, "static_position_embeddings"),
                           ({"extra_pos_embeddings": 0}, "extra_pos_embeddings"),
                           ({"tie_word_embeddings": False}, "tie_word_embeddings"),
-                          ({"decoder_layerdrop": 0.1}, "LayerDrop"),
                           ({"activation_function": "glu"}, "activation_function"),
                           ({"forced_bos_token_id": [0, 1]}, "forced_bos_token_id")):
         with pytest.raises(ConfigError, match=match):

@@ -85,3 +85,35 @@ def test_refused_configs(tmp_path):
 
     with pytest.raises(ConfigError, match="scale_attn_by_inverse_layer_idx"):
         jattn.load(save_gpt2(tmp_path, scale_attn_by_inverse_layer_idx=True), tokenizer=False)
+
+
+def test_generate_refuses_right_padding_and_returns_attentions(pair):
+    from lm_family_parity import left_padded
+
+    model = pair[0]
+    ids, mask = left_padded(model.config, [5, 3])
+    with pytest.raises(ValueError, match="left-padded"):
+        model.generate(ids, mask[:, ::-1].copy(), max_new_tokens=3)
+    out, att = model.generate(ids, mask, max_new_tokens=3, return_attentions=True)
+    assert out.shape[1] <= ids.shape[1] + 3 and att.shape == (3, 2, 4, out.shape[1], out.shape[1])
+    # the generated tokens' attention rows sum to 1 over the real keys at or before them
+    np.testing.assert_allclose(np.asarray(att)[..., ids.shape[1]:, :].sum(-1), 1.0, rtol=1e-5)
+
+
+def test_generate_with_gates_equals_hf_hooks(pair):
+    """Head gates during generation: HF ``generate`` with the same (L, H) gates hooked in."""
+    import torch
+
+    from hf_head_gates import gated
+    from lm_family_parity import left_padded
+
+    model, oracle = pair
+    ids, mask = left_padded(model.config, [6, 4])
+    g = np.random.default_rng(5).uniform(0, 1.5, (model.config.num_layers, model.config.num_heads)).astype(np.float32)
+    with gated(oracle, {"encoder": torch.tensor(g)}), torch.no_grad():
+        want = oracle.generate(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                               do_sample=False, max_new_tokens=6, pad_token_id=model.config.pad_token_id).numpy()
+    from jattn import Interventions
+
+    got = model.generate(ids, mask, max_new_tokens=6, interventions=Interventions(head_gates=g))
+    np.testing.assert_array_equal(got, want)

@@ -1,4 +1,4 @@
-"""Analyses on M2M100 / NLLB: ``jattn analyze`` (weights, entropy, norms, ALTI+) from the command line on
+"""Analyses on M2M100 / NLLB: ``jattn analyze`` (weights, entropy, norms, ALTI, ALTI+) from the command line on
 the tiny checkpoint and its tokenizer, ``jattn.norms`` against the explicit αf tensor and
 ``jattn.patch_heads`` against HF PyTorch with hooks."""
 

@@ -112,8 +112,10 @@ def test_defaults_and_refused_configs(tiny):
     bare = {k: v for k, v in cfg.items() if k not in ("scale_embedding", "decoder_start_token_id", "attention_dropout")}
     got = spec.config_from_hf(dict(bare, encoder_layerdrop=0.0, decoder_layerdrop=0.0))
     assert (got.scale_embedding, got.decoder_start_token_id, got.attention_dropout) == (True, 2, 0.1)
-    for change, match in (({"encoder_layerdrop": 0.05}, "encoder_layerdrop=0.05 is not supported \\(LayerDrop"),
-                          ({"normalize_before": False}, "normalize_before"),
+    assert spec.config_from_hf(cfg).layerdrop == (0.0, 0.0)
+    omitted = {k: v for k, v in cfg.items() if "layerdrop" not in k}
+    assert spec.config_from_hf(omitted).layerdrop == (0.05, 0.05)  # M2M100Config's default: kept; evaluation as HF
+    for change, match in (({"normalize_before": False}, "normalize_before"),
                           ({"add_final_layer_norm": False}, "add_final_layer_norm"),
                           ({"normalize_embedding": True}, "normalize_embedding"),
                           ({"tie_word_embeddings": False}, "tie_word_embeddings"),
@@ -121,8 +123,6 @@ def test_defaults_and_refused_configs(tiny):
                           ({"activation_function": "glu"}, "activation_function")):
         with pytest.raises(ConfigError, match=match):
             spec.config_from_hf(dict(cfg, **change))
-    with pytest.raises(ConfigError, match="encoder_layerdrop"):
-        spec.config_from_hf({k: v for k, v in cfg.items() if k != "encoder_layerdrop"})
     with pytest.raises(ConfigError, match="unsupported model_type 'nllb-moe'"):  # NLLB-200's mixture of experts
         jattn.families.get("nllb-moe")
 

@@ -96,7 +96,6 @@ def test_refused_and_legacy_configs(tiny):
                           ({"static_position_embeddings": True}, "static_position_embeddings"),
                           ({"extra_pos_embeddings": 0}, "extra_pos_embeddings"),
                           ({"tie_word_embeddings": False}, "tie_word_embeddings"),
-                          ({"encoder_layerdrop": 0.1}, "LayerDrop"),
                           ({"activation_function": "glu"}, "activation_function"),
                           ({"forced_bos_token_id": [0, 1]}, "forced_bos_token_id"),
                           ({"decoder_start_token_id": None, "bos_token_id": None}, "decoder_start_token_id")):

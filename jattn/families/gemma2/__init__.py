@@ -1,0 +1,1 @@
+"""Gemma 2 (Gemma Team 2024)."""

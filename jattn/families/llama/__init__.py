@@ -1,0 +1,1 @@
+"""Llama (Touvron et al. 2023)."""

@@ -1,0 +1,134 @@
+"""Llama and Qwen2 (``jattn/families/llama``, ``jattn/families/qwen2``) against Hugging Face's
+``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` (eager attention) on tiny random configs with
+grouped-query attention (4 query heads, 2 key/value heads), rotary positions, RMSNorm and SwiGLU:
+next-token logits, every hidden state and attention weight on a right-padded batch, head gates
+per head / example / token, disabled heads (uniform over the keys the query may see, from the
+query head's key/value head), greedy and beam ``generate`` ids on left-padded prompts; Llama tied
+and untied, with and without biases; RoPE scaling refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from encoder_family_parity import save_random
+from lm_family_parity import (check_generate, check_lm_disabled, check_lm_gates, check_lm_outputs, lm_batch,
+                              load_lm_pair)
+
+SHAPE = dict(vocab_size=80, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+             intermediate_size=40, max_position_embeddings=64, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+             rms_norm_eps=1e-6)
+LENGTHS = [11, 6, 3, 11]
+FAMILIES = ("llama", "qwen2")
+
+
+def save_lm(folder, model_type="llama", seed=0, **fields):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config_cls, cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[model_type]
+    return save_random(cls(config_cls(**{**SHAPE, "rope_parameters": {"rope_type": "default", "rope_theta": 500.0},
+                                         **fields})), folder, seed)
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def pair(request, tmp_path_factory):
+    return load_lm_pair(save_lm(tmp_path_factory.mktemp(request.param), request.param))
+
+
+@pytest.fixture(scope="module")
+def batch(pair):
+    return lm_batch(pair[0].config, LENGTHS, seed=3)
+
+
+def test_config(pair):
+    c = pair[0].config
+    assert (c.causal, c.norm, c.gated_ffn, c.rotary_theta, c.kv_heads, c.kv_head) == (True, "rms", True, 500.0, 2,
+                                                                                      (0, 0, 1, 1))
+    assert c.attention_bias == (c.model_type == "qwen2") and c.attention_out_bias in (None, False)
+
+
+def test_outputs_and_attention(pair, batch):
+    check_lm_outputs(*pair, batch)
+
+
+def test_head_gates(pair, batch):
+    check_lm_gates(*pair, batch)
+
+
+def test_disabled_heads(pair, batch):
+    check_lm_disabled(*pair, batch)
+
+
+def test_values_are_per_query_head(pair, batch):
+    """The ``values`` internal (L, b, H, n, d_h): query heads of one group read the same values."""
+    v = np.asarray(pair[0].forward(batch, internals=("values",)).internals["values"])
+    np.testing.assert_array_equal(v[:, :, 0], v[:, :, 1])
+    assert not np.allclose(v[:, :, 1], v[:, :, 2])
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_generate_equals_hf(pair, num_beams):
+    check_generate(*pair, [7, 4, 2], num_beams)
+
+
+def test_tied_with_biases(tmp_path):
+    model, oracle = load_lm_pair(save_lm(tmp_path, tie_word_embeddings=True, attention_bias=True, mlp_bias=True,
+                                         num_key_value_heads=1))
+    assert model.config.tied_lm_head and model.config.kv_head == (0, 0, 0, 0)
+    check_lm_outputs(model, oracle, lm_batch(model.config, LENGTHS, seed=4))
+
+
+def test_export_round_trip(pair):
+    from jattn.nn.state import to_arrays
+
+    model = pair[0]
+    state = model.family.to_hf_state_dict(to_arrays(model.params), model.config)
+    again = model.family.convert(state, model.config)
+    np.testing.assert_array_equal(again["layers"]["ffn_in"]["kernel"],
+                                  np.asarray(model.params["layers"]["ffn_in"]["kernel"][...]))
+
+
+def test_rope_scaling_is_refused(tmp_path):
+    import jattn
+    from jattn.nn.config import ConfigError
+
+    folder = save_lm(tmp_path, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 500.0})
+    with pytest.raises(ConfigError, match="rope_type"):
+        jattn.load(folder, tokenizer=False)
+
+
+GEMMA2 = dict(vocab_size=80, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+              intermediate_size=40, head_dim=16, sliding_window=4, max_position_embeddings=64, query_pre_attn_scalar=12,
+              attn_logit_softcapping=2.0, final_logit_softcapping=3.0, bos_token_id=0, eos_token_id=1, pad_token_id=2,
+              rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    """Gemma 2 with a window (4) shorter than the batch, soft-capping that bites (scores and logits
+    capped at 2 and 3), head_dim 16 ≠ D / H and query_pre_attn_scalar 12 ≠ head_dim."""
+    import torch
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    folder = save_random(Gemma2ForCausalLM(Gemma2Config(**GEMMA2)), tmp_path_factory.mktemp("gemma2"))
+    return load_lm_pair(folder)
+
+
+def test_gemma2_config(gemma):
+    c = gemma[0].config
+    assert (c.norm_offset, c.sublayer_post_norm, c.attention_softcap, c.logit_softcap) == (1.0, True, 2.0, 3.0)
+    assert c.attention_radius == (3, 0, 3, 0) and c.head_dim == 16 and c.tied_lm_head
+
+
+def test_gemma2_outputs_gates_disabled(gemma):
+    batch = lm_batch(gemma[0].config, LENGTHS, seed=3)
+    check_lm_outputs(*gemma, batch)
+    check_lm_gates(*gemma, batch)
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_gemma2_generate_equals_hf(gemma, num_beams):
+    check_generate(*gemma, [7, 4, 2], num_beams)
