@@ -238,8 +238,8 @@ def check_generate(model, hf, num_beams: int, length_penalty: float, max_length:
 
 
 def check_generate_language(model, hf, code: int) -> None:
-    """A target language code forced per call (``jattn.nn.decode.generate(forced_bos_token_id=)``)
-    equals HF's ``generate(forced_bos_token_id=)``, greedy and beam."""
+    """A target language code forced per call (``jattn.nn.decode.generate(forced_bos_token_id=)``,
+    the model's ``generate``) equals HF's ``generate(forced_bos_token_id=)``, greedy and beam."""
     from jattn.nn import decode
 
     batch = padded_batch(model.config, seed=7, b=3)
@@ -249,6 +249,8 @@ def check_generate_language(model, hf, code: int) -> None:
         ref = hf_generate(hf, batch, num_beams=beams, max_length=10, forced_bos_token_id=code)
         np.testing.assert_array_equal(ours, ref)
         assert (ref[:, 1] == code).all()
+        np.testing.assert_array_equal(model.generate(batch["input_ids"], batch["attention_mask"], num_beams=beams,
+                                                     max_length=10, forced_bos_token_id=code), ref)  # the model's
     with pytest.raises(ValueError, match="forced_bos_token_id=.* is not a target token id"):
         decode.generate(model.params, model.config, batch["input_ids"], batch["attention_mask"], max_length=10,
                         forced_bos_token_id=model.config.tgt_vocab_size)

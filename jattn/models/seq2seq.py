@@ -236,11 +236,15 @@ class Seq2SeqModel(ModuleModel):
         return seq2seq_alti_plus(self.params, self.config, self.check_batch(batch))
 
     def generate(self, input_ids, attention_mask=None, num_beams: int = 1, max_length: int | None = None,
-                 length_penalty: float = 1.0, interventions=None, return_attentions: bool = False):
+                 length_penalty: float = 1.0, interventions=None, return_attentions: bool = False,
+                 forced_bos_token_id: int | None = None):
         """Greedy (num_beams=1) or beam search; ids (b, n ≤ max_length) in HF's layout, a numpy
         array (under ``jax.jit`` / ``vmap``: untrimmed (b, max_length), ``jattn.nn.decode.generate``).
         ``max_length`` counts the start token; default min(128, the model's positions).
         ``interventions``: per attention type, per-head (L, H) arrays only.
+        ``forced_bos_token_id``: the first generated token in place of the config's, e.g. a
+        multilingual model's target language code (``tokenizer.convert_tokens_to_ids("fra_Latn")``),
+        as HF ``generate(forced_bos_token_id=...)``.
 
         ``return_attentions``: a ``Generation`` instead, the ids with the attention weights they
         were generated with, of a teacher-forced forward over ``sequences[:, :-1]`` under
@@ -261,7 +265,8 @@ class Seq2SeqModel(ModuleModel):
                                    tuple((f"axis {i}", None) for i in range(np.ndim(value))))
         iv = check_traced(lambda given: seq2seq.check_interventions(self.config, given), interventions)
         seqs = decode.generate(self.params, self.config, ids, mask, num_beams=num_beams, max_length=max_length,
-                               length_penalty=length_penalty, interventions=iv)  # (b, n)
+                               length_penalty=length_penalty, interventions=iv,
+                               forced_bos_token_id=forced_bos_token_id)  # (b, n)
         if not return_attentions:
             return seqs
         dec = seqs[:, :-1]  # (b, n - 1) the tokens fed: row t's attention chose seqs[:, t + 1]
@@ -272,11 +277,13 @@ class Seq2SeqModel(ModuleModel):
                           forced.cross_attentions)
 
     def translate(self, texts, num_beams: int = 4, max_length: int | None = None, batch_size: int = 64,
-                  length_penalty: float = 1.0, truncate: bool = False) -> list[str]:
+                  length_penalty: float = 1.0, truncate: bool = False,
+                  forced_bos_token_id: int | None = None) -> list[str]:
         """Translate strings with the model's tokenizer, after the text normalisation the model
         was trained with (``prepare_texts``); batches are padded to multiples of 8 so that few
         shapes compile. A source longer than the model's positions is an error unless
-        ``truncate`` (then it is cut to them)."""
+        ``truncate`` (then it is cut to them). ``forced_bos_token_id``: the target language code of
+        a multilingual model (``generate``'s); the source language is the tokenizer's (``src_lang``)."""
         if self.tokenizer is None:
             raise ValueError("this model has no tokenizer; pass token ids to generate() instead")
         if isinstance(texts, str):
@@ -311,6 +318,6 @@ class Seq2SeqModel(ModuleModel):
             pad_ids[: len(chunk), : ids.shape[1]] = ids
             pad_mask[: len(chunk), : ids.shape[1]] = mask
             gen = self.generate(pad_ids, pad_mask, num_beams=num_beams, max_length=max_length,
-                                length_penalty=length_penalty)
+                                length_penalty=length_penalty, forced_bos_token_id=forced_bos_token_id)
             out += self.tokenizer.batch_decode(gen[: len(chunk)], skip_special_tokens=True)
         return out
