@@ -74,11 +74,14 @@ def encoder_maps(model, text: str, pair: str | None, max_length: int, truncate: 
     alpha = np.asarray(model.forward(batch, internals=("weights",)).attentions)[:, 0, :, :n, :n]  # (L, H, n, n)
     norms = norms_of(model, batch, residual=True)["encoder"]
     maps = {"alpha": alpha}
-    for key, name in NORM_KEYS.items():
-        maps[key] = norms[name][:, 0, ..., :n, :n]  # (L, [H,] n, n)
     attributions = attributions_of(model, batch)["encoder"]
+    # a pre-LN model has no AttnResLn-N nor GlobEnc (undefined there: docs/METHODS.md): no panel for them
+    for key, name in NORM_KEYS.items():
+        if name in norms:
+            maps[key] = norms[name][:, 0, ..., :n, :n]  # (L, [H,] n, n)
     for key, name in ATTRIBUTION_KEYS.items():
-        maps[key] = attributions[name][:, 0, :n, :n]  # (L, n, n)
+        if name in attributions:
+            maps[key] = attributions[name][:, 0, :n, :n]  # (L, n, n)
     return maps, tokens
 
 

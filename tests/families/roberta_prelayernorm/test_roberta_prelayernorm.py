@@ -176,3 +176,22 @@ def test_patch_heads_equals_hf_hooks(tokenized_folder):
     assert np.abs(want).max() > 20 * tolerance(1.0, terms)  # effects well above the tolerance
 
 
+
+
+def test_viewer_page(tokenized_folder):
+    """``jattn.view`` on the pre-LN model: every measure stored equals the library's arrays; no
+    AttnResLn-N or GlobEnc panel (undefined for a pre-LN block)."""
+    from test_view import assert_stored, read_page
+
+    model = jattn.load(tokenized_folder, use_cache=False)
+    text = "the cat sat on the mat ."
+    measures = read_page(jattn.view(model, text))["views"]["encoder"]["measures"]
+    assert list(measures) == ["alpha", "norm", "summed", "attnres", "rollout", "alti"]
+    batch = model.tokenize([text])
+    norms = jattn.norms(model, batch, residual=True)["encoder"]
+    attributions = jattn.attributions(model, batch)["encoder"]
+    assert_stored(measures["alpha"], np.asarray(model.forward(batch).attentions)[:, 0])
+    for key, name in (("norm", "weighted_norm"), ("summed", "summed_norm"), ("attnres", "attnres_norm")):
+        assert_stored(measures[key], norms[name][:, 0])
+    for key in ("rollout", "alti"):
+        assert_stored(measures[key], attributions[key][:, 0])
