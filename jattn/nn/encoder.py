@@ -202,16 +202,16 @@ class Encoder(nnx.Module):
 
         x, kept, totals = run_stack(self.layers, x0, allowed, iv, layer_rngs, chunk_rows(self.config.chunk_rows),
                                     written, layer_totals, lambda l: self.score_bias(l, n), unroll)
-        hidden, x = kept.pop("hidden"), self.final(x)  # (L+1, b, n, D), (b, n, D)
+        hidden, last = kept.pop("hidden"), self.final(x)  # (L+1, b, n, D), (b, n, D); x: the last layer's output
         if self.final_ln is not None:  # HF's last hidden state is the final LayerNorm's output
-            hidden = hidden.at[-1].set(x)  # (L+1, b, n, D)
-        outputs = {"last_hidden_state": x, "hidden_states": hidden}
+            hidden = hidden.at[-1].set(last)  # (L+1, b, n, D)
+        outputs = {"last_hidden_state": last, "hidden_states": hidden}
         if self.pooler is not None:
             outputs["pooler_output"] = self.pool(x)  # (b, D)
         if self.classifier is not None:  # its dropout: a stream independent of the layers'
             head_rng = None if dropout_rng is None else jax.random.fold_in(dropout_rng, self.config.num_layers)
             outputs["logits"] = self.head_logits(x, head_rng)  # (b, C)
-        outputs.update(self.task_outputs(x, heads))
+        outputs.update(self.task_outputs(last, heads))
         if layer_rows is not None:
             outputs["layer_rows"] = kept.pop("layer_rows")  # (L, b, ...)
         if layer_totals is not None:
@@ -245,12 +245,13 @@ class Encoder(nnx.Module):
         x, _ = jax.lax.scan(step, x, (below(stacked), below(slices), jnp.arange(L - 1)))  # (b, n, D) last layer's input
         cls = nnx.merge(graphdef, last(stacked)).cls_row(x, allowed, iv.for_layer(*last(slices)).first_query(),
                                                          self.score_bias(L - 1, n))
-        return self.head_logits(self.final(cls))  # (b, C)
+        return self.head_logits(cls)  # (b, C)
 
     def run_from(self, x: jax.Array, allowed: jax.Array, start, interventions: Interventions) -> jax.Array:
         """Layers start..L−1 on x (b, n, D), the input of layer ``start`` (an int, or traced), with
-        ``interventions`` in layer ``start`` only and the layers' score bias -> the last hidden
-        state (b, n, D). The prefix reuse of the patching sweep: layers below ``start`` ran once."""
+        ``interventions`` in layer ``start`` only and the layers' score bias -> the last layer's
+        output (b, n, D), what ``head_logits`` and ``pool`` read (``final`` gives the last hidden
+        state). The prefix reuse of the patching sweep: layers below ``start`` ran once."""
         graphdef, stacked = nnx.split(self.layers)
         n = x.shape[1]
 
@@ -259,11 +260,11 @@ class Encoder(nnx.Module):
                                                                                self.score_bias(i, n))[0]
 
         x = layer(start, x, interventions)  # (b, n, D)
-        return self.final(jax.lax.fori_loop(start + 1, self.config.num_layers, lambda i, x: layer(i, x, NONE), x))
+        return jax.lax.fori_loop(start + 1, self.config.num_layers, lambda i, x: layer(i, x, NONE), x)
 
     def final(self, x: jax.Array) -> jax.Array:
-        """The last hidden state of the layers' output x (b, n, D): the final LayerNorm's output,
-        or x itself without one (``config.final_norm``). Every head reads it."""
+        """The last hidden state of the last layer's output x (b, n, D): the final LayerNorm's
+        output, or x itself without one (``config.final_norm``). Every head reads it."""
         return x if self.final_ln is None else self.final_ln(x)  # (b, n, D)
 
     def score_bias(self, layer, n: int) -> jax.Array | None:
@@ -288,15 +289,17 @@ class Encoder(nnx.Module):
         return relative_position_bias(table, n, self.config.relative_position_max_distance)  # (H, n, n)
 
     def head_logits(self, hidden: jax.Array, rng=None) -> jax.Array:
-        """The classification head on a final hidden state (b, n ≥ 1, D): BERT pools [CLS],
-        RoBERTa reads h_<s> -> logits (b, C)."""
-        features = self.pool(hidden) if self.config.classifier == "pooler" else hidden[:, 0]  # (b, D)
+        """The classification head on the last layer's output (b, n ≥ 1, D), through the final
+        LayerNorm (``final``): BERT pools [CLS], RoBERTa reads h_<s> -> logits (b, C)."""
+        pooled = self.config.classifier == "pooler"
+        features = self.pool(hidden) if pooled else self.final(hidden[:, :1])[:, 0]  # (b, D)
         return self.classifier(features, rng)  # (b, C)
 
     def pool(self, hidden: jax.Array) -> jax.Array:
-        """BERT pooler: tanh(W h_[CLS] + b). hidden (b, n, D) -> (b, D)."""
+        """BERT pooler: tanh(W h_[CLS] + b) on the last layer's output (b, n, D), through the final
+        LayerNorm (``final``) -> (b, D)."""
         act = jnp.tanh if self.config.pooler_activation == "tanh" else ACT[self.config.pooler_activation]
-        return act(self.pooler(hidden[:, 0]))  # (b, D)
+        return act(self.pooler(self.final(hidden[:, :1])[:, 0]))  # (b, D)
 
     def mlm_logits(self, hidden: jax.Array) -> jax.Array:
         """Masked-LM head (BERT ``cls.predictions`` / RoBERTa ``lm_head``), its decoder the word

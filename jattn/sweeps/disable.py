@@ -152,7 +152,7 @@ def suffix_logits(params, config, x, allowed, start, mask, mode: str) -> jax.Arr
     x = jax.lax.fori_loop(start, L - 1, body, x)  # (b, n, D) input of the last layer
     cls = layer_at(L - 1).cls_row(x, allowed, _layer_interventions(mask, mode, start == L - 1),
                                   encoder.score_bias(L - 1, n))  # (b, 1, D)
-    return encoder.head_logits(encoder.final(cls))  # (b, C)
+    return encoder.head_logits(cls)  # (b, C)
 
 
 @partial(jax.jit, static_argnames=("config", "mode"))

@@ -103,8 +103,9 @@ def _layer(stacked_module, i):
 
 
 def encoder_outputs(module, x) -> dict:
-    """What ``metric`` sees from an encoder's last hidden state x (b, n, D)."""
-    out = {"last_hidden_state": x}
+    """What ``metric`` sees from an encoder's last layer's output x (b, n, D) (``run_from``'s): the
+    last hidden state (after the final LayerNorm, if any), pooler output and logits."""
+    out = {"last_hidden_state": module.final(x)}
     if module.pooler is not None:
         out["pooler_output"] = module.pool(x)  # (b, D)
     if module.classifier is not None:
@@ -119,9 +120,11 @@ def encoder_suffix(module, x, allowed, start, patch: dict) -> dict:
 
 
 def _source_layers(module, x, allowed, start, iv: Interventions):
+    position_bias = module.encoder.score_bias(x.shape[1])  # (H, s, s) or None: the stack's relative bias
+
     def run(i, x, iv):
         layer = _layer(module.encoder.layers, i)
-        h, _ = layer.attend("self", x, x, allowed, iv, None)  # (b, s, D)
+        h, _ = layer.attend("self", x, x, allowed, iv, None, position_bias)  # (b, s, D)
         return layer.ffn(h, iv, None)[0]
 
     x = run(start, x, iv)  # (b, s, D)
@@ -133,10 +136,11 @@ def _target_layers(module, enc, batch, y, start, iv_self: Interventions, iv_cros
     t = dec_mask.shape[1]
     causal = jnp.tril(jnp.ones((t, t), bool))[None] & dec_mask.astype(bool)[:, None, :]  # (b, t, t)
     src = batch["attention_mask"].astype(bool)[:, None, :]  # (b, 1, s)
+    position_bias = module.decoder.score_bias(t)  # (H, t, t) or None: the stack's relative bias
 
     def run(i, y, iv_self, iv_cross):
         layer = _layer(module.decoder.layers, i)
-        h, _ = layer.attend("self", y, y, causal, iv_self, None)  # (b, t, D)
+        h, _ = layer.attend("self", y, y, causal, iv_self, None, position_bias)  # (b, t, D)
         h, _ = layer.attend("cross", h, enc, src, iv_cross, None)  # (b, t, D)
         return layer.ffn(h, iv_cross, None)[0]
 
