@@ -20,6 +20,11 @@ def output_projections(hf_model) -> dict[str, list]:
         return {"encoder": [layer.self_attn.out_proj for layer in enc],
                 "decoder": [layer.self_attn.out_proj for layer in dec],
                 "cross": [layer.encoder_attn.out_proj for layer in dec]}
+    if hasattr(hf_model, "decoder") and hasattr(hf_model.decoder, "block"):  # T5 / mT5: ``block[i].layer[j]...o``
+        enc, dec = hf_model.encoder.block, hf_model.decoder.block
+        return {"encoder": [block.layer[0].SelfAttention.o for block in enc],
+                "decoder": [block.layer[0].SelfAttention.o for block in dec],
+                "cross": [block.layer[1].EncDecAttention.o for block in dec]}
     return {"encoder": [value_and_output(layer)[1] for layer in encoder_layers(hf_model)]}
 
 

@@ -80,11 +80,12 @@ def check_lm_gates(model, oracle, batch: dict) -> None:
 
 
 @contextlib.contextmanager
-def causal_disabled(oracle, heads, values_slice=lambda out: out):
+def causal_disabled(oracle, heads, values_slice=lambda out: out, radius=()):
     """HF causal LM with the heads in ``heads`` (L, H) disabled as Kovaleva et al. (2019) disable them:
     uniform over the keys query i may see (real, j ≤ i), the mean of their values put in place of the
     head's slice of the output projection's input. ``values_slice`` takes the values (b, n, H_kv·d_h)
-    out of the value module's output; key/value head h // (H / H_kv) serves query head h."""
+    out of the value module's output; key/value head h // (H / H_kv) serves query head h. ``radius``
+    (L,): a local layer's window, keys with i − j ≤ radius[l] (0: all)."""
     import torch
 
     seen, handles = {}, []
@@ -106,6 +107,8 @@ def causal_disabled(oracle, heads, values_slice=lambda out: out):
             v = seen[l].view(b, q, -1, d_h)  # (b, k, H_kv, d_h)
             v = v.repeat_interleave(H // v.shape[2], dim=2)  # (b, k, H, d_h)
             m = seen["mask"][:, None, :] * torch.tril(torch.ones(q, q))[None]  # (b, q, k)
+            if radius and radius[l]:
+                m = m * torch.triu(torch.ones(q, q), -radius[l])[None]  # (b, q, k) i − j ≤ radius
             mean = torch.einsum("bqk,bkhd->bqhd", m, v) / m.sum(-1)[..., None, None].clamp(min=1)  # (b, q, H, d_h)
             x = torch.where(off[None, None, :, None], mean, x.view(b, q, H, d_h))
             return (x.reshape(b, q, D),)
@@ -119,10 +122,11 @@ def causal_disabled(oracle, heads, values_slice=lambda out: out):
 
 
 def check_lm_disabled(model, oracle, batch: dict, values_slice=lambda out: out, seed: int = 1) -> None:
+    """Disabled heads (``causal_disabled``) against HF, the logits of the real rows."""
     heads = np.random.default_rng(seed).random((model.config.num_layers, model.config.num_heads)) < 0.5
     heads[0, 0] = True
     ours = model.forward(batch, Interventions(disabled_heads=jnp.asarray(heads)), heads=("lm_logits",), internals=None)
-    with causal_disabled(oracle, heads, values_slice):
+    with causal_disabled(oracle, heads, values_slice, model.config.attention_radius):
         ref = hf_lm_run(oracle, batch)
     mask = batch["attention_mask"]
     assert_close(_real(ours.lm_logits, mask), _real(ref.logits, mask),

@@ -48,13 +48,16 @@ def init_state(params, config: Seq2SeqConfig, input_ids, attention_mask, iv, max
 
 def decoder_step(params, config: Seq2SeqConfig, tokens, pos, cache, src_mask, iv):
     """One decoder position for every row, through the same sublayers (post- or pre-LN) and
-    final LayerNorm as the teacher-forced forward. tokens (B,) at position ``pos`` (0-based) ->
-    (logits (B, V) float32, updated cache)."""
+    final LayerNorm as the teacher-forced forward; with a relative-position score bias, the
+    decoder's bias of the query at ``pos`` on every cached key (Raffel et al. 2020, §2.1; keys
+    after ``pos`` are masked). tokens (B,) at position ``pos`` (0-based) -> (logits (B, V)
+    float32, updated cache)."""
     model = module(params, config)
     T = cache["self_k"].shape[3]
     y = model.embeddings(tokens[:, None], "target", cache["self_k"].dtype, None, offset=pos)  # (B, 1, D)
     seen = jnp.broadcast_to(jnp.arange(T) <= pos, (tokens.shape[0], T))[:, None, :]  # (B, 1, T)
     src = src_mask.astype(bool)[:, None, :]  # (B, 1, s)
+    position_bias = model.decoder.score_bias(1, T, offset=pos)  # (H, 1, T) or None
     graphdef, stacked = nnx.split(model.decoder.layers)
     iv_self, iv_cross = iv["decoder"], iv["cross"]
 
@@ -64,7 +67,7 @@ def decoder_step(params, config: Seq2SeqConfig, tokens, pos, cache, src_mask, iv
         k_new, v_new = lay.self_keys_values(y)  # (B, H, 1, d_h)
         k_c = jax.lax.dynamic_update_slice_in_dim(k_c, k_new.astype(k_c.dtype), pos, axis=2)  # (B, H, T, d_h)
         v_c = jax.lax.dynamic_update_slice_in_dim(v_c, v_new.astype(v_c.dtype), pos, axis=2)
-        h, _ = lay.attend("self", y, (k_c, v_c), seen, iv_self.for_layer(*s_self), None)  # (B, 1, D)
+        h, _ = lay.attend("self", y, (k_c, v_c), seen, iv_self.for_layer(*s_self), None, position_bias)  # (B, 1, D)
         h, _ = lay.attend("cross", h, (ck, cv), src, iv_cross.for_layer(*s_cross), None)  # (B, 1, D)
         return lay.ffn(h, iv_cross.for_layer(*s_cross), None)[0], (k_c, v_c)
 

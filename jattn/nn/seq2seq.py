@@ -6,7 +6,12 @@ As ``jattn.nn.encoder``: the module ``Seq2Seq(config, rngs=...)`` and the pure f
 ``params = nnx.state(model, nnx.Param)``. Blocks are post-LayerNorm (Vaswani et al. 2017) or
 pre-LayerNorm (Xiong et al. 2020), ``config.norm_position`` choosing the shared sublayers of
 ``jattn.nn.attention`` (``SUBLAYERS``); with ``config.final_norm`` a LayerNorm follows each
-stack's last layer (Liu et al. 2020's pre-LN stacks). Each stack's L identical layers are created
+stack's last layer (Liu et al. 2020's pre-LN stacks); the normalisers are LayerNorms or RMSNorms
+(``config.norm``: Zhang & Sennrich 2019, T5's). With ``relative_attention_num_buckets`` each stack
+holds a relative-position score bias B (buckets, H), computed once per forward (T5's "first
+layer") and added to the scores of every layer's self-attention (Raffel et al. 2020, §2.1:
+s[h, i, j] = q_hi · k_hj + B[bucket(j − i), h], bidirectional buckets in the encoder, one-sided
+in the decoder, none in cross-attention; ``jattn.nn.relative``); it changes α only. Each stack's L identical layers are created
 stacked and run with ``jax.lax.scan``; internals come out as (L, ...) for the three attention types, keyed
 ``"encoder"`` (self), ``"decoder"`` (causal self) and ``"cross"`` (decoder queries on encoder
 outputs). Interventions are a mapping with the same keys, each an ``Interventions`` for that
@@ -22,6 +27,8 @@ Parameters (kernels (in, out); attention kernels split by head, as in the encode
   decoder.layers (leading axis L_dec): self_attn, self_attn_ln, cross_attn, cross_attn_ln,
       ffn_in, ffn_out, ffn_ln
   encoder.final_ln, decoder.final_ln: with ``final_norm``, the LayerNorm on each stack's output
+  encoder.relative_bias, decoder.relative_bias (buckets, H): with ``relative_attention_num_buckets``
+  (kernels without biases with ``linear_bias`` False; ffn_in (D, 2, F), input and gate, with ``gated_ffn``)
 Positions are sinusoidal (not parameters, ``sinusoid_table``) or a learned table per side
 (``positions="learned"``, Devlin et al. 2019's absolute positions; row ``position_offset + p``
 for position p, as Lewis et al. 2020's checkpoints number them).
@@ -45,12 +52,20 @@ from jattn.nn.attention import SUBLAYERS, MultiHeadAttention, block_view
 from jattn.nn.encoder import select
 from jattn.nn import state
 from jattn.nn.engine import layer_loop
-from jattn.nn.layers import Dense, LayerNorm, dropout_key, param, split_rng
+from jattn.nn.layers import NORMS, Dense, dropout_key, param, split_rng
+from jattn.nn.relative import relative_position_bias
 from jattn.nn.seq2seq_embeddings import (Seq2SeqEmbeddings, position_ids, positions, sinusoid_table,  # noqa: F401
                                          token_table)
 
 KINDS = ("encoder", "decoder", "cross")
 FFN_INTERNALS = ("ffn_activation", "ffn_output", "ffn_pre_ln")  # a layer's FFN: under "encoder" and "cross"
+
+
+def norm(config: Seq2SeqConfig, stack: tuple = ()):
+    """A normaliser of width d_model: ``config.norm``'s LayerNorm or RMSNorm (``NORMS``)."""
+    if config.norm not in NORMS:
+        raise ValueError(f"config.norm must be one of {tuple(NORMS)}, got {config.norm!r}")
+    return NORMS[config.norm](config.d_model, config.layer_norm_eps, stack=stack)
 
 
 def default_decoder_mask(config: Seq2SeqConfig, decoder_input_ids):
@@ -68,28 +83,32 @@ class Seq2SeqLayer(nnx.Module):
     self-attention, cross-attention, FFN); created stacked (``stack=(L,)``)."""
 
     def __init__(self, config: Seq2SeqConfig, cross: bool, *, rngs: nnx.Rngs, stack: tuple):
-        D, eps = config.d_model, config.layer_norm_eps
+        D, bias = config.d_model, config.linear_bias
         H = config.decoder_heads if cross else config.encoder_heads
         d_h = config.decoder_head_dim if cross else config.encoder_head_dim
         F = config.decoder_ffn_dim if cross else config.encoder_ffn_dim
-        self.self_attn = MultiHeadAttention(D, H, rngs=rngs, stack=stack, head_dim=d_h)
-        self.self_attn_ln = LayerNorm(D, eps, stack=stack)
+        attention = dict(rngs=rngs, stack=stack, head_dim=d_h, bias=bias, score_scale=config.score_scale)
+        self.self_attn = MultiHeadAttention(D, H, **attention)
+        self.self_attn_ln = norm(config, stack)
         if cross:
-            self.cross_attn = MultiHeadAttention(D, H, rngs=rngs, stack=stack, head_dim=d_h)
-            self.cross_attn_ln = LayerNorm(D, eps, stack=stack)
-        self.ffn_in = Dense((D,), (F,), rngs=rngs, stack=stack, out_names=("model",))
-        self.ffn_out = Dense((F,), (D,), rngs=rngs, stack=stack, in_names=("model",))
-        self.ffn_ln = LayerNorm(D, eps, stack=stack)
+            self.cross_attn = MultiHeadAttention(D, H, **attention)
+            self.cross_attn_ln = norm(config, stack)
+        gated = (2,) if config.gated_ffn else ()  # a gated FFN's W_1: input and gate (2, F), jattn.nn.layer_terms
+        self.ffn_in = Dense((D,), (*gated, F), rngs=rngs, stack=stack, out_names=(*(None,) * len(gated), "model"),
+                            bias=bias)
+        self.ffn_out = Dense((F,), (D,), rngs=rngs, stack=stack, in_names=("model",), bias=bias)
+        self.ffn_ln = norm(config, stack)
         self.config = config
 
-    def attend(self, kind: str, x, kv, allowed, iv: Interventions, rng):
+    def attend(self, kind: str, x, kv, allowed, iv: Interventions, rng, score_bias=None):
         """The attention sublayer of type ``kind`` ("self" | "cross"), post- or pre-LN
         (``config.norm_position``); in a pre-LN decoder h = x + CrossAttn(LN(x), kv) with ``kv``
-        the encoder's output."""
+        the encoder's output. ``score_bias`` (H, q, k) or None: the stack's relative-position bias
+        (``Stack.score_bias``), added to the scores."""
         c = self.config
         attn, ln = (self.self_attn, self.self_attn_ln) if kind == "self" else (self.cross_attn, self.cross_attn_ln)
         return SUBLAYERS[c.norm_position][0](attn, ln, x, kv, allowed, iv, attention_dropout=c.attention_dropout,
-                                             dropout_rate=c.dropout, rng=rng)
+                                             dropout_rate=c.dropout, rng=rng, score_bias=score_bias)
 
     def self_keys_values(self, x) -> tuple[jax.Array, jax.Array]:
         """The keys and values (b, H, n, d_h) positions x (b, n, D) add to cached decoding's
@@ -110,14 +129,29 @@ class Seq2SeqLayer(nnx.Module):
 
 
 class Stack(nnx.Module):
-    """A stack's layers and, with ``final_norm``, the LayerNorm on its last layer's output."""
+    """A stack's layers, with ``final_norm`` the normaliser on its last layer's output, and with
+    ``relative_attention_num_buckets`` its relative-position score bias table (buckets, H)."""
 
     def __init__(self, config: Seq2SeqConfig, cross: bool, *, rngs: nnx.Rngs):
         n = config.decoder_layers if cross else config.encoder_layers
         self.layers = Seq2SeqLayer(config, cross, rngs=rngs, stack=(n,))
         if config.final_norm:
-            self.final_ln = LayerNorm(config.d_model, config.layer_norm_eps)
-        self.config = config
+            self.final_ln = norm(config)
+        if config.relative_attention_num_buckets:
+            H = config.decoder_heads if cross else config.encoder_heads
+            self.relative_bias = param(rngs, (config.relative_attention_num_buckets, H), "normal",
+                                       config.d_model ** -0.5)  # HF T5's init
+        self.config, self.causal = config, cross
+
+    def score_bias(self, n: int, keys: int | None = None, offset=0):
+        """The self-attention score bias of every layer of the stack on n queries at positions
+        offset..offset+n−1 and ``keys`` keys (None: n), (H, n, keys) float32 (Raffel et al. 2020,
+        §2.1: bidirectional buckets in the encoder, one-sided in the causal decoder), or None."""
+        c = self.config
+        if not c.relative_attention_num_buckets:
+            return None
+        return relative_position_bias(self.relative_bias[...], n, c.relative_attention_max_distance,
+                                      bidirectional=not self.causal, keys=keys, offset=offset)  # (H, n, keys)
 
     def final(self, x: jax.Array) -> jax.Array:
         """The stack's output from its last layer's x (b, n, D): LN(x) with ``final_norm``, else x."""
@@ -172,13 +206,14 @@ class Seq2Seq(nnx.Module):
         x = self.embeddings.side_input(input_ids, inputs_embeds, attention_mask, "source", dtype, r[0])  # (b, s, D)
         allowed = attention_mask.astype(bool)[:, None, :]  # (b, 1, s)
         layer_rngs = None if rng is None else jax.random.split(r[1], self.config.encoder_layers)
+        position_bias = self.encoder.score_bias(x.shape[1])  # (H, s, s) or None, shared by the layers
         graphdef, stacked = nnx.split(self.encoder.layers)
 
         def step(x, xs):
             state, slices, lr = xs
             layer, lr = nnx.merge(graphdef, state), split_rng(lr, 2)
             layer_iv = iv.for_layer(*slices)
-            h, ints = layer.attend("self", x, x, allowed, layer_iv, lr[0])  # (b, s, D)
+            h, ints = layer.attend("self", x, x, allowed, layer_iv, lr[0], position_bias)  # (b, s, D)
             out, ffn = layer.ffn(h, layer_iv, lr[1])  # (b, s, D)
             return out, select({**ints, **ffn}, internals)
 
@@ -199,13 +234,15 @@ class Seq2Seq(nnx.Module):
         causal = jnp.tril(jnp.ones((t, t), bool))[None] & decoder_attention_mask.astype(bool)[:, None, :]  # (b, t, t)
         cross_allowed = attention_mask.astype(bool)[:, None, :]  # (b, 1, s)
         layer_rngs = None if rng is None else jax.random.split(r[1], self.config.decoder_layers)
+        position_bias = self.decoder.score_bias(t)  # (H, t, t) or None, shared by the layers
         graphdef, stacked = nnx.split(self.decoder.layers)
         iv_self, iv_cross = iv.get("decoder", NONE), iv.get("cross", NONE)
 
         def step(y, xs):
             state, s_self, s_cross, lr = xs
             layer, lr = nnx.merge(graphdef, state), split_rng(lr, 3)
-            h, self_int = layer.attend("self", y, y, causal, iv_self.for_layer(*s_self), lr[0])  # (b, t, D)
+            h, self_int = layer.attend("self", y, y, causal, iv_self.for_layer(*s_self), lr[0],
+                                       position_bias)  # (b, t, D)
             h, cross_int = layer.attend("cross", h, encoder_out, cross_allowed, iv_cross.for_layer(*s_cross),
                                         lr[1])  # (b, t, D)
             out, ffn = layer.ffn(h, iv_cross.for_layer(*s_cross), lr[2])  # (b, t, D)
@@ -217,8 +254,11 @@ class Seq2Seq(nnx.Module):
         return self.decoder.final(y), ints
 
     def logits(self, h: jax.Array) -> jax.Array:
-        """Output projection (tied to the target embeddings or not) + the final_logits_bias, if any.
+        """Output projection (tied to the target embeddings or not) of h · ``output_scale`` (T5 v1.0:
+        D^-½, Raffel et al. 2020's tied output) + the final_logits_bias, if any.
         h (b, t, D) -> (b, t, V_tgt), float32."""
+        if self.config.output_scale != 1.0:
+            h = h * jnp.asarray(self.config.output_scale, h.dtype)  # (b, t, D)
         table = self.output[...] if not self.config.tie_output else self.embeddings.table("target")  # (V, D)
         logits = jnp.einsum("btd,vd->btv", h, table.astype(h.dtype)).astype(jnp.float32)  # (b, t, V)
         if self.config.final_logits_bias:

@@ -1,6 +1,8 @@
 """Token and position embeddings of the encoder–decoder Transformer (``jattn.nn.seq2seq``):
 the token tables (shared or one per side), the position scheme (Vaswani et al. 2017, §3.5 and
-tensor2tensor's sinusoids, or a learned table per side), the embedding LayerNorm, dropout.
+tensor2tensor's sinusoids, a learned table per side, or none: ``positions="none"``, where the
+stacks' relative-position score bias orders the tokens, Raffel et al. 2020's T5 §2.1), the
+embedding LayerNorm, dropout.
 
 Parameters (under ``embeddings``): shared (V, D)  or  source (V_src, D) + target (V_tgt, D);
 with learned positions source_positions, target_positions (offset + P, D); with
@@ -120,8 +122,12 @@ class Seq2SeqEmbeddings(nnx.Module):
         """words (b, n, D), the scaled token embeddings, + positions (``real`` (b, n) bool marks
         the tokens tensor2tensor's count), the embedding LayerNorm if any, dropout -> (b, n, D)."""
         c = self.config
-        table = getattr(self, f"{side}_positions")[...] if c.positions == "learned" else jnp.asarray(sinusoid_table(c))
-        x = (words + table[positions(c, real, offset)]).astype(dtype)  # (b, n, D)
+        if c.positions == "none":  # no absolute positions (T5: a relative score bias in the stacks)
+            x = words.astype(dtype)  # (b, n, D)
+        else:
+            table = (getattr(self, f"{side}_positions")[...] if c.positions == "learned"
+                     else jnp.asarray(sinusoid_table(c)))
+            x = (words + table[positions(c, real, offset)]).astype(dtype)  # (b, n, D)
         if c.embedding_ln:
             x = getattr(self, f"{side}_ln")(x)  # (b, n, D)
         return dropout(x, c.dropout, rng)  # (b, n, D)

@@ -127,6 +127,7 @@ def test_gemma2_outputs_gates_disabled(gemma):
     batch = lm_batch(gemma[0].config, LENGTHS, seed=3)
     check_lm_outputs(*gemma, batch)
     check_lm_gates(*gemma, batch)
+    check_lm_disabled(*gemma, batch)
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])

@@ -1,0 +1,62 @@
+"""Loading T5 / mT5 folders with their tokenizer (``T5Tokenizer``'s tokenizer.json), the export
+HF -> jattn -> HF (state dict, gated ``wi_0`` / ``wi_1`` split again, and a config.json that
+``T5ForConditionalGeneration`` / ``MT5ForConditionalGeneration`` loads)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import pytest
+
+import jattn
+import seq2seq_family_parity as parity
+from jattn.nn.config import ConfigError
+from tiny_t5 import CONFIGS, hf_model, save_tiny
+
+TEXTS = ["un homme court sur la plage.", "the dog, a ball"]
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def tiny(request, tmp_path_factory):
+    folder = save_tiny(tmp_path_factory.mktemp(request.param) / "model", request.param)
+    return request.param, folder, jattn.load(folder, use_cache=False)
+
+
+def test_load_with_tokenizer(tiny):
+    """The folder's tokenizer tokenizes as HF's AutoTokenizer (``X </s>``); translate() runs."""
+    from transformers import AutoTokenizer
+
+    _, folder, model = tiny
+    hf_tok = AutoTokenizer.from_pretrained(str(folder))
+    for text in TEXTS:
+        ids = model.tokenizer(text)["input_ids"]
+        assert ids == hf_tok(text)["input_ids"] and ids[-1] == model.config.eos_token_id
+    out = model.translate(TEXTS, num_beams=2, max_length=8)
+    assert len(out) == 2 and all(isinstance(s, str) for s in out)
+
+
+def test_missing_tokenizer_refused(tiny, tmp_path):
+    _, folder, _ = tiny
+    bare = tmp_path / "none"
+    shutil.copytree(folder, bare)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (bare / name).unlink()
+    with pytest.raises(ConfigError, match="tokenizer.json or spiece.model"):
+        jattn.load(bare, use_cache=False)
+
+
+def test_state_dict_round_trip(tiny):
+    _, folder, model = tiny
+    parity.check_state_dict_round_trip(folder, model)
+
+
+def test_export_loads_in_hf(tiny, tmp_path):
+    kind, folder, model = tiny
+    parity.check_export(folder, model, tmp_path / "export", lambda f: hf_model(f, kind))
+
+
+def test_export_refuses_other_families(tiny):
+    _, _, model = tiny
+    with pytest.raises(ValueError, match="only T5 / mT5 configs"):
+        model.family.to_hf_config(dataclasses.replace(model.config, model_type="bart"))
