@@ -33,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jattn.analyses.base import CLASS_NAMES, Method, Statistic, StepContext, class_sums
-from jattn.analyses.norms import layer_major, diagonal_sum, head_gram, layer_norm_map, over_layers, quadratic_norm
+from jattn.analyses.norms import (check_decomposable, diagonal_sum, head_gram, layer_major, layer_norm_map, over_layers,
+                                  quadratic_norm)
 from jattn.analyses.registry import register
 from jattn.nn import state
 from jattn.nn.attention import transformed_vectors
@@ -143,6 +144,8 @@ def encoder_attributions(params, config, inputs):
     """Every per-layer map and rollout of ``attributions`` for an encoder batch, (L, b, n, n)."""
     from jattn.nn import encoder
 
+    check_decomposable(config, "jattn.attributions (ALTI, GlobEnc)")
+
     def run(params, inputs):
         model = encoder.module(params, config)
         _, internals = model(inputs)
@@ -189,6 +192,7 @@ class Alti(Method):
     kinds = ("encoder",)
 
     def reduce(self, ctx: StepContext) -> dict:
+        check_decomposable(ctx.config, "the alti method")
         mask = ctx.batch["query_mask"] * (ctx.batch["example"] >= 0)[:, None]  # (b, n) real tokens of real rows
         layers = over_layers(alti_layer, ctx.internals, ctx.view, mask, ctx.config.layer_norm_eps,
                              ctx.config.norm_position)  # (L, b, n, n)

@@ -195,6 +195,17 @@ def residual_norms(internals: dict, view: dict, mask: jax.Array, eps: float, nor
     return out
 
 
+def check_decomposable(config, what: str) -> None:
+    """The residual decomposition and ALTI read a block's output as h_i = x_i + Σ_j S_ij + b_O
+    (pre-LN) or its LayerNorm (post-LN); a block that normalises its sublayer's output before the
+    residual sum (``config.sublayer_post_norm``, Gemma 2's post-norms) is neither, and is refused."""
+    if getattr(config, "sublayer_post_norm", False):
+        raise ValueError(f"{what} decomposes a block's output as x_i + Σ_j S_ij + b_O (pre-LN) or its LayerNorm "
+                         "(post-LN); this model normalises each sublayer's output before the residual sum (sublayer "
+                         "post-norms), which neither form covers (docs/METHODS.md). Fix: the attention-only norms "
+                         "(jattn.norms without residual=True), value zeroing and attention rollout apply to it")
+
+
 def over_layers(fn, internals: dict, view: dict, *args) -> dict:
     """Apply a per-block function to internals and parameter views stacked as (L, ...), one
     layer at a time (``lax.map``), so only one layer's working arrays are alive at once."""
@@ -209,6 +220,9 @@ def encoder_norms(params, config, inputs, residual: bool):
     batch a layer runs in, written straight into the stacked result. -> each (L, b, ...), sharded
     over the batch as ``inputs`` is (``jattn.nn.state.on_auto_axes``)."""
     from jattn.nn import encoder
+
+    if residual:
+        check_decomposable(config, "jattn.norms(residual=True)")
 
     def run(params, inputs):
         def layer_norms(layer, view, take):  # one chunk's internals (b', ...) -> its norms, rows (b', ...)

@@ -193,6 +193,11 @@ def prune_params(params, config, keep) -> tuple[dict, object]:
     model: returns (params as a nested dict of numpy arrays, the pruned config)."""
     from jattn.nn.state import to_arrays
 
+    if isinstance(config, EncoderConfig) and config.kv_heads != config.num_heads:
+        raise ValueError(f"physical pruning removes a head's query, key and value slices; under grouped-query "
+                         f"attention ({config.num_heads} query heads read {config.kv_heads} key/value heads) a "
+                         "key/value head serves several query heads, so it is not implemented. Fix: gate the heads "
+                         "instead (Interventions(head_gates=keep)), which computes the same outputs")
     keep = check_keep(config, keep)
     new_config = pruned_config(config, keep)
     arrays = to_arrays(params) if not isinstance(params, dict) else params

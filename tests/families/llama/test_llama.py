@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import jattn
+
 from encoder_family_parity import save_random
 from lm_family_parity import (check_generate, check_lm_disabled, check_lm_gates, check_lm_outputs, lm_batch,
                               load_lm_pair)
@@ -133,3 +135,29 @@ def test_gemma2_outputs_gates_disabled(gemma):
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_gemma2_generate_equals_hf(gemma, num_beams):
     check_generate(*gemma, [7, 4, 2], num_beams)
+
+
+def test_gemma2_refuses_the_residual_decomposition(gemma):
+    """Sublayer post-norms put Gemma 2's blocks outside both decomposable forms (docs/METHODS.md):
+    AttnRes-N and ALTI are refused with the applicable alternatives named; the attention-only norms
+    and value zeroing run."""
+    from jattn.analyses.context_mixing import value_zeroing
+
+    model = gemma[0]
+    batch = lm_batch(model.config, LENGTHS, seed=3)
+    for call in (lambda: jattn.norms(model, batch, residual=True), lambda: jattn.attributions(model, batch)):
+        with pytest.raises(ValueError, match="sublayer post-norms.*Fix: the attention-only norms"):
+            call()
+    assert np.isfinite(jattn.norms(model, batch)["encoder"]["summed_norm"]).all()
+    assert np.isfinite(value_zeroing(model, batch)["value_zeroing"]).all()
+
+
+def test_pruning_refuses_grouped_query_attention(pair):
+    """Physical pruning under GQA (a key/value head serving several query heads) is refused, naming gates."""
+    from jattn.sweeps.pruning import remove_heads
+
+    model = pair[0]
+    if model.config.kv_heads == model.config.num_heads:
+        pytest.skip("multi-head attention: pruning applies")
+    with pytest.raises(ValueError, match="grouped-query attention.*Fix: gate the heads"):
+        remove_heads(model, np.ones((model.config.num_layers, model.config.num_heads), bool))
