@@ -83,3 +83,30 @@ def encoder_hf_config(config, architecture: str, label_names: list[str] | None =
         out["label2id"] = {n: i for i, n in enumerate(names)}
     return out
 
+
+
+def seq2seq_hf_config(config, architecture: str, **fields) -> dict:
+    """The ``config.json`` dict of an encoder–decoder with BART's field names (BART, mBART,
+    M2M100): sizes, activation, positions, special tokens (the forced BOS where set), dropout and
+    LayerDrop rates, jattn's record of pruned heads (transformers has no head pruning for these),
+    and the family's own ``fields``; ``architecture``: HF's class name."""
+    out = {
+        "model_type": config.model_type, "architectures": [architecture], "vocab_size": config.tgt_vocab_size,
+        "d_model": config.d_model, "encoder_layers": config.encoder_layers, "decoder_layers": config.decoder_layers,
+        "encoder_attention_heads": config.pruned[0].heads if config.pruned else config.encoder_heads,
+        "decoder_attention_heads": config.pruned[1].heads if config.pruned else config.decoder_heads,
+        "encoder_ffn_dim": config.encoder_ffn_dim, "decoder_ffn_dim": config.decoder_ffn_dim,
+        "activation_function": config.activation, "max_position_embeddings": config.max_position_embeddings,
+        "scale_embedding": config.scale_embedding, "tie_word_embeddings": True,
+        "pad_token_id": config.pad_token_id, "eos_token_id": config.eos_token_id,
+        "decoder_start_token_id": config.decoder_start_token_id, "forced_eos_token_id": config.forced_eos_token_id,
+        "dropout": config.dropout, "attention_dropout": config.attention_dropout,
+        "activation_dropout": config.activation_dropout,
+        "encoder_layerdrop": config.layerdrop[0], "decoder_layerdrop": config.layerdrop[1],
+        "is_encoder_decoder": True, **fields,
+    }
+    if config.forced_bos_token_id is not None:
+        out["forced_bos_token_id"] = config.forced_bos_token_id
+    if config.pruned:  # jattn's key: see jattn.sweeps.pruning
+        out["jattn_pruned_heads"] = {k: p.removed() for k, p in zip(("encoder", "decoder", "cross"), config.pruned)}
+    return out

@@ -14,6 +14,7 @@ import dataclasses
 
 import numpy as np
 
+from jattn.families.spec import seq2seq_hf_config
 from jattn.families.marian.convert import TIED_FIX, layer_rows
 from jattn.io.hf import Entry, apply_table, check_tied, to_state_dict
 from jattn.nn.config import Seq2SeqConfig
@@ -56,21 +57,4 @@ def to_hf_config(config: Seq2SeqConfig) -> dict:
     """The BART ``config.json`` dict describing ``config``."""
     if config.model_type != "bart":
         raise ValueError(f"only BART configs can be exported as BART folders, got model_type {config.model_type!r}")
-    out = {
-        "model_type": "bart", "architectures": ["BartForConditionalGeneration"], "vocab_size": config.tgt_vocab_size,
-        "d_model": config.d_model, "encoder_layers": config.encoder_layers, "decoder_layers": config.decoder_layers,
-        "encoder_attention_heads": config.pruned[0].heads if config.pruned else config.encoder_heads,
-        "decoder_attention_heads": config.pruned[1].heads if config.pruned else config.decoder_heads,
-        "encoder_ffn_dim": config.encoder_ffn_dim, "decoder_ffn_dim": config.decoder_ffn_dim,
-        "activation_function": config.activation, "max_position_embeddings": config.max_position_embeddings,
-        "scale_embedding": config.scale_embedding, "tie_word_embeddings": True,
-        "pad_token_id": config.pad_token_id, "eos_token_id": config.eos_token_id,
-        "decoder_start_token_id": config.decoder_start_token_id, "forced_eos_token_id": config.forced_eos_token_id,
-        "dropout": config.dropout, "attention_dropout": config.attention_dropout,
-        "activation_dropout": config.activation_dropout, "is_encoder_decoder": True,
-    }
-    if config.forced_bos_token_id is not None:
-        out["forced_bos_token_id"] = config.forced_bos_token_id
-    if config.pruned:  # jattn's key (transformers has no head pruning for BART): see jattn.sweeps.pruning
-        out["jattn_pruned_heads"] = {k: p.removed() for k, p in zip(("encoder", "decoder", "cross"), config.pruned)}
-    return out
+    return seq2seq_hf_config(config, "BartForConditionalGeneration")

@@ -16,6 +16,7 @@ import dataclasses
 
 import numpy as np
 
+from jattn.families.spec import seq2seq_hf_config
 from jattn.families.marian.convert import TIED_FIX, layer_rows
 from jattn.families.mbart.convert import TIED, final_norm_rows
 from jattn.io.hf import Entry, apply_table, check_tied, to_state_dict
@@ -52,25 +53,4 @@ def to_hf_config(config: Seq2SeqConfig) -> dict:
     """The M2M100 ``config.json`` dict describing ``config``."""
     if config.model_type != "m2m_100":
         raise ValueError(f"only M2M100 configs can be exported as M2M100 folders, got model_type {config.model_type!r}")
-    out = {
-        "model_type": "m2m_100", "architectures": ["M2M100ForConditionalGeneration"],
-        "vocab_size": config.tgt_vocab_size, "d_model": config.d_model,
-        "encoder_layers": config.encoder_layers, "decoder_layers": config.decoder_layers,
-        "encoder_attention_heads": config.pruned[0].heads if config.pruned else config.encoder_heads,
-        "decoder_attention_heads": config.pruned[1].heads if config.pruned else config.decoder_heads,
-        "encoder_ffn_dim": config.encoder_ffn_dim, "decoder_ffn_dim": config.decoder_ffn_dim,
-        "activation_function": config.activation, "max_position_embeddings": config.max_position_embeddings,
-        "scale_embedding": config.scale_embedding, "tie_word_embeddings": True,
-        "pad_token_id": config.pad_token_id, "eos_token_id": config.eos_token_id,
-        "decoder_start_token_id": config.decoder_start_token_id,
-        "dropout": config.dropout, "attention_dropout": config.attention_dropout,
-        "activation_dropout": config.activation_dropout,
-        "encoder_layerdrop": config.layerdrop[0], "decoder_layerdrop": config.layerdrop[1],  # as read
-        "is_encoder_decoder": True,
-    }
-    for key in ("forced_bos_token_id", "forced_eos_token_id"):
-        if getattr(config, key) is not None:
-            out[key] = getattr(config, key)
-    if config.pruned:  # jattn's key (transformers has no head pruning for M2M100): see jattn.sweeps.pruning
-        out["jattn_pruned_heads"] = {k: p.removed() for k, p in zip(("encoder", "decoder", "cross"), config.pruned)}
-    return out
+    return seq2seq_hf_config(config, "M2M100ForConditionalGeneration")
