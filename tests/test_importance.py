@@ -327,3 +327,58 @@ def test_cli_importance_and_prune(classifier, marian, tmp_path):
     assert pruned.params is not None
     with pytest.raises(SystemExit, match="--format parallel"):
         main(["importance", "--model", mt.source, "--input", str(labelled), "--out", str(tmp_path / "bad")])
+
+
+@pytest.fixture(scope="module")
+def causal_lm(tmp_path_factory):
+    """A tiny random GPT-2 with a byte-level BPE tokenizer trained here on ``TEXTS``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("gpt2")
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    bpe.train_from_iterator(TEXTS, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                  pad_token="<|endoftext|>")
+    tok.save_pretrained(folder)
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=2, n_head=4, n_positions=64, n_inner=24,
+                        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, initializer_range=0.2)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    return jattn.load(folder, use_cache=False), hf_model(folder, "lm").double()
+
+
+def lm_cases(model):
+    """Per text: (HF inputs, None, {kind: query length}) as jattn tokenizes it."""
+    cases = []
+    for text in TEXTS:
+        b = model.tokenize([text], max_length=64)
+        inputs = {k: torch.tensor(np.asarray(v), dtype=torch.long) for k, v in b.inputs().items()
+                  if k in ("input_ids", "attention_mask")}
+        cases.append((inputs, None, {"encoder": int(b.attention_mask.sum())}))
+    return cases
+
+
+def lm_loss(hf, case, gates):
+    """The mean next-token cross-entropy of one sequence (jattn.training.losses.lm_loss)."""
+    inputs, _, _ = case
+    with gated(hf, gates):
+        logits = hf(**inputs).logits[0]  # (n, V)
+    if len(logits) < 2:  # one token: nothing predicted, loss 0 (as jattn's)
+        return 0.0 * logits.sum()
+    return torch.nn.functional.cross_entropy(logits[:-1], inputs["input_ids"][0, 1:], reduction="mean")
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_causal_lm_importance_equals_hf(causal_lm, estimator):
+    """A causal LM's own loss (next-token cross-entropy) drives Michel et al.'s importance."""
+    model, hf = causal_lm
+    cases = lm_cases(model)
+    L, H = model.config.num_layers, model.config.num_heads
+    got = importance(model, TEXTS, estimator=estimator, normalize=False, batch_size=8, progress=False)["encoder"]
+    sums = reference(hf, cases, lm_loss, {"encoder": (L, H)}, estimator)["encoder"]
+    count = sum(c[2]["encoder"] for c in cases) if estimator == "token" else len(cases)
+    assert_close(got, sums / count, terms=2 * (model_terms(model.config, 64) + model.config.vocab_size) + len(cases))
+    assert np.abs(got).max() > 0

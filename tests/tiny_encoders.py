@@ -63,9 +63,10 @@ def save_tiny(folder: Path, name: str, head: str = "base", seed: int = 0, safe: 
 
 def hf_model(folder: Path, head: str = "base"):
     """The HF PyTorch oracle for a saved folder, eager attention, eval mode."""
-    from transformers import AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
-    cls = {"mlm": AutoModelForMaskedLM, "cls": AutoModelForSequenceClassification}.get(head, AutoModel)
+    cls = {"mlm": AutoModelForMaskedLM, "cls": AutoModelForSequenceClassification,
+           "lm": AutoModelForCausalLM}.get(head, AutoModel)
     return cls.from_pretrained(str(folder), attn_implementation="eager").eval()
 
 

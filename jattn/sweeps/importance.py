@@ -23,7 +23,8 @@ exactly 0 for pruned heads. The mask reaches the jitted step as data, so a new m
 recompiles.
 
 Losses (``jattn.training.losses``): a classifier checkpoint's cross-entropy (examples carry labels), the
-masked-LM loss of an MLM checkpoint (15 % masked, seeded per corpus index), and for a
+masked-LM loss of an MLM checkpoint (15 % masked, seeded per corpus index), a causal LM's
+next-token cross-entropy (mean over each sequence's predicted positions), and for a
 translation model the teacher-forced token cross-entropy summed over target tokens (examples
 are (source, target) pairs; importance per attention type: encoder self, decoder self, cross).
 """
@@ -184,6 +185,8 @@ class HeadImportance(Method):
         if self.kind == "mlm":
             return losses.mlm_loss(ctx.params, ctx.config, outputs, {"positions": f["positions"],
                                                                      "labels": f["mlm_labels"]})
+        if self.kind == "lm":
+            return losses.lm_loss(ctx.params, ctx.config, outputs, batch)
         return self.loss(ctx.params, ctx.config, outputs, {**batch, **f})
 
     def reduce(self, ctx: StepContext) -> dict:

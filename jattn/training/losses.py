@@ -69,6 +69,23 @@ def mlm_loss(params, config, outputs, features) -> jax.Array:
     return (nll * used).sum(-1) / jnp.maximum(used.sum(-1), 1.0)  # (b,)
 
 
+def lm_loss(params, config, outputs, batch) -> jax.Array:
+    """Next-token cross-entropy of each sequence of a causal LM (Radford et al. 2019): the mean
+    over the positions t whose token t + 1 is real of −log p(x_{t+1} | x_≤t) (0 for a row with
+    none). ``outputs["last_hidden_state"]`` (b, n, D), ``batch``: ``input_ids``, ``attention_mask``
+    (b, n). -> (b,)"""
+    from jattn.nn import encoder
+
+    hidden = outputs["last_hidden_state"]  # (b, n, D)
+    logits = encoder.module(params, config).task_outputs(hidden, ("lm_logits",))["lm_logits"][:, :-1]  # (b, n-1, V)
+    logits = logits.astype(jnp.float32)
+    nxt = batch["input_ids"][:, 1:]  # (b, n-1)
+    nll = jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, nxt[..., None], -1)[..., 0]  # (b, n-1)
+    real = batch["attention_mask"] > 0  # (b, n)
+    used = (real[:, 1:] & real[:, :-1]).astype(nll.dtype)  # (b, n-1)
+    return (nll * used).sum(-1) / jnp.maximum(used.sum(-1), 1.0)  # (b,)
+
+
 def translation_loss(logits: jax.Array, labels: jax.Array, label_mask: jax.Array) -> jax.Array:
     """Teacher-forced token cross-entropy of each sentence pair, summed over its real target
     tokens (padding contributes exactly zero). logits (b, t, V), labels / label_mask (b, t) -> (b,)."""
@@ -79,11 +96,14 @@ def translation_loss(logits: jax.Array, labels: jax.Array, label_mask: jax.Array
 
 def default_loss(model) -> str:
     """The loss a model's own head defines: "classification" (a sequence-classification
-    checkpoint, ``config.num_labels`` > 0), "mlm" (a masked-LM checkpoint) or "translation" (an
-    encoder–decoder model, teacher-forced token cross-entropy). ValueError otherwise."""
+    checkpoint, ``config.num_labels`` > 0), "mlm" (a masked-LM checkpoint), "lm" (a causal LM,
+    next-token cross-entropy) or "translation" (an encoder–decoder model, teacher-forced token
+    cross-entropy). ValueError otherwise."""
     config = model.config
     if hasattr(config, "decoder_layers"):
         return "translation"
+    if getattr(config, "causal", False):
+        return "lm"
     if getattr(config, "num_labels", 0) > 0:
         return "classification"
     if getattr(config, "with_mlm_head", False):
