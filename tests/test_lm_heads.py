@@ -100,7 +100,7 @@ def test_bidirectional_models_are_refused(tmp_path):
     from tiny_encoders import save_tiny
 
     bert = jattn.load(save_tiny(tmp_path, "bert-2x4"), use_cache=False)
-    with pytest.raises(ValueError, match="causal.*Fix: load a decoder-only LM"):
+    with pytest.raises(ValueError, match="causal.*Fix: load a causal"):
         induction_scores(bert)
-    with pytest.raises(ValueError, match="Fix: load a decoder-only LM"):
+    with pytest.raises(ValueError, match="Fix: load a causal"):
         logit_lens(bert, {"input_ids": np.ones((1, 3), np.int32), "attention_mask": np.ones((1, 3), np.int32)})

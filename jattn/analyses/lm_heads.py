@@ -65,7 +65,7 @@ def induction_scores(model, length: int = 24, count: int = 64, seed: int = 0, ba
     if not getattr(c, "causal", False):
         raise ValueError("induction_scores reads a causal language model's attention (an induction head attends "
                          "back to where the current token came before); this model is bidirectional. Fix: load a "
-                         "decoder-only LM (GPT-2, Llama, ...)")
+                         "causal (decoder-only) language model")
     first = getattr(c, "bos_token_id", None)
     ids = repeated_tokens(c.vocab_size, length, count, seed, low, first)  # (N, n)
     offset = 0 if first is None else 1
@@ -98,6 +98,6 @@ def logit_lens(model, batch) -> np.ndarray:
     layer l (l = 0: the embeddings), row L the model's own next-token logits."""
     if not getattr(model.config, "causal", False):
         raise ValueError("logit_lens reads a causal LM's next-token head; this model has none. Fix: load a "
-                         "decoder-only LM (GPT-2, Llama, ...)")
+                         "causal (decoder-only) language model")
     inputs = model.batch(batch)
     return np.asarray(_lens(model.params, model.config, {k: inputs[k] for k in ("input_ids", "attention_mask")}))

@@ -11,8 +11,9 @@ stack's last layer (Liu et al. 2020's pre-LN stacks); the normalisers are LayerN
 holds a relative-position score bias B (buckets, H), computed once per forward (T5's "first
 layer") and added to the scores of every layer's self-attention (Raffel et al. 2020, §2.1:
 s[h, i, j] = q_hi · k_hj + B[bucket(j − i), h], bidirectional buckets in the encoder, one-sided
-in the decoder, none in cross-attention; ``jattn.nn.relative``); it changes α only. Each stack's L identical layers are created
-stacked and run with ``jax.lax.scan``; internals come out as (L, ...) for the three attention types, keyed
+in the decoder, none in cross-attention; ``jattn.nn.relative``); it changes α only. Each stack's
+L identical layers are created stacked and run with ``jax.lax.scan``; internals come out as
+(L, ...) for the three attention types, keyed
 ``"encoder"`` (self), ``"decoder"`` (causal self) and ``"cross"`` (decoder queries on encoder
 outputs). Interventions are a mapping with the same keys, each an ``Interventions`` for that
 attention type (missing = none).
@@ -46,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jattn.nn.config import Seq2SeqConfig
+from jattn.nn.config import ConfigError, Seq2SeqConfig
 from jattn.nn.interventions import FFN_SITES, NONE, Interventions
 from jattn.nn.attention import SUBLAYERS, MultiHeadAttention, block_view
 from jattn.nn.encoder import select
@@ -138,6 +139,10 @@ class Stack(nnx.Module):
         if config.final_norm:
             self.final_ln = norm(config)
         if config.relative_attention_num_buckets:
+            if config.pruned:  # the pruning sweep moves heads into slots; the bias table's columns would stay
+                raise ConfigError("physically pruning heads of a model with a relative-position bias "
+                                  "(relative_attention_num_buckets > 0) is not supported. Fix: gate the heads "
+                                  "(Interventions(head_gates=...)) instead of removing them")
             H = config.decoder_heads if cross else config.encoder_heads
             self.relative_bias = param(rngs, (config.relative_attention_num_buckets, H), "normal",
                                        config.d_model ** -0.5)  # HF T5's init

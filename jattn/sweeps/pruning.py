@@ -198,6 +198,10 @@ def prune_params(params, config, keep) -> tuple[dict, object]:
                          f"attention ({config.num_heads} query heads read {config.kv_heads} key/value heads) a "
                          "key/value head serves several query heads, so it is not implemented. Fix: gate the heads "
                          "instead (Interventions(head_gates=keep)), which computes the same outputs")
+    if getattr(config, "relative_attention_num_buckets", 0):  # its (buckets, H) table would keep every column
+        raise ValueError("physical pruning moves each layer's kept heads into slots, but a relative-position bias "
+                         "(relative_attention_num_buckets > 0) is one table for all layers, with a column per head: "
+                         "not implemented. Fix: gate the heads instead (Interventions(head_gates=keep))")
     keep = check_keep(config, keep)
     new_config = pruned_config(config, keep)
     arrays = to_arrays(params) if not isinstance(params, dict) else params

@@ -16,14 +16,14 @@ import numpy as np
 
 from jattn.io.hf import ConversionError, Entry, apply_table, check_tied, split_heads_in, split_heads_out, \
     to_state_dict
-from jattn.nn.config import Seq2SeqConfig
+from jattn.nn.config import ConfigError, Seq2SeqConfig
 
 FIX = ("load it with transformers (which uses the table it ties to) and save_pretrained it, or export it again "
        "from the model it was trained as")
 # The tied copies of the shared table; the decoder's cross-attention has no relative bias (HF ignores one)
 IGNORED = (r"(encoder|decoder)\.embed_tokens\.weight", r"decoder\.block\.0\.layer\.1\.EncDecAttention\."
            r"relative_attention_bias\.weight")
-GATED = "DenseReluDense.wi.weight"  # the (2, F, D) stack of wi_0, wi_1 the table reads for a gated FFN
+GATED = "DenseReluDense.wi_0_1.weight"  # not an HF name: the (2, F, D) stack of wi_0, wi_1 a gated FFN's row reads
 
 
 def _vector(key, path, n) -> Entry:
@@ -96,19 +96,22 @@ def convert(state: dict[str, np.ndarray], config: Seq2SeqConfig, source: str = "
         state["lm_head.weight"] = state["shared.weight"]
     if config.gated_ffn:  # wi_0, wi_1 -> one (2, F, D) row per layer
         for key in [k for k in state if k.endswith("DenseReluDense.wi_0.weight")]:
-            other = key.replace("wi_0", "wi_1")
+            other = key.replace("wi_0.", "wi_1.")
             if other in state:
-                state[key.replace("wi_0", "wi")] = np.stack([state.pop(key), state.pop(other)])
+                state[key.replace("wi_0.", "wi_0_1.")] = np.stack([state.pop(key), state.pop(other)])
     return apply_table(state, entries(config), IGNORED, source)
 
 
 def to_hf_state_dict(params, config: Seq2SeqConfig) -> dict[str, np.ndarray]:
     """jattn seq2seq params -> a ``T5ForConditionalGeneration`` state dict (tied copies not written)."""
+    if config.pruned:
+        raise ConfigError("physically pruned T5 models cannot be exported: the pruning sweep does not move the "
+                          "relative-position bias's head columns. Fix: gate the heads (Interventions(head_gates=...))")
     out = to_state_dict(params, entries(config))
     for key in [k for k in out if k.endswith(GATED)]:
         gate, linear = out.pop(key)
-        out[key.replace("wi.", "wi_0.")] = np.ascontiguousarray(gate)
-        out[key.replace("wi.", "wi_1.")] = np.ascontiguousarray(linear)
+        out[key.replace("wi_0_1.", "wi_0.")] = np.ascontiguousarray(gate)
+        out[key.replace("wi_0_1.", "wi_1.")] = np.ascontiguousarray(linear)
     return out
 
 
@@ -121,7 +124,8 @@ def to_hf_config(config: Seq2SeqConfig) -> dict:
         "model_type": config.model_type,
         "architectures": ["T5ForConditionalGeneration" if config.model_type == "t5" else "MT5ForConditionalGeneration"],
         "vocab_size": config.tgt_vocab_size, "d_model": config.d_model, "d_kv": config.encoder_head_dim,
-        "d_ff": config.encoder_ffn_dim, "num_layers": config.encoder_layers, "num_decoder_layers": config.decoder_layers,
+        "d_ff": config.encoder_ffn_dim, "num_layers": config.encoder_layers,
+        "num_decoder_layers": config.decoder_layers,
         "num_heads": config.encoder_heads, "relative_attention_num_buckets": config.relative_attention_num_buckets,
         "relative_attention_max_distance": config.relative_attention_max_distance,
         "feed_forward_proj": f"gated-{act}" if config.gated_ffn else act, "layer_norm_epsilon": config.layer_norm_eps,

@@ -72,7 +72,8 @@ def config_from_hf(hf: dict):
     }
     V = hf.get("vocab_size", 32128)
     return seq2seq_config(mapped, default_activation="relu", vocab_sizes=(V, V), positions="none",
-                          norm_position="pre", final_norm=True, norm="rms", layer_norm_eps=hf.get("layer_norm_epsilon", 1e-6),
+                          norm_position="pre", final_norm=True, norm="rms",
+                          layer_norm_eps=hf.get("layer_norm_epsilon", 1e-6),
                           shared_embeddings=True, tie_output=tied, scale_embedding=False, final_logits_bias=False,
                           decoder_mask="all", attention_head_dim=hf.get("d_kv", 64), score_scale=1.0,
                           gated_ffn=gated, linear_bias=False, relative_attention_num_buckets=buckets,

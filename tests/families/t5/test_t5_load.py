@@ -60,3 +60,22 @@ def test_export_refuses_other_families(tiny):
     _, _, model = tiny
     with pytest.raises(ValueError, match="only T5 / mT5 configs"):
         model.family.to_hf_config(dataclasses.replace(model.config, model_type="bart"))
+
+
+def test_pruning_refused(tiny, tmp_path):
+    """Physically removing heads is refused (the relative bias's head columns would not follow the
+    heads): in memory and as an export, naming the fix (gates)."""
+    import numpy as np
+
+    from jattn.sweeps.pruning import export_pruned, remove_heads
+
+    _, _, model = tiny
+    c = model.config
+    keep = {"encoder": np.ones((c.encoder_layers, c.encoder_heads), bool),
+            "decoder": np.ones((c.decoder_layers, c.decoder_heads), bool),
+            "cross": np.ones((c.decoder_layers, c.decoder_heads), bool)}
+    keep["encoder"][0, 0] = False
+    with pytest.raises(ValueError, match="relative-position bias.*head_gates"):
+        remove_heads(model, keep)
+    with pytest.raises(ValueError, match="relative-position bias.*head_gates"):
+        export_pruned(model, keep, tmp_path / "pruned")

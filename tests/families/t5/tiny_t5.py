@@ -61,7 +61,8 @@ def save_tiny(folder: Path, kind: str = "t5-v1.0", seed: int = 0, eos_boost: flo
     than HF's init (attention not uniform), RMSNorm scales random (every tensor matters), the
     relative biases large (the positions matter), queries and keys
     smaller (unscaled scores), and ``eos_boost`` raises EOS's logit (its row of the output projection) so that
-    generated sequences end at different lengths. An untied ``kind`` writes its own ``lm_head.weight`` and ``tie_word_embeddings: false``."""
+    generated sequences end at different lengths. An untied ``kind`` writes its own
+    ``lm_head.weight`` and ``tie_word_embeddings: false``."""
     import torch
     from safetensors.numpy import load_file, save_file
 
