@@ -132,6 +132,10 @@ def test_every_kernel_has_finite_gradients(family):
         fn = getattr(kernel, shape)
         if fn is None or not kernel.differentiable:
             continue
+        if name in ("norms", "attributions") and getattr(config, "sublayer_post_norm", False):
+            with pytest.raises(ValueError, match="sublayer post-norms"):  # refused: docs/METHODS.md, "Pre-LN blocks"
+                fn(params, config, inputs)
+            continue
         value, grad = weighted_sum(fn, model, inputs)(params)
         bad = [jax.tree_util.keystr(p) for p, g in jax.tree_util.tree_leaves_with_path(grad) if not jnp.isfinite(g).all()]
         assert np.isfinite(float(value)) and not bad, f"{config.model_type} {name}: non-finite gradients at {bad}"
