@@ -114,7 +114,7 @@ LOAD_CASES = [
     ("no config.json", "good", _remove("config.json"), FileNotFoundError, ["config.json"]),
     ("no weights", "good", _remove("model.safetensors"), FileNotFoundError,
      ["model.safetensors or pytorch_model.bin", "save_pretrained"]),
-    ("unsupported model_type", "good", _edit_config(model_type="gpt2"), ConfigError, ["gpt2", "supports"]),
+    ("unsupported model_type", "good", _edit_config(model_type="bloom"), ConfigError, ["bloom", "supports"]),
     ("config does not match weights", "good", _edit_config(num_hidden_layers=3), ConversionError,
      ["missing tensors", "encoder.layer.2", "Fix"]),
 ]
