@@ -8,7 +8,7 @@ pad the others to a larger bucket), the runner's totals with every example alone
 totals are the same per-example terms, summed in another order and computed on other shapes.
 Corpus indices are the same in both runs, so methods that draw per example (seeded by index) draw
 the same. The batched runs take the chunked layer (fixture ``chunked_layers``). Every registered
-method runs, on a tiny model of each family it reads; methods that need labels get them from CoNLL-U words (the bundled UD sample), GAP-style labels where asked."""
+method runs, on a tiny model of each family it reads (a BERT, a Marian, a GPT-2); methods that need labels get them from CoNLL-U words (the bundled UD sample), GAP-style labels where asked."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from jattn.analyses import registry
 from jattn.io.readers import read_conllu
 from jattn.runner import run_corpus
 from tiny_encoders import save_tiny
+from tiny_lm import save_tiny_gpt2
 from tolerance import assert_close, model_terms
 
 
@@ -66,6 +67,18 @@ def seq2seq_setup(tiny_marian, encoder_setup):
     return tiny_marian, pool, methods
 
 
+@pytest.fixture(scope="module")
+def decoder_setup(tmp_path_factory, encoder_setup):
+    """A tiny GPT-2 whose tokenizer is trained on the pool's sentences, cut to 3-8 words (one
+    length bucket: fewer compiles); the token-level methods that read causal LMs."""
+    pool = [" ".join(ex.a[: 3 + i // 2]) for i, ex in enumerate(encoder_setup[1])]
+    model = jattn.load(save_tiny_gpt2(tmp_path_factory.mktemp("lm"), pool, vocab_size=2000), use_cache=False)
+    entries, families = registry.entries(), encoder_setup[3]
+    methods = [m for m in (entries[n].factory(model, registry.Options()) for n in families
+                           if "decoder" in families[n]) if getattr(m, "level", "token") == "token"]
+    return model, pool, methods
+
+
 def compare(model, corpus, methods, batch_size: int, n: int):
     length = min(128, model.config.max_length)
     alone = run_corpus(model, corpus, methods, batch_size=1, max_length=length, progress=False)
@@ -102,7 +115,17 @@ def test_every_translation_analysis_is_batch_invariant(seq2seq_setup, drawn):
     compare(model, corpus, methods, batch_size, n=32)
 
 
-def test_the_registry_is_covered(encoder_setup, seq2seq_setup):
-    """Every registered method is in one of the two properties, or tested on real data elsewhere."""
-    covered = {m.name for m in encoder_setup[2]} | {m.name for m in seq2seq_setup[2]} | NEEDS_DATA
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))  # each draw compiles every method anew
+@given(corpora)
+def test_every_causal_lm_analysis_is_batch_invariant(decoder_setup, drawn):
+    model, pool, methods = decoder_setup
+    picks, batch_size = drawn
+    corpus = [pool[i] for i in picks] + [pool[-1]]
+    compare(model, corpus, methods, batch_size, n=64)
+
+
+def test_the_registry_is_covered(encoder_setup, seq2seq_setup, decoder_setup):
+    """Every registered method is in one of the three properties, or tested on real data elsewhere."""
+    covered = ({m.name for m in encoder_setup[2]} | {m.name for m in seq2seq_setup[2]}
+               | {m.name for m in decoder_setup[2]} | NEEDS_DATA)
     assert covered == set(registry.entries())

@@ -130,7 +130,8 @@ CONTRACT = {
     "view": "exempt: an HTML page of kernel norms' and kernel attributions' numbers",
     # registered analyses: the runner's step
     **{name: "runner" for name in ("confidence", "value-zeroing", "alti-plus", "weights", "entropy", "word-weights",
-                                   "word-entropy", "alti", "js", "grad", "norms", "norm-freq", "mixing", "patterns", "syntax")},
+                                   "word-entropy", "alti", "js", "grad", "norms", "norm-freq", "mixing", "patterns", "syntax",
+                                   "lm-attention")},
     "coref": "runner (GAP labels: tests/test_coref.py); its reduce reads α as 'weights' does",
 }
 

@@ -31,8 +31,10 @@ A method is any object with:
     the keys written to ``results.json``. ``meta`` holds ``segments`` and ``tokens``.
 
 ``families: tuple[str, ...]`` (optional, default ``("encoder",)``)
-    The model families the method reads: ``"encoder"`` (BERT, RoBERTa) and/or ``"seq2seq"``
-    (Marian, FSMT, the NMT model trained here). The runner refuses any other with a clear error.
+    The model families the method reads: ``"encoder"`` (BERT, RoBERTa), ``"seq2seq"``
+    (Marian, FSMT, the NMT model trained here) and/or ``"decoder"`` (a causal LM: GPT-2, Llama;
+    ``allowed`` is then causal, keys j ≤ i). The runner refuses any other with a clear error,
+    saying why from the optional ``needs: str`` (what the method needs that other families lack).
     On a translation model the runner streams (source, target) pairs through the teacher-forced
     forward and calls ``reduce`` once per attention type in ``kinds`` (default all three:
     ``"encoder"`` self, ``"decoder"`` causal self, ``"cross"``), each time with that type's
@@ -179,7 +181,7 @@ class StepContext:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Method:
     """Base of the runner's methods (protocol above), with its defaults: ``prepare`` returns
-    ``{}``, ``layerwise = False``, ``level = "token"``, ``families = ("encoder",)``, on a
+    ``{}``, ``layerwise = False``, ``level = "token"``, ``families = ("encoder",)``, ``needs = ""``, on a
     translation model all three attention ``kinds``.
 
     Declare a subclass as ``@dataclasses.dataclass(frozen=True)`` with its configuration as
@@ -192,6 +194,7 @@ class Method:
     layerwise: ClassVar[bool] = False
     level: ClassVar[str] = "token"
     families: ClassVar[tuple[str, ...]] = ("encoder",)
+    needs: ClassVar[str] = ""  # why other families are refused, e.g. "[CLS] and [SEP] tokens"
     kinds: ClassVar[tuple[str, ...]] = ("encoder", "decoder", "cross")  # attention types read on a seq2seq model
 
     def prepare(self, batch: HostBatch) -> dict[str, np.ndarray]:

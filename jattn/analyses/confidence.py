@@ -36,7 +36,7 @@ def per_example(weights: jax.Array, rows: jax.Array) -> jax.Array:
 class HeadConfidence(Method):
     name = "confidence"
     layerwise = True  # each layer from that layer alone: reduced inside the scan
-    families = ("encoder", "seq2seq")
+    families = ("encoder", "seq2seq", "decoder")
 
     def reduce(self, ctx: StepContext) -> dict:
         weights = ctx.internals["weights"]  # (L, b, H, q, k)

@@ -101,7 +101,7 @@ class JSDistance(Method):
     type on a translation model, over the keys each row may attend)."""
 
     name = "js"
-    families = ("encoder", "seq2seq")
+    families = ("encoder", "seq2seq", "decoder")
 
     def reduce(self, ctx: StepContext) -> dict:
         allowed = ctx.batch["allowed"]  # (b, q, k)

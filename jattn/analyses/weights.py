@@ -110,6 +110,8 @@ class ClassAttention(LevelStatistic):
     """
 
     base_name = "weights"
+    needs = ("[CLS] and [SEP] tokens and a next token to attend, which a causal LM, whose query i sees keys "
+             "j ≤ i only, lacks")
 
     def reduce(self, ctx: StepContext) -> dict:
         v = view(ctx, self.level)
@@ -153,11 +155,12 @@ class ClassAttention(LevelStatistic):
 class Entropy(LevelStatistic):
     """Mean row entropy of the smoothed map, all rows and the [CLS] row (Clark et al. 2019,
     Fig. 4): A' = 0.9999·A + 0.0001/n over the n real keys, H_i = −Σ_j A'_ij log A'_ij (nats).
-    Uniform reference: mean over sequences of log n. On a translation model per attention type,
-    n the keys row i may attend (i + 1 in the causal decoder; the uniform reference then the
-    per-sequence mean of log n_i over rows)."""
+    Uniform reference: mean over sequences of log n. On a translation model per attention type
+    and on a causal LM, n the keys row i may attend (i + 1 in a causal decoder; the uniform
+    reference then the per-sequence mean of log n_i over rows); a causal LM has no [CLS] row."""
 
     base_name = "entropy"
+    families = ("encoder", "seq2seq", "decoder")
 
     def reduce(self, ctx: StepContext) -> dict:
         v = view(ctx, self.level)
@@ -169,7 +172,8 @@ class Entropy(LevelStatistic):
         row_entropy = -plogp.sum(-1)  # (L, b, H, q)
         out = {}
         out["entropy"], out["entropy_n"] = segment_mean(row_entropy, real)
-        out["entropy_cls"], out["entropy_cls_n"] = segment_mean(row_entropy, real & (v.query_class == CLS))
+        if not getattr(ctx.config, "causal", False):  # a causal LM has no [CLS]
+            out["entropy_cls"], out["entropy_cls_n"] = segment_mean(row_entropy, real & (v.query_class == CLS))
         uniform, out["entropy_uniform_n"] = segment_mean(jnp.log(n)[None, :, None], real)  # (1, 1), ()
         out["entropy_uniform"] = uniform.reshape(())
         return out
@@ -177,15 +181,17 @@ class Entropy(LevelStatistic):
     def finalize(self, totals, meta):
         p, w = self.prefix, ("word-level " if self.prefix else "")
         tail = "; smoothing 0.9999·A + 0.0001/n, nats (Clark et al. 2019)"
-        return {
+        stats = {
             p + "entropy": Statistic(ratio(totals, "entropy"),
                                      f"(L, H) mean {w}row entropy over real rows, then sequences" + tail),
             p + "entropy_cls": Statistic(ratio(totals, "entropy_cls"),
-                                         "(L, H) mean entropy of the [CLS] row over sequences" + tail),
+                                         "(L, H) mean entropy of the [CLS] row over sequences" + tail)
+            if "entropy_cls" in totals else None,
             p + "entropy_uniform": Statistic(ratio(totals, "entropy_uniform"),
-                                             f"() uniform reference: mean over sequences of log n, "
-                                             f"n = number of real {'units' if p else 'tokens'}"),
+                                             f"() uniform reference: mean over sequences of the mean over real rows "
+                                             f"of log n, n = real {'units' if p else 'tokens'} the row may attend"),
         }
+        return {k: s for k, s in stats.items() if s is not None}
 
 
 def class_figures(prefix: str):

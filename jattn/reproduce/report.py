@@ -19,6 +19,7 @@ TITLES = {
     "michel": "Michel et al. 2019: Are sixteen heads really better than one?",
     "voita": "Voita et al. 2019: Analyzing multi-head self-attention",
     "patching": "Causal interventions: activation and attribution patching of coreference heads (GAP pairs)",
+    "induction": "Olsson et al. 2022: induction heads in small language models trained here, confirmed by path patching",
 }
 CLAIM_FIELDS = ("id", "study", "claim", "paper", "value", "ci", "baseline", "n", "seeds", "unit", "command",
                 "predictions")

@@ -29,6 +29,7 @@ import functools
 from typing import Iterable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 from tqdm.auto import tqdm
@@ -50,10 +51,14 @@ class RunResult:
     meta: dict  # model, segments, tokens, batch_size, devices, processes, ...
 
 
-def self_attention_fields(batch: dict) -> dict:
-    """The attention-type fields of ``jattn.analyses.base`` for an encoder's self-attention."""
+def self_attention_fields(batch: dict, causal: bool) -> dict:
+    """The attention-type fields of ``jattn.analyses.base`` for an encoder's self-attention; a
+    causal LM's (``causal``) real query i may attend the real keys j ≤ i only."""
     real = batch["attention_mask"] > 0  # (b, n)
     allowed = real[:, :, None] & real[:, None, :]  # (b, n, n)
+    if causal:
+        n = real.shape[1]
+        allowed = allowed & jnp.tril(jnp.ones((n, n), bool))[None]  # (b, n, n) keys j ≤ i
     return {"query_mask": batch["attention_mask"], "key_mask": batch["attention_mask"], "allowed": allowed,
             "query_class": batch["token_class"], "key_class": batch["token_class"]}
 
@@ -75,7 +80,7 @@ def _step(config, methods: tuple, mesh):
 
     def step(params, batch, features):
         inputs = {k: batch[k] for k in INPUT_KEYS}
-        batch = dict(batch, **self_attention_fields(batch))
+        batch = dict(batch, **self_attention_fields(batch, getattr(config, "causal", False)))
 
         def forward(input_ids=None, interventions=None, **kwargs):
             b = inputs if input_ids is None else dict(inputs, input_ids=input_ids)
@@ -128,22 +133,33 @@ def combine_processes(totals: dict) -> dict:
 
 
 def family(model) -> str:
-    """"seq2seq" for a translation model, else "encoder"."""
-    return "seq2seq" if isinstance(model.config, Seq2SeqConfig) else "encoder"
+    """"seq2seq" for a translation model, "decoder" for a causal (decoder-only) LM, else "encoder"."""
+    if isinstance(model.config, Seq2SeqConfig):
+        return "seq2seq"
+    return "decoder" if getattr(model.config, "causal", False) else "encoder"
+
+
+FAMILY_TERMS = {"encoder": "a bidirectional encoder", "seq2seq": "a translation (seq2seq) model",
+                "decoder": "a causal (decoder-only) language model"}
 
 
 def check_methods(model, methods: Sequence) -> None:
-    """Refuse methods that cannot read ``model``'s family, naming the ones that can."""
+    """Refuse methods that cannot read ``model``'s family, saying why (``Method.needs``) and
+    naming the family the methods to choose must declare."""
     fam = family(model)
     for m in methods:
         families = getattr(m, "families", ("encoder",))
         if fam not in families:
-            what = "a translation (seq2seq) model" if fam == "seq2seq" else "an encoder model"
-            raise ValueError(f"method {m.name!r} reads {' and '.join(families)} models, and {model.source or 'the model'} "
-                             f"is {what}. Fix: choose methods that declare families including {fam!r}"
-                             + (" (jattn.analyses.registry.entries() lists them)" if fam == "seq2seq" else ""))
-        if fam == "seq2seq" and getattr(m, "level", "token") != "token":
-            raise ValueError(f"method {m.name!r} is word-level; a translation model runs token-level methods only. "
+            needs = getattr(m, "needs", "")
+            raise ValueError(f"method {m.name!r} reads {' and '.join(families)} models"
+                             + (f" (it needs {needs})" if needs else "")
+                             + f", and {model.source or 'the model'} is {FAMILY_TERMS[fam]}. Fix: choose methods "
+                             f"that declare families including {fam!r}"
+                             + (" (jattn.analyses.registry.entries() lists them)" if fam != "encoder" else "")
+                             + ("; lm-attention gives a causal LM's first-token, previous-token and self shares "
+                                "and entropy" if fam == "decoder" else ""))
+        if fam != "encoder" and getattr(m, "level", "token") != "token":
+            raise ValueError(f"method {m.name!r} is word-level; {FAMILY_TERMS[fam]} runs token-level methods only. "
                              "Fix: drop the word-level methods")
         if fam == "seq2seq" and (bad := set(getattr(m, "kinds", ())) - {"encoder", "decoder", "cross"}):
             raise ValueError(f"method {m.name!r} declares unknown attention types {sorted(bad)}")

@@ -155,6 +155,7 @@ class HeadImportance(Method):
     shape: tuple = dataclasses.field(init=False)
     mask_token_id: int = dataclasses.field(init=False)
     name = "importance"
+    families = ("encoder", "decoder")  # a causal LM: its next-token loss
 
     def __post_init__(self, model):
         check_estimator(self.estimator)

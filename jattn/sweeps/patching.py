@@ -102,10 +102,18 @@ def _layer(stacked_module, i):
     return nnx.merge(graphdef, jax.tree.map(lambda a: a[i], stacked))
 
 
+def metric_heads(config) -> tuple[str, ...]:
+    """The heads whose outputs a metric sees beside the hidden states: a causal LM's next-token
+    logits ``lm_logits`` (b, n, V); none for an encoder (its pooler and classifier come anyway)."""
+    return ("lm_logits",) if getattr(config, "causal", False) else ()
+
+
 def encoder_outputs(module, x) -> dict:
     """What ``metric`` sees from an encoder's last layer's output x (b, n, D) (``run_from``'s): the
-    last hidden state (after the final LayerNorm, if any), pooler output and logits."""
+    last hidden state (after the final LayerNorm, if any), pooler output and logits, and a causal
+    LM's next-token logits (``metric_heads``)."""
     out = {"last_hidden_state": module.final(x)}
+    out.update(module.task_outputs(out["last_hidden_state"], metric_heads(module.config)))  # (b, n, V) or nothing
     if module.pooler is not None:
         out["pooler_output"] = module.pool(x)  # (b, D)
     if module.classifier is not None:
@@ -170,7 +178,7 @@ def seq2seq_suffix(module, batch, kind: str, enc, x, start, patch: dict) -> dict
 def _runs(params, config, clean, corrupted):
     """Clean per-head outputs {kind: (L, b, H, q, d_h)}, the corrupted outputs and every layer's
     input {kind: (L, b, q, D)}."""
-    f = seq2seq.forward if isinstance(config, Seq2SeqConfig) else encoder.forward
+    f = seq2seq.forward if isinstance(config, Seq2SeqConfig) else partial(encoder.forward, heads=metric_heads(config))
     _, clean_int = f(params, config, clean, None, internals=("context",))
     out, corr_int = f(params, config, corrupted, None, internals=("residual",))
     if not isinstance(config, Seq2SeqConfig):
@@ -270,7 +278,7 @@ def _attribution(views, config, clean, corrupted, metric, rows):
     passes unrolled (``jattn.nn.engine.layer_loop``): the backward reads the residuals where the
     forward left them, and XLA drops the work no result needs (``docs/BENCHMARKS.md``)."""
     params = stacked_layers(views)
-    f = seq2seq.forward if isinstance(config, Seq2SeqConfig) else encoder.forward
+    f = seq2seq.forward if isinstance(config, Seq2SeqConfig) else partial(encoder.forward, heads=metric_heads(config))
     _, ints = f(params, config, clean, None, internals=("context",), unroll=True)
     ints = ints if isinstance(config, Seq2SeqConfig) else {"encoder": ints}
     contexts = {k: v["context"] for k, v in ints.items()}  # {kind: (L, b, H, q, d_h)}

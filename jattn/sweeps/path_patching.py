@@ -8,7 +8,8 @@ The three-pass definition, for every sender head s at once (``lax.map`` over sen
    except the sender's, which takes its clean value; the FFNs and LayerNorms are recomputed, so
    the residual stream after the sender carries the sender's change and nothing else;
 3. the *receiver pass*: the corrupted input, with each receiver head computing its query, key or
-   value (``roles``) from the sender pass's stream at its layer (for a cross-attention receiver's
+   value (``roles``) from the sender pass's stream at its layer (the attention's input: the block
+   input of a post-LN block, its LayerNorm's output in a pre-LN one) (for a cross-attention receiver's
    keys and values: the sender pass's encoder output); everything else reads the corrupted run.
 
 effect[s] = mean over examples of metric(receiver pass) − metric(corrupted). The receiver
@@ -28,9 +29,11 @@ import numpy as np
 from jattn.nn import encoder, seq2seq
 from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.interventions import Interventions
-from jattn.sweeps.patching import batch_rows, paired_inputs
+from jattn.sweeps.patching import batch_rows, call_metric, check_metric_inputs, metric_heads, paired_inputs
 
 ROLES = {"q": "query_input", "k": "key_input", "v": "value_input"}
+# the internal that is an attention's input: the block input of a post-LN block, LN(block input) of a pre-LN one
+ATTENTION_INPUT = {"post": "residual", "pre": "attention_ln_out"}
 
 
 def receiver_masks(model, receivers) -> dict:
@@ -57,33 +60,36 @@ def _forward(params, config, batch, patches: dict, internals):
     if isinstance(config, Seq2SeqConfig):
         return seq2seq.forward(params, config, batch, {k: Interventions(patch=p) for k, p in patches.items()},
                                internals=internals)
-    out, ints = encoder.forward(params, config, batch, Interventions(patch=patches.get("encoder")), internals=internals)
+    out, ints = encoder.forward(params, config, batch, Interventions(patch=patches.get("encoder")), internals=internals,
+                                heads=metric_heads(config))
     return out, {"encoder": ints}
 
 
 @partial(jax.jit, static_argnames=("config", "metric", "senders_per_step"))
-def _path_effects(params, config, clean, corrupted, senders, receivers, metric, senders_per_step):
+def _path_effects(params, config, clean, corrupted, senders, receivers, metric, senders_per_step, rows=None):
     """metric (S, b) of the receiver pass for each sender one-hot {kind: (S, L, 1, H, 1)};
-    ``receivers`` {kind: {site: (L, 1, H)}}, or None for the output."""
+    ``receivers`` {kind: {site: (L, 1, H)}}, or None for the output; ``rows``: the metric's
+    per-example inputs (``call_metric``)."""
+    stream_name = ATTENTION_INPUT[config.norm_position]
     _, clean_int = _forward(params, config, clean, {}, ("context",))
     _, corr_int = _forward(params, config, corrupted, {}, ("context",))
 
     def one(sender):
         frozen = {k: {"context": (jnp.where(sender[k][..., None], clean_int[k]["context"], corr_int[k]["context"]),
                                   jnp.ones(sender[k].shape, bool))} for k in sender}  # (L, b, H, q, d_h), (L, 1, H, 1)
-        out, streams = _forward(params, config, corrupted, frozen, ("residual",))  # the sender pass
+        out, streams = _forward(params, config, corrupted, frozen, (stream_name,))  # the sender pass
         if receivers is None:
-            return metric(out)  # (b,)
+            return call_metric(metric, out, rows)  # (b,)
         patches = {}
         for kind, sites in receivers.items():
             patches[kind] = {}
             for site, where in sites.items():
-                stream = streams[kind]["residual"]  # (L, b, q, D) each layer's block input
+                stream = streams[kind][stream_name]  # (L, b, q, D) each layer's attention input
                 if kind == "cross" and site != "query_input":  # keys and values read the encoder output
                     stream = jnp.broadcast_to(out["encoder_last_hidden_state"], (stream.shape[0],
                                               *out["encoder_last_hidden_state"].shape))  # (L, b, s, D)
                 patches[kind][site] = (stream, where)
-        return metric(_forward(params, config, corrupted, patches, None)[0])  # (b,)
+        return call_metric(metric, _forward(params, config, corrupted, patches, None)[0], rows)  # (b,)
 
     return jax.lax.map(one, senders, batch_size=senders_per_step)  # (S, b)
 
@@ -102,27 +108,31 @@ def sender_onehots(model) -> tuple[dict, list]:
 
 
 def path_patch(model, clean, corrupted, metric, receivers, *, batch_size: int = 16,
-               senders_per_step: int | None = None):
+               senders_per_step: int | None = None, metric_inputs: dict | None = None, per_example: bool = False):
     """Path patching from every head to ``receivers`` (module docstring): "output", or a list of
     (kind, layer, head, roles) ((layer, head, roles) for an encoder), roles over "qkv".
-    ``clean``, ``corrupted``, ``metric`` as ``jattn.patch_heads``. Returns {attention type: (L, H)}
-    over sender heads, as ``jattn.patch_heads``."""
+    ``clean``, ``corrupted``, ``metric``, ``metric_inputs`` as ``jattn.patch_heads``. Returns
+    {attention type: (L, H)} over sender heads, as ``jattn.patch_heads``; ``per_example``: the
+    effects of each example, (N, L, H), instead of their mean."""
     masks = None if isinstance(receivers, str) and receivers == "output" else receiver_masks(model, receivers)
     a, b = paired_inputs(model, clean, corrupted)
     onehots, names = sender_onehots(model)
-    N, total = len(a["input_ids"]), np.zeros(len(names))
-    base_fn = jax.jit(lambda p, batch: metric(_forward(p, model.config, batch, {}, None)[0]))
+    N = len(a["input_ids"])
+    extra = check_metric_inputs(metric_inputs, N)
+    each = np.zeros((N, len(names)))  # (N, S)
+    base_fn = jax.jit(lambda p, batch, rows: call_metric(metric, _forward(p, model.config, batch, {}, None)[0], rows))
     for start in range(0, N, batch_size):
         real = min(batch_size, N - start)
         ca, cb = batch_rows(a, start, batch_size), batch_rows(b, start, batch_size)
+        rows = None if extra is None else batch_rows(extra, start, batch_size)
         m = _path_effects(model.params, model.config, ca, cb, onehots, masks, metric,
-                          senders_per_step or len(names))  # (S, b)
-        base = np.asarray(base_fn(model.params, cb), np.float64)[:real]  # (real,)
-        total += (np.asarray(m, np.float64)[:, :real] - base).sum(1)
-    result = {k: np.zeros(shape) for k, shape in model.head_shapes.items()}
-    for (k, l, h), value in zip(names, total / N):
-        result[k][l, h] = value
-    return result
+                          senders_per_step or len(names), rows)  # (S, b)
+        base = np.asarray(base_fn(model.params, cb, rows), np.float64)[:real]  # (real,)
+        each[start:start + real] = (np.asarray(m, np.float64)[:, :real] - base).T  # (real, S)
+    result = {k: np.zeros((N, *shape)) for k, shape in model.head_shapes.items()}
+    for s, (k, l, h) in enumerate(names):
+        result[k][:, l, h] = each[:, s]
+    return result if per_example else {k: v.mean(0) for k, v in result.items()}
 
 
 def path_patch_matrix(model, clean, corrupted, metric, *, roles: str = "qkv", batch_size: int = 16) -> np.ndarray:

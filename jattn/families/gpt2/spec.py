@@ -11,7 +11,7 @@ as ``jattn.nn.lm_decode`` does."""
 
 from __future__ import annotations
 
-from jattn.families.gpt2 import convert
+from jattn.families.gpt2 import convert, recipes  # noqa: F401  (recipes registers the induction models)
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, encoder_config
 

@@ -10,7 +10,7 @@ import importlib
 
 from jattn.reproduce.pipeline import Profile, Stage
 
-STUDIES = ("finetune", "clark", "kobayashi", "kovaleva", "michel", "voita", "patching")  # a study module registers here by adding its name
+STUDIES = ("finetune", "clark", "kobayashi", "kovaleva", "michel", "voita", "patching", "induction")  # a study module registers here by adding its name
 
 
 def stages(profile: Profile, only: tuple[str, ...] = ()) -> list[Stage]:

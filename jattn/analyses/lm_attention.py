@@ -1,0 +1,115 @@
+"""Attention statistics of a causal language model over a corpus (``lm-attention``).
+
+A causal LM's query i attends the keys j ≤ i only (``EncoderConfig.causal``), so Clark et al.'s
+class statistics ([CLS], [SEP], next token) do not apply; what its heads spread over the past is
+read here. Per (layer, head), for each sequence the mean over its real query rows i ≥ 1 (i counted
+from the sequence's first real token; row 0 can attend only itself), then the mean over sequences
+(equal weight per sequence, as Clark et al. 2019, §3):
+
+* ``lm_first_token``: α[i, 0], the attention sink (Xiao et al. 2024, "Efficient Streaming Language
+  Models with Attention Sinks", §3.1: most heads put much of their weight on the first token);
+* ``lm_previous_token``: α[i, i−1], previous-token heads (Olsson et al. 2022; Clark et al. 2019,
+  §3.2); at i = 1 the previous token is the first one;
+* ``lm_self``: α[i, i];
+* ``lm_other``: Σ_{1 ≤ j ≤ i−2} α[i, j], the weight beyond those three keys, = 1 − first −
+  previous − self for i ≥ 2, 0 at i = 1;
+* ``lm_entropy``: H_i = −Σ_{j ≤ i} α[i, j] log α[i, j] in nats (0 log 0 = 0, no smoothing), with
+  its uniform reference ``lm_entropy_uniform`` (the same means of log(i + 1), the entropy of a
+  head spreading evenly over the i + 1 keys it may see) and ``lm_entropy_normalised``, the means
+  of H_i / log(i + 1) (0: one key, 1: uniform).
+
+Padding never enters, left or right: positions count real tokens, padded rows are not averaged
+and padded keys are in no set. Definitions: ``docs/METHODS.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jattn.analyses.base import Method, Statistic, StepContext, ratio, segment_mean
+from jattn.analyses.registry import register
+
+SHARES = {"lm_first_token": "α[i, 0] (first token, the attention sink; Xiao et al. 2024)",
+          "lm_previous_token": "α[i, i-1] (previous token)",
+          "lm_self": "α[i, i] (the token itself)",
+          "lm_other": "Σ_{1 ≤ j ≤ i-2} α[i, j] (beyond first, previous and self)"}
+
+
+def positions(attention_mask: jax.Array) -> jax.Array:
+    """Each real token's position counted from its sequence's first real token, -1 on padding.
+    (b, n) -> (b, n) int32."""
+    real = attention_mask > 0  # (b, n)
+    return jnp.where(real, jnp.cumsum(real, axis=1, dtype=jnp.int32) - 1, -1)  # (b, n)
+
+
+def key_sets(pos: jax.Array) -> dict[str, jax.Array]:
+    """The keys of each share, and ``allowed`` (the keys j ≤ i a row may see), by position.
+    pos (b, n) -> each (b, q, k) bool, false on padded rows and keys."""
+    i, j = pos[:, :, None], pos[:, None, :]  # (b, q, 1), (b, 1, k)
+    key = (j >= 0) & (i >= 0)  # (b, q, k) real row and key
+    return {"lm_first_token": key & (j == 0), "lm_previous_token": key & (j == i - 1), "lm_self": key & (j == i),
+            "lm_other": key & (j >= 1) & (j <= i - 2), "allowed": key & (j <= i)}
+
+
+def row_entropy(weights: jax.Array, allowed: jax.Array) -> jax.Array:
+    """H_i = −Σ_{allowed j} α[i, j] log α[i, j] (nats, 0 log 0 = 0). weights (L, b, H, q, k),
+    allowed (b, q, k) -> (L, b, H, q)."""
+    keep = allowed[None, :, None] & (weights > 0)  # (L, b, H, q, k)
+    return -jnp.where(keep, weights * jnp.log(jnp.where(keep, weights, 1.0)), 0.0).sum(-1)  # (L, b, H, q)
+
+
+@dataclasses.dataclass(frozen=True)
+class LMAttention(Method):
+    """First-token (sink), previous-token, self and other shares and row entropy of a causal
+    LM's heads over a corpus (module docstring)."""
+
+    name = "lm-attention"
+    layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan
+    families = ("decoder",)
+    needs = "a causal mask: query i sees keys j ≤ i only (config.causal), α[i, 0] and α[i, i-1] its past"
+
+    def reduce(self, ctx: StepContext) -> dict:
+        A = ctx.internals["weights"]  # (L, b, H, n, n)
+        pos = positions(ctx.batch["attention_mask"])  # (b, n)
+        sets = key_sets(pos)  # each (b, n, n)
+        rows = pos >= 1  # (b, n) real rows with a past
+        out = {}
+        for key in SHARES:
+            share = jnp.einsum("lbhqk,bqk->lbhq", A, sets[key].astype(A.dtype))  # (L, b, H, q)
+            out[key], out[key + "_n"] = segment_mean(share, rows)
+        entropy = row_entropy(A, sets["allowed"])  # (L, b, H, q)
+        log_keys = jnp.log(jnp.maximum(pos + 1, 1).astype(A.dtype))  # (b, n) log(i + 1)
+        out["lm_entropy"], out["lm_entropy_n"] = segment_mean(entropy, rows)
+        normalised = entropy / jnp.where(rows, log_keys, 1.0)[None, :, None]  # (L, b, H, q)
+        out["lm_entropy_normalised"], out["lm_entropy_normalised_n"] = segment_mean(normalised, rows)
+        uniform, out["lm_entropy_uniform_n"] = segment_mean(log_keys[None, :, None], rows)  # (1, 1), ()
+        out["lm_entropy_uniform"] = uniform.reshape(())
+        return out
+
+    def finalize(self, totals, meta):
+        tail = "; per sequence over real rows i ≥ 1, then over sequences"
+        stats = {k: Statistic(ratio(totals, k), f"(L, H) mean share {d}" + tail) for k, d in SHARES.items()}
+        stats["lm_entropy"] = Statistic(ratio(totals, "lm_entropy"),
+                                        "(L, H) mean row entropy −Σ_{j ≤ i} α[i, j] log α[i, j], nats" + tail)
+        stats["lm_entropy_uniform"] = Statistic(ratio(totals, "lm_entropy_uniform"),
+                                                "() uniform reference: mean of log(i + 1)" + tail)
+        stats["lm_entropy_normalised"] = Statistic(ratio(totals, "lm_entropy_normalised"),
+                                                   "(L, H) mean row entropy / log(i + 1) (1: uniform)" + tail)
+        return stats
+
+
+def figures(stats: dict, num_layers: int, folder) -> list:
+    """Per layer, each head's and the mean share of the first, previous, own and other keys."""
+    from jattn.viz import plots
+
+    labels = {"lm_first_token": "first token", "lm_previous_token": "previous token", "lm_self": "self",
+              "lm_other": "other"}
+    return [plots.per_layer(stats, labels, "causal LM: where attention goes", "mean share",
+                            folder / "lm_attention.png")]
+
+
+register("lm-attention", "causal LM: first-token (sink), previous-token, self and other shares, row entropy vs "
+         "log(i+1) (Xiao et al. 2024; Olsson et al. 2022)", lambda model, options: LMAttention(), figures)

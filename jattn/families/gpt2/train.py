@@ -1,0 +1,162 @@
+"""Small GPT-2 language models trained from scratch until induction heads appear, exported as
+Hugging Face GPT-2 folders: what ``jattn models make`` runs for a recipe of kind
+``language_model`` (``make``; the induction study's recipes are ``jattn.families.gpt2.recipes``).
+
+Data (Olsson et al. 2022 train on natural text, where induction heads form because text repeats;
+here half the sequences make the repeats explicit): each training sequence is BOS followed by
+either a window of English text (the Multi30k training captions, joined by EOS) or a random
+segment of T ~ U[4, 32] tokens drawn uniformly from the vocabulary, repeated to fill the context.
+The vocabulary is a byte-level BPE (Radford et al. 2019) trained on the same captions.
+
+An attention-only model (Elhage et al. 2021) is GPT-2 whose feed-forward blocks are one unit wide
+and held at zero (weights and biases never trained): each block adds exactly 0 to the residual
+stream, so the folder is a plain GPT-2 checkpoint that HF and ``jattn.load`` read.
+
+The folder gets ``training.json``: settings, the curve (training loss; on 64 held-out repeated
+sequences Olsson et al.'s in-context drop, the loss on the first copy minus the loss on the second;
+the loss on the validation captions) and ``DONE``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from jattn.io.artefacts import DONE, Recipe
+
+BOS = "<|endoftext|>"  # GPT-2's one special token: BOS, EOS and the caption separator
+
+
+@dataclasses.dataclass(frozen=True)
+class InductionLMConfig:
+    attention_only: bool = False
+    layers: int = 2
+    heads: int = 8
+    d_model: int = 128
+    ffn: int = 512  # ignored when attention_only
+    context: int = 128  # tokens per training sequence, BOS included
+    vocab_size: int = 2048
+    random_share: float = 0.5  # the share of sequences that are a repeated random segment
+    min_segment: int = 4
+    max_segment: int = 32
+    batch_size: int = 32
+    steps: int = 2500
+    warmup: int = 200
+    peak_lr: float = 1e-3
+    seed: int = 0
+    limit_text: int = 0  # only the first N captions (tests); 0 = all
+
+
+def train_tokenizer(texts: list[str], folder: Path, vocab_size: int):
+    """A byte-level BPE of ``vocab_size`` entries (``BOS`` included) saved as a GPT-2 tokenizer folder."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2TokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=vocab_size, special_tokens=[BOS], show_progress=False)
+    tokenizer = GPT2TokenizerFast(tokenizer_object=bpe._tokenizer, bos_token=BOS, eos_token=BOS, unk_token=BOS)
+    tokenizer.save_pretrained(str(folder))
+    return tokenizer
+
+
+def model_config(c: InductionLMConfig, tokenizer):
+    from jattn.families.gpt2.spec import config_from_hf
+
+    return config_from_hf(hf_config(c, tokenizer))
+
+
+def hf_config(c: InductionLMConfig, tokenizer) -> dict:
+    bos = tokenizer.convert_tokens_to_ids(BOS)
+    return {"model_type": "gpt2", "vocab_size": len(tokenizer), "n_embd": c.d_model, "n_layer": c.layers,
+            "n_head": c.heads, "n_inner": 1 if c.attention_only else c.ffn, "n_positions": c.context,
+            "activation_function": "gelu_new", "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
+            "bos_token_id": bos, "eos_token_id": bos, "tie_word_embeddings": True}
+
+
+class Sampler:
+    """Batch ``step`` of the training mixture, a function of (seed, step) only. -> (b, context) int32."""
+
+    def __init__(self, stream: np.ndarray, c: InductionLMConfig, bos: int, vocab: int):
+        self.stream, self.c, self.bos, self.vocab = stream, c, bos, vocab
+
+    def __call__(self, step: int) -> np.ndarray:
+        c = self.c
+        rng = np.random.default_rng([c.seed, step])
+        n = c.context - 1
+        rows = np.empty((c.batch_size, n), np.int64)
+        for r in range(c.batch_size):
+            if rng.random() < c.random_share:
+                segment = rng.integers(0, self.vocab, int(rng.integers(c.min_segment, c.max_segment + 1)))  # (T,)
+                rows[r] = np.resize(segment, n)  # the segment repeated to fill the row
+            else:
+                start = int(rng.integers(0, len(self.stream) - n))
+                rows[r] = self.stream[start: start + n]
+        return np.concatenate([np.full((c.batch_size, 1), self.bos), rows], 1).astype(np.int32)  # (b, context)
+
+
+def _stream(tokenizer, texts: list[str], bos: int) -> np.ndarray:
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return np.concatenate([np.asarray(t + [bos], np.int64) for t in ids])  # captions joined by EOS
+
+
+def train_lm(out, work, c: InductionLMConfig, data_dir=None, progress: bool = True) -> dict:
+    """Train (or resume from ``work``) a ``c`` model, export it to ``out`` with ``training.json``
+    and ``DONE``; return what ``training.json`` holds."""
+    from safetensors.numpy import save_file
+    from transformers import GPT2TokenizerFast
+
+    from jattn.analyses.lm_heads import repeated_tokens
+    from jattn.families.gpt2.convert import to_hf_state_dict
+    from jattn.io.manifest import data_path
+    from jattn.io.parallel import normalize
+    from jattn.training.lm import LMTrainConfig, Trainer, repeat_losses, token_losses
+
+    out, work = Path(out), Path(work)
+    t_start = time.time()
+    root = data_path("multi30k", data_dir)
+    train_text, val_text = ([normalize(line, lowercase=False) for line in (root / f"{split}.en").read_text(
+        encoding="utf-8").splitlines()] for split in ("train", "val"))
+    if c.limit_text:
+        train_text, val_text = train_text[: c.limit_text], val_text[: c.limit_text]
+    tok_dir = work / "tokenizer"
+    tokenizer = (GPT2TokenizerFast.from_pretrained(str(tok_dir)) if (tok_dir / "tokenizer.json").is_file()
+                 else train_tokenizer(train_text, tok_dir, c.vocab_size))
+    config = model_config(c, tokenizer)
+    bos = config.bos_token_id
+    stream, val_stream = _stream(tokenizer, train_text, bos), _stream(tokenizer, val_text, bos)
+    val_ids = np.stack([np.concatenate([[bos], val_stream[i: i + c.context - 1]])
+                        for i in range(0, len(val_stream) - c.context, c.context)][:64]).astype(np.int32)  # (≤64, context)
+    length = (c.context - 1) // 2
+    held_out = repeated_tokens(config.vocab_size, length, 64, seed=10_000 + c.seed, first=bos)  # (64, 1 + 2T)
+
+    def evaluate(params) -> dict:
+        drop = repeat_losses(params, config, held_out, length, offset=1)
+        return {"repeat_first_loss": float(drop["first"].mean()), "repeat_second_loss": float(drop["second"].mean()),
+                "in_context_drop": float(drop["drop"].mean()),
+                "val_text_loss": float(np.asarray(token_losses(params, config, val_ids)).mean())}
+
+    zeroed = ("ffn_in", "ffn_out") if c.attention_only else ()
+    tc = LMTrainConfig(steps=c.steps, warmup_steps=c.warmup, peak_lr=c.peak_lr, seed=c.seed, frozen=zeroed)
+    trainer = Trainer(config, tc, work / "train", zeroed=zeroed)
+    curve = trainer.fit(Sampler(stream, c, bos, config.vocab_size), evaluate, progress=progress)
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], **hf_config(c, tokenizer)},
+                                                indent=2) + "\n")
+    save_file(to_hf_state_dict(trainer.state["params"], config), str(out / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save_pretrained(str(out))
+    result = {"final": curve[-1], "steps": trainer.meta["step"], "train_time_min": round(trainer.meta["train_time_s"] / 60, 2),
+              "wall_time_this_run_min": round((time.time() - t_start) / 60, 1), "train_tokens": int(len(stream)),
+              "settings": dataclasses.asdict(c), "curve": curve}
+    (out / "training.json").write_text(json.dumps(result, indent=1))
+    (out / DONE).write_text(f"in-context drop {curve[-1]['in_context_drop']:.3f} nats after {trainer.meta['step']} steps\n")
+    return result
+
+
+def make(recipe: Recipe, out: Path, work: Path, progress: bool) -> dict:
+    """The maker of ``kind="language_model"`` recipes: ``options`` are ``InductionLMConfig`` fields."""
+    return train_lm(out, work, InductionLMConfig(**dict(recipe.options)), progress=progress)
