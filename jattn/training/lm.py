@@ -85,7 +85,7 @@ def train_step(params, opt_state, ids, *, config: EncoderConfig, optimizer):
     batch = {"input_ids": ids, "attention_mask": jnp.ones_like(ids)}
 
     def loss_fn(p):
-        outputs, _ = encoder.forward(p, config, batch)
+        outputs, _ = encoder.forward(p, config, batch, internals=None)
         return lm_loss(p, config, outputs, batch).mean()
 
     loss, grads = jax.value_and_grad(loss_fn)(params)
@@ -97,7 +97,7 @@ def train_step(params, opt_state, ids, *, config: EncoderConfig, optimizer):
 def token_losses(params, config: EncoderConfig, ids) -> jax.Array:
     """−log p(x_{t+1} | x_≤t) at every position: ids (b, n) -> (b, n-1)."""
     batch = {"input_ids": ids, "attention_mask": jnp.ones_like(ids)}
-    outputs, _ = encoder.forward(params, config, batch)
+    outputs, _ = encoder.forward(params, config, batch, internals=None)
     logits = encoder.module(params, config).task_outputs(outputs["last_hidden_state"], ("lm_logits",))["lm_logits"]
     logits = logits[:, :-1].astype(jnp.float32)  # (b, n-1, V)
     nxt = ids[:, 1:]  # (b, n-1)

@@ -48,7 +48,8 @@ KINDS = {"attn-only": "induction-attn-only", "gpt2": "induction-gpt2"}  # kind -
 FULL = {"kinds": ("attn-only", "gpt2"), "seeds": (0, 1, 2), "length": 32, "sequences": 256, "selection": 64,
         "batch": 32}
 QUICK = {"kinds": ("attn-only",), "seeds": (0, 1), "length": 8, "sequences": 12, "selection": 8, "batch": 12,
-         "train": {"steps": 40, "warmup": 4, "batch_size": 8, "limit_text": 400}}
+         "train": {"steps": 40, "warmup": 4, "batch_size": 8, "limit_text": 400, "d_model": 32, "ffn": 64,
+                   "vocab_size": 400, "context": 32}}
 EVAL_SEED, SELECT_SEED = 20_000, 30_000  # the random draws of the evaluation and selection sequences
 
 

@@ -1,0 +1,73 @@
+"""The induction study: its sequences and metric against plain numpy, its random-head baselines
+never drawing the named head, and its stages end to end (two tiny models trained in the work
+folder) with every claim recomputable from its predictions file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jattn.reproduce import claims, pipeline
+from jattn.reproduce.studies import induction, induction_claims
+
+
+def test_sequences_repeat_break_and_control_as_named():
+    s = induction.sequences(50, 0, 6, 4, seed=3)
+    aa, ab, ba = s["repeated"], s["control"], s["broken"]
+    assert aa.shape == ab.shape == ba.shape == (4, 13) and (aa[:, 0] == 0).all()
+    assert (aa[:, 1:7] == aa[:, 7:]).all()  # A A
+    assert (ab[:, :7] == aa[:, :7]).all() and (ab[:, 7:] != aa[:, 7:]).any(1).all()  # A B
+    assert (ba[:, 7:] == aa[:, 7:]).all() and (ba[:, 1:7] == ab[:, 7:]).all()  # B A, the same fresh B
+
+
+def test_metric_is_the_mean_log_probability_of_the_counted_next_tokens():
+    import jax
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 5, 7)).astype(np.float32)
+    rows = {"target": rng.integers(0, 7, (2, 5)), "used": np.array([[0, 1, 1, 0, 0], [1, 0, 0, 0, 1]], np.float32)}
+    got = np.asarray(induction.second_copy_logprob({"lm_logits": logits}, rows))
+    logp = np.asarray(jax.nn.log_softmax(logits.astype(np.float64), -1))
+    want = [np.mean([logp[b, t, rows["target"][b, t]] for t in range(5) if rows["used"][b, t]]) for b in range(2)]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_random_heads_never_draw_the_named_head():
+    rng = np.random.default_rng(0)
+    L, H, n = 2, 4, 200
+    r = {"shape": [L, H], "induction_head": [1, 2], "previous_head": [0, 3], "seed": 0,
+         **{k: rng.normal(size=(n, 1)).tolist() for k in ("first", "second", "control_first", "control_second")},
+         **{k: rng.normal(size=(n, L * H)).tolist() for k in ("induction", "previous_token", "path_k", "path_q")}}
+    rows = induction_claims._rows(r)
+    ind = np.asarray(r["induction"])
+    drawn = {int(np.nonzero(ind[i] == row["random"])[0][0]) for i, row in enumerate(rows["induction-head"])}
+    assert 1 * H + 2 not in drawn and len(drawn) == L * H - 1
+    prev = np.asarray(r["previous_token"])
+    drawn = {int(np.nonzero(prev[i] == row["random"])[0][0]) for i, row in enumerate(rows["previous-token-head"])}
+    assert drawn == {0, 1, 2}  # the layer below the induction head, without the named head 0-3
+    assert all(row["named"] == r["path_k"][i][3] for i, row in enumerate(rows["path"]))
+
+
+@pytest.mark.slow  # the same code paths fast: tests/test_lm_recipe.py, tests/test_lm_path_patching.py
+def test_stages_on_two_tiny_models(tmp_path, monkeypatch, data_set):
+    from jattn.io.manifest import data_dir
+
+    data_set("multi30k")
+    sizes = {**induction.QUICK, "sequences": 6, "selection": 4, "batch": 6,
+             "train": {**induction.QUICK["train"], "steps": 8, "warmup": 1}}
+    monkeypatch.setattr(induction, "QUICK", sizes)
+    ctx = pipeline.Context(pipeline.PROFILES["quick"], tmp_path / "out", tmp_path / "work", data_dir(), progress=False)
+    records = pipeline.run(induction.stages(pipeline.PROFILES["quick"]), ctx, log=lambda *_: None)
+    result = records["induction.attn-only"]["result"]
+    what = ("icl", "induction-head", "previous-token-head", "path")
+    assert [c["id"] for c in result["claims"]] == [f"induction-attn-only-{k}" for k in what]
+    for claim in result["claims"]:
+        again = claims.recompute(claim, ctx.out)
+        assert again["value"]["value"] == pytest.approx(claim["value"], abs=1e-12)
+        assert again["value"]["ci"] == pytest.approx(claim["ci"], abs=1e-12)
+        assert again["baseline"]["value"] == pytest.approx(claim["baseline"]["value"], abs=1e-12)
+        assert claim["seeds"] == 2 and claim["status"] in ("reproduced", "not reproduced") and claim["note"]
+    measured = records["induction.attn-only-s0"]["result"]
+    assert measured["induction_head"][0] >= 1 and measured["previous_head"][0] < measured["induction_head"][0]
+    assert np.asarray(measured["path_k"]).shape == (6, 2 * 8)
+    assert all((ctx.out / f).is_file() for f in result["figures"]) and "| seed |" in result["table"]
