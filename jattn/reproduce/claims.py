@@ -115,8 +115,93 @@ def _fewest_heads(ref, systems, heads, reference) -> float:
     return float(min(ok)) if ok else float(heads.max())
 
 
+def _count_bootstrap(value_of_counts: Callable[[np.ndarray], np.ndarray], n: int, level: float = 0.95,
+                     chunk: int = 50) -> tuple[float, float]:
+    """The percentile interval ``stats.bootstrap_ci`` gives (its resamples, ``stats.B`` of them with
+    ``stats.SEED``, and its percentile rule) for a statistic that depends on a resample only
+    through how often it drew each example: ``value_of_counts(w)``, w (c, n) int64 counts of c
+    resamples -> (c,). Corpus BLEU is one: its per-sentence statistics are summed."""
+    from scipy.stats import quantile
+
+    theta = []
+    for idx in np.array_split(stats._resamples(n, stats.B, stats.SEED), range(chunk, stats.B, chunk)):
+        c = len(idx)
+        w = np.bincount((np.arange(c)[:, None] * n + idx).ravel(), minlength=c * n).reshape(c, n)  # (c, n)
+        theta.append(value_of_counts(w))
+    lo, hi = quantile(np.concatenate(theta), np.array([(1 - level) / 2, (1 + level) / 2]))
+    return float(lo), float(hi)
+
+
+def _sentence_rows(ref, hyp) -> np.ndarray:
+    """(R, n, 10) per-sentence BLEU statistics of each of the R systems of ``hyp`` (``_systems``)."""
+    systems = _systems(hyp)
+    return np.array([[_sentence_bleu_row(str(h), str(r)) for h, r in zip(systems[:, i], ref)]
+                     for i in range(systems.shape[1])], dtype=np.int64)
+
+
+def _bleu_of_counts(rows: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """BLEU of each resample (w (c, n) counts) of each system (rows (R, n, 10)): (c, R)."""
+    sums = np.einsum("cn,rnk->crk", w, rows)  # (c, R, 10) integer sums: what bleu_from_statistics adds up
+    return np.array([[stats.bleu_from_statistics(t[None]) for t in per_system] for per_system in sums])
+
+
+def _fast_bleu(ref, hyp):
+    rows = _sentence_rows(ref, hyp)
+    return _bleu(ref, hyp), _count_bootstrap(lambda w: _bleu_of_counts(rows, w).mean(1), len(ref))
+
+
+def _fast_bleu_gain(ref, hyp, reference):
+    a, b = _sentence_rows(ref, hyp), _sentence_rows(ref, reference)
+    value = STATISTICS["bleu_gain"][1](ref, hyp, reference)
+    return value, _count_bootstrap(lambda w: _bleu_of_counts(a, w).mean(1) - _bleu_of_counts(b, w).mean(1), len(ref))
+
+
+def _fast_fewest_heads(ref, systems, heads, reference):
+    rows, base, counts = _sentence_rows(ref, systems), _sentence_rows(ref, reference), np.asarray(heads)[0]
+
+    def fewest(w):
+        bleu, floor = _bleu_of_counts(rows, w), _bleu_of_counts(base, w)[:, 0] - 1.0  # (c, K), (c,)
+        ok = np.where(bleu >= floor[:, None], counts[None].astype(float), np.inf)  # (c, K)
+        return np.where(np.isfinite(ok.min(1)), ok.min(1), float(counts.max()))
+
+    return _fewest_heads(ref, systems, heads, reference), _count_bootstrap(fewest, len(ref))
+
+
+def _fast_spearman(x, y):
+    """``stats.spearman_bootstrap_ci`` with the resamples taken a chunk at a time: each resample's
+    average ranks from the original sort and its counts (tie groups are runs of the sorted values),
+    ρ the count-weighted Pearson correlation of those ranks."""
+    from scipy.stats import spearmanr
+
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if len(x) < 2 or len(x) != len(y) or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return stats.spearman_bootstrap_ci(x, y)  # its checks and errors
+    sorts = []
+    for v in (x, y):
+        order = np.argsort(v, kind="stable")
+        starts = np.flatnonzero(np.concatenate([[True], v[order][1:] != v[order][:-1]]))  # (groups,) first positions
+        sorts.append((order, starts, np.cumsum(np.isin(np.arange(len(v)), starts)) - 1))  # group of each sorted position
+
+    def ranks(w, order, starts, group):
+        size = np.add.reduceat(w[:, order], starts, axis=1)  # (c, groups) copies per group of equal values
+        rank = np.cumsum(size, 1) - size + (size + 1) / 2  # (c, groups) average rank
+        out = np.empty(w.shape)
+        out[:, order] = rank[:, group]
+        return out  # (c, n)
+
+    def rho(w):
+        w = w.astype(np.float64)
+        rx, ry = ranks(w, *sorts[0]), ranks(w, *sorts[1])  # (c, n)
+        total = w.sum(1, keepdims=True)
+        dx, dy = rx - (w * rx).sum(1, keepdims=True) / total, ry - (w * ry).sum(1, keepdims=True) / total
+        return (w * dx * dy).sum(1) / np.sqrt((w * dx * dx).sum(1) * (w * dy * dy).sum(1))
+
+    return float(spearmanr(x, y).statistic), _count_bootstrap(rho, len(x), chunk=20)
+
+
 # statistics with an exact faster bootstrap than ``stats.bootstrap_ci`` (the same resamples and interval)
-FAST_BOOTSTRAP = {"spearman": stats.spearman_bootstrap_ci}
+FAST_BOOTSTRAP = {"spearman": _fast_spearman, "bleu": _fast_bleu, "bleu_gain": _fast_bleu_gain,
+                  "fewest_heads_within_1_bleu": _fast_fewest_heads}
 
 # name -> (the statistic's argument names, the function of those columns)
 STATISTICS: dict[str, tuple[tuple[str, ...], Callable[..., float]]] = {

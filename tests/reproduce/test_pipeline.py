@@ -472,3 +472,27 @@ def test_a_stage_whose_need_was_remade_by_an_earlier_process_runs_again(tmp_path
     pipeline.run(_toy(), _ctx(tmp_path), log=quiet)
     assert CALLS == ["toy.count", "toy.double", "toy.count", "toy.double"]
     assert pipeline.plan(_toy(), _ctx(tmp_path)) == ["toy.count: up to date", "toy.double: up to date"]
+
+
+def test_fast_bootstraps_are_the_generic_bootstrap():
+    """Every ``claims.FAST_BOOTSTRAP`` entry gives the value and interval ``stats.bootstrap_ci`` gives
+    with the statistic recomputed on each resample (BLEU's from summed per-sentence counts, ρ
+    from resampled ranks; ties and repeated sentences included)."""
+    from jattn import stats
+
+    rng = np.random.default_rng(0)
+    words = "a man in a red shirt rides a bike down the street while two dogs watch".split()
+    ref = np.array([" ".join(rng.choice(words, rng.integers(3, 9))) for _ in range(40)])
+    noisy = lambda keep: np.array([" ".join(w for w in r.split() if rng.random() < keep) or "a" for r in ref])  # noqa: E731
+    hyp = np.stack([noisy(0.9), noisy(0.6)], 1)  # (n, 2 systems)
+    reference = noisy(0.8)
+    heads = np.tile([12, 4], (40, 1))
+    x = rng.integers(0, 6, 40).astype(float)
+    cases = {"bleu": (ref, hyp), "bleu_gain": (ref, hyp, reference),
+             "fewest_heads_within_1_bleu": (ref, hyp, heads, reference), "spearman": (x, x + rng.integers(0, 3, 40))}
+    assert set(cases) == set(claims.FAST_BOOTSTRAP)
+    for name, columns in cases.items():
+        got = claims.FAST_BOOTSTRAP[name](*columns)
+        want = stats.bootstrap_ci(claims.STATISTICS[name][1], *columns)
+        assert got[0] == pytest.approx(want[0], abs=1e-12), name
+        assert got[1] == pytest.approx(want[1], abs=1e-9), name
