@@ -1,4 +1,4 @@
-"""jattn: attention internals of BERT-family encoders and NMT Transformers, as JAX data.
+"""jattn: attention internals of Transformer encoders, translation models and causal LMs, as JAX data.
 
 Every analysis takes a model and its examples (or a tokenized batch) the same way and returns
 its numbers per attention type, ``{"encoder": ...}`` for an encoder and ``{"encoder", "decoder",
@@ -8,7 +8,12 @@ functions carry the names of the command-line commands that run them (``jattn di
 ``jattn prune``, ``jattn importance``, ...).
 """
 
+import os as _os
 import warnings as _warnings
+
+# jattn reads tokenizers and configs from transformers and never its PyTorch models: its notice that
+# PyTorch is absent (an "advisory" warning) says nothing to a jattn user
+_os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 from jattn import host_memory as _host_memory  # first: sets malloc and CPU dispatch up before XLA allocates
 

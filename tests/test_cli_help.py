@@ -62,6 +62,7 @@ def test_help_has_no_markup(name, parser):
     assert "`" not in text, f"{name} --help shows backticks"
     assert not re.search(r"(?m)^\s*\* ", text), f"{name} --help shows '*' bullets"
     assert not re.search(r"\*\*?\w", text), f"{name} --help shows '*' emphasis"
+    assert "%%" not in text, f"{name} --help shows a doubled '%%' (an escape printed as it is)"
 
 
 def test_top_level_listing_is_whole_sentences():

@@ -19,6 +19,26 @@ def blocks(text: str, language: str) -> list[str]:
     return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.S | re.M)
 
 
+def fence_errors(text: str) -> list[str]:
+    """Code fences that do not pair up: every block opens with a language (```python, ```bash) and
+    closes with a bare ```; a bare fence where a block should open, or a block left open, is an
+    error (GitHub then renders the following text as code)."""
+    errors, inside = [], None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("```"):
+            continue
+        if inside is None and line.strip() == "```":
+            errors.append(f"line {number}: a bare fence opens a block")
+        inside = None if inside is not None else number
+    return errors + ([f"line {inside}: the block opened here is never closed"] if inside is not None else [])
+
+
+def test_fences_pair_up():
+    assert fence_errors("```python\na\n```\n```\n") == ["line 4: a bare fence opens a block",
+                                                         "line 4: the block opened here is never closed"]
+    assert fence_errors(README.read_text()) == []
+
+
 def test_blocks_are_found():
     text = "x\n```python\na = 1\n```\n```bash\nls\n```\n```python\nb = 2\n```\n"
     assert blocks(text, "python") == ["a = 1\n", "b = 2\n"] and blocks(text, "bash") == ["ls\n"]

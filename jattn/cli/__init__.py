@@ -116,8 +116,8 @@ def build_parser() -> tuple[Parser, dict]:
     for name, module in COMMANDS.items():
         mod = importlib.import_module(module)
         modules[name] = mod
-        doc = summary(mod.__doc__).replace("%", "%%")
-        mod.add_arguments(sub.add_parser(name, help=doc, description=(mod.__doc__ or doc).strip().replace("%", "%%"),
+        doc = summary(mod.__doc__)  # a help string: argparse %-formats it; a description it prints as it is
+        mod.add_arguments(sub.add_parser(name, help=doc.replace("%", "%%"), description=(mod.__doc__ or doc).strip(),
                                          parents=[common]))
     parser.commands = dict(sub.choices)  # {command: its parser}, for ``in_flags``
     return parser, modules
