@@ -139,3 +139,11 @@ def test_refuses_another_run_in_the_work_folder(data, tmp_path):
     (work / "run.json").write_text(json.dumps({"model": "elsewhere"}))
     with pytest.raises(SystemExit, match=r"a run with other arguments: .*--model 'elsewhere'.*Fix"):
         main(command(folder, model, tmp_path / "out"))
+
+
+def test_the_printed_summary_counts_the_gated_types_only():
+    from jattn.cli.gates import counts, summary_line
+
+    gates = {"encoder": np.array([[1.0, 0.0], [0.5, 1.0]]), "decoder": np.ones((2, 2)), "cross": np.ones((2, 2))}
+    point = {"lambda": 0.01, "metric": 41.234, "counts": counts(gates)}
+    assert summary_line([point], ("encoder",), "BLEU") == "λ 0.01: heads kept encoder 3/4 (1 fractional), BLEU 41.23"

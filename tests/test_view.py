@@ -386,3 +386,16 @@ def test_cli_compare_model(tiny_encoder, tmp_path, capsys):
     data = read_page(out.read_text(encoding="utf-8"))
     check_encoder_measures(jattn.load(second, use_cache=False), data["compare"]["views"]["encoder"]["measures"],
                            tiny_encoder.tokenize([SENTENCE], max_length=64))
+
+
+def test_the_header_names_the_model_not_its_path(tmp_path):
+    """The embedded default by its name, a folder by its own name, a hub id as given."""
+    from types import SimpleNamespace
+
+    from jattn.models.load import default_model_path
+    from jattn.viz.view import _name
+
+    assert _name(SimpleNamespace(source=str(default_model_path()))) == "all-MiniLM-L6-v2 (the embedded default)"
+    (tmp_path / "my-model").mkdir()
+    assert _name(SimpleNamespace(source=str(tmp_path / "my-model"))) == "my-model"
+    assert _name(SimpleNamespace(source="org/some-model")) == "org/some-model"

@@ -110,6 +110,14 @@ def counts(gates: dict[str, np.ndarray]) -> dict:
             for k, g in gates.items()}
 
 
+def summary_line(points: list[dict], kinds, metric: str) -> str:
+    """Each λ's heads kept of the gated attention types (an ungated type keeps all its heads and is
+    not counted), fractional gates and metric, as the command prints them."""
+    return "; ".join(f"λ {p['lambda']:g}: heads kept " + ", ".join(
+        f"{k} {p['counts'][k]['kept']}/{p['counts'][k]['heads']}" for k in kinds)
+        + f" ({sum(p['counts'][k]['fractional'] for k in kinds)} fractional), {metric} {p['metric']:.2f}" for p in points)
+
+
 def train_point(model, params, batches, gc, folder: Path, metric_fn, progress: bool) -> dict:
     """Train one λ's gates (resumable in ``folder``), then evaluate the gated model."""
     from jattn.training import l0
@@ -210,9 +218,7 @@ def run(args) -> None:
         if exported is not None and pick is not None:
             exported.write(lambda out: export(model, pick, out))
     shutil.rmtree(work, ignore_errors=True)
-    summary = "; ".join(f"λ {p['lambda']:g}: {sum(c['kept'] for c in p['counts'].values())} heads kept "
-                        f"({sum(c['fractional'] for c in p['counts'].values())} fractional), {name} "
-                        f"{p['metric']:.2f}" for p in points)
+    summary = summary_line(points, kinds, name)
     print(f"jattn gates: {described(train, args.input)}; dev: {described(dev, args.dev)}; ungated {name} "
           f"{baseline:.2f}; {summary} -> {args.out}")
     if args.export:

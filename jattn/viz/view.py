@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
@@ -149,7 +150,22 @@ KINDS = {"encoder": ("encoder self-attention", "source", "source"),
 
 
 def _name(model) -> str:
-    return str(getattr(model, "source", "") or type(model).__name__)
+    """The model as the header names it: the embedded default by its name, a folder by its own
+    name (a made artefact's is the artefact's), a hub id as it is."""
+    source = str(getattr(model, "source", "") or "")
+    if not source:
+        return type(model).__name__
+    from jattn.models.load import default_model_path
+
+    path = Path(source)
+    if path.is_dir():
+        try:
+            if path.resolve() == default_model_path().resolve():
+                return "all-MiniLM-L6-v2 (the embedded default)"
+        except ImportError:  # the default's package is not installed: this is another folder
+            pass
+        return path.name
+    return source
 
 
 def _limit(models: list, max_length: int | None) -> int:
