@@ -452,3 +452,25 @@ def test_mds_refuses_non_finite_distances():
     d[1, 3] = np.inf
     with pytest.raises(ValueError, match="heads 1 and 3"):
         mds(d)
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    """`jattn data list | head`: the reader has gone before the listing is written; exit 0, no error."""
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "jattn.cli", "data", "list", "--data-dir", str(tmp_path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the command has imported anything: its first write meets a closed pipe
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and b"Broken pipe" not in err and b"Traceback" not in err, err.decode()
+
+
+def test_reproduce_force_takes_one_known_name_each(tmp_path, capsys):
+    """--force takes one stage or study per flag (a study named after it stays a positional study)
+    and refuses a name no stage of the run has."""
+    from jattn.cli import build_parser
+
+    args = build_parser()[0].parse_args(["reproduce", "--force", "induction.attn-only", "induction"])
+    assert args.force == ["induction.attn-only"] and args.studies == ["induction"]
+    with pytest.raises(SystemExit, match=r"--force induction\.nonsense: no stage or study of this run"):
+        main(["reproduce", "induction", "--quick", "--list", "--out", str(tmp_path), "--force", "induction.nonsense"])

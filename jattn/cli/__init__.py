@@ -171,6 +171,8 @@ def main(argv=None) -> None:
         print(f"jattn {args.command}: {what}; --out was left as it was" + getattr(modules[args.command], "RESUME", ""),
               file=sys.stderr)
         raise SystemExit(status) from None
+    except BrokenPipeError:  # the reader stopped reading (`jattn data list | head`): done, as Unix tools are
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
     except USER_ERRORS as e:
         if debugging(args):
             raise

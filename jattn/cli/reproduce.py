@@ -26,10 +26,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="the data folder as `jattn data fetch` fills it (default: $JATTN_DATA, else the user "
                              "cache)")
-    parser.add_argument("--force", nargs="+", default=(), metavar="STAGE",
-                        help="rerun these stages (or every stage of these studies) even if unchanged, from the start "
-                             "(their checkpoints discarded; the models they read are kept). After a stop, run "
-                             "without --force to continue")
+    parser.add_argument("--force", action="append", default=[], metavar="STAGE",
+                        help="rerun this stage (or every stage of this study) even if unchanged, from the start "
+                             "(its checkpoints discarded; the models it reads are kept); repeat the option for "
+                             "more (--force A --force B). After a stop, run without --force to continue "
+                             "(default: none)")
     parser.add_argument("--list", action="store_true", help="list the stages and whether each would run, then stop")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -53,6 +54,11 @@ def run(args) -> None:
     data_dir = args.data_dir or manifest.data_dir()
     ctx = pipeline.Context(profile, out, work, Path(data_dir), progress=not args.no_progress)
     stages = studies.stages(profile, tuple(args.studies))
+    known = {s.name for s in stages} | {s.study for s in stages}
+    if unknown := [f for f in args.force if f not in known]:
+        raise ValueError(f"--force {unknown[0]}: no stage or study of this run has that name. Fix: one of the "
+                         f"names `jattn reproduce {' '.join(args.studies)}{' --quick' if args.quick else ''} --list` "
+                         "prints, or a study name")
     if args.list:
         for line in pipeline.plan(stages, ctx, force=tuple(args.force)):
             print(line)
