@@ -317,3 +317,22 @@ def test_unwritable_out_fails_before_any_work(tmp_path):
     with tmpfs(tmp_path / "ro", "size=1m,ro") as ro:
         with pytest.raises(SystemExit, match=r"ro is not writable\. Fix: choose a writable --out"):
             main(["analyze", "--input", str(tmp_path), "--out", str(ro / "out"), "--model", str(tmp_path / "none")])
+
+
+def test_the_lock_file_goes_with_the_run(tmp_path):
+    """No `.<out>.lock` is left beside --out once the run has ended, refused or not; while one run
+    holds the lock a second is refused, and a lock whose file its holder removed is taken anew."""
+    from jattn.io.results import Output, OutputError
+
+    out = tmp_path / "out"
+    with Output(out) as first:
+        assert (tmp_path / ".out.lock").is_file()
+        with pytest.raises(OutputError, match="in use by another jattn run"):
+            Output(out)
+        first.write(lambda folder: (folder / "results.json").write_text("{}"))
+    assert not (tmp_path / ".out.lock").exists()
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match="holds no jattn results"):
+        Output(tmp_path / "user")
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".lock")] == []

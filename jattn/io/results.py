@@ -9,7 +9,7 @@ which the format reserves for "no contributing sequence".
 
 ``Output(out)`` owns an output folder for one run: it checks ``out`` before any work (not an
 existing file, a writable parent, not a foreign non-empty folder unless ``overwrite``), holds
-an exclusive lock (``.<name>.lock`` beside ``out``; a second run into the same folder stops at
+an exclusive lock (``.<name>.lock`` beside ``out`` while the run lasts; a second run into the same folder stops at
 once), and ``Output.write(fill)`` lets ``fill`` write into a fresh temporary folder beside
 ``out`` that then replaces ``out`` in one atomic exchange. A run interrupted (SIGINT, SIGKILL,
 full disk) leaves ``out`` exactly as it was: the previous complete results or nothing. While
@@ -207,19 +207,29 @@ class Output:
                               "--overwrite to replace the folder as a whole")
 
     def _acquire(self, path: Path, option: str):
-        try:
-            handle = open(path, "a+")
-        except OSError as e:
-            raise OutputError(f"{option} {self.out}: cannot create the lock file {path} ({e.strerror}). "
-                              f"Fix: choose a writable {option}") from None
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
+        """The lock file, locked; ``close`` removes it. A lock taken on a file that its holder
+        removed meanwhile (the path now names another file, or none) is taken again on the path."""
+        while True:
+            try:
+                handle = open(path, "a+")
+            except OSError as e:
+                raise OutputError(f"{option} {self.out}: cannot create the lock file {path} ({e.strerror}). "
+                                  f"Fix: choose a writable {option}") from None
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                handle.close()
+                raise OutputError(f"{option} {self.out} is in use by another jattn run ({holder}). Fix: wait for it "
+                                  f"to finish, or choose another {option}") from None
+            try:
+                if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
             handle.close()
-            raise OutputError(f"{option} {self.out} is in use by another jattn run ({holder}). Fix: wait for it "
-                              f"to finish, or choose another {option}") from None
+        self._lock_path = path
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}\n")
@@ -255,6 +265,7 @@ class Output:
             sys.unraisablehook = self._unraisable
             self._handler = self._unraisable = None
         if self._lock is not None:
+            Path(self._lock_path).unlink(missing_ok=True)  # while still holding it (see _acquire)
             self._lock.close()
             self._lock = None
 
