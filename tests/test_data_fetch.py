@@ -144,6 +144,10 @@ def test_fetch_from_a_mirror_then_everything_is_present(toy, capsys):
         assert F.fetch(folder=data, mirror=url, progress=False)["fetched"] == 3
         assert tree(data) == TOY
         assert F.fetch(folder=data, mirror=url, progress=False) == {"folder": str(data), "fetched": 0, "present": 3}
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.stat().st_mode & 0o777 for p in (data / "toy").rglob("*") if p.is_file()}
+    assert modes == {0o666 & ~umask}  # the user's umask, not mkstemp's 0600: a shared folder stays readable
     assert jattn.data_path("toy", data) == data / "toy"
     main(["data", "list", "--data-dir", str(data)])
     assert re.search(r"toy\s.*\syes\s", capsys.readouterr().out)

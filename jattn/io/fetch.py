@@ -79,6 +79,7 @@ def download(url: str, path: Path, known_sha256: str, timeout: float = TIMEOUT, 
     try:
         pooch.retrieve(url, known_hash=f"sha256:{known_sha256}", fname=path.name, path=path.parent,
                        downloader=pooch.HTTPDownloader(timeout=timeout, progressbar=False))
+        os.chmod(path, _new_file_mode())  # pooch's temporary file was 0600
     except requests.exceptions.Timeout:
         raise TimeoutError(f"{url}: no answer within {timeout:g} s. {fix}; or allow more time (--timeout)") from None
     except requests.exceptions.HTTPError as e:
@@ -95,11 +96,20 @@ def download(url: str, path: Path, known_sha256: str, timeout: float = TIMEOUT, 
         logger.setLevel(level)
 
 
+def _new_file_mode() -> int:
+    """The mode the user's umask gives a new file (a lab's shared data folder stays readable)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 @contextlib.contextmanager
 def _temporary(path: Path):
-    """A temporary file name next to ``path``, removed unless it was renamed."""
+    """A temporary file name next to ``path`` with the mode a new file gets (the umask's), removed
+    unless it was renamed."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     os.close(fd)
+    os.chmod(tmp, _new_file_mode())  # mkstemp's 0600 would become the data file's mode: others could not read it
     try:
         yield Path(tmp)
     finally:
