@@ -201,6 +201,16 @@ def test_per_example_effects_with_a_metric_of_per_example_rows(minilm, direction
         assert np.abs(each[0] - each[1]).max() > 20 * tolerance(1.0, 2 * model_terms(minilm.config, n))
 
 
+def test_every_sweep_refuses_a_metric_of_another_shape(minilm):
+    """One number per example, or an error naming the shape, in exact, attribution and path patching."""
+    from jattn.sweeps.path_patching import path_patch
+
+    wide = lambda out: out["last_hidden_state"][:, :, 0]  # noqa: E731  (b, n): one number per token
+    for sweep in (patch_heads, attribution_patch_heads, lambda *a: path_patch(*a, [(1, 0, "k")])):
+        with pytest.raises(ValueError, match=r"one number per example, shape \(16,\); got shape \(16, \d+\)"):
+            sweep(minilm, CLEAN, CORRUPTED, wide)
+
+
 def test_metric_inputs_and_per_example_are_checked(minilm):
     metric = lambda out, rows: out["last_hidden_state"][:, 0, 0]  # noqa: E731
     with pytest.raises(ValueError, match=r"metric_inputs\['at'\] has shape \(2,\).*one row per example \(3\)"):

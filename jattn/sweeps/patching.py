@@ -210,7 +210,8 @@ def variant_wheres(H: int, n: int, per_position: bool) -> np.ndarray:
     return np.eye(H * n, dtype=bool).reshape(H * n, 1, H, n)  # (H·n, 1, H, n)
 
 
-def _metric_rows(metric, outputs, b: int, rows):
+def metric_rows(metric, outputs, b: int, rows):
+    """``call_metric``, refusing a result that is not one number per example (b,)."""
     m = call_metric(metric, outputs, rows)
     if getattr(m, "shape", None) != (b,):
         raise ValueError(f"metric must map the outputs to one number per example, shape ({b},); got shape "
@@ -243,7 +244,7 @@ def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, 
         rows = None if extra is None else batch_rows(extra, start, batch_size)
         real = min(batch_size, N - start)
         contexts, out, inputs = _runs(model.params, c, ca, cb)
-        base = np.asarray(_metric_rows(metric, out, batch_size, rows))[:real]  # (real,)
+        base = np.asarray(metric_rows(metric, out, batch_size, rows))[:real]  # (real,)
         for kind, (L, H) in model.head_shapes.items():
             q = contexts[kind].shape[3]
             query_mask = cb["decoder_attention_mask" if kind != "encoder" else "attention_mask"][:real]  # (real, q)
@@ -287,7 +288,7 @@ def _attribution(views, config, clean, corrupted, metric, rows):
         patch = {k: Interventions(patch={"context": (contexts[k], t)}) for k, t in ts.items()}
         iv = patch if isinstance(config, Seq2SeqConfig) else patch["encoder"]
         out, _ = f(params, config, corrupted, iv, internals=None, unroll=True)
-        return call_metric(metric, out, rows).sum()
+        return metric_rows(metric, out, corrupted["input_ids"].shape[0], rows).sum()
 
     ts = {k: jnp.zeros((*v.shape[:3], 1), v.dtype) for k, v in contexts.items()}  # (L, b, H, 1)
     return {k: g[..., 0] for k, g in jax.grad(total)(ts).items()}  # (L, b, H)

@@ -29,7 +29,7 @@ import numpy as np
 from jattn.nn import encoder, seq2seq
 from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.interventions import Interventions
-from jattn.sweeps.patching import batch_rows, call_metric, check_metric_inputs, metric_heads, paired_inputs
+from jattn.sweeps.patching import batch_rows, check_metric_inputs, metric_heads, metric_rows, paired_inputs
 
 ROLES = {"q": "query_input", "k": "key_input", "v": "value_input"}
 # the internal that is an attention's input: the block input of a post-LN block, LN(block input) of a pre-LN one
@@ -79,7 +79,7 @@ def _path_effects(params, config, clean, corrupted, senders, receivers, metric, 
                                   jnp.ones(sender[k].shape, bool))} for k in sender}  # (L, b, H, q, d_h), (L, 1, H, 1)
         out, streams = _forward(params, config, corrupted, frozen, (stream_name,))  # the sender pass
         if receivers is None:
-            return call_metric(metric, out, rows)  # (b,)
+            return metric_rows(metric, out, corrupted["input_ids"].shape[0], rows)  # (b,)
         patches = {}
         for kind, sites in receivers.items():
             patches[kind] = {}
@@ -89,7 +89,8 @@ def _path_effects(params, config, clean, corrupted, senders, receivers, metric, 
                     stream = jnp.broadcast_to(out["encoder_last_hidden_state"], (stream.shape[0],
                                               *out["encoder_last_hidden_state"].shape))  # (L, b, s, D)
                 patches[kind][site] = (stream, where)
-        return call_metric(metric, _forward(params, config, corrupted, patches, None)[0], rows)  # (b,)
+        return metric_rows(metric, _forward(params, config, corrupted, patches, None)[0], corrupted["input_ids"].shape[0],
+                           rows)  # (b,)
 
     return jax.lax.map(one, senders, batch_size=senders_per_step)  # (S, b)
 
@@ -120,7 +121,8 @@ def path_patch(model, clean, corrupted, metric, receivers, *, batch_size: int = 
     N = len(a["input_ids"])
     extra = check_metric_inputs(metric_inputs, N)
     each = np.zeros((N, len(names)))  # (N, S)
-    base_fn = jax.jit(lambda p, batch, rows: call_metric(metric, _forward(p, model.config, batch, {}, None)[0], rows))
+    base_fn = jax.jit(lambda p, batch, rows: metric_rows(metric, _forward(p, model.config, batch, {}, None)[0],
+                                                         batch["input_ids"].shape[0], rows))
     for start in range(0, N, batch_size):
         real = min(batch_size, N - start)
         ca, cb = batch_rows(a, start, batch_size), batch_rows(b, start, batch_size)
