@@ -474,3 +474,22 @@ def test_reproduce_force_takes_one_known_name_each(tmp_path, capsys):
     assert args.force == ["induction.attn-only"] and args.studies == ["induction"]
     with pytest.raises(SystemExit, match=r"--force induction\.nonsense: no stage or study of this run"):
         main(["reproduce", "induction", "--quick", "--list", "--out", str(tmp_path), "--force", "induction.nonsense"])
+
+
+def test_conllu_head_outside_its_sentence_is_named_with_its_line(tmp_path):
+    from jattn.io.readers import read_conllu
+
+    rows = ["1\tThe\tthe\tDET\t_\t_\t2\tdet\t_\t_", "2\tcat\tcat\tNOUN\t_\t_\t0\troot\t_\t_",
+            "3\tsat\tsit\tVERB\t_\t_\t7\tacl\t_\t_"]
+    path = tmp_path / "bad.conllu"
+    path.write_text("# text = The cat sat\n" + "\n".join(rows) + "\n\n")
+    with pytest.raises(ValueError, match=r"bad\.conllu:4: word 3 'sat' has HEAD 7, but its sentence has 3 words"):
+        list(read_conllu(path))
+    path.write_text("\n".join(rows[:2]) + "\n\n")
+    assert list(read_conllu(path))[0].labels["heads"].tolist() == [2, 0]
+
+
+def test_analyze_refuses_truncate_with_skip_too_long(capsys):
+    with pytest.raises(SystemExit):
+        main(["analyze", "--input", "x.txt", "--out", "o", "--truncate", "--skip-too-long"])
+    assert "--skip-too-long: not allowed with argument --truncate" in capsys.readouterr().err

@@ -41,9 +41,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--encoding", default="utf-8", help="text encoding of --input")
     parser.add_argument("--methods", default="weights,entropy,js", help="comma-separated: " + helps)
     add_output_arguments(parser)
-    parser.add_argument("--truncate", action="store_true", help="cut over-long segments instead of failing")
-    parser.add_argument("--skip-too-long", action="store_true",
-                        help="skip (and count) over-long segments instead of failing; never cuts them")
+    too_long = parser.add_mutually_exclusive_group()  # cutting and skipping an over-long segment exclude each other
+    too_long.add_argument("--truncate", action="store_true", help="cut over-long segments instead of failing")
+    too_long.add_argument("--skip-too-long", action="store_true",
+                          help="skip (and count) over-long segments instead of failing; never cuts them")
     parser.add_argument("--rank-file", type=Path, default=None,
                         help="token frequency ranks, 'rank count vocab_id' per line, needed by norm-freq and "
                              "mixing (e.g. frequency/rank_count_ids.txt in the data folder: "

@@ -100,6 +100,11 @@ def read_conllu(path: Path, encoding: str = "utf-8") -> Iterator[Example]:
         labels = {"relations": [c[7] for c in cols], "upos": [c[3] for c in cols]}
         if all(c[6].isdigit() for c in cols):
             labels["heads"] = np.array([int(c[6]) for c in cols], np.int32)
+            for (line, c), head in zip(rows, labels["heads"]):
+                if head > len(cols):  # 0 is the root; words are 1..len(cols)
+                    raise ValueError(f"{path}:{line}: word {c[0]} {c[1]!r} has HEAD {head}, but its sentence has "
+                                     f"{len(cols)} words. Fix: correct the HEAD column (0 for the root, else the "
+                                     "ID of a word of the same sentence)")
         yield Example([c[1] for c in cols], None, f"{path}:{rows[0][0]}", labels)
 
 
