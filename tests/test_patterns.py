@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jattn
 from jattn.analyses import pattern_cnn, patterns as P
@@ -160,3 +161,14 @@ def test_command_line(tmp_path, capsys):
     np.testing.assert_allclose(np.sum(doc["pattern_proportions"]["value"]), 1.0)
     np.testing.assert_allclose(doc["finetune_cosine"]["value"], 1.0, atol=1e-6)
     assert (out / "figures" / "pattern_0_vertical.png").is_file()
+
+
+def test_finetune_change_refuses_models_that_tokenize_differently(tmp_path):
+    import copy
+    from types import SimpleNamespace
+
+    model = jattn.load(save_tiny(tmp_path / "m", "bert-2x4"), use_cache=False)
+    other = copy.copy(model)
+    other.tokenizer = SimpleNamespace(get_vocab=lambda: {"[PAD]": 0, "hello": 1})
+    with pytest.raises(ValueError, match="tokenize differently.*Fix: compare a fine-tuned model with the pretrained"):
+        P.finetune_change(other, model, ["A cat sat."], max_length=32, progress=False)

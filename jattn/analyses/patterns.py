@@ -158,17 +158,24 @@ def finetune_change(model_a, model_b, examples, *, interventions_b=None, batch_s
     Returns ``cosine`` (L, H), ``cls_to_class`` {"a", "b"} each {class: (H,)}."""
     from tqdm.auto import tqdm
 
-    from jattn.sweeps.disable import batches
-    from jattn.runner.batcher import token_classes
+    from jattn.runner.batcher import model_batches, token_classes
 
     if model_a.config.num_layers != model_b.config.num_layers or model_a.config.num_heads != model_b.config.num_heads:
         raise ValueError("the two models must have the same number of layers and heads to compare their maps")
+    vocabularies = [m.tokenizer.get_vocab() for m in (model_a, model_b) if m.tokenizer is not None]
+    if len(vocabularies) == 2 and vocabularies[0] != vocabularies[1]:
+        raise ValueError(f"{model_a.source or 'the first model'} and {model_b.source or 'the second'} tokenize "
+                         "differently (their vocabularies differ), so one's token ids mean other words to the other "
+                         "and their maps do not compare position by position. Fix: compare a fine-tuned model with "
+                         "the pretrained model it was fine-tuned from")
     labelled = [x if isinstance(x, tuple) and len(x) == 2 and isinstance(x[1], (int, np.integer)) else (x, 0)
                 for x in examples]
+    texts = [t if isinstance(t, str) else tuple(t) for t, _ in labelled]
     iv = model_b.check_interventions(interventions_b)
     cos_sum, cls_sum, count = 0.0, 0.0, 0
     bar = tqdm(total=len(labelled), unit="ex", desc="fine-tuning change", disable=not progress)
-    for batch, idx in batches(model_a, labelled, batch_size, max_length):
+    for inputs, idx in model_batches(model_a, texts, batch_size, max_length):
+        batch = model_a.check_batch(inputs)
         cls = token_classes(model_a.tokenizer, np.asarray(batch["input_ids"]), np.asarray(batch["attention_mask"]))
         cos, rows = _change_step(model_a.params, model_a.config, model_b.params, model_b.config, batch,
                                  jnp.asarray(cls), iv)  # (L, b, H), (2, C, b, H)
