@@ -493,3 +493,9 @@ def test_analyze_refuses_truncate_with_skip_too_long(capsys):
     with pytest.raises(SystemExit):
         main(["analyze", "--input", "x.txt", "--out", "o", "--truncate", "--skip-too-long"])
     assert "--skip-too-long: not allowed with argument --truncate" in capsys.readouterr().err
+
+
+def test_reproduce_refuses_an_unwritable_out_before_any_stage(tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    with pytest.raises(SystemExit, match=r"--out .*a-file/out is not writable .*no stage has run"):
+        main(["reproduce", "induction", "--quick", "--out", str(tmp_path / "a-file" / "out")])

@@ -51,6 +51,9 @@ def run(args) -> None:
         raise ValueError("no checkout here to write experiments/results into. Fix: run from the jattn checkout, "
                          "or pass --out FOLDER")
     work = out / ".work" if args.quick else artefacts.models_dir().parent / "reproduce" / "full"
+    if not args.list:
+        for folder, what in ((out, "--out"), (work, "the work folder (in jattn's cache: JATTN_CACHE)")):
+            _check_writable(folder, what)
     data_dir = args.data_dir or manifest.data_dir()
     ctx = pipeline.Context(profile, out, work, Path(data_dir), progress=not args.no_progress)
     stages = studies.stages(profile, tuple(args.studies))
@@ -73,3 +76,16 @@ def run(args) -> None:
     if ctx.not_run:
         raise SystemExit(f"jattn reproduce: {len(ctx.not_run)} stage(s) did not run; the report has the others:\n"
                          + "\n".join(f"  {name}: {why}" for name, why in ctx.not_run.items()))
+
+
+def _check_writable(folder: Path, what: str) -> None:
+    """Before any stage runs: ``folder`` exists or can be made, and a file can be written in it."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ValueError(f"{what} {folder} is not writable ({e.strerror or e}); no stage has run. Fix: make it "
+                         "writable, or choose another (--out FOLDER; JATTN_CACHE for the work folder)") from None
