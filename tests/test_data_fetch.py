@@ -353,3 +353,16 @@ def test_readme_table_matches_the_manifest():
         assert rows[name].startswith(f"| `{name}` | {size} | {meta['license']} | "), rows[name]
     total = sum(e.size for e in M.files()) / 1e6
     assert re.search(rf"public data sets \(≈ {round(total)} MB\)", text)
+
+
+def test_a_data_folder_that_is_a_file_is_named(tmp_path, monkeypatch, capsys):
+    from jattn.cli import main
+
+    f = tmp_path / "data.txt"
+    f.write_text("x")
+    for argv in (["data", "verify", "--data-dir", str(f)], ["data", "list", "--data-dir", str(f)]):
+        with pytest.raises(SystemExit, match=r"the data folder .*data\.txt is a file, not a folder"):
+            main(argv)
+    monkeypatch.setenv("JATTN_DATA", str(f))
+    with pytest.raises(NotADirectoryError, match="JATTN_DATA .* is a file"):
+        jattn.data_path("sst2")

@@ -86,14 +86,20 @@ def files(names=None, manifest=None) -> list[FileEntry]:
 
 
 def data_dir(folder: str | os.PathLike | None = None) -> Path:
-    """The data folder: ``folder`` if given, else ``$JATTN_DATA``, else the user cache's ``jattn/data``."""
+    """The data folder: ``folder`` if given, else ``$JATTN_DATA``, else the user cache's ``jattn/data``.
+    A path that exists and is not a folder is an error naming where it came from."""
     if folder:
-        return Path(folder).expanduser()
-    if os.environ.get("JATTN_DATA"):
-        return Path(os.environ["JATTN_DATA"]).expanduser()
-    import platformdirs
+        path, origin = Path(folder).expanduser(), "the data folder"
+    elif os.environ.get("JATTN_DATA"):
+        path, origin = Path(os.environ["JATTN_DATA"]).expanduser(), "JATTN_DATA"
+    else:
+        import platformdirs
 
-    return Path(platformdirs.user_cache_dir("jattn")) / "data"
+        path, origin = Path(platformdirs.user_cache_dir("jattn")) / "data", "the user cache's data folder"
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"{origin} {path} is a file, not a folder. Fix: give the data folder (the one "
+                                 "`jattn data fetch` fills), or a new path for it")
+    return path
 
 
 def file_path(entry: FileEntry, folder: str | os.PathLike | None = None) -> Path:
