@@ -162,6 +162,7 @@ def test_bad_input(tiny_encoder):
 
 def test_cli_writes_page_and_reports_errors(tiny_encoder, tmp_path, capsys):
     folder = save_tiny_encoder(tmp_path / "model", "bert-2x4", max_positions=64)
+    (tmp_path / "mine.py").write_text("print('a file of the user')\n")
     out = tmp_path / "page.html"
     main(["view", "--model", str(folder), "--text", SENTENCE, "--out", str(out)])
     printed = capsys.readouterr().out
@@ -170,11 +171,14 @@ def test_cli_writes_page_and_reports_errors(tiny_encoder, tmp_path, capsys):
     check_encoder_page(tiny_encoder, out.read_text(encoding="utf-8"), SENTENCE)
     for argv, message in (([], "the text is empty"), (["--out", str(tmp_path)], "is a folder"),
                           (["--out", str(tmp_path / "no" / "p.html")], "does not exist"),
-                          (["--text", "word " * 80], "--truncate")):
+                          (["--text", "word " * 80], "--truncate"),
+                          (["--text", SENTENCE, "--pair", " "], "e.g. --pair"),
+                          (["--text", SENTENCE, "--out", str(tmp_path / "mine.py")], "not a page jattn view wrote")):
         args = ["view", "--model", str(folder), "--text", "", "--out", str(out)] + argv
         with pytest.raises(SystemExit) as info:
             main(args)
         assert message in str(info.value.code), (argv, info.value.code)
+    assert (tmp_path / "mine.py").read_text() == "print('a file of the user')\n"
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     run(parser.parse_args(["--model", str(folder), "--text", "word " * 80, "--truncate", "--out", str(out)]))

@@ -29,13 +29,27 @@ def add_arguments(parser) -> None:
 
 
 def check_out(out) -> Path:
-    """--out as a writable file path, or a clear error (checked before any work)."""
+    """--out as a writable file path, or a clear error (checked before any work): an existing file
+    is replaced only when it is a page this command wrote."""
     out = Path(out)
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder. Fix: give a file name, e.g. {out / 'attention.html'}")
     if not out.parent.is_dir():
         raise ValueError(f"--out {out}: folder {out.parent} does not exist. Fix: create it first")
+    if out.exists() and not _is_view_page(out):
+        raise ValueError(f"--out {out} exists and is not a page jattn view wrote; writing would replace it. Fix: "
+                         "choose another file name, or move that file away")
     return out
+
+
+def _is_view_page(path: Path) -> bool:
+    from jattn.viz.view import read_page
+
+    try:
+        read_page(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, OSError):
+        return False
+    return True
 
 
 def write(html: str, out) -> Path:

@@ -44,12 +44,13 @@ ATTRIBUTION_KEYS = {"rollout": "rollout", "globenc": "globenc", "alti": "alti"}
 
 # ---------------------------------------------------------------- model -> maps
 
-def _check_text(name: str, text) -> str:
+def _check_text(name: str, text, argument: str = "text") -> str:
+    """``text`` (the view's ``argument``) as a non-empty string, or an error naming that argument."""
     if not isinstance(text, str):
-        raise ValueError(f"{name} must be a string, got {type(text).__name__}")
+        raise ValueError(f"{name} ({argument}=) must be a string, got {type(text).__name__}")
     if not text.strip():
         raise ValueError(f"{name} is empty: there is nothing to look at. Fix: give a sentence, e.g. "
-                         f"text=\"The cat sat on the mat.\"")
+                         f"{argument}=\"The cat sat on the mat.\"")
     return text
 
 
@@ -230,9 +231,9 @@ def page_data(model, text: str, pair: str | None = None, target: str | None = No
     if not seq2seq and target is not None:
         raise ValueError("target= is for translation models; an encoder reads text= (and pair=)")
     if pair is not None:
-        pair = _check_text("the pair's second text", pair)
+        pair = _check_text("the pair's second text", pair, "pair")
     if target is not None:
-        target = _check_text("the target text", target)
+        target = _check_text("the target text", target, "target")
     views, tokens, texts = _views(model, text, pair, target, limit, truncate, num_beams, seq2seq)
     decoder_ids = texts.pop("decoder_ids", None)
     data = {"format": FORMAT, "model": _name(model), "text": text, "error_bound": ERROR_BOUND,
