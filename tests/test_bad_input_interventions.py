@@ -136,6 +136,7 @@ PRUNE_CASES = [
     ("dev label 7", "--dev {label7}", 1, ["labels", "label 7"]),
     ("NUL line in dev", "--dev {nul}", 1, ["nul.txt:2", "invisible"]),
     ("no classifier", "--model {base}", 1, ["--model", "classifier"]),
+    ("export onto another model", "--export {base}", 1, ["--export", "holds no jattn results"]),
 ]
 
 

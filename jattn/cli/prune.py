@@ -60,7 +60,9 @@ def run(args) -> None:
     from jattn.sweeps.pruning_curve import (as_lists, bleu_metric, classification_metric, prunable_fraction,
                                            prune)
 
-    with results.Output(args.out, overwrite=args.overwrite) as output:
+    exporting = (results.Output(args.export, overwrite=args.overwrite, option="--export") if args.export
+                 else contextlib.nullcontext())  # checked and locked before any work, as --out
+    with results.Output(args.out, overwrite=args.overwrite) as output, exporting as exported:
         examples = read_examples(args.input, args.format)
         dev = read_examples(args.dev, args.format)
         model = jattn.load(args.model)
@@ -111,10 +113,10 @@ def run(args) -> None:
         state.unlink(missing_ok=True)  # the run's own file; its folder goes only if nothing else is in it
         with contextlib.suppress(OSError):
             state.parent.rmdir()
-    if args.export:
-        from jattn.sweeps.pruning import export_pruned
+        if args.export:
+            from jattn.sweeps.pruning import export_pruned
 
-        keep = {k: np.asarray(v) > 0.5 for k, v in keep.items()}  # {type: (L, H) bool}
-        export_pruned(model, keep, args.export)
+            keep = {k: np.asarray(v) > 0.5 for k, v in keep.items()}  # {type: (L, H) bool}
+            exported.write(lambda folder: export_pruned(model, keep, folder))
     print(f"jattn prune: {described(examples, args.input)}; dev: {described(dev, args.dev)}; {prunable:.1%} of heads prunable within {args.tolerance:g} points -> {args.out}"
           + (f"; pruned model in {args.export}" if args.export else ""))
