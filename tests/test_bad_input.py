@@ -499,3 +499,14 @@ def test_reproduce_refuses_an_unwritable_out_before_any_stage(tmp_path):
     (tmp_path / "a-file").write_text("not a folder")
     with pytest.raises(SystemExit, match=r"--out .*a-file/out is not writable .*no stage has run"):
         main(["reproduce", "induction", "--quick", "--out", str(tmp_path / "a-file" / "out")])
+
+
+def test_a_pair_on_a_model_with_one_token_type_is_refused_by_the_runner(tmp_path):
+    """The tokenizer marks segment B with type 1, the model embeds type 0 only: an error naming the
+    example, where the embedding's gather would have read type 0 silently."""
+    from jattn.analyses.weights import Entropy
+
+    model = jattn.load(save_tiny(tmp_path / "r", "roberta-2x4"), use_cache=False)
+    with pytest.raises(ValueError, match=r"a segment pair.*token type 1, but this model has 1 token type"):
+        jattn.run_corpus(model, [("A question?", "An answer.")], [Entropy()], max_length=32, progress=False)
+    assert jattn.run_corpus(model, ["A single segment."], [Entropy()], max_length=32, progress=False).statistics

@@ -116,6 +116,11 @@ def tokenize_segments(model, examples: list[tuple[int, Example]], max_length: in
                         "max_length= (up to the model's maximum), shorten the segment, pass "
                         "truncate=True to cut over-long segments explicitly, or skip_too_long=True") from None
             raise
+        kinds = getattr(model.config, "type_vocab_size", 0)
+        if pair and kinds and batch.token_type_ids.max() >= kinds:  # the embedding gather would clamp it
+            raise ValueError(f"{group[0][1].source}: a segment pair, whose second segment the tokenizer marks with "
+                             f"token type {int(batch.token_type_ids.max())}, but this model has {kinds} token "
+                             "type(s). Fix: give single segments (no tab), or a model trained on segment pairs")
         for r, (index, ex) in enumerate(group):
             n = int(batch.attention_mask[r].sum())
             wids = None if batch.word_ids is None else batch.word_ids[r, :n]
