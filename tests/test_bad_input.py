@@ -510,3 +510,15 @@ def test_a_pair_on_a_model_with_one_token_type_is_refused_by_the_runner(tmp_path
     with pytest.raises(ValueError, match=r"a segment pair.*token type 1, but this model has 1 token type"):
         jattn.run_corpus(model, [("A question?", "An answer.")], [Entropy()], max_length=32, progress=False)
     assert jattn.run_corpus(model, ["A single segment."], [Entropy()], max_length=32, progress=False).statistics
+
+
+def test_a_conllu_file_read_as_text_points_to_the_format(tmp_path):
+    from jattn.io.readers import read_text
+
+    path = tmp_path / "x.conllu"
+    path.write_text("# text = Hi\n1\tHi\thi\tINTJ\t_\t_\t0\troot\t_\t_\n\n")
+    with pytest.raises(ValueError, match=r"x\.conllu:2: 9 tabs.*CoNLL-U file.*--format conllu"):
+        list(read_text(path))
+    path.write_text("a\tb\tc\n")
+    with pytest.raises(ValueError, match="2 tabs.*Fix: remove the extra tabs"):
+        list(read_text(path))
