@@ -517,7 +517,7 @@ def test_a_conllu_file_read_as_text_points_to_the_format(tmp_path):
 
     path = tmp_path / "x.conllu"
     path.write_text("# text = Hi\n1\tHi\thi\tINTJ\t_\t_\t0\troot\t_\t_\n\n")
-    with pytest.raises(ValueError, match=r"x\.conllu:2: 9 tabs.*CoNLL-U file.*--format conllu"):
+    with pytest.raises(ValueError, match=r"x\.conllu:2: 9 tabs.*CoNLL-U file.*format=conllu"):
         list(read_text(path))
     path.write_text("a\tb\tc\n")
     with pytest.raises(ValueError, match="2 tabs.*Fix: remove the extra tabs"):

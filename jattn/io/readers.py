@@ -89,8 +89,8 @@ def read_text(path: Path, encoding: str = "utf-8") -> Iterator[Example]:
             continue
         parts = line.split("\t")
         if len(parts) > 2:
-            fix = ("this looks like a CoNLL-U file (10 tab-separated columns): read it with --format conllu "
-                   "(format=\"conllu\")" if len(parts) == 10 else "remove the extra tabs")
+            fix = ("this looks like a CoNLL-U file (10 tab-separated columns): read it with "
+                   "format=conllu" if len(parts) == 10 else "remove the extra tabs")
             raise ValueError(f"{path}:{i}: {len(parts) - 1} tabs; a line is one segment or a "
                              f"pair 'A<TAB>B'. Fix: {fix}")
         yield Example(parts[0], parts[1] if len(parts) == 2 else None, f"{path}:{i}")
