@@ -211,6 +211,14 @@ def test_every_sweep_refuses_a_metric_of_another_shape(minilm):
             sweep(minilm, CLEAN, CORRUPTED, wide)
 
 
+def test_a_metric_that_leaves_jax_is_named(minilm):
+    import numpy
+
+    leaves = lambda out: numpy.asarray(out["last_hidden_state"])[:, 0, 0]  # noqa: E731
+    with pytest.raises(ValueError, match="metric is called inside jax.jit.*left JAX.*Fix: write it with jax.numpy"):
+        patch_heads(minilm, CLEAN, CORRUPTED, leaves)
+
+
 def test_metric_inputs_and_per_example_are_checked(minilm):
     metric = lambda out, rows: out["last_hidden_state"][:, 0, 0]  # noqa: E731
     with pytest.raises(ValueError, match=r"metric_inputs\['at'\] has shape \(2,\).*one row per example \(3\)"):

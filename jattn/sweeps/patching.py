@@ -84,8 +84,17 @@ def check_metric_inputs(metric_inputs, n: int) -> dict | None:
 
 
 def call_metric(metric, outputs, rows):
-    """``metric(outputs)``, or ``metric(outputs, rows)`` when the metric reads per-example rows."""
-    return metric(outputs) if rows is None else metric(outputs, rows)
+    """``metric(outputs)``, or ``metric(outputs, rows)`` when the metric reads per-example rows; a
+    metric that leaves JAX (numpy on a traced array, ``float()``, a branch on a value) is an error
+    saying so."""
+    try:
+        return metric(outputs) if rows is None else metric(outputs, rows)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
+            jax.errors.TracerBoolConversionError) as e:
+        raise ValueError(f"metric is called inside jax.jit on traced arrays, and it left JAX "
+                         f"({e.__class__.__name__}: {str(e).splitlines()[0][:120]}). Fix: write it with jax.numpy "
+                         "(jnp.take_along_axis, jnp.where) instead of numpy, float() or Python branches on "
+                         "values") from None
 
 
 def batch_rows(batch: dict, start: int, size: int) -> dict:
