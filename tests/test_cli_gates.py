@@ -147,3 +147,17 @@ def test_the_printed_summary_counts_the_gated_types_only():
     gates = {"encoder": np.array([[1.0, 0.0], [0.5, 1.0]]), "decoder": np.ones((2, 2)), "cross": np.ones((2, 2))}
     point = {"lambda": 0.01, "metric": 41.234, "counts": counts(gates)}
     assert summary_line([point], ("encoder",), "BLEU") == "λ 0.01: heads kept encoder 3/4 (1 fractional), BLEU 41.23"
+
+
+def test_a_work_folder_without_state_takes_the_corrected_run(tmp_path):
+    """A run that failed before saving state leaves only its record: the corrected rerun takes the
+    folder; a folder with state of another run is refused."""
+    from jattn.cli.common import check_work
+
+    work = tmp_path / "w"
+    check_work(work, {"lambda": 0.01, "steps": 5})
+    check_work(work, {"lambda": 0.01, "steps": 10})  # nothing saved yet: the new arguments are recorded
+    assert json.loads((work / "run.json").read_text())["steps"] == 10
+    (work / "state").mkdir()
+    with pytest.raises(ValueError, match=r"steps=10 \(now 20\)"):
+        check_work(work, {"lambda": 0.01, "steps": 20})

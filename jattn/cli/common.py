@@ -120,13 +120,15 @@ def work_folder(output):
 
 def check_work(work, identity: dict) -> None:
     """A work folder's recorded run (``run.json``) against this one's ``identity`` (model, data,
-    settings): another run's state is refused, never mixed in; a new folder records it."""
+    settings): another run's state is refused, never mixed in; a new folder records it, and so
+    does one that holds nothing but another run's record (a run that failed before saving any
+    state: there is nothing to resume)."""
     import json
     from pathlib import Path
 
     work, path = Path(work), Path(work) / "run.json"
     identity = json.loads(json.dumps(identity))
-    if path.is_file():
+    if path.is_file() and any(p.name != "run.json" for p in work.iterdir()):
         recorded = json.loads(path.read_text())
         if recorded != identity:
             differ = sorted(k for k in set(recorded) | set(identity) if recorded.get(k) != identity.get(k))
