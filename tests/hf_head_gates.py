@@ -159,3 +159,38 @@ def disabled(hf_model, heads):
     finally:
         for h in handles:
             h.remove()
+
+
+def sender_pass(hf, projections, clean: dict, corrupted: dict, sender: tuple[int, int], heads: int):
+    """Path patching's sender pass with HF hooks (Wang et al. 2022): record every head's output (the
+    input of each layer's output projection in ``projections``) on the clean and the corrupted
+    inputs, then run the corrupted input with every head frozen to its corrupted output except the
+    ``sender`` (layer, head), which takes its clean one. -> HF's output with hidden states."""
+    import torch
+
+    def contexts(inputs):
+        got, handles = {}, []
+        for l, proj in enumerate(projections):
+            handles.append(proj.register_forward_pre_hook(lambda m, a, l=l: got.__setitem__(l, a[0].detach().clone())))
+        with torch.no_grad():
+            hf(**inputs)
+        for h in handles:
+            h.remove()
+        return got
+
+    clean_ctx, corr_ctx = contexts(clean), contexts(corrupted)
+    sl, sh = sender
+    handles = []
+    for l, proj in enumerate(projections):
+        def freeze(m, a, l=l):
+            x = corr_ctx[l].clone()  # (b, n, H·d_h)
+            if l == sl:
+                d = x.shape[-1] // heads
+                x[..., sh * d:(sh + 1) * d] = clean_ctx[l][..., sh * d:(sh + 1) * d]
+            return (x,)
+        handles.append(proj.register_forward_pre_hook(freeze))
+    with torch.no_grad():
+        out = hf(**corrupted, output_hidden_states=True)
+    for h in handles:
+        h.remove()
+    return out

@@ -16,6 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent / "families" / "gpt2"))
 from test_gpt2 import save_gpt2  # noqa: E402
+from hf_head_gates import sender_pass  # noqa: E402
 from lm_family_parity import load_lm_pair  # noqa: E402
 from tolerance import assert_close, model_terms  # noqa: E402
 
@@ -24,38 +25,13 @@ ROLE_SLICE = {"q": 0, "k": 1, "v": 2}  # c_attn's columns: q, k, v
 
 def hf_path_patch(hf, clean, corrupted, metric, sender, receivers, heads: int) -> np.ndarray:
     blocks = hf.transformer.h
-
-    def contexts(ids):
-        got, handles = {}, []
-        for l, block in enumerate(blocks):
-            handles.append(block.attn.c_proj.register_forward_pre_hook(
-                lambda m, a, l=l: got.__setitem__(l, a[0].detach().clone())))
-        with torch.no_grad():
-            hf(input_ids=ids)
-        for h in handles:
-            h.remove()
-        return got
-
-    clean_ctx, corr_ctx = contexts(clean), contexts(corrupted)
-    sl, sh = sender
-    handles = []
-    for l, block in enumerate(blocks):
-        def freeze(m, a, l=l):
-            x = corr_ctx[l].clone()  # (b, n, H·d_h)
-            if l == sl:
-                d = x.shape[-1] // heads
-                x[..., sh * d:(sh + 1) * d] = clean_ctx[l][..., sh * d:(sh + 1) * d]
-            return (x,)
-        handles.append(block.attn.c_proj.register_forward_pre_hook(freeze))
-    with torch.no_grad():
-        sender_pass = hf(input_ids=corrupted, output_hidden_states=True)
-    for h in handles:
-        h.remove()
+    sender_out = sender_pass(hf, [block.attn.c_proj for block in blocks], {"input_ids": clean},
+                             {"input_ids": corrupted}, sender, heads)
     handles = []
     for l, h, roles in receivers:
         block = blocks[l]
 
-        def swap(m, a, out, h=h, roles=roles, x=sender_pass.hidden_states[l], block=block):
+        def swap(m, a, out, h=h, roles=roles, x=sender_out.hidden_states[l], block=block):
             D = out.shape[-1] // 3
             d = D // heads
             new = m.forward(block.ln_1(x)).detach()  # (b, n, 3D) q, k, v from the sender pass's stream

@@ -11,7 +11,7 @@ import torch
 
 import jattn
 import tiny_seq2seq
-from hf_head_gates import output_projections
+from hf_head_gates import output_projections, sender_pass
 from jattn.nn.interventions import Interventions
 from jattn.sweeps.patching import agreement, attribution_patch_heads, paired_inputs, patch_heads
 from tiny_encoders import hf_model
@@ -236,42 +236,16 @@ def hf_path_patch(hf, clean: dict, corrupted: dict, metric, sender, receivers, h
     sender's (clean) and keeps every layer's input; the receiver pass computes each receiver's
     q/k/v slice from the sender pass's input of its layer. ``receivers`` "output" or [(l, h, roles)]."""
     base = getattr(hf, hf.base_model_prefix, hf)
-    projections = output_projections(hf)["encoder"]
-
-    def contexts(inputs):
-        got, handles = {}, []
-        for l, proj in enumerate(projections):
-            handles.append(proj.register_forward_pre_hook(lambda m, a, l=l: got.__setitem__(l, a[0].detach().clone())))
-        with torch.no_grad():
-            hf(**inputs)
-        for h in handles:
-            h.remove()
-        return got
-
-    clean_ctx, corr_ctx = contexts(clean), contexts(corrupted)
-    sl, sh = sender
-    handles = []
-    for l, proj in enumerate(projections):
-        def freeze(m, a, l=l):
-            x = corr_ctx[l].clone()  # (b, n, H·d_h)
-            if l == sl:
-                d = x.shape[-1] // heads
-                x[..., sh * d:(sh + 1) * d] = clean_ctx[l][..., sh * d:(sh + 1) * d]
-            return (x,)
-        handles.append(proj.register_forward_pre_hook(freeze))
-    with torch.no_grad():
-        sender_pass = hf(**corrupted, output_hidden_states=True)
-    for h in handles:
-        h.remove()
+    sender_out = sender_pass(hf, output_projections(hf)["encoder"], clean, corrupted, sender, heads)
     if receivers == "output":
-        return metric(sender_pass).numpy()
+        return metric(sender_out).numpy()
     handles = []
     for l, h, roles in receivers:
         attention = base.encoder.layer[l].attention.self
         for role in roles:
             linear = {"q": attention.query, "k": attention.key, "v": attention.value}[role]
 
-            def swap(m, a, out, h=h, x=sender_pass.hidden_states[l]):
+            def swap(m, a, out, h=h, x=sender_out.hidden_states[l]):
                 d = out.shape[-1] // heads
                 out = out.clone()
                 out[..., h * d:(h + 1) * d] = m.forward(x)[..., h * d:(h + 1) * d].detach()  # q/k/v from the stream
