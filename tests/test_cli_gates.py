@@ -135,7 +135,7 @@ def test_export_removes_closed_heads_and_folds_fractional_ones(data, tmp_path, t
 def test_refuses_another_run_in_the_work_folder(data, tmp_path):
     folder, model = data
     work = tmp_path / "out-work"
-    work.mkdir()
+    (work / "lam_0.05").mkdir(parents=True)  # another run's saved state
     (work / "run.json").write_text(json.dumps({"model": "elsewhere"}))
     with pytest.raises(SystemExit, match=r"a run with other arguments: .*--model 'elsewhere'.*Fix"):
         main(command(folder, model, tmp_path / "out"))

@@ -260,17 +260,23 @@ def runner_setup(models, tmp_path_factory):
     pool = [ex for ex in read_conllu(sample) if 3 <= len(ex.a) <= 12][:3]  # words: every method reads them
     relations = tuple(sorted({r for ex in pool for r in ex.labels["relations"]}))
     options = registry.Options(rank_file=ranks, relations=relations, min_count=1)
-    return pool, options
+    return pool, options, tmp_path_factory.mktemp("lm")
 
 
 @pytest.mark.parametrize("name", sorted(set(registry.entries()) - {"coref"}))
 def test_a_registered_method_is_the_same_under_jit_and_eager(models, runner_setup, name):
-    pool, options = runner_setup
+    pool, options, lm_folder = runner_setup
     bert, _ = models["encoder"]
     method = registry.entries()[name].factory(bert, options)
     families = getattr(method, "families", ("encoder",))
     if "encoder" in families:
         model, corpus = bert, pool
+    elif "decoder" in families:  # a causal LM's method
+        from tiny_lm import save_tiny_gpt2
+
+        model = jattn.load(save_tiny_gpt2(lm_folder / "gpt2"), use_cache=False)
+        method = registry.entries()[name].factory(model, options)
+        corpus = ["the cat sat on the mat .", "alice met bob , then left .", "short ."]
     else:
         model = models["seq2seq"][0]
         method = registry.entries()[name].factory(model, options)

@@ -86,7 +86,8 @@ def test_a_method_defined_in_one_place_reaches_the_command_line(model, capsys, t
 
     with pytest.raises(SystemExit):
         main(["analyze", "--help"])
-    assert "token-count: real tokens, 100% of them" in " ".join(capsys.readouterr().out.split())
+    # without any whitespace: argparse wraps at hyphens too ("token-" / "count"), wherever the line ends
+    assert "token-count:realtokens,100%ofthem" in "".join(capsys.readouterr().out.split())
     corpus = tmp_path / "c.txt"
     corpus.write_text("The cat sat.\nA dog.\n")
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))

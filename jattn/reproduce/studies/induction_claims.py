@@ -110,15 +110,16 @@ def _figure(ctx: Context, kind: str, results: list[dict]) -> str:
     fig, axes = plt.subplots(len(results), 3, figsize=(13, 2.2 * len(results) + 0.6), squeeze=False)
     for row, r in zip(axes, results):
         L, H = r["shape"]
-        panels = (("induction score", np.asarray(r["induction"]).mean(0), "viridis"),
-                  ("previous-token score", np.asarray(r["previous_token"]).mean(0), "viridis"),
-                  ("path effect via the induction head's keys", np.asarray(r["path_k"]).mean(0), "RdBu_r"))
-        for ax, (title, m, cmap) in zip(row, panels):
+        panels = (("induction score", np.asarray(r["induction"]).mean(0), "viridis", "mean attention weight"),
+                  ("previous-token score", np.asarray(r["previous_token"]).mean(0), "viridis", "mean attention weight"),
+                  ("path effect via the induction head's keys", np.asarray(r["path_k"]).mean(0), "RdBu_r",
+                   "Δ mean log p, second copy (nats)"))
+        for ax, (title, m, cmap, unit) in zip(row, panels):
             m = m.reshape(L, H)
             lim = np.abs(m).max() or 1.0
             im = ax.imshow(m, cmap=cmap, aspect="auto", **({"vmin": -lim, "vmax": lim} if cmap == "RdBu_r" else {}))
             ax.set(title=f"seed {r['seed']}: {title}", xlabel="head", ylabel="layer", yticks=range(L))
-            fig.colorbar(im, ax=ax)
+            fig.colorbar(im, ax=ax, label=unit)
     fig.suptitle(f"{TITLE[kind]}: detectors and path patching (evaluation sequences)")
     fig.tight_layout()
     return ctx.save_figure(fig, f"{kind}_heads.png", dpi=90)

@@ -122,7 +122,8 @@ def tokenized_folder(tmp_path_factory):
     from tiny_encoders import TOKENIZER_FILES
 
     torch.manual_seed(2)
-    shape = dict(SHAPE, vocab_size=30522, pad_token_id=0, max_position_embeddings=130, initializer_range=0.3)
+    shape = dict(SHAPE, vocab_size=30522, pad_token_id=0, max_position_embeddings=130, initializer_range=0.3,
+                 type_vocab_size=2)  # the WordPiece tokenizer marks a pair's second segment with type 1
     folder = save_random(RobertaPreLayerNormModel(RobertaPreLayerNormConfig(**shape)),
                          tmp_path_factory.mktemp("preln_text"), seed=2)
     for f in TOKENIZER_FILES:
