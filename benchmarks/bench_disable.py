@@ -101,6 +101,7 @@ def run(args, tmp: str) -> None:
     from bench_importance import classifier_folder
 
     import jattn
+    jattn.host_memory.keep_freed_memory()  # as the recorded numbers were measured
     from jattn.io.glue import read_task
     from jattn.sweeps.disable import disable, sweep_by_loop
     from jattn.runner import buckets

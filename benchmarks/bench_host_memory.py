@@ -25,6 +25,7 @@ PROBE = """
 import sys, time
 import numpy as np
 import jattn
+jattn.host_memory.keep_freed_memory()
 from transformers import AutoTokenizer
 from jattn.models.load import default_model_path
 n, repeats = int(sys.argv[1]), int(sys.argv[2])

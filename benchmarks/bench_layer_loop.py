@@ -31,6 +31,7 @@ def models():
     """(name, model, batch size, length): MiniLM, all-mpnet-base-v2 when fetched, the translation model
     when made."""
     import jattn
+    jattn.host_memory.keep_freed_memory()  # as the recorded numbers were measured
     from jattn.io import artefacts
     from jattn.models import artefacts as makers  # registers the families' recipes
 

@@ -42,7 +42,9 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/output_memory.json")
     args = parser.parse_args()
 
-    import jattn  # first: it sets malloc up before any library's threads allocate (jattn.host_memory)
+    import jattn
+
+    jattn.host_memory.keep_freed_memory()  # first: malloc set up before any library's threads allocate
     import jax
 
     model = jattn.load(use_cache=False)

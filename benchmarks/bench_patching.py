@@ -95,7 +95,9 @@ def main():
     parser.add_argument("--heads-per-step", type=int, default=12)
     args = parser.parse_args()
 
-    import jattn  # first: it sets malloc up before any library's threads allocate (jattn.host_memory)
+    import jattn
+
+    jattn.host_memory.keep_freed_memory()  # first: malloc set up before any library's threads allocate
     import jax
     import torch
     from nnsight import NNsight

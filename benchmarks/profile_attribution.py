@@ -49,6 +49,7 @@ def main() -> None:
     import jax.numpy as jnp
 
     import jattn
+    jattn.host_memory.keep_freed_memory()  # as the recorded numbers were measured
     from jattn.nn import encoder
     from jattn.nn.engine import layer_views
     from jattn.sweeps.patching import _attribution, paired_inputs

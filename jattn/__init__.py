@@ -8,14 +8,9 @@ functions carry the names of the command-line commands that run them (``jattn di
 ``jattn prune``, ``jattn importance``, ...).
 """
 
-import os as _os
 import warnings as _warnings
 
-# jattn reads tokenizers and configs from transformers and never its PyTorch models: its notice that
-# PyTorch is absent (an "advisory" warning) says nothing to a jattn user
-_os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-
-from jattn import host_memory as _host_memory  # first: sets malloc and CPU dispatch up before XLA allocates
+from jattn import host_memory  # keep_freed_memory(): for a program that owns its process (the CLI does)
 
 from jattn.nn.interventions import Interventions
 from jattn.io.manifest import data_path

@@ -18,10 +18,11 @@ allocation-heavy threaded code (a fast tokenizer's batch call) runs as fast as b
 arena would remove the faults too, but slowed that tokenizer call 1.7× (``benchmarks/
 bench_host_memory.py``). Measured effects are in ``docs/BENCHMARKS.md`` (page faults).
 
-``import jattn`` applies both before JAX's CPU client exists (the first with glibc only; ``KEPT``
-says whether ``malloc`` was set). Set ``JATTN_KEEP_FREED_MEMORY=0`` before the import to leave both
-alone, e.g. where memory must go back to the system between large calls or where Python must run
-ahead of CPU computations.
+``import jattn`` changes nothing in the process. A program that owns its process calls
+``keep_freed_memory()`` before its first JAX computation (the ``jattn`` command does, first thing;
+so do the benchmarks); ``KEPT`` then says whether ``malloc`` was set (glibc only).
+``JATTN_KEEP_FREED_MEMORY=0`` makes the call leave both alone, e.g. where memory must go back to
+the system between large calls or where Python must run ahead of CPU computations.
 """
 
 from __future__ import annotations
@@ -34,10 +35,15 @@ M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 SETTINGS = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2**31 - 1))
 
 
+KEPT = False  # whether keep_freed_memory() has set malloc in this process
+
+
 def keep_freed_memory() -> bool:
     """Set glibc's ``malloc`` to keep freed memory for reuse and JAX's CPU dispatch to run in the
-    calling thread (module docstring). Returns whether ``malloc`` is set: False with
+    calling thread (module docstring); call it before the process's first JAX computation.
+    Returns (and records in ``KEPT``) whether ``malloc`` is set: False with
     ``JATTN_KEEP_FREED_MEMORY=0`` or a C library other than glibc."""
+    global KEPT
     if os.environ.get("JATTN_KEEP_FREED_MEMORY", "1") == "0":
         return False
     import jax
@@ -46,7 +52,8 @@ def keep_freed_memory() -> bool:
     if not _glibc():
         return False
     libc = ctypes.CDLL(None)  # the process's own symbols, glibc's mallopt among them
-    return all(libc.mallopt(option, value) == 1 for option, value in SETTINGS)
+    KEPT = all(libc.mallopt(option, value) == 1 for option, value in SETTINGS)
+    return KEPT
 
 
 def _glibc() -> bool:
@@ -54,6 +61,3 @@ def _glibc() -> bool:
         return os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc")  # e.g. "glibc 2.36"
     except (AttributeError, ValueError, OSError):  # not a GNU system
         return False
-
-
-KEPT = keep_freed_memory()  # applied once: ``import jattn`` imports this module before anything else

@@ -1,4 +1,4 @@
-"""jattn.host_memory: after ``import jattn`` a jitted CPU program's large buffers are reused from
+"""jattn.host_memory: after ``keep_freed_memory()`` a jitted CPU program's large buffers are reused from
 one call to the next without faulting their pages in again; with ``JATTN_KEEP_FREED_MEMORY=0``
 glibc maps them afresh on every call."""
 
@@ -19,6 +19,7 @@ import pytest
 PROBE = """
 import json, resource
 import jattn
+jattn.host_memory.keep_freed_memory()
 import jax, jax.numpy as jnp
 f = jax.jit(lambda x: jnp.sin(x) * 2)
 x = jnp.ones(24 << 20, jnp.float32)
@@ -51,3 +52,14 @@ def test_opting_out_leaves_malloc_and_dispatch_as_they_are():
     kept, dispatch, faults = probe("0")
     assert (kept, dispatch) == (False, True)
     assert faults >= 48  # glibc maps the block afresh: at least one fault per 2 MB page
+
+
+def test_import_jattn_leaves_the_process_as_it_is():
+    """Neither malloc nor JAX's config nor the environment changes at ``import jattn``."""
+    probe = ("import json, os, jax; before = jax.config.values['jax_cpu_enable_async_dispatch']; import jattn; "
+             "print(json.dumps([before, jax.config.values['jax_cpu_enable_async_dispatch'], jattn.host_memory.KEPT, "
+             "'TRANSFORMERS_NO_ADVISORY_WARNINGS' in os.environ]))")
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_NO_ADVISORY_WARNINGS"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    before, after, kept, advisory = json.loads(out.stdout)
+    assert (after, kept, advisory) == (before, False, False)

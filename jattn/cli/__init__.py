@@ -159,6 +159,12 @@ class Terminated(KeyboardInterrupt):
 
 
 def main(argv=None) -> None:
+    from jattn.host_memory import keep_freed_memory
+
+    # the command owns its process: freed memory kept for XLA's next call (jattn.host_memory), and no
+    # transformers notice that PyTorch is absent (jattn reads its tokenizers and configs only)
+    keep_freed_memory()
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     parser, modules = build_parser()
     args = parser.parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
