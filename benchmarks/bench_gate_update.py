@@ -1,5 +1,5 @@
 """What a joint L0 gate update costs against a training update of the translation model: the unit
-of the Voita study's cost (``jattn.reproduce.studies.voita``).
+of the Voita study's cost (``experiments.voita2019.study``).
 
     .venv/bin/python benchmarks/bench_gate_update.py [--rounds 4] [--updates 10]
         [--out benchmarks/results/gate_update.json]

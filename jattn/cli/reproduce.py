@@ -14,10 +14,13 @@ from pathlib import Path
 
 
 def add_arguments(parser) -> None:
-    from jattn.reproduce.studies import STUDIES
-
     parser.add_argument("studies", nargs="*", metavar="STUDY",
-                        help=f"studies to run (default: all): {', '.join(STUDIES)}; the stages they need run too")
+                        help="studies to run (default: all the experiments folder registers: finetune, clark, "
+                             "kobayashi, kovaleva, michel, voita, patching, induction in the checkout); the stages "
+                             "they need run too")
+    parser.add_argument("--experiments", type=Path, default=None, metavar="FOLDER",
+                        help="the experiments package whose __init__.py registers the studies (default: "
+                             "experiments/ of the checkout holding the working directory or jattn itself)")
     parser.add_argument("--quick", action="store_true",
                         help="small subsets (minutes): checks the pipeline end to end, not the papers' numbers")
     parser.add_argument("--out", type=Path, default=None,
@@ -40,6 +43,7 @@ def run(args) -> None:
     from jattn.reproduce import pipeline, records, report, studies
 
     profile = pipeline.PROFILES["quick" if args.quick else "full"]
+    studies.load(args.experiments)
     root = pipeline.repository_root(Path.cwd())
     if args.out is not None:
         out = args.out

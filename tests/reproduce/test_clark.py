@@ -1,4 +1,4 @@
-"""The Clark et al. 2019 study (jattn.reproduce.studies.clark*): each helper against a slow or
+"""The Clark et al. 2019 study (experiments.clark2019.study*): each helper against a slow or
 independent formulation on a tiny random model, the status rules, every stage of the quick
 profile on the tiny model with every claim recomputed from its file, and (slow) the quick
 profile on MiniLM."""
@@ -13,7 +13,12 @@ import pytest
 
 from jattn.io.labels import GapExample, Tree
 from jattn.reproduce import claims, pipeline
-from jattn.reproduce.studies import clark, clark_common, clark_coref, clark_probe, clark_shares, clark_syntax
+from experiments.clark2019 import study as clark
+from experiments.clark2019 import common as clark_common
+from experiments.clark2019 import coref as clark_coref
+from experiments.clark2019 import probe as clark_probe
+from experiments.clark2019 import shares as clark_shares
+from experiments.clark2019 import syntax as clark_syntax
 from tolerance import assert_close, model_terms
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from jattn.reproduce import claims, pipeline
-from jattn.reproduce.studies import induction, induction_claims
+from experiments.olsson2022 import study as induction
+from experiments.olsson2022 import claims as induction_claims
 
 
 def test_sequences_repeat_break_and_control_as_named():

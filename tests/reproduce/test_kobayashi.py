@@ -15,10 +15,10 @@ from jattn.analyses import alignment as AL
 from jattn.analyses.base import CLASS_NAMES
 from jattn.analyses.norm_stats import MIXING
 from jattn.reproduce import claims, pipeline
-from jattn.reproduce.studies import kobayashi as K
-from jattn.reproduce.studies import kobayashi_align as KA
-from jattn.reproduce.studies import kobayashi_claims as KC
-from jattn.reproduce.studies import kobayashi_tokens as KT
+from experiments.kobayashi2020 import study as K
+from experiments.kobayashi2020 import align as KA
+from experiments.kobayashi2020 import claims as KC
+from experiments.kobayashi2020 import tokens as KT
 
 SEGMENTS = [("Alice met Bob in Paris, then left.", "He stayed, of course."), ("One", "two, three."),
             ("The cat sat on the mat.", "It slept. Then it woke, and ate.")]

@@ -16,7 +16,8 @@ import pytest
 from jattn import stats
 from jattn.io import glue
 from jattn.reproduce import claims, pipeline
-from jattn.reproduce.studies import kovaleva, kovaleva_disabling as D
+from experiments.kovaleva2019 import study as kovaleva
+from experiments.kovaleva2019 import disabling as D
 
 SENTENCES = ["A cat.", "The dog sat on the mat today.", "Nothing at all", "Is it raining, or not?", "Yes.",
              "An unusually long sentence, with commas, and more words than the others have.", "Fine.",
@@ -137,7 +138,7 @@ def test_the_chunked_sweep_resumes_and_equals_one_sweep(tiny, tmp_path):
 
 def test_dev_maps_of_a_model_against_itself(tiny):
     from jattn.analyses.patterns import TYPES, Thresholds
-    from jattn.reproduce.studies import kovaleva_maps as KM
+    from experiments.kovaleva2019 import maps as KM
 
     model = tiny[0]
     r = KM.dev_maps(model, model, [(s, 0) for s in SENTENCES], Thresholds())
@@ -153,7 +154,7 @@ def test_dev_maps_of_a_model_against_itself(tiny):
 
 def test_thresholds_are_the_best_of_the_grid_and_folds_are_stratified():
     from jattn.analyses.patterns import Thresholds
-    from jattn.reproduce.studies import kovaleva_labels as KL
+    from experiments.kovaleva2019 import labels as KL
 
     rng = np.random.default_rng(0)
     s = {"vertical": rng.random(30), "diagonal": rng.random(30) * 0.5, "block": np.ones(30),
@@ -172,7 +173,7 @@ def test_thresholds_are_the_best_of_the_grid_and_folds_are_stratified():
 
 def test_the_hand_labelled_maps_give_their_recorded_statistics(data_set):
     import jattn
-    from jattn.reproduce.studies import kovaleva_labels as KL
+    from experiments.kovaleva2019 import labels as KL
 
     data_set("sst2")
     root = pipeline.repository_root(Path(__file__).resolve())
@@ -234,7 +235,8 @@ def test_the_disabling_stage_on_made_up_sweeps(tmp_path, monkeypatch, seeds):
 
 def test_the_patterns_stage_functions_on_a_tiny_model(tiny, tmp_path, monkeypatch):
     from jattn.analyses.patterns import Thresholds
-    from jattn.reproduce.studies import kovaleva_maps as KM, kovaleva_patterns as KP
+    from experiments.kovaleva2019 import maps as KM
+    from experiments.kovaleva2019 import patterns as KP
 
     model, base = tiny
     index = np.arange(len(SENTENCES))

@@ -14,7 +14,9 @@ from sklearn.metrics import matthews_corrcoef
 from jattn import stats
 from jattn.models.base import ModuleModel
 from jattn.reproduce import claims, pipeline
-from jattn.reproduce.studies import michel, michel_claims, michel_curves as mc
+from experiments.michel2019 import study as michel
+from experiments.michel2019 import claims as michel_claims
+from experiments.michel2019 import curves as mc
 from jattn.sweeps.pruning_curve import prune
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from jattn import stats
 from jattn.reproduce import claims, pipeline
-from jattn.reproduce.studies import patching, patching_pairs
+from experiments.patching import study as patching
+from experiments.patching import pairs as patching_pairs
 
 
 def _ranks(v):

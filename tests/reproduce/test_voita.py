@@ -15,7 +15,8 @@ import pytest
 import sacrebleu
 
 from jattn.reproduce import claims, pipeline
-from jattn.reproduce.studies import voita_claims, voita_runs
+from experiments.voita2019 import claims as voita_claims
+from experiments.voita2019 import runs as voita_runs
 
 WORDS = "a man in a red shirt is riding a bike down the street while two dogs watch".split()
 
@@ -124,7 +125,7 @@ def test_every_stage_on_a_tiny_random_model(tmp_path, monkeypatch, data_set):
     and a rerun skips every stage."""
     from jattn.io import manifest
     from jattn.reproduce import studies
-    from jattn.reproduce.studies import voita
+    from experiments.voita2019 import study as voita
     from tiny_seq2seq import save_tiny
 
     data_set("multi30k")

@@ -1,0 +1,18 @@
+"""The five studies and what they build on, as experiment scripts on jattn's public API.
+
+Each folder is one study: ``study.py`` holds its ``stages(profile)``, registers them with
+``jattn.reproduce.studies.register`` and states in its docstring the paper, its protocol, where
+jattn's protocol differs and the command that runs it; the other files of the folder are its
+parts. ``jattn reproduce`` imports this package; the imports below are the run order (a study's
+stages may read an earlier one's results: the classifiers of ``finetune`` are read by Kovaleva's
+and Michel's).
+"""
+
+from experiments.finetune import study as _finetune  # noqa: F401
+from experiments.clark2019 import study as _clark  # noqa: F401
+from experiments.kobayashi2020 import study as _kobayashi  # noqa: F401
+from experiments.kovaleva2019 import study as _kovaleva  # noqa: F401
+from experiments.michel2019 import study as _michel  # noqa: F401
+from experiments.voita2019 import study as _voita  # noqa: F401
+from experiments.patching import study as _patching  # noqa: F401
+from experiments.olsson2022 import study as _induction  # noqa: F401

@@ -1,0 +1,185 @@
+"""Induction heads in small language models trained here (Olsson et al. 2022; Elhage et al. 2021).
+
+Models (``jattn.families.gpt2.train``): a 2-layer attention-only GPT-2 and a 2-layer GPT-2 with
+MLPs, 8 heads each, trained on English captions mixed with repeated random tokens; seeds 0, 1, 2
+(full profile: the named artefacts ``induction-attn-only[-s1|-s2]`` and ``induction-gpt2[-s1|-s2]``;
+quick: the attention-only model, seeds 0 and 1, trained for a few steps in the work folder).
+
+Sequences (``jattn.analyses.lm_heads.repeated_tokens``): BOS then T random tokens repeated once,
+"A A". Heads are *named* on a selection set of sequences and *measured* on a separate evaluation
+set (other random draws), so no number below is read on the sequences that chose the head.
+
+Per model (stage ``induction.<kind>-s<seed>``):
+
+- the in-context drop (Olsson et al. 2022's measure on repeated tokens): the mean loss predicting
+  the first copy's tokens 2..T minus the second copy's, per sequence; its control is the same drop
+  on "A B" (the second half fresh random tokens), which no mechanism can lower;
+- the detectors (``head_scores``): the induction head I = the head with the largest mean induction
+  score on the selection set among the heads of layers ≥ 1 (a layer-0 head reads tokens and
+  positions only, so it cannot match a prefix; the figure shows every head's score); the
+  previous-token head P = the largest mean previous-token score among the heads of the layers
+  below I's;
+- path patching (``jattn.sweeps.path_patching``, Wang et al. 2022) of K-composition (Elhage et al.
+  2021: an induction head finds the token after the current token's earlier occurrence by a key
+  that a previous-token head wrote): clean = "B A" (the first copy replaced by fresh tokens),
+  corrupted = "A A"; the metric m is the mean log-probability of the next token over the second
+  copy's tokens 2..T. Every sender head's clean ("B A") output reaches I's keys only, in the
+  "A A" run: effect = m(patched) − m("A A"), per sequence. Through I's queries instead: the
+  control path, reported beside it.
+
+Decision rules (fixed before the models were trained; claims stage ``induction.<kind>``, Student-t
+intervals over the 3 training seeds of each seed's mean over sequences, ``ci_method="seeds"``):
+
+- icl: reproduced when the drop's interval lies above the control drop's interval;
+- induction-head / previous-token-head: reproduced when the named head's score (on the evaluation
+  sequences) has an interval above that of a random head (per sequence one head drawn uniformly
+  from the other heads; for P from the other heads of the layers below I's);
+- path: reproduced when P's effect through I's keys has an interval below (more negative than) that
+  of a random other head of the layers below I's through the same keys.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jattn.reproduce.pipeline import Context, Profile, Stage
+from jattn.reproduce import studies
+
+KINDS = {"attn-only": "induction-attn-only", "gpt2": "induction-gpt2"}  # kind -> artefact name of seed 0
+FULL = {"kinds": ("attn-only", "gpt2"), "seeds": (0, 1, 2), "length": 32, "sequences": 256, "selection": 64,
+        "batch": 32}
+QUICK = {"kinds": ("attn-only",), "seeds": (0, 1), "length": 8, "sequences": 12, "selection": 8, "batch": 12,
+         "train": {"steps": 40, "warmup": 4, "batch_size": 8, "limit_text": 400, "d_model": 32, "ffn": 64,
+                   "vocab_size": 400, "context": 32}}
+EVAL_SEED, SELECT_SEED = 20_000, 30_000  # the random draws of the evaluation and selection sequences
+
+
+def artefact(kind: str, seed: int) -> str:
+    return KINDS[kind] + (f"-s{seed}" if seed else "")
+
+
+def _sizes(profile: Profile) -> dict:
+    return profile.pick(FULL, QUICK)
+
+
+def _model_folder(ctx: Context, kind: str, seed: int):
+    """The trained model: its named artefact (full profile) or a few steps trained in the work folder (quick)."""
+    name = artefact(kind, seed)
+    if ctx.profile.name == "full":
+        from jattn.models.artefacts import make
+
+        return make(name, progress=ctx.progress)
+    from jattn.families.gpt2.train import InductionLMConfig, train_lm
+
+    out = ctx.work_root / "models" / name
+    if not (out / "DONE").is_file():
+        c = InductionLMConfig(attention_only=kind == "attn-only", seed=seed, **ctx.params["train"])
+        train_lm(out, ctx.work_root / "models" / f"{name}-work", c, data_dir=ctx.data_dir, progress=False)
+    return out
+
+
+def sequences(vocab: int, bos: int, length: int, count: int, seed: int) -> dict[str, np.ndarray]:
+    """"A A" (repeated), "A B" (control: a fresh second half) and "B A" (broken: a fresh first
+    copy), each (count, 1 + 2T) with BOS first."""
+    from jattn.analyses.lm_heads import repeated_tokens
+
+    repeated = repeated_tokens(vocab, length, count, seed=seed, first=bos)  # (N, 1 + 2T)
+    fresh = repeated_tokens(vocab, length, count, seed=seed + 1)[:, :length]  # (N, T)
+    control, broken = repeated.copy(), repeated.copy()
+    control[:, 1 + length:] = fresh
+    broken[:, 1: 1 + length] = fresh
+    return {"repeated": repeated, "control": control, "broken": broken}
+
+
+def second_copy_logprob(out, rows):
+    """m: the mean log-probability of the next token over the second copy's tokens 2..T (``rows``:
+    ``target`` (b, n) the next token at each position, ``used`` (b, n) the positions counted). -> (b,)"""
+    import jax
+    import jax.numpy as jnp
+
+    logp = jax.nn.log_softmax(out["lm_logits"].astype(jnp.float32), -1)  # (b, n, V)
+    picked = jnp.take_along_axis(logp, rows["target"][..., None], -1)[..., 0]  # (b, n)
+    return (picked * rows["used"]).sum(-1) / rows["used"].sum(-1)  # (b,)
+
+
+def _scores(model, ids: np.ndarray, length: int, batch: int) -> dict[str, np.ndarray]:
+    from jattn.analyses.lm_heads import head_scores
+
+    out = []
+    for start in range(0, len(ids), batch):
+        rows = ids[start:start + batch]  # (b, n)
+        weights = model.forward({"input_ids": rows, "attention_mask": np.ones_like(rows)},
+                                internals=("weights",)).attentions  # (L, b, H, n, n)
+        out.append({k: np.asarray(v) for k, v in head_scores(weights, length, offset=1).items()})  # each (b, L, H)
+    return {k: np.concatenate([o[k] for o in out]) for k in out[0]}
+
+
+def _measure_stage(kind: str, seed: int):
+    def run(ctx: Context) -> dict:
+        import time
+
+        import jattn
+        from jattn.sweeps.path_patching import path_patch
+        from jattn.training.lm import repeat_losses
+
+        p, t0 = ctx.params, time.perf_counter()
+        model = jattn.load(str(_model_folder(ctx, kind, seed)), tokenizer=False)
+        c, T = model.config, p["length"]
+        L, H = c.num_layers, c.num_heads
+        select = sequences(c.vocab_size, c.bos_token_id, T, p["selection"], SELECT_SEED)
+        chosen = {k: v.mean(0) for k, v in _scores(model, select["repeated"], T, p["batch"]).items()}  # (L, H)
+        if L < 2:
+            raise ValueError(f"{artefact(kind, seed)} has {L} layer: an induction head composes with a head of a "
+                             "layer below it, so the study needs at least 2 layers")
+        li, hi = np.unravel_index(int(np.argmax(chosen["induction"][1:])), (L - 1, H))
+        li += 1  # I: among the heads of layers ≥ 1
+        below = chosen["previous_token"][:li]  # (li, H) the candidates for I's keys
+        lp, hp = np.unravel_index(int(np.argmax(below)), below.shape)
+        s = sequences(c.vocab_size, c.bos_token_id, T, p["sequences"], EVAL_SEED)
+        scores = _scores(model, s["repeated"], T, p["batch"])  # each (N, L, H)
+        drop = repeat_losses(model.params, c, s["repeated"], T, offset=1)
+        control = repeat_losses(model.params, c, s["control"], T, offset=1)
+        n = s["repeated"].shape[1]
+        used = np.zeros((len(s["repeated"]), n), np.float32)
+        used[:, 1 + T: n - 1] = 1  # positions predicting the second copy's tokens 2..T
+        rows = {"target": np.concatenate([s["repeated"][:, 1:], s["repeated"][:, -1:]], 1), "used": used}
+        paths = {}
+        for role in ("k", "q"):
+            batch = lambda ids: {"input_ids": ids, "attention_mask": np.ones_like(ids)}  # noqa: E731
+            paths[role] = path_patch(model, batch(s["broken"]), batch(s["repeated"]), second_copy_logprob,
+                                     [(int(li), int(hi), role)], batch_size=p["batch"], metric_inputs=rows,
+                                     per_example=True)["encoder"]  # (N, L, H)
+        flat = lambda a: np.round(np.asarray(a, float).reshape(len(a), -1), 6).tolist()  # noqa: E731
+        return {"kind": kind, "seed": seed, "artefact": artefact(kind, seed), "shape": [L, H],
+                "induction_head": [int(li), int(hi)], "previous_head": [int(lp), int(hp)],
+                "selection": {k: np.round(v, 6).tolist() for k, v in chosen.items()},
+                "first": flat(drop["first"][:, None]), "second": flat(drop["second"][:, None]),
+                "control_first": flat(control["first"][:, None]), "control_second": flat(control["second"][:, None]),
+                **{k: flat(v) for k, v in scores.items()}, **{f"path_{r}": flat(v) for r, v in paths.items()},
+                "measured_s": round(time.perf_counter() - t0, 1)}
+
+    return run
+
+
+def stages(profile: Profile) -> list[Stage]:
+    from experiments.olsson2022 import claims as induction_claims
+
+    sizes = _sizes(profile)
+    code = ("jattn.sweeps.path_patching", "jattn.sweeps.patching", "jattn.analyses.lm_heads", "jattn.training.lm")
+    params = {k: v for k, v in sizes.items() if k not in ("kinds", "seeds")}
+    data = ("multi30k/train.en", "multi30k/val.en")
+    out = []
+    for kind in sizes["kinds"]:
+        measured = []
+        for seed in sizes["seeds"]:
+            name = f"induction.{kind}-s{seed}"
+            models = (artefact(kind, seed),) if profile.name == "full" else ()
+            out.append(Stage(name, _measure_stage(kind, seed), params=params, data=data, models=models,
+                             code=code + (() if models else ("jattn.families.gpt2.train",))))
+            measured.append(name)
+        out.append(Stage(f"induction.{kind}", induction_claims.claims_stage(kind, tuple(measured)),
+                         params={"seeds": list(sizes["seeds"])}, needs=tuple(measured)))
+    return out
+
+
+studies.register('induction', stages)

@@ -1,0 +1,84 @@
+"""The studies ``jattn reproduce`` runs. The library knows none of them: experiment scripts
+register theirs (``register``), and the command imports a folder of experiments (``load``: the
+checkout's ``experiments/`` unless told otherwise) whose ``__init__.py`` registers them in run
+order. A study is a name and ``stages(profile) -> list[Stage]``; its stages may read an earlier
+study's results (``Stage.needs``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from typing import Callable
+
+from jattn.reproduce.pipeline import Profile, Stage, repository_root
+
+__all__ = ["register", "names", "load", "default_folder", "stages"]
+
+_REGISTERED: dict[str, Callable[[Profile], list[Stage]]] = {}  # name -> stages(profile), in run order
+
+
+def register(name: str, stages_of: Callable[[Profile], list[Stage]]) -> None:
+    """Add the study ``name``, whose stages are ``stages_of(profile)`` (each named "<name>.<step>"),
+    after those registered so far. Registering a name again is refused unless it is the same
+    function (an experiments package imported twice)."""
+    if name in _REGISTERED and _REGISTERED[name] is not stages_of:
+        raise ValueError(f"study {name!r} is registered already (by {_REGISTERED[name].__module__}). "
+                         "Fix: give the new study another name")
+    if "." in name or not name:
+        raise ValueError(f"study name {name!r}: a non-empty name without '.' (stages are named '<study>.<step>')")
+    _REGISTERED[name] = stages_of
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_REGISTERED)
+
+
+def default_folder() -> Path | None:
+    """``experiments/`` of the checkout holding the working directory, else of the checkout the
+    jattn package is installed from (an editable install), else None."""
+    for start in (Path.cwd(), Path(__file__).resolve().parent):
+        root = repository_root(start)
+        if root is not None and (root / "experiments" / "__init__.py").is_file():
+            return root / "experiments"
+    return None
+
+
+def load(folder: Path | None = None) -> tuple[str, ...]:
+    """Import the experiments package ``folder`` (default: ``default_folder()``), which registers
+    its studies; returns every registered name."""
+    folder = default_folder() if folder is None else Path(folder).resolve()
+    if folder is None:
+        raise FileNotFoundError("no experiments folder found: jattn reproduce runs the studies of a jattn checkout. "
+                                "Fix: run it inside the checkout, or pass --experiments FOLDER (a package whose "
+                                "__init__.py registers studies with jattn.reproduce.studies.register)")
+    if not (folder / "__init__.py").is_file():
+        raise FileNotFoundError(f"{folder} is no experiments package (it has no __init__.py). Fix: pass the folder "
+                                "whose __init__.py registers the studies")
+    if str(folder.parent) not in sys.path:
+        sys.path.insert(0, str(folder.parent))
+    module = importlib.import_module(folder.name)
+    if Path(module.__file__).resolve().parent != folder:
+        raise ImportError(f"`import {folder.name}` finds {module.__file__}, not {folder}. Fix: rename one of them, "
+                          "or run from the folder above the experiments")
+    return names()
+
+
+def stages(profile: Profile, only: tuple[str, ...] = ()) -> list[Stage]:
+    """The stages of ``only`` (default: every registered study) and of the stages they need, in run order."""
+    for name in only:
+        if name not in _REGISTERED:
+            raise ValueError(f"unknown study {name!r}. Fix: pass some of {', '.join(_REGISTERED)} (or none for all)")
+    every = [s for stages_of in _REGISTERED.values() for s in stages_of(profile)]
+    if not only:
+        return every
+    by_name = {s.name: s for s in every}
+    wanted = {s.name for s in every if s.study in only}
+    frontier = list(wanted)
+    while frontier:  # close over needs
+        for need in by_name[frontier.pop()].needs:
+            if need not in wanted:
+                wanted.add(need)
+                frontier.append(need)
+    return [s for s in every if s.name in wanted]
