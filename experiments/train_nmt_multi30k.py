@@ -89,7 +89,7 @@ def train(args) -> dict:
     from jattn.families.marian.convert import save_marian_folder
     from jattn.families.marian.tokenizer import train_sentencepiece
     from jattn.io.parallel import encode, read_parallel
-    from jattn.models.seq2seq import record_normalization
+    from jattn.models import record_normalization
     from jattn.training.nmt import Trainer, TrainConfig, bleu, translate_ids
 
     t_start = time.time()

@@ -24,8 +24,8 @@ from jattn.sweeps.pruning_curve import prune
 from jattn.runner.loop import run_corpus
 from jattn.viz.view import view
 
-__all__ = ["Interventions", "attribution_patch_heads", "attributions", "data_path", "disable", "importance", "load",
-           "norms", "patch_heads", "prune", "run_corpus", "view"]
+__all__ = ["attribution_patch_heads", "attributions", "data_path", "disable", "importance", "Interventions",
+           "load", "norms", "patch_heads", "prune", "run_corpus", "view"]
 
 _RENAMED = {"disable_sweep": "disable", "pruning_curve": "prune"}  # the names before the CLI's
 

@@ -30,6 +30,8 @@ from __future__ import annotations
 import ctypes
 import os
 
+__all__ = ["keep_freed_memory"]
+
 # glibc's <malloc.h>: mallopt parameters
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 SETTINGS = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2**31 - 1))

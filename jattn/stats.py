@@ -22,6 +22,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+__all__ = ["B", "bleu_ci", "bleu_from_statistics", "bleu_statistics", "bootstrap_ci", "holm", "mean_ci",
+           "paired_bootstrap", "permutation_interval", "SEED"]
+
 B = 1000  # resamples, as STATISTICS.md §2 asks (≥ 1000)
 SEED = 0
 

@@ -8,6 +8,8 @@ module-level ones, and only code (not comments or docstrings) counts as naming a
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 import io
 import re
 import tokenize
@@ -120,15 +122,9 @@ def test_family_checker_sees_a_branch(tmp_path):
     assert len(hits) == 2 and all(h.startswith("m.py:3:") for h in hits), hits  # the string and the ==, not the prose
 
 
-# The reproduction names the papers' models and the artefacts it runs (data, e.g. "BERT-base 93.5");
-# it is held to the rule against branching on a family, not to the one against naming one.
-NAMES_MODELS = ("jattn.reproduce",)
-
-
 def test_no_family_named_outside_families():
     hits = [h for name, path in modules().items() if not name.startswith("jattn.families")
-            for h in family_mentions(path)
-            if not (name.startswith(NAMES_MODELS) and not re.search(r"model_type|isinstance", h))]
+            for h in family_mentions(path)]
     assert not hits, "family names or branches outside jattn/families:\n" + "\n".join(hits)
 
 
@@ -140,3 +136,173 @@ def test_top_level_holds_packages():
 @pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_module_size(path):
     assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES
+
+
+# The public API and the allowed imports between folders, as docs/ARCHITECTURE.md tables them.
+DOC = ROOT.parent / "docs" / "ARCHITECTURE.md"
+EXPERIMENTS = ROOT.parent / "experiments"
+
+
+def doc_table(heading: str) -> list[list[str]]:
+    """The rows (cells) of the table under ``## heading`` in ARCHITECTURE.md, header left out."""
+    section = DOC.read_text(encoding="utf-8").split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| ")]
+    return rows[1:]
+
+
+def public_api() -> dict[str, tuple[str, ...]]:
+    """Public module -> its public names (``__all__``)."""
+    out = {}
+    for row in doc_table("Public API"):
+        name = row[0].strip("`")
+        out[name] = tuple(getattr(importlib.import_module(name), "__all__", ()))
+    return out
+
+
+def allowed_imports() -> dict[str, set[str]]:
+    """Folder -> the folders it may import (parenthesised reasons left out)."""
+    return {row[0].strip("`"): set(re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", row[1])))
+            for row in doc_table("Allowed imports")}
+
+
+def folder(module: str) -> str:
+    parts = module.split(".")
+    return parts[0] if len(parts) == 1 else parts[1]
+
+
+def test_the_tables_parse():
+    public, allowed = public_api(), allowed_imports()
+    assert len(public) > 40 and "jattn.stats" in public and "jattn.runner.batcher" not in public
+    assert allowed["nn"] == set() and "nn" in allowed["runner"] and "jattn" in allowed["cli"]
+
+
+def test_imports_between_folders_follow_the_table():
+    allowed = allowed_imports()
+    edges = graph()
+    assert {folder(m) for m in edges} <= set(allowed), "a folder without a row in ARCHITECTURE.md's table"
+    bad = sorted(f"{a} -> {b}" for a, bs in edges.items() for b in bs
+                 if folder(a) != folder(b) and folder(b) not in allowed[folder(a)])
+    assert not bad, "imports ARCHITECTURE.md's table does not allow:\n" + "\n".join(bad)
+
+
+def test_the_table_keeps_the_rules():
+    """nn knows no family and no method; analyses import no sweep and no command line; only the
+    command line imports cli and reproduce."""
+    allowed = allowed_imports()
+    assert allowed["nn"] == set()
+    assert not {"sweeps", "cli"} & allowed["analyses"] and "cli" not in allowed["sweeps"]
+    assert [f for f, targets in allowed.items() if {"cli", "reproduce"} & targets] == ["cli"]
+
+
+def is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a parent that is a module, not a package
+        return False
+
+
+def _jattn_uses(path: Path) -> set[tuple[str, str]]:
+    """(module, name) of every jattn name a file uses: ``from m import n``, ``import m`` then
+    ``m.n``, and chains ``jattn.a.b.n`` (the longest prefix that is a module is the module).
+    A module used whole gives (module, "")."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    bound, uses = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "jattn" and not node.level:
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                if is_module(full):
+                    bound[a.asname or a.name] = full
+                else:
+                    uses.add((node.module, a.name))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "jattn":
+                    bound[a.asname or "jattn"] = a.name if a.asname else "jattn"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            chain, n = [], node
+            while isinstance(n, ast.Attribute):
+                chain.append(n.attr)
+                n = n.value
+            if isinstance(n, ast.Name) and n.id in bound:
+                chain = chain[::-1]
+                module = bound[n.id]
+                while chain and is_module(f"{module}.{chain[0]}"):
+                    module = f"{module}.{chain.pop(0)}"
+                uses.add((module, chain[0] if chain else ""))
+    uses |= {(m, "") for m in bound.values()}
+    return uses
+
+
+def private_uses(path: Path, public: dict[str, tuple[str, ...]]) -> list[str]:
+    uses = _jattn_uses(path)
+    out = sorted({f"{path.name}: {module} (a private module)" for module, _ in uses if module not in public})
+    return out + sorted(f"{path.name}: {module}.{name} (not in {module}.__all__)" for module, name in uses
+                        if module in public and name and name not in public[module] and f"{module}.{name}" not in public)
+
+
+def test_the_private_use_finder_sees_each_form(tmp_path):
+    planted = tmp_path / "s.py"
+    planted.write_text("import jattn\nfrom jattn import stats\nfrom jattn.runner.batcher import pad_rows\n"
+                       "from jattn.runner import pad_rows as ok\nstats._resample\njattn.analyses.base.CLASS_NAMES\n"
+                       "jattn.load\nstats.holm\n")
+    found = private_uses(planted, public_api())
+    assert found == ["s.py: jattn.analyses.base (a private module)", "s.py: jattn.runner.batcher (a private module)",
+                     "s.py: jattn.stats._resample (not in jattn.stats.__all__)"], found
+
+
+def test_experiments_use_only_public_names():
+    public = public_api()
+    files = sorted(EXPERIMENTS.rglob("*.py"))
+    assert len(files) > 30
+    bad = [hit for path in files for hit in private_uses(path, public)]
+    assert not bad, "experiments/ uses private jattn names:\n" + "\n".join(bad)
+
+
+def test_the_library_imports_no_experiment():
+    bad = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                       [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bad += [f"{name} imports {t}" for t in targets if t.split(".")[0] == "experiments"]
+    assert not bad, bad
+
+
+def test_public_modules_declare_their_names_and_only_they_do():
+    public = public_api()
+    for module, names in public.items():
+        mod = importlib.import_module(module)
+        assert hasattr(mod, "__all__"), f"{module} is public (ARCHITECTURE.md) but has no __all__"
+        assert [n for n in names if not hasattr(mod, n)] == [], module
+    declaring = [name for name, path in modules().items() if re.search(r"^__all__ =", path.read_text(), re.M)]
+    assert sorted(set(declaring) - set(public)) == [], "an __all__ in a module ARCHITECTURE.md does not list"
+
+
+def test_every_public_name_is_named_in_a_test():
+    text = "\n".join(p.read_text(encoding="utf-8") for p in Path(__file__).parent.rglob("*.py")
+                     if p.name != "test_architecture.py")
+    untested = [f"{m}.{n}" for m, names in public_api().items() for n in names
+                if not re.search(rf"\b{re.escape(n)}\b", text)]
+    assert not untested, "public names no test names:\n" + "\n".join(untested)
+
+
+def doc_references(text: str) -> set[str]:
+    """``jattn.a.b`` references of a Markdown text (code and prose; file paths left out)."""
+    return set(re.findall(r"(?<![\w/.])jattn(?:\.\w+)+", text))
+
+
+@pytest.mark.parametrize("doc", ["docs/GUIDE.md", "README.md"])
+def test_the_docs_name_public_things_only(doc):
+    public = public_api()
+    bad = []
+    for ref in sorted(doc_references((ROOT.parent / doc).read_text(encoding="utf-8"))):
+        parts = ref.split(".")
+        module = next((".".join(parts[:i]) for i in range(len(parts), 0, -1)
+                       if is_module(".".join(parts[:i]))), "jattn")
+        name = parts[len(module.split("."))] if len(parts) > len(module.split(".")) else ""
+        if module not in public or (name and not name.startswith("__") and name not in public[module]):
+            bad.append(ref)
+    assert not bad, f"{doc} names private things:\n" + "\n".join(bad)

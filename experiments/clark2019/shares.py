@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.analyses.base import CLASS_NAMES
+from jattn.analyses import CLASS_NAMES
 
 PAD_MULTIPLE = 16  # padded lengths: one compile per multiple
 

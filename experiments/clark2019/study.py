@@ -1,22 +1,37 @@
 """Clark et al. 2019, "What Does BERT Look At?": special tokens, syntax heads, coreference heads,
 the attention probe, on all-mpnet-base-v2 (12 × 12 heads, the headline) and MiniLM (6 × 12).
 
-Per model five stages (``STATISTICS.md`` §4-§6; the paper used bert-base on Wikipedia, PTB WSJ
-with Stanford Dependencies and CoNLL-2012):
+The paper (Clark, Khandelwal, Levy and Manning 2019) finds that much of BERT's attention goes to
+[CLS], [SEP] and punctuation; that particular heads track particular dependency relations better
+than a fixed-offset baseline; that particular heads find coreferent antecedents; and that a probe
+reading only the attention maps recovers much of the dependency tree. Its protocol: bert-base on
+Wikipedia segments (the shares), PTB WSJ with Stanford Dependencies (the heads per relation and
+the probe, UAS), CoNLL-2012 (antecedent accuracy); heads were chosen and reported on the same data.
+
+Differences here (``docs/METHODS.md``): all-mpnet-base-v2 and MiniLM (the encoders jattn has
+offline) instead of bert-base; English Web Treebank with UD relations instead of PTB with Stanford
+Dependencies (the relation mapping is ``CLARK_TABLE1`` in ``experiments.clark2019.syntax``);
+GAP and LitBank instead of CoNLL-2012, GAP paragraphs as the segments (openly licensed data, the
+PTB and OntoNotes are not); heads, offsets and the probe's stopping epoch selected on one split
+and reported on another (``STATISTICS.md`` "Selection and report"), the paper's same-set number
+given beside where it applies.
+
+Per model five stages (``STATISTICS.md`` §4-§6):
 
 - ``shares``: attention share to the [CLS] role, the [SEP] role and "." / "," per layer on GAP
-  Wikipedia paragraphs as segment pairs (``clark_shares``), beside uniform attention; bootstrap
-  over segments.
+  Wikipedia paragraphs as segment pairs (``experiments.clark2019.shares``), beside uniform
+  attention; bootstrap over segments.
 - ``syntax``: best head and best offset per UD relation chosen on EWT train sentences,
-  reported on EWT dev with a bootstrap over words (``clark_syntax``); paired bootstrap of head
-  vs offset per relation, Holm over the relations; the probe's feature shards of the same pass.
+  reported on EWT dev with a bootstrap over words (``experiments.clark2019.syntax``); paired
+  bootstrap of head vs offset per relation, Holm over the relations; the probe's feature shards
+  of the same pass.
 - ``probe``: Clark's attention probe ("attn", "attn+emb") and the distances + embeddings
   baseline trained on those train sentences, early-stopped on the first ``stop_sentences`` dev
-  sentences, UAS on the other dev sentences, beside right-branching (``clark_probe``).
-- ``litbank`` / ``gap``: coreference heads (``clark_coref``) chosen on one set of documents /
-  rows, reported on another, by mention type, beside nearest / same-head-word / same-type.
+  sentences, UAS on the other dev sentences, beside right-branching (``experiments.clark2019.probe``).
+- ``litbank`` / ``gap``: coreference heads (``experiments.clark2019.coref``) chosen on one set of
+  documents / rows, reported on another, by mention type, beside nearest / same-head-word / same-type.
 
-Status rules (``clark_common.status``, in code): a finding is "reproduced" when the paired or
+Status rules (``experiments.clark2019.common.status``, in code): a finding is "reproduced" when the paired or
 interval test its claim names holds, "partly" when only its weaker part holds, else "not
 reproduced"; each claim's note gives the tests' values.
 
@@ -33,6 +48,9 @@ small runs); probe epochs on 300 MPNet train sentences (after ≈ 50 s of compil
 epochs on 1,000 sentences) + 520 s (10 + 10 LitBank documents) + 350 s (100 + 250 GAP rows) ≈
 40 min; MiniLM ≈ 13 min; ≈ 53 min in all (budget 75 min; at load 20 ≈ 1.7× that). Quick
 profile: 91 s of stage time at load 15 (MiniLM).
+
+Run: ``jattn reproduce clark`` (full profile, into ``experiments/results/``);
+``jattn reproduce clark --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 
 from __future__ import annotations
@@ -90,4 +108,5 @@ def stages(profile: Profile) -> list[Stage]:
     return out
 
 
-studies.register('clark', stages)
+studies.register('clark', stages,
+                 'Clark et al. 2019: What does BERT look at?')

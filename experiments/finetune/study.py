@@ -1,11 +1,22 @@
 """The classifiers the Kovaleva and Michel stages analyse, and their dev scores over seeds.
 
+Not a paper's study: it makes the fine-tuned classifiers that ``kovaleva`` (Kovaleva et al. 2019)
+and ``michel`` (Michel et al. 2019) read, and reports how good they are, so that those studies'
+findings can be set beside a classifier of known quality. The reference numbers (``PAPER``) are
+BERT-base's GLUE scores (Devlin et al. 2019, test sets) and Kovaleva's setting (BERT-base
+fine-tuned per GLUE task); differences: MiniLM and all-mpnet-base-v2 (the encoders jattn has
+offline) instead of BERT-base, SST-2 and CoLA only, scored on the dev sets (the GLUE test labels
+are not public), ≥ 2 training seeds with a Student-t interval (``STATISTICS.md``) instead of one run.
+
 Full profile: the named artefacts ``<model>-<task>[-s1|-s2]`` (``jattn.io.artefacts``: MiniLM and
 all-mpnet-base-v2 on SST-2 and CoLA, training seeds 0, 1, 2), made into the cache (resumable).
 Quick profile: MiniLM on 96 training sentences of each task, seeds 0 and 1, into the run's work
 folder. Per model and task, one claim: the dev metric (SST-2 accuracy, CoLA Matthews correlation
 on the in-domain dev set) as the mean over seeds with a Student-t interval, beside the majority
 class of the training split; the per-seed dev predictions are the claim's file.
+
+Run: ``jattn reproduce finetune`` (full profile, into ``experiments/results/``);
+``jattn reproduce finetune --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 
 from __future__ import annotations
@@ -120,4 +131,5 @@ def stages(profile: Profile) -> list[Stage]:
     return out
 
 
-studies.register('finetune', stages)
+studies.register('finetune', stages,
+                 'Fine-tuned classifiers (the models Kovaleva and Michel analyse)')

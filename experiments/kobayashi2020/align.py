@@ -60,7 +60,7 @@ def encode(model, pairs: list) -> list[dict]:
 
 def _batch(model, items: list[dict]) -> dict:
     """Teacher-forcing inputs: decoder input = start token + target[:-1]; lengths rounded up to 8."""
-    from jattn.runner.batcher import pad_rows, round_up
+    from jattn.runner import pad_rows, round_up
 
     pad, start = model.tokenizer.pad_token_id, model.config.decoder_start_token_id
     b = len(items)

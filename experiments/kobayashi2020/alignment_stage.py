@@ -1,6 +1,6 @@
 """The alignment stage of the Kobayashi et al. study (2020, §5): word alignments from a translation
 model's cross-attention, weight-based vs norm-based, on the Hansards fr→en gold, beside the diagonal
-and eflomal (``kobayashi_align`` computes the links and counts). The model is a parameter
+and eflomal (``experiments.kobayashi2020.align`` computes the links and counts). The model is a parameter
 (``alignment_stage(profile, model)``): a folder of the repository or a made artefact. The full
 profile runs it on the committed 3 + 3-layer model and on the 6 + 6-layer artefact of the Voita
 study (the paper's size), so the finding is read at both scales. The Hansards gold is out of the

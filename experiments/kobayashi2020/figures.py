@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jattn.analyses.base import CLASS_NAMES
+from jattn.analyses import CLASS_NAMES
 
 LABELS = {"cls": "[CLS]", "sep": "[SEP]", "punct": '"." ","', "other": "other"}
 

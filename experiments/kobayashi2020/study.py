@@ -1,10 +1,26 @@
 """Kobayashi et al. 2020, "Attention is Not Only a Weight: Analyzing Transformers with Vector
 Norms" (and the 2021 residual + LayerNorm extension), with the protocol of STATISTICS.md.
 
+The paper (Kobayashi, Kuribayashi, Yokoi and Inui 2020) finds that the large attention weights on
+[CLS], [SEP] and punctuation shrink once each weight is multiplied by the norm of the transformed
+vector it weights (‖αf(x)‖), that ‖f(x)‖ grows with a token's rarity, and that norm-based
+cross-attention alignments beat weight-based ones; the 2021 extension finds that, with the
+residual and LayerNorm counted, a token mixes in far less context than the weights suggest. Its
+protocol: BERT-base on 992 Wikipedia segments (shares, Spearman ρ over token occurrences, mixing
+ratios with 12 % of tokens masked); de-en Transformers (6 + 6 layers × 4 heads, 5 seeds) aligned
+against the RWTH human gold, AER of the best layer chosen on the same data.
+
+Differences here (``docs/METHODS.md``; each claim's protocol names its own): all-mpnet-base-v2
+and MiniLM (the encoders jattn has offline) instead of BERT-base; 512 GAP paragraphs instead of
+the 992 Wikipedia segments (time budget); unmasked input for the mixing ratios; the alignment on
+the Hansards fr→en gold with translation models trained here on Multi30k (one model each, no
+seeds) instead of German–English Europarl with the RWTH gold, the best layer selected on one half of the pairs
+and reported on the other (the same-data number beside it); eflomal added as a reference point.
+
 Stages (full profile; quick: MiniLM on 32 segments, the alignment on 32 pairs):
 
 ``kobayashi.<model>-tokens`` (all-mpnet-base-v2, 144 heads, the headline; the embedded MiniLM,
-72 heads): one ``jattn.norms`` pass (``kobayashi_tokens``) over the first 512 GAP development
+72 heads): one ``jattn.norms`` pass (``experiments.kobayashi2020.tokens``) over the first 512 GAP development
 paragraphs as ``[CLS] A [SEP] B [SEP]`` (≤ 128 tokens; the paper used 992 Wikipedia segments:
 fewer here for the time budget). Claims, per token class c ([CLS], [SEP], "."/",", other;
 MPNet's ``<s>``/``</s>`` take the [CLS]/[SEP] roles, and its pairs read ``<s> A </s></s> B </s>``):
@@ -23,9 +39,9 @@ MPNet's ``<s>``/``</s>`` take the [CLS]/[SEP] roles, and its pairs read ``<s> A 
   of one segment are not independent) is given beside it (``ci_segments``).
 
 ``kobayashi.alignment`` and, in the full profile, ``kobayashi.alignment-multi30k-fr-en-6x8``
-(``kobayashi_alignment_stage.alignment_stage(profile, model)``: the committed 3 + 3 × 4 model and
+(``experiments.kobayashi2020.alignment_stage.alignment_stage(profile, model)``: the committed 3 + 3 × 4 model and
 the 6 + 6 × 8 artefact the Voita study trains): teacher-forced
-cross-attention alignments of the 447 Hansards fr→en pairs (``kobayashi_align``), the best layer
+cross-attention alignments of the 447 Hansards fr→en pairs (``experiments.kobayashi2020.align``), the best layer
 selected on the even-numbered pairs and reported on the odd ones, for AWO and AWI: norm-based
 (‖Σ_h αf‖) vs weight-based (head-mean α), norm-based vs the diagonal; eflomal (trained on
 Multi30k train + the Hansards pairs) vs the diagonal. The same-data best layer (the paper's
@@ -43,6 +59,9 @@ bootstrap over 50,000 occurrences 30 s. eflomal on 29,000 Multi30k + 447 Hansard
 familiarity check on 1,000 Multi30k pairs) 406 s at load ~21. Full profile: ≈ 20 min at load
 6-11 (MPNet ≈ 10 min + 2 min of claims, MiniLM ≈ 3 min + 2 min, alignment ≈ 3 min), ≈ 50 min
 at load ~20; the budget is 45 min. Quick profile: 91 s of stage time at load ~19 (23 s of CPU).
+
+Run: ``jattn reproduce kobayashi`` (full profile, into ``experiments/results/``);
+``jattn reproduce kobayashi --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 
 from __future__ import annotations
@@ -268,4 +287,5 @@ def stages(profile: Profile) -> list[Stage]:
     return out
 
 
-studies.register('kobayashi', stages)
+studies.register('kobayashi', stages,
+                 'Kobayashi et al. 2020: Attention is not only a weight')

@@ -1,7 +1,7 @@
 """Token-level measurements of the Kobayashi et al. study: one ``jattn.norms`` pass over segments.
 
 Per segment (``[CLS] A [SEP] B [SEP]``, ≤ 128 tokens; on a model whose specials are ``<s>``/``</s>``
-those take the [CLS]/[SEP] roles, as ``jattn.runner.batcher.token_classes`` assigns them), for
+those take the [CLS]/[SEP] roles, as ``jattn.runner.token_classes`` assigns them), for
 each token class c of ``jattn.analyses.base.CLASS_NAMES`` ([CLS], [SEP], "."/",", other):
 
 - ``weight_<c>``: Σ_{j∈c} α[h,i,j], averaged over real query rows i, heads h and layers
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jattn.analyses.base import CLASS_NAMES
+from jattn.analyses import CLASS_NAMES
 from jattn.analyses.norm_stats import MIXING
 
 CHUNK = 64  # segments per checkpoint
@@ -71,7 +71,7 @@ def batch_measures(norms: dict, classes: np.ndarray, mask: np.ndarray) -> dict:
 def _chunk(model, segments: list, start: int, batch_size: int, max_length: int) -> dict:
     """Measures of ``segments`` (corpus indices from ``start``): rows, occurrences, layer sums."""
     import jattn
-    from jattn.runner.batcher import model_batches, token_classes
+    from jattn.runner import model_batches, token_classes
 
     L, C = model.config.num_layers, len(CLASS_NAMES)
     rows, occ = {}, {"segment": [], "id": [], "fnorm": []}

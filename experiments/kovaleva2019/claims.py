@@ -5,7 +5,7 @@ Per model and task, over the seeds swept (each seed a fine-tuned classifier, its
 predictions):
 
 - best head, held out: the head whose removal raises the metric most on one half of dev
-  (``kovaleva_disabling.halves``), its Δ on the other half;
+  (``experiments.kovaleva2019.disabling.halves``), its Δ on the other half;
 - best head, in sample: selected and reported on all the dev examples swept, as the paper did
   (optimistic: the maximum of 144 noisy Δs);
 - heads / layers after Holm: the share whose removal changes the metric, family-wise error 5 %

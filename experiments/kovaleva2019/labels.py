@@ -41,7 +41,7 @@ def hand_files(root: Path) -> tuple[Path, Path]:
 def hand_set(root: Path, tokenizer, dev: list[tuple[str, int]]) -> dict:
     """The labelled maps: ``maps`` [(n, n)], ``classes`` [(n,)] token classes (the sentence, or
     the pair, of SST-2 ``dev`` re-tokenized), ``labels`` (72,) type indices, ``ids``."""
-    from jattn.runner.batcher import token_classes
+    from jattn.runner import token_classes
 
     labels_path, maps_path = hand_files(root)
     doc, arrays = json.loads(labels_path.read_text()), np.load(maps_path)
@@ -120,7 +120,7 @@ def sample_maps(model, texts: list[str], sentences: int, per_sentence: int, seed
                 batch_size: int = 32) -> tuple[list, list, np.ndarray]:
     """``per_sentence`` random (layer, head) maps over real tokens of each of ``sentences``
     random ``texts``: (maps [(n, n)], token classes [(n,)], the sentence each came from (M,))."""
-    from jattn.runner.batcher import token_classes
+    from jattn.runner import token_classes
     from jattn.sweeps.disable import batches
 
     rng = np.random.default_rng(seed)

@@ -43,7 +43,7 @@ def dev_maps(pretrained, finetuned, examples: list[tuple[str, int]], thresholds:
     mean over examples, ``types`` {"pretrained", "finetuned"} (N, 5) counts of maps per type,
     ``share_heads`` (L, H, 5) share of each type per head (fine-tuned), ``uniform`` (N,) type of
     the uniform map, ``rows`` (N,) body rows (0: no pattern statistic)."""
-    from jattn.runner.batcher import token_classes
+    from jattn.runner import token_classes
     from jattn.sweeps.disable import batches
 
     c = finetuned.config

@@ -1,5 +1,5 @@
 """The claims, tables and figures of Kovaleva et al. 2019 §4-5 (pattern types, the change under
-fine-tuning) from the arrays of ``kovaleva_labels`` and ``kovaleva_maps``.
+fine-tuning) from the arrays of ``experiments.kovaleva2019.labels`` and ``experiments.kovaleva2019.maps``.
 
 Status rules (decided here, never by hand): a classifier of pattern types "reproduces" when it
 labels held-out hand-labelled maps better than the majority class (paired Δ's interval above 0);

@@ -3,18 +3,33 @@ Fig. 9-10), attention-pattern types (§4, Fig. 1-2) and the change of the maps u
 (§5, Fig. 5), on the fine-tuned classifiers of the ``finetune`` study (all-mpnet-base-v2,
 12 × 12 heads, the headline; MiniLM, 6 × 12, the small variant; SST-2 and CoLA).
 
+The paper (Kovaleva, Romanov, Rogers and Rumshisky 2019) finds that a few attention-pattern types
+recur across BERT's heads, that fine-tuning changes the last layers' maps most, and that disabling
+some single heads or whole layers raises a fine-tuned model's score. Its protocol: BERT-base
+fine-tuned per GLUE task (MRPC, STS-B, SST-2, QQP, RTE, QNLI, MNLI), the task metric on the dev
+sets with the head or layer disabled (its attention uniform), heads chosen and reported on the
+same dev set; pattern types from 400 hand-labelled maps and a CNN trained on them.
+
+Differences here (``docs/METHODS.md``): all-mpnet-base-v2 and MiniLM (the encoders jattn has
+offline) instead of BERT-base, each fine-tuned with several seeds by the ``finetune`` study; SST-2
+and CoLA only (CoLA is not among the paper's tasks); the best head selected on one half of dev and
+reported on the other, the paper's same-set number beside it, paired bootstrap Δ with Holm over
+heads and layers (``STATISTICS.md``); jattn's own 72 hand-labelled maps (the paper's maps and CNN
+were not released), the rules and CNN cross-fitted on them; the cosine to the pretrained maps over
+real tokens only (the released code included padding).
+
 Stages:
 
 - ``kovaleva.sweep-<model>-<task>-s<seed>``: dev predictions with each head, and each layer,
-  disabled (Kovaleva's uniform attention), resumable by chunks (``kovaleva_disabling``);
+  disabled (Kovaleva's uniform attention), resumable by chunks (``experiments.kovaleva2019.disabling``);
 - ``kovaleva.disabling-<model>-<task>``: paired bootstrap Δ per head and layer against the
   unmodified model, Holm over the family, the best head selected on one half of dev and
-  reported on the other and, as the paper did, on the same examples (``kovaleva_claims``);
+  reported on the other and, as the paper did, on the same examples (``experiments.kovaleva2019.claims``);
 - ``kovaleva.labels``: the pattern rules' thresholds and the CNN fitted on one fold of the 72
-  hand-labelled maps and scored on the other (cross-fitted, ``kovaleva_labels``);
+  hand-labelled maps and scored on the other (cross-fitted, ``experiments.kovaleva2019.labels``);
 - ``kovaleva.maps-<model>-<task>``: per dev example the pattern types of every head (seed 0
   classifier), the uniform-attention baseline, and the per-layer cosine to the pretrained maps
-  (``kovaleva_maps``).
+  (``experiments.kovaleva2019.maps``).
 
 Costs, measured with ``nice -n 10`` while the machine ran ~20 other jobs (load average ~20 on
 2 cores, so wall times were 5-8× the process CPU times). Process CPU seconds per dev sentence:
@@ -37,6 +52,9 @@ at ≈ 450 GFLOP/s; `experiments/results/REPORT.md` has every stage's time) an M
 profile: MiniLM, seeds 0-1, 12 dev sentences of ≤ 16 tokens per task for the sweeps (one
 length bucket: one compile per program) and 24 for the maps, a 40-step CNN: 80 s of stage time
 at load average ~8, most of it compiling.
+
+Run: ``jattn reproduce kovaleva`` (full profile, into ``experiments/results/``);
+``jattn reproduce kovaleva --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 
 from __future__ import annotations
@@ -145,7 +163,7 @@ def _hand_sha256() -> str:
 
 def stages(profile: Profile) -> list[Stage]:
     size = sizes(profile)
-    sweep_code = ("jattn.sweeps.disable",)  # the sweep's run lives in kovaleva_disabling: edits here keep it
+    sweep_code = ("jattn.sweeps.disable",)  # the sweep's run lives in experiments.kovaleva2019.disabling: edits here keep it
     claim_code = ("experiments.kovaleva2019.disabling", "experiments.kovaleva2019.claims")
     out = []
     for model, plan in size["sweep"].items():
@@ -179,4 +197,5 @@ def stages(profile: Profile) -> list[Stage]:
     return out
 
 
-studies.register('kovaleva', stages)
+studies.register('kovaleva', stages,
+                 'Kovaleva et al. 2019: Revealing the dark secrets of BERT')

@@ -2,27 +2,37 @@
 head importance estimated on one split, heads pruned by it in 10 % steps of all heads, the dev
 metric evaluated on another, beside ≥ 5 random pruning orders and the unpruned model.
 
-Protocol (``STATISTICS.md`` §2, §4–§6). Importance I_h = E|∂L/∂ξ_h| (``jattn.importance``, Michel
+The paper (Michel, Levy and Neubig 2019) finds that a large share of a fine-tuned model's heads
+can be pruned with no noticeable loss when heads are pruned by their importance. Its protocol
+(BERT side): BERT-base fine-tuned on MNLI, heads pruned by importance in steps of 10 % of all
+heads, importance re-estimated as heads are pruned, MNLI dev accuracy against the share pruned.
+
+jattn's protocol (``STATISTICS.md`` §2, §4–§6). Importance I_h = E|∂L/∂ξ_h| (``jattn.importance``, Michel
 Eq. 3) with the *token* estimator and per-layer L2 normalisation (the authors' released code,
 ``--normalize_pruning_by_layer``), estimated once on the unpruned classifier over a seeded random
 slice of the task's training split; the dev split (disjoint from it) is where every point is
 evaluated. At share p ∈ {0, 10 %, …, 100 %} the round(p·N) least important heads are masked
-(gate 0; ``michel_curves``); the same for ``random_orders`` random orders (the band). Each point
+(gate 0; ``experiments.michel2019.curves``); the same for ``random_orders`` random orders (the band). Each point
 carries a paired bootstrap Δ against the unpruned model; the *prunable share* of an order is the
 largest p up to which no point is significantly worse by more than 1 metric point
-(``michel_curves.prunable_share``). Claims per model and task: (1) Δ at 40 % pruned by importance
+(``experiments.michel2019.curves.prunable_share``). Claims per model and task: (1) Δ at 40 % pruned by importance
 vs unpruned (the paper: about 40 % of BERT's heads prunable with no noticeable loss), baseline the
 random orders' Δ; (2) importance order vs the random orders' mean at 50 % pruned, baseline one
 random order against the others (what a ranking no better than chance gives). Δ's interval: paired
 bootstrap over dev examples for one seed, Student-t over fine-tuning seeds where there are ≥ 2.
-Deviations: MPNet / MiniLM on SST-2 and CoLA instead of BERT-base on MNLI; importance once
-(the paper's iterative re-estimation not run: budget).
+Deviations: MPNet / MiniLM on SST-2 and CoLA instead of BERT-base on MNLI (the encoders jattn
+has offline, fine-tuned by the ``finetune`` study, the classifiers the Kovaleva study reads too);
+importance once (the paper's iterative re-estimation not run: budget); the random orders are a
+baseline the paper does not have (``STATISTICS.md`` "Baselines").
 
 Costs, quiet AMD EPYC (2 cores; the stage records' ``runtime_s``): a curve stage runs
 1 + 9 x (1 + 5) + 1 = 56 dev passes under head masks (the unpruned and all-pruned masks are shared
 by every order) after 1,000 importance examples (forward + backward). MPNet: 4.3 min (CoLA, 527
 dev sentences) and 10.5 min (SST-2, 872) a seed; MiniLM 0.7 and 1.6 min a seed.
 Quick profile: MiniLM, 32 importance sentences, 64 dev sentences, 2 seeds.
+
+Run: ``jattn reproduce michel`` (full profile, into ``experiments/results/``);
+``jattn reproduce michel --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 
 from __future__ import annotations
@@ -151,4 +161,5 @@ def stages(profile: Profile) -> list[Stage]:
     return out
 
 
-studies.register('michel', stages)
+studies.register('michel', stages,
+                 'Michel et al. 2019: Are sixteen heads really better than one?')

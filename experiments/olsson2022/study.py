@@ -1,5 +1,22 @@
 """Induction heads in small language models trained here (Olsson et al. 2022; Elhage et al. 2021).
 
+The papers: Olsson et al. 2022, "In-context Learning and Induction Heads", and Elhage et al. 2021,
+"A Mathematical Framework for Transformer Circuits". Reproduced: small transformers predict the
+second copy of a repeated random sequence far better than the first; they form an induction head
+(attending from a token to the one after its earlier occurrence) and a previous-token head in a
+layer below it; and the induction head finds its target through the previous-token head's output
+in its keys (K-composition). Their protocol: the authors' own small attention-only and MLP
+transformers (not released), in-context learning read as a loss difference along the context,
+heads found by their attention on repeated random tokens, K-composition read from the weights
+(Elhage) and tested by ablations (Olsson).
+
+Differences here: the models are trained here (no released checkpoints offline) on captions with
+half their training sequences repeated random segments (the papers trained on natural text;
+``jattn.families.gpt2.train``); the in-context drop is read on repeated
+random tokens against a non-repeating control; heads are named on selection sequences and measured
+on separate evaluation sequences; K-composition is measured by path patching (Wang et al. 2022,
+"Interpretability in the Wild") against a random head; intervals are over the training seeds (3 in the full profile).
+
 Models (``jattn.families.gpt2.train``): a 2-layer attention-only GPT-2 and a 2-layer GPT-2 with
 MLPs, 8 heads each, trained on English captions mixed with repeated random tokens; seeds 0, 1, 2
 (full profile: the named artefacts ``induction-attn-only[-s1|-s2]`` and ``induction-gpt2[-s1|-s2]``;
@@ -36,6 +53,9 @@ intervals over the 3 training seeds of each seed's mean over sequences, ``ci_met
   from the other heads; for P from the other heads of the layers below I's);
 - path: reproduced when P's effect through I's keys has an interval below (more negative than) that
   of a random other head of the layers below I's through the same keys.
+
+Run: ``jattn reproduce induction`` (full profile, into ``experiments/results/``);
+``jattn reproduce induction --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 
 from __future__ import annotations
@@ -182,4 +202,5 @@ def stages(profile: Profile) -> list[Stage]:
     return out
 
 
-studies.register('induction', stages)
+studies.register('induction', stages,
+                 'Olsson et al. 2022: induction heads in small language models trained here, confirmed by path patching')

@@ -127,7 +127,7 @@ def clark_correct(model, batch: dict, pairs: list[dict], word_ids: np.ndarray) -
     from jattn.analyses.coref import gap_correct
     from jattn.analyses.weights import word_level
     from jattn.io.labels import GapExample
-    from jattn.runner.batcher import unit_ids
+    from jattn.runner import unit_ids
 
     out = model.forward(batch, internals=("weights",))
     maps = np.asarray(word_level(out.attentions, unit_ids(word_ids, batch["attention_mask"])))  # (L, b, H, u, u)

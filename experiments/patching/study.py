@@ -1,7 +1,23 @@
 """Causal interventions on coreference heads: activation and attribution patching of every head on
 GAP clean/corrupted pairs, beside Clark et al.'s weight-based coreference heads.
 
-Data, metric and weight-based score: ``patching_pairs`` (its docstring). Per model (all-mpnet-base-v2,
+Not one paper's study: it extends Clark et al. 2019 ("What Does BERT Look At?"), who name
+coreference heads by their attention weights only (bert-base on CoNLL-2012, the best head's
+antecedent accuracy beside the nearest mention), with interventions that test whether those heads
+cause the behaviour: activation patching (Vig et al. 2020; Wang et al. 2022: clean and corrupted
+inputs that differ in one cue, a head's output copied from the clean run into the corrupted one,
+the change of a metric) and attribution patching (Nanda 2023; Syed et al. 2023: its first-order
+approximation from one backward pass). The claims: the metric reflects the behaviour, the
+corruption moves it, heads with a larger patching effect are Clark's heads, and attribution
+patching ranks heads like exact patching.
+
+Differences from those papers: all-mpnet-base-v2 and MiniLM, sentence-embedding checkpoints
+without a masked-LM head (``config.with_mlm_head`` False), so the metric reads the
+final hidden states instead of a prediction; GAP paragraphs instead of CoNLL-2012 (GAP's candidates
+share the pronoun's gender, so swapping the antecedent's name for one of the other gender makes a
+corrupted input aligned token by token); no head is selected, so there is no held-out split.
+
+Data, metric and weight-based score: ``experiments.patching.pairs`` (its docstring). Per model (all-mpnet-base-v2,
 144 heads, and the embedded MiniLM, 72 heads; quick profile: MiniLM on a dozen short pairs):
 
 - ``patching-<model>-behaviour``: how often the metric m (the pronoun's final vector against each
@@ -32,6 +48,9 @@ many as the GAP development rows give (2.1 min MiniLM, 19.3 min MPNet measured o
 32 MPNet pairs left the behaviour claim's interval too wide to tell the metric from the
 nearest-name rule). Quick: 12 MiniLM pairs
 of ≤ 64 tokens.
+
+Run: ``jattn reproduce patching`` (full profile, into ``experiments/results/``);
+``jattn reproduce patching --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 
 from __future__ import annotations
@@ -225,4 +244,5 @@ def stages(profile: Profile) -> list[Stage]:
     return out
 
 
-studies.register('patching', stages)
+studies.register('patching', stages,
+                 'Causal interventions: activation and attribution patching of coreference heads (GAP pairs)')

@@ -1,4 +1,4 @@
-"""The Voita claims about the encoder heads themselves (``voita_roles`` computes them on the
+"""The Voita claims about the encoder heads themselves (``experiments.voita2019.roles`` computes them on the
 unpruned model): whether LRP relevance follows confidence (§4, Fig. 1: "the most important heads
 are confident"), against the same with gradient × input in place of LRP; whether the heads the L0
 gates keep are more confident than those they close (§6, Fig. 8), against a random subset of the

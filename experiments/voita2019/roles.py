@@ -8,7 +8,7 @@ LRP covers the encoder heads only: the decoder is one block on top of the encode
 gets a relevance and no claim is made about them.
 
 Per-sentence values (confidence; LRP and |gradient × input|, each layer's heads scaled to sum to 1)
-of every encoder head are the rows of the claims built in ``voita_claims``; the role counts are
+of every encoder head are the rows of the claims built in ``experiments.voita2019.claims``; the role counts are
 corpus totals (a table and a figure).
 """
 

@@ -128,7 +128,7 @@ def _training_batches(ctx: Context, s: Setup, p: dict):
     was trained (token-based batches of ``max_tokens``, sentences cut to ``max_len``), shuffled per
     epoch."""
     from jattn.io.parallel import encode
-    from jattn.runner.batcher import token_batches
+    from jattn.runner import token_batches
     from jattn.training.nmt import device_batch
 
     tok, c, n = s.model.tokenizer, s.model.config, p["train_pairs"] or None

@@ -2,7 +2,14 @@
 2019's importance pruning at the same head counts, on a translation model at the papers' head
 count: 6 + 6 layers × 8 heads (48 encoder-self, 48 decoder-self, 48 cross-attention heads).
 
-Protocol (``STATISTICS.md`` §2, §4, §6). The model is the artefact ``multi30k-fr-en-6x8``
+The paper (Voita, Talbot, Moiseev, Sennrich and Titov 2019) finds that a few encoder heads play
+identifiable roles (positional, syntactic, rare words), are confident and are the most relevant by
+LRP, and that most heads can be pruned, by L0 gates trained with the model, at a small cost in
+BLEU, the specialised heads the last to go. Its protocol: Transformer-base NMT (6 + 6 layers × 8
+heads), mainly on WMT and OpenSubtitles en→ru, gates on the encoder self-attention and on all three
+attention types, BLEU against the number of open heads.
+
+jattn's protocol (``STATISTICS.md`` §2, §4, §6). The model is the artefact ``multi30k-fr-en-6x8``
 (``jattn.families.marian.train``: Multi30k fr→en, cased, trained until validation BLEU stops
 improving). For each λ of the sweep and each setting — gates on the encoder self-attention
 only, and on all three attention types — hard-concrete gates (``jattn.nn.gates``) are trained
@@ -20,15 +27,15 @@ pruned to each λ's open-head count by it and by ``random_orders`` random orders
 translates the whole test set (test_2016_flickr, 1,000 sentences) with beam search; BLEU is
 sacreBLEU (13a, cased) with bootstrap intervals; differences are paired bootstrap Δ.
 
-The heads themselves (§4, ``voita_roles``): on the unpruned model and the test set, each encoder
+The heads themselves (§4, ``experiments.voita2019.roles``): on the unpruned model and the test set, each encoder
 head's role (positional, syntactic against spaCy's parse of the French sources, rare words),
 confidence, and LRP relevance (conservation checked layer by layer) beside gradient × input;
-claims (``voita_head_claims``): confidence vs LRP relevance over heads, and the confidence of the
+claims (``experiments.voita2019.head_claims``): confidence vs LRP relevance over heads, and the confidence of the
 heads each λ keeps against those it closes.
 
-Deviations from the paper: Multi30k fr→en (29k pairs) instead of WMT / OpenSubtitles en→ru, a
-model of width 256 and dropout 0.3 (the papers' 512 and 0.1: the data set is small and the machine
-two CPU cores) initialised with DS-Init (Zhang et al. 2019; the deep post-LN stack learns slowly
+Deviations from the paper: Multi30k fr→en (29k pairs, a data set a model can be trained on here)
+instead of WMT / OpenSubtitles en→ru, a model of width 256 and dropout 0.3 (the papers' 512 and
+0.1: the data set is small and the machine two CPU cores) initialised with DS-Init (Zhang et al. 2019; the deep post-LN stack learns slowly
 from plain Xavier initialisation), one training seed of the model, 600-3,600 joint updates per λ
 (until no evaluation gate is fractional, rather than the paper's training schedule).
 
@@ -52,6 +59,9 @@ at λ = 0.002 one cross-attention gate (0.89) after 2,400: hence up to 3,600.
 
 Quick profile: a 1 + 1-layer, 2-head model trained in the work folder on 300 pairs, 2 λ, 20
 updates, 24 test sentences, beam 2: the pipeline end to end, not the paper's numbers.
+
+Run: ``jattn reproduce voita`` (full profile, into ``experiments/results/``);
+``jattn reproduce voita --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 
 from __future__ import annotations
@@ -106,4 +116,5 @@ def stages(profile: Profile) -> list[Stage]:
     return out
 
 
-studies.register('voita', stages)
+studies.register('voita', stages,
+                 'Voita et al. 2019: Analyzing multi-head self-attention')

@@ -20,31 +20,15 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-Links = set[tuple[int, int]]
-_LINK = re.compile(r"^(\d+)([-p])(\d+)$")
+from jattn.io.readers import Links, parse_links
 
-
-def parse_links(line: str, *, one_based: bool) -> tuple[Links, Links]:
-    """One gold line -> (sure, possible ⊇ sure), 0-based. ``i-j`` sure, ``ipj`` possible."""
-    sure, possible = set(), set()
-    shift = 1 if one_based else 0
-    for tok in line.split():
-        m = _LINK.match(tok)
-        if m is None:
-            raise ValueError(f"bad alignment link {tok!r} in line {line.strip()!r}: expected i-j or ipj")
-        i, j = int(m.group(1)) - shift, int(m.group(3)) - shift
-        if i < 0 or j < 0:
-            raise ValueError(f"link {tok!r} has index 0 in a 1-based file (line {line.strip()!r})")
-        possible.add((i, j))
-        if m.group(2) == "-":
-            sure.add((i, j))
-    return sure, possible
+__all__ = ["decoder_rows", "diagonal_alignment", "hard_alignment", "read_gold", "read_tokenized_pairs",
+           "subword_words", "swap", "word_map"]
 
 
 def read_gold(path, *, one_based: bool) -> list[tuple[Links, Links]]:

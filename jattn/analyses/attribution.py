@@ -40,6 +40,8 @@ from jattn.nn import state
 from jattn.nn.attention import transformed_vectors
 from jattn.nn.layers import ln_sigma, safe_norm
 
+__all__ = ["attributions"]
+
 
 def _pair_mask(mask: jax.Array) -> jax.Array:
     m = mask.astype(bool)  # (b, n)

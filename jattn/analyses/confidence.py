@@ -18,6 +18,8 @@ import jax.numpy as jnp
 from jattn.analyses.base import SEP, Method, Statistic, StepContext
 from jattn.analyses.registry import register
 
+__all__ = ["HeadConfidence", "per_example"]
+
 
 def scored_rows(batch: dict) -> jax.Array:
     """(b, q) the query rows confidence reads: real, not EOS."""

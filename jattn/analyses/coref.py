@@ -32,6 +32,8 @@ from jattn.analyses.base import HostBatch, Method, Statistic, StepContext
 from jattn.analyses.registry import register
 from jattn.analyses.weights import word_level
 
+__all__ = ["antecedent_queries", "gap_baselines", "gap_correct", "PRONOUNS"]
+
 
 def gap_scores(word_map: np.ndarray, ex: GapExample) -> tuple[np.ndarray, np.ndarray]:
     """Word-level attention from the pronoun to names A and B. word_map (L, H, u, u) ->

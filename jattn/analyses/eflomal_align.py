@@ -17,6 +17,8 @@ from typing import Sequence
 
 from jattn.analyses.alignment import Links, grow_diag_final_and, parse_links
 
+__all__ = ["eflomal_align"]
+
 
 def _eflomal():
     try:

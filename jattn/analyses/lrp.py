@@ -47,6 +47,8 @@ from jattn.nn.interventions import NONE
 from jattn.nn import state
 from jattn.nn.attention import post_ln_ffn
 
+__all__ = ["head_gradient_x_input", "head_relevance"]
+
 ALPHA, BETA, EPS = 0.5, 0.5, 1e-5
 
 

@@ -27,6 +27,8 @@ from tqdm import tqdm
 
 from jattn.analyses.norm_stats import MIXING
 
+__all__ = ["bottom_ranked"]
+
 
 def bottom_ranked(ranks: np.ndarray) -> np.ndarray:
     """Rank per vocabulary id with the authors' rule for ids absent from the rank file (NaN in
@@ -109,7 +111,7 @@ def occurrence_pass(model, examples: Iterable, folder, *, residual: bool, batch_
     and padded to a few bucket lengths, so only a few shapes compile.
     ``on_batch(norms, inputs)``, if given, also sees each batch's ``jattn.norms`` output and its
     padded inputs (padding rows have an all-zero ``attention_mask``)."""
-    import jattn
+    from jattn.analyses.norms import norms as norms_of
     from jattn.runner.batcher import model_batches
 
     fields = [f"mixing_{k}" for k in MIXING] if residual else ["fnorm", "alpha"]
@@ -117,7 +119,7 @@ def occurrence_pass(model, examples: Iterable, folder, *, residual: bool, batch_
     examples = list(examples)
     bar = tqdm(total=len(examples), unit="ex", desc="occurrences", disable=not progress, dynamic_ncols=True)
     for inputs, idx in model_batches(model, examples, batch_size, max_length, truncate, skipped=[]):
-        norms = jattn.norms(model, inputs, residual=residual)["encoder"]
+        norms = norms_of(model, inputs, residual=residual)["encoder"]
         if on_batch is not None:
             on_batch(norms, inputs)
         values = occurrence_values(norms, inputs["attention_mask"], residual)

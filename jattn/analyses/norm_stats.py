@@ -41,6 +41,8 @@ from jattn.analyses.base import CLASS_NAMES, CLS, SEP, HostBatch, Method, Statis
 from jattn.analyses.norms import over_layers, residual_norms, transformed_norm
 from jattn.analyses.registry import register, require_rank_file
 
+__all__ = ["MIXING", "read_ranks"]
+
 MIXING = ("attn_w", "attn_n", "attnres_w", "attnres_n", "attnresln_n")
 
 

@@ -37,6 +37,8 @@ import numpy as np
 from jattn.nn import state
 from jattn.nn.layers import ln_sigma, safe_norm, safe_sqrt
 
+__all__ = ["encoder_norms", "norms"]
+
 
 def layer_major(path) -> int:
     """The batch axis of every stacked (L, b, ...) result at ``path``: 1 (``jattn.nn.state.on_auto_axes``)."""

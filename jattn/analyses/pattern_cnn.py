@@ -20,6 +20,8 @@ from flax import nnx
 
 from jattn.analyses.patterns import TYPES
 
+__all__ = ["predict", "to_image", "train"]
+
 SIZE = 32
 
 

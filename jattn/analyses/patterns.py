@@ -46,6 +46,8 @@ from jattn.analyses.base import CLASS_NAMES, CLS, SEP, Method, Statistic, StepCo
 from jattn.analyses.registry import register
 from jattn.nn.layers import safe_sqrt
 
+__all__ = ["classify", "finetune_change", "map_cosine", "map_statistics", "PatternTypes", "Thresholds", "TYPES"]
+
 TYPES = ("vertical", "diagonal", "vertical+diagonal", "block", "heterogeneous")
 VERTICAL, DIAGONAL, MIXED, BLOCK, HETEROGENEOUS = range(5)
 

@@ -34,6 +34,9 @@ from tqdm.auto import tqdm
 from jattn.analyses.base import HostBatch, Method, StepContext
 from jattn.analyses.weights import word_level
 
+__all__ = ["batches", "scores", "sentence_features", "train", "word_embedding_table", "word_embeddings",
+           "write_shards"]
+
 KINDS = ("attn", "attn+emb", "dist+emb")
 MAX_DISTANCE = 10  # distance features: j - i clipped to [-10, 10]
 PAD_MULTIPLE = 8  # padded word counts: one compile per multiple

@@ -59,10 +59,9 @@ def register(name: str, help: str, factory: Callable, figures: Callable | None =
 
 def entries() -> dict[str, Entry]:
     """Every registered method, by CLI name (importing every module of ``jattn.analyses``)."""
-    import jattn.analyses as package
-
-    for info in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{info.name}")
+    package = __name__.rpartition(".")[0]  # jattn.analyses, this module's folder
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        importlib.import_module(f"{package}.{info.name}")
     return dict(_ENTRIES)
 
 

@@ -34,6 +34,8 @@ from jattn.analyses.base import Method, Statistic, StepContext
 from jattn.analyses.confidence import scored_rows
 from jattn.analyses.syntax import OFFSETS, DependencyCounts, head_roles
 
+__all__ = ["frequency_rank", "RELATIONS", "token_labels", "token_words", "TokenRoles"]
+
 RELATIONS = ("nsubj", "obj", "amod", "advmod")
 RARE = 0.5  # a rare-word head attends to the rarest token in more than half of the rows
 

@@ -29,6 +29,8 @@ from jattn.analyses.base import HostBatch, Method, Statistic, StepContext
 from jattn.analyses.registry import register
 from jattn.analyses.weights import word_level
 
+__all__ = ["DependencyHeads", "DIRECTIONS", "OFFSETS", "predicted_heads"]
+
 OFFSETS = (-3, -2, -1, 1, 2, 3)
 DIRECTIONS = ("dep->head", "head->dep")  # A, Aᵀ
 MIN_COUNT = 100  # relations with fewer occurrences are not tabulated (Clark et al. 2019)

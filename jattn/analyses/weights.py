@@ -21,6 +21,8 @@ import jax.numpy as jnp
 from jattn.analyses.base import CLASS_NAMES, CLS, SEP, Method, Statistic, StepContext, class_sums, ratio, segment_mean
 from jattn.analyses.registry import register
 
+__all__ = ["ClassAttention", "Entropy", "word_level"]
+
 ENTROPY_SMOOTHING = 1e-4  # A' = (1 - 1e-4) A + 1e-4 / n  (Clark's released code)
 
 

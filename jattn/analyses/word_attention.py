@@ -21,6 +21,8 @@ from tqdm.auto import tqdm
 from jattn.analyses.weights import word_level
 from jattn.runner.batcher import unit_ids
 
+__all__ = ["word_attention"]
+
 PAD_MULTIPLE = 16  # padded lengths are multiples of this: one compile per bucket
 
 

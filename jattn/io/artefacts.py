@@ -27,6 +27,9 @@ import os
 import re
 from pathlib import Path
 
+__all__ = ["DONE", "made_elsewhere", "make_command", "models_dir", "path", "recipe", "RECIPES", "status",
+           "work_folder"]
+
 DONE = "DONE"  # written last into a made artefact's folder
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")  # an artefact name: one folder name, no path
 

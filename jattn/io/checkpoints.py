@@ -24,6 +24,8 @@ import jax
 import numpy as np
 from flax import nnx
 
+__all__ = ["save_params"]
+
 CONVERSION_VERSION = "2"  # bump when a converter's output layout changes (2: untied MLM decoders, ELECTRA's RTD head)
 FORMAT = "jattn nnx.State 1"  # the pure-dict layout of the modules' nnx.Param state (jattn.nn.state)
 FORMAT_FILE = "jattn.format"  # inside the checkpoint folder, covered by the checksum; orbax ignores it

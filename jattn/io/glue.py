@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+__all__ = ["accuracy", "matthews_corr", "METRICS", "read_task"]
+
 FILES = {
     "sst2": {"train": "train.tsv", "dev": "dev.tsv"},
     "cola": {"train": "in_domain_train.tsv", "dev": "in_domain_dev.tsv", "dev_out": "out_of_domain_dev.tsv"},

@@ -24,6 +24,8 @@ import numpy as np
 
 from jattn.io.lines import conllu_sentences
 
+__all__ = ["fit_words", "GapExample", "read_conllu_trees", "read_gap", "read_litbank", "segments"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Tree:

@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+__all__ = ["data_dir", "data_path", "datasets", "file_path", "files", "missing"]
+
 MANIFEST = Path(__file__).with_name("manifest.json")
 TRANSFORMS = ("verbatim", "gunzip", "concat-drop-header", "empty")
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+__all__ = ["encode", "read_parallel"]
+
 
 def normalize(line: str, lowercase: bool) -> str:
     """NFKC, collapsed whitespace, optionally lowercased."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+__all__ = ["parse_to_conllu"]
+
 PIPELINE = "fr_core_news_md"
 
 

@@ -19,7 +19,7 @@
   * ``parallel``: (source, target) pairs for a translation model, from two line-aligned files
     (``path`` a pair of paths) or from one file of ``source ||| target`` lines (fast_align's
     format, as the gold-alignment test sets ship). With a gold alignment file (``gold=``, one
-    line per pair, ``i-j`` sure / ``ipj`` possible links; ``jattn.analyses.alignment.parse_links``)
+    line per pair, ``i-j`` sure / ``ipj`` possible links; ``parse_links``)
     each pair is labelled ``links`` (source words, target words) int32: 2 sure, 1 possible only,
     0 none, words being the whitespace-separated tokens of each side.
 """
@@ -37,6 +37,8 @@ from typing import Iterator
 import numpy as np
 
 from jattn.io.lines import Lines, conllu_sentences
+
+__all__ = ["Corpus", "Example", "FORMATS", "parse_links", "read", "read_labelled"]
 
 FORMATS = ("text", "conllu", "gap", "parallel")
 
@@ -184,9 +186,28 @@ def _gap_words(path: Path, encoding: str) -> Iterator[Example]:
                        "char_spans": np.asarray(ex.spans, np.int32)})
 
 
-def _with_links(pairs: Iterator[Example], gold: Path, encoding: str, one_based: bool) -> Iterator[Example]:
-    from jattn.analyses.alignment import parse_links
+Links = set[tuple[int, int]]  # (first-file index, second-file index), 0-based
+_LINK = re.compile(r"^(\d+)([-p])(\d+)$")
 
+
+def parse_links(line: str, *, one_based: bool) -> tuple[Links, Links]:
+    """One gold line -> (sure, possible ⊇ sure), 0-based. ``i-j`` sure, ``ipj`` possible."""
+    sure, possible = set(), set()
+    shift = 1 if one_based else 0
+    for tok in line.split():
+        m = _LINK.match(tok)
+        if m is None:
+            raise ValueError(f"bad alignment link {tok!r} in line {line.strip()!r}: expected i-j or ipj")
+        i, j = int(m.group(1)) - shift, int(m.group(3)) - shift
+        if i < 0 or j < 0:
+            raise ValueError(f"link {tok!r} has index 0 in a 1-based file (line {line.strip()!r})")
+        possible.add((i, j))
+        if m.group(2) == "-":
+            sure.add((i, j))
+    return sure, possible
+
+
+def _with_links(pairs: Iterator[Example], gold: Path, encoding: str, one_based: bool) -> Iterator[Example]:
     _check_file(gold, "gold alignment")
     lines = iter(Lines(gold, encoding))
     for ex in pairs:

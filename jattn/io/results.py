@@ -40,6 +40,8 @@ from typing import Callable
 
 import numpy as np
 
+__all__ = ["Output", "run_meta", "write_figures", "write_files"]
+
 
 class OutputError(ValueError):
     """An output folder that cannot be used, or writing into it failed."""

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from jattn.io import artefacts
 
+__all__ = ["make", "training_seconds"]
+
 importlib.import_module("jattn.families")  # the families' folders register their pretrained models' recipes
 
 

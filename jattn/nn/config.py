@@ -12,6 +12,8 @@ from typing import Any
 from jattn.nn.errors import ConfigError  # noqa: F401  (re-exported)
 from jattn.nn.pruned import PrunedHeads  # noqa: F401  (re-exported)
 
+__all__ = ["ConfigError", "EncoderConfig", "Seq2SeqConfig"]
+
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "swish")
 
 

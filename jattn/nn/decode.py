@@ -30,6 +30,8 @@ from jattn.nn import state
 from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.seq2seq import check_interventions, module
 
+__all__ = ["generate", "generated_mask"]
+
 NEG = -1.0e9  # HF's sentinel for excluded beams
 
 

@@ -26,6 +26,8 @@ import numpy as np
 
 from jattn.nn.interventions import Interventions
 
+__all__ = ["NORMALISATIONS"]
+
 BETA, GAMMA, ZETA, EPS = 0.33, -0.1, 1.1, 1e-6
 NORMALISATIONS = ("sum_heads", "mean_layers")
 

@@ -58,6 +58,8 @@ from jattn.nn.relative import relative_position_bias
 from jattn.nn.seq2seq_embeddings import (Seq2SeqEmbeddings, position_ids, positions, sinusoid_table,  # noqa: F401
                                          token_table)
 
+__all__ = ["forward", "word_embeddings"]
+
 KINDS = ("encoder", "decoder", "cross")
 FFN_INTERNALS = ("ffn_activation", "ffn_output", "ffn_pre_ln")  # a layer's FFN: under "encoder" and "cross"
 

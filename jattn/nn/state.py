@@ -15,6 +15,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+__all__ = ["auto_mesh", "on_auto_axes"]
+
 MODULES: dict[type, type] = {}  # config class -> NNX module class (each model module registers itself)
 
 

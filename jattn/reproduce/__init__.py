@@ -4,5 +4,8 @@ protocols, 95 % intervals, trivial baselines and per-example predictions (``STAT
 - ``pipeline``: stages, their keys (rerun only when inputs or code change) and the runner;
 - ``claims``: a claim computed from, and recomputable from, its predictions file;
 - ``report``: REPORT.md, reproduce.json and the README's results table;
-- ``studies``: one module per study listing its stages.
+- ``records``: one JSON record per stage;
+- ``studies``: the registry the experiment scripts add their studies to (``experiments/``).
 """
+
+__all__ = ["claims", "pipeline", "records", "report", "studies"]

@@ -30,6 +30,8 @@ import numpy as np
 
 from jattn import stats
 
+__all__ = ["evaluate", "make", "read_rows", "recompute", "write_rows"]
+
 
 def _accuracy(gold, pred) -> float:
     return float(np.mean(np.asarray(gold) == np.asarray(pred)))

@@ -42,6 +42,8 @@ from typing import Callable
 from jattn.io import manifest
 from jattn.reproduce import records
 
+__all__ = ["Context", "plan", "Profile", "PROFILES", "repository_root", "run", "Stage", "stale"]
+
 
 @dataclasses.dataclass(frozen=True)
 class Profile:

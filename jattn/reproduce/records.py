@@ -8,6 +8,8 @@ import os
 import platform
 from pathlib import Path
 
+__all__ = ["load", "read", "write"]
+
 
 def path(out: Path, name: str) -> Path:
     return out / "stages" / f"{name}.json"

@@ -14,25 +14,33 @@ from typing import Callable
 
 from jattn.reproduce.pipeline import Profile, Stage, repository_root
 
-__all__ = ["register", "names", "load", "default_folder", "stages"]
+__all__ = ["default_folder", "load", "names", "register", "stages"]
 
 _REGISTERED: dict[str, Callable[[Profile], list[Stage]]] = {}  # name -> stages(profile), in run order
+_TITLES: dict[str, str] = {}  # name -> the REPORT's section title
 
 
-def register(name: str, stages_of: Callable[[Profile], list[Stage]]) -> None:
+def register(name: str, stages_of: Callable[[Profile], list[Stage]], title: str) -> None:
     """Add the study ``name``, whose stages are ``stages_of(profile)`` (each named "<name>.<step>"),
-    after those registered so far. Registering a name again is refused unless it is the same
-    function (an experiments package imported twice)."""
+    after those registered so far; ``title`` heads its section of the REPORT (the paper, or what
+    the study is). Registering a name again is refused unless it is the same function (an
+    experiments package imported twice)."""
     if name in _REGISTERED and _REGISTERED[name] is not stages_of:
         raise ValueError(f"study {name!r} is registered already (by {_REGISTERED[name].__module__}). "
                          "Fix: give the new study another name")
     if "." in name or not name:
         raise ValueError(f"study name {name!r}: a non-empty name without '.' (stages are named '<study>.<step>')")
     _REGISTERED[name] = stages_of
+    _TITLES[name] = title
 
 
 def names() -> tuple[str, ...]:
     return tuple(_REGISTERED)
+
+
+def titles() -> dict[str, str]:
+    """Every registered study's REPORT title, in run order."""
+    return dict(_TITLES)
 
 
 def default_folder() -> Path | None:

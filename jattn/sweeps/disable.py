@@ -43,6 +43,8 @@ from jattn.nn import state
 from jattn.runner.batcher import model_batches
 from jattn.sweeps.importance import check_sizes
 
+__all__ = ["batches", "disable", "heads_metric", "metric_function", "MODES", "SweepResult", "UNITS"]
+
 MODES = ("uniform", "zero")
 UNITS = ("head", "layer")
 

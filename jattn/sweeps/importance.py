@@ -47,6 +47,8 @@ from jattn.analyses.base import HostBatch, Method, Statistic, StepContext
 from jattn.analyses.registry import register
 from jattn.nn import encoder
 
+__all__ = ["ESTIMATORS", "translation_batches"]
+
 ESTIMATORS = ("token", "example", "batch")
 EPS = 1e-20  # the authors' guard in the per-layer L2 normalisation
 

@@ -40,6 +40,8 @@ from jattn.nn.engine import stacked_layers
 from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.interventions import NONE, Interventions
 
+__all__ = ["agreement", "attribution_patch_heads", "patch_heads"]
+
 
 # ---------------------------------------------------------------- inputs
 

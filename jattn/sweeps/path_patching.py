@@ -31,6 +31,8 @@ from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.interventions import Interventions
 from jattn.sweeps.patching import batch_rows, check_metric_inputs, metric_heads, metric_rows, paired_inputs
 
+__all__ = ["path_patch"]
+
 ROLES = {"q": "query_input", "k": "key_input", "v": "value_input"}
 # the internal that is an attention's input: the block input of a post-LN block, LN(block input) of a pre-LN one
 ATTENTION_INPUT = {"post": "residual", "pre": "attention_ln_out"}

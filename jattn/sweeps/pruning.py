@@ -45,6 +45,8 @@ import numpy as np
 
 from jattn.nn.config import EncoderConfig, PrunedHeads, Seq2SeqConfig
 
+__all__ = ["export_pruned"]
+
 KINDS = ("encoder", "decoder", "cross")
 # Where each attention stack's {query, key, value, out} params live.
 ENCODER_PATH = ("layers", "attention")

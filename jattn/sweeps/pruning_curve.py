@@ -25,6 +25,9 @@ from jattn.nn.interventions import Interventions
 from jattn.runner.batcher import model_batches
 from jattn.sweeps.importance import KINDS, check_sizes, importance
 
+__all__ = ["as_lists", "bleu_metric", "classification_metric", "classification_predictions", "flat_scores",
+           "prunable_fraction", "prune", "SCHEDULES"]
+
 SCHEDULES = ("once", "reestimate")
 
 

@@ -34,6 +34,8 @@ from jattn.nn import state as nn_state
 from jattn.runner.batcher import bucket_length, pad_rows
 from jattn.training.trainer import Checkpointed, Resumable, stop_requests
 
+__all__ = ["encode", "finetune", "finetune_task", "FinetuneConfig", "length_batches", "pad_batch"]
+
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneConfig:
@@ -325,8 +327,8 @@ def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out
     from ``workdir`` (default: ``out`` + "-work"); an ``out`` that is already ``DONE`` is returned
     as it is. ``report(folder, record)``, if given, writes more files into the finished folder
     before it is published (the command line's report.md and figures)."""
-    import jattn
     from jattn.io import glue, results
+    from jattn.models.load import load
 
     out = Path(out)
     if not isinstance(fc, FinetuneConfig):
@@ -341,7 +343,7 @@ def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out
     if metric_name not in ("accuracy", "matthews_corr"):
         raise ValueError(f"metric_name must be accuracy or matthews_corr, got {metric_name!r}")
     n_labels = check_labels(train, dev, label_names)
-    model = base if hasattr(base, "config") else jattn.load(base)
+    model = base if hasattr(base, "config") else load(base)
     validate.model_kind(model, "encoder", "fine-tuning a classifier")
     with results.Output(out, option="out") as output:  # locked: one run per folder; replaced whole at the end
         model = with_classifier(model, n_labels, fc.seed)

@@ -37,6 +37,8 @@ from jattn.nn import gates as G
 from jattn.nn import encoder, seq2seq
 from jattn.training.trainer import Checkpointed, Resumable, stop_requests
 
+__all__ = ["fold_gates", "gate_shapes", "GateConfig", "GateTrainer"]
+
 SEQ2SEQ_OUT = {"encoder": ("encoder", "self_attn"), "decoder": ("decoder", "self_attn"),
                "cross": ("decoder", "cross_attn")}
 

@@ -31,6 +31,8 @@ from jattn.nn.config import EncoderConfig
 from jattn.training.losses import lm_loss
 from jattn.training.trainer import Checkpointed, Resumable, stop_requests
 
+__all__ = ["init_params", "LMTrainConfig", "repeat_losses", "token_losses", "Trainer"]
+
 
 @dataclasses.dataclass(frozen=True)
 class LMTrainConfig:

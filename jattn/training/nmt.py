@@ -31,6 +31,8 @@ from jattn.nn import decode, seq2seq
 from jattn.nn.seq2seq import Seq2Seq
 from jattn.training.trainer import Checkpointed, Resumable, stop_requests
 
+__all__ = ["bleu", "device_batch", "TrainConfig", "Trainer", "translate_ids", "translations"]
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:

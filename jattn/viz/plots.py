@@ -10,6 +10,8 @@ from pathlib import Path
 
 import matplotlib
 
+__all__ = ["heatmap", "save", "signed_bars", "signed_heatmap"]
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402

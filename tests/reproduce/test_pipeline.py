@@ -354,6 +354,24 @@ def test_every_committed_claim_recomputes_from_its_committed_predictions(claim):
     assert again["baseline"]["value"] == pytest.approx(claim["baseline"]["value"], abs=1e-12)
 
 
+# Every claim's value, interval and baseline as the studies gave them when they moved to
+# experiments/ on the public API: a rerun of `make reproduce` must give them again up to float
+# rounding. A change of a claim is a change of this file, with its reason in the commit.
+VALUES = Path(__file__).with_name("claim_values.json")
+
+
+@pytest.mark.skipif(not COMMITTED.is_file(), reason="no committed experiments/results/reproduce.json")
+def test_the_committed_claims_keep_their_recorded_values():
+    recorded = json.loads(VALUES.read_text())
+    now = {c["id"]: c for c in COMMITTED_CLAIMS}
+    assert sorted(now) == sorted(recorded), "claims added or lost: update claim_values.json, saying why"
+    for id, old in recorded.items():
+        c = now[id]
+        assert c["value"] == pytest.approx(old["value"], rel=1e-9, abs=1e-12), id
+        assert c["ci"] == pytest.approx(old["ci"], rel=1e-9, abs=1e-12), id
+        assert (c["baseline"] or {}).get("value") == pytest.approx(old["baseline"], rel=1e-9, abs=1e-12), id
+
+
 @pytest.mark.skipif(not COMMITTED.is_file(), reason="no committed experiments/results/reproduce.json")
 def test_the_readme_results_are_generated_from_reproduce_json():
     data = json.loads(COMMITTED.read_text())

@@ -28,6 +28,8 @@ import numpy as np
 
 from jattn.io.artefacts import DONE, Recipe
 
+__all__ = ["InductionLMConfig", "train_lm"]
+
 BOS = "<|endoftext|>"  # GPT-2's one special token: BOS, EOS and the caption separator
 
 

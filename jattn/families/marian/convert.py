@@ -15,6 +15,8 @@ from jattn.nn.config import Seq2SeqConfig
 from jattn.io.hf import (Entry, apply_table, check_tied, split_heads_bias, split_heads_in, split_heads_out,
                          to_state_dict)
 
+__all__ = ["save_marian_folder"]
+
 # (suffix, kind): kind picks the shape, transform and inverse of a row.
 _ATTN = ("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")
 

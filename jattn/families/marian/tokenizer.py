@@ -11,6 +11,8 @@ import json
 import shutil
 from pathlib import Path
 
+__all__ = ["train_sentencepiece"]
+
 
 def train_sentencepiece(texts: list[str], folder, vocab_size: int, seed: int = 0):
     """Train a joint unigram SentencePiece model on ``texts`` and write a Marian tokenizer folder

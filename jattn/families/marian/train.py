@@ -27,6 +27,8 @@ from pathlib import Path
 from jattn.io.artefacts import DONE, Recipe, register
 from jattn.stats import bleu_ci
 
+__all__ = ["train_translation", "TranslationConfig"]
+
 
 @dataclasses.dataclass(frozen=True)
 class TranslationConfig:
