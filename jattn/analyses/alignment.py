@@ -27,7 +27,7 @@ import numpy as np
 
 from jattn.io.readers import Links, parse_links
 
-__all__ = ["decoder_rows", "diagonal_alignment", "hard_alignment", "read_gold", "read_tokenized_pairs",
+__all__ = ["aer", "decoder_rows", "diagonal_alignment", "hard_alignment", "read_gold", "read_tokenized_pairs",
            "subword_words", "swap", "word_map"]
 
 

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["head_scores", "induction_scores", "repeated_tokens"]
+__all__ = ["head_scores", "induction_scores", "logit_lens", "repeated_tokens"]
 
 
 def repeated_tokens(vocab_size: int, length: int, count: int, seed: int = 0, low: int = 0,

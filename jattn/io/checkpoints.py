@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-__all__ = ["save_params"]
+__all__ = ["restore_params", "save_params"]
 
 CONVERSION_VERSION = "2"  # bump when a converter's output layout changes (2: untied MLM decoders, ELECTRA's RTD head)
 FORMAT = "jattn nnx.State 1"  # the pure-dict layout of the modules' nnx.Param state (jattn.nn.state)

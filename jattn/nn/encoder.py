@@ -50,7 +50,7 @@ from jattn.nn.embeddings import Embeddings
 from jattn.nn.heads import STD, ClassificationHead, LMHead, MLMHead, ReplacedTokenHead
 from jattn.nn.layers import ACT, Dense, dropout_key, norm_module, param, split_rng
 
-__all__ = ["classify", "forward", "word_embeddings"]
+__all__ = ["classify", "forward", "INTERNALS", "word_embeddings"]
 
 INTERNALS = ("weights", "values", "context", "output", "residual", "pre_ln", "attention_ln_out", "ffn_activation",
              "ffn_output", "ffn_pre_ln")

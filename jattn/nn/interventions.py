@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Interventions"]
+__all__ = ["Interventions", "PATCH_SITES"]
 
 # site -> (what it replaces, the shape of one layer's value, the shape of one layer's ``where``);
 # ``1|`` marks an axis ``where`` may broadcast. b examples, H heads, q queries, k keys.

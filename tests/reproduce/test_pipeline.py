@@ -514,3 +514,42 @@ def test_fast_bootstraps_are_the_generic_bootstrap():
         want = stats.bootstrap_ci(claims.STATISTICS[name][1], *columns)
         assert got[0] == pytest.approx(want[0], abs=1e-12), name
         assert got[1] == pytest.approx(want[1], abs=1e-9), name
+
+
+def test_an_experiments_package_registers_its_studies_and_the_command_runs_them(tmp_path, monkeypatch, capsys):
+    """``jattn reproduce --experiments FOLDER``: the package's ``__init__`` registers a study on the
+    public API; the command lists and runs its stages. A folder without ``__init__.py`` is named."""
+    from jattn.cli import main
+    from jattn.reproduce import studies
+
+    monkeypatch.setattr(studies, "_REGISTERED", {})
+    monkeypatch.setattr(studies, "_TITLES", {})
+    package = tmp_path / "my_experiments_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from jattn.reproduce import studies\nfrom jattn.reproduce.pipeline import Stage\n\n\n"
+        "def _count(ctx):\n    return {'n': 3}\n\n\n"
+        "studies.register('mine', lambda profile: [Stage('mine.count', _count)], 'My study')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "out"
+    main(["reproduce", "--experiments", str(package), "--quick", "--out", str(out), "--no-progress", "--list"])
+    assert capsys.readouterr().out.splitlines() == ["mine.count: would run: no record"]
+    main(["reproduce", "--experiments", str(package), "mine", "--quick", "--out", str(out), "--no-progress"])
+    assert json.loads((out / "stages" / "mine.count.json").read_text())["result"] == {"n": 3}
+    assert "## My study" in (out / "REPORT.md").read_text()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no __init__.py"):
+        studies.load(tmp_path / "empty")
+
+
+def test_a_study_name_is_registered_once():
+    from jattn.reproduce import studies
+
+    def stages_of(profile):
+        return []
+
+    with pytest.raises(ValueError, match="without '.'"):
+        studies.register("a.b", stages_of, "t")
+    assert "clark" in studies.load() and studies.titles()["clark"].startswith("Clark et al. 2019")
+    with pytest.raises(ValueError, match="registered already"):
+        studies.register("clark", stages_of, "another")
