@@ -156,13 +156,9 @@ def test_model_batches_cover_each_example_once_padded_as_the_tokenizer_encodes_i
         assert not mask[len(idx):].any()  # filler rows are empty
         seen += list(map(int, idx))
     assert sorted(seen) == [0, 1, 2, 4, 5] and skipped == [3]
-    assert types_of_pair_has_second_segment(tiny_bert, texts[5])
+    assert tiny_bert.tokenize([texts[5]], max_length=32).token_type_ids.max() == 1  # the pair's types were checked
     with pytest.raises(ValueError, match="no text"):
         list(model_batches(tiny_bert, texts, batch_size=2, max_length=32))
-
-
-def types_of_pair_has_second_segment(model, pair) -> bool:
-    return bool(model.tokenize([pair], max_length=32).token_type_ids.max() == 1)
 
 
 # ---------------------------------------------------------------- jattn.analyses
@@ -401,7 +397,7 @@ def test_schedules_are_the_cli_choices_once_ranks_once_reestimate_before_every_s
         curve = prune(tiny_bert, ["x"], metric, schedule=schedule, step=step)
         # one head masked per point, down to none left; the fraction masked goes with it
         assert [p[1] for p in curve] == [float(L * H - k) for k in range(L * H + 1)]
-        np.testing.assert_allclose([p[0] for p in curve], np.arange(L * H + 1) / (L * H))
+        np.testing.assert_allclose([p[0] for p in curve], np.arange(L * H + 1) / (L * H), rtol=1e-6)  # float32 mask
         assert len(calls) == (1 if schedule == "once" else L * H + 1)  # reestimated before every step
         if schedule == "reestimate":  # each estimate at the current mask
             assert [int(m.sum()) for m in calls] == list(range(L * H, -1, -1))
@@ -453,6 +449,7 @@ def test_translate_ids_equals_hugging_face_greedy_generation(tiny_marian, tiny_m
         assert y.shape == (M,) and y[0] == c.decoder_start_token_id
         np.testing.assert_array_equal(y[:len(ref)], ref)
         assert (y[len(ref):] == c.pad_token_id).all()
+    assert len({tuple(y.tolist()) for y in got}) > 1  # distinct outputs: a mix-up of the order shows
 
 
 def test_finetune_task_reads_the_task_and_hands_finetune_its_subset_metric_and_labels(tmp_path, monkeypatch):
@@ -786,3 +783,26 @@ def test_signed_bars(tmp_path, monkeypatch):
     assert [b.get_edgecolor()[3] > 0 for b in bars] == [False, True, False]  # the marked bar has an edge
     (segments,) = [c.get_segments() for c in ax.collections]  # the interval of each bar
     np.testing.assert_allclose([(s[0][1], s[1][1]) for s in segments], np.stack([low, high], 1))
+
+
+def test_patch_sites_document_the_shapes_the_check_accepts():
+    """Each ``PATCH_SITES`` row's documented value and ``where`` shapes, read with L=2, b=3, H=4,
+    q=5, k=6, d_h=7, D=8, are what ``check_patch`` accepts; one axis fewer is refused."""
+    from jattn.nn.interventions import PATCH_SITES, check_patch
+
+    sizes = {"b": 3, "H": 4, "q": 5, "k": 6, "d_h": 7, "D": 8}
+    L = 2
+
+    def shape(text: str, broadcast: bool) -> tuple[int, ...]:
+        axes = [a.strip() for a in text.strip("()").split(",")]
+        return (L, *(1 if broadcast and a.startswith("1|") else sizes[a.split("|")[-1]] for a in axes))
+
+    for site, (_, value_shape, where_shape) in PATCH_SITES.items():
+        value = np.zeros(shape(value_shape, False), np.float32)
+        for broadcast in (False, True):
+            where = np.ones(shape(where_shape, broadcast), bool)
+            assert set(check_patch({site: (value, where)}, L, sizes["H"], "x")) == {site}
+        with pytest.raises(ValueError, match="needs value"):
+            check_patch({site: (value[..., 0], where)}, L, sizes["H"], "x")
+    with pytest.raises(ValueError, match="unknown site"):
+        check_patch({"nowhere": (value, where)}, L, sizes["H"], "x")
