@@ -66,11 +66,13 @@ def claims_of(records: dict[str, dict], stale: Collection[str] = ()) -> list[dic
 
 
 def reproduce_json(records: dict[str, dict], stale: Collection[str] = ()) -> dict:
-    """``{"claims": [...]}``: the fields the issue names first, then how each was computed."""
+    """``{"studies": {name: REPORT title}, "claims": [...]}``: each claim's headline fields first,
+    then how it was computed."""
     claims = []
     for c in claims_of(records, stale):
         claims.append({**{k: c[k] for k in CLAIM_FIELDS}, **{k: v for k, v in c.items() if k not in CLAIM_FIELDS}})
-    return {"claims": claims}
+    titles = studies.titles()
+    return {"studies": {s: titles[s] for s in titles if any(c["study"] == s for c in claims)}, "claims": claims}
 
 
 def _status(claim: dict) -> str:
@@ -161,10 +163,27 @@ def study_runtime(records: list[dict]) -> str:
             + ", ".join(f"{r['name']} {r['runtime_s'] / 60:.1f} min" for r in records))
 
 
-def readme_section(reproduce: dict) -> str:
-    """The README's results table: the headline claims of ``reproduce.json``, nothing typed by hand."""
-    lines = [README_BEGIN, "", claims_table(reproduce["claims"], runtime=False), "", README_END]
-    return "\n".join(lines)
+def anchor(title: str) -> str:
+    """The link fragment a Markdown renderer (GitHub's) gives the heading ``## title``."""
+    return "#" + re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+STATUSES = (("reproduced", "reproduced"), ("partly", "partly"), ("not reproduced", "not reproduced"),
+            (None, "context, no verdict"))
+
+
+def readme_section(reproduce: dict, report: str = "experiments/results/REPORT.md") -> str:
+    """The README's results: one row per study of ``reproduce.json`` — its claims counted by
+    verdict, the stale ones apart — linking to the study's section of the REPORT, where each claim
+    stands beside the paper's number. Nothing typed by hand."""
+    head = "| study | claims | " + " | ".join(name for _, name in STATUSES) + " | stale |"
+    rows = [head, "|---|" + "---|" * (len(STATUSES) + 2)]
+    for study, title in reproduce["studies"].items():
+        mine = [c for c in reproduce["claims"] if c["study"] == study]
+        counts = [sum(c.get("status") == status for c in mine) for status, _ in STATUSES]
+        rows.append(f"| [{title}]({report}{anchor(title)}) | {len(mine)} | " + " | ".join(map(str, counts))
+                    + f" | {sum(bool(c.get('stale')) for c in mine)} |")
+    return "\n".join([README_BEGIN, "", *rows, "", README_END])
 
 
 def update_readme(readme: Path, reproduce: dict) -> bool:

@@ -328,13 +328,14 @@ def test_a_stage_reads_only_what_it_declares(tmp_path):
 def test_the_readme_block_is_replaced_and_nothing_else(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"before\n{report.README_BEGIN}\nold\n{report.README_END}\nafter\n")
-    data = {"claims": [{"claim": "c", "paper": "p", "value": 0.5, "ci": [0.4, 0.6], "unit": "accuracy", "n": 3,
-                        "seeds": 0, "baseline": {"name": "b", "value": 0.1, "ci": [0.0, 0.2]},
-                        "status": "reproduced"}]}
+    claims = [{"study": "toy", "status": s, **({"stale": True} if i == 3 else {})}
+              for i, s in enumerate(["reproduced", "reproduced", "partly", None, "not reproduced"])]
+    data = {"studies": {"toy": "Toy et al. 2024: a study"}, "claims": claims}
     assert report.update_readme(readme, data)
     text = readme.read_text()
     assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
-    assert "| c | p | 0.500 accuracy [0.400, 0.600] | b: 0.100 [0.000, 0.200] | 3 | 0 | yes |" in text
+    assert ("| [Toy et al. 2024: a study](experiments/results/REPORT.md#toy-et-al-2024-a-study) | 5 | 2 | 1 | 1 | 1 "
+            "| 1 |") in text
 
 
 COMMITTED = ROOT / "experiments" / "results" / "reproduce.json"
