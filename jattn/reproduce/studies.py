@@ -14,7 +14,7 @@ from typing import Callable
 
 from jattn.reproduce.pipeline import Profile, Stage, repository_root
 
-__all__ = ["default_folder", "load", "names", "register", "stages"]
+__all__ = ["default_folder", "load", "names", "register", "stages", "titles"]
 
 _REGISTERED: dict[str, Callable[[Profile], list[Stage]]] = {}  # name -> stages(profile), in run order
 _TITLES: dict[str, str] = {}  # name -> the REPORT's section title
