@@ -5,6 +5,21 @@ folder in use) prints one message and exits with status 1; --debug (or JATTN_DEB
 the traceback instead. Ctrl-C (SIGINT) and SIGTERM stop a command: --out is left as it was,
 and the long commands (finetune, prune, gates, disable) keep a checkpoint that the same command
 run again resumes from; the exit status is 130 (SIGINT) or 143 (SIGTERM).
+
+How a stop is handled (``main``): the handler (``_stop``) records the signal
+(``jattn.io.results.record_stop``) and raises KeyboardInterrupt (``Terminated`` for SIGTERM)
+wherever the main thread is, so the commands' checkpoint and clean-up paths run. Python drops
+an exception raised inside a garbage-collection callback (XLA's ``_xla_gc_callback``) or a
+finalizer ("Exception ignored in ..."); three things make such a stop still end the run:
+``_dropped`` (the ``sys.unraisablehook`` while a command runs) prints nothing for it and sends
+the signal again a moment later, when the callback is over; ``check_stop`` raises it again at
+every batch of the corpus runner and every stage of ``jattn reproduce``; and
+``jattn.io.results.Output`` never publishes after a recorded stop. A signal that arrives while
+the stop's exception is on its way (within ``GRACE_S`` of its raise) is not raised again, so
+that it cannot cut the clean-up short (the temporary folder's and the lock's removal). Once
+stopped, the command prints its one line and, run as the program (``argv`` None), leaves with
+``os._exit``: its clean-up is done, and the interpreter's teardown of XLA's threads and
+callbacks in the middle of their work could crash (a segmentation fault after the message).
 """
 
 from __future__ import annotations
@@ -15,6 +30,10 @@ import os
 import re
 import signal
 import sys
+import time
+
+from jattn.io import results
+from jattn.io.results import Terminated
 
 # sub-command -> module defining ``add_arguments(parser)`` and ``run(args)``
 COMMANDS = {
@@ -149,45 +168,98 @@ def in_flags(message: str, parser: argparse.ArgumentParser) -> str:
     return message
 
 
-def _terminate(signum, frame):
-    """SIGTERM as a KeyboardInterrupt: the commands' checkpoint and clean-up paths run."""
-    raise Terminated
+GRACE_S = 2.0  # a signal this soon after the stop's exception was raised lets its clean-up run
+REDELIVER_S = 0.02  # a dropped stop is sent again this much later, when the callback is over
+_redelivery: list = []  # the pending redelivery's timer
 
 
-class Terminated(KeyboardInterrupt):
-    """A SIGTERM, raised where a SIGINT's KeyboardInterrupt would be."""
+def _stop(signum, frame):
+    """SIGINT/SIGTERM while a command runs: recorded, and raised unless one is on its way."""
+    results.record_stop(signum)
+    raised = results.STOP["raised"]
+    if raised is not None and time.monotonic() - raised < GRACE_S:
+        return
+    results.STOP["raised"] = time.monotonic()
+    raise results.stop_error(results.STOP["signal"])
+
+
+def _dropped(unraisable, previous=None):
+    """``sys.unraisablehook`` while a command runs: a recorded stop's exception that Python
+    dropped is not printed; the signal is sent to the main thread again shortly."""
+    signum = results.STOP["signal"]
+    if signum is None or not isinstance(unraisable.exc_value, KeyboardInterrupt):
+        return (previous or sys.__unraisablehook__)(unraisable)
+    results.STOP["raised"] = None
+    if not _redelivery:
+        import threading
+
+        timer = threading.Timer(REDELIVER_S, _redeliver, (threading.main_thread().ident, signum))
+        timer.daemon = True
+        _redelivery.append(timer)
+        timer.start()
+
+
+def _redeliver(thread: int, signum: int) -> None:
+    _redelivery.clear()
+    if results.STOP["raised"] is None:  # no check point raised it again meanwhile
+        signal.pthread_kill(thread, signum)
+
+
+def _stopped(command: str, resume: str, e: KeyboardInterrupt, program: bool):
+    """The end of a stopped command: one line on stderr, exit status 130 or 143."""
+    for sig in (signal.SIGINT, signal.SIGTERM):  # nothing more to stop: a second signal is not a crash
+        signal.signal(sig, signal.SIG_IGN)
+    what, status = ("terminated", 143) if isinstance(e, Terminated) else ("interrupted", 130)
+    print(f"{' '.join(filter(None, ('jattn', command)))}: {what}; --out was left as it was" + resume, file=sys.stderr)
+    if program:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
+    raise SystemExit(status) from None
 
 
 def main(argv=None) -> None:
     from jattn.host_memory import keep_freed_memory
 
-    # the command owns its process: freed memory kept for XLA's next call (jattn.host_memory), and no
-    # transformers notice that PyTorch is absent (jattn reads its tokenizers and configs only)
-    keep_freed_memory()
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    parser, modules = build_parser()
-    args = parser.parse_args(argv)
-    previous = signal.signal(signal.SIGTERM, _terminate) if _main_thread() else None
+    results.record_stop(None)
+    previous, hook = {}, sys.unraisablehook
+    if _main_thread():  # an ignored SIGINT (a background job's) stays ignored
+        previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)
+                    if sig == signal.SIGTERM or signal.getsignal(sig) is signal.default_int_handler}
+        sys.unraisablehook = lambda unraisable: _dropped(unraisable, hook)
+    command, resume = "", ""
     try:
+        # the command owns its process: freed memory kept for XLA's next call (jattn.host_memory), and no
+        # transformers notice that PyTorch is absent (jattn reads its tokenizers and configs only)
+        keep_freed_memory()
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+        parser, modules = build_parser()
+        args = parser.parse_args(argv)
+        command, resume = args.command, getattr(modules[args.command], "RESUME", "")
         modules[args.command].run(args)
+        results.check_stop()  # a stop whose exception was dropped after the last check point
     except KeyboardInterrupt as e:
-        if debugging(args):
+        if debugging(args if command else None):
             raise
-        what, status = ("terminated", 143) if isinstance(e, Terminated) else ("interrupted", 130)
-        print(f"jattn {args.command}: {what}; --out was left as it was" + getattr(modules[args.command], "RESUME", ""),
-              file=sys.stderr)
-        raise SystemExit(status) from None
+        _stopped(command, resume, e, program=argv is None)
     except BrokenPipeError:  # the reader stopped reading (`jattn data list | head`): done, as Unix tools are
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
     except USER_ERRORS as e:
-        if debugging(args):
+        if not command or debugging(args):
             raise
         message = in_flags(str(e) or e.__class__.__name__, parser.commands[args.command])
         raise SystemExit(f"jattn {args.command}: error: {message}") from None
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sys.unraisablehook = hook
+        for timer in _redelivery:  # a caller of main in-process goes on: no late signal, no stop left
+            timer.cancel()
+        _redelivery.clear()
+        results.record_stop(None)
 
 
 def overview() -> str:

@@ -40,6 +40,7 @@ from jattn.analyses.base import HostBatch, Statistic, StepContext
 from jattn.runner.batcher import batches
 from jattn.nn import encoder, state
 from jattn.io.records import RecordWriter
+from jattn.io.results import check_stop
 
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -241,6 +242,7 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
             accumulate(pending)
         pending = (out, host)
         bar.update(real)
+        check_stop()  # a SIGINT/SIGTERM whose exception was dropped (jattn.cli)
     bar.close()
     if pending is not None:
         accumulate(pending)
