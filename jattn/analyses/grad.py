@@ -88,8 +88,8 @@ def grad_figures(stats: dict, num_layers: int, folder) -> list:
     from jattn.viz import plots
 
     labels = {f"grad_to_{c}": label for c, label in zip(CLASS_NAMES, ("[CLS]", "[SEP]", '"." or ","', "other"))}
-    return [plots.per_layer(stats, labels, "gradient of the loss w.r.t. attention, by key class",
-                            "mean Σ|dL/dα|", folder / "grad_by_class.png")]
+    return [plots.per_layer(stats, labels, "Gradient of the loss with respect to attention, by key class and layer",
+                            "mean Σ |∂L/∂α|", folder / "grad_by_class.png")]
 
 
 register("grad", "|dL/d attention| per key class (masked-LM loss; needs an MLM head; Clark et al. 2019)",

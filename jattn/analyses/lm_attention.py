@@ -103,11 +103,11 @@ class LMAttention(Method):
 
 def figures(stats: dict, num_layers: int, folder) -> list:
     """Per layer, each head's and the mean share of the first, previous, own and other keys."""
-    from jattn.viz import plots
+    from jattn.viz import plots, words
 
     labels = {"lm_first_token": "first token", "lm_previous_token": "previous token", "lm_self": "self",
               "lm_other": "other"}
-    return [plots.per_layer(stats, labels, "causal LM: where attention goes", "mean share",
+    return [plots.per_layer(stats, labels, "Where a causal LM's attention goes, by layer", words.SHARE,
                             folder / "lm_attention.png")]
 
 

@@ -221,7 +221,8 @@ def _figures(stats: dict, num_layers: int, folder) -> list:
     from jattn.viz import plots
 
     share = stats["pattern_share"]  # (L, H, 5)
-    return [plots.heatmap(share[..., k], f"share of maps of type '{name}'", folder / f"pattern_{k}_{name}.png")
+    return [plots.heatmap(share[..., k], f"Share of each head's attention maps of type '{name}' (Kovaleva et al. 2019)",
+                          folder / f"pattern_{k}_{name}.png", vmin=0.0, vmax=1.0, label="share of maps (0-1)")
             for k, name in enumerate(TYPES)]
 
 

@@ -190,7 +190,8 @@ def figures(counts: DependencyCounts, folder, min_count: int = MIN_COUNT) -> lis
     for r in np.flatnonzero(total >= min_count):
         safe = names[r].replace(":", "_")
         paths.append(plots.heatmap(acc[:, :, :, r].max(0), f"{names[r]}: dependency accuracy (%) of each head, "
-                                   f"better direction (n={int(total[r])})", folder / f"dependency_{safe}.png"))
+                                   f"better direction (n={int(total[r])})", folder / f"dependency_{safe}.png",
+                                   label="dependency accuracy (%)"))
     paths.append(role_map(head_roles(counts, min_count), folder / "head_roles.png"))
     return paths
 
@@ -217,9 +218,7 @@ def role_map(roles: dict, path) -> Path:
     ax.set(xlabel=plots.HEAD, ylabel=plots.LAYER, xticks=range(H), yticks=range(L),
            title="Head roles (Voita et al. 2019): positional ≥ 90% prev/next word; "
                  "syntactic ≥ 10 points over the best offset")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return Path(path)
+    return plots.save(fig, path)
 
 
 # ---------------------------------------------------------------- the same counts through the runner

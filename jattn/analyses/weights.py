@@ -202,19 +202,21 @@ def class_figures(prefix: str):
     classes and positions without a statistic (absent from an attention type) are left out."""
 
     def figures(stats: dict, num_layers: int, folder, labels: dict | None = None) -> list:
-        from jattn.viz import plots
+        from jattn.viz import plots, words
 
-        title, own = prefix.replace("_", "-"), labels or {}
+        level, own = (" (word level)" if prefix else ""), labels or {}
         classes = {"attn_to_cls": "[CLS]", "attn_to_sep": "[SEP]", "attn_to_punct": '"." or ","',
                    "attn_to_other": "other"}
         classes = {k: own.get(v, v) for k, v in classes.items() if prefix + k in stats}
         positional = {k: v for k, v in {"attn_prev": "previous token", "attn_self": "self",
                                         "attn_next": "next token"}.items() if prefix + k in stats}
-        paths = [plots.per_layer({k: stats[prefix + k] for k in classes}, classes, f"{title}attention to token classes",
-                                 "mean attention", folder / f"{prefix}class_attention.png")]
+        paths = [plots.per_layer({k: stats[prefix + k] for k in classes}, classes,
+                                 f"Attention to each class of key token, by layer{level}", words.SHARE,
+                                 folder / f"{prefix}class_attention.png")]
         if positional:
             paths.append(plots.per_layer({k: stats[prefix + k] for k in positional}, positional,
-                                         f"{title}positional attention", "mean attention",
+                                         f"Attention to the previous token, itself and the next token, by layer"
+                                         f"{level}", words.SHARE,
                                          folder / f"{prefix}positional.png"))
         return paths
     return figures

@@ -8,6 +8,7 @@ segment per line) through the corpus runner and writes to ``--out``:
     (Clark et al. 2019's weight statistics, entropies, head distances; Kobayashi et al. 2020's
     weight- vs norm-based attention per token class);
   * ``attention_maps_<k>.png``: every (layer, head) attention map of sample sentence k;
+  * the report's "Figures" section: a link and a one-line caption (the figure's title) per figure;
   * ``attention_view.html``: the interactive viewer (``jattn.viz.view``) on sample sentence 0.
 """
 
@@ -29,32 +30,6 @@ def sample_sentences() -> list[str]:
     """The bundled sample: 300 sentences of UD English EWT dev (CC BY-SA 4.0)."""
     text = resources.files("jattn.io").joinpath("sample/sentences.txt").read_text()
     return [line for line in text.splitlines() if line.strip()]
-
-
-def attention_grid(weights: np.ndarray, tokens: list[str], path: Path, title: str) -> None:
-    """Plot an (L, H, n, n) array as an L × H grid of maps; axes are 0-based layer/head."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    L, H, n, _ = weights.shape
-    fig, axes = plt.subplots(L, H, figsize=(1.4 * H, 1.4 * L + 0.8), squeeze=False)
-    for l in range(L):
-        for h in range(H):
-            ax = axes[l, h]
-            ax.imshow(weights[l, h], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if l == L - 1:
-                ax.set_xlabel(f"head {h}", fontsize=8)
-            if h == 0:
-                ax.set_ylabel(f"layer {l}", fontsize=8)
-    shown = " ".join(tokens) if len(tokens) <= 24 else " ".join(tokens[:24]) + " …"
-    fig.suptitle(f"{title}\nrows = queries, columns = keys (0-based layer/head)\n{shown}", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def add_arguments(parser) -> None:
@@ -111,8 +86,19 @@ def report(stats: dict, meta: dict, name: str, figures: list[Path], out: Path,
         for c, label in (("cls", "[CLS]"), ("sep", "[SEP]"), ("punct", ". or ,"), ("other", "other")):
             lines.append(f"| {label} | {np.nanmean(stats['weight_to_' + c]):.3f} | "
                          f"{np.nanmean(stats['norm_share_to_' + c]):.3f} |")
-    lines += ["", "## Figures", "", *[f"- [{p.name}]({p.relative_to(out)})" for p in figures], ""]
+    lines += ["", "## Figures", "", *[f"- [{p.name}]({p.relative_to(out)}): {figure_caption(p)}" for p in figures],
+              ""]
     return "\n".join(lines)
+
+
+def figure_caption(path: Path) -> str:
+    """A figure's one-line caption: the title ``jattn.viz.plots.save`` stored in the PNG."""
+    from jattn.viz import plots
+
+    if path.suffix == ".html":
+        return ("interactive viewer of sample sentence 0: every head's attention, by weight and by vector norm "
+                "(open in a browser)")
+    return plots.caption(path) or path.stem.replace("_", " ")
 
 
 def run(args) -> None:
@@ -121,6 +107,7 @@ def run(args) -> None:
     from jattn.io.readers import Corpus
     from jattn.analyses.registry import make_methods
     from jattn.runner.loop import run_corpus
+    from jattn.viz import plots
 
     if args.input is None:
         source, fmt, corpus = sample_path("en_ewt-ud-dev.sample.conllu"), "conllu", "bundled UD English EWT sample"
@@ -147,7 +134,8 @@ def run(args) -> None:
                 weights = np.asarray(model.forward(batch).attentions)[:, 0]  # (L, H, n, n)
                 tokens = model.tokenizer.convert_ids_to_tokens(batch.input_ids[0].tolist())
                 maps.append(out / f"attention_maps_{k}.png")
-                attention_grid(weights, tokens, maps[-1], name + f": sentence {k}")
+                plots.attention_grid(weights, tokens, maps[-1], f"Attention maps of every head on sample sentence {k}, "
+                                     f"{name}")
             page = out / "attention_view.html"  # interactive head/model views, weights vs norms
             page.write_text(jattn.view(model, sentences[0]), encoding="utf-8")
             figures = maps + [page] + sorted(figures)

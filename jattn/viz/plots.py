@@ -1,7 +1,12 @@
 """Figures for per-(layer, head) statistics: heatmaps, Clark et al. 2019 Fig. 2/3/4-style
-per-layer plots, and the MDS map of heads (Fig. 6). Layers and heads are labelled 0-based.
+per-layer plots, the MDS map of heads (Fig. 6) and grids of attention maps. Layers and heads
+are labelled 0-based.
 
-Every function takes plain numpy arrays and a path, writes one PNG and returns the path.
+Every function takes plain numpy arrays and a path, writes one PNG and returns the path. Each
+figure is made to be read on its own: a title in words (a bare statistic key such as
+``attn_to_cls`` is put in words by ``jattn.viz.words``), both axes labelled, a colour bar on
+every image, legends outside the data; ``save`` stores the title in the PNG (``caption`` reads
+it back, for a report's one-line captions).
 """
 
 from __future__ import annotations
@@ -10,7 +15,9 @@ from pathlib import Path
 
 import matplotlib
 
-__all__ = ["heatmap", "save", "signed_bars", "signed_heatmap"]
+from jattn.viz import words
+
+__all__ = ["attention_grid", "caption", "heatmap", "save", "signed_bars", "signed_heatmap"]
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -20,25 +27,46 @@ LAYER, HEAD = "layer (0-based)", "head (0-based)"
 BROAD_ENTROPY, POSITIONAL_MASS, SPECIAL_MASS = 3.8, 0.5, 0.6  # Clark et al. 2019, Fig. 6 colours
 
 
+def figure_title(fig) -> str:
+    """The figure's title in one line: the first line of its suptitle, else its axes' titles
+    joined with "; "."""
+    titles = [fig.get_suptitle().split("\n")[0]] if fig.get_suptitle() else []
+    titles = titles or [ax.get_title() for ax in fig.axes if ax.get_title()]
+    return "; ".join(" ".join(t.split()) for t in titles if t.strip())
+
+
 def save(fig, path) -> Path:
-    """Write ``fig`` as a PNG (110 dpi, tight) and close it."""
+    """Write ``fig`` as a PNG (110 dpi, tight), its title stored as the PNG's ``Title``, and close it."""
     path = Path(path)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Title": figure_title(fig)})
     plt.close(fig)
     return path
 
 
-_save = save
+def caption(path) -> str:
+    """The title ``save`` stored in a PNG ("" when it has none)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.info.get("Title", "")
+
+
+def _legend_outside(ax) -> None:
+    """The legend right of the axes, so that it covers no data."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def heatmap(values: np.ndarray, title: str, path, *, vmin: float | None = None, vmax: float | None = None,
             label: str | None = None, marks: np.ndarray | None = None) -> Path:
     """A layer × head grid (L, H) with the value in every cell (viridis; ``vmin``/``vmax`` fix
-    the colour range, ``label`` names the colour bar). ``marks`` (L, H) bool: cells outlined."""
+    the colour range, ``label`` names the colour bar). ``marks`` (L, H) bool: cells outlined.
+    A ``title`` that is a bare statistic key is put in words, its unit naming the colour bar."""
+    if words.is_key(title):
+        title, label = words.title(title), label or words.unit(title)
     L, H = values.shape
     fig, ax = plt.subplots(figsize=(0.55 * H + 2, 0.45 * L + 1.5))
     im = ax.imshow(values, cmap="viridis", aspect="auto", vmin=vmin, vmax=vmax)
-    _cells(ax, values, lambda v: "w", marks)
+    _cells(ax, values, lambda v: "k" if np.isfinite(v) and im.norm(v) > 0.7 else "w", marks)  # dark on yellow
     ax.set(xlabel=HEAD, ylabel=LAYER, title=title, xticks=range(H), yticks=range(L))
     fig.colorbar(im, ax=ax, label=label)
     return save(fig, path)
@@ -80,8 +108,8 @@ def per_layer(stats: dict[str, np.ndarray], labels: dict[str, str], title: str, 
         ax.plot(range(L), v.mean(1), "-o", color=color, label=label)
         ax.scatter(np.repeat(np.arange(L), H) + 0.08 * (i - len(labels) / 2), v.ravel(), s=6, color=color, alpha=0.4)
     ax.set(xlabel=LAYER, ylabel=ylabel, title=title, xticks=range(L))
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    _legend_outside(ax)
+    return save(fig, path)
 
 
 def entropy_plot(entropy: np.ndarray, entropy_cls: np.ndarray | None, uniform: float, path,
@@ -96,10 +124,10 @@ def entropy_plot(entropy: np.ndarray, entropy_cls: np.ndarray | None, uniform: f
         ax.scatter(x + 0.1, entropy_cls.ravel(), s=10, label=cls_label)
     ax.axhline(uniform, ls="--", color="k", lw=1, label="uniform attention (mean log n)")
     top = [uniform, float(np.nanmax(entropy))] + ([float(np.nanmax(entropy_cls))] if entropy_cls is not None else [])
-    ax.set(xlabel=LAYER, ylabel="mean entropy (nats)", title="Attention entropy per head", xticks=range(L),
-           ylim=(0, 1.1 * max(top)))
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    ax.set(xlabel=LAYER, ylabel="mean row entropy (nats)", title="Attention entropy of each head, by layer",
+           xticks=range(L), ylim=(0, 1.1 * max(top)))
+    _legend_outside(ax)  # not over the uniform reference line
+    return save(fig, path)
 
 
 def behaviours(stats: dict[str, np.ndarray]) -> np.ndarray:
@@ -118,24 +146,29 @@ def behaviours(stats: dict[str, np.ndarray]) -> np.ndarray:
 
 def mds_scatter(points: np.ndarray, num_layers: int, path, labels: np.ndarray | None = None) -> Path:
     """Clark Fig. 6: heads embedded by MDS of their JS distances, coloured by layer (and by
-    behaviour when ``labels`` is given). points (L·H, 2)."""
+    behaviour when ``labels`` is given), each point labelled layer-head. points (L·H, 2)."""
     H = len(points) // num_layers
     panels = 1 if labels is None else 2
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.5), squeeze=False)
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 5.5), squeeze=False)
     ax = axes[0, 0]
     sc = ax.scatter(points[:, 0], points[:, 1], c=np.repeat(np.arange(num_layers), H), cmap="viridis", s=18)
     fig.colorbar(sc, ax=ax, label=LAYER, ticks=range(num_layers))
-    ax.set(title="Heads by Jensen-Shannon distance (MDS), by layer")
+    ax.set(title="Coloured by layer")
+    size = 7 if len(points) <= 48 else 5
+    for k, (x, y) in enumerate(points):
+        ax.annotate(f"{k // H}-{k % H}", (x, y), xytext=(2, 2), textcoords="offset points", fontsize=size)
     if labels is not None:
         ax = axes[0, 1]
         for i, label in enumerate(sorted(set(labels))):
             hit = labels == label
-            ax.scatter(points[hit, 0], points[hit, 1], s=18, color=f"C{i}", label=f"{label} ({hit.sum()})")
-        ax.set(title="... by behaviour (Clark et al. thresholds)")
-        ax.legend(fontsize=7)
-    for k, (x, y) in enumerate(points):
-        axes[0, 0].annotate(f"{k // H}-{k % H}", (x, y), fontsize=4, alpha=0.6)
-    return _save(fig, path)
+            count = f"{hit.sum()} head" + ("s" if hit.sum() != 1 else "")
+            ax.scatter(points[hit, 0], points[hit, 1], s=18, color=f"C{i}", label=f"{label} ({count})")
+        ax.set(title="Coloured by behaviour (Clark et al. 2019 thresholds)")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    for ax in axes[0]:
+        ax.set(xlabel="MDS dimension 1 (JS distance units)", ylabel="MDS dimension 2 (JS distance units)")
+    fig.suptitle("Heads placed by the Jensen-Shannon distance between their attention (MDS); points are layer-head")
+    return save(fig, path)
 
 
 def signed_bars(values: np.ndarray, low: np.ndarray, high: np.ndarray, title: str, ylabel: str, path,
@@ -150,4 +183,44 @@ def signed_bars(values: np.ndarray, low: np.ndarray, high: np.ndarray, title: st
     ax.errorbar(range(L), values, yerr=[values - low, high - values], fmt="none", ecolor="k", capsize=3, lw=0.8)
     ax.axhline(0, color="k", lw=0.8)
     ax.set(xlabel=LAYER, ylabel=ylabel, title=title, xticks=range(L))
+    return save(fig, path)
+
+
+def token_ticks(ax, tokens: list[str], axis: str, most: int = 8, fontsize: float = 5) -> None:
+    """Token names as tick labels on ``axis`` ("x" or "y"), at most ``most`` of them, evenly
+    sampled (first and last kept) when the sequence is longer."""
+    n = len(tokens)
+    at = np.unique(np.linspace(0, n - 1, min(n, most)).round().astype(int)) if n else np.array([], int)
+    names = [tokens[i] for i in at]
+    if axis == "x":
+        ax.set_xticks(at, names, rotation=90, fontsize=fontsize)
+    else:
+        ax.set_yticks(at, names, fontsize=fontsize)
+
+
+def attention_grid(weights: np.ndarray, tokens: list[str], path, title: str) -> Path:
+    """An (L, H, n, n) array as an L × H grid of attention maps (rows queries, columns keys),
+    token names sampled on the outer panels, one colour bar for the weights."""
+    L, H, n, _ = weights.shape
+    fig, axes = plt.subplots(L, H, figsize=(1.5 * H + 1.5, 1.5 * L + 1.6), squeeze=False, layout="constrained")
+    for l in range(L):
+        for h in range(H):
+            ax = axes[l, h]
+            im = ax.imshow(weights[l, h], cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if l == L - 1:
+                token_ticks(ax, tokens, "x")
+            if h == 0:
+                token_ticks(ax, tokens, "y")
+            if l == 0:
+                ax.set_title(f"head {h}", fontsize=8)
+            if h == H - 1:
+                ax.yaxis.set_label_position("right")
+                ax.set_ylabel(f"layer {l}", fontsize=8)
+    fig.colorbar(im, ax=axes, label="attention weight α", shrink=0.6)
+    fig.supxlabel("key token (column; layers and heads 0-based)", fontsize=9)
+    fig.supylabel("query token (row)", fontsize=9)
+    shown = " ".join(tokens) if len(tokens) <= 24 else " ".join(tokens[:24]) + " …"
+    fig.suptitle(f"{title}\n{shown}", fontsize=9)
     return save(fig, path)
