@@ -160,3 +160,23 @@ def test_analyze_cli_runs_it_on_a_causal_lm(lm, tmp_path):
     with pytest.raises(SystemExit, match=r"\[CLS\] and \[SEP\]"):
         main(["analyze", "--model", str(folder), "--input", str(corpus), "--methods", "weights",
               "--out", str(tmp_path / "bad"), "--max-length", "64"])
+
+
+def test_a_tokenizer_without_a_padding_token_pads_with_end_of_text(lm, tmp_path):
+    """GPT-2's own tokenizer has no padding token: batches pad with its end-of-text id, and the
+    numbers are those of the folder whose tokenizer names a padding token (padding is masked)."""
+    import shutil
+
+    folder = tmp_path / "no_pad"
+    shutil.copytree(lm[0], folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "pad_token": None}))
+    assert jattn.load(folder).tokenizer.pad_token_id is None
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n")
+    for name, model in (("with", lm[0]), ("without", folder)):
+        main(["analyze", "--model", str(model), "--input", str(corpus), "--methods", "lm-attention",
+              "--out", str(tmp_path / name), "--batch-size", "3", "--max-length", "64"])
+    with_pad, without = (json.loads((tmp_path / n / "results.json").read_text()) for n in ("with", "without"))
+    for name in SHARES:
+        assert without[name]["value"] == with_pad[name]["value"], name

@@ -3,7 +3,8 @@
     jattn data list                       each data set: size, license, present or not
     jattn data fetch [NAME ...]           download (all when no name), verify, place atomically
     jattn data verify [NAME ...]          check every file's sha256; names each bad or missing one
-    jattn data path [NAME]                the data folder (or a data set's folder)
+    jattn data path [NAME]                the data folder (or a data set's folder; ``sample``: the bundled
+                                          sample's, e.g. "$(jattn data path sample)/sentences.txt")
 
 The data folder is --data-dir, else $JATTN_DATA, else the user cache (jattn/data). ``fetch
 --mirror URL`` (or $JATTN_DATA_MIRROR) takes the final files from a server laid out like the data
@@ -21,14 +22,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     helps = {"list": "each data set: size, license, present or not",
              "fetch": "download data sets (all when no name), verify their sha256, place them atomically",
              "verify": "check every file's sha256 against the manifest; names each bad or missing file",
-             "path": "print the data folder, or the folder of data set NAME"}
+             "path": "print the data folder, or the folder of data set NAME (sample: the bundled sample)"}
     parsers = actions(parser, __doc__, helps, "--data-dir",
                       "the data folder (default: $JATTN_DATA, else the user cache's jattn/data)")
     for action, p in parsers.items():
         if action in ("fetch", "verify"):
             p.add_argument("names", nargs="*", metavar="NAME", help="data sets (default: all; see jattn data list)")
         if action == "path":
-            p.add_argument("name", nargs="?", metavar="NAME", help="a data set (must be present; default: none, the data folder itself)")
+            p.add_argument("name", nargs="?", metavar="NAME", help="a data set (must be present), or sample: the "
+                           "bundled sample (default: none, the data folder itself)")
         if action == "fetch":
             p.add_argument("--mirror", default=None,
                            help="URL laid out like the data folder (URL/<data set>/<file>) to fetch the final "

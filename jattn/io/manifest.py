@@ -9,7 +9,10 @@ sub-folder per data set (``<data dir>/gap/gap-development.tsv``); it is, first f
 2. ``$JATTN_DATA``,
 3. ``platformdirs.user_cache_dir("jattn")/data`` (e.g. ``~/.cache/jattn/data`` on Linux).
 
-``jattn data fetch`` fills it (:mod:`jattn.io.fetch`).
+``jattn data fetch`` fills it (:mod:`jattn.io.fetch`). One more name needs no fetching: ``sample``,
+the bundled sample (``jattn/io/sample/``: 300 sentences of UD English EWT dev), which
+:func:`data_path` finds inside the installed package, so that a command naming
+``"$(jattn data path sample)/sentences.txt"`` works from any folder.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 __all__ = ["data_dir", "data_path", "datasets", "file_path", "files", "missing"]
 
 MANIFEST = Path(__file__).with_name("manifest.json")
+SAMPLE = "sample"  # the bundled sample's name for data_path; no data set of the manifest may take it
 TRANSFORMS = ("verbatim", "gunzip", "concat-drop-header", "empty")
 
 
@@ -54,6 +58,8 @@ def _load(path: str) -> tuple[dict, tuple[FileEntry, ...]]:
         entries = tuple(_entry(f) for f in raw["files"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"cannot read the data manifest {path}: {e!r}. Fix: reinstall jattn") from None
+    if SAMPLE in known:
+        raise ValueError(f"data manifest {path}: {SAMPLE!r} names the bundled sample, not a data set")
     for e in entries:
         if e.dataset not in known or e.transform not in TRANSFORMS or len(e.source_sha256) != (
                 0 if e.transform in ("verbatim", "empty") else len(e.source)):
@@ -123,9 +129,12 @@ def data_path(name: str, folder: str | os.PathLike | None = None) -> Path:
     """The folder of data set ``name`` (e.g. "ud-english-ewt") in the data folder (``folder``, else
     ``$JATTN_DATA``, else the user cache).
 
+    ``"sample"`` is the bundled sample's folder inside the installed package, wherever the data folder is.
     Raises FileNotFoundError naming the command that fetches it when a file is missing or of the
     wrong size (``jattn data verify`` checks the hashes too), ValueError for an unknown name.
     """
+    if name == SAMPLE:
+        return Path(__file__).with_name(SAMPLE)
     root = data_dir(folder)
     gone = missing(name, root)
     if gone:

@@ -85,6 +85,17 @@ def _encode(tokenizer, a: list, b: list, split: bool, **kwargs) -> list[dict]:
     return rows
 
 
+
+def pad_id(tokenizer) -> int:
+    """The id padded positions hold: the tokenizer's padding token, or for a causal LM's tokenizer
+    without one (GPT-2's) its end-of-text token. Padded positions are masked out of every
+    computation, so any valid id serves; it must only be one."""
+    for pad in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if pad is not None:
+            return pad
+    raise ValueError("the tokenizer has neither a padding nor an end-of-text token, so batches cannot be padded. "
+                     "Fix: set tokenizer.pad_token (e.g. to an unused token) before loading, or pass token ids")
+
 def tokenize(tokenizer, examples, *, max_length: int = 128, truncate: bool = False,
              pad_to: int | None = None) -> TokenBatch:
     """Tokenize ``examples`` into one padded batch (padded to the longest, or to ``pad_to``).
@@ -124,7 +135,7 @@ def tokenize(tokenizer, examples, *, max_length: int = 128, truncate: bool = Fal
         n = pad_to
     size = len(a)
     out = {k: np.zeros((size, n), np.int32) for k in ("input_ids", "attention_mask", "token_type_ids")}
-    out["input_ids"][:] = tokenizer.pad_token_id
+    out["input_ids"][:] = pad_id(tokenizer)
     word_ids = np.full((size, n), -1, np.int32) if split else None
     offsets = np.full((size, n, 2), -1, np.int32) if rows[0]["offsets"] is not None else None
     for i, row in enumerate(rows):

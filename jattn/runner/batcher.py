@@ -20,7 +20,7 @@ import numpy as np
 from jattn.analyses.base import CLS, OTHER, PUNCT, SEP, HostBatch, TranslationHostBatch
 from jattn.io import validate
 from jattn.io.readers import Example, as_example
-from jattn.io.tokenize import SequenceTooLongError, tokenize
+from jattn.io.tokenize import SequenceTooLongError, pad_id, tokenize
 from jattn.nn.config import Seq2SeqConfig
 
 
@@ -170,7 +170,7 @@ def pad_labels(rows: list[tuple[int, dict]], batch_size: int, length: int) -> tu
 
 
 def pad_segments(model, rows: list[tuple[int, dict]], batch_size: int, length: int, words: bool) -> HostBatch:
-    ids, mask = pad_rows([r["input_ids"] for _, r in rows], batch_size, length, model.tokenizer.pad_token_id)  # (b, n)
+    ids, mask = pad_rows([r["input_ids"] for _, r in rows], batch_size, length, pad_id(model.tokenizer))  # (b, n)
     types, _ = pad_rows([r["token_type_ids"] for _, r in rows], batch_size, length, 0)  # (b, n)
     wids = pad_rows([r["word_ids"] for _, r in rows], batch_size, length, -1)[0] if words else None  # (b, n)
     example = np.full((batch_size,), -1, np.int32)  # (b,)
