@@ -241,6 +241,9 @@ def main(argv=None) -> None:
         command, resume = args.command, getattr(modules[args.command], "RESUME", "")
         modules[args.command].run(args)
         results.check_stop()  # a stop whose exception was dropped after the last check point
+        if argv is None:  # the program's work is done and published: a stop from now on changes nothing
+            for sig in previous:
+                signal.signal(sig, signal.SIG_IGN)
     except KeyboardInterrupt as e:
         if debugging(args if command else None):
             raise
@@ -253,8 +256,8 @@ def main(argv=None) -> None:
         message = in_flags(str(e) or e.__class__.__name__, parser.commands[args.command])
         raise SystemExit(f"jattn {args.command}: error: {message}") from None
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, handler in previous.items():  # the program ends ignoring them: no stop in its teardown
+            signal.signal(sig, handler if argv is not None else signal.SIG_IGN)
         sys.unraisablehook = hook
         for timer in _redelivery:  # a caller of main in-process goes on: no late signal, no stop left
             timer.cancel()

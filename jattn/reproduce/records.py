@@ -26,8 +26,11 @@ def write(out: Path, record: dict) -> dict:
     file = path(out, record["name"])
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1, default=json_default) + "\n")
-    os.replace(tmp, file)
+    try:
+        tmp.write_text(json.dumps(record, indent=1, default=json_default) + "\n")
+        os.replace(tmp, file)
+    finally:  # a stop (KeyboardInterrupt) between the two leaves no half-made record behind
+        tmp.unlink(missing_ok=True)
     return json.loads(file.read_text())
 
 

@@ -554,3 +554,15 @@ def test_a_study_name_is_registered_once():
     assert "clark" in studies.load() and studies.titles()["clark"].startswith("Clark et al. 2019")
     with pytest.raises(ValueError, match="registered already"):
         studies.register("clark", stages_of, "another")
+
+
+def test_a_record_stopped_while_written_leaves_no_temporary_file(tmp_path, monkeypatch):
+    from jattn.reproduce import records
+
+    def stopped(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(records.os, "replace", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        records.write(tmp_path, {"name": "toy.count", "result": {}})
+    assert list((tmp_path / "stages").iterdir()) == []
