@@ -43,6 +43,11 @@ reproduce: $(VENV)/.setup-reproduce
 reproduce-quick: $(VENV)/.setup-reproduce
 	$(BIN)/jattn reproduce --quick --no-progress
 
+# One device check (benchmarks/device_check.py: parity, speed, memory, GEMM rates; under 8 minutes on
+# one GPU, --tiny on a CPU). No setup prerequisite: on an accelerator image torch is the image's own.
+device-check:
+	$(BIN)/python benchmarks/device_check.py --out benchmarks/results/device_check.json
+
 test: setup-test
 	$(BIN)/python -m pytest -q -n auto --durations=15
 

@@ -1,0 +1,73 @@
+"""benchmarks/device_check.py --tiny: the one-command device check runs on the CPU and writes every
+documented field, its parity within the derived tolerances and its ratios finite and positive
+(timings themselves are never asserted)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the scripts import each other
+
+MODEL = {"model", "batch", "forward_gflop", "parity", "seconds", "ratios", "bound_seconds", "memory"}
+SECONDS = {"jattn_forward", "jattn_lean", "hf_eager", "hf_eager_lean", "hf_sdpa"}
+RATIOS = {"forward_vs_hf_eager", "lean_vs_hf_eager_lean", "lean_vs_hf_sdpa"}
+PARITY = {"encoder": {"hidden", "logits", "encoder_weights", "gated", "disabled"},
+          "seq2seq": {"logits", "encoder_weights", "decoder_weights", "cross_weights", "gated"},
+          "lm": {"logits", "weights", "gated"}}
+
+
+def positive(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def parity_ok(entries: dict) -> None:
+    for name, p in entries.items():
+        assert set(p) == {"max_abs_err", "tolerance", "terms", "scale", "ok"}, name
+        assert p["ok"] and 0 <= p["max_abs_err"] <= p["tolerance"] and p["terms"] >= 1, (name, p)
+
+
+def test_tiny_device_check_writes_the_documented_json(tmp_path):
+    pytest.importorskip("torch")
+    import device_check
+
+    out = tmp_path / "device_check.json"
+    r = device_check.main(["--tiny", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(r))
+    assert set(r) == {"meta", "gemm", "encoder", "seq2seq", "lm", "importance", "disable", "patching", "ok"}
+    m = r["meta"]
+    assert m["tiny"] and m["matmul_precision"] == "highest" and set(m["versions"]) == {"jax", "torch", "transformers"}
+    assert set(m["section_seconds"]) == {"gemm", "encoder", "sweeps", "seq2seq", "lm"} and positive(m["seconds"])
+    g = r["gemm"]
+    assert all(positive(g[k]) for k in ("jax_fp32_tflops", "torch_fp32_tflops", "jax_fp32_default_precision_tflops"))
+    assert {"jax_bf16_tflops", "torch_bf16_tflops"} <= set(g)
+    for name, want in PARITY.items():
+        x = r[name]
+        assert MODEL <= set(x), name
+        assert set(x["parity"]) == want, name
+        parity_ok(x["parity"])
+        assert set(x["seconds"]) == SECONDS and set(x["ratios"]) == RATIOS
+        assert all(positive(v) for k, v in x["seconds"].items() if v is not None or k != "hf_sdpa")
+        assert all(positive(v) for k, v in x["ratios"].items() if v is not None or k != "lean_vs_hf_sdpa")
+        assert positive(x["forward_gflop"]) and positive(x["bound_seconds"])
+        assert set(x["memory"]) == {"jax_peak_bytes", "torch_peak_bytes"}
+    assert "hidden_default_precision" in r["encoder"]["parity_info"]
+    imp = r["importance"]
+    assert all(positive(imp[k]) for k in ("jattn_first_call_seconds", "jattn_seconds", "hf_seconds", "ratio"))
+    parity_ok(imp["parity"])
+    d = r["disable"]
+    assert all(positive(d[k]) for k in ("jattn_batched_seconds", "jattn_loop_seconds", "hf_loop_seconds",
+                                        "ratio_loop_over_batched", "ratio_hf_loop_over_batched"))
+    assert d["batched_equals_loop"] and d["predictions_compared"] == 2 * 4 * d["sentences"]
+    assert 0 <= d["hf_predictions_differing"] <= d["predictions_compared"]
+    p = r["patching"]
+    assert set(p["seconds"]) == {"jattn_exact", "jattn_attribution", "jattn_lean_forward", "hf_hooks"}
+    assert all(positive(v) for v in p["seconds"].values())
+    assert all(positive(p[k]) for k in ("ratio_exact_vs_hooks", "ratio_attribution_vs_hooks",
+                                        "attribution_forward_equivalents"))
+    parity_ok(p["parity"])
+    assert r["ok"] is True
