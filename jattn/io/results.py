@@ -52,6 +52,14 @@ __all__ = ["Output", "run_meta", "write_figures", "write_files"]
 STOP = {"signal": None, "raised": None}
 
 
+class OutputError(ValueError):
+    """An output folder that cannot be used, or writing into it failed."""
+
+
+class NonFiniteError(ValueError):
+    """The run produced NaN or inf statistics."""
+
+
 class Terminated(KeyboardInterrupt):
     """A SIGTERM, raised where a SIGINT's KeyboardInterrupt would be."""
 
