@@ -73,6 +73,11 @@ def run(args) -> None:
             print(f"{why}: {M.file_path(e, root)}")
         if bad:
             names = " ".join(sorted({e.dataset for e, _ in bad}, key=list(M.datasets()).index))
-            raise ValueError(f"{len(bad)} of {len(entries)} file(s) missing or wrong in {root}. Fix: "
-                             f"`jattn data fetch {names}`" + (f" --data-dir {root}" if args.data_dir else ""))
+            command = f"`jattn data fetch {names}`" + (f" --data-dir {root}" if args.data_dir else "")
+            blocked = [o for e, _ in bad if (o := M.obstacle(e, root))]
+            if blocked:  # fetching cannot replace a folder or a FIFO: named, with what to do first
+                others = f" (and the {len(blocked) - 1} other(s) listed above)" if len(blocked) > 1 else ""
+                raise ValueError(f"{len(bad)} of {len(entries)} file(s) missing or wrong in {root}: {blocked[0]}. "
+                                 f"Fix: move or delete it{others}, then run {command}")
+            raise ValueError(f"{len(bad)} of {len(entries)} file(s) missing or wrong in {root}. Fix: {command}")
         print(f"all {len(entries)} file(s) verified in {root}")

@@ -17,6 +17,7 @@ temporary file then move) with a connect and read timeout.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import hashlib
 import os
@@ -26,7 +27,7 @@ import tempfile
 import urllib.parse
 from pathlib import Path
 
-from jattn.io.manifest import FileEntry, data_dir, datasets, file_path, files
+from jattn.io.manifest import FileEntry, data_dir, datasets, file_path, files, kind, obstacle
 
 __all__ = ["fetch", "verify"]
 
@@ -46,6 +47,9 @@ def sha256(path: Path) -> str:
 def problem(entry: FileEntry, folder=None) -> str | None:
     """Why the data folder's copy of ``entry`` is not the manifest's (None when it is)."""
     path = file_path(entry, folder)
+    blocked = obstacle(entry, folder)
+    if blocked:
+        return blocked.removeprefix(f"{path} is ") if blocked.startswith(f"{path} is ") else f"its folder {blocked}"
     if not path.is_file():
         return "missing"
     if path.stat().st_size != entry.size:
@@ -150,6 +154,36 @@ def _build(entry: FileEntry, path: Path, staging: Path, timeout: float) -> None:
         os.replace(tmp, path)
 
 
+def explain(e: OSError, path: Path, root: Path, size: int) -> OSError:
+    """The OS error ``e``, met while writing ``path`` into the data folder ``root`` (``size``: bytes
+    the data set needs), as one line naming the path, the problem in words and the fix."""
+    target = Path(e.filename) if e.filename else path
+    where = "--data-dir (or set JATTN_DATA)"
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return PermissionError(f"cannot write {target}: permission denied. Fix: choose a writable data folder "
+                               f"(pass {where}), or fix the folder's permissions (e.g. `chmod -R u+w {root}`)")
+    if e.errno == errno.EROFS:
+        return PermissionError(f"cannot write {target}: {root} is on a read-only file system. Fix: choose "
+                               f"a writable data folder (pass {where})")
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = "no space left" if e.errno == errno.ENOSPC else "disk quota exceeded"
+        free = shutil.disk_usage(root).free if root.is_dir() else 0
+        return OSError(f"cannot write {target}: {what} on the disk of {root} ({free / 1e6:.1f} MB free; "
+                       f"this data set needs {size / 1e6:.1f} MB). Fix: free space on that disk, or pass {where} "
+                       "to a folder on another disk")
+    if e.errno in (errno.ENOTDIR, errno.EEXIST, errno.EISDIR):
+        for p in (target, *target.parents):
+            if p.is_dir() and p != target:
+                break
+            if p.exists() or p.is_symlink():
+                expected = "a folder" if p != target or e.errno != errno.EISDIR else "a file"
+                if kind(p) != expected:
+                    return OSError(f"{p} is {kind(p)}, not {expected}, in the data folder {root}. Fix: "
+                                   f"move or delete it, then fetch again (or pass {where} to another folder)")
+    return OSError(f"cannot write {target}: {e.strerror or e}. Fix: check {target.parent} and fetch "
+                   f"again, or pass {where} to another folder")
+
+
 def _clean_stale(entries: list[FileEntry], root: Path) -> None:
     """Remove temporary files an interrupted fetch left in the data sets' folders (call under the lock)."""
     finals = {file_path(e, root) for e in entries}
@@ -175,6 +209,27 @@ def _lock(root: Path, name: str):
         yield
     finally:
         lock.release()
+
+
+def _place(e: FileEntry, root: Path, mirror: str | None, staging: Path, timeout: float) -> bool:
+    """Make ``e`` present and verified in ``root``: False when it already was, True when fetched."""
+    if problem(e, root) is None:
+        return False
+    blocked = obstacle(e, root)
+    if blocked:
+        raise FileExistsError(f"{blocked}, where {e.dataset}'s file {e.path} must go. Fix: move or delete it, "
+                              "then fetch again (or pass --data-dir elsewhere)")
+    path = file_path(e, root)
+    path.unlink(missing_ok=True)  # wrong bytes never keep a final name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if mirror:
+        download(mirror_url(mirror, e), path, e.sha256, timeout,
+                 fix=f"Fix: put the manifest's {e.dataset}/{e.path} on the mirror {mirror}, "
+                     "or fetch without --mirror (and without JATTN_DATA_MIRROR)")
+    else:
+        staging.mkdir(parents=True, exist_ok=True)
+        _build(e, path, staging, timeout)
+    return True
 
 
 def fetch(names=None, folder=None, mirror: str | None = None, timeout: float = TIMEOUT, progress: bool | None = None,
@@ -206,27 +261,20 @@ def fetch(names=None, folder=None, mirror: str | None = None, timeout: float = T
               disable=None if progress is None else not progress) as bar:
         for name in [n for n in datasets(manifest) if any(e.dataset == n for e in entries)]:
             own = [e for e in entries if e.dataset == name]
-            staging = root / ".sources" / name
-            with _lock(root, name):
-                _clean_stale(own, root)
-                for e in own:
-                    path = file_path(e, root)
-                    bar.set_postfix_str(f"{name}/{e.path}", refresh=False)
-                    if problem(e, root) is None:
-                        counts["present"] += 1
-                    else:
-                        path.unlink(missing_ok=True)  # wrong bytes never keep a final name
-                        path.parent.mkdir(parents=True, exist_ok=True)
-                        if mirror:
-                            download(mirror_url(mirror, e), path, e.sha256, timeout,
-                                     fix=f"Fix: put the manifest's {e.dataset}/{e.path} on the mirror {mirror}, "
-                                         "or fetch without --mirror (and without JATTN_DATA_MIRROR)")
-                        else:
-                            staging.mkdir(parents=True, exist_ok=True)
-                            _build(e, path, staging, timeout)
-                        counts["fetched"] += 1
-                    bar.update(e.size)
-                shutil.rmtree(staging, ignore_errors=True)
+            staging, path = root / ".sources" / name, root / name
+            try:
+                with _lock(root, name):
+                    _clean_stale(own, root)
+                    for e in own:
+                        path = file_path(e, root)
+                        bar.set_postfix_str(f"{name}/{e.path}", refresh=False)
+                        counts["fetched" if _place(e, root, mirror, staging, timeout) else "present"] += 1
+                        bar.update(e.size)
+                    shutil.rmtree(staging, ignore_errors=True)
+            except OSError as e:
+                if e.errno is None:  # already ours, with its fix
+                    raise
+                raise explain(e, path, root, sum(x.size for x in own)) from None
     with contextlib.suppress(OSError):
         (root / ".sources").rmdir()  # when empty
     return counts

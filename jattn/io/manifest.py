@@ -20,10 +20,11 @@ from __future__ import annotations
 import functools
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["data_dir", "data_path", "datasets", "file_path", "files", "missing"]
+__all__ = ["data_dir", "data_path", "datasets", "file_path", "files", "missing", "obstacle"]
 
 MANIFEST = Path(__file__).with_name("manifest.json")
 SAMPLE = "sample"  # the bundled sample's name for data_path; no data set of the manifest may take it
@@ -97,22 +98,53 @@ def data_dir(folder: str | os.PathLike | None = None) -> Path:
     """The data folder: ``folder`` if given, else ``$JATTN_DATA``, else the user cache's ``jattn/data``.
     A path that exists and is not a folder is an error naming where it came from."""
     if folder:
-        path, origin = Path(folder).expanduser(), "the data folder"
+        path, origin = Path(folder).expanduser(), "the data folder (--data-dir)"
     elif os.environ.get("JATTN_DATA"):
         path, origin = Path(os.environ["JATTN_DATA"]).expanduser(), "JATTN_DATA"
     else:
         import platformdirs
 
         path, origin = Path(platformdirs.user_cache_dir("jattn")) / "data", "the user cache's data folder"
-    if path.exists() and not path.is_dir():
-        raise NotADirectoryError(f"{origin} {path} is a file, not a folder. Fix: give the data folder (the one "
-                                 "`jattn data fetch` fills), or a new path for it")
+    if (path.exists() or path.is_symlink()) and not path.is_dir():
+        fix = ("pass --data-dir a folder (the data folder, or a new path: `jattn data fetch` creates it)" if folder
+               else "set JATTN_DATA to a folder (the data folder, or a new path), or pass --data-dir FOLDER")
+        raise NotADirectoryError(f"{origin} {path} is {kind(path)}, not a folder. Fix: {fix}")
     return path
 
 
 def file_path(entry: FileEntry, folder: str | os.PathLike | None = None) -> Path:
     """Where ``entry`` lives in the data folder."""
     return data_dir(folder) / entry.dataset / Path(*entry.path.split("/"))
+
+
+def kind(path: Path) -> str:
+    """What ``path`` is, in words ("a file", "a folder", "a FIFO", ...; "nothing" when absent); follows links."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "a broken symbolic link" if path.is_symlink() else "nothing"
+    except OSError as e:
+        return f"unreadable ({e.strerror})"
+    kinds = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((word for test, word in kinds if test(mode)), "not a regular file")
+
+
+def obstacle(entry: FileEntry, folder=None) -> str | None:
+    """What stands where ``entry`` or one of its folders must go and that fetching cannot replace (a
+    folder or a FIFO at the file's path, a file at a folder's), as "PATH is X, not Y"; None when nothing does."""
+    root = data_dir(folder)
+    path, p = file_path(entry, root), root
+    for part in (entry.dataset, *entry.path.split("/")[:-1]):
+        p = p / part
+        if not p.is_dir():
+            return f"{p} is {kind(p)}, not a folder" if p.exists() or p.is_symlink() else None
+    what = kind(path)
+    if what in ("nothing", "a file", "a broken symbolic link"):
+        return None
+    if what.startswith("unreadable"):
+        return f"{path} is {what}"
+    return f"{path} is {what}, not {'a file' if what == 'a folder' else 'a regular file'}"
 
 
 def missing(name: str, folder=None, manifest=None) -> list[FileEntry]:
@@ -139,6 +171,10 @@ def data_path(name: str, folder: str | os.PathLike | None = None) -> Path:
     gone = missing(name, root)
     if gone:
         command = f"jattn data fetch {name}" + (f" --data-dir {root}" if folder else "")
+        blocked = next((o for e in gone if (o := obstacle(e, root))), None)
+        if blocked:
+            raise FileNotFoundError(f"data set {name!r} cannot be read: {blocked}. Fix: move or delete it, then "
+                                    f"run `{command}`")
         where = "" if folder else f" (into {root}: $JATTN_DATA if set, else the user cache)"
         raise FileNotFoundError(
             f"data set {name!r} is not in the data folder: {len(gone)} of {len(files([name]))} file(s) missing or "
