@@ -344,7 +344,12 @@ def module(params, config) -> Encoder:
 def forward(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None, **kwargs):
     """The pure face: ``Encoder.__call__`` with the parameters as an argument; a ``dropout_rng``
     makes it a training forward; Explicit mesh axes run Auto (``jattn.nn.state.pure_call``: a
-    ``layer_rows`` / ``layer_totals`` callback reads the arrays it needs from its arguments)."""
+    ``layer_rows`` / ``layer_totals`` callback reads the arrays it needs from its arguments).
+    Values are not checked (the models and the runner check them): an id outside [0, vocab_size)
+    reads a valid row silently (JAX's indexing: ids ≥ V the last row, −V ≤ id < 0 wrap as NumPy's,
+    −1 the last row, ids < −V the first) and
+    an ``attention_mask`` value other than 0/1 counts as 1; ``jattn.nn.checked.checked(forward)``
+    checks them (checkify, under ``jit`` and ``vmap``)."""
     return state.pure_call(params, config, batch, interventions, _batch_axis, **kwargs)
 
 

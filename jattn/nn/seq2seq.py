@@ -332,7 +332,12 @@ def module(params, config) -> Seq2Seq:
 
 def forward(params, config: Seq2SeqConfig, batch: dict, interventions=None, **kwargs):
     """The pure face: ``Seq2Seq.__call__`` with the parameters as an argument; a ``dropout_rng``
-    makes it a training forward; Explicit mesh axes run Auto (``jattn.nn.state.pure_call``)."""
+    makes it a training forward; Explicit mesh axes run Auto (``jattn.nn.state.pure_call``).
+    Values are not checked (the models and the runner check them): a source id outside
+    [0, src_vocab_size) or a target id outside [0, tgt_vocab_size) reads a valid row silently
+    (JAX's indexing: ids ≥ V the last row, −V ≤ id < 0 wrap as NumPy's, ids < −V the first) and a
+    mask value other than 0/1 counts as 1; ``jattn.nn.checked.checked(forward)`` checks them
+    (checkify, under ``jit`` and ``vmap``)."""
     return state.pure_call(params, config, batch, interventions, _batch_axis, **kwargs)
 
 
