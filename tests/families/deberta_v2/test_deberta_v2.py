@@ -189,6 +189,9 @@ def test_analyses_run(base):
     assert got.shape == (2, 4) and np.isfinite(got).all()
 
 
+# > 30 s: the same command and patching run fast on the ALBERT, DistilBERT and XLM-R folders; DeBERTa's
+# kernels are under jit, vmap and grad in tests/test_contract_families.py
+@pytest.mark.slow
 def test_analyze_cli_and_patch_heads(tmp_path, monkeypatch):
     """A complete v3 folder (a tiny Unigram tokenizer of DeBERTa-v2's class, as v3's spm.model
     lays its vocabulary out): ``jattn analyze --methods weights,entropy,norms,alti,value-zeroing``

@@ -47,6 +47,8 @@ PAIRS = [("un homme court sur la plage", "the man runs on the beach"), ("le chie
          ("deux enfants jouent dans le parc", "two children play in the park")]
 
 
+# > 30 s: its code path runs fast on a translation model in tests/test_api_shape.py
+@pytest.mark.slow
 def test_public_api_runs_per_type(model):
     """The rest of the public API on T5 answers per attention type with finite numbers: the
     pre-LN attributions (ALTI's per-layer maps), gradient importance with a masked head (0 there),
