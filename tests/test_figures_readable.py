@@ -130,7 +130,8 @@ def test_method_figures(tmp_path, saved):
     paths = weights.class_figures("word_")(stats, L, tmp_path) + weights.entropy_figures("")(stats, L, tmp_path)
     paths += grad.grad_figures(stats, L, tmp_path) + lm_attention.figures(stats, L, tmp_path)
     paths += patterns._figures(stats, L, tmp_path) + distance.mds_figures({"js_mds": stats["js_mds"]}, L, tmp_path)
-    paths.append(plots.heatmap(stats["word_attn_prev"], "word_attn_prev", tmp_path / "h.png"))
+    paths.append(plots.heatmap(stats["word_attn_prev"], words.title("word_attn_prev"), tmp_path / "h.png",
+                               label=words.unit("word_attn_prev")))
     roles = {"role": np.array([["other", "positional"], ["syntactic", "positional+syntactic"]], dtype=object),
              "positional": np.array([["", "prev"], ["", "next"]], dtype=object),
              "relation": np.array([["", ""], ["nsubj", "det"]], dtype=object)}
@@ -147,7 +148,6 @@ def test_keys_in_words():
     assert words.title("cross_norm_share_to_sep").endswith("(cross-attention)")
     assert words.title("word_entropy") == "Attention entropy, mean over all rows (word level)"
     assert words.title("made_up_key") == "Made up key" and words.unit("made_up_key") == "value"
-    assert words.is_key("attn_to_cls") and not words.is_key("Attention to [CLS]")
 
 
 def test_token_ticks_are_sampled():

@@ -166,7 +166,8 @@ def test_model_batches_cover_each_example_once_padded_as_the_tokenizer_encodes_i
 def test_register_declares_a_method_make_methods_builds_and_another_module_cannot_take_its_name(monkeypatch):
     from jattn.analyses import make_methods, register, registry
 
-    monkeypatch.setattr(registry, "_ENTRIES", dict(registry._ENTRIES))
+    # every method module imported first: none registers into the copy, to be lost with it
+    monkeypatch.setattr(registry, "_ENTRIES", dict(registry.entries()))
 
     @dataclasses.dataclass
     class Fake:
@@ -589,7 +590,8 @@ def test_write_figures_draws_every_layer_head_statistic_and_the_methods_figures(
     from jattn.analyses import registry
     from jattn.io.results import write_figures
 
-    monkeypatch.setattr(registry, "_ENTRIES", dict(registry._ENTRIES))
+    # every method module imported first: none registers into the copy, to be lost with it
+    monkeypatch.setattr(registry, "_ENTRIES", dict(registry.entries()))
     drawn = {}
 
     def figures(stats, num_layers, folder, labels=None):

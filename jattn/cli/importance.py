@@ -67,7 +67,8 @@ def run(args) -> None:
             results.write_files(result, folder, 0, meta)
             figures = folder / "figures"
             figures.mkdir(exist_ok=True)
-            paths = [plots.heatmap(s.value, name, figures / f"heatmap_{name}.png", label="E|dL/dξ|")
+            paths = [plots.heatmap(s.value, f"Head importance ({name}, Michel et al. 2019 Eq. 2)",
+                                   figures / f"heatmap_{name}.png", label="E|dL/dξ|")
                      for name, s in stats.items()]
             report(folder, stats, args, model, len(examples), paths)
             return paths

@@ -146,12 +146,13 @@ def write_figures(stats: dict[str, np.ndarray], num_layers: int, folder: Path, m
     in the model's own terms ({"[CLS]": ..., "[SEP]": ...}), for the figures that take them."""
     import inspect
 
-    from jattn.viz import plots
+    from jattn.viz import plots, words
     from jattn.analyses.registry import entries
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [plots.heatmap(v, k, folder / f"heatmap_{k}.png") for k, v in stats.items()
+    paths = [plots.heatmap(v, words.title(k), folder / f"heatmap_{k}.png", label=words.unit(k))
+             for k, v in stats.items()
              if v.ndim == 2 and v.shape[0] == num_layers]
     registered = entries()
     for name in methods:

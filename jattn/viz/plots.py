@@ -3,8 +3,8 @@ per-layer plots, the MDS map of heads (Fig. 6) and grids of attention maps. Laye
 are labelled 0-based.
 
 Every function takes plain numpy arrays and a path, writes one PNG and returns the path. Each
-figure is made to be read on its own: a title in words (a bare statistic key such as
-``attn_to_cls`` is put in words by ``jattn.viz.words``), both axes labelled, a colour bar on
+figure is made to be read on its own: a title in words (a statistic key such as
+``attn_to_cls`` in words: ``jattn.viz.words``), both axes labelled, a colour bar on
 every image, legends outside the data; ``save`` stores the title in the PNG (``caption`` reads
 it back, for a report's one-line captions).
 """
@@ -15,7 +15,6 @@ from pathlib import Path
 
 import matplotlib
 
-from jattn.viz import words
 
 __all__ = ["attention_grid", "caption", "heatmap", "save", "signed_bars", "signed_heatmap"]
 
@@ -60,9 +59,7 @@ def heatmap(values: np.ndarray, title: str, path, *, vmin: float | None = None, 
             label: str | None = None, marks: np.ndarray | None = None) -> Path:
     """A layer × head grid (L, H) with the value in every cell (viridis; ``vmin``/``vmax`` fix
     the colour range, ``label`` names the colour bar). ``marks`` (L, H) bool: cells outlined.
-    A ``title`` that is a bare statistic key is put in words, its unit naming the colour bar."""
-    if words.is_key(title):
-        title, label = words.title(title), label or words.unit(title)
+    A statistic's title and unit in words: ``jattn.viz.words``."""
     L, H = values.shape
     fig, ax = plt.subplots(figsize=(0.55 * H + 2, 0.45 * L + 1.5))
     im = ax.imshow(values, cmap="viridis", aspect="auto", vmin=vmin, vmax=vmax)

@@ -11,8 +11,6 @@ its words with the underscores spelled as spaces.
 
 from __future__ import annotations
 
-import re
-
 CLASSES = {"cls": "[CLS]", "sep": "[SEP]", "punct": 'punctuation ("." or ",")', "other": "other tokens"}
 TOKENS = {"cls": "[CLS] tokens", "sep": "[SEP] tokens", "punct": 'punctuation tokens ("." or ",")',
           "other": "other tokens"}
@@ -49,12 +47,7 @@ _TITLES: dict[str, tuple[str, str]] = {  # key -> (title, unit of the colour bar
 }
 _PREFIXES = {"word_": "word level", "encoder_": "encoder self-attention", "decoder_": "decoder self-attention",
              "cross_": "cross-attention"}
-_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
-
-def is_key(text: str) -> bool:
-    """Whether ``text`` is a bare statistic key (an identifier) rather than words."""
-    return bool(_IDENTIFIER.fullmatch(text)) and ("_" in text or text in _TITLES)
 
 
 def _split(key: str) -> tuple[list[str], str]:
