@@ -100,3 +100,45 @@ def test_the_trained_model_translates_a_capitalised_sentence():
     assert ours == tok.batch_decode(gen, skip_special_tokens=True)
     words = set(ours[0].lower().replace(",", " ").replace(".", " ").split())
     assert {"table", "pictures", "market"} <= words or {"table", "photos", "market"} <= words, ours
+
+
+
+def test_the_control_without_encoder_self_attention_keeps_it_zero_and_each_position_sees_only_itself(tmp_path):
+    """``encoder_self_attention=False``: after training steps the encoder's attention projections
+    are still zero while its feed-forward weights moved; HF's reading of the exported folder gives
+    encoder position i the same output whatever the other source tokens are."""
+    import jax
+    import torch
+    from transformers import MarianMTModel
+
+    from jattn.families.marian.convert import save_marian_folder
+    from jattn.nn.config import Seq2SeqConfig
+    from jattn.training import nmt
+
+    config = Seq2SeqConfig(model_type="marian", src_vocab_size=40, tgt_vocab_size=40, d_model=16, encoder_layers=2,
+                           decoder_layers=1, encoder_heads=2, decoder_heads=2, encoder_ffn_dim=32,
+                           decoder_ffn_dim=32, max_position_embeddings=32, activation="relu", scale_embedding=True,
+                           shared_embeddings=True, tie_output=True, positions="vaswani", final_logits_bias=True,
+                           decoder_mask="all", pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+                           forced_eos_token_id=1)
+    tc = nmt.TrainConfig(peak_lr=1e-2, warmup_steps=1, encoder_self_attention=False)
+    params = nmt.init_params(config, jax.random.key(0), encoder_self_attention=False)
+    ffn_start = np.asarray(params["encoder"]["layers"]["ffn_in"]["kernel"])
+    optimizer = nmt.make_optimizer(tc)
+    opt_state = optimizer.init(params)
+    ids = np.random.default_rng(0).integers(2, 40, (4, 7)).astype(np.int32)  # (b, t)
+    batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "decoder_input_ids": ids, "labels": ids,
+             "label_mask": np.ones_like(ids)}
+    for step in range(3):
+        params, opt_state, _ = nmt.train_step(params, opt_state, batch, jax.random.key(step), config=config, tc=tc,
+                                              optimizer=optimizer)
+    assert not any(np.asarray(x).any() for x in jax.tree_util.tree_leaves(params["encoder"]["layers"]["self_attn"]))
+    assert np.abs(np.asarray(params["encoder"]["layers"]["ffn_in"]["kernel"]) - ffn_start).max() > 1e-4
+    save_marian_folder(tmp_path, params, config)
+    encoder = MarianMTModel.from_pretrained(str(tmp_path)).eval().get_encoder()
+    other = ids.copy()
+    other[:, 3:] = (other[:, 3:] + 5) % 38 + 2  # every token after position 2 changed
+    with torch.no_grad():
+        a, b = (encoder(input_ids=torch.tensor(x)).last_hidden_state.numpy() for x in (ids, other))
+    np.testing.assert_allclose(a[:, :3], b[:, :3], atol=1e-5)  # positions 0-2 do not see the others
+    assert np.abs(a[:, 3:] - b[:, 3:]).max() > 1e-3

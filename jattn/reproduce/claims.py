@@ -13,6 +13,13 @@ the one ``../docs/STATISTICS.md`` §2 asks for:
 - ``ci_method = "seeds"``: the rows carry a ``seed`` column; the statistic per seed, their mean,
   and the Student-t interval over seeds (each seed's value listed).
 
+With ``"cluster": COLUMN`` in the spec, "bootstrap" and "paired" resample the clusters that column
+names instead of rows (documents of a corpus, types of a word-frequency claim: the unit the
+claim generalises over; STATISTICS.md §"Resampling unit"): B = 1000 resamples of the K clusters
+with replacement (``numpy.random.default_rng(0).integers(0, K, (B, K))``, clusters numbered in
+order of first appearance), each resample the rows of its clusters, the percentile interval by
+``numpy.quantile`` (linear), the paired p-value as ``jattn.stats.paired_bootstrap``'s.
+
 The baseline is the same statistic (or another) on other columns of the same rows: the majority
 class, uniform attention, a fixed-offset parser. ``make`` writes the rows and computes the claim;
 ``recompute`` recomputes value, interval and baseline from the file alone, so that a reader (and
@@ -231,27 +238,56 @@ def _columns(rows: list[dict], names: dict[str, str], statistic: str) -> list[np
     return [np.asarray([r[names[a]] for r in rows]) for a in arguments]
 
 
-def evaluate(rows: list[dict], spec: dict) -> dict:
-    """``{"value", "ci", ...}`` of ``spec`` (``{"statistic", "columns", "ci_method"[, "system",
-    "baseline"]}``) on ``rows``, by the rules of the module docstring."""
+def _cluster_resamples(rows: list[dict], column: str) -> list[np.ndarray]:
+    """``stats.B`` row-index arrays, each the rows of K clusters drawn with replacement."""
+    groups: dict = {}  # cluster -> its row indices, clusters in order of first appearance
+    for i, r in enumerate(rows):
+        groups.setdefault(r[column], []).append(i)
+    members = [np.asarray(m) for m in groups.values()]
+    picks = np.random.default_rng(stats.SEED).integers(0, len(members), size=(stats.B, len(members)))  # (B, K)
+    return [np.concatenate([members[k] for k in pick]) for pick in picks]
+
+
+def _cluster(rows: list[dict], spec: dict, level: float) -> dict:
+    """The "bootstrap" and "paired" methods over the clusters of ``spec["cluster"]``."""
+    statistic, fn = spec["statistic"], STATISTICS[spec["statistic"]][1]
+    system = _columns(rows, spec["columns"], statistic)
+    tails = [(1 - level) / 2, (1 + level) / 2]
+    resamples = _cluster_resamples(rows, spec["cluster"])
+    if spec["ci_method"] == "bootstrap":
+        theta = np.array([fn(*(c[ix] for c in system)) for ix in resamples])
+        return {"value": float(fn(*system)), "ci": [float(q) for q in np.quantile(theta, tails)]}
+    base = _columns(rows, {**spec["columns"], **spec["against"]}, statistic)
+    deltas = np.array([fn(*(c[ix] for c in system)) - fn(*(c[ix] for c in base)) for ix in resamples])
+    p = min(1.0, 2 * min((deltas <= 0).mean(), (deltas >= 0).mean()))
+    return {"value": float(fn(*system) - fn(*base)), "ci": [float(q) for q in np.quantile(deltas, tails)],
+            "p": float(p)}
+
+
+def evaluate(rows: list[dict], spec: dict, level: float = 0.95) -> dict:
+    """``{"value", "ci", ...}`` of ``spec`` (``{"statistic", "columns", "ci_method"[, "against",
+    "cluster"]}``) on ``rows``, the interval at ``level``, by the rules of the module docstring."""
     statistic, method = spec["statistic"], spec["ci_method"]
     fn = STATISTICS[statistic][1]
+    if spec.get("cluster") and method in ("bootstrap", "paired"):
+        return _cluster(rows, spec, level)
     if method == "bootstrap":
         columns = _columns(rows, spec["columns"], statistic)
-        value, ci = (FAST_BOOTSTRAP[statistic](*columns) if statistic in FAST_BOOTSTRAP
-                     else stats.bootstrap_ci(fn, *columns))
+        value, ci = (FAST_BOOTSTRAP[statistic](*columns) if statistic in FAST_BOOTSTRAP and level == 0.95
+                     else stats.bootstrap_ci(fn, *columns, level=level))
         return {"value": value, "ci": list(ci)}
     if method == "paired":  # Δ = statistic(columns) − statistic(columns with "against"), one resample for both
         system = _columns(rows, spec["columns"], statistic)
         base = _columns(rows, {**spec["columns"], **spec["against"]}, statistic)
         stacked = [np.concatenate([s, b]) for s, b in zip(system, base)]  # rows 0..n-1 system, n..2n-1 baseline
         n = len(rows)
-        r = stats.paired_bootstrap(lambda ix: fn(*(c[ix] for c in stacked)), np.arange(n), np.arange(n) + n)
+        r = stats.paired_bootstrap(lambda ix: fn(*(c[ix] for c in stacked)), np.arange(n), np.arange(n) + n,
+                                   level=level)
         return {"value": r["delta"], "ci": list(r["ci"]), "p": r["p"]}
     if method == "seeds":
         seeds = sorted({r["seed"] for r in rows})
         per_seed = [fn(*_columns([r for r in rows if r["seed"] == s], spec["columns"], statistic)) for s in seeds]
-        value, ci = stats.t_interval(per_seed)
+        value, ci = stats.t_interval(per_seed, level)
         return {"value": value, "ci": list(ci), "per_seed": dict(zip(map(str, seeds), per_seed))}
     raise ValueError(f"unknown ci_method {method!r} (bootstrap, paired, seeds)")
 

@@ -1,8 +1,9 @@
 """The studies ``jattn reproduce`` runs. The library knows none of them: experiment scripts
 register theirs (``register``), and the command imports a folder of experiments (``load``: the
 checkout's ``experiments/`` unless told otherwise) whose ``__init__.py`` registers them in run
-order. A study is a name and ``stages(profile) -> list[Stage]``; its stages may read an earlier
-study's results (``Stage.needs``).
+order. A study is a name, ``stages(profile) -> list[Stage]`` (its stages may read an earlier
+study's results: ``Stage.needs``) and its ``Rules``: how each claim is judged and what it quotes
+(``jattn.reproduce.verdicts``).
 """
 
 from __future__ import annotations
@@ -10,21 +11,36 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 from jattn.reproduce.pipeline import Profile, Stage, repository_root
+from jattn.reproduce.verdicts import Evidence, Verdict
 
-__all__ = ["default_folder", "load", "names", "register", "stages", "titles"]
+__all__ = ["default_folder", "load", "names", "register", "register_rules", "Rules", "rules", "stages", "titles"]
 
 _REGISTERED: dict[str, Callable[[Profile], list[Stage]]] = {}  # name -> stages(profile), in run order
 _TITLES: dict[str, str] = {}  # name -> the REPORT's section title
+_RULES: dict[str, "Rules"] = {}  # name -> how its claims are judged and described
+
+
+class Rules(Protocol):
+    """A study's decision rules and declarations, written before the numbers (a module with these
+    two functions, typically ``experiments/<study>/verdicts.py``)."""
+
+    def judge(self, claim: dict, evidence: Evidence) -> Verdict:
+        """The claim's verdict by the rule of its type (``jattn.reproduce.verdicts``)."""
+
+    def describe(self, claim: dict) -> dict[str, str]:
+        """``{"paper": the paper's number with its table or figure, "differs": what differs from
+        the paper's protocol (model, data, size, selection)}``."""
 
 
 def register(name: str, stages_of: Callable[[Profile], list[Stage]], title: str) -> None:
     """Add the study ``name``, whose stages are ``stages_of(profile)`` (each named "<name>.<step>"),
     after those registered so far; ``title`` heads its section of the REPORT (the paper, or what
     the study is). Registering a name again is refused unless it is the same function (an
-    experiments package imported twice)."""
+    experiments package imported twice). Its claims are judged by the rules ``register_rules``
+    gives it."""
     if name in _REGISTERED and _REGISTERED[name] is not stages_of:
         raise ValueError(f"study {name!r} is registered already (by {_REGISTERED[name].__module__}). "
                          "Fix: give the new study another name")
@@ -34,8 +50,21 @@ def register(name: str, stages_of: Callable[[Profile], list[Stage]], title: str)
     _TITLES[name] = title
 
 
+def register_rules(name: str, rules: Rules) -> None:
+    """Judge and describe the claims of the study ``name`` by ``rules`` (a module apart from the
+    stages', so that editing a rule re-judges the claims without rerunning a stage)."""
+    if name not in _REGISTERED:
+        raise ValueError(f"no study {name!r} is registered. Fix: register its stages first (studies.register)")
+    _RULES[name] = rules
+
+
 def names() -> tuple[str, ...]:
     return tuple(_REGISTERED)
+
+
+def rules() -> dict[str, Rules]:
+    """Every registered study's ``Rules``, in run order."""
+    return dict(_RULES)
 
 
 def titles() -> dict[str, str]:

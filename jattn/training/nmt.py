@@ -52,16 +52,30 @@ class TrainConfig:
     seed: int = 0
     compute_dtype: str = "float32"
     depth_scaled_init: bool = False  # DS-Init (``init_params``)
+    encoder_self_attention: bool = True  # False: no encoder self-attention (``init_params``, ``make_optimizer``)
 
 
-def init_params(config: Seq2SeqConfig, key, depth_scaled: bool = False) -> dict:
+def _is_encoder_self_attention(path) -> bool:
+    """The leaf at ``path`` (a tree path of the parameters) is an encoder self-attention projection."""
+    names = [getattr(k, "key", None) for k in path]
+    return names[:3] == ["encoder", "layers", "self_attn"]
+
+
+def init_params(config: Seq2SeqConfig, key, depth_scaled: bool = False, encoder_self_attention: bool = True) -> dict:
     """Random parameters of ``jattn.nn.seq2seq.Seq2Seq`` as a nested dict of arrays (what optax
     and orbax hold): Xavier-uniform kernels (Glorot & Bengio 2010), N(0, D^-1/2) embeddings with a
     zero pad row, zero biases, unit LayerNorm. ``depth_scaled``: DS-Init (Zhang, Titov & Sennrich
     2019, §4, Eq. 9 with α = 1), every kernel of encoder or decoder layer l = 1..L scaled by 1/√l,
     so that the residual branches of the upper layers start small and a deep post-LayerNorm stack
-    trains without the slow start of plain Xavier initialisation."""
+    trains without the slow start of plain Xavier initialisation. ``encoder_self_attention=False``:
+    the encoder's query, key, value and output projections (kernels and biases) are zero — with
+    ``make_optimizer`` keeping them there, each encoder position sees only itself (the control of
+    an encoder with no self-attention for Voita et al. 2019's pruning claims); the model exports
+    as an ordinary Marian folder whose encoder attention adds nothing."""
     params = nnx.to_pure_dict(nnx.state(Seq2Seq(config, rngs=nnx.Rngs(key)), nnx.Param))
+    if not encoder_self_attention:
+        params = jax.tree_util.tree_map_with_path(
+            lambda path, x: jnp.zeros_like(x) if _is_encoder_self_attention(path) else x, params)
     if not depth_scaled:
         return params
 
@@ -97,9 +111,15 @@ def inverse_sqrt_schedule(peak_lr: float, warmup: int):
 @functools.lru_cache(maxsize=8)  # one object per config: a resumed Trainer reuses the compiled step
 def make_optimizer(tc: TrainConfig):
     """Adam(0.9, 0.98, 1e-9) with the inverse-sqrt schedule and global-norm clipping; the update
-    is applied every ``accumulate`` micro-batches (``optax.MultiSteps``)."""
+    is applied every ``accumulate`` micro-batches (``optax.MultiSteps``). Without
+    ``encoder_self_attention`` the encoder's self-attention projections get no update
+    (``optax.multi_transform``: they stay at the zeros ``init_params`` gives them)."""
     opt = optax.chain(optax.clip_by_global_norm(tc.clip_norm),
                       optax.adam(inverse_sqrt_schedule(tc.peak_lr, tc.warmup_steps), b1=0.9, b2=0.98, eps=1e-9))
+    if not tc.encoder_self_attention:
+        label = lambda params: jax.tree_util.tree_map_with_path(  # noqa: E731
+            lambda path, _: "frozen" if _is_encoder_self_attention(path) else "trained", params)
+        opt = optax.multi_transform({"trained": opt, "frozen": optax.set_to_zero()}, label)
     return optax.MultiSteps(opt, every_k_schedule=tc.accumulate) if tc.accumulate > 1 else opt
 
 
@@ -176,7 +196,7 @@ class Trainer(Checkpointed):
         self.config, self.tc, self.tokenizer = config, tc, tokenizer
         self.workdir = Path(workdir).resolve()
         self.optimizer = make_optimizer(tc)
-        params = init_params(config, jax.random.key(tc.seed), tc.depth_scaled_init)
+        params = init_params(config, jax.random.key(tc.seed), tc.depth_scaled_init, tc.encoder_self_attention)
         self.run = Resumable(self.workdir, {"params": params, "opt_state": self.optimizer.init(params)},
                              {"step": 0, "micro_step": 0, "epoch": 0, "batch_in_epoch": 0, "train_time_s": 0.0,
                               "curve": [], "best_bleu": None, "since_best": 0}, tc, self.EXTENDABLE)

@@ -178,8 +178,8 @@ def test_the_training_of_models_made_before_a_stage_counts_once_in_the_runtime(t
     assert report.claims_of({"toy.c": {**ran["toy.c"], "result": {"claims": [{"id": "x"}]}},
                              "toy.a": ran["toy.a"], "toy.b": ran["toy.b"]})[0]["runtime_s"] == \
         pytest.approx(own + 600.0, abs=0.2)  # the model read by two stages counts once
-    assert "h training the 1 model they read" in report.report_markdown(ran, "quick")
-    assert "minilm-cola 10 min" in report.report_markdown(ran, "quick")
+    assert "h training the 1 model they read" in report.report_markdown(ran, [], "quick")
+    assert "minilm-cola 10 min" in report.report_markdown(ran, [], "quick")
     line = report.study_runtime(list(ran.values()))
     assert line.startswith(f"Runtime: {own / 3600:.2f} h of stages + {600 / 3600:.2f} h training minilm-cola = "
                            f"{(own + 600) / 3600:.2f} h. Stages: toy.a ")
@@ -210,6 +210,28 @@ def test_code_text_drops_docstrings_comments_and_blank_lines_only():
     prose = MODULE.replace("Doc of f: α ≤ β.", "Other words, ≠").replace("# one more", "# changed")
     assert pipeline.code_text(prose) == text  # an edit of prose keeps the key
     assert pipeline.code_text(MODULE.replace("a + 1", "a + 2")) != text  # an edit of code changes it
+
+
+class _ToyRules:
+    """The toy study's decision rule: the claim's interval above its baseline's value."""
+
+    @staticmethod
+    def judge(claim, evidence):
+        from jattn.reproduce import verdicts
+
+        return verdicts.directional(claim["value"] - claim["baseline"]["value"],
+                                    [b - claim["baseline"]["value"] for b in claim["ci"]])
+
+    @staticmethod
+    def describe(claim):
+        return {"paper": "p (Table 1)", "differs": "a toy"}
+
+
+@pytest.fixture(autouse=True)
+def _toy_rules(monkeypatch):
+    from jattn.reproduce import studies
+
+    monkeypatch.setitem(studies._RULES, "toy", _ToyRules)
 
 
 def _claiming(ctx):
@@ -289,6 +311,7 @@ def test_an_old_record_of_a_stage_that_did_not_run_is_reported_stale(tmp_path, m
     assert pipeline.stale(studies.stages(None), out) == ["toy.claim"]
     claim = json.loads((out / "reproduce.json").read_text())["claims"][0]
     assert claim["stale"] is True and "(stale: inputs or code changed since) |" in report.claims_table([claim])
+    assert claim["rule"] == "directional" and claim["differs"] == "a toy"  # judged by the study's rules
     assert "Stale records" in (out / "REPORT.md").read_text()
 
 
@@ -329,13 +352,13 @@ def test_the_readme_block_is_replaced_and_nothing_else(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"before\n{report.README_BEGIN}\nold\n{report.README_END}\nafter\n")
     claims = [{"study": "toy", "status": s, **({"stale": True} if i == 3 else {})}
-              for i, s in enumerate(["reproduced", "reproduced", "partly", None, "not reproduced"])]
+              for i, s in enumerate(["reproduced", "reproduced", "inconclusive", "context", "not reproduced"])]
     data = {"studies": {"toy": "Toy et al. 2024: a study"}, "claims": claims}
     assert report.update_readme(readme, data)
     text = readme.read_text()
     assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
-    assert ("| [Toy et al. 2024: a study](experiments/results/REPORT.md#toy-et-al-2024-a-study) | 5 | 2 | 1 | 1 | 1 "
-            "| 1 |") in text
+    assert ("| [Toy et al. 2024: a study](experiments/results/REPORT.md#toy-et-al-2024-a-study) | 5 | 2 | 1 | 1 | 0 "
+            "| 1 | 1 |") in text
 
 
 COMMITTED = ROOT / "experiments" / "results" / "reproduce.json"
@@ -525,12 +548,16 @@ def test_an_experiments_package_registers_its_studies_and_the_command_runs_them(
 
     monkeypatch.setattr(studies, "_REGISTERED", {})
     monkeypatch.setattr(studies, "_TITLES", {})
+    monkeypatch.setattr(studies, "_RULES", {})
     package = tmp_path / "my_experiments_pkg"
     package.mkdir()
     (package / "__init__.py").write_text(
-        "from jattn.reproduce import studies\nfrom jattn.reproduce.pipeline import Stage\n\n\n"
+        "import sys\n\nfrom jattn.reproduce import studies, verdicts\nfrom jattn.reproduce.pipeline import Stage\n\n\n"
         "def _count(ctx):\n    return {'n': 3}\n\n\n"
-        "studies.register('mine', lambda profile: [Stage('mine.count', _count)], 'My study')\n")
+        "studies.register('mine', lambda profile: [Stage('mine.count', _count)], 'My study')\n"
+        "def judge(claim, evidence):\n    return verdicts.context('a count')\n\n\n"
+        "def describe(claim):\n    return {'paper': '-', 'differs': '-'}\n\n\n"
+        "studies.register_rules('mine', sys.modules[__name__])\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "out"
     main(["reproduce", "--experiments", str(package), "--quick", "--out", str(out), "--no-progress", "--list"])
@@ -554,6 +581,8 @@ def test_a_study_name_is_registered_once():
     assert "clark" in studies.load() and studies.titles()["clark"].startswith("Clark et al. 2019")
     with pytest.raises(ValueError, match="registered already"):
         studies.register("clark", stages_of, "another")
+    with pytest.raises(ValueError, match="register its stages first"):
+        studies.register_rules("no-such-study", None)
 
 
 def test_a_record_stopped_while_written_leaves_no_temporary_file(tmp_path, monkeypatch):

@@ -1,0 +1,103 @@
+"""The decision rules of ``jattn.reproduce.verdicts`` on synthetic numbers: each says reproduced,
+not reproduced and (where it has one) inconclusive or not applicable where it must, and the
+judging of claims applies a study's rules (``judge_claims``); the cluster bootstrap of
+``jattn.reproduce.claims`` resamples clusters, not rows."""
+
+import numpy as np
+import pytest
+
+from jattn.reproduce import claims, verdicts
+
+
+def test_directional_needs_the_paired_interval_on_the_claimed_side():
+    assert verdicts.directional(0.3, (0.1, 0.5)).status == "reproduced"
+    assert verdicts.directional(0.1, (-0.1, 0.3)).status == "not reproduced"
+    assert "no difference detected" in verdicts.directional(0.1, (-0.1, 0.3)).reason
+    assert "opposite" in verdicts.directional(-0.3, (-0.5, -0.1)).reason
+    assert verdicts.directional(-0.3, (-0.5, -0.1), sign=-1).status == "reproduced"  # a claimed decrease
+    assert verdicts.directional(0.3, (0.1, 0.5), sign=-1).status == "not reproduced"
+
+
+def test_equivalence_is_tost_at_the_margin_and_a_wide_interval_is_inconclusive():
+    assert verdicts.equivalent(0.001, (-0.004, 0.006), margin=0.01).status == "reproduced"
+    assert verdicts.equivalent(-0.03, (-0.05, -0.02), margin=0.01).status == "not reproduced"  # a loss beyond it
+    assert verdicts.equivalent(0.03, (0.02, 0.05), margin=0.01).status == "not reproduced"  # a gain beyond it
+    wide = verdicts.equivalent(0.01, (-0.06, 0.08), margin=0.01)
+    assert wide.status == "inconclusive" and "straddles" in wide.reason
+    with pytest.raises(ValueError, match="margin"):
+        verdicts.equivalent(0.0, (-0.1, 0.1), margin=0.0)
+
+
+def test_best_of_n_is_judged_against_the_maximum_of_n_null_effects_and_held_out_data():
+    se = np.full(144, 0.02)
+    maxima = verdicts.null_maxima(se, draws=4000)
+    assert 0.045 < np.median(maxima) < 0.06  # E max of 144 N(0, 1) ≈ 2.5 standard errors
+    confirmed = verdicts.directional(0.02, (0.01, 0.03))
+    assert verdicts.best_of_n(0.2, maxima, confirmed, n=144, what="gain").status == "reproduced"
+    noise = verdicts.best_of_n(0.05, maxima, confirmed, n=144, what="gain")
+    assert noise.status == "not reproduced" and "null" in noise.reason
+    unconfirmed = verdicts.best_of_n(0.2, maxima, verdicts.directional(0.0, (-0.01, 0.01)), n=144, what="gain")
+    assert unconfirmed.status == "not reproduced" and "held out" in unconfirmed.reason
+
+
+def test_holm_family_counts_every_test_of_the_family():
+    one_seed = {f"L{i}": 0.5 for i in range(11)} | {"L3": 0.003}
+    assert verdicts.holm_family(one_seed)["L3"]  # .003 ≤ .05 / 12
+    three_seeds = {f"{k}/s{s}": (p if s == 0 else 0.5) for k, p in one_seed.items() for s in range(3)}
+    assert not verdicts.holm_family(three_seeds)["L3/s0"]  # .003 > .05 / 36
+
+
+def test_permutation_p_and_ordering():
+    null = np.random.default_rng(0).standard_normal(999)
+    assert verdicts.permutation_p(5.0, null) == pytest.approx(1 / 1000)
+    assert verdicts.permutation_p(-5.0, null, sign=-1) == pytest.approx(1 / 1000)
+    assert verdicts.permutation_p(0.0, null) > 0.3
+    assert verdicts.ordering(0.99, what="x").status == "reproduced"
+    assert verdicts.ordering(0.0, what="x").status == "not reproduced"
+    assert verdicts.ordering(0.5, what="x").status == "inconclusive"
+
+
+def test_not_applicable_and_context_and_unknown_status():
+    assert verdicts.not_applicable("the sink is [CLS]").status == "not applicable"
+    assert verdicts.context("a classifier's score").status == "context"
+    with pytest.raises(ValueError, match="partly"):
+        verdicts.Verdict("partly", "x", "y")
+
+
+class _Rules:
+    @staticmethod
+    def judge(claim, evidence):
+        rows = evidence.rows(claim)
+        return verdicts.directional(claim["value"], claim["ci"]) if rows else verdicts.context("no rows")
+
+    @staticmethod
+    def describe(claim):
+        return {"paper": "Table 1: 34.5", "differs": "a smaller model"}
+
+
+def test_judge_claims_sets_status_rule_reason_and_the_declarations(tmp_path):
+    claims.write_rows(tmp_path / "p.jsonl", [{"x": 1}])
+    claim = {"id": "a", "study": "toy", "value": 0.2, "ci": [0.1, 0.3], "predictions": "p.jsonl", "paper": "old"}
+    evidence = verdicts.Evidence({"a": claim}, {}, tmp_path)
+    [judged] = verdicts.judge_claims([claim], evidence, {"toy": _Rules})
+    assert (judged["status"], judged["rule"], judged["paper"], judged["differs"]) == (
+        "reproduced", "directional", "Table 1: 34.5", "a smaller model")
+    with pytest.raises(ValueError, match="registered no rules"):
+        verdicts.judge_claims([{**claim, "study": "other"}], evidence, {"toy": _Rules})
+
+
+def test_the_cluster_bootstrap_resamples_clusters_not_rows():
+    """Ten documents of 50 rows each, every row of a document equal: resampling rows makes the
+    interval of the mean as if there were 500 independent values; resampling documents, as if 10."""
+    rng = np.random.default_rng(1)
+    doc_value = rng.standard_normal(10)
+    rows = [{"document": d, "v": float(doc_value[d])} for d in range(10) for _ in range(50)]
+    spec = {"statistic": "mean", "columns": {"value": "v"}, "ci_method": "bootstrap"}
+    by_row = claims.evaluate(rows, spec)
+    by_doc = claims.evaluate(rows, {**spec, "cluster": "document"})
+    assert by_doc["value"] == by_row["value"]
+    width = lambda r: r["ci"][1] - r["ci"][0]  # noqa: E731
+    assert width(by_doc) > 4 * width(by_row)  # √50 ≈ 7 in expectation
+    paired = claims.evaluate([{**r, "w": r["v"] + 1} for r in rows],
+                             {**spec, "ci_method": "paired", "against": {"value": "w"}, "cluster": "document"})
+    assert paired["value"] == pytest.approx(-1) and paired["ci"] == pytest.approx([-1, -1]) and paired["p"] == 0

@@ -1,0 +1,224 @@
+"""An independent recomputation of one claim per study from the committed files alone.
+
+A reader's recipe (this module follows it with numpy and scipy only, importing nothing from
+``jattn`` or ``experiments``):
+
+- ``experiments/results/reproduce.json`` holds a ``claims`` list. Each claim names its
+  per-example file, ``predictions`` (a JSONL path relative to the repository,
+  ``experiments/results/predictions/<id>.jsonl``, one example a line), and two specifications:
+  ``measure`` (our number: ``value``, ``ci`` and, where recorded, ``p`` or ``per_seed``) and
+  ``baseline_measure`` (the number under ``baseline``: ``value``, ``ci``, [``p``, ``per_seed``]).
+  A specification is ``{statistic, columns, ci_method[, against]}``: ``columns`` maps each
+  argument of the statistic to a column of the file (a column is a number or label per row, or a
+  list per row: the predictions of R systems, or one value per head).
+- Statistics: ``accuracy(gold, pred)`` = share of rows with gold == pred; ``mean(value)``;
+  ``mcc(gold, pred)`` = Matthews correlation of K classes (Gorodkin 2004), 0 when either margin
+  is constant; ``accuracy_gain(gold, pred, reference)`` = accuracy averaged over the systems of
+  ``pred`` minus accuracy averaged over those of ``reference`` (a scalar column is one system);
+  ``head_spearman(x, y)`` = Spearman ρ (average ranks) between the per-head means over rows of
+  ``x`` and of ``y``.
+- ``ci_method = "bootstrap"``: value = the statistic on all n rows; indices
+  ``numpy.random.default_rng(0).integers(0, n, size=(1000, n))`` (B = 1000 resamples, one draw
+  of the whole (B, n) array, row k is resample k); the statistic on each resample; interval =
+  ``numpy.quantile(thetas, [0.025, 0.975])`` (linear interpolation, Hyndman–Fan type 7).
+- ``ci_method = "paired"`` (Koehn 2004): Δ = statistic(``columns``) − statistic(``columns``
+  with the ``against`` entries replacing theirs); the same (B, n) indices as above score both
+  systems, Δ_k per resample; interval = ``numpy.quantile(Δ_k, [0.025, 0.975])``; two-sided
+  p = min(1, 2 · min(share of Δ_k ≤ 0, share of Δ_k ≥ 0)).
+- ``ci_method = "seeds"``: the rows carry a ``seed`` column; the statistic on each seed's rows
+  (``per_seed``, keyed by the seed as a string, seeds in ascending order); value = their mean;
+  interval = mean ± t_{0.975, k−1} · s / √k (Student t, s the standard deviation with ddof = 1,
+  k seeds).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr, t
+
+ROOT = Path(__file__).resolve().parents[1]
+B, SEED, LEVEL = 1000, 0, 0.95
+TOLERANCE = 1e-9  # relative (and absolute, for numbers near 0): both sides are float64 on the same rows
+
+# one claim per study
+CLAIM_IDS = [
+    "clark-minilm-syntax-det",
+    "kobayashi-minilm-mixing",
+    "kovaleva-minilm-sst2-best-head-heldout",
+    "michel-minilm-sst2-vs-random50",
+    "voita-confidence-lrp",
+    "patching-minilm-corruption",
+    "induction-attn-only-icl",
+    "finetune-minilm-cola",
+]
+
+
+# statistics: each takes its arguments by name, as ``columns`` names them
+
+def accuracy(gold, pred) -> float:
+    """Accuracy: the share of rows whose prediction equals the gold label."""
+    return float(np.count_nonzero(gold == pred) / len(gold))
+
+
+def mean(value) -> float:
+    """The arithmetic mean of per-row values."""
+    return float(np.mean(value.astype(np.float64)))
+
+
+def mcc(gold, pred) -> float:
+    """Matthews correlation coefficient for K classes (Matthews 1975; Gorodkin 2004):
+    (c·s − Σ_k p_k t_k) / √((s² − Σ_k p_k²)(s² − Σ_k t_k²)), with s rows, c correct, t_k rows of
+    gold class k, p_k rows predicted k; 0 when the denominator is 0 (a constant margin)."""
+    classes = np.union1d(gold, pred)
+    t_k = np.array([np.count_nonzero(gold == k) for k in classes], dtype=np.int64)
+    p_k = np.array([np.count_nonzero(pred == k) for k in classes], dtype=np.int64)
+    s, c = len(gold), np.count_nonzero(gold == pred)
+    denominator = float(s * s - p_k @ p_k) * float(s * s - t_k @ t_k)
+    return 0.0 if denominator == 0 else float((c * s - p_k @ t_k) / np.sqrt(denominator))
+
+
+def accuracy_gain(gold, pred, reference) -> float:
+    """Accuracy averaged over the systems of ``pred`` minus accuracy averaged over the systems of
+    ``reference`` (each column (n,) for one system or (n, R) for R systems, a list per row): e.g.
+    a pruned model against the unmodified one (Michel et al. 2019), or against random orders."""
+    def averaged(systems):
+        systems = systems.reshape(len(systems), -1)
+        return np.mean([accuracy(gold, systems[:, r]) for r in range(systems.shape[1])])
+    return float(averaged(pred) - averaged(reference))
+
+
+def head_spearman(x, y) -> float:
+    """Spearman's ρ (Pearson correlation of average ranks) over heads between the mean over rows
+    of ``x`` and that of ``y``, both (n, heads): e.g. a head's confidence against its LRP relevance
+    (Voita et al. 2019)."""
+    return float(spearmanr(x.astype(np.float64).mean(0), y.astype(np.float64).mean(0)).statistic)
+
+
+STATISTICS = {"accuracy": accuracy, "mean": mean, "mcc": mcc, "accuracy_gain": accuracy_gain,
+              "head_spearman": head_spearman}
+
+
+# intervals
+
+def resample_indices(n: int) -> np.ndarray:
+    """(B, n) bootstrap indices, drawn with replacement in one call: row k is resample k."""
+    return np.random.default_rng(SEED).integers(0, n, size=(B, n))
+
+
+def percentile_interval(thetas: np.ndarray) -> list[float]:
+    """The central 95 % of the resampled statistics, linearly interpolated (Hyndman & Fan type 7,
+    numpy's default)."""
+    return [float(q) for q in np.quantile(thetas, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])]
+
+
+def bootstrap(statistic, columns: dict) -> dict:
+    """Percentile bootstrap over rows (Efron & Tibshirani 1993, §13.3): the statistic on all rows
+    and the central 95 % of it over B resamples of the rows."""
+    n = len(next(iter(columns.values())))
+    thetas = np.array([statistic(**{a: c[i] for a, c in columns.items()}) for i in resample_indices(n)])
+    return {"value": statistic(**columns), "ci": percentile_interval(thetas)}
+
+
+def paired_bootstrap(statistic, columns: dict, against: dict) -> dict:
+    """Paired bootstrap (Koehn 2004): Δ = statistic(system) − statistic(baseline) on all rows, the
+    same index resample scoring both, the central 95 % of Δ over B resamples, and the two-sided
+    p-value: twice the share of resamples with Δ on the other side of 0 (0 counting for both),
+    capped at 1."""
+    n = len(next(iter(columns.values())))
+    deltas = np.array([statistic(**{a: c[i] for a, c in columns.items()})
+                       - statistic(**{a: c[i] for a, c in against.items()}) for i in resample_indices(n)])
+    p = min(1.0, 2 * min(np.mean(deltas <= 0), np.mean(deltas >= 0)))
+    return {"value": statistic(**columns) - statistic(**against), "ci": percentile_interval(deltas),
+            "p": float(p)}
+
+
+def over_seeds(statistic, rows: list[dict], names: dict) -> dict:
+    """The statistic on each training seed's rows, their mean and the Student-t 95 % interval
+    (k − 1 degrees of freedom, sample standard deviation) over the k seeds."""
+    seeds = sorted({r["seed"] for r in rows})
+    per_seed = [statistic(**read_columns([r for r in rows if r["seed"] == s], names)) for s in seeds]
+    values = np.array(per_seed)
+    half = t.ppf((1 + LEVEL) / 2, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
+    return {"value": float(values.mean()), "ci": [float(values.mean() - half), float(values.mean() + half)],
+            "per_seed": {str(s): v for s, v in zip(seeds, per_seed)}}
+
+
+# files
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of a JSONL predictions file."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_columns(rows: list[dict], names: dict) -> dict:
+    """{argument: array of the named column over ``rows``}."""
+    return {argument: np.array([r[column] for r in rows]) for argument, column in names.items()}
+
+
+def recompute(rows: list[dict], spec: dict) -> dict:
+    """Value and interval (and p or per_seed) of a ``measure`` / ``baseline_measure`` on ``rows``."""
+    statistic = STATISTICS[spec["statistic"]]
+    if spec["ci_method"] == "bootstrap":
+        return bootstrap(statistic, read_columns(rows, spec["columns"]))
+    if spec["ci_method"] == "paired":
+        return paired_bootstrap(statistic, read_columns(rows, spec["columns"]),
+                                read_columns(rows, {**spec["columns"], **spec["against"]}))
+    assert spec["ci_method"] == "seeds", spec["ci_method"]
+    return over_seeds(statistic, rows, spec["columns"])
+
+
+def mismatches(got: dict, recorded: dict, where: str) -> list[str]:
+    """Each number of ``got`` (value, ci, p, per_seed) that differs from ``recorded`` by more than
+    TOLERANCE; a key recorded on one side only is a mismatch too."""
+    def close(a, b):
+        return abs(a - b) <= TOLERANCE * max(1.0, abs(a), abs(b))
+
+    out = [f"{where}: {key} recorded on one side only" for key in ("p", "per_seed") if (key in got) != (key in recorded)]
+    pairs = [("value", got["value"], recorded["value"])]
+    pairs += [(f"ci[{j}]", g, r) for j, (g, r) in enumerate(zip(got["ci"], recorded["ci"], strict=True))]
+    if "p" in got and "p" in recorded:
+        pairs.append(("p", got["p"], recorded["p"]))
+    if "per_seed" in got and "per_seed" in recorded:
+        if set(got["per_seed"]) != set(recorded["per_seed"]):
+            out.append(f"{where}: seeds {sorted(got['per_seed'])} != recorded {sorted(recorded['per_seed'])}")
+        else:
+            pairs += [(f"per_seed[{s}]", got["per_seed"][s], recorded["per_seed"][s]) for s in got["per_seed"]]
+    return out + [f"{where}: {name} {g!r} != recorded {r!r}" for name, g, r in pairs if not close(g, r)]
+
+
+def check(claim: dict, rows: list[dict]) -> list[str]:
+    """Every mismatch between a claim's recorded numbers and their recomputation from ``rows``."""
+    return (mismatches(recompute(rows, claim["measure"]), claim, claim["id"])
+            + mismatches(recompute(rows, claim["baseline_measure"]), claim["baseline"], claim["id"] + " baseline"))
+
+
+@pytest.fixture(scope="module")
+def claims() -> dict:
+    data = json.loads((ROOT / "experiments/results/reproduce.json").read_text())
+    return {c["id"]: c for c in data["claims"]}
+
+
+@pytest.mark.parametrize("claim_id", CLAIM_IDS)
+def test_recorded_numbers_recompute(claims, claim_id):
+    claim = claims[claim_id]
+    assert check(claim, read_rows(ROOT / claim["predictions"])) == []
+
+
+@pytest.mark.parametrize("claim_id, column, change", [
+    ("clark-minilm-syntax-det", "head", lambda v: v + 1),  # one dependency attached elsewhere
+    ("patching-minilm-corruption", "clean", lambda v: v + 0.5),  # one clean logit difference moved
+    ("finetune-minilm-cola", "pred", lambda v: 1 - v),  # one fine-tuned prediction flipped
+])
+def test_a_changed_row_is_caught(claims, claim_id, column, change):
+    """The check can fail: one row changed in a copy of the file (for each ci_method), or a recorded
+    number moved by 10 × TOLERANCE, gives a mismatch."""
+    claim = claims[claim_id]
+    rows = [dict(r) for r in read_rows(ROOT / claim["predictions"])]
+    rows[0][column] = change(rows[0][column])
+    assert any(m.startswith(claim_id + ":") for m in check(claim, rows))
+    moved = {**claim["baseline"], "value": claim["baseline"]["value"] * (1 + 10 * TOLERANCE) + 10 * TOLERANCE}
+    assert mismatches(claim["baseline"], moved, "moved") != []
