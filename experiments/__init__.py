@@ -3,9 +3,9 @@
 Each folder is one study: ``study.py`` holds its ``stages(profile)``, registers them with
 ``jattn.reproduce.studies.register`` and states in its docstring the paper, its protocol, where
 jattn's protocol differs and the command that runs it; the other files of the folder are its
-parts. ``jattn reproduce`` imports this package; the imports below are the run order (a study's
-stages may read an earlier one's results: the classifiers of ``finetune`` are read by Kovaleva's
-and Michel's).
+parts, ``verdicts.py`` its decision rules (registered after every study). ``jattn reproduce``
+imports this package; the imports below are the run order (a study's stages may read an earlier
+one's results: the classifiers of ``finetune`` are read by Kovaleva's and Michel's).
 """
 
 from experiments.finetune import study as _finetune  # noqa: F401
@@ -16,3 +16,12 @@ from experiments.michel2019 import study as _michel  # noqa: F401
 from experiments.voita2019 import study as _voita  # noqa: F401
 from experiments.patching import study as _patching  # noqa: F401
 from experiments.olsson2022 import study as _induction  # noqa: F401
+
+from experiments.finetune import verdicts as _finetune_rules  # noqa: F401
+from experiments.clark2019 import verdicts as _clark_rules  # noqa: F401
+from experiments.kobayashi2020 import verdicts as _kobayashi_rules  # noqa: F401
+from experiments.kovaleva2019 import verdicts as _kovaleva_rules  # noqa: F401
+from experiments.michel2019 import verdicts as _michel_rules  # noqa: F401
+from experiments.voita2019 import verdicts as _voita_rules  # noqa: F401
+from experiments.patching import verdicts as _patching_rules  # noqa: F401
+from experiments.olsson2022 import verdicts as _induction_rules  # noqa: F401

@@ -14,6 +14,8 @@ else *nominal* (Clark's Table 2 breaks CoNLL-2012 down the same three ways, from
 GAP: the pronoun's word-level attention summed over each candidate name's words; a head is
 right when the coreferent name gets more (rows with exactly one coreferent name). Baselines:
 the nearest name, the first name.
+
+Intervals resample documents (``"cluster": "document"``): LitBank's novels, GAP's Wikipedia pages.
 """
 
 from __future__ import annotations
@@ -104,6 +106,16 @@ def gap_queries(model, examples: list, max_length: int = 256, batch_size: int = 
             "first": np.asarray([b["first"] for b in base]), "id": np.asarray([x.id for x in examples])}
 
 
+def gap_pages(path: Path) -> dict[str, str]:
+    """GAP row id -> its Wikipedia page (the URL column): GAP takes up to a few paragraphs from one
+    page (the first 250 usable test rows come from 233 pages), so the page is the document an
+    interval resamples (``STATISTICS.md`` §"Resampling unit")."""
+    import csv
+
+    with open(path, encoding="utf-8", newline="") as f:
+        return {r["ID"]: r["URL"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)}
+
+
 def best_head(correct: np.ndarray) -> tuple[int, int]:
     """(layer, head) with the most right queries (the first on ties). correct (Q, L, H)."""
     acc = correct.mean(0)  # (L, H)
@@ -159,8 +171,9 @@ def litbank_stage(model: str, select_files: list[str], report_files: list[str]):
                       + ("every mention" if kind == "all" else f"{kind} mentions"),
                 paper=CLARK + ("" if kind == "all" else f"; Table 2 breaks it down by type ({kind})"),
                 unit="accuracy", rows=mine, protocol=protocol,
-                measure={"statistic": "mean", "columns": {"value": "head"}, "ci_method": "bootstrap"},
-                baseline={"name": "same head word", "columns": {"value": "same_head_word"}},
+                measure={"statistic": "mean", "columns": {"value": "head"}, "ci_method": "bootstrap",
+                         "cluster": "document"},
+                baseline={"name": "same head word", "columns": {"value": "same_head_word"}, "cluster": "document"},
                 **status(test["ci"][0] > 0, floor["ci"][0] > 0, f"head − same head word {delta(test)}; − nearest "
                          f"{delta(floor)}; head chosen on these queries (Clark's way): "
                          f"{np.mean([r['in_sample'] for r in mine]):.3f}")))
@@ -192,7 +205,9 @@ def gap_stage(model: str):
         rep = gap_queries(net, gap_examples(ctx.data(GAP_TEST), net.tokenizer, p["gap_report"], n), n)
         l, h = best_head(sel["correct"])
         li, hi = best_head(rep["correct"])
-        rows = [{"index": i, "id": str(rep["id"][i]), "head": int(rep["correct"][i, l, h]),
+        pages = gap_pages(ctx.data(GAP_TEST))
+        rows = [{"index": i, "id": str(rep["id"][i]), "document": pages[str(rep["id"][i])],
+                 "head": int(rep["correct"][i, l, h]),
                  "in_sample": int(rep["correct"][i, li, hi]), "nearest": int(rep["nearest"][i]),
                  "first": int(rep["first"][i])} for i in range(len(rep["id"]))]
         test = paired([r["head"] for r in rows], [r["nearest"] for r in rows])
@@ -202,8 +217,8 @@ def gap_stage(model: str):
             protocol=f"head chosen on the first {len(sel['id'])} GAP validation rows with exactly one coreferent name, "
                      f"reported on the first {len(rows)} such test rows (≤ {n} tokens); a head is right when the pronoun's "
                      "word attends more to the coreferent name's words.",
-            measure={"statistic": "mean", "columns": {"value": "head"}, "ci_method": "bootstrap"},
-            baseline={"name": "nearest name", "columns": {"value": "nearest"}},
+            measure={"statistic": "mean", "columns": {"value": "head"}, "ci_method": "bootstrap", "cluster": "document"},
+            baseline={"name": "nearest name", "columns": {"value": "nearest"}, "cluster": "document"},
             **status(test["ci"][0] > 0, test["delta"] > 0, f"head − nearest name {delta(test)}; first name "
                      f"{np.mean([r['first'] for r in rows]):.3f}; in-sample head {li}-{hi}: "
                      f"{np.mean([r['in_sample'] for r in rows]):.3f}"))

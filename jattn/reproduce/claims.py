@@ -37,7 +37,7 @@ import numpy as np
 
 from jattn import stats
 
-__all__ = ["evaluate", "make", "read_rows", "recompute", "write_rows"]
+__all__ = ["evaluate", "make", "read_rows", "recompute", "STATISTICS", "write_rows"]
 
 
 def _accuracy(gold, pred) -> float:

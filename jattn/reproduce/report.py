@@ -107,6 +107,24 @@ def claims_table(claims: list[dict], runtime: bool = True) -> str:
     return "\n".join(rows)
 
 
+HEADLINE = (("reproduced", "Reproduces"), ("not reproduced", "does not reproduce"), ("inconclusive", "inconclusive"),
+            ("not applicable", "not comparable here (a precondition absent)"))
+
+
+def headline(claims: list[dict]) -> str:
+    """A study's verdicts in one sentence: the claims (their ids) each status gathers, in the
+    order reproduced, not reproduced, inconclusive, not applicable; context numbers counted."""
+    parts = []
+    for status, words in HEADLINE:
+        ids = [c["id"] for c in claims if c["status"] == status]
+        if ids:
+            parts.append(f"{words}: {len(ids)} ({', '.join(ids)})")
+    context = sum(c["status"] == "context" for c in claims)
+    sentence = "; ".join(parts) if parts else "No tested claims"
+    return f"**Verdicts.** {sentence[0].upper() + sentence[1:]}" + (
+        f"; {context} number{'s' if context != 1 else ''} for context." if context else ".")
+
+
 def cpu_time(records) -> str:
     """The stages' CPU time as `` (C h of CPU time)`` when every one recorded it (``cpu_s``: the
     process's, all threads), else "". A job sharing the cores stretches the wall-clock stage time
@@ -143,7 +161,7 @@ def report_markdown(records: dict[str, dict], claims: list[dict], profile: str, 
         lines += [f"## {titles[study]}", ""]
         mine = [c for c in claims if c["study"] == study]
         if mine:
-            lines += [claims_table(mine), ""]
+            lines += [headline(mine), "", claims_table(mine), ""]
         for c in mine:
             parts = [c.get("protocol"), f"Differs from the paper: {c['differs']}" if c.get("differs") else "",
                      f"Verdict ({c['rule']}): {c['reason']}."]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Protocol, runtime_checkable
 
 from jattn.reproduce.pipeline import Profile, Stage, repository_root
 from jattn.reproduce.verdicts import Evidence, Verdict
@@ -23,6 +23,7 @@ _TITLES: dict[str, str] = {}  # name -> the REPORT's section title
 _RULES: dict[str, "Rules"] = {}  # name -> how its claims are judged and described
 
 
+@runtime_checkable
 class Rules(Protocol):
     """A study's decision rules and declarations, written before the numbers (a module with these
     two functions, typically ``experiments/<study>/verdicts.py``)."""
@@ -55,6 +56,8 @@ def register_rules(name: str, rules: Rules) -> None:
     stages', so that editing a rule re-judges the claims without rerunning a stage)."""
     if name not in _REGISTERED:
         raise ValueError(f"no study {name!r} is registered. Fix: register its stages first (studies.register)")
+    if not isinstance(rules, Rules):
+        raise TypeError(f"the rules of {name!r} need judge(claim, evidence) and describe(claim) (studies.Rules)")
     _RULES[name] = rules
 
 

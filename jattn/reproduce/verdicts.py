@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["best_of_n", "context", "directional", "equivalent", "Evidence", "holm_family", "judge_claims",
+__all__ = ["ALPHA", "best_of_n", "context", "directional", "equivalent", "Evidence", "holm_family", "judge_claims",
            "not_applicable", "null_maxima", "ordering", "permutation_p", "STATUSES", "Verdict"]
 
 STATUSES = ("reproduced", "not reproduced", "inconclusive", "not applicable", "context")

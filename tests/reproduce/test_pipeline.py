@@ -595,3 +595,11 @@ def test_a_record_stopped_while_written_leaves_no_temporary_file(tmp_path, monke
     with pytest.raises(KeyboardInterrupt):
         records.write(tmp_path, {"name": "toy.count", "result": {}})
     assert list((tmp_path / "stages").iterdir()) == []
+
+
+def test_a_study_headline_names_what_reproduces_what_does_not_and_what_is_not_comparable():
+    claims = [{"id": i, "status": s} for i, s in (("a", "reproduced"), ("b", "not reproduced"), ("c", "context"),
+                                                   ("d", "not applicable"), ("e", "reproduced"))]
+    assert report.headline(claims) == ("**Verdicts.** Reproduces: 2 (a, e); does not reproduce: 1 (b); not "
+                                       "comparable here (a precondition absent): 1 (d); 1 number for context.")
+    assert report.headline([{"id": "x", "status": "context"}]) == "**Verdicts.** No tested claims; 1 number for context."

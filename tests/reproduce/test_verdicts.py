@@ -76,6 +76,9 @@ class _Rules:
 
 
 def test_judge_claims_sets_status_rule_reason_and_the_declarations(tmp_path):
+    from jattn.reproduce import studies
+
+    assert isinstance(_Rules, studies.Rules) and not isinstance(object(), studies.Rules)
     claims.write_rows(tmp_path / "p.jsonl", [{"x": 1}])
     claim = {"id": "a", "study": "toy", "value": 0.2, "ci": [0.1, 0.3], "predictions": "p.jsonl", "paper": "old"}
     evidence = verdicts.Evidence({"a": claim}, {}, tmp_path)

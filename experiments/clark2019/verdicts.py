@@ -1,0 +1,277 @@
+"""Decision rules of the Clark study (Clark, Khandelwal, Levy and Manning 2019, "What Does BERT
+Look At?"), written before the numbers; the rules are those of ``jattn.reproduce.verdicts``.
+
+Every test is two-sided at α = .05 (a 95 % percentile bootstrap interval; B = 1000, seed 0, the
+resamples of ``jattn.reproduce.claims``), on the paired difference Δ of the same examples:
+
+- ``clark-<m>-cls-early``, ``-punct-deep`` (Fig. 2: early heads attend to [CLS], deep heads to
+  "." / ","): Δ = the region's share − uniform attention's on the same segment, segments resampled
+  → ``directional`` (reproduced when the interval of Δ lies above 0).
+- ``clark-<m>-sep-middle`` (§3: "more than half" of the attention of layers 6-10 goes to [SEP]):
+  ``directional`` against uniform as above, then a threshold: reproduced when the 95 % interval of
+  the share lies above ``MAJORITY`` = .5 (a one-sided test of share > .5 at α = .025), not
+  reproduced when it lies below, inconclusive when it straddles it.
+- Precondition of the [SEP] and punctuation claims (Clark read that attention as a no-op sink on
+  [SEP] and punctuation): where the [CLS] role takes more of the claim's layers' attention than
+  the claimed role (the model's sink there is [CLS]: MiniLM) → ``not_applicable`` with both shares.
+- ``clark-<m>-syntax-<relation>`` (Table 1): Δ = held-out accuracy of the head chosen on EWT train
+  − of the offset chosen there, sentences resampled (B = ``FAMILY_RESAMPLES``); Holm (1979) over
+  every relation the stage tested for that model (the family, Table-1 relations or not); reproduced
+  when Holm rejects Δ = 0 and Δ > 0, not reproduced otherwise.
+- ``-syntax-all`` (one head for every relation), ``-syntax-pooled`` (each relation's head, pooled):
+  ``directional``, sentences resampled.
+- ``clark-<m>-probe-attn``, ``-attn-emb`` (Table 3): Δ = UAS of the probe − its baseline
+  (right-branching; the distances + embeddings probe), words resampled (the rows carry no sentence
+  id) → ``directional``.
+- ``clark-<m>-coref-litbank[-type]`` (§4.3, Table 2): Δ = the head chosen on other documents −
+  the same-head-word baseline (the paper's strong baseline), documents resampled → ``directional``;
+  head − nearest and the head chosen on the scored queries themselves (Clark's way) are reported,
+  not judged.
+- ``clark-<m>-coref-gap`` (GAP, not in the paper): Δ = the head chosen on validation rows − the
+  nearest name on test rows, Wikipedia pages resampled where the rows name them → ``directional``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import weakref
+
+import numpy as np
+
+from jattn import stats
+from jattn.reproduce import claims as claim_stats
+from experiments import papers
+from jattn.reproduce import studies
+from jattn.reproduce.verdicts import ALPHA, Evidence, Verdict, directional, holm_family, not_applicable
+
+# Clark §3: "more than half of the attention in layers 6-10 goes to [SEP]": the share itself must
+# exceed one half; the paper states no other number for the shares.
+MAJORITY = 0.5
+# Resamples for the syntax family's p-values: Holm's smallest threshold over ~26 relations is
+# .05 / 26 ≈ .0019, which p-values in steps of 2 / 1000 cannot resolve; 5,000 give steps of .0004.
+FAMILY_RESAMPLES = 5_000
+ROLES = ("[CLS]", "[SEP]", '"." / ","')  # classes 0, 1, 2 of jattn.analyses.CLASS_NAMES
+
+
+def _model(claim: dict) -> str:
+    return claim["id"].split("-")[1]
+
+
+def mean_deltas(d, clusters=None, groups=None, *, b: int = stats.B, level: float = 0.95) -> dict:
+    """{group: {"value", "ci", "p"}} of Δ = the mean of the per-row paired differences ``d`` in each
+    group (one group "" when ``groups`` is None), resampling the ``clusters`` (rows when None):
+    the resamples, percentile interval and two-sided p of ``claims.evaluate``'s "paired" method
+    (with "cluster" when given), every group on the same resamples, vectorised by counts."""
+    d = np.asarray(d, np.float64)
+    n = len(d)
+    labels = np.arange(n) if clusters is None else np.asarray(clusters)
+    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))  # clusters numbered in order of first appearance
+    codes, k = rank[inverse.ravel()], len(first)
+    names, which = np.unique(np.zeros(n, int) if groups is None else np.asarray(groups), return_inverse=True)
+    cell = codes * len(names) + which.ravel()
+    sums = np.bincount(cell, d, k * len(names)).reshape(k, -1)  # (K, G)
+    counts = np.bincount(cell, None, k * len(names)).reshape(k, -1)  # (K, G)
+    picks = np.random.default_rng(stats.SEED).integers(0, k, size=(b, k))  # (b, K): claims' cluster resamples
+    deltas = []
+    for chunk in np.array_split(picks, max(1, b * k // 2_000_000)):
+        c = len(chunk)
+        w = np.bincount((np.arange(c)[:, None] * k + chunk).ravel(), minlength=c * k).reshape(c, k).astype(float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            deltas.append((w @ sums) / (w @ counts))  # (c, G)
+    deltas = np.concatenate(deltas)  # (b, G)
+    out = {}
+    for g, name in enumerate(names):
+        t = deltas[:, g][np.isfinite(deltas[:, g])]
+        p = min(1.0, 2 * min((t <= 0).mean(), (t >= 0).mean()))
+        out["" if groups is None else str(name)] = {
+            "value": float(sums[:, g].sum() / counts[:, g].sum()), "p": float(p),
+            "ci": [float(q) for q in np.quantile(t, [(1 - level) / 2, (1 + level) / 2])]}
+    return out
+
+
+def _hits(rows: list[dict], column: str, gold: str = "gold") -> np.ndarray:
+    return np.asarray([r[column] == r[gold] for r in rows], np.float64)
+
+
+def _accuracy_diff(claim: dict, rows: list[dict]) -> np.ndarray:
+    """Per row: system right − baseline right, the columns the claim's measures name."""
+    cols, base = claim["measure"]["columns"], claim["baseline_measure"]["columns"]
+    return _hits(rows, cols["pred"], cols["gold"]) - _hits(rows, base["pred"], base["gold"])
+
+
+# ---------------------------------------------------------------- shares
+
+def layer_shares(table: str) -> np.ndarray:
+    """(L, 4) per-layer mean share to [CLS], [SEP], "." / "," and the rest, from the shares
+    stage's table (one row a layer, 1-based)."""
+    lines = [x for x in table.splitlines() if re.match(r"\|\s*\d+\s*\|", x)]
+    if not lines:
+        raise ValueError("the shares stage's table has no layer rows. Fix: rerun the stage clark.<model>-shares")
+    return np.asarray([[float(v) for v in x.strip().strip("|").split("|")[1:]] for x in lines])
+
+
+def judge_share(claim: dict, evidence: Evidence) -> Verdict:
+    from experiments.clark2019.shares import CLAIMS, region
+
+    key = claim["id"].split("-", 2)[2]
+    c, first, last = CLAIMS[key][:3]
+    per_layer = layer_shares(evidence.results[f"clark.{_model(claim)}-shares"]["table"])
+    layers = region(len(per_layer), first, last)
+    where = f"layer {layers[0] + 1}" if len(layers) == 1 else f"layers {layers[0] + 1}-{layers[-1] + 1}"
+    cls, mine = per_layer[layers, 0].mean(), per_layer[layers, c].mean()
+    if c != 0 and cls > mine:
+        return not_applicable(f"the model's attention sink in {where} is the [CLS] role ({cls:.3f} of the attention "
+                              f"against {mine:.3f} to {ROLES[c]}): Clark's {ROLES[c]} finding reads attention "
+                              "parked on a no-op sink other than [CLS]")
+    rows = evidence.rows(claim)
+    d = [r[claim["measure"]["columns"]["value"]] - r[claim["baseline_measure"]["columns"]["value"]] for r in rows]
+    t = mean_deltas(d)[""]
+    above = directional(t["value"], t["ci"], what=f"share − uniform ({where}, segments resampled)")
+    if key != "sep-middle" or above.status != "reproduced":
+        return above
+    lo, hi = claim["ci"]
+    said = f"{above.reason}; share {claim['value']:.3f} [{lo:.3f}, {hi:.3f}] against the paper's 'more than {MAJORITY:g}'"
+    if lo > MAJORITY:
+        return Verdict("reproduced", "directional + threshold", said)
+    if hi < MAJORITY:
+        return Verdict("not reproduced", "directional + threshold", f"{said}: below it")
+    return Verdict("inconclusive", "directional + threshold", f"{said}: straddles it")
+
+
+# ---------------------------------------------------------------- syntax and probe
+
+_FAMILIES: dict = {}  # (id(evidence), model) -> (weak reference to the evidence, the family): computed once
+
+
+def relation_family(evidence: Evidence, model: str) -> dict[str, dict]:
+    """{relation: {"value", "ci", "p", "holm"}}: held-out head − offset per relation of the model's
+    pooled rows (every relation the stage tested), sentences resampled, Holm over them."""
+    ref, family = _FAMILIES.get((id(evidence), model), (None, None))
+    if ref is None or ref() is not evidence:
+        family = _relation_family(evidence, model)
+        _FAMILIES[(id(evidence), model)] = (weakref.ref(evidence), family)
+    return family
+
+
+def _relation_family(evidence: Evidence, model: str) -> dict[str, dict]:
+    pooled = evidence.claims.get(f"clark-{model}-syntax-pooled")
+    if pooled is None:
+        raise ValueError(f"clark-{model}-syntax-pooled is missing: its rows are the Holm family of the "
+                         "per-relation claims. Fix: rerun the stage clark.<model>-syntax")
+    rows = evidence.rows(pooled)
+    tests = mean_deltas(_accuracy_diff(pooled, rows), [r["sentence"] for r in rows], [r["relation"] for r in rows],
+                        b=FAMILY_RESAMPLES)
+    rejected = holm_family({r: t["p"] for r, t in tests.items()}, ALPHA)
+    return {r: {**t, "holm": rejected[r]} for r, t in tests.items()}
+
+
+def judge_relation(claim: dict, evidence: Evidence) -> Verdict:
+    rows = evidence.rows(claim)
+    relation = rows[0]["relation"]
+    family = relation_family(evidence, _model(claim))
+    t = family[relation]
+    p = f"= {t['p']:.3g}" if t["p"] > 0 else f"< {2 / FAMILY_RESAMPLES:g}"  # bootstrap p in steps of 2 / B
+    said = (f"head − offset Δ = {t['value']:+.3g} [{t['ci'][0]:+.3g}, {t['ci'][1]:+.3g}] held out, sentences "
+            f"resampled, p {p}; Holm over {len(family)} relations "
+            f"{'rejects' if t['holm'] else 'keeps'} Δ = 0; in-sample head (Clark's way) {_hits(rows, 'in_sample').mean():.3f}")
+    if t["holm"] and t["value"] > 0:
+        return Verdict("reproduced", "directional + Holm", said)
+    return Verdict("not reproduced", "directional + Holm",
+                   said + (": the offset wins" if t["holm"] else ": no difference after Holm"))
+
+
+def judge_syntax_overall(claim: dict, evidence: Evidence) -> Verdict:
+    rows = evidence.rows(claim)
+    t = mean_deltas(_accuracy_diff(claim, rows), [r["sentence"] for r in rows])[""]
+    verdict = directional(t["value"], t["ci"], what="head − offset (held out, sentences resampled)")
+    if not claim["id"].endswith("-pooled"):
+        return verdict
+    family = relation_family(evidence, _model(claim))
+    wins = sum(f["holm"] and f["value"] > 0 for f in family.values())
+    return Verdict(verdict.status, verdict.rule, f"{verdict.reason}; the head wins after Holm in {wins} of "
+                                                 f"{len(family)} relations")
+
+
+def judge_probe(claim: dict, evidence: Evidence) -> Verdict:
+    rows = evidence.rows(claim)
+    t = mean_deltas(_accuracy_diff(claim, rows))[""]
+    return directional(t["value"], t["ci"], what=f"UAS − {claim['baseline']['name']} (held out, words resampled)")
+
+
+# ---------------------------------------------------------------- coreference
+
+def _paired(rows: list[dict], against: str, cluster: str | None) -> dict:
+    spec = {"statistic": "mean", "columns": {"value": "head"}, "against": {"value": against}, "ci_method": "paired"}
+    return claim_stats.evaluate(rows, {**spec, "cluster": cluster} if cluster else spec)
+
+
+def judge_coref(claim: dict, evidence: Evidence) -> Verdict:
+    rows = evidence.rows(claim)
+    cluster = "document" if all("document" in r for r in rows) else None
+    unit = (f"{len({r['document'] for r in rows})} documents resampled" if cluster
+            else "rows resampled, the rows name no document")
+    baseline = "same_head_word" if "same_head_word" in rows[0] else "nearest"
+    strong = _paired(rows, baseline, cluster)
+    verdict = directional(strong["value"], strong["ci"], what=f"head − {baseline.replace('_', ' ')} ({unit})")
+    extra = ""
+    if baseline != "nearest":
+        floor = _paired(rows, "nearest", cluster)
+        extra = f"; head − nearest {floor['value']:+.3g} [{floor['ci'][0]:+.3g}, {floor['ci'][1]:+.3g}]"
+    held = (f"; judged held out (head chosen on other {'documents' if baseline != 'nearest' else 'rows'}): "
+            f"{np.mean([r['head'] for r in rows]):.3f}, the head chosen on these queries (Clark's way, in-sample, "
+            f"not judged) {np.mean([r['in_sample'] for r in rows]):.3f}")
+    return Verdict(verdict.status, verdict.rule, verdict.reason + extra + held)
+
+
+# ---------------------------------------------------------------- dispatch
+
+def _kind(claim: dict) -> str:
+    tail = claim["id"].split("-", 2)[2]
+    if tail in ("sep-middle", "cls-early", "punct-deep"):
+        return "shares"
+    if tail in ("syntax-all", "syntax-pooled"):
+        return "syntax-overall"
+    for prefix in ("syntax", "probe", "coref-litbank", "coref-gap"):
+        if tail.startswith(prefix):
+            return prefix
+    raise ValueError(f"{claim['id']}: no Clark rule for this claim type")
+
+
+JUDGES = {"shares": judge_share, "syntax": judge_relation, "syntax-overall": judge_syntax_overall,
+          "probe": judge_probe, "coref-litbank": judge_coref, "coref-gap": judge_coref}
+
+DIFFERS = {
+    "shares": "{model} (a contrastively fine-tuned sentence encoder without an MLM head{distilled}) instead of bert-base; "
+              "200 GAP Wikipedia paragraphs as segment pairs of ≤ 128 tokens instead of 992 Wikipedia segments; "
+              "BERT-base's layers mapped by relative depth (set by hand), the tokenizer's <s>/</s> as [CLS]/[SEP].",
+    "syntax": "{model} instead of bert-base; EWT with UD relations instead of PTB WSJ with Stanford Dependencies (dobj → "
+              "obj, poss → nmod:poss, pobj → case reversed); head and offset chosen on 1,000 EWT train sentences and "
+              "scored on EWT dev (Clark chose and scored on the same data).",
+    "syntax-overall": "{model} instead of bert-base; EWT/UD instead of PTB/Stanford Dependencies; heads and offsets "
+                      "chosen on EWT train and scored on EWT dev (Clark: the same data); UD list left out.",
+    "probe": "{model} instead of bert-base; EWT/UD instead of PTB WSJ; the model's input embeddings instead of GloVe; "
+             "trained on 1,000 EWT train sentences, early-stopped on 400 dev sentences, scored on the other dev "
+             "sentences; Adam lr .01 (Clark .002), at most 20 epochs.",
+    "coref-litbank": "{model} instead of bert-base; LitBank (10 novels to choose the head, 10 others to score it) "
+                     "instead of CoNLL-2012; mention heads are last words and mention types come from the head word; "
+                     "Clark chose and scored the head on the same data.",
+    "coref-gap": "not in the paper: {model} on GAP (a pronoun and two same-gender names), head chosen on 100 "
+                 "validation rows and scored on 250 test rows, beside the nearest name (Clark: CoNLL-2012).",
+}
+
+
+def judge(claim: dict, evidence: Evidence) -> Verdict:
+    """The claim's verdict by the rule of its type (the module docstring)."""
+    return JUDGES[_kind(claim)](claim, evidence)
+
+
+def describe(claim: dict) -> dict[str, str]:
+    model = {"mpnet": "all-mpnet-base-v2", "minilm": "all-MiniLM-L6-v2"}.get(_model(claim), _model(claim))
+    distilled = ", attention-distilled" if _model(claim) == "minilm" else ""
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim)].format(model=model, distilled=distilled)}
+
+
+studies.register_rules("clark", sys.modules[__name__])

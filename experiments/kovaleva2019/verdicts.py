@@ -1,0 +1,223 @@
+"""Decision rules of the Kovaleva study (Kovaleva, Romanov, Rogers and Rumshisky 2019, "Revealing
+the Dark Secrets of BERT"), written before the numbers; the tests are ``jattn.reproduce.verdicts``'.
+
+claim type → test → verdict (α = .05 throughout):
+
+- ``*-best-head-insample`` ("disabling the best single head raises the dev score", Fig. 9, the
+  head chosen and reported on the same dev set) → max-statistic null (``null_maxima``): per seed
+  the maximum of N = L·H (72 MiniLM, 144 MPNet) independent N(0, se_h²) effects, se_h each head's
+  own standard error in that seed (its 95 % paired bootstrap interval from the ``*-heads-holm``
+  rows, width / 3.92), averaged over the seeds as the claim's value (the mean over seeds of each
+  seed's best Δ) is → ``best_of_n``: reproduced only when p < .05 *and* the held-out twin is
+  reproduced; otherwise not reproduced.
+- ``*-best-head-heldout`` (the head selected on one half of dev, Δ on the other half) →
+  ``directional`` on a two-way (seeds × examples) percentile bootstrap of the seed-mean Δ: seeds
+  and report examples resampled independently (Owen 2007's pigeonhole bootstrap: the seeds share
+  the examples), B = ``B_TWO_WAY``, 95 % → reproduced when the interval lies above 0.
+- ``*-heads-holm`` / ``*-layers-holm`` ("some heads / layers improve when disabled", Fig. 9-10)
+  → Holm 1979 over every test of the family, seeds included (L·H or L units × the seeds, each a
+  paired bootstrap p with B = 10,000) → reproduced when some unit improves after Holm *and* the
+  same unit's Δ is > 0 in every other seed; not reproduced when none improves after Holm or
+  the improvement does not replicate in direction; inconclusive when a unit improves after Holm
+  but the family has one seed (replication untestable).
+- ``*-structured-share`` (the four structured types cover a large share of the maps, Fig. 2) →
+  context: a descriptive share; its "uniform attention" baseline holds by construction (the
+  reason says why).
+- ``*-finetune-change`` ("the last two layers change most under fine-tuning", Fig. 5) →
+  ``ordering``: the share of B = ``B_ORDER`` bootstrap resamples of the dev examples in which the
+  two last layers have the two lowest mean cosines to the pretrained maps (≥ 95 % reproduced,
+  ≤ 5 % not reproduced, inconclusive between).
+- ``kovaleva-rules-held-out`` / ``kovaleva-cnn-held-out`` (the instruments labelling the pattern
+  types; the paper's CNN from 400 hand-labelled maps) → ``directional``: paired bootstrap Δ of
+  held-out agreement with the hand labels against the fitting fold's majority class, 95 % →
+  reproduced when the interval lies above 0: the instrument labels better than chance.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from scipy.stats import norm
+
+from jattn.reproduce import claims as C
+from experiments import papers
+from jattn.reproduce import studies
+from jattn.reproduce.verdicts import (ALPHA, Evidence, Verdict, best_of_n, context, directional, holm_family,
+                                      null_maxima, ordering)
+from experiments.kovaleva2019.disabling import metric_counts
+
+__all__ = ["describe", "judge"]
+
+Z95 = float(norm.ppf(0.975))  # a head's se from its 95 % paired bootstrap interval: width / (2 · 1.96)
+NULL_DRAWS = 10_000  # draws of the max-statistic null: p resolved to 1e-4, well below α = .05
+B_TWO_WAY = 2_000  # seeds × examples resamples of the held-out Δ: percentile tails of a 95 % interval to ±0.5 %
+B_ORDER = 2_000  # example resamples of the layer ordering: a share of 95 % resolved to ±0.5 %
+ORDER_LEVEL = 0.95  # the ordering must hold in 95 % of resamples (the bootstrap analogue of α = .05)
+SEED = 0
+
+
+def _kind(claim_id: str) -> str:
+    for kind in ("best-head-insample", "best-head-heldout", "heads-holm", "layers-holm", "structured-share",
+                 "finetune-change", "rules-held-out", "cnn-held-out"):
+        if claim_id.endswith(kind):
+            return kind
+    raise ValueError(f"kovaleva claim {claim_id!r} has no decision rule")
+
+
+def _twin(claim: dict, evidence: Evidence, kind: str, to: str) -> dict:
+    return evidence.claims[claim["id"][: -len(kind)] + to]
+
+
+def _two_way_gain(rows: list[dict], spec: dict, level: float, b: int = B_TWO_WAY) -> tuple[float, tuple]:
+    """(the mean over seeds of each seed's Δ metric, its percentile interval) by the pigeonhole
+    bootstrap (Owen 2007): seeds drawn with replacement and, independently, the examples (by
+    ``index``, shared by the seeds) with replacement; Δ per seed from the weighted counts
+    (``metric_counts``), averaged over the drawn seeds."""
+    metric = spec["statistic"].removesuffix("_gain")
+    col = spec["columns"]
+    seeds = sorted({r["seed"] for r in rows})
+    index = sorted({r["index"] for r in rows})
+    where = {x: i for i, x in enumerate(index)}
+    rng = np.random.default_rng(SEED)
+    n, k = len(index), len(seeds)
+    counts = np.bincount((np.arange(b)[:, None] * n + rng.integers(0, n, (b, n))).ravel(),
+                         minlength=b * n).reshape(b, n).astype(np.float64)  # (b, n) draws of each example
+    picks = np.bincount((np.arange(b)[:, None] * k + rng.integers(0, k, (b, k))).ravel(),
+                        minlength=b * k).reshape(b, k)  # (b, k) draws of each seed
+    gains, point = np.empty((b, k)), np.empty(k)
+    for j, s in enumerate(seeds):
+        mine = [r for r in rows if r["seed"] == s]
+        cols = [where[r["index"]] for r in mine]
+        gold = np.array([r[col["gold"]] for r in mine])
+        systems = np.array([[r[col["pred"]] for r in mine], [r[col["reference"]] for r in mine]])  # (2, n_s)
+        weights = np.vstack([np.ones((1, len(mine))), counts[:, cols]])  # (1 + b, n_s)
+        scores = metric_counts(weights, gold, systems, metric)  # (1 + b, 2)
+        point[j], gains[:, j] = scores[0, 0] - scores[0, 1], scores[1:, 0] - scores[1:, 1]
+    theta = (picks * gains).sum(1) / k  # (b,)
+    lo, hi = np.quantile(theta, [(1 - level) / 2, (1 + level) / 2])
+    return float(point.mean()), (float(lo), float(hi))
+
+
+def _heldout(claim: dict, evidence: Evidence) -> Verdict:
+    value, ci = _two_way_gain(evidence.rows(claim), claim["measure"], 0.95)
+    return directional(value, ci, what=f"held-out {claim['unit']} (seeds × examples bootstrap)")
+
+
+def _insample(claim: dict, evidence: Evidence) -> Verdict:
+    family = evidence.rows(_twin(claim, evidence, "best-head-insample", "heads-holm"))
+    seeds = sorted({r["seed"] for r in family})
+    maxima, per_seed = [], []
+    for s in seeds:
+        mine = [r for r in family if r["seed"] == s]
+        se = [(r["ci"][1] - r["ci"][0]) / (2 * Z95) for r in mine]
+        m = null_maxima(se, draws=NULL_DRAWS, seed=SEED + s)
+        maxima.append(m)
+        per_seed.append(f"seed {s}: {max(r['delta'] for r in mine):+.3f} vs {m.mean():+.3f}")
+    n = len(family) // len(seeds)
+    held = _heldout(_twin(claim, evidence, "best-head-insample", "best-head-heldout"), evidence)
+    v = best_of_n(claim["value"], np.mean(maxima, 0), held, n=n,
+                  what=f"heads (seed mean of each seed's best Δ, {claim['unit']})")
+    return Verdict(v.status, v.rule, f"{v.reason}. Per seed, best Δ vs expected maximum: {'; '.join(per_seed)}")
+
+
+def _unit_name(r: dict) -> str:
+    return f"{r['layer']}:{r['head']}" if "head" in r else f"layer {r['layer']}"
+
+
+def _holm(claim: dict, evidence: Evidence) -> Verdict:
+    rows = evidence.rows(claim)
+    seeds = sorted({r["seed"] for r in rows})
+    tests = {(_unit_name(r), r["seed"]): r for r in rows}
+    rejected = holm_family({k: r["p"] for k, r in tests.items()})
+    m = len(tests)
+    said = f"Holm over {m} tests ({m // len(seeds)} units × {len(seeds)} seed(s)), α/{m} = {ALPHA / m:.3g}"
+    raised = [k for k, r in tests.items() if r["delta"] > 0]
+    if raised:
+        u, s = min(raised, key=lambda k: tests[k]["p"])
+        said += f"; smallest p of a unit whose removal raises the metric: {tests[(u, s)]['p']:.3g} ({u}, seed {s})"
+    improve = [k for k, r in tests.items() if rejected[k] and r["delta"] > 0]
+    hurt = sum(1 for k, r in tests.items() if rejected[k] and r["delta"] < 0)
+    said += f"; {len(improve)} improve, {hurt} hurt after Holm"
+    if not improve:
+        return Verdict("not reproduced", "holm", f"{said}: no unit improves over the whole family")
+    if len(seeds) < 2:
+        return Verdict("inconclusive", "holm", f"{said}: one seed, replication across seeds untestable")
+    replicated = [k for k in improve
+                  if all(tests[(k[0], s)]["delta"] > 0 for s in seeds if (k[0], s) in tests)]
+    if replicated:
+        names = ", ".join(f"{u} (seed {s})" for u, s in replicated)
+        return Verdict("reproduced", "holm", f"{said}: {names} improve(s), Δ > 0 in every seed")
+    names = ", ".join(f"{u} (seed {s})" for u, s in improve)
+    return Verdict("not reproduced", "holm", f"{said}: {names} improve(s) but Δ ≤ 0 in another seed")
+
+
+def _structured(claim: dict, evidence: Evidence) -> Verdict:
+    b = claim["baseline"]
+    return context(f"structured share {claim['value']:.3f} against {b['value']:.3f} for uniform attention: a "
+                   "descriptive share, no test. The baseline holds by construction: uniform attention over n tokens "
+                   "puts 2/n of a row on [CLS]/[SEP] and about 3/(n − 2) of the rest on the diagonal, so the rules "
+                   "call it structured only on sentences of under about 8 tokens, and any attention that "
+                   "concentrates its mass beats it")
+
+
+def _finetune_change(claim: dict, evidence: Evidence) -> Verdict:
+    """Share of example resamples in which the last two layers have the two lowest mean cosines."""
+    per_layer = np.array([r["per_layer"] for r in evidence.rows(claim)], np.float64)  # (n, L)
+    n, L = per_layer.shape
+    rng = np.random.default_rng(SEED)
+    counts = np.bincount((np.arange(B_ORDER)[:, None] * n + rng.integers(0, n, (B_ORDER, n))).ravel(),
+                         minlength=B_ORDER * n).reshape(B_ORDER, n)
+    means = counts @ per_layer / n  # (B, L)
+    two_lowest = np.sort(np.argsort(means, 1)[:, :2], 1)  # (B, 2)
+    holds = ((two_lowest[:, 0] == L - 2) & (two_lowest[:, 1] == L - 1)).mean()
+    observed = np.argsort(per_layer.mean(0))[:3]
+    v = ordering(float(holds), what=f"layers {L - 2}, {L - 1} the two most changed of {L}", level=ORDER_LEVEL)
+    return Verdict(v.status, v.rule, f"{v.reason}; the three most changed on all examples: layers "
+                   f"{', '.join(map(str, observed))} (cosine {', '.join(f'{x:.3f}' for x in per_layer.mean(0)[observed])})")
+
+
+def _instrument(claim: dict, evidence: Evidence) -> Verdict:
+    base = claim["baseline_measure"]["columns"]
+    spec = {"statistic": claim["measure"]["statistic"], "columns": claim["measure"]["columns"],
+            "against": {k: v for k, v in base.items() if claim["measure"]["columns"][k] != v}, "ci_method": "paired"}
+    r = C.evaluate(evidence.rows(claim), spec)
+    return directional(r["value"], r["ci"], what=f"held-out {claim['unit']} − {claim['baseline']['name']}")
+
+
+JUDGES = {"best-head-insample": _insample, "best-head-heldout": _heldout, "heads-holm": _holm, "layers-holm": _holm,
+          "structured-share": _structured, "finetune-change": _finetune_change, "rules-held-out": _instrument,
+          "cnn-held-out": _instrument}
+
+DIFFERS = {
+    "best-head-insample": "all-mpnet-base-v2 (12 × 12 heads) or MiniLM (6 × 12) fine-tuned on SST-2 / CoLA with 3 "
+                          "seeds, not BERT-base on seven GLUE tasks; best of 144 / 72 heads per seed on the same dev "
+                          "examples as the paper (MPNet SST-2: 400 of the 872 dev sentences).",
+    "best-head-heldout": "Not in the paper: the head is selected on one fixed half of dev and scored on the other; "
+                         "MPNet / MiniLM on SST-2 / CoLA, 3 seeds, not BERT-base on GLUE.",
+    "heads-holm": "The paper reports Δs without a test; here paired bootstrap p per head and Holm over all heads × "
+                  "3 seeds, on MPNet / MiniLM fine-tuned on SST-2 / CoLA, not BERT-base on GLUE.",
+    "layers-holm": "The paper reports Δs without a test; here paired bootstrap p per layer and Holm over all layers × "
+                   "3 seeds, on MPNet / MiniLM fine-tuned on SST-2 / CoLA, not BERT-base on GLUE.",
+    "structured-share": "Types by threshold rules fitted on 72 maps of pretrained MiniLM labelled by one annotator, "
+                        "not the paper's 400 hand-labelled BERT-base maps and CNN; seed-0 classifier of MPNet / MiniLM "
+                        "on SST-2 / CoLA.",
+    "finetune-change": "Cosine over real tokens only (the released code included padding), seed-0 MPNet / MiniLM "
+                       "classifiers on SST-2 / CoLA against their sentence-encoder bases, not BERT-base on GLUE.",
+    "rules-held-out": "The paper uses no rules; here threshold rules cross-fitted on two folds of 72 maps of pretrained "
+                      "MiniLM labelled by one annotator.",
+    "cnn-held-out": "A 2-layer CNN cross-fitted on two folds of 72 maps of pretrained MiniLM (one annotator) plus "
+                    "rule-labelled maps, not the paper's CNN on 400 hand-labelled BERT-base maps.",
+}
+
+
+def judge(claim: dict, evidence: Evidence) -> Verdict:
+    """The claim's verdict by the rule of its type (module docstring)."""
+    return JUDGES[_kind(claim["id"])](claim, evidence)
+
+
+def describe(claim: dict) -> dict[str, str]:
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim["id"])]}
+
+
+studies.register_rules("kovaleva", sys.modules[__name__])

@@ -1,0 +1,152 @@
+"""Decision rules of the patching study (activation patching: Vig et al. 2020, Wang et al. 2022;
+attribution patching: Nanda 2023, Syed et al. 2023; on the coreference heads of Clark et al.
+2019), written before the numbers; the rules are those of ``jattn.reproduce.verdicts``. α = .05.
+
+- ``patching-<m>-behaviour`` (the metric reflects coreference): Δ = accuracy of "m > 0" − accuracy
+  of the nearest-name rule on the same clean pairs, paired bootstrap over pairs (B = 1000) →
+  ``directional`` (reproduced when the 95 % interval of Δ lies above 0; never two intervals
+  overlapping).
+- ``patching-<m>-corruption`` (the corruption moves the metric): the claim's own paired Δ = mean
+  m(clean) − m(corrupted) and its 95 % interval → ``directional``.
+- ``patching-<m>-clark`` (heads with a larger patching effect are Clark's weight-based coreference
+  heads): Spearman ρ over heads between the mean exact patching effect and the mean weight-based
+  score; the test is a permutation over heads (``PERMUTATIONS`` permutations of the score map,
+  ``permutation_p``), one-sided in ``PREDICTED_SIGN``: reproduced when p < .05. The sign: a head
+  that attends to the antecedent and carries the coreference restores the lean to the antecedent
+  when patched clean into the corrupted run, a positive effect, so the prediction is ρ > 0 on the
+  *signed* effect. ρ on |effect| (the head matters, in either direction) is reported beside it
+  with its own permutation p and bootstrap interval over pairs, not judged: a head whose clean
+  activation pushes the metric away from the antecedent does not implement the behaviour.
+- ``patching-<m>-attribution`` (attribution patching ranks heads like exact patching): the claim's
+  ρ over heads and its bootstrap interval over pairs → ``directional`` (reproduced when the
+  interval lies above 0); the permutation p over heads is reported beside it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from jattn import stats
+from jattn.reproduce import claims as claim_stats
+from experiments import papers
+from jattn.reproduce import studies
+from jattn.reproduce.verdicts import ALPHA, Evidence, Verdict, directional, permutation_p
+
+PREDICTED_SIGN = +1  # the signed effect of Clark's heads: patching them clean restores the lean to the antecedent
+PERMUTATIONS = 10_000  # head permutations: p in steps of 1e-4, far below α = .05
+
+
+def _ranks(a: np.ndarray) -> np.ndarray:
+    """Average ranks along the last axis (ties share their mean rank)."""
+    from scipy.stats import rankdata
+
+    return rankdata(a, axis=-1)
+
+
+def _pearson_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pearson r of each row of ``a`` with the matching row of ``b`` (broadcast), (..., K) -> (...)."""
+    a = a - a.mean(-1, keepdims=True)
+    b = b - b.mean(-1, keepdims=True)
+    return (a * b).sum(-1) / np.sqrt((a * a).sum(-1) * (b * b).sum(-1))
+
+
+def head_rho_null(x: np.ndarray, y: np.ndarray, draws: int = PERMUTATIONS, seed: int = stats.SEED) -> np.ndarray:
+    """(draws,) Spearman ρ of the per-head values ``x`` (K,) against ``y`` (K,) with the heads of
+    ``y`` permuted: the null of no association over exchangeable heads."""
+    rx, ry = _ranks(x), _ranks(y)
+    shuffled = np.random.default_rng(seed).permuted(np.tile(ry, (draws, 1)), axis=1)  # (draws, K)
+    return _pearson_rows(shuffled, rx[None])
+
+
+def head_rho_bootstrap(x: np.ndarray, y: np.ndarray, transform=lambda m: m, b: int = stats.B,
+                       level: float = 0.95) -> list[float]:
+    """Percentile interval of ρ(transform(mean over pairs of x), mean of y) over resamples of the
+    pairs, x and y (n, K) (the resamples of ``jattn.stats``: B = 1000, seed 0)."""
+    idx = np.random.default_rng(stats.SEED).integers(0, len(x), size=(b, len(x)))  # (b, n)
+    rho = np.concatenate([_pearson_rows(_ranks(transform(x[i].mean(1))), _ranks(y[i].mean(1)))
+                          for i in np.array_split(idx, max(1, b // 100))])
+    return [float(q) for q in np.quantile(rho, [(1 - level) / 2, (1 + level) / 2])]
+
+
+def _maps(claim: dict, rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+    cols = claim["measure"]["columns"]
+    return tuple(np.asarray([r[cols[a]] for r in rows], np.float64) for a in ("x", "y"))  # (n, K) each
+
+
+def _rho(x: np.ndarray, y: np.ndarray) -> float:
+    return float(_pearson_rows(_ranks(x), _ranks(y)))
+
+
+def judge_clark(claim: dict, evidence: Evidence) -> Verdict:
+    effect, score = _maps(claim, evidence.rows(claim))
+    mean_effect, mean_score = effect.mean(0), score.mean(0)
+    signed, absolute = _rho(mean_effect, mean_score), _rho(np.abs(mean_effect), mean_score)
+    p = permutation_p(signed, head_rho_null(mean_effect, mean_score), sign=PREDICTED_SIGN)
+    p_abs = permutation_p(absolute, head_rho_null(np.abs(mean_effect), mean_score), sign=PREDICTED_SIGN)
+    ci_abs = head_rho_bootstrap(effect, score, np.abs)
+    said = (f"signed effect: ρ = {signed:+.3f} [{claim['ci'][0]:+.3f}, {claim['ci'][1]:+.3f}], one-sided permutation "
+            f"p = {p:.3g} over {effect.shape[1]} heads (predicted ρ > 0); |effect| (not judged): ρ = {absolute:+.3f} "
+            f"[{ci_abs[0]:+.3f}, {ci_abs[1]:+.3f}], permutation p = {p_abs:.3g}")
+    if p < ALPHA:
+        return Verdict("reproduced", "permutation", said)
+    return Verdict("not reproduced", "permutation", said)
+
+
+def judge_attribution(claim: dict, evidence: Evidence) -> Verdict:
+    x, y = _maps(claim, evidence.rows(claim))
+    p = permutation_p(claim["value"], head_rho_null(x.mean(0), y.mean(0)))
+    verdict = directional(claim["value"], claim["ci"], what="ρ(attribution, exact) over heads (pairs resampled)")
+    return Verdict(verdict.status, verdict.rule, f"{verdict.reason}; permutation p over {x.shape[1]} heads = {p:.3g}")
+
+
+def judge_behaviour(claim: dict, evidence: Evidence) -> Verdict:
+    cols, base = claim["measure"]["columns"], claim["baseline_measure"]["columns"]
+    t = claim_stats.evaluate(evidence.rows(claim), {"statistic": claim["measure"]["statistic"], "columns": cols,
+                                                    "against": {"pred": base["pred"]}, "ci_method": "paired"})
+    return directional(t["value"], t["ci"], what=f"accuracy of m > 0 − {claim['baseline']['name']} (paired, pairs "
+                                                 "resampled)")
+
+
+def judge_corruption(claim: dict, evidence: Evidence) -> Verdict:
+    return directional(claim["value"], claim["ci"], what="mean m clean − corrupted (paired, pairs resampled)")
+
+
+JUDGES = {"behaviour": judge_behaviour, "corruption": judge_corruption, "clark": judge_clark,
+          "attribution": judge_attribution}
+
+DIFFERS = {
+    "behaviour": "{model}, a sentence encoder without an MLM head: the behaviour is a dot-product metric on final "
+                 "hidden states, not a prediction, on 160 GAP development pairs instead of CoNLL-2012; Clark's "
+                 "number is one head's attention, not the model's behaviour.",
+    "corruption": "no paper number: the corruption swaps the antecedent's name for an other-gender GAP name of "
+                  "equal word pieces, on 160 GAP development pairs, {model} final hidden states.",
+    "clark": "Clark's heads were named from bert-base's weights on CoNLL-2012; here each of {model}'s heads is "
+             "patched (exact activation patching, a metric on final hidden states without an MLM head) on 160 GAP "
+             "pairs and its weight-based score computed on the same pairs; no head is selected.",
+    "attribution": "attribution patching was compared with activation patching on language-model logits (Nanda "
+                   "2023; Syed et al. 2023); here on {model}'s heads with a metric on final hidden states, 160 GAP "
+                   "pairs.",
+}
+
+
+def _kind(claim: dict) -> str:
+    kind = claim["id"].rsplit("-", 1)[1]
+    if kind not in JUDGES:
+        raise ValueError(f"{claim['id']}: no patching rule for this claim type")
+    return kind
+
+
+def judge(claim: dict, evidence: Evidence) -> Verdict:
+    """The claim's verdict by the rule of its type (the module docstring)."""
+    return JUDGES[_kind(claim)](claim, evidence)
+
+
+def describe(claim: dict) -> dict[str, str]:
+    model = claim["id"].split("-")[1]
+    name = {"mpnet": "all-mpnet-base-v2", "minilm": "all-MiniLM-L6-v2"}.get(model, model)
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim)].format(model=name)}
+
+
+studies.register_rules("patching", sys.modules[__name__])

@@ -1,0 +1,168 @@
+"""Decision rules of the Voita study (Voita, Talbot, Moiseev, Sennrich and Titov 2019, "Analyzing
+Multi-Head Self-Attention"; Michel, Levy and Neubig 2019 for importance pruning), fixed before
+reading the numbers. Claim type → test → verdict:
+
+- ``voita-unpruned-bleu``, ``voita-<setting>-lam<λ>`` (Δ BLEU vs unpruned), ``…-vs-control``,
+  ``…-vs-importance``, ``voita-michel-<setting>-<k>``: **context** — points of the BLEU-vs-heads
+  curve, reported with their paired-bootstrap intervals, tested by no rule (one model seed; the
+  λ grid was chosen after seeing results).
+- ``voita-encoder-fewest-heads`` (Fig. 7: 10 of 48 encoder heads keep BLEU within 1 of the full
+  model). Precondition "the model needs its encoder self-attention": the encoder with no
+  self-attention head at all — the encoder gate run that closed every head (the paper's own
+  procedure, gates trained jointly with the model; the largest λ if several), else Michel
+  importance pruning to 0 heads without training — must lose more than ``BLEU_THRESHOLD`` BLEU
+  against the unpruned model by its paired interval (Δ's upper bound below −1). Otherwise
+  **not applicable**: a model that keeps its BLEU with no encoder head has nothing for the
+  pruning to find. When it holds: reproduced when the bootstrap interval of the fewest heads
+  within 1 BLEU lies at or below ``KEPT_SHARE`` of the heads, not reproduced when it lies above,
+  inconclusive when it straddles.
+- ``voita-confidence-lrp`` (§4.1, Fig. 1: the heads LRP finds most relevant are the confident
+  ones): **directional** on Spearman ρ over heads (confidence vs LRP relevance): reproduced when
+  its 95 % bootstrap interval lies above 0.
+- ``voita-kept-confidence-encoder-lam<λ>`` (§6, Fig. 8: the heads L0 keeps are the confident
+  ones): **permutation test over subsets** — p = (1 + #{random same-size subsets of the encoder
+  heads with mean confidence ≥ the kept heads'}) / (1 + ``SUBSETS``), one-sided; reproduced when
+  p < .05, not reproduced otherwise. (For a fixed size, kept − closed is monotone in the kept
+  mean, so this is the test of the claim's Δ; the stage's baseline, one seeded random subset, is
+  one draw of this null.)
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import numpy as np
+
+from experiments import papers
+from jattn.reproduce import studies
+from jattn.reproduce import verdicts as V
+from jattn.reproduce.verdicts import Evidence, Verdict
+
+BLEU_THRESHOLD = 1.0  # Voita et al.'s own criterion: "a drop of less than 1 BLEU" (Fig. 7)
+KEPT_SHARE = 0.5  # "most heads can be pruned": at most half of them needed (the paper keeps 10 of 48)
+SUBSETS = 10000  # random same-size subsets: p resolves 1e-4, well below α = .05
+SEED = 0
+
+
+def _ci(ci) -> str:
+    return f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
+# --- fewest heads ----------------------------------------------------------------------------
+
+
+def _no_encoder_heads(evidence: Evidence) -> tuple[dict, str] | None:
+    """The Δ BLEU (vs unpruned) claim of the encoder with no self-attention head, and how it was made:
+    the encoder gate run that closed every head (largest λ), else importance pruning to 0 heads."""
+    closed = [c for cid, c in evidence.claims.items() if re.fullmatch(r"voita-encoder-lam[\d.]+", cid)
+              and c.get("open_heads", {}).get("encoder", -1) == 0]
+    if closed:
+        c = max(closed, key=lambda c: c["lam"])
+        return c, f"the L0 gate run closing all encoder heads (λ {c['lam']:g}, {c.get('steps', '?')} joint updates)"
+    c = evidence.claims.get("voita-michel-encoder-0")
+    return (c, "importance pruning of every encoder head without training") if c else None
+
+
+def _needs_encoder(evidence: Evidence) -> tuple[bool | None, str]:
+    found = _no_encoder_heads(evidence)
+    if found is None:
+        return None, "no measurement of the encoder with no self-attention head"
+    c, how = found
+    said = f"no encoder self-attention head ({how}): Δ BLEU vs unpruned {c['value']:+.2f} {_ci(c['ci'])}"
+    unpruned = evidence.claims.get("voita-unpruned-bleu")
+    if unpruned is not None:
+        said += f" ({unpruned['value'] + c['value']:.2f} vs {unpruned['value']:.2f})"
+    return c["ci"][1] < -BLEU_THRESHOLD, said
+
+
+def _fewest(claim: dict, evidence: Evidence) -> Verdict:
+    needs, said = _needs_encoder(evidence)
+    if needs is None:
+        return Verdict("inconclusive", "precondition", f"{said}: whether the model needs its encoder is unknown")
+    if not needs:
+        return V.not_applicable(f"the model does not need its encoder self-attention: {said}, not more than "
+                                f"{BLEU_THRESHOLD:g} BLEU below by its paired interval")
+    heads = int(max(evidence.rows(claim)[0][claim["measure"]["columns"]["heads"]]))
+    limit = KEPT_SHARE * heads
+    lo, hi = claim["ci"]
+    counted = f"{claim['value']:.0f} of {heads} heads within 1 BLEU, 95 % interval [{lo:.0f}, {hi:.0f}]; {said}"
+    if hi <= limit:
+        return Verdict("reproduced", "interval vs threshold", f"{counted}: at most {limit:g} heads needed")
+    if lo > limit:
+        return Verdict("not reproduced", "interval vs threshold", f"{counted}: more than {limit:g} heads needed")
+    return Verdict("inconclusive", "interval vs threshold", f"{counted}: straddles {limit:g} heads")
+
+
+# --- heads -----------------------------------------------------------------------------------
+
+
+def _confidence_lrp(claim: dict, evidence: Evidence) -> Verdict:
+    return V.directional(claim["value"], claim["ci"], sign=+1, what="Spearman ρ(confidence, LRP relevance)")
+
+
+def subset_p(confidence, kept, subsets: int = SUBSETS, seed: int = SEED) -> tuple[float, float, np.ndarray]:
+    """(mean confidence of the ``kept`` heads, one-sided permutation p, the null means): the null is
+    the mean confidence of ``subsets`` random subsets of the heads of the same size."""
+    confidence, kept = np.asarray(confidence, float).ravel(), np.asarray(kept, bool).ravel()
+    k = int(kept.sum())
+    draws = np.argsort(np.random.default_rng(seed).random((subsets, confidence.size)), 1)[:, :k]  # (S, k)
+    null = confidence[draws].mean(1)  # (S,)
+    observed = float(confidence[kept].mean())
+    return observed, V.permutation_p(observed, null), null
+
+
+def _kept_confidence(claim: dict, evidence: Evidence) -> Verdict:
+    lam = claim["id"].rsplit("-", 1)[1]  # "lam0.001"
+    gates = evidence.results.get(f"voita.gates-encoder-{lam}", {}).get("gates", {}).get("encoder")
+    roles = evidence.results.get("voita.roles", {}).get("confidence", {}).get("encoder")
+    if gates is None or roles is None:
+        return Verdict("inconclusive", "permutation", "per-head confidences or the kept heads are missing")
+    kept = np.asarray(gates, float).ravel() > 0
+    if kept.sum() in (0, kept.size):
+        return V.not_applicable(f"{int(kept.sum())} of {kept.size} heads kept: no subset to compare")
+    observed, p, null = subset_p(roles, kept)
+    said = (f"mean confidence of the {int(kept.sum())} kept heads {observed:.3f} vs random same-size subsets "
+            f"{null.mean():.3f} (95th percentile {np.quantile(null, 0.95):.3f}); permutation p = {p:.2g} "
+            f"over {len(null)} subsets")
+    status = "reproduced" if p < V.ALPHA else "not reproduced"
+    return Verdict(status, "permutation", said)
+
+
+def judge(claim: dict, evidence: Evidence) -> Verdict:
+    cid = claim["id"]
+    if cid == "voita-encoder-fewest-heads":
+        return _fewest(claim, evidence)
+    if cid == "voita-confidence-lrp":
+        return _confidence_lrp(claim, evidence)
+    if cid.startswith("voita-kept-confidence-"):
+        return _kept_confidence(claim, evidence)
+    return V.context(f"{claim['value']:.2f} {claim['unit']} {_ci(claim['ci'])}; {claim['baseline']['name']}: "
+                     f"{claim['baseline']['value']:.2f} {_ci(claim['baseline']['ci'])}")
+
+
+_MODEL = ("a 6+6 × 8-head Transformer of width 256 (dropout 0.3, DS-Init) trained here on Multi30k fr→en captions, "
+          "one seed, instead of Transformer-base on WMT / OpenSubtitles en→ru")
+DIFFERS = {
+    "curve": f"{_MODEL}; gates trained jointly for 600-3,600 updates from the converged model (λ grid 0.001-0.02 "
+             "chosen after seeing results); 1,000 test sentences, beam 4.",
+    "michel": f"{_MODEL}; importance estimated once on 1,000 validation pairs, pruning without retraining, 5 random "
+              "orders as the baseline (Michel et al. pruned WMT en-fr models).",
+    "fewest": f"{_MODEL}; the count read off 5 λ runs (0, 3, 9, 23, 41 open heads), not a dense curve; on short, "
+              "near-monotone captions an encoder without self-attention loses little.",
+    "lrp": f"{_MODEL}; confidence and LRP relevance per head averaged over 1,000 test sentences, LRP of the encoder "
+           "only; the paper shows the relation per head without a statistic.",
+    "kept": f"{_MODEL}; confidence measured on the unpruned model; none of its 48 encoder heads meets the paper's "
+            "role criteria.",
+}
+
+
+def describe(claim: dict) -> dict[str, str]:
+    cid = claim["id"]
+    kind = ("fewest" if cid == "voita-encoder-fewest-heads" else "lrp" if cid == "voita-confidence-lrp" else
+            "kept" if cid.startswith("voita-kept-confidence-") else "michel" if cid.startswith("voita-michel-")
+            else "curve")
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[kind]}
+
+
+studies.register_rules("voita", sys.modules[__name__])

@@ -1,0 +1,163 @@
+"""The Kovaleva study's decision rules (``experiments/kovaleva2019/verdicts.py``) on synthetic
+claims: each claim type says reproduced, not reproduced and, where the rule has it, inconclusive
+or context where it must; and every committed Kovaleva claim gets a valid status."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from jattn.reproduce import verdicts as V
+from jattn.reproduce.claims import write_rows
+from experiments.kovaleva2019 import verdicts as K
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def claim(tmp_path, id, rows, **extra) -> dict:
+    path = f"p/{id}.jsonl"
+    write_rows(tmp_path / path, rows)
+    return {"id": id, "study": "kovaleva", "predictions": path, "unit": "Δ accuracy", "paper": "p", **extra}
+
+
+def evidence(tmp_path, *claims) -> V.Evidence:
+    return V.Evidence({c["id"]: c for c in claims}, {}, tmp_path)
+
+
+GAIN = {"statistic": "accuracy_gain", "columns": {"gold": "gold", "pred": "pred", "reference": "base"},
+        "ci_method": "seeds"}
+
+
+def heldout_rows(helped: int, seeds=(0, 1, 2), n=200) -> list[dict]:
+    """Per seed n examples, base right on 80 %; disabling the head puts ``helped`` of its errors right."""
+    rows = []
+    for s in seeds:
+        for i in range(n):
+            base = int(i >= 40)  # gold all 1: 40 errors
+            pred = 1 if i < helped else base
+            rows.append({"index": i, "seed": s, "gold": 1, "pred": pred, "base": base})
+    return rows
+
+
+def family_rows(deltas, ps, se=0.01, heads=True) -> list[dict]:
+    """deltas, ps: (seeds, units) arrays -> rows of a ``*-holm`` claim."""
+    rows = []
+    for s, (ds, qs) in enumerate(zip(deltas, ps)):
+        for u, (d, p) in enumerate(zip(ds, qs)):
+            rows.append({"seed": s, "layer": u // 12 if heads else u, **({"head": u % 12} if heads else {}),
+                         "delta": float(d), "ci": [float(d - 1.96 * se), float(d + 1.96 * se)], "p": float(p)})
+    return rows
+
+
+def test_held_out_best_head_is_directional_on_the_two_way_bootstrap(tmp_path):
+    helps = claim(tmp_path, "kovaleva-m-t-best-head-heldout", heldout_rows(20), measure=GAIN)
+    nothing = claim(tmp_path, "kovaleva-m-u-best-head-heldout", heldout_rows(0), measure=GAIN)
+    ev = evidence(tmp_path, helps, nothing)
+    assert K.judge(helps, ev).status == "reproduced"
+    v = K.judge(nothing, ev)
+    assert v.status == "not reproduced" and "no difference" in v.reason
+
+
+def test_mcc_gain_two_way_bootstrap_matches_the_point_value(tmp_path):
+    rows = heldout_rows(20)
+    for r in rows:
+        r["gold"] = r["index"] % 3 > 0  # both classes present
+    value, (lo, hi) = K._two_way_gain(rows, {**GAIN, "statistic": "mcc_gain"}, 0.95, b=200)
+    from jattn.reproduce.claims import evaluate
+    assert np.isclose(value, evaluate(rows, {**GAIN, "statistic": "mcc_gain"})["value"]) and lo <= value <= hi
+
+
+def insample_case(tmp_path, name, best, heldout_helped):
+    rng = np.random.default_rng(1)
+    deltas = rng.normal(0, 0.01, (3, 144))
+    deltas[:, 5] = best
+    rows = family_rows(deltas, np.full((3, 144), 0.5))
+    fam = claim(tmp_path, f"kovaleva-{name}-heads-holm", rows)
+    held = claim(tmp_path, f"kovaleva-{name}-best-head-heldout", heldout_rows(heldout_helped), measure=GAIN)
+    ins = claim(tmp_path, f"kovaleva-{name}-best-head-insample", [], value=float(deltas.max(1).mean()))
+    return ins, evidence(tmp_path, fam, held, ins)
+
+
+def test_in_sample_best_head_needs_the_max_null_and_held_out_confirmation(tmp_path):
+    ins, ev = insample_case(tmp_path, "a-b", best=0.2, heldout_helped=20)
+    v = K.judge(ins, ev)
+    assert v.status == "reproduced" and "best of 144" in v.reason
+    noise, ev = insample_case(tmp_path, "c-d", best=0.0, heldout_helped=20)  # the best of 144 noise draws
+    v = K.judge(noise, ev)
+    assert v.status == "not reproduced" and "null draws" in v.reason
+    lone, ev = insample_case(tmp_path, "e-f", best=0.2, heldout_helped=0)  # not confirmed held out
+    v = K.judge(lone, ev)
+    assert v.status == "not reproduced" and "held out" in v.reason
+
+
+def test_holm_over_heads_and_seeds_with_replication(tmp_path):
+    ps, deltas = np.full((3, 144), 0.5), np.full((3, 144), -0.001)
+    ps[0, 7], deltas[:, 7] = 0.0, 0.02  # passes Holm over 432 tests, Δ > 0 in every seed
+    ok = claim(tmp_path, "kovaleva-m-t-heads-holm", family_rows(deltas, ps))
+    lone = deltas.copy()
+    lone[1, 7] = -0.01  # seed 1 does not replicate the direction
+    alone = claim(tmp_path, "kovaleva-m-u-heads-holm", family_rows(lone, ps))
+    within = np.full((3, 12), 0.5)
+    within[0, 3] = 0.003  # passes Holm within seed 0 (.05/12) but not over 36 tests (.05/36)
+    layers = claim(tmp_path, "kovaleva-m-t-layers-holm", family_rows(np.full((3, 12), 0.01), within, heads=False))
+    one = claim(tmp_path, "kovaleva-m-v-heads-holm", family_rows(deltas[:1], ps[:1]))
+    ev = evidence(tmp_path, ok, alone, layers, one)
+    assert K.judge(ok, ev).status == "reproduced"
+    v = K.judge(alone, ev)
+    assert v.status == "not reproduced" and "another seed" in v.reason
+    v = K.judge(layers, ev)
+    assert v.status == "not reproduced" and "0 improve" in v.reason
+    assert K.judge(one, ev).status == "inconclusive"
+
+
+def test_finetune_change_is_an_ordering_over_resamples(tmp_path):
+    rng = np.random.default_rng(0)
+    last = rng.uniform(0.8, 1.0, (100, 6)) - np.array([0, 0, 0, 0, 0.3, 0.3])
+    middle = rng.uniform(0.8, 1.0, (100, 6)) - np.array([0, 0, 0.3, 0.3, 0, 0.1])
+    tie = rng.uniform(0.8, 1.0, (100, 6)) - np.array([0, 0, 0, 0.3, 0.3, 0.3])  # three layers alike
+    made = [claim(tmp_path, f"kovaleva-m-{k}-finetune-change", [{"index": i, "per_layer": list(x)} for i, x in enumerate(a)])
+            for k, a in (("a", last), ("b", middle), ("c", tie))]
+    ev = evidence(tmp_path, *made)
+    assert [K.judge(c, ev).status for c in made] == ["reproduced", "not reproduced", "inconclusive"]
+
+
+def test_instruments_beat_the_majority_class_and_structured_share_is_context(tmp_path):
+    rng = np.random.default_rng(0)
+    hand = rng.integers(0, 5, 80)
+    spec = {"statistic": "accuracy", "columns": {"gold": "hand", "pred": "rule"}, "ci_method": "bootstrap"}
+    base = {"statistic": "accuracy", "columns": {"gold": "hand", "pred": "majority"}, "ci_method": "bootstrap"}
+    good = claim(tmp_path, "kovaleva-rules-held-out", [{"hand": int(h), "rule": int(h) if i % 5 else 0, "majority": 4}
+                                                       for i, h in enumerate(hand)],
+                 measure=spec, baseline_measure=base, baseline={"name": "majority"}, unit="accuracy")
+    bad = claim(tmp_path, "kovaleva-cnn-held-out", [{"hand": int(h), "rule": int(rng.integers(0, 5)), "majority": 4}
+                                                    for h in hand],
+                measure=spec, baseline_measure=base, baseline={"name": "majority"}, unit="accuracy")
+    share = {"id": "kovaleva-m-t-structured-share", "value": 0.8, "baseline": {"value": 0.1}}
+    ev = evidence(tmp_path, good, bad)
+    assert K.judge(good, ev).status == "reproduced"
+    assert K.judge(bad, ev).status == "not reproduced"
+    v = K.judge(share, ev)
+    assert v.status == "context" and "by construction" in v.reason
+
+
+def committed(study: str) -> list[tuple]:
+    """(id, old status, new status, reason) of every committed claim of ``study``, judged from
+    the committed stage records as ``jattn.reproduce.report.judged`` does."""
+    from jattn.reproduce.report import claims_of
+
+    records = {p.stem: json.loads(p.read_text()) for p in (ROOT / "experiments/results/stages").glob("*.json")}
+    claims = claims_of(records)
+    ev = V.Evidence({c["id"]: c for c in claims}, {n: r["result"] for n, r in records.items()}, ROOT)
+    old = {c["id"]: c["status"] for c in json.loads((ROOT / "experiments/results/reproduce.json").read_text())["claims"]}
+    from jattn.reproduce import studies
+    rules = studies.rules()[study]
+    return [(c["id"], old.get(c["id"]), (v := rules.judge(c, ev)).status, v.reason, rules.describe(c))
+            for c in claims if c["study"] == study]
+
+
+def test_every_committed_kovaleva_claim_gets_a_valid_status():
+    table = committed("kovaleva")
+    assert {t[0] for t in table} == {t[0] for t in table if t[1] is not None} and len(table) >= 26  # 4 × 6 + 2
+    for id, old, new, reason, described in table:
+        print(f"{id} | {old} -> {new} | {reason}")
+        assert new in V.STATUSES and reason and described["differs"]

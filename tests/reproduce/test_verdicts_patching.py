@@ -1,0 +1,120 @@
+"""The patching study's decision rules (``experiments.patching.verdicts``) on synthetic claims,
+where each rule must say each of its outcomes, and on every committed patching claim."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments import papers
+from scipy.stats import spearmanr
+
+from jattn.reproduce import claims, report, verdicts
+from experiments.patching import verdicts as patching
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _claim(root: Path, id: str, rows: list[dict], measure: dict, baseline: dict, **extra) -> dict:
+    path = f"predictions/{id}.jsonl"
+    claims.write_rows(root / path, rows)
+    return {"id": id, "study": "patching", "claim": id, "paper": "p", "predictions": path, "measure": measure,
+            "baseline_measure": {"statistic": measure["statistic"], "ci_method": measure["ci_method"], **baseline},
+            "baseline": {"name": baseline["name"]}, **extra}
+
+
+def _judge(root: Path, claim: dict) -> verdicts.Verdict:
+    return patching.judge(claim, verdicts.Evidence({claim["id"]: claim}, {}, root))
+
+
+def test_behaviour_is_the_paired_difference_against_the_nearest_name(tmp_path):
+    rng = np.random.default_rng(0)
+    nearest = (rng.random(160) < 0.5).astype(int)
+    measure = {"statistic": "accuracy", "columns": {"gold": "right", "pred": "metric"}, "ci_method": "bootstrap"}
+    base = {"name": "nearest name", "columns": {"gold": "right", "pred": "nearest"}}
+    for metric, want in (((rng.random(160) < 0.75).astype(int), "reproduced"), (nearest, "not reproduced"),
+                         ((rng.random(160) < 0.2).astype(int), "not reproduced")):
+        rows = [{"index": i, "right": 1, "metric": int(m), "nearest": int(b)} for i, (m, b) in enumerate(zip(metric, nearest))]
+        assert _judge(tmp_path, _claim(tmp_path, "patching-toy-behaviour", rows, measure, base)).status == want
+
+
+def test_corruption_is_directional_on_its_paired_delta(tmp_path):
+    base = {"statistic": "mean", "columns": {"value": "clean"}, "ci_method": "paired"}
+    for ci, want in (([0.2, 0.6], "reproduced"), ([-0.1, 0.3], "not reproduced"), ([-0.6, -0.2], "not reproduced")):
+        c = {"id": "patching-toy-corruption", "value": float(np.mean(ci)), "ci": ci, "measure": base}
+        assert _judge(tmp_path, c).status == want
+
+
+def _maps(n: int, k: int, effect_of_score, seed: int = 0):
+    """(n, k) weight-based scores and exact effects whose head means follow effect_of_score(score)."""
+    rng = np.random.default_rng(seed)
+    score = np.clip(rng.random(k)[None] + rng.normal(0, 0.1, (n, k)), 0, 1)
+    effect = effect_of_score(score.mean(0))[None] + rng.normal(0, 0.02, (n, k))
+    return effect, score
+
+
+def _clark_claim(root, effect, score):
+    rows = [{"index": i, "effect": e.tolist(), "clark": s.tolist()} for i, (e, s) in enumerate(zip(effect, score))]
+    measure = {"statistic": "head_spearman", "columns": {"x": "effect", "y": "clark"}, "ci_method": "bootstrap"}
+    return _claim(root, "patching-toy-clark", rows, measure, {"name": "shuffled", "columns": {"x": "effect", "y": "clark"}},
+                  value=patching._rho(effect.mean(0), score.mean(0)), ci=patching.head_rho_bootstrap(effect, score))
+
+
+def test_clark_association_is_judged_on_the_signed_effect_by_permutation(tmp_path):
+    got = _judge(tmp_path, _clark_claim(tmp_path, *_maps(40, 48, lambda s: s)))
+    assert got.status == "reproduced" and got.rule == "permutation"
+    got = _judge(tmp_path, _clark_claim(tmp_path, *_maps(40, 48, lambda s: -s)))  # Clark's heads push the other way
+    assert got.status == "not reproduced" and "|effect|" in got.reason
+    assert "ρ = +" in got.reason.split("|effect|")[1]  # the |effect| association is reported, not judged
+    flat = lambda s: np.random.default_rng(5).normal(0, 1, len(s))  # noqa: E731
+    assert _judge(tmp_path, _clark_claim(tmp_path, *_maps(40, 48, flat))).status == "not reproduced"
+
+
+def test_head_rho_helpers_match_scipy():
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=30), np.round(rng.random(30), 1)  # ties in y
+    assert patching._rho(x, y) == pytest.approx(spearmanr(x, y).statistic)
+    null = patching.head_rho_null(x, y, draws=500)
+    assert null.shape == (500,) and abs(null.mean()) < 0.05 and null.std() == pytest.approx(1 / np.sqrt(29), rel=0.2)
+
+
+def test_attribution_is_directional_on_its_interval(tmp_path):
+    effect, score = _maps(30, 24, lambda s: s)
+    rows = [{"index": i, "attribution": e.tolist(), "effect": s.tolist()} for i, (e, s) in enumerate(zip(effect, score))]
+    measure = {"statistic": "head_spearman", "columns": {"x": "attribution", "y": "effect"}, "ci_method": "bootstrap"}
+    for value, ci, want in ((0.8, [0.6, 0.9], "reproduced"), (0.1, [-0.1, 0.3], "not reproduced")):
+        c = _claim(tmp_path, "patching-toy-attribution", rows, measure, {"name": "s", "columns": measure["columns"]},
+                   value=value, ci=ci)
+        got = _judge(tmp_path, c)
+        assert got.status == want and "permutation p" in got.reason
+
+
+def test_unknown_claims_are_refused_and_described():
+    with pytest.raises(ValueError):
+        patching.judge({"id": "patching-toy-other"}, None)
+    d_id = "patching-mpnet-clark"
+    d = patching.describe({"id": d_id, "paper": "p"})
+    assert d["paper"] == papers.for_claim({"id": d_id, "paper": "p"}) != "p" and "all-mpnet-base-v2" in d["differs"]
+
+
+def judged_committed(study: str, rules) -> list[tuple[str, str, str, str]]:
+    """(id, old status, new status, reason) of every committed claim of ``study``, the Evidence built
+    as ``jattn.reproduce.report.judged`` builds it."""
+    records = {p.stem: json.loads(p.read_text()) for p in sorted((ROOT / "experiments/results/stages").glob("*.json"))}
+    old = {c["id"]: c["status"] for c in json.loads((ROOT / "experiments/results/reproduce.json").read_text())["claims"]}
+    every = report.claims_of(records)
+    evidence = verdicts.Evidence({c["id"]: c for c in every}, {n: r["result"] for n, r in records.items()}, ROOT)
+    return [(c["id"], old.get(c["id"]), (v := rules.judge(c, evidence)).status, v.reason)
+            for c in every if c["study"] == study]
+
+
+def test_every_committed_patching_claim_gets_a_status():
+    if not (ROOT / "experiments/results/reproduce.json").is_file():
+        pytest.skip("no committed results")
+    table = judged_committed("patching", patching)
+    assert table and all(new in verdicts.STATUSES for _, _, new, _ in table)
+    for row in table:
+        print(" | ".join(map(str, row)))

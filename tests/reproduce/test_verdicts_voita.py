@@ -1,0 +1,115 @@
+"""The Voita study's decision rules (experiments/voita2019/verdicts.py) on synthetic claims where
+each outcome must occur, and every committed claim judged to a valid status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jattn.reproduce import claims as C
+from jattn.reproduce.verdicts import STATUSES, Evidence
+from experiments.voita2019 import verdicts as VV
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _claim(cid: str, value: float, ci: list, **extra) -> dict:
+    return {"id": cid, "study": "voita", "paper": "p", "value": value, "ci": ci, "unit": "Δ BLEU",
+            "baseline": {"name": "base", "value": 0.0, "ci": [0.0, 0.0]}, **extra}
+
+
+def _fewest(tmp: Path, value: float, ci: list) -> dict:
+    relative = "predictions/voita-encoder-fewest-heads.jsonl"
+    C.write_rows(tmp / relative, [{"index": 0, "ref": "a", "heads": [0, 3, 9, 23, 41, 48]}])
+    return _claim("voita-encoder-fewest-heads", value, ci, predictions=relative,
+                  measure={"statistic": "fewest_heads_within_1_bleu", "ci_method": "bootstrap",
+                           "columns": {"ref": "ref", "systems": "gated", "heads": "heads", "reference": "unpruned"}})
+
+
+def _evidence(tmp: Path, fewest: dict, no_heads_ci: list | None) -> Evidence:
+    claims = {"voita-unpruned-bleu": _claim("voita-unpruned-bleu", 52.0, [50.0, 54.0]), fewest["id"]: fewest}
+    if no_heads_ci is not None:
+        closed = _claim("voita-encoder-lam0.02", float(np.mean(no_heads_ci)), no_heads_ci, lam=0.02, steps=600,
+                        open_heads={"encoder": 0})
+        claims[closed["id"]] = closed
+    return Evidence(claims, {}, tmp)
+
+
+@pytest.mark.parametrize("no_heads, value, ci, want", [
+    ([-0.9, 0.5], 0, [0, 3], "not applicable"),  # the encoder keeps its BLEU without any head
+    ([-6.0, -3.0], 9, [3, 23], "reproduced"),
+    ([-6.0, -3.0], 41, [41, 48], "not reproduced"),
+    ([-6.0, -3.0], 23, [9, 41], "inconclusive"),
+    (None, 9, [3, 9], "inconclusive"),
+])
+def test_fewest_heads(tmp_path, no_heads, value, ci, want):
+    fewest = _fewest(tmp_path, value, ci)
+    v = VV.judge(fewest, _evidence(tmp_path, fewest, no_heads))
+    assert v.status == want, v.reason
+
+
+def test_fewest_heads_falls_back_to_importance_pruning(tmp_path):
+    fewest = _fewest(tmp_path, 9, [3, 9])
+    ev = _evidence(tmp_path, fewest, None)
+    ev.claims["voita-michel-encoder-0"] = _claim("voita-michel-encoder-0", -0.2, [-0.8, 0.4])
+    assert VV.judge(fewest, ev).status == "not applicable"
+
+
+@pytest.mark.parametrize("ci, want", [([0.2, 0.6], "reproduced"), ([-0.1, 0.4], "not reproduced"),
+                                      ([-0.6, -0.2], "not reproduced")])
+def test_confidence_lrp_directional(ci, want):
+    c = _claim("voita-confidence-lrp", float(np.mean(ci)), ci)
+    assert VV.judge(c, Evidence({}, {}, Path("."))).status == want
+
+
+def _kept_evidence(kept: np.ndarray, confidence: np.ndarray) -> Evidence:
+    results = {"voita.roles": {"confidence": {"encoder": confidence.reshape(6, 8).tolist()}},
+               "voita.gates-encoder-lam0.005": {"gates": {"encoder": kept.reshape(6, 8).astype(float).tolist()}}}
+    return Evidence({}, results, Path("."))
+
+
+def test_kept_confidence_permutation():
+    confidence = np.linspace(0.1, 0.5, 48)
+    claim = _claim("voita-kept-confidence-encoder-lam0.005", 0.1, [0.09, 0.11])
+    top = np.zeros(48, bool)
+    top[-9:] = True
+    assert VV.judge(claim, _kept_evidence(top, confidence)).status == "reproduced"
+    middle = np.zeros(48, bool)
+    middle[20:29] = True  # the kept heads' mean sits at the random subsets' median
+    assert VV.judge(claim, _kept_evidence(middle, confidence)).status == "not reproduced"
+    assert VV.judge(claim, _kept_evidence(np.zeros(48, bool), confidence)).status == "not applicable"
+
+
+def test_subset_p_matches_exact_small_case():
+    # 4 heads, keep the 2 most confident of (1, 2, 3, 4): 1 of the C(4, 2) = 6 subsets reaches mean 3.5
+    _, p, null = VV.subset_p([1, 2, 3, 4], [0, 0, 1, 1], subsets=20000)
+    assert abs(np.mean(null >= 3.5) - 1 / 6) < 0.01 and abs(p - 1 / 6) < 0.01
+
+
+def test_curve_points_are_context():
+    for cid in ("voita-unpruned-bleu", "voita-encoder-lam0.01", "voita-all-lam0.02-vs-control",
+                "voita-encoder-lam0.005-vs-importance", "voita-michel-all-34"):
+        assert VV.judge(_claim(cid, 1.0, [0.5, 1.5]), Evidence({}, {}, Path("."))).status == "context"
+
+
+def committed_table() -> list[tuple[str, str, str, str]]:
+    """(id, old status, new status, reason) of every committed Voita claim."""
+    from jattn.reproduce.report import claims_of
+
+    records = {p.stem: json.loads(p.read_text()) for p in (ROOT / "experiments/results/stages").glob("voita.*.json")}
+    claims = claims_of(records)
+    ev = Evidence({c["id"]: c for c in claims}, {n: r["result"] for n, r in records.items()}, ROOT)
+    old = {c["id"]: c.get("status") for c in json.loads((ROOT / "experiments/results/reproduce.json").read_text())["claims"]}
+    return [(c["id"], str(old.get(c["id"])), (v := VV.judge(c, ev)).status, v.reason) for c in claims]
+
+
+def test_committed_claims_get_a_status():
+    table = committed_table()
+    assert table
+    for cid, old, new, reason in table:
+        print(f"{cid} | {old} -> {new} | {reason}")
+        assert new in STATUSES and reason
+        assert VV.describe({"id": cid, "paper": "x"})["differs"]
