@@ -1,7 +1,7 @@
 """An independent recomputation of one claim per study from the committed files alone.
 
-A reader's recipe (this module follows it with numpy and scipy only, importing nothing from
-``jattn`` or ``experiments``):
+A reader's recipe (``reproduce.json``'s ``recompute`` says it in short; this module follows it
+with numpy and scipy only, importing nothing from ``jattn`` or ``experiments``):
 
 - ``experiments/results/reproduce.json`` holds a ``claims`` list. Each claim names its
   per-example file, ``predictions`` (a JSONL path relative to the repository,
@@ -222,3 +222,13 @@ def test_a_changed_row_is_caught(claims, claim_id, column, change):
     assert any(m.startswith(claim_id + ":") for m in check(claim, rows))
     moved = {**claim["baseline"], "value": claim["baseline"]["value"] * (1 + 10 * TOLERANCE) + 10 * TOLERANCE}
     assert mismatches(claim["baseline"], moved, "moved") != []
+
+
+def test_reproduce_json_says_how_to_recompute_what_its_claims_use():
+    """``reproduce.json``'s ``recompute`` names every statistic, interval method and resampling
+    option its claims' specifications use, so a reader needs no other document to start."""
+    data = json.loads((ROOT / "experiments/results/reproduce.json").read_text())
+    specs = [c[k] for c in data["claims"] for k in ("measure", "baseline_measure")]
+    used = {s["statistic"].removesuffix("_gain") for s in specs} | {s["ci_method"] for s in specs}
+    used |= {"cluster" for s in specs if s.get("cluster")} | {"against" for s in specs if s.get("against")}
+    assert [u for u in sorted(used) if u not in data["recompute"]] == []

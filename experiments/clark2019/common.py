@@ -1,4 +1,4 @@
-"""What every stage of the Clark study shares: the models, the paired test and the status rule."""
+"""What every stage of the Clark study shares: the models, the paired test and the tests' note."""
 
 from __future__ import annotations
 
@@ -27,11 +27,10 @@ def paired(system, baseline, gold=None) -> dict:
                                   np.asarray(gold))
 
 
-def status(strong: bool, weak: bool, why: str) -> dict:
-    """The status rule of every claim: ``strong`` (the paper's finding holds by the claim's test)
-    -> "reproduced", else ``weak`` (only its weaker part holds) -> "partly", else "not
-    reproduced"; ``why``: the tests' values, the claim's note."""
-    return {"status": "reproduced" if strong else "partly" if weak else "not reproduced", "note": f"Tests: {why}."}
+def note(why: str) -> dict:
+    """A claim's note: the values of the tests its stage ran (``why``). The verdict is the study's
+    rules' (``experiments.clark2019.verdicts``), not the stage's."""
+    return {"note": f"Tests: {why}."}
 
 
 def delta(test: dict) -> str:

@@ -128,7 +128,6 @@ def best_head(correct: np.ndarray) -> tuple[int, int]:
 LITBANK = "litbank"
 GAP_VAL, GAP_TEST = "gap/gap-validation.tsv", "gap/gap-test.tsv"
 GAP_LENGTH = 256  # tokens of a GAP paragraph (or the model's maximum, if shorter)
-CLARK = "bert-base, CoNLL-2012: best head (5-4, 1-based) 65 % vs same head word 52 %, nearest 27 %, rule-based 69 %"
 
 
 def litbank_names() -> list[str]:
@@ -143,7 +142,7 @@ def litbank_stage(model: str, select_files: list[str], report_files: list[str]):
     ``litbank_segments``): best head chosen on ``select_files``, reported on ``report_files``."""
 
     def run(ctx) -> dict:
-        from experiments.clark2019.common import delta, load, paired, status
+        from experiments.clark2019.common import delta, load, note, paired
 
         p, net = ctx.params, load(model)
         get = lambda files: litbank_queries(net, [ctx.data(f) for f in files], p["litbank_budget"],  # noqa: E731
@@ -169,12 +168,11 @@ def litbank_stage(model: str, select_files: list[str], report_files: list[str]):
                 id=f"clark-{model}-coref-litbank" + ("" if kind == "all" else f"-{kind}"),
                 claim=f"{model}: coreference head {l}-{h}, antecedent accuracy on LitBank, "
                       + ("every mention" if kind == "all" else f"{kind} mentions"),
-                paper=CLARK + ("" if kind == "all" else f"; Table 2 breaks it down by type ({kind})"),
                 unit="accuracy", rows=mine, protocol=protocol,
                 measure={"statistic": "mean", "columns": {"value": "head"}, "ci_method": "bootstrap",
                          "cluster": "document"},
                 baseline={"name": "same head word", "columns": {"value": "same_head_word"}, "cluster": "document"},
-                **status(test["ci"][0] > 0, floor["ci"][0] > 0, f"head − same head word {delta(test)}; − nearest "
+                **note(f"head − same head word {delta(test)}; − nearest "
                          f"{delta(floor)}; head chosen on these queries (Clark's way): "
                          f"{np.mean([r['in_sample'] for r in mine]):.3f}")))
         lines = ["| mentions | queries | head (chosen on other documents) | in-sample head | nearest | same head word | "
@@ -197,7 +195,7 @@ def gap_stage(model: str):
     head chosen on GAP validation rows, reported on GAP test rows."""
 
     def run(ctx) -> dict:
-        from experiments.clark2019.common import delta, load, paired, status
+        from experiments.clark2019.common import delta, load, note, paired
 
         p, net = ctx.params, load(model)
         n = min(GAP_LENGTH, net.config.max_length)
@@ -213,13 +211,13 @@ def gap_stage(model: str):
         test = paired([r["head"] for r in rows], [r["nearest"] for r in rows])
         claim = ctx.claim(
             id=f"clark-{model}-coref-gap", claim=f"{model}: coreference head {l}-{h} (0-based), GAP pronoun -> the "
-            "right one of two names", paper="not in the paper (GAP came later); " + CLARK, unit="accuracy", rows=rows,
+            "right one of two names", unit="accuracy", rows=rows,
             protocol=f"head chosen on the first {len(sel['id'])} GAP validation rows with exactly one coreferent name, "
                      f"reported on the first {len(rows)} such test rows (≤ {n} tokens); a head is right when the pronoun's "
                      "word attends more to the coreferent name's words.",
             measure={"statistic": "mean", "columns": {"value": "head"}, "ci_method": "bootstrap", "cluster": "document"},
             baseline={"name": "nearest name", "columns": {"value": "nearest"}, "cluster": "document"},
-            **status(test["ci"][0] > 0, test["delta"] > 0, f"head − nearest name {delta(test)}; first name "
+            **note(f"head − nearest name {delta(test)}; first name "
                      f"{np.mean([r['first'] for r in rows]):.3f}; in-sample head {li}-{hi}: "
                      f"{np.mean([r['in_sample'] for r in rows]):.3f}"))
         return {"claims": [claim], "head": [l, h]}

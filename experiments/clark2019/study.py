@@ -31,9 +31,9 @@ Per model five stages (``STATISTICS.md`` §4-§6):
 - ``litbank`` / ``gap``: coreference heads (``experiments.clark2019.coref``) chosen on one set of
   documents / rows, reported on another, by mention type, beside nearest / same-head-word / same-type.
 
-Status rules (``experiments.clark2019.common.status``, in code): a finding is "reproduced" when the paired or
-interval test its claim names holds, "partly" when only its weaker part holds, else "not
-reproduced"; each claim's note gives the tests' values.
+Verdicts: by the decision rules of ``experiments.clark2019.verdicts`` (STATISTICS.md, Decision
+rules), applied to the claims after the stages: a stage measures and notes its tests' values,
+no verdict.
 
 Measured costs (nice 10 on the shared 2-core CPU while other jobs ran, so pessimistic; wall
 time). At load average ≈ 11, after the compiles, MPNet / MiniLM: GAP segment pairs (≤ 128

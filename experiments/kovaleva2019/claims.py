@@ -1,5 +1,5 @@
 """The claims of Kovaleva et al. 2019 §6 (disabling heads and layers) from the sweeps' predictions,
-their status rules, the stage's table and figures.
+the stage's table and figures (their verdicts: ``experiments.kovaleva2019.verdicts``).
 
 Per model and task, over the seeds swept (each seed a fine-tuned classifier, its own dev
 predictions):
@@ -12,9 +12,7 @@ predictions):
   over the model's heads (layers separately), paired bootstrap p-values (B = 10,000).
 
 With one seed a Δ carries the paired bootstrap interval over examples; with several, the Δ per
-seed and a Student-t interval over seeds (STATISTICS.md §2). A status is "reproduced" when the
-paper's direction (an improvement) is significant: a Δ's interval above 0, or ≥ 1 head (layer)
-improving after Holm; "partly" when units change the metric but only for the worse.
+seed and a Student-t interval over seeds (STATISTICS.md §2).
 """
 
 from __future__ import annotations
@@ -46,14 +44,6 @@ def _delta_measure(statistic: str, seeds: int) -> tuple[dict, dict]:
              "columns": {"gold": "gold", "pred": "base"}, "ci_method": "seeds"})
 
 
-def _improvement_status(ci) -> tuple[str, str]:
-    if ci[0] > 0:
-        return "reproduced", "Removing the selected head improves the metric (interval above 0)"
-    if ci[1] < 0:
-        return "not reproduced", "Removing the selected head hurts (interval below 0)"
-    return "not reproduced", "No change detected: the interval of Δ includes 0"
-
-
 def best_head_claims(ctx, model: str, task: str, sweeps: list[dict], paper: str, protocol: str) -> tuple[list, list]:
     """The held-out and in-sample best-head claims, and a table line per seed."""
     unit, statistic = UNITS[task]
@@ -81,10 +71,9 @@ def best_head_claims(ctx, model: str, task: str, sweeps: list[dict], paper: str,
         c = ctx.claim(id=f"kovaleva-{model}-{task}-best-head-{kind}",
                       claim=f"{model} {task}: disabling the head whose removal helps most, {what}",
                       paper=paper, unit=f"Δ {unit}", rows=rows, n=len(rows) // seeds, seeds=seeds,
-                      measure=measure, baseline=baseline, protocol=protocol + how + ".", status=None)
-        status, note = _improvement_status(c["ci"])
+                      measure=measure, baseline=baseline, protocol=protocol + how + ".")
         heads = ", ".join(f"seed {sd}: {b if kind == 'heldout' else t}" for sd, b, t in lines)
-        claims.append({**c, "status": status, "note": f"{note}; head (layer:head) {heads}."})
+        claims.append({**c, "note": f"Head (layer:head) {heads}."})
     return claims, lines
 
 
@@ -116,16 +105,12 @@ def family_claim(ctx, model: str, task: str, sweeps: list[dict], unit_name: str,
                   measure={"statistic": "mean", "columns": {"value": "changes"}, "ci_method": method},
                   baseline={"name": "uncorrected p < 0.05", "columns": {"value": "uncorrected"}},
                   protocol=protocol + f"; interval: {'bootstrap over ' + key if seeds == 1 else 't over seeds'}; "
-                  f"p-values from B = {b:,} paired resamples (Holm at 5 % needs p < {0.05 / (len(rows) // seeds):.1e}).",
-                  status=None)
-    improves = sum(x["improves"] for x in summary)
-    hurts = sum(x["hurts"] for x in summary)
-    status = "reproduced" if improves else ("partly" if hurts else "not reproduced")
+                  f"p-values from B = {b:,} paired resamples (Holm at 5 % needs p < {0.05 / (len(rows) // seeds):.1e}).")
     note = "; ".join(f"seed {x['seed']}: {x['hurts']} hurt, {x['improves']} improve after Holm "
                      f"({x['raised']} raise the metric before any test, {x['uncorrected']} with p < 0.05 uncorrected)"
                      for x in summary)
     note = note[0].upper() + note[1:] + "."
-    return {**c, "status": status, "note": note}, summary
+    return {**c, "note": note}, summary
 
 
 def table(model: str, task: str, sweeps: list[dict], heads: list[dict], layers: list[dict], best: list) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+LOCK = ".jattn-reproduce.lock"  # in --out while a run writes it
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("studies", nargs="*", metavar="STUDY",
@@ -39,7 +41,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    from jattn.io import artefacts, manifest
+    from jattn.io import artefacts, manifest, results
     from jattn.reproduce import pipeline, records, report, studies
 
     profile = pipeline.PROFILES["quick" if args.quick else "full"]
@@ -70,13 +72,18 @@ def run(args) -> None:
         for line in pipeline.plan(stages, ctx, force=tuple(args.force)):
             print(line)
         return
-    ran = pipeline.run(stages, ctx, force=tuple(args.force), log=lambda m: print(m, file=sys.stderr, flush=True))
-    every_stage = studies.stages(profile)
-    everything = records.load(out, [s.name for s in every_stage])
-    readme = root / "README.md" if (root is not None and profile.name == "full" and args.out is None) else None
-    for path in report.write({**everything, **ran}, out, profile.name, readme=readme,
-                             stale=pipeline.stale(every_stage, out)):
-        print(path)
+    lock = out / LOCK
+    handle = results.acquire_lock(lock, f"--out {out}", "--out")  # one run writes a results folder at a time
+    try:
+        ran = pipeline.run(stages, ctx, force=tuple(args.force), log=lambda m: print(m, file=sys.stderr, flush=True))
+        every_stage = studies.stages(profile)
+        everything = records.load(out, [s.name for s in every_stage])
+        readme = root / "README.md" if (root is not None and profile.name == "full" and args.out is None) else None
+        for path in report.write({**everything, **ran}, out, profile.name, readme=readme,
+                                 stale=pipeline.stale(every_stage, out)):
+            print(path)
+    finally:
+        results.release_lock(handle, lock)
     if ctx.not_run:
         raise SystemExit(f"jattn reproduce: {len(ctx.not_run)} stage(s) did not run; the report has the others:\n"
                          + "\n".join(f"  {name}: {why}" for name, why in ctx.not_run.items()))

@@ -45,7 +45,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Output", "run_meta", "write_figures", "write_files"]
+__all__ = ["acquire_lock", "Output", "release_lock", "run_meta", "write_figures", "write_files"]
 
 # the stop the command line's handler recorded (``record_stop``): its signal, and when its
 # exception was last raised (time.monotonic(); None: not raised, or raised and dropped since)
@@ -203,6 +203,45 @@ def foreign_files(folder: Path) -> list[str]:
     return [f for f in _files(folder) if f not in listed and f != MANIFEST]
 
 
+def acquire_lock(path: Path, what: str, option: str):
+    """The open lock file ``path``, locked exclusively with this process's pid in it, for the
+    folder ``what`` (named by ``option`` in the fix); an ``OutputError`` naming the holder when
+    another run has it. The holder removes the file before closing it (``release_lock``); a lock
+    taken on a file its holder removed meanwhile (the path now names another file, or none) is
+    taken again on the path."""
+    while True:
+        try:
+            handle = open(path, "a+")
+        except OSError as e:
+            raise OutputError(f"{what}: cannot create the lock file {path} ({e.strerror}). "
+                              f"Fix: choose a writable {option}") from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise OutputError(f"{what} is in use by another jattn run ({holder}). Fix: wait for it "
+                              f"to finish, or choose another {option}") from None
+        try:
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def release_lock(handle, path: Path) -> None:
+    """Remove the lock file while still holding it, then close it (see ``acquire_lock``)."""
+    Path(path).unlink(missing_ok=True)
+    handle.close()
+
+
 class Output:
     """An output folder for one run: checked and locked at construction, replaced as a whole
     by ``write``. Use as a context manager (the lock is released on exit)."""
@@ -244,34 +283,8 @@ class Output:
                               "--overwrite to replace the folder as a whole")
 
     def _acquire(self, path: Path, option: str):
-        """The lock file, locked; ``close`` removes it. A lock taken on a file that its holder
-        removed meanwhile (the path now names another file, or none) is taken again on the path."""
-        while True:
-            try:
-                handle = open(path, "a+")
-            except OSError as e:
-                raise OutputError(f"{option} {self.out}: cannot create the lock file {path} ({e.strerror}). "
-                                  f"Fix: choose a writable {option}") from None
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip() or "another process"
-                handle.close()
-                raise OutputError(f"{option} {self.out} is in use by another jattn run ({holder}). Fix: wait for it "
-                                  f"to finish, or choose another {option}") from None
-            try:
-                if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
-                    break
-            except FileNotFoundError:
-                pass
-            handle.close()
         self._lock_path = path
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()}\n")
-        handle.flush()
-        return handle
+        return acquire_lock(path, f"{option} {self.out}", option)
 
     def write(self, fill: Callable[[Path], object]):
         """``fill(folder)`` writes into a fresh folder beside ``out``, which then replaces
@@ -303,8 +316,7 @@ class Output:
             sys.unraisablehook = self._unraisable
             self._handler = self._unraisable = None
         if self._lock is not None:
-            Path(self._lock_path).unlink(missing_ok=True)  # while still holding it (see _acquire)
-            self._lock.close()
+            release_lock(self._lock, self._lock_path)
             self._lock = None
 
     def _on_sigint(self, signum, frame):

@@ -305,15 +305,17 @@ def read_rows(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def make(*, id: str, study: str, claim: str, paper: str, unit: str, rows: list[dict], path: Path,
-         relative: str, measure: dict, baseline: dict, n: int | None = None, seeds: int = 0,
-         command: str = "", protocol: str = "", status: str | None = None, note: str = "", **extra) -> dict:
+def make(*, id: str, study: str, claim: str, unit: str, rows: list[dict], path: Path, relative: str,
+         measure: dict, baseline: dict, paper: str = "", n: int | None = None, seeds: int = 0, command: str = "",
+         protocol: str = "", note: str = "", **extra) -> dict:
     """Write ``rows`` to ``path`` and return the claim computed from them.
 
     ``measure``: ``{"statistic", "columns", "ci_method"[, "against"]}``; ``baseline``: ``{"name", ...}`` with the same keys
     for the trivial or control system (``"statistic"`` defaults to the measure's). ``relative``:
     the path of the predictions file as the claim records it (relative to the repository).
-    ``status``: ``"reproduced"`` / ``"not reproduced"`` / ``"partly"``, with ``note`` saying why."""
+    ``paper``: the paper's number as the stage knows it (the REPORT's cell is the study's rules'
+    ``describe``, from ``experiments/papers.py``); ``note``: the values of the tests the stage ran.
+    A claim's verdict is not the stage's: the study's rules give it (``jattn.reproduce.verdicts``)."""
     write_rows(path, rows)
     ours = evaluate(rows, measure)
     base_spec = {"statistic": measure["statistic"], "ci_method": measure["ci_method"], **baseline}
@@ -322,7 +324,7 @@ def make(*, id: str, study: str, claim: str, paper: str, unit: str, rows: list[d
            "baseline": {"name": baseline["name"], "value": theirs["value"], "ci": theirs["ci"]},
            "n": len(rows) if n is None else n, "seeds": seeds, "unit": unit, "command": command,
            "predictions": relative, "measure": measure, "baseline_measure": base_spec,
-           "protocol": protocol, "status": status, "note": note}
+           "protocol": protocol, "note": note}
     for key in ("p", "per_seed"):
         if key in ours:
             out[key] = ours[key]

@@ -66,6 +66,26 @@ def claims_of(records: dict[str, dict], stale: Collection[str] = ()) -> list[dic
     return out
 
 
+RECOMPUTE = (
+    "Each claim is computed from its `predictions` file (JSONL, one example a line, path relative to the "
+    "repository). `measure` specifies our number (`value`, `ci`, and `p` or `per_seed` where recorded) and "
+    "`baseline_measure` the number under `baseline`: {statistic, columns, ci_method[, against][, cluster]}, "
+    "`columns` mapping each argument of the statistic to a column (a number or label per row, or a list per row: "
+    "R systems' predictions, or one value per head). Statistics (jattn.reproduce.claims.STATISTICS): accuracy, "
+    "mean, mcc (K-class Matthews correlation, 0 when a margin is constant), spearman, aer (pooled alignment error "
+    "rate), bleu (sacreBLEU 13a, mean over the systems of a list column), *_gain (the metric averaged over the "
+    "systems of `pred` minus over those of `reference`), head_spearman (ρ of the per-head means over rows), "
+    "fewest_heads_within_1_bleu (the fewest heads among K systems whose BLEU is within 1 of the reference's). "
+    "ci_method bootstrap: the statistic on resamples drawn by numpy.random.default_rng(0).integers(0, n, (1000, n)), "
+    "interval numpy.quantile(thetas, [0.025, 0.975]); paired (Koehn 2004): Δ = statistic(columns) − statistic("
+    "columns with `against` swapped in) on the same resamples, two-sided p = min(1, 2·min(share Δ ≤ 0, share "
+    "Δ ≥ 0)); seeds: the statistic per `seed`, their mean ± t(0.975, k−1)·s/√k; `cluster`: resample the K "
+    "clusters of that column (default_rng(0).integers(0, K, (1000, K)), clusters numbered by first appearance) "
+    "instead of rows. `status`, `rule` and `reason` are the study's decision rules' (docs/STATISTICS.md, "
+    "Decision rules; experiments/<study>/verdicts.py); tests/test_independent_recompute.py recomputes one claim "
+    "per study with numpy and scipy only.")
+
+
 def judged(records: dict[str, dict], root: Path, stale: Collection[str] = ()) -> list[dict]:
     """``claims_of`` each judged and described by its study's rules, the predictions files read
     under ``root``."""
@@ -83,7 +103,8 @@ def reproduce_json(claims: list[dict]) -> dict:
     for c in claims:
         out.append({**{k: c[k] for k in CLAIM_FIELDS}, **{k: v for k, v in c.items() if k not in CLAIM_FIELDS}})
     titles = studies.titles()
-    return {"studies": {s: titles[s] for s in titles if any(c["study"] == s for c in out)}, "claims": out}
+    return {"recompute": RECOMPUTE, "studies": {s: titles[s] for s in titles if any(c["study"] == s for c in out)},
+            "claims": out}
 
 
 def _status(claim: dict) -> str:

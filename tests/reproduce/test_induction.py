@@ -67,7 +67,7 @@ def test_stages_on_two_tiny_models(tmp_path, monkeypatch, data_set):
         assert again["value"]["value"] == pytest.approx(claim["value"], abs=1e-12)
         assert again["value"]["ci"] == pytest.approx(claim["ci"], abs=1e-12)
         assert again["baseline"]["value"] == pytest.approx(claim["baseline"]["value"], abs=1e-12)
-        assert claim["seeds"] == 2 and claim["status"] in ("reproduced", "not reproduced") and claim["note"]
+        assert claim["seeds"] == 2 and "status" not in claim and claim["note"]
     measured = records["induction.attn-only-s0"]["result"]
     assert measured["induction_head"][0] >= 1 and measured["previous_head"][0] < measured["induction_head"][0]
     assert np.asarray(measured["path_k"]).shape == (6, 2 * 8)

@@ -17,7 +17,6 @@ from jattn.analyses.norm_stats import MIXING
 from jattn.reproduce import claims, pipeline
 from experiments.kobayashi2020 import study as K
 from experiments.kobayashi2020 import align as KA
-from experiments.kobayashi2020 import claims as KC
 from experiments.kobayashi2020 import tokens as KT
 
 SEGMENTS = [("Alice met Bob in Paris, then left.", "He stayed, of course."), ("One", "two, three."),
@@ -135,13 +134,6 @@ def test_model_links_do_not_depend_on_the_batch(tiny_marian):
             assert all(0 <= i < len(pairs[k][0]) and 0 <= j < len(pairs[k][1]) for i, j in links[k])
 
 
-def test_verdict_rules():
-    assert KC.verdict({"value": -0.2, "ci": [-0.3, -0.1], "p": 0.0}, -1)[0] == "reproduced"
-    assert KC.verdict({"value": -0.2, "ci": [-0.3, -0.1], "p": 0.0}, -1, rejected=False)[0] == "not reproduced"
-    assert "includes 0" in KC.verdict({"value": 0.1, "ci": [-0.1, 0.2], "p": 0.5}, 1)[1]
-    assert "opposite" in KC.verdict({"value": 0.2, "ci": [0.1, 0.3], "p": 0.0}, -1)[1]
-
-
 def test_weighted_spearman_and_segment_bootstrap():
     from scipy.stats import spearmanr
 
@@ -225,7 +217,7 @@ def test_stages_on_tiny_models(tiny, tiny_marian_folder, tmp_path, monkeypatch):
     assert all("silver" in c["protocol"] and "Multi30k" in c["protocol"] for c in in_domain)
     for claim in got:
         check_recomputes(claim, tmp_path / "out")
-        assert claim["status"] in (None, "reproduced", "not reproduced")
+        assert "status" not in claim  # the study's rules judge it
     freq = next(c for c in got if c["id"] == "kobayashi-minilm-frequency")
     segments = claims.read_rows(tmp_path / "out" / next(c for c in got if c["id"] == "kobayashi-minilm-norm-sep")["predictions"])
     assert freq["n"] == len(claims.read_rows(tmp_path / "out" / freq["predictions"])) == sum(r["tokens"] for r in segments)

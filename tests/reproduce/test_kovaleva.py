@@ -222,10 +222,11 @@ def test_the_disabling_stage_on_made_up_sweeps(tmp_path, monkeypatch, seeds):
     by_id = {c["id"]: c for c in out["claims"]}
     assert set(by_id) == {f"kovaleva-tiny-sst2-{k}" for k in ("best-head-heldout", "best-head-insample", "heads-holm",
                                                                "layers-holm")}
-    assert by_id["kovaleva-tiny-sst2-best-head-heldout"]["status"] == "reproduced"
+    assert not any("status" in c for c in out["claims"])  # the study's rules judge them
     assert "1:1" in by_id["kovaleva-tiny-sst2-best-head-heldout"]["note"]
-    assert by_id["kovaleva-tiny-sst2-heads-holm"]["status"] == "reproduced"
-    assert by_id["kovaleva-tiny-sst2-layers-holm"]["status"] == "partly"  # layer 0 only hurts
+    assert by_id["kovaleva-tiny-sst2-best-head-heldout"]["ci"][0] > 0  # the planted head helps, held out
+    assert "1 improve after Holm" in by_id["kovaleva-tiny-sst2-heads-holm"]["note"]
+    assert "0 improve after Holm" in by_id["kovaleva-tiny-sst2-layers-holm"]["note"]  # layer 0 only hurts
     rows = claims.read_rows(tmp_path / "out" / by_id["kovaleva-tiny-sst2-heads-holm"]["predictions"])
     assert [r["improves"] for r in rows if r["seed"] == seeds[0]] == [0, 0, 0, 0, 1, 0]
     assert (tmp_path / "out" / out["figures"][0]).is_file() and "| seed |" in out["table"]
@@ -244,7 +245,7 @@ def test_the_patterns_stage_functions_on_a_tiny_model(tiny, tmp_path, monkeypatc
     stage = pipeline.Stage("kovaleva.maps-tiny-sst2", lambda ctx: {})
     out = KP.maps_result(_ctx(tmp_path, stage, {}), "tiny", "sst2", index, r, Thresholds(), "made-up protocol")
     assert [c["id"] for c in out["claims"]] == ["kovaleva-tiny-sst2-structured-share", "kovaleva-tiny-sst2-finetune-change"]
-    assert all(c["status"] in ("reproduced", "not reproduced") for c in out["claims"])
+    assert all("status" not in c and c["note"].endswith("(paired bootstrap).") for c in out["claims"])
     for c in out["claims"]:
         _recomputes(tmp_path, c)
 

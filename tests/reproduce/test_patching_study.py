@@ -122,7 +122,7 @@ def _check_claims(ctx, records):
         assert again["value"]["value"] == pytest.approx(claim["value"], abs=1e-12)
         assert again["value"]["ci"] == pytest.approx(claim["ci"], abs=1e-12)
         assert again["baseline"]["value"] == pytest.approx(claim["baseline"]["value"], abs=1e-12)
-        assert claim["status"] in ("reproduced", "not reproduced") and claim["note"]
+        assert "status" not in claim and claim["note"]
     for claim in result["claims"][2:]:  # the permutation interval over heads, from the same rows
         rows = claims.read_rows(ctx.out / claim["predictions"])
         x, y = (np.asarray([r[claim["measure"]["columns"][k]] for r in rows]) for k in ("x", "y"))

@@ -603,3 +603,47 @@ def test_a_study_headline_names_what_reproduces_what_does_not_and_what_is_not_co
     assert report.headline(claims) == ("**Verdicts.** Reproduces: 2 (a, e); does not reproduce: 1 (b); not "
                                        "comparable here (a precondition absent): 1 (d); 1 number for context.")
     assert report.headline([{"id": "x", "status": "context"}]) == "**Verdicts.** No tested claims; 1 number for context."
+
+
+@pytest.mark.skipif(not COMMITTED.is_file(), reason="no committed experiments/results/reproduce.json")
+def test_every_committed_claim_is_judged_as_its_studys_rules_judge_it_now():
+    """The committed records judged by today's rules give the committed verdicts: each claim a
+    status of ``verdicts.STATUSES`` with its rule and reason, what differs from its paper, and the
+    paper cell of ``experiments/papers.py`` — so a rule edited without rerunning `jattn reproduce`
+    fails here."""
+    from experiments import papers
+    from jattn.reproduce import records, studies, verdicts
+
+    studies.load()
+    names = [p.stem for p in (ROOT / "experiments" / "results" / "stages").glob("*.json")]
+    judged = {c["id"]: c for c in report.judged(records.load(ROOT / "experiments" / "results", names), ROOT)}
+    assert sorted(judged) == sorted(c["id"] for c in COMMITTED_CLAIMS)
+    for c in COMMITTED_CLAIMS:
+        now = judged[c["id"]]
+        assert now["status"] in verdicts.STATUSES and now["reason"] and now["differs"], c["id"]
+        assert now["paper"] == papers.for_claim(now), c["id"]
+        assert (c["status"], c["rule"], c["reason"], c["paper"]) == (now["status"], now["rule"], now["reason"],
+                                                                     now["paper"]), c["id"]
+
+
+def test_a_second_run_into_the_same_folder_is_refused_while_the_first_writes(tmp_path, monkeypatch):
+    """Two `jattn reproduce` runs into one --out would interleave records and reports: the second
+    is refused, naming the holder, before any stage runs; the lock goes with the run."""
+    from jattn.cli import main
+    from jattn.cli.reproduce import LOCK
+    from jattn.io import results
+    from jattn.reproduce import studies
+
+    CALLS.clear()
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(studies, "stages", lambda profile, only=(): _toy())
+    held = results.acquire_lock(out / LOCK, "the first run", "--out")
+    try:
+        with pytest.raises(SystemExit) as refused:
+            main(["reproduce", "--quick", "--out", str(out), "--no-progress"])
+    finally:
+        results.release_lock(held, out / LOCK)
+    assert "in use by another jattn run (pid" in str(refused.value) and CALLS == []
+    main(["reproduce", "--quick", "--out", str(out), "--no-progress"])
+    assert CALLS and not (out / LOCK).exists()

@@ -3,7 +3,6 @@ each rule must say each of its outcomes, and on every committed Clark claim."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +10,9 @@ import pytest
 
 from experiments import papers
 
-from jattn.reproduce import claims, report, verdicts
+from jattn.reproduce import claims, verdicts
 from experiments.clark2019 import verdicts as clark
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _claim(root: Path, id: str, rows: list[dict], measure: dict, baseline: dict, **extra) -> dict:
@@ -218,29 +216,3 @@ def test_unknown_claims_are_refused_and_described():
     d_id = "clark-minilm-sep-middle"
     d = clark.describe({"id": d_id, "paper": "p"})
     assert d["paper"] == papers.for_claim({"id": d_id, "paper": "p"}) != "p" and "all-MiniLM-L6-v2" in d["differs"]
-
-
-# ---------------------------------------------------------------- the committed claims
-
-def judged_committed(study: str, rules) -> list[tuple[str, str, str, str]]:
-    """(id, old status, new status, reason) of every committed claim of ``study``, the Evidence built
-    as ``jattn.reproduce.report.judged`` builds it."""
-    records = {p.stem: json.loads(p.read_text()) for p in sorted((ROOT / "experiments/results/stages").glob("*.json"))}
-    old = {c["id"]: c["status"] for c in json.loads((ROOT / "experiments/results/reproduce.json").read_text())["claims"]}
-    every = report.claims_of(records)
-    evidence = verdicts.Evidence({c["id"]: c for c in every}, {n: r["result"] for n, r in records.items()}, ROOT)
-    out = []
-    for c in every:
-        if c["study"] == study:
-            v = rules.judge(c, evidence)
-            out.append((c["id"], old.get(c["id"]), v.status, v.reason))
-    return out
-
-
-def test_every_committed_clark_claim_gets_a_status():
-    if not (ROOT / "experiments/results/reproduce.json").is_file():
-        pytest.skip("no committed results")
-    table = judged_committed("clark", clark)
-    assert table and all(new in verdicts.STATUSES for _, _, new, _ in table)
-    for row in table:
-        print(" | ".join(map(str, row)))

@@ -3,7 +3,6 @@ context, never a verdict; every committed finetune claim gets it."""
 
 from jattn.reproduce import verdicts as V
 from experiments.finetune import verdicts as F
-from tests.reproduce.test_verdicts_kovaleva import committed
 
 
 def test_a_classifier_score_is_context():
@@ -12,11 +11,3 @@ def test_a_classifier_score_is_context():
     v = F.judge(claim, V.Evidence({}, {}, None))
     assert v.status == "context" and "0.900" in v.reason
     assert F.describe({**claim, "id": "finetune-minilm-cola"})["paper"].startswith("BERT-base")  # the registry's
-
-
-def test_every_committed_finetune_claim_is_context():
-    table = committed("finetune")
-    assert len(table) >= 4
-    for id, old, new, reason, described in table:
-        print(f"{id} | {old} -> {new} | {reason}")
-        assert new == "context" and described["differs"]

@@ -3,17 +3,15 @@ where each outcome must occur, and every committed claim judged to a valid statu
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from jattn.reproduce import claims as C
-from jattn.reproduce.verdicts import STATUSES, Evidence
+from jattn.reproduce.verdicts import Evidence
 from experiments.olsson2022 import verdicts as IV
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _claim(tmp: Path, cid: str, shift_per_seed: list[float], column: str = "named", base: str = "random") -> dict:
@@ -50,24 +48,3 @@ def test_paired_over_seeds_is_per_seed_mean_difference():
     rows = [{"seed": s, "a": a, "b": b} for s, a, b in [(0, 1, 0), (0, 3, 1), (1, 2, 2), (1, 4, 2), (2, 5, 1), (2, 1, 1)]]
     d = IV.paired_over_seeds(rows, "a", "b")
     assert list(d["per_seed"].values()) == [1.5, 1.0, 2.0] and d["value"] == pytest.approx(1.5)
-
-
-def committed_table() -> list[tuple[str, str, str, str]]:
-    """(id, old status, new status, reason) of every committed induction claim."""
-    from jattn.reproduce.report import claims_of
-
-    records = {p.stem: json.loads(p.read_text())
-               for p in (ROOT / "experiments/results/stages").glob("induction.*.json")}
-    claims = [c for c in claims_of(records) if c["study"] == "induction"]
-    ev = Evidence({c["id"]: c for c in claims}, {n: r["result"] for n, r in records.items()}, ROOT)
-    old = {c["id"]: c.get("status") for c in json.loads((ROOT / "experiments/results/reproduce.json").read_text())["claims"]}
-    return [(c["id"], str(old.get(c["id"])), (v := IV.judge(c, ev)).status, v.reason) for c in claims]
-
-
-def test_committed_claims_get_a_status():
-    table = committed_table()
-    assert table
-    for cid, old, new, reason in table:
-        print(f"{cid} | {old} -> {new} | {reason}")
-        assert new in STATUSES and reason
-        assert IV.describe({"id": cid, "paper": "x"})["differs"]

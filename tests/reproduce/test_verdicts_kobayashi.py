@@ -3,17 +3,15 @@ where each outcome must occur, and every committed claim judged to a valid statu
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from jattn.reproduce import claims as C
-from jattn.reproduce.verdicts import STATUSES, Evidence
+from jattn.reproduce.verdicts import Evidence
 from experiments.kobayashi2020 import verdicts as KV
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _claim(tmp: Path, cid: str, rows: list[dict], statistic: str, columns: dict, baseline: dict, **extra) -> dict:
@@ -148,24 +146,3 @@ def test_alignment_in_domain_needs_no_familiarity(tmp_path):
     assert KV.judge(c, ev).status == "reproduced"
     eflomal = {**c, "id": "kobayashi-align-toy-eflomal"}
     assert KV.judge(eflomal, ev).status == "context"
-
-
-def committed_table() -> list[tuple[str, str, str, str]]:
-    """(id, old status, new status, reason) of every committed Kobayashi claim."""
-    from jattn.reproduce.report import claims_of
-
-    records = {p.stem: json.loads(p.read_text()) for p in (ROOT / "experiments/results/stages").glob("kobayashi.*.json")}
-    claims = claims_of(records)
-    ev = Evidence({c["id"]: c for c in claims}, {n: r["result"] for n, r in records.items()}, ROOT)
-    old = {c["id"]: c.get("status") for c in json.loads((ROOT / "experiments/results/reproduce.json").read_text())["claims"]}
-    return [(c["id"], str(old.get(c["id"])), (v := KV.judge(c, ev)).status, v.reason) for c in claims]
-
-
-def test_committed_claims_get_a_status():
-    table = committed_table()
-    assert table
-    for cid, old, new, reason in table:
-        print(f"{cid} | {old} -> {new} | {reason}")
-        assert new in STATUSES and reason
-    for cid in {t[0] for t in table}:
-        assert KV.describe({"id": cid, "paper": "x"})["differs"]

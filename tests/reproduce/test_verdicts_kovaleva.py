@@ -2,8 +2,6 @@
 claims: each claim type says reproduced, not reproduced and, where the rule has it, inconclusive
 or context where it must; and every committed Kovaleva claim gets a valid status."""
 
-import json
-from pathlib import Path
 
 import numpy as np
 
@@ -11,7 +9,6 @@ from jattn.reproduce import verdicts as V
 from jattn.reproduce.claims import write_rows
 from experiments.kovaleva2019 import verdicts as K
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def claim(tmp_path, id, rows, **extra) -> dict:
@@ -138,26 +135,3 @@ def test_instruments_beat_the_majority_class_and_structured_share_is_context(tmp
     assert K.judge(bad, ev).status == "not reproduced"
     v = K.judge(share, ev)
     assert v.status == "context" and "by construction" in v.reason
-
-
-def committed(study: str) -> list[tuple]:
-    """(id, old status, new status, reason) of every committed claim of ``study``, judged from
-    the committed stage records as ``jattn.reproduce.report.judged`` does."""
-    from jattn.reproduce.report import claims_of
-
-    records = {p.stem: json.loads(p.read_text()) for p in (ROOT / "experiments/results/stages").glob("*.json")}
-    claims = claims_of(records)
-    ev = V.Evidence({c["id"]: c for c in claims}, {n: r["result"] for n, r in records.items()}, ROOT)
-    old = {c["id"]: c["status"] for c in json.loads((ROOT / "experiments/results/reproduce.json").read_text())["claims"]}
-    from jattn.reproduce import studies
-    rules = studies.rules()[study]
-    return [(c["id"], old.get(c["id"]), (v := rules.judge(c, ev)).status, v.reason, rules.describe(c))
-            for c in claims if c["study"] == study]
-
-
-def test_every_committed_kovaleva_claim_gets_a_valid_status():
-    table = committed("kovaleva")
-    assert {t[0] for t in table} == {t[0] for t in table if t[1] is not None} and len(table) >= 26  # 4 × 6 + 2
-    for id, old, new, reason, described in table:
-        print(f"{id} | {old} -> {new} | {reason}")
-        assert new in V.STATUSES and reason and described["differs"]

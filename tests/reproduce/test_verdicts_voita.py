@@ -3,17 +3,15 @@ each outcome must occur, and every committed claim judged to a valid status."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from jattn.reproduce import claims as C
-from jattn.reproduce.verdicts import STATUSES, Evidence
+from jattn.reproduce.verdicts import Evidence
 from experiments.voita2019 import verdicts as VV
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _claim(cid: str, value: float, ci: list, **extra) -> dict:
@@ -93,23 +91,3 @@ def test_curve_points_are_context():
     for cid in ("voita-unpruned-bleu", "voita-encoder-lam0.01", "voita-all-lam0.02-vs-control",
                 "voita-encoder-lam0.005-vs-importance", "voita-michel-all-34"):
         assert VV.judge(_claim(cid, 1.0, [0.5, 1.5]), Evidence({}, {}, Path("."))).status == "context"
-
-
-def committed_table() -> list[tuple[str, str, str, str]]:
-    """(id, old status, new status, reason) of every committed Voita claim."""
-    from jattn.reproduce.report import claims_of
-
-    records = {p.stem: json.loads(p.read_text()) for p in (ROOT / "experiments/results/stages").glob("voita.*.json")}
-    claims = claims_of(records)
-    ev = Evidence({c["id"]: c for c in claims}, {n: r["result"] for n, r in records.items()}, ROOT)
-    old = {c["id"]: c.get("status") for c in json.loads((ROOT / "experiments/results/reproduce.json").read_text())["claims"]}
-    return [(c["id"], str(old.get(c["id"])), (v := VV.judge(c, ev)).status, v.reason) for c in claims]
-
-
-def test_committed_claims_get_a_status():
-    table = committed_table()
-    assert table
-    for cid, old, new, reason in table:
-        print(f"{cid} | {old} -> {new} | {reason}")
-        assert new in STATUSES and reason
-        assert VV.describe({"id": cid, "paper": "x"})["differs"]
