@@ -190,3 +190,29 @@ def test_parser_missing_names_the_fix():
 
     with pytest.raises(ImportError, match="spacy download no_such_pipeline"):
         parse.load_parser("no_such_pipeline")
+
+
+def test_the_positional_detector_finds_the_known_previous_token_head_of_minilm(data_set):
+    """Validation on a model with a head of known role: the embedded MiniLM's head 0-2 sends its
+    attention to the previous token (≈ 100 % of rows); the detector that judges a translation
+    model's heads (``TokenRoles`` and ``roles``: ≥ 90 % of rows) finds it positional, and finds no
+    other positional head, on UD English-EWT dev sentences parsed by hand."""
+    import jattn
+    from jattn.io.labels import read_conllu_trees
+    from jattn.io.readers import Example
+    from jattn.runner import run_corpus
+
+    net = jattn.load()
+    trees = list(read_conllu_trees(data_set("ud-english-ewt") / "en_ewt-ud-dev.conllu"))[:64]
+    texts = [" ".join(t.words) for t in trees]
+    ids = [np.asarray(net.tokenizer(x)["input_ids"]) for x in texts]
+    rank = roles.frequency_rank(ids, len(net.tokenizer.get_vocab()))
+    examples = [Example(text, source="ewt", labels=roles.token_labels(
+        roles.token_words(net.tokenizer, i, text, tree.words), tree.heads, tree.relations, i, rank, 500))
+        for text, i, tree in zip(texts, ids, trees)]
+    method = roles.TokenRoles(min_count=20)
+    found = method.roles(run_corpus(net, examples, [method], batch_size=32, progress=False).statistics, prefix="")
+    assert found["prev"][0, 2] > 0.99 and found["role"][0, 2].startswith("positional")
+    positional = {(int(l), int(h)) for l, h in zip(*np.nonzero(np.char.startswith(found["role"].astype(str),
+                                                                                   "positional")))}
+    assert positional == {(0, 2)}, positional

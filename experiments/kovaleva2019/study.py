@@ -75,8 +75,8 @@ PAPER_MODEL = "BERT-base fine-tuned per GLUE task (MRPC, STS-B, SST-2, QQP, RTE,
 def sizes(profile: Profile) -> dict:
     """What each profile sweeps: per model the seeds and dev examples per task (0: all)."""
     return profile.pick(
-        full={"sweep": {"mpnet": {"seeds": (0, 1, 2), "dev": {"sst2": 400, "cola": 0}},
-                        "minilm": {"seeds": (0, 1, 2), "dev": {"sst2": 0, "cola": 0}}},
+        full={"sweep": {"mpnet": {"seeds": finetune.seeds(profile), "dev": {"sst2": 400, "cola": 0}},
+                        "minilm": {"seeds": finetune.seeds(profile), "dev": {"sst2": 0, "cola": 0}}},
               "chunk": 64, "maps_dev": 0, "cnn_steps": 600, "corpus_sentences": 250, "per_sentence": 8},
         quick={"sweep": {"minilm": {"seeds": (0, 1), "dev": {"sst2": 12, "cola": 12}}}, "max_tokens": 16,
                "chunk": 64, "maps_dev": 24, "cnn_steps": 40, "corpus_sentences": 20, "per_sentence": 4})

@@ -1,5 +1,7 @@
-"""Head roles of a translation model's encoder self-attention at the subword level (Voita et al.
-2019, §4: positional, syntactic, rare-word heads), from the argmax key of each query row.
+"""Head roles of an encoder's self-attention at the subword level (Voita et al. 2019, §4:
+positional, syntactic, rare-word heads), from the argmax key of each query row: a translation
+model's encoder (the paper's setting) or an encoder model, where heads of known roles validate
+the detectors (the embedded MiniLM's head 0-2 attends to the previous token: ``tests/test_roles.py``).
 
 Voita et al. read roles off the model's own (subword) tokens, so do we; a parsed word is
 represented by its first subword token (``token_labels``):
@@ -108,8 +110,8 @@ class TokenRoles(Method):
 
     min_count: int = 100  # relations with fewer scored words give no syntactic role
     name = "roles"
-    families = ("seq2seq",)
-    kinds = ("encoder",)
+    families = ("seq2seq", "encoder")
+    kinds = ("encoder",)  # of a translation model: its encoder self-attention
 
     def prepare(self, batch) -> dict:
         missing = {"word", "dep_head", "dep_rel", "rarest"} - set(batch.labels)

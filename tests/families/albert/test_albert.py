@@ -155,14 +155,25 @@ def test_refused(tmp_path, pair):
         export_pruned(pair[0], keep, tmp_path / "pruned")
 
 
-def test_analyze_cli_and_patch_heads(tmp_path, monkeypatch):
-    """A complete folder (a tiny Unigram tokenizer of ALBERT's class): ``jattn analyze`` and ``patch_heads``."""
-    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
-    folder = tmp_path / "model"
-    folder.mkdir()
+@pytest.fixture(scope="module")
+def text_folder(tmp_path_factory):
+    """A complete folder (a tiny Unigram tokenizer of ALBERT's class)."""
+    folder = tmp_path_factory.mktemp("albert_text")
     size = unigram_tokenizer(folder, "albert")
     save_albert(folder, vocab_size=size, max_position_embeddings=POSITIONS)
-    check_analyze_cli(folder, tmp_path / "out", layers=3, heads=4)
-    model = jattn.load(folder, use_cache=False)
-    check_patch_heads(model)
-    check_new_classifier_export(model, tmp_path / "classifier")
+    return folder
+
+
+# fast twin: XLM-R's test of the same name, the same post-LN layers (ALBERT differs in embeddings and layer copies)
+@pytest.mark.slow
+def test_analyze_cli_and_patch_heads(text_folder, tmp_path, monkeypatch):
+    """``jattn analyze`` and ``patch_heads`` on the complete folder."""
+    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
+    check_analyze_cli(text_folder, tmp_path / "out", layers=3, heads=4)
+    check_patch_heads(jattn.load(text_folder, use_cache=False))
+
+
+def test_new_classifier_export(text_folder, tmp_path, monkeypatch):
+    """A new head of ALBERT's kind (on the pooler) exported for HF."""
+    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
+    check_new_classifier_export(jattn.load(text_folder, use_cache=False), tmp_path / "classifier")

@@ -92,6 +92,8 @@ def reference(model, folder, data):
     return out
 
 
+# post-LN as Marian (BART differs in embeddings only), fast twin: test_run_translation.py, same name
+@pytest.mark.slow
 def test_translation_statistics_equal_per_example_loops(model, folder):
     data = pairs()
     got = run_corpus(model, data, [ClassAttention(), Entropy(), NormClassAttention(), JSDistance(), HeadConfidence()],
@@ -131,6 +133,8 @@ def test_translation_statistics_equal_per_example_loops(model, folder):
     assert got["cross_attn_to_sep"].value.shape == (c.decoder_layers, c.decoder_heads)
 
 
+# post-LN as FSMT (BART differs in embeddings only), fast twin: test_norms.py::test_seq2seq_all_*
+@pytest.mark.slow
 def test_norms_against_explicit_tensor(model):
     """jattn.norms on every attention type (padded both sides) vs αf formed explicitly."""
     from norms_testing import brute_force
@@ -159,6 +163,8 @@ def test_norms_against_explicit_tensor(model):
                 assert_close(got[kind][key][layer], want[key], terms=T, err_msg=f"{kind} {key} layer {layer}")
 
 
+# post-LN as Marian (BART differs in embeddings only), fast twin: test_importance.py::test_translation_importance_*
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["token"])
 def test_importance_equals_hf(model, folder, estimator):
     """Michel et al.'s head importance of all three attention types vs HF in float64 with gates
@@ -184,6 +190,8 @@ def test_importance_equals_hf(model, folder, estimator):
     assert got["cross"][1, 0] == 0.0
 
 
+# post-LN as Marian (BART differs in embeddings only), fast twin: test_importance.py::test_translation_curve_*, *bleu*
+@pytest.mark.slow
 def test_pruning_curve_and_bleu_metric(model):
     """The BLEU metric equals sentence-by-sentence decoding with the mask; the pruning curve
     ranks the heads of all three types together."""
@@ -215,6 +223,8 @@ def test_pruning_curve_and_bleu_metric(model):
     assert masks[1].sum() == len(flat) - k and (masks[1][first] == 0).all()
 
 
+# post-LN as Marian (BART differs in embeddings only), fast twin: test_gates.py::test_fold_gates_*_seq2seq + export
+@pytest.mark.slow
 def test_l0_gates_fold_and_export(model, tmp_path):
     """Voita et al.'s L0 gates: folded into W_O they equal the gated forward; the pruned export
     of the folded model equals the gated evaluation."""
@@ -242,6 +252,8 @@ def test_l0_gates_fold_and_export(model, tmp_path):
     assert_close(pruned.forward(batch).logits, ref["logits"], terms=T)
 
 
+# post-LN as Marian (BART differs in embeddings only), fast twin: test_lrp.py::test_conservation_translation_model
+@pytest.mark.slow
 def test_lrp_conservation(model):
     from jattn.analyses import lrp
 
@@ -260,6 +272,8 @@ def test_lrp_conservation(model):
     assert_close(out["heads"].sum(-1) + out["residual"], want, terms=terms)
 
 
+# post-LN as Marian (BART differs in embeddings only), fast twin: test_view.py::test_translation_page_*
+@pytest.mark.slow
 def test_view_translation_page(model):
     from test_view import assert_stored
 
@@ -283,7 +297,7 @@ def test_view_translation_page(model):
 
 
 # > 30 s: the command on a post-LN translation model runs fast in tests/test_analyze_cli.py (Marian), on
-# pre-LN ones in the mBART, M2M100 and T5 folders
+# pre-LN ones in the mBART and T5 folders
 @pytest.mark.slow
 def test_analyze_cli(model, folder, tmp_path, monkeypatch):
     from jattn.cli import main

@@ -143,12 +143,25 @@ def test_refused(tmp_path):
         spec.config_from_hf({"model_type": "distilbert", **SHAPE, "n_heads": 5})
 
 
-def test_analyze_cli_and_patch_heads(tmp_path, monkeypatch):
-    """A complete folder (MiniLM's WordPiece tokenizer): ``jattn analyze`` and ``patch_heads``."""
-    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
-    folder = save_distilbert(tmp_path / "model", vocab_size=30522, max_position_embeddings=POSITIONS)
+@pytest.fixture(scope="module")
+def text_folder(tmp_path_factory):
+    """A complete folder (MiniLM's WordPiece tokenizer)."""
+    folder = save_distilbert(tmp_path_factory.mktemp("distilbert_text"), vocab_size=30522,
+                             max_position_embeddings=POSITIONS)
     wordpiece_tokenizer(folder)
-    check_analyze_cli(folder, tmp_path / "out", layers=2, heads=4)
-    model = jattn.load(folder, use_cache=False)
-    check_patch_heads(model)
-    check_new_classifier_export(model, tmp_path / "classifier")
+    return folder
+
+
+# fast twin: XLM-R's test of the same name, the same post-LN layers (DistilBERT differs in embeddings and tokenizer)
+@pytest.mark.slow
+def test_analyze_cli_and_patch_heads(text_folder, tmp_path, monkeypatch):
+    """``jattn analyze`` and ``patch_heads`` on the complete folder."""
+    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
+    check_analyze_cli(text_folder, tmp_path / "out", layers=2, heads=4)
+    check_patch_heads(jattn.load(text_folder, use_cache=False))
+
+
+def test_new_classifier_export(text_folder, tmp_path, monkeypatch):
+    """A new head of DistilBERT's kind (pre_classifier, ReLU) exported for HF."""
+    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
+    check_new_classifier_export(jattn.load(text_folder, use_cache=False), tmp_path / "classifier")

@@ -120,6 +120,8 @@ def test_generator(tmp_path, embedding_size, tied):
     check_round_trip(model, oracle, "mlm", batch, tmp_path / "exported")
 
 
+# fast twin: XLM-R's test_analyze_cli_and_patch_heads, the same post-LN layers (ELECTRA differs in embeddings)
+@pytest.mark.slow
 def test_generator_analyze_cli_and_patch_heads(tmp_path, monkeypatch):
     """A complete generator folder (MiniLM's WordPiece tokenizer): ``jattn analyze`` and ``patch_heads``."""
     from encoder_family_smoke import POSITIONS, check_analyze_cli, check_patch_heads, wordpiece_tokenizer

@@ -21,14 +21,20 @@ def model(folder):
     return jattn.load(folder, use_cache=False)
 
 
+# pre-LN LayerNorm stacks as mBART's (M2M100 differs in embeddings only), fast twin: test_mbart_analyses.py, same name
+@pytest.mark.slow
 def test_analyze_cli(model, folder, tmp_path, monkeypatch):
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
     parity.check_analyze_cli(model, folder, tmp_path / "out")
 
 
+# pre-LN LayerNorm stacks as mBART's (M2M100 differs in embeddings only), fast twin: test_mbart_analyses.py, same name
+@pytest.mark.slow
 def test_norms_against_explicit_tensor(model):
     parity.check_norms(model)
 
 
+# pre-LN LayerNorm stacks as mBART's (M2M100 differs in embeddings only), fast twin: test_mbart_analyses.py, same name
+@pytest.mark.slow
 def test_patch_heads_equals_hf_hooks(model, folder):
     parity.check_patch_heads(model, hf_model(folder))

@@ -19,8 +19,12 @@ def tiny(request, tmp_path_factory):
     return request.param, jattn.load(folder, use_cache=False), hf_model(folder)
 
 
-@pytest.mark.parametrize("num_beams,length_penalty,max_length", [(1, 1.0, 12), (4, 1.0, 12), (4, 0.6, 10),
-                                                                 (4, 2.0, 14)])
+# length penalties are the beam search's own arithmetic (jattn.nn.decode), the same for every family: fast on BART
+# (test_bart_decode.py); greedy and beam search with this family's cache stay in the default suite
+SLOW_PENALTIES = [pytest.param(4, 0.6, 10, marks=pytest.mark.slow), pytest.param(4, 2.0, 14, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("num_beams,length_penalty,max_length", [(1, 1.0, 12), (4, 1.0, 12), *SLOW_PENALTIES])
 def test_generate_matches_hf(tiny, num_beams, length_penalty, max_length):
     kind, model, hf = tiny
     parity.check_generate(model, hf, num_beams, length_penalty, max_length, FORCED_BOS[kind])
