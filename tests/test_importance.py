@@ -322,6 +322,11 @@ def test_cli_importance_and_prune(classifier, marian, tmp_path):
     assert doc["prunable_fraction"] == doc["curve"][-1][0]  # tolerance 100: every step is within it
     assert (tmp_path / "prune" / "figures" / "curve.png").is_file() and doc["metric"] == "BLEU (greedy decoding)"
     assert "BLEU (greedy decoding)" in (tmp_path / "prune" / "report.md").read_text()
+    heads = sum(L * H for L, H in mt.head_shapes.values())
+    assert f"{round(0.25 * heads)} of the {heads} heads (" in (tmp_path / "prune" / "report.md").read_text()
+    with pytest.raises(SystemExit, match=rf"--step 0.01 of {heads} heads is .* of a head per step. Fix: pass --step ≥"):
+        main(["prune", "--model", mt.source, "--format", "parallel", "--input", str(src), str(tgt), "--dev", str(src),
+              str(tgt), "--out", str(tmp_path / "prune-small"), "--step", "0.01"])  # no step of whole heads
     assert not (tmp_path / "prune-work").exists()  # the resumable state goes once the results are written
     pruned = jattn.load(tmp_path / "pruned", use_cache=False)
     assert pruned.params is not None

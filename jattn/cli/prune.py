@@ -57,8 +57,8 @@ def run(args) -> None:
     import jattn
     from jattn.cli.reporting import metric_name, table, write_report
     from jattn.io import results
-    from jattn.sweeps.pruning_curve import (as_lists, bleu_metric, classification_metric, prunable_fraction,
-                                           prune)
+    from jattn.sweeps.pruning_curve import (as_lists, bleu_metric, classification_metric, heads_per_step,
+                                           prunable_fraction, prune)
 
     exporting = (results.Output(args.export, overwrite=args.overwrite, option="--export") if args.export
                  else contextlib.nullcontext())  # checked and locked before any work, as --out
@@ -67,6 +67,8 @@ def run(args) -> None:
         dev = read_examples(args.dev, args.format)
         model = jattn.load(args.model)
         check_family(model, args.format, "jattn prune")
+        heads = sum(L * H for L, H in model.head_shapes.values())
+        per_step = heads_per_step(args.step, heads, "--step")  # before any work
         max_length = min(args.max_length, model.config.max_length)
         if args.format == "parallel":
             metric, name = bleu_metric(model, dev, batch_size=args.batch_size, max_length=max_length), metric_name("bleu")
@@ -100,7 +102,7 @@ def run(args) -> None:
             path = curve_figure(curve, curve[0][1], args.tolerance, name, folder / "figures" / "curve.png")
             lines = [f"Model: {model.source}. Importance |dL/dξ| ({args.estimator} estimator, schedule "
                      f"{args.schedule}) on {len(examples)} examples ({' '.join(args.input)}); heads masked globally, "
-                     f"{args.step:g} of all heads per step (Michel et al. 2019). Metric: {name} on {len(dev)} dev "
+                     f"{per_step} of the {heads} heads ({per_step / heads:.1%}) per step (Michel et al. 2019). Metric: {name} on {len(dev)} dev "
                      f"examples ({' '.join(args.dev)}).", "",
                      *table(["% of heads masked", name, f"Δ {name}"],
                             [[f"{100 * f:.0f}", float(v), float(v - curve[0][1])] for f, v in curve]), "",

@@ -26,7 +26,7 @@ from jattn.runner.batcher import model_batches
 from jattn.sweeps.importance import KINDS, check_sizes, importance
 
 __all__ = ["as_lists", "bleu_metric", "classification_metric", "classification_predictions", "flat_scores",
-           "prunable_fraction", "prune", "SCHEDULES"]
+           "heads_per_step", "prunable_fraction", "prune", "SCHEDULES"]
 
 SCHEDULES = ("once", "reestimate")
 
@@ -53,6 +53,16 @@ def choose(scores: np.ndarray, kept: np.ndarray, layer_of: np.ndarray, k: int, k
         chosen.append(int(i))
         left[layer_of[i]] -= 1
     return chosen
+
+
+def heads_per_step(step: float, heads: int, option: str = "step") -> int:
+    """The heads one step masks: ``step`` (a share of all ``heads``) rounded to whole heads; a
+    step under half a head is refused (it would mask none, or one head under another name)."""
+    k = int(round(step * heads))
+    if k < 1:
+        raise ValueError(f"{option} {step:g} of {heads} heads is {step * heads:.2g} of a head per step. "
+                         f"Fix: pass {option} ≥ {1 / heads:.2g} (one head per step)")
+    return k
 
 
 def prune(model, examples: Sequence, metric_fn: Callable, *, estimator: str = "token",
@@ -84,7 +94,7 @@ def prune(model, examples: Sequence, metric_fn: Callable, *, estimator: str = "t
     layer_of = np.concatenate([np.repeat(np.arange(L) + sum(s[0] for s in list(shapes.values())[:i]), H)
                                for i, (L, H) in enumerate(shapes.values())])  # (N,) a global layer id per head
     N = len(layer_of)
-    k = max(1, int(round(step * N)))
+    k = heads_per_step(step, N)
     kept = np.ones(N, np.float32)  # (N,)
 
     def masks() -> dict:

@@ -110,7 +110,7 @@ KEEP = {"encoder": [[1, 0, 0, 1], [0, 1, 0, 0]], "decoder": [[1, 0], [0, 0], [0,
         "cross": [[0, 1], [1, 0], [1, 1]]}  # the "bart" case: encoder 2 x 4 heads, decoder 3 x 2
 
 
-# > 30 s: the same export runs fast in the mBART and M2M100 folders and on Marian (tests/test_pruning.py)
+# > 30 s: the same export runs fast in the mBART folder and on Marian (tests/test_pruning.py)
 @pytest.mark.slow
 def test_pruned_export_equals_masked(model, tmp_path):
     """export_pruned writes each layer's kept heads only; jattn.load of it gives the masked

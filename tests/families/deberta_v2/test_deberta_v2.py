@@ -189,7 +189,7 @@ def test_analyses_run(base):
     assert got.shape == (2, 4) and np.isfinite(got).all()
 
 
-# > 30 s: the same command and patching run fast on the ALBERT, DistilBERT and XLM-R folders; DeBERTa's
+# > 30 s: the same command and patching run fast on the XLM-R folder; DeBERTa's
 # kernels are under jit, vmap and grad in tests/test_contract_families.py
 @pytest.mark.slow
 def test_analyze_cli_and_patch_heads(tmp_path, monkeypatch):

@@ -81,5 +81,7 @@ def test_export_loads_in_hf(folder, model, tmp_path):
     assert (cfg["encoder_layerdrop"], cfg["decoder_layerdrop"]) == (0.0, 0.0)
 
 
+# head removal is jattn.sweeps.pruning's, the export this family's (test_export_loads_in_hf): fast twin mBART's
+@pytest.mark.slow
 def test_pruned_export_equals_masked(model, tmp_path):
     parity.check_pruned_export(model, KEEP, tmp_path / "pruned")
