@@ -149,6 +149,14 @@ def test_cli_finetune_on_files(tiny, tmp_path, capsys):
     assert (tmp_path / "m" / "figures" / "training.png").is_file() and jattn.load(tmp_path / "m").config.num_labels
     with pytest.raises(SystemExit, match="either --task or --train"):
         main(["finetune", "--out", str(tmp_path / "x")])
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("the user's\n")
+    with pytest.raises(SystemExit) as refused:  # finetune has no --overwrite: the fix must not name one
+        main(["finetune", "--model", str(tiny.source), "--train", str(tmp_path / "train.tsv"), "--dev",
+              str(tmp_path / "dev.tsv"), "--out", str(mine), "--epochs", "1"])
+    assert "holds no jattn results" in str(refused.value) and "overwrite" not in str(refused.value)
+    assert (mine / "notes.txt").read_text() == "the user's\n"
 
 
 def test_sigint_checkpoints_and_a_rerun_ends_with_the_same_weights(tiny, tmp_path, monkeypatch):

@@ -246,9 +246,11 @@ class Output:
     """An output folder for one run: checked and locked at construction, replaced as a whole
     by ``write``. Use as a context manager (the lock is released on exit)."""
 
-    def __init__(self, out, *, overwrite: bool = False, option: str = "--out"):
+    def __init__(self, out, *, overwrite: bool = False, option: str = "--out", switch: str | None = "--overwrite"):
         self.out = Path(out).expanduser().resolve()  # a symlink's target: one lock per real folder
         self.overwrite, self.option = overwrite, option
+        # the caller's way to replace a folder, named in the fixes; None: it offers none
+        self._or_replace = f", or pass {switch} to replace the folder as a whole" if switch else ""
         self._lock = None
         self._handler = None  # the SIGINT handler to restore on close, when this one guards the run
         self._unraisable = None  # the sys.unraisablehook to restore on close
@@ -265,7 +267,7 @@ class Output:
             raise OutputError(f"{option} {out}: the folder {parent} is not writable. Fix: choose a writable {option}")
         if out.is_dir() and any(out.iterdir()) and not overwrite and not holds_results(out):
             raise OutputError(f"{option} {out} is a non-empty folder that holds no jattn results; it would be "
-                              f"replaced as a whole. Fix: choose a new folder, or pass --overwrite")
+                              f"replaced as a whole. Fix: choose a new folder{self._or_replace}")
         self._lock = self._acquire(parent / f".{out.name}.lock", option)
         self._check_foreign()
         for stale in parent.glob(f".{out.name}.tmp-*"):  # left by a killed run: we hold the lock
@@ -279,8 +281,8 @@ class Output:
             shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
             self.close()
             raise OutputError(f"{self.option} {self.out} holds files jattn did not write ({shown}); replacing the "
-                              f"folder would delete them. Fix: move them out, choose another {self.option}, or pass "
-                              "--overwrite to replace the folder as a whole")
+                              f"folder would delete them. Fix: move them out or choose another {self.option}"
+                              + self._or_replace)
 
     def _acquire(self, path: Path, option: str):
         self._lock_path = path

@@ -345,7 +345,7 @@ def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out
     n_labels = check_labels(train, dev, label_names)
     model = base if hasattr(base, "config") else load(base)
     validate.model_kind(model, "encoder", "fine-tuning a classifier")
-    with results.Output(out, option="out") as output:  # locked: one run per folder; replaced whole at the end
+    with results.Output(out, option="out", switch=None) as output:  # locked: one run per folder; replaced whole
         model = with_classifier(model, n_labels, fc.seed)
         trainer = ClassifierTrainer(model, fc, workdir or out.with_name(out.name + "-work"), train, dev,
                                     getattr(glue, metric_name))
