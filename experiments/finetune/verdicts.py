@@ -31,7 +31,8 @@ def judge(claim: dict, evidence: Evidence) -> Verdict:
 def describe(claim: dict) -> dict[str, str]:
     return {"paper": papers.for_claim(claim),
             "differs": "all-MiniLM-L6-v2 / all-mpnet-base-v2 (contrastively fine-tuned sentence encoders, no MLM "
-                       "head) fine-tuned with 3 seeds, not BERT-base; dev sets, not GLUE test; SST-2 and CoLA only."}
+                       f"head) fine-tuned with {claim['seeds']} seeds, not BERT-base; dev sets, not GLUE test; SST-2 "
+                       "and CoLA only."}
 
 
 studies.register_rules("finetune", sys.modules[__name__])

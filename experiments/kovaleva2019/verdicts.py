@@ -190,15 +190,15 @@ JUDGES = {"best-head-insample": _insample, "best-head-heldout": _heldout, "heads
           "cnn-held-out": _instrument}
 
 DIFFERS = {
-    "best-head-insample": "all-mpnet-base-v2 (12 × 12 heads) or MiniLM (6 × 12) fine-tuned on SST-2 / CoLA with 3 "
-                          "seeds, not BERT-base on seven GLUE tasks; best of 144 / 72 heads per seed on the same dev "
+    "best-head-insample": "all-mpnet-base-v2 (12 × 12 heads) or MiniLM (6 × 12) fine-tuned on SST-2 / CoLA with "
+                          "{seeds} seeds, not BERT-base on seven GLUE tasks; best of 144 / 72 heads per seed on the same dev "
                           "examples as the paper (MPNet SST-2: 400 of the 872 dev sentences).",
     "best-head-heldout": "Not in the paper: the head is selected on one fixed half of dev and scored on the other; "
-                         "MPNet / MiniLM on SST-2 / CoLA, 3 seeds, not BERT-base on GLUE.",
+                         "MPNet / MiniLM on SST-2 / CoLA, {seeds} seeds, not BERT-base on GLUE.",
     "heads-holm": "The paper reports Δs without a test; here paired bootstrap p per head and Holm over all heads × "
-                  "3 seeds, on MPNet / MiniLM fine-tuned on SST-2 / CoLA, not BERT-base on GLUE.",
+                  "{seeds} seeds, on MPNet / MiniLM fine-tuned on SST-2 / CoLA, not BERT-base on GLUE.",
     "layers-holm": "The paper reports Δs without a test; here paired bootstrap p per layer and Holm over all layers × "
-                   "3 seeds, on MPNet / MiniLM fine-tuned on SST-2 / CoLA, not BERT-base on GLUE.",
+                   "{seeds} seeds, on MPNet / MiniLM fine-tuned on SST-2 / CoLA, not BERT-base on GLUE.",
     "structured-share": "Types by threshold rules fitted on 72 maps of pretrained MiniLM labelled by one annotator, "
                         "not the paper's 400 hand-labelled BERT-base maps and CNN; seed-0 classifier of MPNet / MiniLM "
                         "on SST-2 / CoLA.",
@@ -217,7 +217,7 @@ def judge(claim: dict, evidence: Evidence) -> Verdict:
 
 
 def describe(claim: dict) -> dict[str, str]:
-    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim["id"])]}
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim["id"])].format(seeds=claim["seeds"])}
 
 
 studies.register_rules("kovaleva", sys.modules[__name__])

@@ -47,7 +47,7 @@ def _versus(claim: dict, evidence: Evidence) -> Verdict:
 
 JUDGES = {"prune40": _prune, "vs-random50": _versus}
 DIFFERS = {
-    "prune40": "MPNet / MiniLM fine-tuned on SST-2 / CoLA (3 seeds), not BERT-base on MNLI; importance estimated "
+    "prune40": "MPNet / MiniLM fine-tuned on SST-2 / CoLA ({seeds} seeds), not BERT-base on MNLI; importance estimated "
                "once on 1000 training sentences, not re-estimated as heads are pruned.",
     "vs-random50": "Random pruning orders (5 per seed) are not in the paper; MPNet / MiniLM on SST-2 / CoLA, not "
                    "BERT-base on MNLI; importance estimated once, not iteratively.",
@@ -67,7 +67,7 @@ def judge(claim: dict, evidence: Evidence) -> Verdict:
 
 
 def describe(claim: dict) -> dict[str, str]:
-    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim["id"])]}
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim["id"])].format(seeds=claim["seeds"])}
 
 
 studies.register_rules("michel", sys.modules[__name__])

@@ -10,4 +10,5 @@ def test_a_classifier_score_is_context():
              "seeds": 3, "baseline": {"name": "majority class", "value": 0.5}, "paper": "p"}
     v = F.judge(claim, V.Evidence({}, {}, None))
     assert v.status == "context" and "0.900" in v.reason
-    assert F.describe({**claim, "id": "finetune-minilm-cola"})["paper"].startswith("BERT-base")  # the registry's
+    described = F.describe({**claim, "id": "finetune-minilm-cola"})
+    assert described["paper"].startswith("BERT-base") and "with 3 seeds" in described["differs"]  # the registry's
