@@ -18,7 +18,8 @@ reading the numbers. Claim type → test → verdict:
   inconclusive when it straddles.
 - ``voita-confidence-lrp`` (§4.1, Fig. 1: the heads LRP finds most relevant are the confident
   ones): **directional** on Spearman ρ over heads (confidence vs LRP relevance): reproduced when
-  its 95 % bootstrap interval lies above 0.
+  its 95 % bootstrap interval, resampling the heads (the claim's unit; the stage's interval
+  resamples sentences), lies above 0.
 - ``voita-kept-confidence-encoder-lam<λ>`` (§6, Fig. 8: the heads L0 keeps are the confident
   ones): **permutation test over subsets** — p = (1 + #{random same-size subsets of the encoder
   heads with mean confidence ≥ the kept heads'}) / (1 + ``SUBSETS``), one-sided; reproduced when
@@ -42,6 +43,7 @@ from jattn.reproduce.verdicts import Evidence, Verdict
 BLEU_THRESHOLD = 1.0  # Voita et al.'s own criterion: "a drop of less than 1 BLEU" (Fig. 7)
 KEPT_SHARE = 0.5  # "most heads can be pruned": at most half of them needed (the paper keeps 10 of 48)
 SUBSETS = 10000  # random same-size subsets: p resolves 1e-4, well below α = .05
+HEAD_RESAMPLES = 2000  # head resamples of ρ: the interval's 2.5 % tails from 50 draws each
 SEED = 0
 
 
@@ -97,8 +99,26 @@ def _fewest(claim: dict, evidence: Evidence) -> Verdict:
 # --- heads -----------------------------------------------------------------------------------
 
 
+def head_bootstrap_rho(x, y, b: int = HEAD_RESAMPLES, seed: int = SEED) -> tuple[float, tuple[float, float]]:
+    """Spearman ρ over heads of two per-head means (K,) and its 95 % percentile interval
+    resampling the heads (the unit the claim generalises over: 48 heads, not the sentences their
+    means are taken over)."""
+    from scipy.stats import spearmanr
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    picks = np.random.default_rng(seed).integers(0, len(x), (b, len(x)))  # (b, K)
+    rhos = np.array([spearmanr(x[i], y[i]).statistic for i in picks])
+    lo, hi = np.nanquantile(rhos, [0.025, 0.975])  # a resample of one repeated head has no ρ
+    return float(spearmanr(x, y).statistic), (float(lo), float(hi))
+
+
 def _confidence_lrp(claim: dict, evidence: Evidence) -> Verdict:
-    return V.directional(claim["value"], claim["ci"], sign=+1, what="Spearman ρ(confidence, LRP relevance)")
+    rows = evidence.rows(claim)
+    columns = claim["measure"]["columns"]
+    x, y = (np.mean([r[columns[k]] for r in rows], 0) for k in ("x", "y"))  # (K,) per-head means
+    rho, ci = head_bootstrap_rho(x, y)
+    return V.directional(rho, ci, sign=+1, what=f"Spearman ρ(confidence, LRP relevance) over {len(x)} heads, "
+                                                 "heads resampled")
 
 
 def subset_p(confidence, kept, subsets: int = SUBSETS, seed: int = SEED) -> tuple[float, float, np.ndarray]:

@@ -56,11 +56,28 @@ def test_fewest_heads_falls_back_to_importance_pruning(tmp_path):
     assert VV.judge(fewest, ev).status == "not applicable"
 
 
-@pytest.mark.parametrize("ci, want", [([0.2, 0.6], "reproduced"), ([-0.1, 0.4], "not reproduced"),
-                                      ([-0.6, -0.2], "not reproduced")])
-def test_confidence_lrp_directional(ci, want):
-    c = _claim("voita-confidence-lrp", float(np.mean(ci)), ci)
-    assert VV.judge(c, Evidence({}, {}, Path("."))).status == want
+@pytest.mark.parametrize("strength, want", [(1.0, "reproduced"), (0.0, "not reproduced"), (-1.0, "not reproduced")])
+def test_confidence_lrp_is_judged_with_the_heads_resampled(tmp_path, strength, want):
+    """48 heads whose LRP relevance follows (1), ignores (0) or opposes (−1) their confidence, on
+    many sentences: only a relation across heads is reproduced, however many sentences."""
+    rng = np.random.default_rng(0)
+    confidence = rng.uniform(0.2, 0.5, 48)  # (K,)
+    lrp = strength * confidence + 0.05 * rng.standard_normal(48)  # (K,)
+    rows = [{"index": i, "confidence": (confidence + 0.01 * rng.standard_normal(48)).tolist(),
+             "lrp": (lrp + 0.01 * rng.standard_normal(48)).tolist()} for i in range(200)]
+    C.write_rows(tmp_path / "p.jsonl", rows)
+    claim = _claim("voita-confidence-lrp", 0.0, [0.0, 0.0], predictions="p.jsonl",
+                   measure={"statistic": "head_spearman", "ci_method": "bootstrap",
+                            "columns": {"x": "confidence", "y": "lrp"}})
+    verdict = VV.judge(claim, Evidence({}, {}, tmp_path))
+    assert verdict.status == want and "over 48 heads, heads resampled" in verdict.reason
+
+
+def test_the_head_bootstrap_is_wider_than_one_over_sentences_would_be():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(48)
+    rho, (lo, hi) = VV.head_bootstrap_rho(x, 0.5 * x + rng.standard_normal(48))
+    assert lo < rho < hi and hi - lo > 0.2  # 48 units: ρ's standard error ≈ 0.1
 
 
 def _kept_evidence(kept: np.ndarray, confidence: np.ndarray) -> Evidence:
