@@ -48,7 +48,6 @@ import sys
 
 import numpy as np
 
-from jattn import stats
 from jattn.reproduce import claims as C
 from experiments import papers
 from jattn.reproduce import studies
@@ -141,59 +140,6 @@ def _mixing(claim: dict, evidence: Evidence) -> Verdict:
 # --- frequency -------------------------------------------------------------------------------
 
 
-def _tie_ends(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(stable sort order of v, last sorted position of each tie group, tie group of each sorted position)."""
-    order = np.argsort(v, kind="stable")
-    s = v[order]
-    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-    return order, np.r_[starts[1:], len(v)] - 1, np.cumsum(np.isin(np.arange(len(v)), starts)) - 1
-
-
-def _mid_ranks(w: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """(c, groups) average rank of each tie group, ``w`` (c, n) copies of each value in sorted order."""
-    cum = np.cumsum(w, 1)[:, ends]
-    return cum - (np.diff(cum, axis=1, prepend=0) - 1) / 2
-
-
-def cluster_spearman_ci(x, y, cluster, level: float = 0.95, chunk: int = 20) -> list[float]:
-    """The interval ``claims.evaluate(rows, {"statistic": "spearman", ..., "ci_method": "bootstrap",
-    "cluster": ...})`` gives, for ``y`` constant within a cluster (a type's frequency rank): its
-    resamples (``stats.B`` draws of the K clusters, numbered in order of first appearance, from
-    ``default_rng(stats.SEED)``), ρ of each resample's rows, linear quantiles. Computed as the
-    weighted Pearson correlation of ranks, each row weighted by how often its cluster was drawn,
-    the per-cluster sums by a sparse product (the rows are never copied)."""
-    import scipy.sparse as sparse
-
-    x, y, cluster = np.asarray(x, float), np.asarray(y, float), np.asarray(cluster)
-    _, first, where = np.unique(cluster, return_index=True, return_inverse=True)
-    where = np.argsort(np.argsort(first))[where]  # (n,) cluster number in order of first appearance
-    k, n = int(where.max()) + 1, len(x)
-    y_of = np.zeros(k)
-    y_of[where] = y
-    if not np.array_equal(y_of[where], y):
-        raise ValueError("cluster_spearman_ci needs y constant within each cluster")
-    size = np.bincount(where, minlength=k)  # (K,) rows per cluster
-    picks = np.random.default_rng(stats.SEED).integers(0, k, size=(stats.B, k))  # (B, K)
-    ox, ends_x, group_x = _tie_ends(x)
-    member = sparse.csr_matrix((np.ones(n), (np.arange(n), where[ox])), shape=(n, k))  # x-sorted row -> cluster
-    oy, ends_y, group_y = _tie_ends(y_of)
-    theta = []
-    for block in np.array_split(picks, range(chunk, stats.B, chunk)):
-        c = len(block)
-        drawn = np.bincount((np.arange(c)[:, None] * k + block).ravel(), minlength=c * k).reshape(c, k).astype(float)
-        rx = _mid_ranks(drawn[:, where[ox]], ends_x)[:, group_x]  # (c, n) ranks of x, rows in x order
-        ry = np.empty((c, k))
-        ry[:, oy] = _mid_ranks((drawn * size)[:, oy], ends_y)[:, group_y]  # (c, K) rank of each cluster's y
-        sum_x, sum_xx = (member.T @ rx.T).T, (member.T @ (rx * rx).T).T  # (c, K) over one copy of each cluster
-        total = drawn @ size
-        mx, my = (drawn * sum_x).sum(1) / total, (drawn * size * ry).sum(1) / total
-        cov = (drawn * ry * sum_x).sum(1) / total - mx * my
-        vx = (drawn * sum_xx).sum(1) / total - mx * mx
-        vy = (drawn * size * ry * ry).sum(1) / total - my * my
-        theta.append(cov / np.sqrt(vx * vy))
-    return [float(q) for q in np.quantile(np.concatenate(theta), [(1 - level) / 2, (1 + level) / 2])]
-
-
 def _spearman(x, y) -> float:
     return C.STATISTICS["spearman"][1](x, y)
 
@@ -207,9 +153,10 @@ def frequency_evidence(rows: list[dict], x: str, y: str, top: int = TOP_TYPES) -
     frequent = types[np.argsort(-counts, kind="stable")[:top]]
     keep = ~np.isin(ids, frequent)
     mean = lambda v: np.bincount(where, v) / counts  # noqa: E731  (types,)
-    return {"rho": _spearman(xs, ys), "ci": cluster_spearman_ci(xs, ys, ids), "types": len(types),
+    by_type = {"statistic": "spearman", "columns": {"x": x, "y": y}, "ci_method": "bootstrap", "cluster": "id"}
+    return {"rho": _spearman(xs, ys), "ci": C.evaluate(rows, by_type)["ci"], "types": len(types),
             "rho_without_top": _spearman(xs[keep], ys[keep]),
-            "ci_without_top": cluster_spearman_ci(xs[keep], ys[keep], ids[keep]),
+            "ci_without_top": C.evaluate([r for r, k in zip(rows, keep) if k], by_type)["ci"],
             "kept": int(keep.sum()), "rho_types": _spearman(mean(xs), mean(ys))}
 
 

@@ -176,15 +176,10 @@ def _fast_fewest_heads(ref, systems, heads, reference):
     return _fewest_heads(ref, systems, heads, reference), _count_bootstrap(fewest, len(ref))
 
 
-def _fast_spearman(x, y):
-    """``stats.spearman_bootstrap_ci`` with the resamples taken a chunk at a time: each resample's
-    average ranks from the original sort and its counts (tie groups are runs of the sorted values),
-    ρ the count-weighted Pearson correlation of those ranks."""
-    from scipy.stats import spearmanr
-
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    if len(x) < 2 or len(x) != len(y) or not (np.isfinite(x).all() and np.isfinite(y).all()):
-        return stats.spearman_bootstrap_ci(x, y)  # its checks and errors
+def _spearman_of_counts(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """rho(w): Spearman ρ of (x, y) over each resample of counts w (c, n) — each example taken as
+    often as drawn: its average ranks from the original sort and the counts (tie groups are runs
+    of the sorted values), ρ the count-weighted Pearson correlation of those ranks."""
     sorts = []
     for v in (x, y):
         order = np.argsort(v, kind="stable")
@@ -205,7 +200,26 @@ def _fast_spearman(x, y):
         dx, dy = rx - (w * rx).sum(1, keepdims=True) / total, ry - (w * ry).sum(1, keepdims=True) / total
         return (w * dx * dy).sum(1) / np.sqrt((w * dx * dx).sum(1) * (w * dy * dy).sum(1))
 
-    return float(spearmanr(x, y).statistic), _count_bootstrap(rho, len(x), chunk=20)
+    return rho
+
+
+def _spearman_arrays(x, y) -> tuple[np.ndarray, np.ndarray] | None:
+    """float64 (x, y), or None where ``stats.spearman_bootstrap_ci``'s checks and errors should speak."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if len(x) < 2 or len(x) != len(y) or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return None
+    return x, y
+
+
+def _fast_spearman(x, y):
+    """``stats.spearman_bootstrap_ci`` with the resamples taken a chunk at a time as counts
+    (``_spearman_of_counts``)."""
+    from scipy.stats import spearmanr
+
+    if (checked := _spearman_arrays(x, y)) is None:
+        return stats.spearman_bootstrap_ci(x, y)  # its checks and errors
+    x, y = checked
+    return float(spearmanr(x, y).statistic), _count_bootstrap(_spearman_of_counts(x, y), len(x), chunk=20)
 
 
 # statistics with an exact faster bootstrap than ``stats.bootstrap_ci`` (the same resamples and interval)
@@ -238,22 +252,33 @@ def _columns(rows: list[dict], names: dict[str, str], statistic: str) -> list[np
     return [np.asarray([r[names[a]] for r in rows]) for a in arguments]
 
 
-def _cluster_resamples(rows: list[dict], column: str) -> list[np.ndarray]:
-    """``stats.B`` row-index arrays, each the rows of K clusters drawn with replacement."""
-    groups: dict = {}  # cluster -> its row indices, clusters in order of first appearance
-    for i, r in enumerate(rows):
-        groups.setdefault(r[column], []).append(i)
-    members = [np.asarray(m) for m in groups.values()]
-    picks = np.random.default_rng(stats.SEED).integers(0, len(members), size=(stats.B, len(members)))  # (B, K)
-    return [np.concatenate([members[k] for k in pick]) for pick in picks]
+def _cluster_codes(rows: list[dict], column: str) -> tuple[np.ndarray, int]:
+    """(n,) each row's cluster, numbered in order of first appearance, and the number of clusters K."""
+    codes: dict = {}
+    return np.asarray([codes.setdefault(r[column], len(codes)) for r in rows]), len(codes)
+
+
+def _cluster_picks(k: int, b: int = stats.B) -> np.ndarray:
+    """(b, K) the clusters each resample draws, with replacement."""
+    return np.random.default_rng(stats.SEED).integers(0, k, size=(b, k))
 
 
 def _cluster(rows: list[dict], spec: dict, level: float) -> dict:
-    """The "bootstrap" and "paired" methods over the clusters of ``spec["cluster"]``."""
+    """The "bootstrap" and "paired" methods over the clusters of ``spec["cluster"]``: each resample
+    the rows of its clusters (Spearman ρ from the rows' counts, ``_spearman_of_counts``)."""
     statistic, fn = spec["statistic"], STATISTICS[spec["statistic"]][1]
     system = _columns(rows, spec["columns"], statistic)
     tails = [(1 - level) / 2, (1 + level) / 2]
-    resamples = _cluster_resamples(rows, spec["cluster"])
+    codes, k = _cluster_codes(rows, spec["cluster"])
+    picks = _cluster_picks(k)
+    if spec["ci_method"] == "bootstrap" and statistic == "spearman" and _spearman_arrays(*system) is not None:
+        rho = _spearman_of_counts(*_spearman_arrays(*system))
+        theta = np.concatenate([rho(np.bincount((np.arange(len(p))[:, None] * k + p).ravel(), minlength=len(p) * k)
+                                    .reshape(len(p), k)[:, codes])  # (c, n) copies of each row
+                                for p in np.array_split(picks, range(20, stats.B, 20))])
+        return {"value": float(fn(*system)), "ci": [float(q) for q in np.quantile(theta, tails)]}
+    members = [np.flatnonzero(codes == j) for j in range(k)]
+    resamples = [np.concatenate([members[j] for j in pick]) for pick in picks]
     if spec["ci_method"] == "bootstrap":
         theta = np.array([fn(*(c[ix] for c in system)) for ix in resamples])
         return {"value": float(fn(*system)), "ci": [float(q) for q in np.quantile(theta, tails)]}

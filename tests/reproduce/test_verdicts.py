@@ -104,3 +104,22 @@ def test_the_cluster_bootstrap_resamples_clusters_not_rows():
     paired = claims.evaluate([{**r, "w": r["v"] + 1} for r in rows],
                              {**spec, "ci_method": "paired", "against": {"value": "w"}, "cluster": "document"})
     assert paired["value"] == pytest.approx(-1) and paired["ci"] == pytest.approx([-1, -1]) and paired["p"] == 0
+
+
+def test_the_cluster_spearman_from_counts_is_the_spearman_of_each_resamples_rows():
+    """The type-cluster interval of a frequency ρ is computed from each resample's row counts; it
+    equals ρ recomputed on each resample's concatenated rows (same draws, same quantiles)."""
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 40, 300)
+    rows = [{"id": int(i), "x": float(np.round(rng.normal(i / 10, 1), 1)), "y": int(i % 7)} for i in ids]
+    got = claims.evaluate(rows, {"statistic": "spearman", "columns": {"x": "x", "y": "y"}, "ci_method": "bootstrap",
+                                 "cluster": "id"})
+    first = list(dict.fromkeys(int(i) for i in ids))  # clusters in order of first appearance
+    members = [np.flatnonzero(ids == c) for c in first]
+    x, y = np.array([r["x"] for r in rows]), np.array([r["y"] for r in rows])
+    picks = np.random.default_rng(0).integers(0, len(first), (1000, len(first)))
+    rhos = [spearmanr(x[ix], y[ix]).statistic for ix in (np.concatenate([members[j] for j in p]) for p in picks)]
+    np.testing.assert_allclose(got["ci"], np.quantile(rhos, [0.025, 0.975]), rtol=1e-9, atol=1e-12)
+    assert got["value"] == pytest.approx(spearmanr(x, y).statistic, abs=1e-12)

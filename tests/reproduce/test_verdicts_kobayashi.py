@@ -101,16 +101,6 @@ def test_frequency_types_and_top_types(tmp_path, carried, want):
     assert "type-level ρ" in v.reason
 
 
-def test_cluster_ci_is_claims_evaluate():
-    rng = np.random.default_rng(3)
-    ids = rng.integers(0, 40, 300)
-    rows = [{"id": int(i), "x": float(np.round(rng.normal(i / 10, 1), 1)), "y": int(i % 7)} for i in ids]
-    want = C.evaluate(rows, {"statistic": "spearman", "columns": {"x": "x", "y": "y"}, "ci_method": "bootstrap",
-                             "cluster": "id"})["ci"]
-    got = KV.cluster_spearman_ci([r["x"] for r in rows], [r["y"] for r in rows], [r["id"] for r in rows])
-    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
-
-
 def _aer_rows(good: int, base: int, n: int = 60) -> list[dict]:
     rng = np.random.default_rng(4)
     rows = []
