@@ -203,7 +203,7 @@ def test_the_positional_detector_finds_the_known_previous_token_head_of_minilm(d
     from jattn.runner import run_corpus
 
     net = jattn.load()
-    trees = list(read_conllu_trees(data_set("ud-english-ewt") / "en_ewt-ud-dev.conllu"))[:64]
+    trees = list(read_conllu_trees(data_set("ud-english-ewt") / "en_ewt-ud-dev.conllu"))[:32]
     texts = [" ".join(t.words) for t in trees]
     ids = [np.asarray(net.tokenizer(x)["input_ids"]) for x in texts]
     rank = roles.frequency_rank(ids, len(net.tokenizer.get_vocab()))
