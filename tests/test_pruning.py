@@ -290,3 +290,34 @@ def test_a_step_is_whole_heads_and_a_step_under_half_a_head_is_refused():
     assert (heads_per_step(0.1, 144), heads_per_step(0.05, 72), heads_per_step(1.0, 6)) == (14, 4, 6)
     with pytest.raises(ValueError, match=r"step 0.003 of 144 heads is 0.43 of a head per step. Fix: pass step ≥ 0.0069"):
         heads_per_step(0.003, 144)
+
+
+def test_a_curve_on_a_pruned_model_counts_its_heads_not_its_padding_slots(bert_cls, tmp_path):
+    """A model pruned before has padding slots (layer 1 of counts-3-1 keeps 1 head in 3 slots):
+    they are not heads, so the curve's shares, its steps and the CLI's report count the 4 heads
+    left, never mask a padding slot, and results.json names the masked heads by their index
+    before any pruning (null: removed before)."""
+    from jattn.cli import main
+    from jattn.sweeps.pruning_curve import held, prune
+
+    loaded = jattn.load(export_pruned(bert_cls, np.array(PATTERNS["counts-3-1"], bool), tmp_path / "pruned"),
+                        use_cache=False)
+    assert held(loaded).tolist() == [True, True, True, True, False, False]  # (L, H') = (2, 3) slots
+    seen = []
+    metric = lambda m: seen.append(np.array(m["encoder"])) or 0.0  # noqa: E731
+    scores = np.array([[3.0, 2.0, 5.0], [4.0, 0.0, 0.0]])  # padding slots score lowest, as importance gives them
+    curve = prune(loaded, [("a", 0)], metric, scores=scores, step=0.25)
+    assert [f for f, _ in curve] == [0.0, 0.25, 0.5, 0.75, 1.0]  # one of the 4 heads per step
+    assert [m[1, 1:].tolist() for m in seen] == [[0.0, 0.0]] * 5  # padding slots: never counted as kept heads
+    assert seen[1].tolist() == [[1, 0, 1], [1, 0, 0]]  # the lowest-scored head first, not a padding slot
+    data = tmp_path / "data.tsv"
+    data.write_text("the cat sat .\t0\na dog\t2\nbirds fly south\t1\n")
+    main(["prune", "--model", str(tmp_path / "pruned"), "--input", str(data), "--dev", str(data),
+          "--out", str(tmp_path / "curve"), "--step", "0.25", "--estimator", "example", "--batch-size", "4"])
+    report = (tmp_path / "curve" / "report.md").read_text()
+    assert "1 of the 4 heads (25.0%) per step" in report
+    doc = json.loads((tmp_path / "curve" / "results.json").read_text())
+    assert [f for f, _ in doc["curve"]] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    first = doc["masks"][0]["encoder"]  # (L, 4): heads by index before pruning, null where removed before
+    assert first == [[1.0, None, 1.0, 1.0], [None, 1.0, None, None]]
+    assert [sum(v for row in m["encoder"] for v in row if v is not None) for m in doc["masks"]] == [4, 3, 2, 1, 0]

@@ -6,7 +6,7 @@ self- and cross-attention heads together), and the metric is taken on ``--dev`` 
 accuracy (%) or Matthews correlation ×100 of a classifier (``--dev`` 'text<TAB>label' lines), or BLEU
 of greedy translations (``--dev SRC_FILE REF_FILE`` or one 'source ||| reference' file). Writes
 ``DIR/results.json`` (curve, the fraction prunable within ``--tolerance`` points, the head mask of
-every step), ``DIR/report.md``, ``DIR/figures/curve.png``; ``--export FOLDER`` writes the model pruned at that
+every step, by each head's index before any pruning), ``DIR/report.md``, ``DIR/figures/curve.png``; ``--export FOLDER`` writes the model pruned at that
 fraction with the heads physically removed (``jattn.sweeps.pruning.export_pruned``). The curve
 is saved after every point in ``DIR-work/`` (removed when done): a stopped run (Ctrl-C, a kill)
 started again with the same arguments resumes there.
@@ -57,7 +57,8 @@ def run(args) -> None:
     import jattn
     from jattn.cli.reporting import metric_name, table, write_report
     from jattn.io import results
-    from jattn.sweeps.pruning_curve import (as_lists, bleu_metric, classification_metric, heads_per_step,
+    from jattn.sweeps.pruning import by_original_head
+    from jattn.sweeps.pruning_curve import (as_lists, bleu_metric, classification_metric, heads_per_step, held,
                                            prunable_fraction, prune)
 
     exporting = (results.Output(args.export, overwrite=args.overwrite, option="--export") if args.export
@@ -67,7 +68,8 @@ def run(args) -> None:
         dev = read_examples(args.dev, args.format)
         model = jattn.load(args.model)
         check_family(model, args.format, "jattn prune")
-        heads = sum(L * H for L, H in model.head_shapes.values())
+        heads = int(held(model).sum())  # a model pruned before: its heads, not its padding slots
+        pruned_before = getattr(model.config, "pruned", None) is not None
         per_step = heads_per_step(args.step, heads, "--step")  # before any work
         max_length = min(args.max_length, model.config.max_length)
         if args.format == "parallel":
@@ -89,7 +91,8 @@ def run(args) -> None:
         keep = masks[[f for f, _ in curve].index(prunable)]
         doc = {"curve": curve, "baseline_metric": curve[0][1], "metric": name,
                "prunable_fraction": prunable, "tolerance": args.tolerance,
-               "masks": [as_lists(m) for m in masks],
+               # per head by its index before any pruning (null: a head removed from the model before this run)
+               "masks": [by_original_head(model.config, m) if pruned_before else as_lists(m) for m in masks],
                "meta": results.run_meta(model=model.source, input=" ".join(args.input), dev=" ".join(args.dev),
                                         estimator=args.estimator, schedule=args.schedule, step=args.step,
                                         keep_one_per_layer=args.keep_one_per_layer, format=args.format,

@@ -95,6 +95,20 @@ def real_heads(config) -> dict[str, np.ndarray]:
     return {kind: table >= 0 for kind, table in original_heads(config).items()}
 
 
+def by_original_head(config, mask: dict) -> dict[str, list]:
+    """A per-slot mask {type: (L, H')} as the heads it names before any pruning: {type: (L, H)
+    nested lists}, 1.0 / 0.0 where the slot's head is kept / masked, None for a head removed
+    earlier (no slot holds it). The form a report gives a mask of an already pruned model in."""
+    out = {}
+    for kind, table in original_heads(config).items():
+        heads = stacks(config)[kind].heads
+        named = [[None] * heads for _ in range(len(table))]  # (L, H)
+        for layer, slot in np.argwhere(table >= 0):
+            named[layer][table[layer, slot]] = float(np.asarray(mask[kind])[layer, slot])
+        out[kind] = named
+    return out
+
+
 def _per_stack(config, value, name: str, what: str) -> dict[str, np.ndarray]:
     """A per-head (L, H) array for an encoder, or a dict of them per attention type for a
     translation model, as {stack: array} with shapes checked (missing types left out). ``name``:

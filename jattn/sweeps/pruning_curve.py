@@ -7,7 +7,8 @@ Masking is Michel's: gate ξ_h = 0 zeroes the head's context (W_O's bias still p
 cross-attention heads are ranked together. ``schedule="once"`` ranks with the importance of the
 full model; ``"reestimate"`` recomputes importance under the current mask before each step (the
 paper's iterative variant). ``keep_one_per_layer`` never masks the last head of a layer. The
-mask is an array argument of the jitted evaluation, so the curve compiles once.
+mask is an array argument of the jitted evaluation, so the curve compiles once. On a model pruned
+before (``jattn.sweeps.pruning``) the shares and steps count its heads, not its padding slots.
 
 Metric helpers: ``classification_metric`` (accuracy or Matthews correlation of a classifier)
 and ``bleu_metric`` (corpus sacreBLEU of greedy translations), each a function mask -> float.
@@ -24,6 +25,7 @@ from jattn.io import validate
 from jattn.nn.interventions import Interventions
 from jattn.runner.batcher import model_batches
 from jattn.sweeps.importance import KINDS, check_sizes, importance
+from jattn.sweeps.pruning import real_heads
 
 __all__ = ["as_lists", "bleu_metric", "classification_metric", "classification_predictions", "flat_scores",
            "heads_per_step", "prunable_fraction", "prune", "SCHEDULES"]
@@ -38,6 +40,15 @@ def flat_scores(model, scores) -> np.ndarray:
     if missing := [k for k in model.head_shapes if k not in scores]:
         raise ValueError(f"scores: no scores for the attention types {missing}")
     return np.concatenate([np.asarray(scores[k], np.float64).ravel() for k in model.head_shapes])
+
+
+def held(model) -> np.ndarray:
+    """(N,) bool in ``model.head_shapes`` order: True where a slot holds a head, False on the
+    padding slots of a physically pruned model (``jattn.sweeps.pruning``), which are not heads."""
+    if getattr(model.config, "pruned", None) is None:
+        return np.ones(sum(L * H for L, H in model.head_shapes.values()), bool)
+    real = real_heads(model.config)  # {type: (L, H')}
+    return np.concatenate([real[k].ravel() for k in model.head_shapes])
 
 
 def choose(scores: np.ndarray, kept: np.ndarray, layer_of: np.ndarray, k: int, keep_one_per_layer: bool) -> list:
@@ -93,9 +104,10 @@ def prune(model, examples: Sequence, metric_fn: Callable, *, estimator: str = "t
     shapes = model.head_shapes
     layer_of = np.concatenate([np.repeat(np.arange(L) + sum(s[0] for s in list(shapes.values())[:i]), H)
                                for i, (L, H) in enumerate(shapes.values())])  # (N,) a global layer id per head
-    N = len(layer_of)
+    real = held(model)  # (N,) padding slots of an already pruned model are not heads: never counted or chosen
+    N = int(real.sum())
     k = heads_per_step(step, N)
-    kept = np.ones(N, np.float32)  # (N,)
+    kept = real.astype(np.float32)  # (N,) slots, 0 on padding
 
     def masks() -> dict:
         out, start = {}, 0
@@ -116,7 +128,7 @@ def prune(model, examples: Sequence, metric_fn: Callable, *, estimator: str = "t
             masks_out.append(masks())
         value = float(metric_fn(masks()))
         if not np.isfinite(value):
-            raise ValueError(f"the metric is {value} with {1 - kept.mean():.1%} of the heads masked: a curve with a "
+            raise ValueError(f"the metric is {value} with {1 - kept[real].mean():.1%} of the heads masked: a curve with a "
                              "non-finite point cannot be read. Fix: check the dev data (enough examples for the "
                              "metric) and the model's outputs (finite logits)")
         return value
@@ -140,7 +152,7 @@ def prune(model, examples: Sequence, metric_fn: Callable, *, estimator: str = "t
         if not chosen:
             return curve
         kept[chosen] = 0.0
-        curve.append([float(1 - kept.mean()), evaluate()])
+        curve.append([float(1 - kept[real].mean()), evaluate()])
 
 
 def as_lists(x: dict) -> dict:
