@@ -8,31 +8,35 @@ functions carry the names of the command-line commands that run them (``jattn di
 ``jattn prune``, ``jattn importance``, ...).
 """
 
+import importlib as _importlib
 import warnings as _warnings
 
 from jattn import host_memory  # keep_freed_memory(): for a program that owns its process (the CLI does)
 
-from jattn.nn.interventions import Interventions
-from jattn.io.manifest import data_path
-from jattn.models.load import load
-from jattn.analyses.attribution import attributions
-from jattn.sweeps.disable import disable
-from jattn.sweeps.importance import importance
-from jattn.analyses.norms import norms
-from jattn.sweeps.patching import attribution_patch_heads, patch_heads
-from jattn.sweeps.pruning_curve import prune
-from jattn.runner.loop import run_corpus
-from jattn.viz.view import view
+# The public functions, imported on first use (PEP 562): ``import jattn`` itself reads no JAX, so
+# the command line starts in a fraction of a second and takes Ctrl-C cleanly from its first moment.
+_PUBLIC = {"Interventions": "jattn.nn.interventions", "data_path": "jattn.io.manifest", "load": "jattn.models.load",
+           "attributions": "jattn.analyses.attribution", "disable": "jattn.sweeps.disable",
+           "importance": "jattn.sweeps.importance", "norms": "jattn.analyses.norms",
+           "attribution_patch_heads": "jattn.sweeps.patching", "patch_heads": "jattn.sweeps.patching",
+           "prune": "jattn.sweeps.pruning_curve", "run_corpus": "jattn.runner.loop", "view": "jattn.viz.view"}
 
-__all__ = ["attribution_patch_heads", "attributions", "data_path", "disable", "importance", "Interventions",
-           "load", "norms", "patch_heads", "prune", "run_corpus", "view"]
+__all__ = sorted(_PUBLIC, key=str.lower)
 
 _RENAMED = {"disable_sweep": "disable", "pruning_curve": "prune"}  # the names before the CLI's
 
 
 def __getattr__(name: str):
+    if name in _PUBLIC:
+        value = getattr(_importlib.import_module(_PUBLIC[name]), name)
+        globals()[name] = value  # imported once
+        return value
     if name in _RENAMED:
         _warnings.warn(f"jattn.{name} is now jattn.{_RENAMED[name]} (the command's name); the old name goes "
                        "in the next release", DeprecationWarning, stacklevel=2)
-        return globals()[_RENAMED[name]]
+        return __getattr__(_RENAMED[name])
     raise AttributeError(f"module 'jattn' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

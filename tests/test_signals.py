@@ -227,6 +227,17 @@ def test_analyze_and_reproduce_stop_cleanly(tmp_path):
         stopped(trial)
 
 
+def test_the_handler_is_in_place_before_any_library_loads(tmp_path):
+    """``import jattn.cli`` (what the ``jattn`` program runs first) loads no numpy, JAX, Flax or
+    transformers: ``main`` installs the stop handler a few tens of milliseconds after Python starts,
+    not after the seconds their imports take (a Ctrl-C there was a KeyboardInterrupt traceback).
+    A stop at the handler's first moment (the command's own imports) is clean."""
+    probe = "import sys, jattn.cli; print([m for m in ('numpy', 'jax', 'flax', 'transformers') if m in sys.modules])"
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env(), capture_output=True, text=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+    analyze_stopped(analyze_trial(tmp_path, "first-moment", signal.SIGINT, 0.0, lines=8))
+
+
 def soak(tmp_path, trial, stopped, trials: int = 30) -> None:
     """A run uninterrupted (its length), then ``trials`` runs stopped at delays spread over it."""
     began = time.monotonic()

@@ -7,7 +7,7 @@ and the long commands (finetune, prune, gates, disable) keep a checkpoint that t
 run again resumes from; the exit status is 130 (SIGINT) or 143 (SIGTERM).
 
 How a stop is handled (``main``): the handler (``_stop``) records the signal
-(``jattn.io.results.record_stop``) and raises KeyboardInterrupt (``Terminated`` for SIGTERM)
+(``jattn.io.stops.record_stop``) and raises KeyboardInterrupt (``Terminated`` for SIGTERM)
 wherever the main thread is, so the commands' checkpoint and clean-up paths run. Python drops
 an exception raised inside a garbage-collection callback (XLA's ``_xla_gc_callback``) or a
 finalizer ("Exception ignored in ..."); three things make such a stop still end the run:
@@ -32,8 +32,8 @@ import signal
 import sys
 import time
 
-from jattn.io import results
-from jattn.io.results import Terminated
+from jattn.io import stops
+from jattn.io.stops import Terminated
 
 # sub-command -> module defining ``add_arguments(parser)`` and ``run(args)``
 COMMANDS = {
@@ -175,21 +175,21 @@ _redelivery: list = []  # the pending redelivery's timer
 
 def _stop(signum, frame):
     """SIGINT/SIGTERM while a command runs: recorded, and raised unless one is on its way."""
-    results.record_stop(signum)
-    raised = results.STOP["raised"]
+    stops.record_stop(signum)
+    raised = stops.STOP["raised"]
     if raised is not None and time.monotonic() - raised < GRACE_S:
         return
-    results.STOP["raised"] = time.monotonic()
-    raise results.stop_error(results.STOP["signal"])
+    stops.STOP["raised"] = time.monotonic()
+    raise stops.stop_error(stops.STOP["signal"])
 
 
 def _dropped(unraisable, previous=None):
     """``sys.unraisablehook`` while a command runs: a recorded stop's exception that Python
     dropped is not printed; the signal is sent to the main thread again shortly."""
-    signum = results.STOP["signal"]
+    signum = stops.STOP["signal"]
     if signum is None or not isinstance(unraisable.exc_value, KeyboardInterrupt):
         return (previous or sys.__unraisablehook__)(unraisable)
-    results.STOP["raised"] = None
+    stops.STOP["raised"] = None
     if not _redelivery:
         import threading
 
@@ -201,7 +201,7 @@ def _dropped(unraisable, previous=None):
 
 def _redeliver(thread: int, signum: int) -> None:
     _redelivery.clear()
-    if results.STOP["raised"] is None:  # no check point raised it again meanwhile
+    if stops.STOP["raised"] is None:  # no check point raised it again meanwhile
         signal.pthread_kill(thread, signum)
 
 
@@ -224,7 +224,7 @@ def _stopped(command: str, resume: str, e: KeyboardInterrupt, program: bool):
 def main(argv=None) -> None:
     from jattn.host_memory import keep_freed_memory
 
-    results.record_stop(None)
+    stops.record_stop(None)
     previous, hook = {}, sys.unraisablehook
     if _main_thread():  # an ignored SIGINT (a background job's) stays ignored
         previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)
@@ -240,7 +240,7 @@ def main(argv=None) -> None:
         args = parser.parse_args(argv)
         command, resume = args.command, getattr(modules[args.command], "RESUME", "")
         modules[args.command].run(args)
-        results.check_stop()  # a stop whose exception was dropped after the last check point
+        stops.check_stop()  # a stop whose exception was dropped after the last check point
         if argv is None:  # the program's work is done and published: a stop from now on changes nothing
             for sig in previous:
                 signal.signal(sig, signal.SIG_IGN)
@@ -262,7 +262,7 @@ def main(argv=None) -> None:
         for timer in _redelivery:  # a caller of main in-process goes on: no late signal, no stop left
             timer.cancel()
         _redelivery.clear()
-        results.record_stop(None)
+        stops.record_stop(None)
 
 
 def overview() -> str:

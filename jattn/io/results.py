@@ -15,11 +15,7 @@ once), and ``Output.write(fill)`` lets ``fill`` write into a fresh temporary fol
 full disk) leaves ``out`` exactly as it was: the previous complete results or nothing. While
 an ``Output`` is open, a SIGINT is also remembered, so a run whose KeyboardInterrupt was
 swallowed on the way (Python drops exceptions raised in finalizers and some callbacks) still
-never publishes. The command line records its stops here too (``record_stop``, by its
-SIGINT/SIGTERM handler, ``jattn.cli``): ``Output.write`` never publishes after one, and
-``check_stop`` raises a recorded stop again at the check points of long loops (every batch of
-``jattn.runner.loop``, every stage of ``jattn.reproduce.pipeline``), so that a stop whose exception
-Python dropped (raised inside a garbage-collection callback or a finalizer) still ends the run.
+never publishes. The command line records its stops (``jattn.io.stops``): ``Output.write`` never publishes after one.
 ``meta["complete"]`` is true in every published ``results.json``. ``out`` is resolved first (a
 symlink: its target is locked and replaced, the link stays), and a published folder lists its
 files in ``.jattn-files``: a folder holding any other file (a user's) is never replaced, unless
@@ -39,18 +35,14 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from jattn.io.stops import check_stop
+
 __all__ = ["acquire_lock", "Output", "release_lock", "run_meta", "write_figures", "write_files"]
-
-# the stop the command line's handler recorded (``record_stop``): its signal, and when its
-# exception was last raised (time.monotonic(); None: not raised, or raised and dropped since)
-STOP = {"signal": None, "raised": None}
-
 
 class OutputError(ValueError):
     """An output folder that cannot be used, or writing into it failed."""
@@ -58,31 +50,6 @@ class OutputError(ValueError):
 
 class NonFiniteError(ValueError):
     """The run produced NaN or inf statistics."""
-
-
-class Terminated(KeyboardInterrupt):
-    """A SIGTERM, raised where a SIGINT's KeyboardInterrupt would be."""
-
-
-def record_stop(signum: int | None) -> None:
-    """Remember a stop signal (SIGINT or SIGTERM) for ``check_stop``, the first one kept; None
-    forgets it (a new command)."""
-    if signum is None:
-        STOP.update(signal=None, raised=None)
-    elif STOP["signal"] is None:
-        STOP["signal"] = signum
-
-
-def stop_error(signum: int) -> KeyboardInterrupt:
-    """The exception a stop signal raises: ``Terminated`` for SIGTERM, else KeyboardInterrupt."""
-    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-
-def check_stop() -> None:
-    """A check point: raise the recorded stop again (its first exception may have been dropped)."""
-    if STOP["signal"] is not None:
-        STOP["raised"] = time.monotonic()
-        raise stop_error(STOP["signal"])
 
 
 def to_json(value: np.ndarray):

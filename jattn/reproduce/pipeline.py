@@ -343,12 +343,12 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
     Returns every stage's record. A stage that needs a named artefact not made
     (``ArtefactNotMade``: the message names the command) does not run, nor do the stages that
     need it; the others go on, and ``ctx.not_run`` says why each did not."""
-    from jattn.io import artefacts, results
+    from jattn.io import artefacts, stops
     from jattn.io.artefacts import ArtefactNotMade
 
     done: dict[str, dict] = {}
     for i, (stage, key) in enumerate(zip(stages, keys(stages).values())):
-        results.check_stop()  # a SIGINT/SIGTERM whose exception was dropped (jattn.cli)
+        stops.check_stop()  # a SIGINT/SIGTERM whose exception was dropped (jattn.cli)
         if missing := [n for n in stage.needs if n in ctx.not_run]:
             ctx.not_run[stage.name] = f"it needs {missing[0]}, which did not run"
             log(f"[{i + 1}/{len(stages)}] {stage.name}: not run: {ctx.not_run[stage.name]}")

@@ -40,7 +40,7 @@ from jattn.analyses.base import HostBatch, Statistic, StepContext
 from jattn.runner.batcher import batches
 from jattn.nn import encoder, state
 from jattn.io.records import RecordWriter
-from jattn.io.results import check_stop
+from jattn.io.stops import check_stop
 
 INPUT_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 
