@@ -45,7 +45,7 @@ def flat_scores(model, scores) -> np.ndarray:
 def held(model) -> np.ndarray:
     """(N,) bool in ``model.head_shapes`` order: True where a slot holds a head, False on the
     padding slots of a physically pruned model (``jattn.sweeps.pruning``), which are not heads."""
-    if getattr(model.config, "pruned", None) is None:
+    if getattr(getattr(model, "config", None), "pruned", None) is None:  # unpruned, or a model-like object
         return np.ones(sum(L * H for L, H in model.head_shapes.values()), bool)
     real = real_heads(model.config)  # {type: (L, H')}
     return np.concatenate([real[k].ravel() for k in model.head_shapes])
