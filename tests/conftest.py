@@ -24,13 +24,32 @@ os.environ["XLA_FLAGS"] = " ".join(filter(None, (os.environ.get("XLA_FLAGS"), "-
 
 
 def pytest_addoption(parser):
-    parser.addoption("--runslow", action="store_true", help="run experiment-scale tests marked slow")
+    parser.addoption("--runslow", action="store_true",
+                     help="also run the tests marked slow: experiment-scale ones, and further instances of code "
+                          "paths a default test runs fast (slow(twin=...))")
 
 
 def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` run only with ``--runslow``. ``@pytest.mark.slow(twin="tests/x.py::test_y")``
+    (or ``pytest.param(..., marks=pytest.mark.slow(twin=...))``) names the default-suite test that runs the
+    same code path fast: the default suite stays under 15 minutes on 2 cores (README, Tests) and still runs
+    every code path once. A twin is checked whenever its file is collected: it must exist and not be slow."""
+    ids = {item.nodeid: item for item in items}
+    files = {nodeid.split("::")[0] for nodeid in ids}
+    broken = []
+    for item in items:
+        for mark in item.iter_markers("slow"):
+            twin = mark.kwargs.get("twin")
+            if twin is None or twin.split("::")[0] not in files:
+                continue
+            found = [ids[n] for n in ids if n == twin or n.startswith(twin + "[")]
+            if not found or all(t.get_closest_marker("slow") for t in found):
+                broken.append(f"{item.nodeid}: twin {twin} " + ("is slow too" if found else "not found"))
+    if broken:
+        raise pytest.UsageError("slow tests whose fast twin is missing:\n" + "\n".join(broken))
     if config.getoption("--runslow"):
         return
-    skip = pytest.mark.skip(reason="slow experiment-scale test: run with --runslow")
+    skip = pytest.mark.skip(reason="slow: run with --runslow")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
