@@ -81,7 +81,7 @@ def record(out: dict, prefix: str, results: dict, sharded: bool) -> None:
             out[f"{prefix}/{name}/spec"] = spec(x)
 
 
-def main(encoder_folder, translation_folder, mpnet_folder, path):
+def main(encoder_folder, translation_folder, mpnet_folder, path, names):
     import jattn
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
@@ -94,7 +94,8 @@ def main(encoder_folder, translation_folder, mpnet_folder, path):
     inputs = {k: np.asarray(v, np.int32) for k, v in random_batch(one.config, [9, 6, 2, 5, 7, 3, 8, 4],
                                                                   seed=1, pairs=True).items()}
     record(out, "one", encoder_results(one, inputs), False)
-    for name, (shape, axes) in MESHES.items():
+    for name in names.split(","):  # the encoder's meshes (comma-separated MESHES names)
+        shape, axes = MESHES[name]
         for kind in (AxisType.Explicit, AxisType.Auto):
             mesh = jax.make_mesh(shape, axes, axis_types=(kind,) * len(axes))
             model = jattn.load(encoder_folder, use_cache=False, mesh=mesh)

@@ -1,7 +1,8 @@
 """Subprocess for tests/test_sharding.py (not a test module).
 
     python sharding_worker.py MODEL OUT devices       # 1 device vs all (faked) devices -> OUT.npz
-    python sharding_worker.py MODEL OUT meshes        # 1 device vs meshes data8, data2_model4, model8 -> OUT.npz
+    python sharding_worker.py MODEL OUT meshes NAMES  # 1 device vs the meshes NAMES (comma-separated: data8,
+                                                      # data2_model4, model8) -> OUT.npz
     python sharding_worker.py MODEL OUT process ADDR N I   # process I of N, gloo collectives
 """
 
@@ -107,7 +108,7 @@ def chunked_program(model, mesh) -> dict:
             "data8_chunked/product_rows": np.array(max(rows))}
 
 
-def meshes(folder, out):
+def meshes(folder, out, names):
     import os
 
     import jattn
@@ -118,7 +119,7 @@ def meshes(folder, out):
     result = {"one/" + k: v for k, v in {**forward_all(one, batch), **norm_maps(one, batch),
                                          **statistics(one, jax.devices()[:1], 8)}.items()}
     result.update({"one/" + k: v for k, v in placements(one).items()})
-    for name in MESHES:
+    for name in names.split(","):
         mesh = mesh_of(name)
         model = jattn.load(folder, use_cache=False, mesh=mesh)  # parameters placed by their metadata
         got = {**forward_all(model, batch, mesh), **norm_maps(model, batch), **placements(model)}
@@ -142,7 +143,7 @@ def main(folder, out, mode, *rest):
     import jattn
 
     if mode == "meshes":
-        return meshes(folder, out)
+        return meshes(folder, out, *rest)
     model = jattn.load(folder, use_cache=False)
     if mode == "devices":
         one = statistics(model, jax.devices()[:1], 8)

@@ -20,6 +20,15 @@ from tolerance import assert_close, model_terms
 
 WORKER = Path(__file__).with_name("explicit_mesh_worker.py")
 MESHES = ("data8", "data2_model4")
+# The default suite runs the encoder on data 2 x model 4 (batch and heads split at once); the data-only mesh
+# runs the same code with --runslow (its share of the worker's run: about 30 s).
+DEFAULT_MESH = "data2_model4"
+
+
+def mesh_params(test: str) -> list:
+    """``test``'s meshes, those other than ``DEFAULT_MESH`` slow (its twin: the same test on the default one)."""
+    twin = pytest.mark.slow(twin=f"tests/test_explicit_mesh.py::{test}")
+    return [pytest.param(name, id=name, marks=() if name == DEFAULT_MESH else twin) for name in MESHES]
 AXES = ("Explicit", "Auto")
 BATCH_LEADS = ("pure/last_hidden_state", "forward/last_hidden_state", "forward/pooler_output", "forward/logits",
                "classify/logits")  # (b, ...) results
@@ -27,15 +36,16 @@ LAYER_LEADS = ("pure/weights", "forward/attentions")  # (L, b, ...) results
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, request):
     tmp = tmp_path_factory.mktemp("explicit")
     bert = save_tiny(tmp / "bert", "bert-2x4", head="cls")  # 4 heads, FFN 48: split by model 4
     marian = save_tiny_seq2seq(tmp / "marian", "marian", seed=1)  # 4 / 2 heads: split by model 2
     mpnet = save_mpnet(tmp / "mpnet")
     out = tmp / "out.npz"
     env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    done = subprocess.run([sys.executable, str(WORKER), str(bert), str(marian), str(mpnet), str(out)], env=env,
-                          timeout=900, capture_output=True, text=True)
+    names = MESHES if request.config.getoption("--runslow") else (DEFAULT_MESH,)
+    done = subprocess.run([sys.executable, str(WORKER), str(bert), str(marian), str(mpnet), str(out), ",".join(names)],
+                          env=env, timeout=900, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-4000:]
     import jattn
 
@@ -59,7 +69,7 @@ def save_mpnet(folder):
 
 
 @pytest.mark.parametrize("axes", AXES)
-@pytest.mark.parametrize("mesh", MESHES)
+@pytest.mark.parametrize("mesh", mesh_params("test_encoder_on_mesh_equals_one_device"))
 def test_encoder_on_mesh_equals_one_device(runs, mesh, axes):
     """The pure face's forward and gate gradient, model.forward and classify (on the sharded batch
     and on the host batch, the model placed on the mesh): 8 devices give one device's numbers to
@@ -74,7 +84,7 @@ def test_encoder_on_mesh_equals_one_device(runs, mesh, axes):
 
 
 @pytest.mark.parametrize("axes", AXES)
-@pytest.mark.parametrize("mesh", MESHES)
+@pytest.mark.parametrize("mesh", mesh_params("test_results_stay_sharded_over_data"))
 def test_results_stay_sharded_over_data(runs, mesh, axes):
     """A data-sharded batch gives data-sharded results: (b, ...) on axis 0, (L, b, ...) on axis 1."""
     got, _, _, _ = runs

@@ -108,6 +108,15 @@ def test_eight_devices_match_one(eight_devices):
 
 
 MESHES = {"data8": 1, "data2_model4": 4, "model8": 8}  # mesh -> size of its model axis
+# The default suite runs data 2 x model 4, which splits the batch and the heads at once; the meshes with one
+# axis only (data 8, model 8) run the same placement and forward code with --runslow (their fixture's run: 45 s).
+DEFAULT_MESH = "data2_model4"
+
+
+def mesh_params(test: str) -> list:
+    """``test``'s parameters: every mesh, those other than ``DEFAULT_MESH`` slow (its twin: the default one)."""
+    twin = pytest.mark.slow(twin=f"tests/test_sharding.py::{test}[{DEFAULT_MESH}]")
+    return [pytest.param(name, id=name, marks=() if name == DEFAULT_MESH else twin) for name in MESHES]
 SPLIT = {  # parameter -> the axis a model axis splits (heads; FFN columns); every other one is replicated
     "layers.attention.query.kernel": 2, "layers.attention.key.kernel": 2, "layers.attention.value.kernel": 2,
     "layers.attention.query.bias": 1, "layers.attention.key.bias": 1, "layers.attention.value.bias": 1,
@@ -115,16 +124,18 @@ SPLIT = {  # parameter -> the axis a model axis splits (heads; FFN columns); eve
 
 
 @pytest.fixture(scope="module")
-def meshes(tmp_path_factory):
-    """One subprocess with 8 faked devices: the 1-device results and those of every mesh."""
+def meshes(tmp_path_factory, request):
+    """One subprocess with 8 faked devices: the 1-device results and those of each mesh run
+    (``DEFAULT_MESH``; every mesh with --runslow)."""
     tmp = tmp_path_factory.mktemp("meshes")
     folder = tiny_bert(tmp / "model", mlm=True, layers=2, heads=8)  # 8 heads, FFN 32: split by 4 and 8
     out = tmp / "meshes.npz"
-    _run_faked([str(folder), str(out), "meshes"], timeout=900)
+    names = list(MESHES) if request.config.getoption("--runslow") else [DEFAULT_MESH]
+    _run_faked([str(folder), str(out), "meshes", ",".join(names)], timeout=900)
     return dict(np.load(out))
 
 
-@pytest.mark.parametrize("name", list(MESHES))
+@pytest.mark.parametrize("name", mesh_params("test_mesh_matches_one_device"))
 def test_mesh_matches_one_device(meshes, name):
     """Forward outputs, every internal, jattn.norms (with the residual extension) and the runner's
     statistics on the mesh equal one device's up to float32 sums in another order (per array, the
@@ -149,7 +160,7 @@ def test_chunked_layers_keep_the_batch_on_its_devices(meshes):
     assert int(meshes["data8_chunked/collectives"]) == 0
 
 
-@pytest.mark.parametrize("name", list(MESHES))
+@pytest.mark.parametrize("name", mesh_params("test_parameters_are_placed_by_their_metadata"))
 def test_parameters_are_placed_by_their_metadata(meshes, name):
     """Each parameter lives on all 8 devices; heads and FFN columns are split over the model axis
     (device 0 holds 1/model of them), everything else is replicated."""
