@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-fast test-no-fma reproduce reproduce-quick setup setup-test clean
+.PHONY: demo test test-all test-fast test-no-fma reproduce reproduce-quick setup setup-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,12 @@ device-check:
 	$(BIN)/python benchmarks/device_check.py --out benchmarks/results/device_check.json
 
 test: setup-test
-	$(BIN)/python -m pytest -q -n auto --durations=15
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15
+
+# Everything, the slow tests too: experiment-scale ones, and the further instances of code paths that a
+# default test runs fast (each names its twin: pytest.mark.slow(twin=...)).
+test-all: setup-test
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --runslow --durations=15
 
 # The edit loop's tier (2.4 minutes on 2 cores, AMD EPYC): tiny random models and the embedded MiniLM —
 # HF parity of both shapes and every family, conversion, tokenization, the analyses against their
@@ -66,7 +71,7 @@ test-fast: setup-test
 NO_FMA := XLA_FLAGS=--xla_cpu_max_isa=AVX ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=AVX \
           ONEDNN_MAX_CPU_ISA=AVX OPENBLAS_CORETYPE=SandyBridge
 test-no-fma: setup-test
-	$(NO_FMA) $(BIN)/python -m pytest -q -n auto --durations=15
+	$(NO_FMA) $(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15
 
 clean:
 	rm -rf $(VENV) results

@@ -8,12 +8,17 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# The suite compiles hundreds of small programs, and most of its time is XLA compiling them. The
-# CPU backend's LLVM passes at level 0 compile them about a fifth faster (tests/families/bart/
-# test_bart_analyses.py and tests/test_train_nmt.py: 103 s -> 82 s); the products are library
-# calls either way, and what changes in the rest is the rounding the tests' float32 tolerances
-# bound (tests/tolerance.py). Set before JAX starts its backend; subprocesses inherit it.
-os.environ["XLA_FLAGS"] = " ".join(filter(None, (os.environ.get("XLA_FLAGS"), "--xla_backend_optimization_level=0")))
+# The suite compiles thousands of small programs (a run with `jax.disable_jit` compiles each primitive
+# on its own), and most of its time is XLA compiling them. Two settings of the CPU backend's code
+# generation make that faster; the programs compute the same operations, and what changes is the
+# rounding the tests' float32 tolerances bound (tests/tolerance.py, which also hold without FMA):
+#   * LLVM's passes at level 0: about a fifth faster (tests/families/bart/test_bart_analyses.py and
+#     tests/test_train_nmt.py: 103 s -> 82 s);
+#   * fusions emitted by the older elemental emitter instead of XLA's fusion emitters: about a quarter
+#     less CPU time (tests/test_norms.py, a BART parity test and an eager norms kernel: 38 s -> 27 s).
+# Set before JAX starts its backend; subprocesses inherit them (tests/test_sharding.py passes them on).
+SUITE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+os.environ["XLA_FLAGS"] = " ".join(filter(None, (os.environ.get("XLA_FLAGS"), *SUITE_XLA_FLAGS)))
 # Tests run the encoder's layers as real batches on CPU would at their size: tiny batches in one
 # chunk. The chunked layer (``jattn.nn.engine.over_chunks``) is checked where it can differ:
 # tests/test_chunks.py (outputs, every internal, layerwise rows and totals, [CLS] logits and gate

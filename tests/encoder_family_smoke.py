@@ -135,7 +135,8 @@ def check_analyze_cli(folder: Path, out: Path, layers: int, heads: int) -> dict:
 
 def check_patch_heads(model) -> np.ndarray:
     """``jattn.patch_heads`` with a metric on the [CLS] hidden state: (L, H) effects, finite, not
-    all zero for pairs of different texts, exactly zero when clean = corrupted."""
+    all zero for pairs of different texts, zero to float32 rounding when clean = corrupted (the
+    patched and the plain run are two programs: their metrics may round differently)."""
     direction = np.random.default_rng(0).normal(size=model.config.hidden_size).astype(np.float32)
     metric = lambda out: out["last_hidden_state"][:, 0] @ direction  # noqa: E731
     L, H = model.config.num_layers, model.config.num_heads
@@ -143,7 +144,11 @@ def check_patch_heads(model) -> np.ndarray:
     effects = effects["encoder"] if isinstance(effects, dict) else effects
     assert effects.shape == (L, H) and np.isfinite(effects).all() and np.abs(effects).max() > 0
     same = jattn.patch_heads(model, CLEAN, CLEAN, metric)
-    np.testing.assert_array_equal(same["encoder"] if isinstance(same, dict) else same, 0.0)
+    n = max(len(model.tokenize([t]).input_ids[0]) for t in CLEAN)
+    # |metric| ≤ |h|·|w| with a LayerNorm output |h| ≈ sqrt(D) (its scale and shift O(1))
+    scale = float(np.sqrt(model.config.hidden_size) * np.linalg.norm(direction))
+    assert_close(same["encoder"] if isinstance(same, dict) else same, 0.0, terms=2 * model_terms(model.config, n),
+                 scale=scale)
     return effects
 
 

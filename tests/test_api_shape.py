@@ -82,6 +82,11 @@ def test_prune_hands_the_metric_a_mask_per_type(case):
     assert curve[0] == [0.0, total] and curve[-1][0] == 1.0
 
 
+# the translation model's exact and attribution patching answer per type (encoder, decoder, cross) in
+# test_patching.py, which indexes each type's (L, H) result: test_translation_patch_heads_equals_hf_hooks
+# (exact, against HF hooks) and test_attribution_patching_is_the_directional_derivative
+@pytest.mark.parametrize("case", ["encoder", pytest.param("translation", marks=pytest.mark.slow(
+    twin="tests/test_patching.py::test_translation_patch_heads_equals_hf_hooks"))], indirect=True)
 def test_patching_answers_per_type(case):
     model, examples, types = case
     clean = model.batch(examples)

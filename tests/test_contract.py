@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 import jattn
+import jattn.sweeps.importance  # noqa: F401  registers "importance" (else only once another module imported it)
 import tiny_seq2seq
 from jattn.analyses import registry
 from jattn.io.readers import read_conllu
@@ -185,7 +186,26 @@ def compare_trees(actual, desired, terms, what):
                      err_msg=f"{what}{jax.tree_util.keystr(path)}")
 
 
-@pytest.mark.parametrize("name,shape", CASES, ids=[f"{n}-{s}" for n, s in CASES])
+def _cases(cases, slow):
+    """``cases`` as pytest params ``name-shape``, those in ``slow`` ({(name, shape): twin}) marked slow."""
+    return [pytest.param(n, s, id=f"{n}-{s}", marks=[pytest.mark.slow(twin=slow[n, s])] if (n, s) in slow else [])
+            for n, s in cases]
+
+
+RUNNER = "tests/test_contract.py::test_a_registered_method_is_the_same_under_jit_and_eager"
+# kernels whose jit = eager is the registered method's on the same model: the method's jitted step and its eager run
+# compute the same maps (plus a reduction to totals), so the kernel's own check runs with --runslow
+JIT_SLOW = {
+    # alti-plus's step computes alti_plus_maps (the kernel seq2seq_alti_plus's) on the same Marian model
+    ("attributions", "seq2seq"): f"{RUNNER}[alti-plus]",
+    # value-zeroing's step computes value_zeroing_maps on the same BERT (the rollout: the attributions kernel's)
+    ("value-zeroing", "encoder"): f"{RUNNER}[value-zeroing]",
+    # importance's step takes the same gate gradient through the BERT forward (|dL/d gate|, the MLM loss)
+    ("importance", "encoder"): f"{RUNNER}[importance]",
+}
+
+
+@pytest.mark.parametrize("name,shape", _cases(CASES, JIT_SLOW))
 def test_jit_equals_eager(models, name, shape):
     model, inputs = models[shape]
     fn = getattr(KERNELS[name], shape)
@@ -216,8 +236,14 @@ def weighted_sum(fn, model, inputs):
     return jax.jit(jax.value_and_grad(F))
 
 
-@pytest.mark.parametrize("name,shape", [c for c in CASES if KERNELS[c[0]].differentiable],
-                         ids=[f"{n}-{s}" for n, s in CASES if KERNELS[n].differentiable])
+# the translation model's norms go through the same attention_norms / residual_norms (post-LN) as the encoder's,
+# checked against finite differences fast; their gradients on a translation model are finite in
+# tests/test_contract_families.py (T5) and equal finite differences here with --runslow (27 s)
+GRAD_SLOW = {("norms", "seq2seq"): "tests/test_contract.py::test_gradients_are_finite_and_equal_finite_differences"
+                                   "[norms-encoder]"}
+
+
+@pytest.mark.parametrize("name,shape", _cases([c for c in CASES if KERNELS[c[0]].differentiable], GRAD_SLOW))
 def test_gradients_are_finite_and_equal_finite_differences(models, name, shape):
     model, inputs = models[shape]
     F = weighted_sum(getattr(KERNELS[name], shape), model, inputs)
@@ -263,7 +289,21 @@ def runner_setup(models, tmp_path_factory):
     return pool, options, tmp_path_factory.mktemp("lm")
 
 
-@pytest.mark.parametrize("name", sorted(set(registry.entries()) - {"coref"}))
+# registered methods whose step is another default test's under jit and eager: their forward and reduce pieces
+RUNNER_SLOW = {
+    # alti's over_layers(alti_layer) and rollout are the attributions kernel's on the same BERT (jit = eager below);
+    # its class sums and diagonal: value-zeroing's step
+    "alti": "tests/test_contract.py::test_jit_equals_eager[attributions-encoder]",
+    # mixing's over_layers(residual_norms) is the norms kernel's residual part on the same BERT; its per-id sums and
+    # masked forward: norm-freq's and grad's steps
+    "mixing": "tests/test_contract.py::test_jit_equals_eager[norms-encoder]",
+    # word-entropy is entropy's reduction on word-weights' word-level map
+    "word-entropy": f"{RUNNER}[word-weights]",
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[pytest.mark.slow(twin=t) for t in [RUNNER_SLOW.get(n)] if t])
+                                  for n in sorted(set(registry.entries()) - {"coref"})])
 def test_a_registered_method_is_the_same_under_jit_and_eager(models, runner_setup, name):
     pool, options, lm_folder = runner_setup
     bert, _ = models["encoder"]

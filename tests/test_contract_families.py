@@ -109,12 +109,13 @@ def family(request):
 
 
 # one family per forward code path under jit and vmap by default: after-padding, relative, disentangled and rotary
-# positions, pre-LN, E -> D projection and layer copies (ALBERT), causal MHA and GQA, windows with soft-capping and
-# sublayer post-norms (Gemma 2), post- and pre-LN encoder–decoders with learned and sinusoidal positions, T5's bias;
-# BERT and Marian: tests/test_contract.py. The others differ from one of these in static shapes or elementwise
-# functions only (XLM-R = RoBERTa, ELECTRA = ALBERT's projection, Qwen2 = Llama + biases, mT5 = T5 gated, ...)
-FORWARD_PATHS = ("roberta", "roberta-prelayernorm", "albert", "mpnet", "deberta-v2", "modernbert", "gpt2", "llama",
-                 "gemma2", "bart", "m2m_100", "t5")
+# positions, pre-LN (ModernBERT, GPT-2, Llama), E -> D projection and layer copies (ALBERT), causal MHA and GQA,
+# windows with soft-capping and sublayer post-norms (Gemma 2), post- and pre-LN encoder–decoders with learned and
+# sinusoidal positions, T5's bias; BERT and Marian: tests/test_contract.py. The others differ from one of these in
+# static shapes or elementwise functions only (XLM-R = RoBERTa, ELECTRA = ALBERT's projection, Qwen2 = Llama + biases,
+# mT5 = T5 gated, RoBERTa-PreLayerNorm = RoBERTa's positions in ModernBERT's pre-LN blocks, ...)
+FORWARD_PATHS = ("roberta", "albert", "mpnet", "deberta-v2", "modernbert", "gpt2", "llama", "gemma2", "bart",
+                 "m2m_100", "t5")
 
 
 def test_jit_equals_eager_and_vmap_equals_a_loop(family, request):
@@ -132,10 +133,11 @@ def test_jit_equals_eager_and_vmap_equals_a_loop(family, request):
                   f"{config.model_type} vmap vs loop")
 
 
-# one family per code path the kernels' gradients go through by default (post-LN: tests/test_contract.py; pre-LN,
-# disentangled, rotary + local + bias-free, causal GQA, pre-LN encoder–decoder with a relative bias); every
-# family with --runslow (each 15–60 s)
-GRADIENT_PATHS = ("roberta-prelayernorm", "deberta-v2", "modernbert", "llama", "t5")
+# one family per code path the kernels' gradients go through by default (post-LN: tests/test_contract.py;
+# disentangled, pre-LN with rotary + local + bias-free, causal GQA, pre-LN encoder–decoder with a relative bias);
+# every family with --runslow (each 15–60 s). RoBERTa-PreLayerNorm (29 s) runs the kernels' pre-LN branch as
+# ModernBERT (and Llama) do, with BERT's biases and learned positions (tests/test_contract.py)
+GRADIENT_PATHS = ("deberta-v2", "modernbert", "llama", "t5")
 
 
 def test_every_kernel_has_finite_gradients(family, request):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -42,6 +43,10 @@ def test_generate_matches_hf(tiny, num_beams, length_penalty, max_length):
         assert len(set(ends)) > 1
 
 
+# FSMT's decoder layers and KV cache are Marian's jattn code (they differ in embeddings, output projection and
+# default decoder mask); FSMT's cached decoding runs fast in test_generate_matches_hf[fsmt-*]
+@pytest.mark.parametrize("tiny", ["marian", pytest.param("fsmt", marks=pytest.mark.slow(
+    twin="tests/test_decode.py::test_cached_steps_match_teacher_forcing[marian]"))], indirect=True)
 def test_cached_steps_match_teacher_forcing(tiny):
     """Step-by-step decoding with the KV cache gives the teacher-forced logits, also with
     head gates and disabled heads in all three attention types."""
@@ -64,12 +69,18 @@ def test_cached_steps_match_teacher_forcing(tiny):
     mask = jnp.asarray(batch["attention_mask"], jnp.int32)
     t = batch["decoder_input_ids"].shape[1]
     cache = decode.init_state(model.params, c, ids, mask, iv, t, jnp.float32)
+    # under jit with a traced position, as greedy and beam search call it: one program for every step
+    # (op by op, each position's slices compiled kernels of their own)
+    step = jax.jit(decode.decoder_step, static_argnums=1)
     for pos in range(t):
         tokens = jnp.asarray(batch["decoder_input_ids"][:, pos], jnp.int32)
-        logits, cache = decode.decoder_step(model.params, c, tokens, pos, cache, mask, iv)
+        logits, cache = step(model.params, c, tokens, jnp.int32(pos), cache, mask, iv)
         assert_close(logits, full[:, pos], terms=model_terms(c, ids.shape[1], t), err_msg=str(pos))  # other shapes
 
 
+# the banned-token logit mask is the same generate code for both; FSMT differs only in embeddings and output
+@pytest.mark.parametrize("tiny", ["marian", pytest.param("fsmt", marks=pytest.mark.slow(
+    twin="tests/test_decode.py::test_bad_token_ids_never_generated[marian]"))], indirect=True)
 def test_bad_token_ids_never_generated(tiny):
     import dataclasses
 

@@ -1,4 +1,8 @@
-"""The demo (the README's first command) end to end, on a tiny random model for speed."""
+"""The demo (the README's first command) end to end, on a tiny random model for speed.
+
+One demo run serves both tests (a demo run costs 15-20 s, nearly all of it fixed): --input, a text
+file of 40 segments with a blank line among them. The demo's default input (the bundled conllu
+sample) and --limit run in tests/test_figures_readable.py::test_demo_figures_and_captions."""
 
 from __future__ import annotations
 
@@ -7,17 +11,30 @@ import json
 import re
 
 import numpy as np
+import pytest
 
 from jattn.cli import demo
 from tiny_encoders import save_tiny
 
+FIRST = "The cat sat.\n\nA dog ran, fast.\nIt rained.\n"  # three segments; the blank line is none
 
-def test_demo_writes_report_results_and_figures(tmp_path):
-    folder = save_tiny(tmp_path / "model", "bert-2x4", max_positions=128)
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    """(out, corpus): the demo on a 2-layer random BERT over FIRST and 37 sentences of the sample."""
+    root = tmp_path_factory.mktemp("demo")
+    folder = save_tiny(root / "model", "bert-2x4", max_positions=128)
+    corpus = root / "mine.txt"
+    corpus.write_text(FIRST + "\n".join(demo.sample_sentences()[:37]) + "\n")
     parser = argparse.ArgumentParser()
     demo.add_arguments(parser)
-    demo.run(parser.parse_args(["--model", str(folder), "--out", str(tmp_path / "out"), "--maps", "1", "--limit", "40"]))
-    out = tmp_path / "out"
+    demo.run(parser.parse_args(["--model", str(folder), "--input", str(corpus), "--out", str(root / "out"),
+                                "--maps", "1"]))
+    return root / "out", corpus
+
+
+def test_demo_writes_report_results_and_figures(demo_run):
+    out, _ = demo_run
     results = json.loads((out / "results.json").read_text())
     assert results["meta"]["segments"] == 40
     assert len(results["attn_to_cls"]["value"]) == 2  # (L, H) with L = 2
@@ -37,14 +54,10 @@ def test_demo_writes_report_results_and_figures(tmp_path):
         assert f"({figure})" in report
 
 
-def test_demo_reads_input(tmp_path, tiny_bert_folder):
-    """--input: a segment per line instead of the bundled sample; the report names the file."""
-    corpus = tmp_path / "mine.txt"
-    corpus.write_text("The cat sat.\n\nA dog ran, fast.\nIt rained.\n")
-    parser = argparse.ArgumentParser()
-    demo.add_arguments(parser)
-    demo.run(parser.parse_args(["--model", str(tiny_bert_folder), "--input", str(corpus), "--out",
-                                str(tmp_path / "out"), "--maps", "1"]))
-    results = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert results["meta"]["segments"] == 3 and results["meta"]["input"] == str(corpus)
-    assert f"3 sentences, {results['meta']['tokens']} tokens ({corpus})" in (tmp_path / "out" / "report.md").read_text()
+def test_demo_reads_input(demo_run):
+    """--input: a segment per line instead of the bundled sample (the blank line is none); the
+    report names the file."""
+    out, corpus = demo_run
+    results = json.loads((out / "results.json").read_text())
+    assert results["meta"]["segments"] == 40 and results["meta"]["input"] == str(corpus)
+    assert f"40 sentences, {results['meta']['tokens']} tokens ({corpus})" in (out / "report.md").read_text()

@@ -141,7 +141,11 @@ def test_token_estimator_does_not_depend_on_batching(classifier):
     assert_close(a, b, terms=grad_terms(model, 2 * len(examples)))  # other batches: other float32 orders
 
 
-@pytest.mark.parametrize("estimator", ESTIMATORS)
+# the batch estimator's probes and sums are the same code for every attention type and model kind
+# (jattn.sweeps.importance); the translation model's gradients run here under the token and example
+# estimators, the batch estimator against HF on the classifier
+@pytest.mark.parametrize("estimator", [e if e != "batch" else pytest.param(e, marks=pytest.mark.slow(
+    twin="tests/test_importance.py::test_classifier_importance_equals_hf[batch]")) for e in ESTIMATORS])
 def test_translation_importance_equals_hf(marian, estimator):
     model, hf = marian
     pairs = list(zip(tiny_seq2seq.sentences(4, 1), tiny_seq2seq.sentences(4, 2)))
@@ -376,7 +380,10 @@ def lm_loss(hf, case, gates):
     return torch.nn.functional.cross_entropy(logits[:-1], inputs["input_ids"][0, 1:], reduction="mean")
 
 
-@pytest.mark.parametrize("estimator", ESTIMATORS)
+# as for the translation model: the causal LM's loss and gradients run here under the token and example
+# estimators; the batch estimator's code is the classifier's (test_classifier_importance_equals_hf[batch])
+@pytest.mark.parametrize("estimator", [e if e != "batch" else pytest.param(e, marks=pytest.mark.slow(
+    twin="tests/test_importance.py::test_classifier_importance_equals_hf[batch]")) for e in ESTIMATORS])
 def test_causal_lm_importance_equals_hf(causal_lm, estimator):
     """A causal LM's own loss (next-token cross-entropy) drives Michel et al.'s importance."""
     model, hf = causal_lm

@@ -62,7 +62,12 @@ def pair(tmp_path_factory):
     return model, hf
 
 
-@pytest.mark.parametrize("receivers", [[(2, 1, "k")], [(1, 0, "q"), (2, 3, "kv")]])
+@pytest.mark.parametrize("receivers", [
+    # receivers1 patches q, k and v receivers in two layers: this case's k-only code path and more
+    pytest.param([(2, 1, "k")], marks=pytest.mark.slow(
+        twin="tests/test_lm_path_patching.py::test_path_patching_gpt2_equals_three_passes[receivers1]"),
+        id="receivers0"),
+    pytest.param([(1, 0, "q"), (2, 3, "kv")], id="receivers1")])
 def test_path_patching_gpt2_equals_three_passes(pair, receivers):
     from jattn.sweeps.path_patching import path_patch
 

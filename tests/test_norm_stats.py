@@ -205,8 +205,10 @@ def brute_spearman(x, y) -> float:
 @pytest.fixture(scope="module")
 def occurrences(tmp_path_factory):
     """The streamed pass over CORPUS (+ one pair) in batches of 2 (padding rows and columns),
-    and, per example alone and unpadded, the per-token values by loops over layers and heads,
-    in the pass's order (examples sorted by token length, then corpus index)."""
+    and, per example alone (padded to PAD: one compiled program for all of them, where unpadded
+    lengths took one each; padding invariance of jattn.norms is tests/test_norms.py's), the per-token
+    values by loops over layers and heads, in the pass's order (examples sorted by token length,
+    then corpus index)."""
     import jattn
     from jattn.analyses.norm_occurrences import occurrence_pass
 
@@ -221,12 +223,14 @@ def occurrences(tmp_path_factory):
     for e in sorted(range(len(corpus)), key=lambda e: (lengths[e], e)):  # the pass's documented order
         b = model.tokenize([corpus[e]])
         n = b.input_ids.shape[1]
-        out = jattn.norms(model, b.inputs(), residual=True)["encoder"]
+        assert n <= PAD
+        padded = {k: np.pad(np.asarray(v), ((0, 0), (0, PAD - n))) for k, v in b.inputs().items() if v is not None}
+        out = jattn.norms(model, padded, residual=True)["encoder"]
         for j in range(n):
             want["ids"].append(int(b.input_ids[0, j]))
             want["fnorm"].append(sum(out["f_norm"][l, 0, h, j] for l in range(L) for h in range(H)) / (L * H))
-            want["alpha"].append(sum(out["weights"][l, 0, h, :, j].sum() / n for l in range(L) for h in range(H))
-                                 / (L * H))
+            want["alpha"].append(sum(out["weights"][l, 0, h, :n, j].sum() / n for l in range(L) for h in range(H))
+                                 / (L * H))  # the real queries' weights
             for k in NS.MIXING:
                 want[f"mixing_{k}"].append(sum(out[f"mixing_{k}"][l, 0, j] for l in range(L)) / L)
     return model, logs, {k: np.array(v) for k, v in want.items()}

@@ -61,25 +61,21 @@ def torch_inputs(batch: dict) -> dict:
     return {k: torch.tensor(np.asarray(v), dtype=torch.long) for k, v in batch.items()}
 
 
-@pytest.fixture(scope="module")
-def direction(minilm):
-    w = np.random.default_rng(0).normal(size=minilm.config.hidden_size)
-    return w / np.linalg.norm(w)  # a unit direction: the metric is one coordinate of the hidden state
-
-
-def test_minilm_patch_heads_equals_hf_hooks(minilm, minilm_path, direction):
-    """Every head of MiniLM, metric = the [CLS] hidden state's projection on a unit direction."""
-    w32 = direction.astype(np.float32)
-    got = patch_heads(minilm, CLEAN, CORRUPTED, lambda out: out["last_hidden_state"][:, 0] @ w32,
-                      heads_per_step=5)["encoder"]
-    clean, corrupted = paired_inputs(minilm, CLEAN, CORRUPTED)
-    w64 = torch.tensor(direction)
-    hf = hf_model(minilm_path).double()
+def test_patch_heads_equals_hf_hooks(tiny_bert, tiny_direction):
+    """Every head of a random BERT (3 layers × 2 heads, larger weights than HF's init; MiniLM's
+    tokenizer and encoder code path), metric = the [CLS] hidden state's projection on a unit
+    direction."""
+    model, hf = tiny_bert
+    w32 = tiny_direction.astype(np.float32)
+    got = patch_heads(model, CLEAN, CORRUPTED, lambda out: out["last_hidden_state"][:, 0] @ w32,
+                      heads_per_step=4)["encoder"]  # 6 heads: a full step and a filled one
+    clean, corrupted = paired_inputs(model, CLEAN, CORRUPTED)
+    w64 = torch.tensor(tiny_direction)
     want = hf_patch_loop(hf, torch_inputs(clean), torch_inputs(corrupted),
-                         lambda out: out.last_hidden_state[:, 0] @ w64, {"encoder": minilm.config.num_heads})
+                         lambda out: out.last_hidden_state[:, 0] @ w64, {"encoder": model.config.num_heads})
     n = clean["input_ids"].shape[1]
     # the effect is a difference of two float32 metrics, each an O(1) coordinate of a LayerNorm output
-    terms = 2 * model_terms(minilm.config, n)
+    terms = 2 * model_terms(model.config, n)
     assert_close(got, want["encoder"], terms=terms, scale=1.0)
     print("max |jattn − HF|", np.abs(got - want["encoder"]).max(), "tolerance", tolerance(1.0, terms))
     assert np.abs(want["encoder"]).max() > 20 * tolerance(1.0, terms)  # effects well above the tolerance
@@ -120,31 +116,36 @@ def test_translation_patch_heads_equals_hf_hooks(tiny_marian_folder):
         assert np.abs(want[kind]).max() > 20 * tolerance(scale, 2 * (model_terms(c, s, t) + c.tgt_vocab_size)), kind
 
 
-def test_per_position_patching_sums_to_a_forward_per_position(minilm, direction):
-    """Per (head, position) effects equal full forwards with that one cell patched."""
-    w32 = direction.astype(np.float32)
+def test_per_position_patching_sums_to_a_forward_per_position(tiny_bert, tiny_direction):
+    """Per (head, position) effects equal full forwards with that one cell patched (the random
+    3 × 2 BERT)."""
+    model = tiny_bert[0]
+    w32 = tiny_direction.astype(np.float32)
     metric = lambda out: out["last_hidden_state"][:, 0] @ w32  # noqa: E731
-    got = patch_heads(minilm, CLEAN[:2], CORRUPTED[:2], metric, per_position=True)["encoder"]  # (L, H, n)
-    clean, corrupted = paired_inputs(minilm, CLEAN[:2], CORRUPTED[:2])
-    context = minilm.forward(clean, internals=("context",)).internals["context"]  # (L, b, H, n, d_h)
-    base = np.asarray(metric({"last_hidden_state": minilm.forward(corrupted).last_hidden_state}))
+    got = patch_heads(model, CLEAN[1:], CORRUPTED[1:], metric, per_position=True)["encoder"]  # (L, H, n)
+    clean, corrupted = paired_inputs(model, CLEAN[1:], CORRUPTED[1:])
+    context = model.forward(clean, internals=("context",)).internals["context"]  # (L, b, H, n, d_h)
+    base = np.asarray(metric({"last_hidden_state": model.forward(corrupted).last_hidden_state}))
     L, H, n = got.shape
     lengths = corrupted["attention_mask"].sum(1)
-    for l, h, i in [(0, 3, 1), (2, 7, 0), (5, 0, int(lengths.min()) - 1), (4, 11, int(lengths.max()) - 1)]:
+    assert lengths.min() < lengths.max()  # a padded row
+    for l, h, i in [(0, 1, 1), (2, 0, 0), (1, 1, int(lengths.min()) - 1), (2, 1, int(lengths.max()) - 1)]:
         where = np.zeros((L, 1, H, n), bool)
         where[l, 0, h, i] = True
-        out = minilm.forward(corrupted, Interventions(patch={"context": (context, where)}))
+        out = model.forward(corrupted, Interventions(patch={"context": (context, where)}))
         delta = np.asarray(metric({"last_hidden_state": out.last_hidden_state})) - base  # (b,)
         real = i < lengths
-        assert_close(got[l, h, i], delta[real].mean(), terms=2 * model_terms(minilm.config, n), scale=1.0)
+        assert_close(got[l, h, i], delta[real].mean(), terms=2 * model_terms(model.config, n), scale=1.0)
     assert np.isnan(got[..., int(lengths.max()):]).all()
 
 
-def test_attribution_patching_tracks_exact_patching(minilm, direction):
-    w32 = direction.astype(np.float32)
+def test_attribution_patching_tracks_exact_patching(tiny_bert, tiny_direction):
+    """On the random 3 × 2 BERT (Pearson 0.997 over its 6 heads)."""
+    model = tiny_bert[0]
+    w32 = tiny_direction.astype(np.float32)
     metric = lambda out: out["last_hidden_state"][:, 0] @ w32  # noqa: E731
-    exact = patch_heads(minilm, CLEAN, CORRUPTED, metric)["encoder"]
-    approx = attribution_patch_heads(minilm, CLEAN, CORRUPTED, metric)["encoder"]
+    exact = patch_heads(model, CLEAN, CORRUPTED, metric)["encoder"]
+    approx = attribution_patch_heads(model, CLEAN, CORRUPTED, metric)["encoder"]
     assert approx.shape == exact.shape
     assert agreement(approx, exact)["pearson"] > 0.5  # a first-order estimate, not noise
 
@@ -177,28 +178,30 @@ def test_unequal_lengths_are_refused(minilm):
         patch_heads(minilm, ["a cat sat"], ["a dog sat"], lambda out: out["last_hidden_state"][:, 0])
 
 
-def test_per_example_effects_with_a_metric_of_per_example_rows(minilm, direction):
+def test_per_example_effects_with_a_metric_of_per_example_rows(tiny_bert, tiny_direction):
     """``metric(outputs, rows)`` with ``metric_inputs`` (a position per example) and ``per_example``:
     each example's row equals that example patched alone with its position fixed in the metric,
-    and their mean is the default result; exact and attribution patching alike."""
+    and their mean is the default result; exact and attribution patching alike (the random 3 × 2
+    BERT)."""
     import jax.numpy as jnp
 
-    w32 = direction.astype(np.float32)
+    model = tiny_bert[0]
+    w32 = tiny_direction.astype(np.float32)
     positions = np.array([2, 5, 1])
     metric = lambda out, rows: (out["last_hidden_state"][jnp.arange(len(rows["at"])), rows["at"]] @ w32)  # noqa: E731
     for sweep in (patch_heads, attribution_patch_heads):
-        each = sweep(minilm, CLEAN, CORRUPTED, metric, batch_size=2, metric_inputs={"at": positions},
+        each = sweep(model, CLEAN, CORRUPTED, metric, batch_size=2, metric_inputs={"at": positions},
                      per_example=True)["encoder"]  # (N, L, H); the second batch is one real row and one filler
-        assert each.shape == (3, minilm.config.num_layers, minilm.config.num_heads)
-        mean = sweep(minilm, CLEAN, CORRUPTED, metric, batch_size=2, metric_inputs={"at": positions})["encoder"]
+        assert each.shape == (3, model.config.num_layers, model.config.num_heads)
+        mean = sweep(model, CLEAN, CORRUPTED, metric, batch_size=2, metric_inputs={"at": positions})["encoder"]
         assert_close(mean, each.mean(0), terms=2, scale=float(np.abs(each).max()))
-        n = paired_inputs(minilm, CLEAN, CORRUPTED)[0]["input_ids"].shape[1]
+        n = paired_inputs(model, CLEAN, CORRUPTED)[0]["input_ids"].shape[1]
         for i in (0, 2):  # a row of a full batch, the real row of the filled one
             p = positions[i]
-            alone = sweep(minilm, CLEAN[i:i + 1], CORRUPTED[i:i + 1],
+            alone = sweep(model, CLEAN[i:i + 1], CORRUPTED[i:i + 1],
                           lambda out, p=int(p): out["last_hidden_state"][:, p] @ w32)["encoder"]  # (L, H)
-            assert_close(each[i], alone, terms=2 * model_terms(minilm.config, n), scale=1.0, err_msg=sweep.__name__)
-        assert np.abs(each[0] - each[1]).max() > 20 * tolerance(1.0, 2 * model_terms(minilm.config, n))
+            assert_close(each[i], alone, terms=2 * model_terms(model.config, n), scale=1.0, err_msg=sweep.__name__)
+        assert np.abs(each[0] - each[1]).max() > 20 * tolerance(1.0, 2 * model_terms(model.config, n))
 
 
 def test_every_sweep_refuses_a_metric_of_another_shape(minilm):
@@ -297,6 +300,12 @@ def test_path_patching_equals_three_passes(tiny_bert, receivers):
     if receivers != "output":  # a sender at or above every receiver's layer reaches none of them
         top = max(l for l, _, _ in receivers)
         assert (want[top:] == 0).all()  # (jattn matches it within the tolerance above)
+
+
+@pytest.fixture(scope="module")
+def tiny_direction(tiny_bert):
+    w = np.random.default_rng(0).normal(size=tiny_bert[0].config.hidden_size)
+    return w / np.linalg.norm(w)  # a unit direction: the metric is one coordinate of the hidden state
 
 
 def test_layer_views_follow_the_parameters(tiny_bert):

@@ -106,14 +106,19 @@ def test_runner_method_counts_every_map_once(tmp_path):
     result = run_corpus(model, texts, [P.PatternTypes()], batch_size=2, max_length=32, progress=False)
     share = result.statistics["pattern_share"].value  # (L, H, 5)
     np.testing.assert_allclose(share.sum(-1), 1.0, atol=1e-9)
-    # the same labels from one forward per example, classified directly
+    # the same labels from one forward per example, classified directly; each example padded to 32 (one
+    # compiled forward for the three: classify reads real tokens only, test_synthetic_maps_of_each_type_are_
+    # classified_as_that_type checks it unpadded)
+    from jattn.runner import token_classes
+
     counts = np.zeros_like(share)
     for t in texts:
         b = model.tokenize([t], max_length=32)
-        w = model.forward(b).attentions  # (L, 1, H, n, n)
-        from jattn.runner import token_classes
-
-        cls = token_classes(model.tokenizer, b.input_ids, b.attention_mask)
+        pad = lambda x: np.pad(np.asarray(x), ((0, 0), (0, 32 - x.shape[1])))  # noqa: E731
+        ids, mask = pad(b.input_ids), pad(b.attention_mask)
+        w = model.forward({"input_ids": ids, "attention_mask": mask, "token_type_ids": pad(b.token_type_ids)}
+                          ).attentions  # (L, 1, H, 32, 32)
+        cls = token_classes(model.tokenizer, ids, mask)
         lab = np.asarray(P.classify(P.map_statistics(w, jnp.asarray(cls))))  # (L, 1, H)
         for l, h in np.ndindex(lab.shape[0], lab.shape[2]):
             counts[l, h, lab[l, 0, h]] += 1

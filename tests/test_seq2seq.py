@@ -101,6 +101,9 @@ def test_causality(tiny):
     assert _err(np.asarray(a.logits)[:, 4:], np.asarray(b.logits)[:, 4:]) > 1e-3  # the change is visible later
 
 
+# the same post-LN encoder/decoder layers and intervention code as Marian; FSMT differs only in embeddings
+@pytest.mark.parametrize("tiny", ["marian", pytest.param("fsmt", marks=pytest.mark.slow(
+    twin="tests/test_seq2seq.py::test_interventions_per_kind[marian]"))], indirect=True)
 def test_interventions_per_kind(tiny):
     _, _, model, _ = tiny
     c = model.config
@@ -224,6 +227,9 @@ def test_bad_interventions(tiny):
         model.translate(["un chat"], batch_size=0) if model.tokenizer is not None else model.forward({}, None)
 
 
+# the LayerDrop check is in the shared seq2seq forward; FSMT differs from Marian only in embeddings
+@pytest.mark.parametrize("tiny", ["marian", pytest.param("fsmt", marks=pytest.mark.slow(
+    twin="tests/test_seq2seq.py::test_layerdrop_is_refused_in_training_only[marian]"))], indirect=True)
 def test_layerdrop_is_refused_in_training_only(tiny):
     """A config's LayerDrop (HF: training only) leaves evaluation as it is; a training forward refuses it."""
     import dataclasses

@@ -20,10 +20,11 @@ WORKER = Path(__file__).with_name("sharding_worker.py")
 
 
 def _env(**extra):
-    """The workers' environment: only the XLA flags given here, besides the suite's optimisation level."""
+    """The workers' environment: only the XLA flags given here, besides the suite's (conftest.SUITE_XLA_FLAGS)."""
+    from conftest import SUITE_XLA_FLAGS
+
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(WORKER.parent), **extra)
-    level = [f for f in os.environ.get("XLA_FLAGS", "").split() if f.startswith("--xla_backend_optimization_level")]
-    env["XLA_FLAGS"] = " ".join([*level, *extra.get("XLA_FLAGS", "").split()])
+    env["XLA_FLAGS"] = " ".join([*SUITE_XLA_FLAGS, *extra.get("XLA_FLAGS", "").split()])
     return env
 
 

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -204,8 +203,17 @@ def reproduce_stopped(trial, timeout: float = 180) -> None:
             assert record.suffix == ".json" and json.loads(record.read_text())["result"]["total"] > 0, record
 
 
-@pytest.mark.parametrize("where", ["gc", "finalizer"])
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+# one trial per place Python drops the exception: SIGTERM in a gc callback, SIGINT in a finalizer; the
+# other two pairs run the same handler and Output code with the other signal number
+DROPS = [(signal.SIGTERM, "gc"), (signal.SIGINT, "finalizer"),
+         pytest.param(signal.SIGINT, "gc", id="SIGINT-gc", marks=pytest.mark.slow(
+             twin="tests/test_signals.py::test_a_stop_python_drops_in_a_callback_still_stops_the_command[SIGTERM-gc]")),
+         pytest.param(signal.SIGTERM, "finalizer", id="SIGTERM-finalizer", marks=pytest.mark.slow(
+             twin="tests/test_signals.py::test_a_stop_python_drops_in_a_callback_still_stops_the_command"
+                  "[SIGINT-finalizer]"))]
+
+
+@pytest.mark.parametrize("sig, where", DROPS, ids=lambda v: v.name if isinstance(v, signal.Signals) else v)
 def test_a_stop_python_drops_in_a_callback_still_stops_the_command(tmp_path, sig, where):
     """The signal's exception raised inside a gc callback (as XLA's) or a finalizer, where Python
     drops it: the command still stops (before the fix, SIGTERM's run went on and published)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -161,7 +162,7 @@ def test_bad_input(tiny_encoder):
 
 
 def test_cli_writes_page_and_reports_errors(tiny_encoder, tmp_path, capsys):
-    folder = save_tiny_encoder(tmp_path / "model", "bert-2x4", max_positions=64)
+    folder = Path(tiny_encoder.source)  # the fixture's saved folder
     (tmp_path / "mine.py").write_text("print('a file of the user')\n")
     out = tmp_path / "page.html"
     main(["view", "--model", str(folder), "--text", SENTENCE, "--out", str(out)])
@@ -212,6 +213,10 @@ def test_size_at_128_tokens_on_12x12(tmp_path, hidden):
     assert size < 7e6
 
 
+# the same page code at 128 tokens as the 12 × 12 random BERT's (test_size_at_128_tokens_on_12x12), whose
+# measures test_encoder_page_equals_forward_and_norms checks against forward/norms/attributions; compare:
+# test_compare_page_holds_both_models_maps. Here on the real MiniLM only.
+@pytest.mark.slow(twin="tests/test_view.py::test_size_at_128_tokens_on_12x12[192]")
 def test_minilm_page_at_128_tokens(minilm):
     from jattn.cli.demo import sample_sentences
 
@@ -335,6 +340,9 @@ def test_compare_page_holds_both_models_maps(tiny_encoder, tiny_encoder_b):
                                tiny_encoder_b.tokenize([SENTENCE], max_length=64))
 
 
+# a sentence pair through the compare page: the pair path of test_pair_page and the second model's
+# measures of test_compare_page_holds_both_models_maps, the same code on another input shape
+@pytest.mark.slow(twin="tests/test_view.py::test_compare_page_holds_both_models_maps")
 def test_compare_pair_page(tiny_encoder, tiny_encoder_b):
     example = ("Where is the dog?", "It sleeps in the park.")
     data = read_page(jattn.view(tiny_encoder, *example, compare=tiny_encoder_b))
@@ -380,15 +388,15 @@ def test_compare_bad_input(tiny_encoder, tiny_marian, tmp_path):
         _same_tokens({"source": ["a"], "target": ["a", "b", "c"]}, {"source": ["a"], "target": ["a", "b"]}, ("A", "B"))
 
 
-def test_cli_compare_model(tiny_encoder, tmp_path, capsys):
-    first = save_tiny_encoder(tmp_path / "a", "bert-2x4", max_positions=64)
-    second = save_tiny_encoder(tmp_path / "b", "bert-3x2-gelu_new", seed=1, max_positions=64)
+def test_cli_compare_model(tiny_encoder, tiny_encoder_b, tmp_path, capsys):
+    first, second = Path(tiny_encoder.source), Path(tiny_encoder_b.source)  # the fixtures' saved folders
     out = tmp_path / "page.html"
     main(["view", "--model", str(first), "--compare-model", str(second), "--text", SENTENCE, "--out", str(out)])
     printed = capsys.readouterr().out
-    assert re.search(r"encoder 16×16 tokens; models .*a and .*b\)", printed), printed
+    assert re.search(rf"encoder 16×16 tokens; models .*{re.escape(first.name)} and .*{re.escape(second.name)}\)",
+                     printed), printed
     data = read_page(out.read_text(encoding="utf-8"))
-    check_encoder_measures(jattn.load(second, use_cache=False), data["compare"]["views"]["encoder"]["measures"],
+    check_encoder_measures(tiny_encoder_b, data["compare"]["views"]["encoder"]["measures"],
                            tiny_encoder.tokenize([SENTENCE], max_length=64))
 
 

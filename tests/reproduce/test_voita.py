@@ -81,6 +81,9 @@ def test_keep_top_ranks_the_gated_types_together():
         assert got == want and masks["decoder"].all()
 
 
+# the same GateTrainer resume with the model trained (parameters in the checkpoint) on a tiny classifier;
+# the translation model's gate training (dropout, label smoothing) runs in test_every_stage_fast's gate stages
+@pytest.mark.slow(twin="tests/test_gates.py::test_resume_continues_the_same_run")
 def test_joint_gate_training_resumes_to_the_same_parameters(tmp_path, tiny_marian):
     """Gates trained with the model (``model_lr`` > 0, the paper's setting) stopped after 3 updates
     and resumed end where 6 uninterrupted updates end: gates and every parameter."""
@@ -118,11 +121,59 @@ def _recomputes(found: list[dict], out) -> None:
         assert again["baseline"]["value"] == c["baseline"]["value"], c["id"]
 
 
+def _chain_parse(texts, path, pipeline=None) -> dict:
+    """A stand-in for ``jattn.io.parse.parse_to_conllu`` (spaCy; tests/test_roles.py): each text's
+    whitespace words, each word's head the word before it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        for k, text in enumerate(texts):
+            f.write(f"# sent_id = {k}\n# text = {text}\n")
+            for i, word in enumerate(text.split(), 1):
+                f.write(f"{i}\t{word}\t_\t_\t_\t_\t{i - 1}\t{'root' if i == 1 else 'nmod'}\t_\t_\n")
+            f.write("\n")
+    return {"pipeline": "chain", "version": None, "parser_scores": {}}
+
+
+def _stand_in_lrp(params, config, batch) -> dict:
+    """A stand-in for ``lrp.head_relevance`` (tests/test_lrp.py on this model type): relevance that
+    is conserved at every layer."""
+    b, L, H = batch["input_ids"].shape[0], config.encoder_layers, config.encoder_heads
+    total = np.asarray(batch["target_mask"]).sum(1).astype(np.float32)
+    heads = np.random.default_rng(b).random((b, L, H)).astype(np.float32)
+    return {"heads": heads, "layer_input": np.repeat(total[:, None], L, 1), "residual": np.zeros((b, L), np.float32)}
+
+
+def test_every_stage_fast(tmp_path, monkeypatch, data_set):
+    """``test_every_stage_on_a_tiny_random_model`` with the library's costliest parts, each checked in
+    its own tests, replaced: the spaCy parse by a chain of whitespace words, LRP and gradient × input
+    by stand-ins of their shapes; and the compiled programs kept from stage to stage (their release:
+    tests/reproduce/test_pipeline.py::test_compiled_programs_are_released_between_stages). Every
+    stage of the study's own code runs, the gate training, control, importance and Michel's pruning
+    as they are."""
+    from jattn.analyses import lrp
+    from jattn.io import parse
+
+    monkeypatch.setattr(parse, "parse_to_conllu", _chain_parse)
+    monkeypatch.setattr(lrp, "head_relevance", _stand_in_lrp)
+    monkeypatch.setattr(lrp, "head_gradient_x_input", lambda params, config, batch: -_stand_in_lrp(
+        params, config, batch)["heads"])
+    monkeypatch.setattr(pipeline, "release_compiled", lambda: None)
+    _every_stage(tmp_path, monkeypatch, data_set)
+
+
+# every stage's own code, the training and pruning included, runs fast in test_every_stage_fast; this
+# one adds spaCy's parse, LRP and gradient × input on the translation model, each tested on its own
+@pytest.mark.slow(twin="tests/reproduce/test_voita.py::test_every_stage_fast")
 def test_every_stage_on_a_tiny_random_model(tmp_path, monkeypatch, data_set):
     """The study's stages on a random 2+3-layer Marian model (no training of the model): gates
     trained jointly and folded, the control, importance and Michel's pruning to the gate runs'
     counts; every claim recomputes from its rows, each system's BLEU from its translations file,
     and a rerun skips every stage."""
+    _every_stage(tmp_path, monkeypatch, data_set)
+
+
+def _every_stage(tmp_path, monkeypatch, data_set) -> None:
     from jattn.io import manifest
     from jattn.reproduce import studies
     from experiments.voita2019 import study as voita

@@ -68,14 +68,20 @@ def test_outputs_and_attention(pair, batch):
     check_outputs(*pair, batch)
 
 
+# the same post-LN layers and gate code as RoBERTa's (ALBERT differs in embeddings and layer copies)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_head_gates")
 def test_head_gates(pair, batch):
     check_gates(*pair, batch)
 
 
+# the same post-LN layers and disabling code as RoBERTa's (ALBERT differs in embeddings and layer copies)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_disabled_heads")
 def test_disabled_heads(pair, batch):
     check_disabled(*pair, batch)
 
 
+# the same post-LN layers and head removal code as RoBERTa's (ALBERT differs in embeddings and layer copies)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_pruned")
 def test_pruned(pair, batch):
     check_pruned(pair[0], batch)
 
@@ -87,6 +93,9 @@ def test_groups_per_layer(tmp_path, batch):
     check_round_trip(model, oracle, "base", batch, tmp_path / "exported")
 
 
+# classify and the disabling suffix run the same post-LN layers as RoBERTa's; ALBERT's pooler head against HF's
+# runs fast in the twin (a new head exported, read by AutoModelForSequenceClassification) and test_hf_round_trip[cls]
+@pytest.mark.slow(twin="tests/families/albert/test_albert.py::test_new_classifier_export")
 def test_classifier_head(tmp_path, batch):
     model, oracle = load_pair(save_albert(tmp_path, head="cls"), head="cls")
     assert model.config.num_labels == 3 and model.config.classifier_dropout == 0.1  # classifier_dropout_prob

@@ -16,6 +16,9 @@ from tiny_seq2seq import padded_batch
 from tolerance import assert_close, model_terms
 
 
+# the same seq2seq.forward with given embeddings (scaled token rows, learned positions from offset 2, the embedding
+# LayerNorm) as mBART's, which runs the same check fast
+@pytest.mark.slow(twin="tests/families/mbart/test_mbart_parity.py::test_inputs_embeds_equal_hf")
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
 def test_inputs_embeds_equal_hf(tmp_path, kind):
     folder = save_tiny(tmp_path, kind)

@@ -100,6 +100,9 @@ def test_embeddings_equal_hf(tiny):
     assert_close(ours.internals["decoder"]["residual"][0], ref.decoder_hidden_states[0].numpy(), terms=2 * D)
 
 
+# the same post-LN Seq2SeqLayer internals and Kobayashi decomposition as Marian's and FSMT's (BART differs in
+# embeddings only)
+@pytest.mark.slow(twin="tests/test_seq2seq.py::test_internals_complete")
 def test_internals_complete(tiny):
     _, model, _ = tiny
     batch = padded_batch(model.config, b=2)
@@ -116,6 +119,9 @@ def test_internals_complete(tiny):
         assert_close(y, internals["output"], terms=f.shape[-2] + view["out_kernel"].shape[-2] + c.d_model, err_msg=kind)
 
 
+# gates act in MultiHeadAttention inside the same post-LN layers as Marian's (BART differs in embeddings only): the
+# twin gates and disables heads in every attention type of Marian and FSMT; against HF hooks on mBART (same attention)
+@pytest.mark.slow(twin="tests/test_seq2seq.py::test_interventions_per_kind")
 def test_head_gates_equal_hf_hooks(tiny):
     """Gates ξ (L, H) in every attention type at once and one type at a time, against HF with the
     gates applied to each head's context by hooks."""
@@ -133,6 +139,9 @@ def test_head_gates_equal_hf_hooks(tiny):
     assert np.abs(np.asarray(ours.logits) - np.asarray(base.logits)).max() > 1e-3  # the gates matter
 
 
+# disabling acts in MultiHeadAttention inside the same post-LN layers as Marian's (BART differs in embeddings only):
+# the twin disables heads in Marian and FSMT; against HF hooks on mBART (same attention)
+@pytest.mark.slow(twin="tests/test_seq2seq.py::test_interventions_per_kind")
 def test_disabled_heads_equal_hf_hooks(tiny):
     """Disabled heads (uniform over the keys a query may see: real source keys, the causal
     prefix of real target keys) in each attention type, against HF with hooks."""

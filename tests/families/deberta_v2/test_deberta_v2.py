@@ -78,6 +78,18 @@ def compare(ours, ref, batch, terms, what=""):
                      err_msg=f"{what} hidden state {layer}")
 
 
+HERE = "tests/families/deberta_v2/test_deberta_v2.py::"
+
+
+def v3_only(test: str):
+    """``base``'s cases with v2 slow, its fast twin the same test on v3: both run the same disentangled attention
+    (jattn.nn.positions) and the same interventions and analyses on it; v2's own position projections, absolute
+    positions and token types are checked fast by its test_outputs_and_attention (and the kernels on a v2 layout
+    under jit, vmap and grad by tests/test_contract_families.py)."""
+    return pytest.mark.parametrize("base", [pytest.param("v2", marks=pytest.mark.slow(twin=f"{HERE}{test}[v3]")), "v3"],
+                                   indirect=True)
+
+
 def test_config(base):
     model, _, kw = base
     d = model.config.disentangled
@@ -95,6 +107,8 @@ def test_outputs_and_attention(base):
     compare(model.forward(batch), hf_run(oracle, inputs(batch, kw)), batch, terms)
 
 
+# v2: the same gates in the same disentangled attention as v3 (v3_only)
+@v3_only("test_head_gates")
 def test_head_gates(base):
     import torch
 
@@ -111,6 +125,8 @@ def test_head_gates(base):
         compare(ours, ref, batch, terms, f"gates per {kind}")
 
 
+# v2: the same disabling in the same disentangled attention as v3 (v3_only)
+@v3_only("test_disabled_heads")
 def test_disabled_heads(base):
     model, oracle, kw = base
     batch = batch_of(model, kw)
@@ -124,7 +140,10 @@ def test_disabled_heads(base):
                  terms=model_terms(model.config, LENGTHS[0]))
 
 
-@pytest.mark.parametrize("version", ["v2", "v3"])
+# v2: the same ContextPooler head, classify and disabling suffix (cls_row with the disentangled score bias) as v3;
+# v2's own position projections run fast in test_outputs_and_attention[v2]
+@pytest.mark.parametrize("version", [pytest.param("v2", marks=pytest.mark.slow(twin=HERE + "test_classifier_head[v3]")),
+                                     "v3"])
 def test_classifier_head(tmp_path, version):
     """ContextPooler (dense + GELU on token 0) and classifier; classify and the disabling suffix."""
     kw = V2 if version == "v2" else V3
@@ -169,6 +188,9 @@ def test_refused(bad, match):
         config_from_hf({"model_type": "deberta-v2", **SHAPE, **V2, **bad})
 
 
+# norms, attributions (value zeroing with the score bias) and head patching on DeBERTa-v2 run fast, under grad and
+# with finite values, in tests/test_contract_families.py (deberta-v2 in GRADIENT_PATHS, lengths into the log buckets)
+@pytest.mark.slow(twin="tests/test_contract_families.py::test_every_kernel_has_finite_gradients")
 def test_analyses_run(base):
     """Kobayashi et al.'s norms, the context-mixing maps (ALTI among them; value zeroing calls the
     layers with ``module.score_bias``) and head patching run on the model, finite at the real

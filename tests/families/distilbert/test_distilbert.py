@@ -60,14 +60,20 @@ def test_outputs_and_attention(pair, batch):
     check_outputs(*pair, batch, types=False)
 
 
+# the same post-LN layers and gate code as RoBERTa's (DistilBERT differs in embeddings and key names)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_head_gates")
 def test_head_gates(pair, batch):
     check_gates(*pair, batch, types=False)
 
 
+# the same post-LN layers and disabling code as RoBERTa's (DistilBERT differs in embeddings and key names)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_disabled_heads")
 def test_disabled_heads(pair, batch):
     check_disabled(*pair, batch, types=False)
 
 
+# the same post-LN layers and head removal code as RoBERTa's (DistilBERT differs in embeddings and key names)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_pruned")
 def test_pruned(pair, batch):
     check_pruned(pair[0], batch)
 
@@ -109,6 +115,9 @@ def test_sinusoidal_positions(tmp_path, batch):
     check_outputs(model, oracle, batch, types=False)
 
 
+# classify and the disabling suffix run the same post-LN layers as RoBERTa's; DistilBERT's dense–ReLU head against
+# HF's runs fast in the twin (a new head exported, read by AutoModelForSequenceClassification)
+@pytest.mark.slow(twin="tests/families/distilbert/test_distilbert.py::test_new_classifier_export")
 def test_classifier_head(tmp_path, batch):
     model, oracle = load_pair(save_distilbert(tmp_path, head="cls"), head="cls")
     assert model.config.num_labels == 3 and set(model.params["classifier"]) == {"dense", "out"}

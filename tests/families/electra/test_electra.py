@@ -50,14 +50,20 @@ def test_outputs_and_attention(pair, batch):
     check_outputs(*pair, batch)
 
 
+# the same post-LN layers and gate code as RoBERTa's (ELECTRA differs in embeddings)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_head_gates")
 def test_head_gates(pair, batch):
     check_gates(*pair, batch)
 
 
+# the same post-LN layers and disabling code as RoBERTa's (ELECTRA differs in embeddings)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_disabled_heads")
 def test_disabled_heads(pair, batch):
     check_disabled(*pair, batch)
 
 
+# the same post-LN layers and head removal code as RoBERTa's (ELECTRA differs in embeddings)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_pruned")
 def test_pruned(pair, batch):
     check_pruned(pair[0], batch)
 
@@ -90,6 +96,8 @@ def test_hf_round_trip(pair, tmp_path, batch):
 
 # ---- the generator (ElectraForMaskedLM) ---------------------------------------------------------
 
+E = "tests/families/electra/test_electra.py::"
+
 
 def save_generator(folder, embedding_size=16, seed=0, **kw):
     import torch
@@ -100,8 +108,12 @@ def save_generator(folder, embedding_size=16, seed=0, **kw):
                        seed)
 
 
-@pytest.mark.parametrize("embedding_size,tied", [(16, True), (16, False), (32, True)],
-                         ids=["project-16-tied", "project-16-untied", "no-projection"])
+# no-projection: the same masked-LM head code (E = D, the transform's kernel square) as project-16-tied; unprojected
+# embeddings run fast in test_outputs_and_attention[no-projection]
+@pytest.mark.parametrize("embedding_size,tied", [
+    (16, True), (16, False),
+    pytest.param(32, True, marks=pytest.mark.slow(twin=E + "test_generator[project-16-tied]"))],
+    ids=["project-16-tied", "project-16-untied", "no-projection"])
 def test_generator(tmp_path, embedding_size, tied):
     """ElectraForMaskedLM: the encoder under ``electra.`` and the masked-LM head D -> E (GELU,
     LayerNorm(E)) -> V, its matrix the word embeddings (V, E) or its own: outputs, attention and

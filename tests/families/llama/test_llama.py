@@ -44,6 +44,13 @@ def batch(pair):
     return lm_batch(pair[0].config, LENGTHS, seed=3)
 
 
+def llama_only(test: str):
+    """``pair``'s cases with qwen2 slow, its fast twin the same test on llama: Qwen2 runs Llama's layers and
+    interventions; its only difference, the q/k/v biases, is in the forward checked by test_outputs_and_attention."""
+    return pytest.mark.parametrize("pair", ["llama", pytest.param("qwen2", marks=pytest.mark.slow(
+        twin=f"tests/families/llama/test_llama.py::{test}[llama]"))], indirect=True)
+
+
 def test_config(pair):
     c = pair[0].config
     assert (c.causal, c.norm, c.gated_ffn, c.rotary_theta, c.kv_heads, c.kv_head) == (True, "rms", True, 500.0, 2,
@@ -55,14 +62,20 @@ def test_outputs_and_attention(pair, batch):
     check_lm_outputs(*pair, batch)
 
 
+# qwen2: Llama's gates in the same layers (llama_only)
+@llama_only("test_head_gates")
 def test_head_gates(pair, batch):
     check_lm_gates(*pair, batch)
 
 
+# qwen2: Llama's disabling in the same layers (llama_only)
+@llama_only("test_disabled_heads")
 def test_disabled_heads(pair, batch):
     check_lm_disabled(*pair, batch)
 
 
+# qwen2: Llama's grouped values in the same layers (llama_only)
+@llama_only("test_values_are_per_query_head")
 def test_values_are_per_query_head(pair, batch):
     """The ``values`` internal (L, b, H, n, d_h): query heads of one group read the same values."""
     v = np.asarray(pair[0].forward(batch, internals=("values",)).internals["values"])

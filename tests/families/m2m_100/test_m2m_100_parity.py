@@ -25,6 +25,18 @@ def tiny(request, tmp_path_factory):
     return folder, jattn.load(folder, use_cache=False), hf_model(folder)
 
 
+HERE = "tests/families/m2m_100/test_m2m_100_parity.py::"
+MBART = "tests/families/mbart/test_mbart_parity.py::"
+
+
+def gelu_slow(test: str):
+    """``tiny``'s cases with m2m_100-gelu slow, its fast twin the same test on m2m_100: both run the same pre-LN
+    layers, interventions and embeddings; m2m_100-gelu differs in sizes, activation and embedding scale, which its
+    teacher-forced parity test checks fast."""
+    return pytest.mark.parametrize("tiny", ["m2m_100", pytest.param(
+        "m2m_100-gelu", marks=pytest.mark.slow(twin=f"{HERE}{test}[m2m_100]"))], indirect=True)
+
+
 def test_config_is_pre_ln(tiny):
     _, model, _ = tiny
     c = model.config
@@ -64,21 +76,29 @@ def test_hidden_states_equal_hf(tiny):
     parity.check_hidden_states(model, hf)
 
 
+# the same pre-LN LayerNorm layers and interventions as mBART's (M2M100 differs in embeddings only), fast twin mBART's
+@pytest.mark.slow(twin=MBART + "test_pre_ln_internals")
 def test_pre_ln_internals(tiny):
     _, model, _ = tiny
     parity.check_pre_ln_internals(model)
 
 
+# the same pre-LN LayerNorm layers and interventions as mBART's (M2M100 differs in embeddings only), fast twin mBART's
+@pytest.mark.slow(twin=MBART + "test_head_gates_equal_hf_hooks")
 def test_head_gates_equal_hf_hooks(tiny):
     _, model, hf = tiny
     parity.check_gates(model, hf)
 
 
+# the same pre-LN LayerNorm layers and interventions as mBART's (M2M100 differs in embeddings only), fast twin mBART's
+@pytest.mark.slow(twin=MBART + "test_disabled_heads_equal_hf_hooks")
 def test_disabled_heads_equal_hf_hooks(tiny):
     _, model, hf = tiny
     parity.check_disabled(model, hf)
 
 
+# m2m_100-gelu: the same embeddings code as m2m_100 (gelu_slow)
+@gelu_slow("test_inputs_embeds_equal_hf")
 def test_inputs_embeds_equal_hf(tiny):
     """The scaled token embeddings, as jattn's; on right-padded rows' real tokens HF's positions
     (every position numbered) and jattn's (the real tokens counted) agree."""

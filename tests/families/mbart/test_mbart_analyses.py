@@ -30,5 +30,8 @@ def test_norms_against_explicit_tensor(model):
     parity.check_norms(model)
 
 
+# the patched layers' suffix runs the same pre-norm Seq2SeqLayers and final norms as T5's (which adds the relative
+# bias), against HF hooks there
+@pytest.mark.slow(twin="tests/families/t5/test_t5_analyses.py::test_patch_heads_equals_hf_hooks")
 def test_patch_heads_equals_hf_hooks(model, folder):
     parity.check_patch_heads(model, hf_model(folder))

@@ -24,6 +24,17 @@ def tiny(request, tmp_path_factory):
     return folder, jattn.load(folder, use_cache=False), hf_model(folder)
 
 
+HERE = "tests/families/mbart/test_mbart_parity.py::"
+
+
+def fifty_slow(test: str):
+    """``tiny``'s cases with mbart-50 slow, its fast twin the same test on mbart-cc25: both run the same pre-LN
+    layers and interventions; mbart-50 differs in sizes, activation and embedding scale, which its teacher-forced
+    parity test checks fast."""
+    return pytest.mark.parametrize("tiny", ["mbart-cc25", pytest.param(
+        "mbart-50", marks=pytest.mark.slow(twin=f"{HERE}{test}[mbart-cc25]"))], indirect=True)
+
+
 def test_config_is_pre_ln(tiny):
     _, model, _ = tiny
     c = model.config
@@ -48,21 +59,29 @@ def test_hidden_states_equal_hf(tiny):
     parity.check_hidden_states(model, hf)
 
 
+# mbart-50: the same pre-LN code as mbart-cc25 (fifty_slow)
+@fifty_slow("test_pre_ln_internals")
 def test_pre_ln_internals(tiny):
     _, model, _ = tiny
     parity.check_pre_ln_internals(model)
 
 
+# mbart-50: the same pre-LN code as mbart-cc25 (fifty_slow)
+@fifty_slow("test_head_gates_equal_hf_hooks")
 def test_head_gates_equal_hf_hooks(tiny):
     _, model, hf = tiny
     parity.check_gates(model, hf)
 
 
+# mbart-50: the same pre-LN code as mbart-cc25 (fifty_slow)
+@fifty_slow("test_disabled_heads_equal_hf_hooks")
 def test_disabled_heads_equal_hf_hooks(tiny):
     _, model, hf = tiny
     parity.check_disabled(model, hf)
 
 
+# mbart-50: the same pre-LN code as mbart-cc25 (fifty_slow)
+@fifty_slow("test_inputs_embeds_equal_hf")
 def test_inputs_embeds_equal_hf(tiny):
     """mBART's ``inputs_embeds`` / ``decoder_inputs_embeds`` are the scaled token embeddings, as jattn's."""
     _, model, hf = tiny

@@ -72,6 +72,9 @@ def test_biases_and_first_norm(tmp_path, batch):
     check_outputs(model, oracle, batch, types=False)
 
 
+# gates scale each head's context in MultiHeadAttention, the same code in ModernBERT's pre-LN layers as in
+# RoBERTa-PreLayerNorm's (the rotary scores and window act before, checked by test_outputs_and_attention): fast twin
+@pytest.mark.slow(twin="tests/families/roberta_prelayernorm/test_roberta_prelayernorm.py::test_head_gates")
 def test_head_gates(pair, batch):
     check_gates(*pair, batch, types=False)
 
@@ -123,7 +126,10 @@ def test_disabled_heads(pair, batch):
 
 
 def test_classifier_head(tmp_path, batch):
-    model, oracle = load_pair(save_modernbert(tmp_path, head="cls"), head="cls")
+    """Two layers (one global, one local: both kinds of rotary table and window in the disabling suffix) so that the
+    suffix runs from two layers, not four."""
+    model, oracle = load_pair(save_modernbert(tmp_path, head="cls", num_hidden_layers=2), head="cls")
+    assert model.config.attention_radius == (0, 2)
     assert model.config.num_labels == 3 and model.config.classifier == "dense_act_norm"
     check_classifier(model, oracle, batch, types=False)
 

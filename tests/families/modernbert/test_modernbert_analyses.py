@@ -41,6 +41,10 @@ def folder(tmp_path_factory):
     return save_tokenizer(f)
 
 
+# the same command and pre-LN encoder analyses (weights, entropy, norms, ALTI) as RoBERTa-PreLayerNorm's; ModernBERT's
+# kernels are under jit, vmap and grad in tests/test_contract_families.py, its score bias in the analyses' layer
+# reruns below
+@pytest.mark.slow(twin="tests/families/roberta_prelayernorm/test_roberta_prelayernorm.py::test_analyze_command")
 def test_analyze_cli(folder, tmp_path, monkeypatch):
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "c.txt"
@@ -57,6 +61,9 @@ def test_analyze_cli(folder, tmp_path, monkeypatch):
             assert np.isfinite(np.array(entry["value"], dtype=float)).all(), name
 
 
+# head patching on ModernBERT (its suffix rerunning the local and global layers with their score bias) runs fast,
+# under grad and with finite values, in tests/test_contract_families.py (modernbert in GRADIENT_PATHS)
+@pytest.mark.slow(twin="tests/test_contract_families.py::test_every_kernel_has_finite_gradients")
 def test_patch_heads(folder):
     model = jattn.load(folder)
     clean = model.tokenizer(["the cat sat on the mat .", "alice met bob , then left ."], padding=True,

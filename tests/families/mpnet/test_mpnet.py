@@ -60,10 +60,16 @@ def test_outputs_and_attention(base, batch):
     check_outputs(*base, batch, types=False)
 
 
+# the same post-LN layers and gate code as RoBERTa's (MPNet differs in embeddings and the score bias, which
+# test_outputs_and_attention checks)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_head_gates")
 def test_head_gates(base, batch):
     check_gates(*base, batch, types=False)
 
 
+# the same post-LN layers and disabling code as RoBERTa's (MPNet differs in embeddings and the score bias, which
+# test_outputs_and_attention checks)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_disabled_heads")
 def test_disabled_heads(base, batch):
     check_disabled(*base, batch, types=False)
 

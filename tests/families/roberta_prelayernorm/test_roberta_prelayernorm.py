@@ -74,6 +74,9 @@ def test_pruned(pair, batch):
     check_pruned(pair[0], batch)
 
 
+# classify and the disabling suffix through pre-LN layers (cls_row, the final LayerNorm) run fast on ModernBERT's
+# pre-LN layers, the dense–tanh head on RoBERTa's: fast twin ModernBERT's
+@pytest.mark.slow(twin="tests/families/modernbert/test_modernbert.py::test_classifier_head")
 def test_classifier_head(tmp_path, batch):
     model, oracle = load_pair(save_preln(tmp_path, head="cls"), head="cls")
     assert model.config.num_labels == 3 and model.config.classifier == "dense_tanh"

@@ -25,6 +25,9 @@ def model(folder):
     return jattn.load(folder, use_cache=False)
 
 
+# the same command and pre-norm seq2seq analyses (weights, entropy, norms, ALTI, ALTI+) as mBART's; T5's kernels
+# (norms, ALTI+) are under jit, vmap and grad in tests/test_contract_families.py
+@pytest.mark.slow(twin="tests/families/mbart/test_mbart_analyses.py::test_analyze_cli")
 def test_analyze_cli(model, folder, tmp_path, monkeypatch):
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
     doc = parity.check_analyze_cli(model, folder, tmp_path / "out")
@@ -35,6 +38,9 @@ def test_analyze_cli(model, folder, tmp_path, monkeypatch):
         assert all(np.isfinite(v) for v in value.ravel() if v is not None), key
 
 
+# the same check of jattn.norms on a pre-norm seq2seq model as mBART's (T5's values and W_O without biases; the
+# kernel on T5 is under jit, vmap and grad in tests/test_contract_families.py)
+@pytest.mark.slow(twin="tests/families/mbart/test_mbart_analyses.py::test_norms_against_explicit_tensor")
 def test_norms_against_explicit_tensor(model):
     parity.check_norms(model)
 

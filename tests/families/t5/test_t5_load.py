@@ -23,6 +23,10 @@ def tiny(request, tmp_path_factory):
     return request.param, folder, jattn.load(folder, use_cache=False)
 
 
+# t5-v1.0, mt5: the same T5Tokenizer files and translate() as t5-v1.1, fast twin [t5-v1.1]
+@pytest.mark.parametrize("tiny", [pytest.param(kind, marks=pytest.mark.slow(
+    twin="tests/families/t5/test_t5_load.py::test_load_with_tokenizer[t5-v1.1]")) if kind != "t5-v1.1" else kind
+    for kind in sorted(CONFIGS)], indirect=True)
 def test_load_with_tokenizer(tiny):
     """The folder's tokenizer tokenizes as HF's AutoTokenizer (``X </s>``); translate() runs."""
     from transformers import AutoTokenizer

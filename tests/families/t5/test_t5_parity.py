@@ -29,6 +29,18 @@ def tiny(request, tmp_path_factory):
     return request.param, folder, jattn.load(folder, use_cache=False), hf_model(folder, request.param)
 
 
+HERE = "tests/families/t5/test_t5_parity.py::"
+
+
+def v11_only(test: str):
+    """``tiny``'s cases with t5-v1.0 and mt5 slow, their fast twin the same test on t5-v1.1: all three run the same
+    pre-RMSNorm layers with the relative bias and the same interventions; t5-v1.0 differs in its ReLU FFN and tied,
+    scaled output, mt5 in sizes and model_type only, which their teacher-forced parity tests check fast."""
+    slow = pytest.mark.slow(twin=f"{HERE}{test}[t5-v1.1]")
+    return pytest.mark.parametrize("tiny", [pytest.param("mt5", marks=slow), pytest.param("t5-v1.0", marks=slow),
+                                            "t5-v1.1"], indirect=True)
+
+
 def test_config_layout(tiny):
     kind, _, model, hf = tiny
     c = model.config
@@ -82,6 +94,8 @@ def _rms(x, scale, eps):
     return x / np.sqrt(np.square(x).mean(-1, keepdims=True) + eps) * np.asarray(scale, np.float64)
 
 
+# t5-v1.0, mt5: the same T5 layers and code as t5-v1.1 (v11_only)
+@v11_only("test_pre_rms_internals")
 def test_pre_rms_internals(tiny):
     """The internals of the pre-RMSNorm blocks keep their literal meanings: ``pre_ln`` = ``residual``
     x, ``attention_ln_out`` RMSNorm(x), ``output`` Σ_h Σ_j α f_h(x_j) (Kobayashi et al. 2020, Eq. 5;
@@ -114,6 +128,8 @@ def test_pre_rms_internals(tiny):
                      err_msg=side)
 
 
+# t5-v1.0, mt5: the same T5 layers and code as t5-v1.1 (v11_only)
+@v11_only("test_relative_bias_changes_only_alpha")
 def test_relative_bias_changes_only_alpha(tiny):
     """With the stacks' relative bias tables zeroed, α is softmax(q·k) alone: it differs from the
     model's, the values do not (the bias enters the scores only)."""
@@ -130,11 +146,15 @@ def test_relative_bias_changes_only_alpha(tiny):
     assert np.abs(np.asarray(flat["encoder"]["weights"]) - np.asarray(base["encoder"]["weights"])).max() > 1e-3
 
 
+# t5-v1.0, mt5: the same T5 layers and code as t5-v1.1 (v11_only)
+@v11_only("test_head_gates_equal_hf_hooks")
 def test_head_gates_equal_hf_hooks(tiny):
     _, _, model, hf = tiny
     parity.check_gates(model, hf)
 
 
+# t5-v1.0, mt5: the same T5 layers and code as t5-v1.1 (v11_only)
+@v11_only("test_disabled_heads_equal_hf_hooks")
 def test_disabled_heads_equal_hf_hooks(tiny):
     """Disabled heads (uniform over the keys a query may see) in each attention type vs HF T5 with hooks."""
     _, _, model, hf = tiny
@@ -155,6 +175,8 @@ def test_disabled_heads_equal_hf_hooks(tiny):
         assert_close(mine[q_mask], uniform[q_mask], err_msg=kind)
 
 
+# t5-v1.0, mt5: the same T5 layers and code as t5-v1.1 (v11_only)
+@v11_only("test_inputs_embeds_equal_hf")
 def test_inputs_embeds_equal_hf(tiny):
     """T5's ``inputs_embeds`` are the (unscaled) token embeddings, as jattn's ``word_embeddings``."""
     _, _, model, hf = tiny

@@ -54,18 +54,30 @@ def test_outputs_and_attention(pair, batch):
     check_outputs(*pair, batch, types=False)
 
 
+# the same post-LN layers and gate code as RoBERTa's (XLM-R differs in its checkpoint's key prefix and tokenizer
+# only)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_head_gates")
 def test_head_gates(pair, batch):
     check_gates(*pair, batch, types=False)
 
 
+# the same post-LN layers and disabling code as RoBERTa's (XLM-R differs in its checkpoint's key prefix and
+# tokenizer only)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_disabled_heads")
 def test_disabled_heads(pair, batch):
     check_disabled(*pair, batch, types=False)
 
 
+# the same post-LN layers and head removal code as RoBERTa's (XLM-R differs in its checkpoint's key prefix and
+# tokenizer only)
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_pruned")
 def test_pruned(pair, batch):
     check_pruned(pair[0], batch)
 
 
+# the same dense–tanh head, classify and disabling suffix over the same post-LN layers as RoBERTa's (XLM-R differs
+# in its checkpoint's key prefix and tokenizer only), fast twin RoBERTa's
+@pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_classifier_head")
 def test_classifier_head(tmp_path, batch):
     model, oracle = load_pair(save_xlmr(tmp_path, head="cls", classifier_dropout=0.3), head="cls")
     assert model.config.num_labels == 3 and model.config.classifier_dropout == 0.3
