@@ -208,6 +208,9 @@ def test_two_processes_match_one(eight_devices, tmp_path):
     _compare(got, one, stats + ["meta_segments", "meta_tokens"], _terms(1, 2, 10 * 16))
 
 
+# the same two-process run (gloo collectives, run_corpus over both processes' devices) as the twin; this one
+# adds the command's --coordinator/--num-processes/--process-id, which only hand those to jax.distributed
+@pytest.mark.slow(twin="tests/test_sharding.py::test_two_processes_match_one")
 def test_cli_two_processes_match_one_process(tmp_path):
     """``jattn analyze --coordinator … --num-processes 2 --process-id i``, launched twice, writes
     (from process 0) the results of a single-process ``jattn analyze`` on the same corpus."""

@@ -173,9 +173,15 @@ REDELIVER_S = 0.02  # a dropped stop is sent again this much later, when the cal
 _redelivery: list = []  # the pending redelivery's timer
 
 
+_deferring = [False]  # while JAX's native libraries load: a stop is recorded, raised once they are loaded
+
+
 def _stop(signum, frame):
-    """SIGINT/SIGTERM while a command runs: recorded, and raised unless one is on its way."""
+    """SIGINT/SIGTERM while a command runs: recorded, and raised unless one is on its way (or JAX
+    is loading)."""
     stops.record_stop(signum)
+    if _deferring[0]:
+        return
     raised = stops.STOP["raised"]
     if raised is not None and time.monotonic() - raised < GRACE_S:
         return
@@ -234,7 +240,16 @@ def main(argv=None) -> None:
     try:
         # the command owns its process: freed memory kept for XLA's next call (jattn.host_memory), and no
         # transformers notice that PyTorch is absent (jattn reads its tokenizers and configs only)
-        keep_freed_memory()
+        # JAX's import runs Python code from inside its C++ extensions' initialisation: an exception raised
+        # there by the handler escapes into C++, which aborts the process (SIGABRT), so a stop waits for it
+        _deferring[0] = True
+        try:
+            import jax  # noqa: F401
+
+            keep_freed_memory()
+        finally:
+            _deferring[0] = False
+        stops.check_stop()
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
         parser, modules = build_parser()
         args = parser.parse_args(argv)
