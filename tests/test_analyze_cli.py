@@ -186,7 +186,7 @@ def test_analyze_cli_on_a_translation_model(tmp_path, monkeypatch, tiny_marian_f
     assert "heatmap_norm_to_sep.png" in _check_figures(out / "figures" / "cross")
     one = _write(tmp_path / "p.txt", "".join(f"{a} ||| {b}\n" for a, b in zip(src, tgt)))
     # the one-file form: the command hands --input's files to Corpus either way, so the examples it reads
-    # are the two files' (a second run of the command on them took 8-10 s: its compile and figures)
+    # are the two files'
     assert [(e.a, e.b) for e in Corpus([one], "parallel")] == [(e.a, e.b) for e in Corpus(files, "parallel")] \
         == list(zip(src, tgt))
     with pytest.raises(SystemExit, match="word-level"):

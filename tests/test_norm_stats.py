@@ -206,7 +206,7 @@ def brute_spearman(x, y) -> float:
 def occurrences(tmp_path_factory):
     """The streamed pass over CORPUS (+ one pair) in batches of 2 (padding rows and columns),
     and, per example alone (padded to PAD: one compiled program for all of them, where unpadded
-    lengths took one each; padding invariance of jattn.norms is tests/test_norms.py's), the per-token
+    lengths need one each; padding invariance of jattn.norms is tests/test_norms.py's), the per-token
     values by loops over layers and heads, in the pass's order (examples sorted by token length,
     then corpus index)."""
     import jattn
