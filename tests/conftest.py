@@ -19,6 +19,27 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Set before JAX starts its backend; subprocesses inherit them (tests/test_sharding.py passes them on).
 SUITE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
 os.environ["XLA_FLAGS"] = " ".join(filter(None, (os.environ.get("XLA_FLAGS"), *SUITE_XLA_FLAGS)))
+# One JAX compilation cache for the run, shared by the pytest-xdist workers and the CLI processes the tests
+# start: tests compile many of the same programs (the same tiny models' forwards, an eager run's primitives,
+# `jattn analyze` on the same model in several tests), and a compile found in the cache is a file read. A
+# cache hit is the executable compiled before, so results are unchanged. Every program is cached (no minimum
+# compile time or size); a size limit turns on JAX's file lock, so concurrent processes never read an entry
+# still being written. The folder is this run's own (created by the first process, removed at its end),
+# unless JAX_COMPILATION_CACHE_DIR is set, which then is used as it is.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE = tempfile.mkdtemp(prefix="jattn-tests-xla-cache-")
+    os.environ.update(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+else:
+    _OWN_CACHE = None
+
+
+def without_shared_cache(env: dict) -> dict:
+    """``env`` for a process a test stops or kills: without the run's compilation cache, since a process
+    stopped while JAX writes an entry leaves it cut short, and every later process reading it would warn
+    and compile again."""
+    return {k: v for k, v in env.items() if k != "JAX_COMPILATION_CACHE_DIR"}
 # Tests run the encoder's layers as real batches on CPU would at their size: tiny batches in one
 # chunk. The chunked layer (``jattn.nn.engine.over_chunks``) is checked where it can differ:
 # tests/test_chunks.py (outputs, every internal, layerwise rows and totals, [CLS] logits and gate
@@ -38,9 +59,13 @@ def pytest_collection_modifyitems(config, items):
     """Tests marked ``slow`` run only with ``--runslow``. ``@pytest.mark.slow(twin="tests/x.py::test_y")``
     (or ``pytest.param(..., marks=pytest.mark.slow(twin=...))``) names the default-suite test that runs the
     same code path fast: the default suite stays under 15 minutes on 2 cores (README, Tests) and still runs
-    every code path once. A twin is checked whenever its file is collected: it must exist and not be slow."""
+    every code path once. A twin is checked whenever its file is collected whole: it must exist and not be slow."""
     ids = {item.nodeid: item for item in items}
-    files = {nodeid.split("::")[0] for nodeid in ids}
+    # files collected whole: a file named with a test (path::test) holds only that test's items
+    from pathlib import Path
+
+    named = {Path(a.split("::")[0]).resolve() for a in config.args if "::" in a}
+    files = {nodeid.split("::")[0] for nodeid in ids if (config.rootpath / nodeid.split("::")[0]).resolve() not in named}
     broken = []
     for item in items:
         for mark in item.iter_markers("slow"):
@@ -126,3 +151,10 @@ def data_set():
                         f"has it, or run `jattn data fetch {name}`")
 
     return get
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE is not None:
+        import shutil
+
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)

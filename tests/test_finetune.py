@@ -211,6 +211,9 @@ for work, out in {runs!r}:  # (work folder, weights file) after each other
 """
 
 
+# the resume path of test_sigint_checkpoints_and_a_rerun_ends_with_the_same_weights, after a kill in which no handler
+# runs and a save may be cut short (two processes: 33 s)
+@pytest.mark.slow(twin="tests/test_finetune.py::test_sigint_checkpoints_and_a_rerun_ends_with_the_same_weights")
 def test_sigkill_then_rerun_ends_with_the_same_weights(tiny_bert_folder, tmp_path):
     """SIGKILL (no handler runs) while a run saves a checkpoint after every micro-batch: the rerun
     resumes from the last complete checkpoint and ends bit for bit where an uninterrupted run

@@ -48,8 +48,13 @@ def setup(tmp_path_factory):
     return root, model, previous
 
 
-def analyze(root: Path, model: Path, corpus: str, methods: str, out: Path, **popen) -> subprocess.Popen:
-    env = dict(os.environ, JATTN_CACHE=str(root / "cache"), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+def analyze(root: Path, model: Path, corpus: str, methods: str, out: Path, killed: bool = False,
+            **popen) -> subprocess.Popen:
+    """``jattn analyze`` started; ``killed``: a run the test stops or kills (conftest.without_shared_cache)."""
+    from conftest import without_shared_cache
+
+    env = dict(without_shared_cache(os.environ) if killed else os.environ, JATTN_CACHE=str(root / "cache"),
+               HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     return subprocess.Popen([sys.executable, "-m", "jattn.cli", "analyze", "--model", str(model), "--input",
                              str(root / corpus), "--methods", methods, "--out", str(out), "--batch-size", "16",
                              "--max-length", "64"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -145,7 +150,7 @@ def test_interrupted_run_leaves_the_previous_results(sig, setup, tmp_path):
     # the default at exec. So the test process holds a handler while it starts the run.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        proc = analyze(root, model, "long.txt", "entropy", out)
+        proc = analyze(root, model, "long.txt", "entropy", out, killed=True)
     finally:
         signal.signal(signal.SIGINT, previous)
     err = Stderr(proc)

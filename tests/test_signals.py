@@ -95,7 +95,9 @@ studies.register("toy", lambda profile: [Stage(f"toy.s{i}", _work, params={"step
 
 
 def env() -> dict:
-    return {**os.environ, "JATTN_DATA": os.environ.get("JATTN_DATA", "/work/shared/data"), "HF_HUB_OFFLINE": "1",
+    from conftest import without_shared_cache
+
+    return {**without_shared_cache(os.environ), "JATTN_DATA": os.environ.get("JATTN_DATA", "/work/shared/data"), "HF_HUB_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false", "PYTHONFAULTHANDLER": "1"}
 
 
