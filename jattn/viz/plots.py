@@ -163,8 +163,10 @@ def mds_scatter(points: np.ndarray, num_layers: int, path, labels: np.ndarray | 
         ax.set(title="Coloured by behaviour (Clark et al. 2019 thresholds)")
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     for ax in axes[0]:
-        ax.set(xlabel="MDS dimension 1 (JS distance units)", ylabel="MDS dimension 2 (JS distance units)")
-    fig.suptitle("Heads placed by the Jensen-Shannon distance between their attention (MDS); points are layer-head")
+        unit = "nats: JS summed over tokens"
+        ax.set(xlabel=f"MDS dimension 1 ({unit})", ylabel=f"MDS dimension 2 ({unit})")
+    fig.suptitle("Heads placed by MDS of the Jensen-Shannon divergence between their attention, summed over "
+                 "tokens (Clark et al. 2019 §6); points: layer-head")
     return save(fig, path)
 
 
