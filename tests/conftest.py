@@ -21,11 +21,14 @@ SUITE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_e
 os.environ["XLA_FLAGS"] = " ".join(filter(None, (os.environ.get("XLA_FLAGS"), *SUITE_XLA_FLAGS)))
 # One JAX compilation cache for the run, shared by the pytest-xdist workers and the CLI processes the tests
 # start: tests compile many of the same programs (the same tiny models' forwards, an eager run's primitives,
-# `jattn analyze` on the same model in several tests), and a compile found in the cache is a file read. A
-# cache hit is the executable compiled before, so results are unchanged. Every program is cached (no minimum
-# compile time or size); a size limit turns on JAX's file lock, so concurrent processes never read an entry
-# still being written. The folder is this run's own (created by the first process, removed at its end),
-# unless JAX_COMPILATION_CACHE_DIR is set, which then is used as it is.
+# `jattn analyze` on the same model in several tests), and a compile found in the cache is a file read: a
+# tenth less CPU time for the suite. A cache hit is the executable compiled before, so results are unchanged.
+# Every program is cached (no minimum compile time or size). No size limit: with one, JAX locks the folder and
+# scans all its entries on every write, which made the suite far slower than no cache. Without the lock, a process
+# that reads an entry while another writes it gets a short read; JAX then warns and compiles the program
+# itself. Processes a test stops or kills run without the cache (``without_shared_cache``). The folder is this
+# run's own (created by the first process, removed at its end), unless JAX_COMPILATION_CACHE_DIR is set, which
+# then is used as it is.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     import tempfile
 
@@ -34,12 +37,6 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 else:
     _OWN_CACHE = None
 
-
-def without_shared_cache(env: dict) -> dict:
-    """``env`` for a process a test stops or kills: without the run's compilation cache, since a process
-    stopped while JAX writes an entry leaves it cut short, and every later process reading it would warn
-    and compile again."""
-    return {k: v for k, v in env.items() if k != "JAX_COMPILATION_CACHE_DIR"}
 # Tests run the encoder's layers as real batches on CPU would at their size: tiny batches in one
 # chunk. The chunked layer (``jattn.nn.engine.over_chunks``) is checked where it can differ:
 # tests/test_chunks.py (outputs, every internal, layerwise rows and totals, [CLS] logits and gate
@@ -158,3 +155,10 @@ def pytest_unconfigure(config):
         import shutil
 
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+
+
+def without_shared_cache(env: dict) -> dict:
+    """``env`` for a process a test stops or kills: without the run's compilation cache, since a process
+    stopped while JAX writes an entry leaves it cut short, and every later process reading it would warn
+    and compile again."""
+    return {k: v for k, v in env.items() if k != "JAX_COMPILATION_CACHE_DIR"}

@@ -97,8 +97,8 @@ studies.register("toy", lambda profile: [Stage(f"toy.s{i}", _work, params={"step
 def env() -> dict:
     from conftest import without_shared_cache
 
-    return {**without_shared_cache(os.environ), "JATTN_DATA": os.environ.get("JATTN_DATA", "/work/shared/data"), "HF_HUB_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false", "PYTHONFAULTHANDLER": "1"}
+    return {**without_shared_cache(os.environ), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONFAULTHANDLER": "1"}
 
 
 def start(args: list[str], cwd: Path) -> subprocess.Popen:
