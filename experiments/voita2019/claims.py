@@ -8,6 +8,11 @@ updates), vs that control (beside the unpruned model's Δ vs it) and vs Michel's
 importance pruning to the same open-head count (beside random orders' Δ); per setting and count,
 Michel's Δ vs unpruned (beside random orders'); the fewest encoder heads within 1 BLEU of the
 unpruned model (beside the same rule applied to importance pruning).
+
+The harder set: the claims of the encoder setting again (ids ending in ``-long``) on the longest
+quarter of the test sentences by source words (``longest``, fixed before any number), from the
+same translations: on short, near-monotone captions an encoder may translate nearly as well
+without self-attention, and long sentences are where it should be needed.
 """
 
 from __future__ import annotations
@@ -18,6 +23,15 @@ from jattn import stats
 from jattn.reproduce.pipeline import Context
 from experiments.voita2019 import head_claims as voita_head_claims
 from experiments.voita2019 import runs as V
+
+LONG_SHARE = 0.25  # the harder set: this share of the test sentences, the longest by source words
+
+
+def longest(sources: list[str], share: float = LONG_SHARE) -> list[int]:
+    """Indices (in test order) of the ``share`` of the sentences with the most source words; ties
+    go to the earlier sentence."""
+    k = max(1, round(share * len(sources)))
+    return sorted(sorted(range(len(sources)), key=lambda i: (-len(sources[i].split()), i))[:k])
 
 
 def _gain(hyp: str, reference: str) -> dict:
@@ -53,24 +67,25 @@ def claims_stage(gate_stages: list[str], michel_stages: list[str]):
             measure={"statistic": "bleu", "columns": {"ref": "ref", "hyp": "hyp"}, "ci_method": "bootstrap"},
             baseline={"name": "the source sentence copied", "columns": {"ref": "ref", "hyp": "source"}},
             protocol=protocol)]
-        for r in runs:
-            claims += _gate_claims(ctx, r, text, michel[r["setting"]], refs, protocol)
-        for setting, m in michel.items():
-            for k in m["counts"]:
-                randoms = [text[f"michel-{setting}-{k}-{o}"] for o in m["orders"] if o.startswith("random")]
-                rows = _rows(refs, importance=text[f"michel-{setting}-{k}-importance"], unpruned=text["unpruned"],
-                             random=_per_row(randoms))
-                c = ctx.claim(id=f"voita-michel-{setting}-{k}", unit="Δ BLEU", rows=rows, n=n, seeds=1,
-                              claim=f"Michel importance pruning to {k} of {m['heads']} heads ({setting}), Δ BLEU vs "
-                                    "unpruned", paper="Michel et al. 2019, Fig. 3: BLEU vs heads pruned (WMT en-fr)",
-                              measure=_gain("importance", "unpruned"), protocol=protocol,
-                              baseline={"name": f"{len(randoms)} random orders (mean), Δ vs unpruned",
-                                        **_gain("random", "unpruned")})
-                c["note"] = _versus(c["ci"], "unpruned")
-                claims.append(c)
         heads = ctx.result("voita.roles")
-        claims.append(_fewest_claim(ctx, [r for r in runs if r["setting"] == "encoder"], text, michel["encoder"],
-                                    refs, protocol, heads))
+        claims += _curve_claims(ctx, runs, michel, tuple(michel), text, refs, list(range(n)), protocol, heads)
+        long = longest(base["sources"])
+        words = min(len(base["sources"][i].split()) for i in long)
+        claims.append(ctx.claim(
+            id="voita-unpruned-bleu-long",
+            claim=f"the converged model's BLEU on the longest {len(long)} test sentences ({words} source words or more)", paper=V.PAPER, unit="BLEU", n=len(long), seeds=1,
+            rows=_rows([refs[i] for i in long], index=long, hyp=[text["unpruned"][i] for i in long],
+                       source=[base["sources"][i] for i in long]),
+            measure={"statistic": "bleu", "columns": {"ref": "ref", "hyp": "hyp"}, "ci_method": "bootstrap"},
+            baseline={"name": "the source sentence copied", "columns": {"ref": "ref", "hyp": "source"}},
+            protocol=f"the longest {LONG_SHARE:.0%} of the test sentences by source words; " + protocol))
+        harder = _curve_claims(ctx, [r for r in runs if r["setting"] == "encoder"], michel, ("encoder",),
+                               {k: [v[i] for i in long] for k, v in text.items()}, [refs[i] for i in long], long,
+                               f"the longest {LONG_SHARE:.0%} of the test sentences by source words; " + protocol,
+                               heads, suffix="-long")
+        for c in harder:
+            c["claim"] += f", on the longest {len(long)} test sentences"
+        claims += harder
         claims += voita_head_claims.claims(ctx, heads, [r for r in runs if r["setting"] == "encoder"])
         systems = {name: stats.bleu_ci(hyps, refs) for name, hyps in text.items() if "-random-" not in name}
         figures = [_curve_figure(ctx, runs, michel, systems, text, refs, control["steps"]), _gates_figure(ctx, runs),
@@ -79,6 +94,33 @@ def claims_stage(gate_stages: list[str], michel_stages: list[str]):
                 "table": _table(runs, systems, control["steps"]) + "\n\n" + voita_head_claims.table(heads, runs)}
 
     return run
+
+
+def _curve_claims(ctx, runs: list[dict], michel: dict, settings: tuple, text: dict, refs: list[str],
+                  index: list[int], protocol: str, heads: dict, suffix: str = "") -> list[dict]:
+    """The curve's claims on the test sentences ``index`` (``text`` and ``refs`` cut to them): each
+    of ``runs``' gate claims, Michel's at each count of ``settings``, and the fewest encoder heads;
+    ids end in ``suffix``."""
+    claims = []
+    for r in runs:
+        claims += _gate_claims(ctx, r, text, michel[r["setting"]], refs, protocol, index, suffix)
+    for setting in settings:
+        m = michel[setting]
+        for k in m["counts"]:
+            randoms = [text[f"michel-{setting}-{k}-{o}"] for o in m["orders"] if o.startswith("random")]
+            rows = _rows(refs, index=index, importance=text[f"michel-{setting}-{k}-importance"],
+                         unpruned=text["unpruned"], random=_per_row(randoms))
+            c = ctx.claim(id=f"voita-michel-{setting}-{k}{suffix}", unit="Δ BLEU", rows=rows, n=len(refs), seeds=1,
+                          claim=f"Michel importance pruning to {k} of {m['heads']} heads ({setting}), Δ BLEU vs "
+                                "unpruned", paper="Michel et al. 2019, Fig. 3: BLEU vs heads pruned (WMT en-fr)",
+                          measure=_gain("importance", "unpruned"), protocol=protocol,
+                          baseline={"name": f"{len(randoms)} random orders (mean), Δ vs unpruned",
+                                    **_gain("random", "unpruned")})
+            c["note"] = _versus(c["ci"], "unpruned")
+            claims.append(c)
+    claims.append(_fewest_claim(ctx, [r for r in runs if r["setting"] == "encoder"], text, michel["encoder"],
+                                refs, protocol, heads, index, suffix))
+    return claims
 
 
 def _system(r: dict) -> str:
@@ -97,10 +139,13 @@ def _open(r: dict) -> int:
     return sum(r["open_heads"][t] for t in V.SETTINGS[r["setting"]])
 
 
-def _rows(refs: list[str], **columns) -> list[dict]:
-    """Claim rows: per test sentence its index, reference and each column's entry (a column is a list
-    of one entry per sentence: a translation, or a list of translations by several systems)."""
-    return [{"index": i, "ref": ref, **{k: v[i] for k, v in columns.items()}} for i, ref in enumerate(refs)]
+def _rows(refs: list[str], index: list[int] | None = None, **columns) -> list[dict]:
+    """Claim rows: per test sentence its index in the test set (``index``, default 0, 1, ...),
+    reference and each column's entry (a column is a list of one entry per sentence: a translation,
+    or a list of translations by several systems)."""
+    index = range(len(refs)) if index is None else index
+    return [{"index": t, "ref": ref, **{k: v[i] for k, v in columns.items()}}
+            for i, (t, ref) in enumerate(zip(index, refs))]
 
 
 def _per_row(systems: list[list]) -> list[list]:
@@ -108,15 +153,16 @@ def _per_row(systems: list[list]) -> list[list]:
     return [list(x) for x in zip(*systems)]
 
 
-def _gate_claims(ctx, r: dict, text: dict, m: dict, refs: list[str], protocol: str) -> list[dict]:
+def _gate_claims(ctx, r: dict, text: dict, m: dict, refs: list[str], protocol: str, index: list[int],
+                 suffix: str = "") -> list[dict]:
     name, k, n = _system(r), _open(r), len(refs)
     extra = {"open_heads": r["open_heads"], "fractional_gates": r["fractional_gates"], "lam": r["lam"],
              "steps": r["steps"]}
     randoms = [text[f"michel-{r['setting']}-{k}-{o}"] for o in m["orders"] if o.startswith("random")]
-    rows = _rows(refs, gated=text[name], unpruned=text["unpruned"], control=text[_control(r["steps"])],
+    rows = _rows(refs, index=index, gated=text[name], unpruned=text["unpruned"], control=text[_control(r["steps"])],
                  importance=text[f"michel-{r['setting']}-{k}-importance"], random=_per_row(randoms))
     gated = ", ".join(V.SETTINGS[r["setting"]])
-    one = ctx.claim(id=f"voita-{name}", unit="Δ BLEU", rows=rows, n=n, seeds=1,
+    one = ctx.claim(id=f"voita-{name}{suffix}", unit="Δ BLEU", rows=rows, n=n, seeds=1,
                     claim=f"L0 gates on {gated} (λ {r['lam']:g}): {k} of {m['heads']} heads open, Δ BLEU vs unpruned",
                     paper=V.PAPER, measure=_gain("gated", "unpruned"), protocol=protocol,
                     baseline={"name": f"all-gates-open control trained alike for {r['steps']} updates, Δ vs "
@@ -124,14 +170,14 @@ def _gate_claims(ctx, r: dict, text: dict, m: dict, refs: list[str], protocol: s
                               **_gain("control", "unpruned")}, **extra)
     one["note"] = _versus(one["ci"], "unpruned") + (f"; {r['fractional_gates']} gate(s) still between 0 and 1"
                                                           if r["fractional_gates"] else "")
-    versus = ctx.claim(id=f"voita-{name}-vs-control", unit="Δ BLEU", rows=rows, n=n, seeds=1,
+    versus = ctx.claim(id=f"voita-{name}-vs-control{suffix}", unit="Δ BLEU", rows=rows, n=n, seeds=1,
                        claim=f"L0 gates (λ {r['lam']:g}, {gated}): {k} of {m['heads']} heads open, Δ BLEU vs the "
                              f"all-gates-open control trained for as many updates ({r['steps']})",
                        paper=V.PAPER, measure=_gain("gated", "control"), protocol=protocol,
                        baseline={"name": "the unpruned model (no further training) vs the control",
                                  **_gain("unpruned", "control")}, **extra)
     versus["note"] = _versus(versus["ci"], "the control") + ": what the gates cost beyond the training alone"
-    two = ctx.claim(id=f"voita-{name}-vs-importance", unit="Δ BLEU", rows=rows, n=n, seeds=1,
+    two = ctx.claim(id=f"voita-{name}-vs-importance{suffix}", unit="Δ BLEU", rows=rows, n=n, seeds=1,
                     claim=f"L0 gates (λ {r['lam']:g}, {gated}) vs Michel importance pruning to the same {k} heads, "
                           "Δ BLEU", paper=V.PAPER + "; Michel et al. 2019 (importance pruning)",
                     measure=_gain("gated", "importance"), protocol=protocol,
@@ -141,18 +187,19 @@ def _gate_claims(ctx, r: dict, text: dict, m: dict, refs: list[str], protocol: s
     return [one, versus, two]
 
 
-def _fewest_claim(ctx, runs: list[dict], text: dict, m: dict, refs: list[str], protocol: str, heads: dict) -> dict:
+def _fewest_claim(ctx, runs: list[dict], text: dict, m: dict, refs: list[str], protocol: str, heads: dict,
+                  index: list[int], suffix: str = "") -> dict:
     """The fewest open encoder heads whose BLEU is within 1 of the unpruned model's, with its
     bootstrap interval; the same rule over importance pruning at the same counts beside it
     (``heads``: the roles stage's result)."""
     runs = sorted(runs, key=_open)
     counts, n = [_open(r) for r in runs] + [m["heads"]], len(refs)
-    rows = _rows(refs, gated=_per_row([text[_system(r)] for r in runs] + [text["unpruned"]]),
+    rows = _rows(refs, index=index, gated=_per_row([text[_system(r)] for r in runs] + [text["unpruned"]]),
                  importance=_per_row([text[f"michel-encoder-{_open(r)}-importance"] for r in runs] + [text["unpruned"]]),
                  heads=[counts] * n, unpruned=text["unpruned"])
     spec = lambda systems: {"statistic": "fewest_heads_within_1_bleu", "ci_method": "bootstrap",  # noqa: E731
                             "columns": {"ref": "ref", "systems": systems, "heads": "heads", "reference": "unpruned"}}
-    c = ctx.claim(id="voita-encoder-fewest-heads", unit="heads", rows=rows, n=n, seeds=1,
+    c = ctx.claim(id=f"voita-encoder-fewest-heads{suffix}", unit="heads", rows=rows, n=n, seeds=1,
                   claim=f"fewest encoder heads (of {m['heads']}) whose BLEU is within 1 of the unpruned model's "
                         "(L0 gates on the encoder)", paper=V.PAPER, measure=spec("gated"), protocol=protocol,
                   baseline={"name": "the same rule over Michel importance pruning at the same counts",

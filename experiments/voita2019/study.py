@@ -25,7 +25,9 @@ every gate run is set beside the control trained for as many updates. Michel's b
 a slice of the validation split, the heads of the gated types ranked together, and the model
 pruned to each λ's open-head count by it and by ``random_orders`` random orders. Every system
 translates the whole test set (test_2016_flickr, 1,000 sentences) with beam search; BLEU is
-sacreBLEU (13a, cased) with bootstrap intervals; differences are paired bootstrap Δ.
+sacreBLEU (13a, cased) with bootstrap intervals; differences are paired bootstrap Δ. The harder
+set: the encoder setting's claims again on the longest quarter of the test sentences by source
+words (250; ``claims.longest``), from the same translations.
 
 The heads themselves (§4, ``experiments.voita2019.roles``): on the unpruned model and the test set, each encoder
 head's role (positional, syntactic against spaCy's parse of the French sources, rare words),

@@ -15,7 +15,8 @@ reading the numbers. Claim type → test → verdict:
   **not applicable**: a model that keeps its BLEU with no encoder head has nothing for the
   pruning to find. When it holds: reproduced when the bootstrap interval of the fewest heads
   within 1 BLEU lies at or below ``KEPT_SHARE`` of the heads, not reproduced when it lies above,
-  inconclusive when it straddles.
+  inconclusive when it straddles. ``voita-encoder-fewest-heads-long``: the same rule, precondition
+  included, on the harder set (the longest quarter of the test sentences; the ``-long`` claims).
 - ``voita-confidence-lrp`` (§4.1, Fig. 1: the heads LRP finds most relevant are the confident
   ones): **directional** on Spearman ρ over heads (confidence vs LRP relevance): reproduced when
   its 95 % bootstrap interval, resampling the heads (the claim's unit; the stage's interval
@@ -45,6 +46,7 @@ KEPT_SHARE = 0.5  # "most heads can be pruned": at most half of them needed (the
 SUBSETS = 10000  # random same-size subsets: p resolves 1e-4, well below α = .05
 HEAD_RESAMPLES = 2000  # head resamples of ρ: the interval's 2.5 % tails from 50 draws each
 SEED = 0
+FEWEST = "voita-encoder-fewest-heads"
 
 
 def _ci(ci) -> str:
@@ -54,32 +56,34 @@ def _ci(ci) -> str:
 # --- fewest heads ----------------------------------------------------------------------------
 
 
-def _no_encoder_heads(evidence: Evidence) -> tuple[dict, str] | None:
+def _no_encoder_heads(evidence: Evidence, suffix: str = "") -> tuple[dict, str] | None:
     """The Δ BLEU (vs unpruned) claim of the encoder with no self-attention head, and how it was made:
-    the encoder gate run that closed every head (largest λ), else importance pruning to 0 heads."""
-    closed = [c for cid, c in evidence.claims.items() if re.fullmatch(r"voita-encoder-lam[\d.]+", cid)
-              and c.get("open_heads", {}).get("encoder", -1) == 0]
+    the encoder gate run that closed every head (largest λ), else importance pruning to 0 heads; on
+    the sentences of the claims whose ids end in ``suffix``."""
+    run = re.compile(r"voita-encoder-lam[\d.]+" + re.escape(suffix))
+    closed = [c for cid, c in evidence.claims.items()
+              if run.fullmatch(cid) and c.get("open_heads", {}).get("encoder", -1) == 0]
     if closed:
         c = max(closed, key=lambda c: c["lam"])
         return c, f"the L0 gate run closing all encoder heads (λ {c['lam']:g}, {c.get('steps', '?')} joint updates)"
-    c = evidence.claims.get("voita-michel-encoder-0")
+    c = evidence.claims.get("voita-michel-encoder-0" + suffix)
     return (c, "importance pruning of every encoder head without training") if c else None
 
 
-def _needs_encoder(evidence: Evidence) -> tuple[bool | None, str]:
-    found = _no_encoder_heads(evidence)
+def _needs_encoder(evidence: Evidence, suffix: str = "") -> tuple[bool | None, str]:
+    found = _no_encoder_heads(evidence, suffix)
     if found is None:
         return None, "no measurement of the encoder with no self-attention head"
     c, how = found
     said = f"no encoder self-attention head ({how}): Δ BLEU vs unpruned {c['value']:+.2f} {_ci(c['ci'])}"
-    unpruned = evidence.claims.get("voita-unpruned-bleu")
+    unpruned = evidence.claims.get("voita-unpruned-bleu" + suffix)
     if unpruned is not None:
         said += f" ({unpruned['value'] + c['value']:.2f} vs {unpruned['value']:.2f})"
     return c["ci"][1] < -BLEU_THRESHOLD, said
 
 
 def _fewest(claim: dict, evidence: Evidence) -> Verdict:
-    needs, said = _needs_encoder(evidence)
+    needs, said = _needs_encoder(evidence, claim["id"].removeprefix(FEWEST))
     if needs is None:
         return Verdict("inconclusive", "precondition", f"{said}: whether the model needs its encoder is unknown")
     if not needs:
@@ -151,7 +155,7 @@ def _kept_confidence(claim: dict, evidence: Evidence) -> Verdict:
 
 def judge(claim: dict, evidence: Evidence) -> Verdict:
     cid = claim["id"]
-    if cid == "voita-encoder-fewest-heads":
+    if cid in (FEWEST, FEWEST + "-long"):
         return _fewest(claim, evidence)
     if cid == "voita-confidence-lrp":
         return _confidence_lrp(claim, evidence)
@@ -179,7 +183,7 @@ DIFFERS = {
 
 def describe(claim: dict) -> dict[str, str]:
     cid = claim["id"]
-    kind = ("fewest" if cid == "voita-encoder-fewest-heads" else "lrp" if cid == "voita-confidence-lrp" else
+    kind = ("fewest" if cid.startswith(FEWEST) else "lrp" if cid == "voita-confidence-lrp" else
             "kept" if cid.startswith("voita-kept-confidence-") else "michel" if cid.startswith("voita-michel-")
             else "curve")
     return {"paper": papers.for_claim(claim), "differs": DIFFERS[kind]}

@@ -49,6 +49,20 @@ def test_fewest_heads(tmp_path, no_heads, value, ci, want):
     assert v.status == want, v.reason
 
 
+def test_the_harder_sets_fewest_heads_reads_the_harder_sets_claims(tmp_path):
+    """``voita-encoder-fewest-heads-long``: its precondition is the no-head encoder's Δ on the same
+    sentences (the ``-long`` claims), not the whole test set's."""
+    fewest = {**_fewest(tmp_path, 9, [3, 23]), "id": "voita-encoder-fewest-heads-long"}
+    ev = _evidence(tmp_path, fewest, [-0.9, 0.5])  # the whole test set: the encoder is not needed
+    closed = _claim("voita-encoder-lam0.02-long", -4.5, [-6.0, -3.0], lam=0.02, steps=600, open_heads={"encoder": 0})
+    ev.claims[closed["id"]] = closed
+    assert VV.judge(fewest, ev).status == "reproduced"
+    del ev.claims[closed["id"]]
+    assert VV.judge(fewest, ev).status == "inconclusive"  # nothing measured on the harder set
+    ev.claims["voita-michel-encoder-0-long"] = _claim("voita-michel-encoder-0-long", -0.2, [-0.8, 0.4])
+    assert VV.judge(fewest, ev).status == "not applicable"
+
+
 def test_fewest_heads_falls_back_to_importance_pruning(tmp_path):
     fewest = _fewest(tmp_path, 9, [3, 9])
     ev = _evidence(tmp_path, fewest, None)

@@ -144,6 +144,13 @@ def _stand_in_lrp(params, config, batch) -> dict:
     return {"heads": heads, "layer_input": np.repeat(total[:, None], L, 1), "residual": np.zeros((b, L), np.float32)}
 
 
+def test_the_harder_set_is_the_longest_quarter_by_source_words():
+    sources = ["a b", "a b c d", "a", "a b c d", "a b c", "x", "y", "z"]
+    assert voita_claims.longest(sources) == [1, 3]  # 2 of 8, in test order
+    assert voita_claims.longest(sources, 0.5) == [0, 1, 3, 4]
+    assert voita_claims.longest(["a b c", "a b c", "a b c", "a"]) == [0]  # ties: the earlier sentence
+
+
 def test_every_stage_fast(tmp_path, monkeypatch, data_set):
     """``test_every_stage_on_a_tiny_random_model`` with the library's costliest parts, each checked in
     its own tests, replaced: the spaCy parse by a chain of whitespace words, LRP and gradient × input
@@ -194,7 +201,13 @@ def _every_stage(tmp_path, monkeypatch, data_set) -> None:
     found = records["voita.claims"]["result"]["claims"]
     assert {c["id"] for c in found} >= {"voita-unpruned-bleu", "voita-encoder-lam0.5", "voita-all-lam0.5-vs-importance",
                                         "voita-all-lam0.5-vs-control",
-                                        "voita-encoder-fewest-heads", "voita-confidence-lrp"}
+                                        "voita-encoder-fewest-heads", "voita-confidence-lrp",
+                                        "voita-unpruned-bleu-long", "voita-encoder-lam0.5-vs-control-long",
+                                        "voita-encoder-fewest-heads-long"}
+    assert not {c["id"] for c in found if c["id"].startswith("voita-all-") and c["id"].endswith("-long")}
+    long = next(c for c in found if c["id"] == "voita-encoder-lam0.5-long")
+    rows = claims.read_rows(tmp_path / long["predictions"])
+    assert [r["index"] for r in rows] == voita_claims.longest(records["voita.unpruned"]["result"]["sources"])
     heads = records["voita.roles"]["result"]
     assert len(heads["rows"]) == 6 and np.asarray(heads["roles"]).shape == (2, 4)
     assert max(heads["lrp_conservation_error"]) < 1e-4  # relevance conserved at every layer (float32 sums)
