@@ -73,7 +73,7 @@ def claims_stage(gate_stages: list[str], michel_stages: list[str]):
         words = min(len(base["sources"][i].split()) for i in long)
         claims.append(ctx.claim(
             id="voita-unpruned-bleu-long",
-            claim=f"the converged model's BLEU on the longest {len(long)} test sentences ({words} source words or more)",
+            claim=f"the converged model's BLEU on the longest {len(long)} test sentences ({words}+ source words)",
             paper=V.PAPER, unit="BLEU", n=len(long), seeds=1,
             rows=_rows([refs[i] for i in long], index=long, hyp=[text["unpruned"][i] for i in long],
                        source=[base["sources"][i] for i in long]),
