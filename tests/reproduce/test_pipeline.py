@@ -647,3 +647,17 @@ def test_a_second_run_into_the_same_folder_is_refused_while_the_first_writes(tmp
     assert "in use by another jattn run (pid" in str(refused.value) and CALLS == []
     main(["reproduce", "--quick", "--out", str(out), "--no-progress"])
     assert CALLS and not (out / LOCK).exists()
+
+
+def test_the_list_in_a_new_process_knows_the_families_model_recipes(tmp_path):
+    """``jattn reproduce --list`` as a user runs it (a new process, nothing imported before): the
+    Kobayashi study reads the recipe of mpnet-sst2, which the MPNet family's folder registers."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "jattn.cli", "reproduce", "kobayashi", "--list", "--out",
+                           str(tmp_path / "out"), "--no-progress"], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "kobayashi." in proc.stdout
