@@ -312,6 +312,7 @@ BY_CLAIM: tuple[tuple[str, str], ...] = (
     ("kovaleva-*-finetune-change", "kovaleva2019.finetune-change"),
     ("michel-*-prune40", "michel2019.prune40"), ("michel-*-vs-random50", "michel2019.vs-random"),
     ("voita-michel-*", "michel2019.wmt"), ("voita-*-vs-importance", "voita2019.prune38.vs-importance"),
+    ("voita-*-vs-importance-long", "voita2019.prune38.vs-importance"),
     ("voita-confidence-lrp", "voita2019.confidence-lrp"), ("voita-kept-confidence-*", "voita2019.kept-heads"),
     ("voita-*", "voita2019.prune38"),
     ("patching-*-behaviour", "clark2019.coref.weights-only"), ("patching-*-clark", "clark2019.coref.untested-cause"),

@@ -24,6 +24,7 @@ from jattn.reproduce.pipeline import Context
 from experiments.voita2019 import head_claims as voita_head_claims
 from experiments.voita2019 import runs as V
 
+NO_ENCODER = "no-encoder-attention"  # the control model's system name and claim id (voita-no-encoder-attention)
 LONG_SHARE = 0.25  # the harder set: this share of the test sentences, the longest by source words
 
 
@@ -59,6 +60,7 @@ def claims_stage(gate_stages: list[str], michel_stages: list[str]):
             text.update({k: V.read_translations(ctx, f) for k, f in m["translations"].items()})
         for r in runs:
             text[_system(r)] = V.read_translations(ctx, r["translations"])
+        text[NO_ENCODER] = V.read_translations(ctx, ctx.result("voita.no-encoder-attention")["translations"])
         protocol = (f"test {V.TEST} ({n} sentences), beam {ctx.params['beams']}; paired bootstrap over sentences "
                     "(B = 1000); one model seed; Multi30k fr-en, width 256 (module voita: deviations)")
         claims = [ctx.claim(
@@ -119,9 +121,26 @@ def _curve_claims(ctx, runs: list[dict], michel: dict, settings: tuple, text: di
                                     **_gain("random", "unpruned")})
             c["note"] = _versus(c["ci"], "unpruned")
             claims.append(c)
-    claims.append(_fewest_claim(ctx, [r for r in runs if r["setting"] == "encoder"], text, michel["encoder"],
-                                refs, protocol, heads, index, suffix))
+    encoder_runs = [r for r in runs if r["setting"] == "encoder"]
+    claims.append(_no_encoder_claim(ctx, encoder_runs, text, refs, index, protocol, suffix))
+    claims.append(_fewest_claim(ctx, encoder_runs, text, michel["encoder"], refs, protocol, heads, index, suffix))
     return claims
+
+
+def _no_encoder_claim(ctx, runs: list[dict], text: dict, refs: list[str], index: list[int], protocol: str,
+                      suffix: str) -> dict:
+    """Δ BLEU vs unpruned of the control trained from scratch with no encoder self-attention (what
+    the encoder's self-attention is worth to this model and data), beside the encoder gate run with
+    the fewest heads open."""
+    fewest = min(runs, key=_open)
+    rows = _rows(refs, index=index, control=text[NO_ENCODER], unpruned=text["unpruned"], gated=text[_system(fewest)])
+    c = ctx.claim(id=f"voita-{NO_ENCODER}{suffix}", unit="Δ BLEU", rows=rows, n=len(refs), seeds=1,
+                  claim=f"{V.CONTROL} (the same recipe with no encoder self-attention, trained from scratch), "
+                        "Δ BLEU vs unpruned", paper=V.PAPER, measure=_gain("control", "unpruned"), protocol=protocol,
+                  baseline={"name": f"the L0 gate run with the fewest encoder heads open ({_open(fewest)}, λ "
+                                    f"{fewest['lam']:g}), Δ vs unpruned", **_gain("gated", "unpruned")})
+    c["note"] = _versus(c["ci"], "unpruned") + ": the precondition of the fewest-heads claim"
+    return c
 
 
 def _system(r: dict) -> str:

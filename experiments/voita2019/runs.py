@@ -1,6 +1,7 @@
 """The Voita stages that train or translate (``voita`` has the protocol): the unpruned model's test
 translations, one gate run (a λ and a setting), the all-gates-open control, the importance
-estimate, and Michel's pruning to each gate run's open-head count. Each system's translations
+estimate, Michel's pruning to each gate run's open-head count, and the model trained from scratch
+with no encoder self-attention. Each system's translations
 are a text file under ``<out>/predictions/voita/`` (one line per test sentence, aligned with the
 test file); a stopped stage continues from its work folder (gate checkpoints, finished files).
 """
@@ -17,6 +18,7 @@ import numpy as np
 from jattn.reproduce.pipeline import Context
 
 MODEL = "multi30k-fr-en-6x8"
+CONTROL = "multi30k-fr-en-6x8-no-encoder-attention"  # MODEL's recipe with no encoder self-attention
 SETTINGS = {"encoder": ("encoder",), "all": ("encoder", "decoder", "cross")}  # setting -> gated attention types
 TEST = "test_2016_flickr"
 PAPER = ("Voita et al. 2019: Transformer-base (6+6 x 8 heads) on WMT en-ru; 38 of 48 encoder heads pruned for "
@@ -34,17 +36,28 @@ def quick_model_config():
 def translation_model(ctx: Context) -> Path:
     """The model's folder: the made artefact (full profile), or the quick profile's tiny model
     trained into the work folder."""
+    return _made(ctx, MODEL, "tiny-fr-en", quick_model_config())
+
+
+def control_model(ctx: Context) -> Path:
+    """The control's folder: the same recipe with no encoder self-attention, trained from scratch
+    (full profile: the made artefact ``CONTROL``; quick: the tiny model's settings without it)."""
+    return _made(ctx, CONTROL, "tiny-fr-en-no-encoder-attention",
+                 dataclasses.replace(quick_model_config(), encoder_self_attention=False))
+
+
+def _made(ctx: Context, artefact: str, tiny: str, config) -> Path:
     if ctx.profile.name == "full":
         from jattn.models.artefacts import make
 
-        return make(MODEL, progress=ctx.progress)
+        return make(artefact, progress=ctx.progress)
     from jattn.io.artefacts import DONE
     from jattn.families.marian.train import train_translation
 
-    out = ctx.work_root / "models" / "tiny-fr-en"
+    out = ctx.work_root / "models" / tiny
     if not (out / DONE).is_file():
-        train_translation(out, ctx.work_root / "models" / "tiny-fr-en-work", quick_model_config(),
-                          data_dir=ctx.data_dir, progress=False)
+        train_translation(out, ctx.work_root / "models" / f"{tiny}-work", config, data_dir=ctx.data_dir,
+                          progress=False)
     return out
 
 
@@ -62,11 +75,12 @@ class Setup:
     p: dict
 
     @classmethod
-    def load(cls, ctx: Context) -> "Setup":
+    def load(cls, ctx: Context, folder: Path | None = None) -> "Setup":
+        """The study's model (``folder``: another model of the study, the control)."""
         import jattn
         from jattn.io.parallel import encode
 
-        model = jattn.load(translation_model(ctx), use_cache=False)
+        model = jattn.load(folder or translation_model(ctx), use_cache=False)
         src, refs = (read(ctx, TEST, side, model) for side in ("fr", "en"))
         n = ctx.params["test_sentences"] or len(src)
         return cls(model, encode(model.tokenizer, src[:n], model.config.max_length), refs[:n], ctx.params)
@@ -120,6 +134,16 @@ def unpruned_stage(ctx: Context) -> dict:
     sources = read(ctx, TEST, "fr", s.model)[: len(hyps)]
     return {"translations": write_translations(ctx, "unpruned", hyps), "refs": s.test_refs, "sources": sources,
             "heads": {k: int(L * H) for k, (L, H) in s.model.head_shapes.items()},
+            "seconds": {"decode": round(time.perf_counter() - start, 1)}}
+
+
+def no_encoder_attention_stage(ctx: Context) -> dict:
+    """The control trained from scratch with no encoder self-attention (``control_model``),
+    translating the test set as the unpruned model does."""
+    s = Setup.load(ctx, control_model(ctx))
+    start = time.perf_counter()
+    hyps = s.translate(s.pure_params())
+    return {"translations": write_translations(ctx, "no-encoder-attention", hyps),
             "seconds": {"decode": round(time.perf_counter() - start, 1)}}
 
 

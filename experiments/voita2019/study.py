@@ -27,7 +27,10 @@ pruned to each λ's open-head count by it and by ``random_orders`` random orders
 translates the whole test set (test_2016_flickr, 1,000 sentences) with beam search; BLEU is
 sacreBLEU (13a, cased) with bootstrap intervals; differences are paired bootstrap Δ. The harder
 set: the encoder setting's claims again on the longest quarter of the test sentences by source
-words (250; ``claims.longest``), from the same translations.
+words (250; ``claims.longest``), from the same translations. The control of the fewest-heads
+claim: ``multi30k-fr-en-6x8-no-encoder-attention``, the same recipe trained from scratch with no
+encoder self-attention (its projections zero and frozen), translating the test set beside the
+unpruned model; the claim's precondition is that this model loses more than 1 BLEU.
 
 The heads themselves (§4, ``experiments.voita2019.roles``): on the unpruned model and the test set, each encoder
 head's role (positional, syntactic against spaCy's parse of the French sources, rare words),
@@ -45,7 +48,8 @@ Costs, from measured parts (AMD EPYC, 2 cores): a joint gate update (the model t
 on) costs 0.91-1.12× a training update in alternated rounds (``benchmarks/bench_gate_update.py``)
 and took 0.79 s in the study's own run on an otherwise idle machine (all three attention types
 gated, λ = 0.001: 2,100 updates in 28 min), so a gate run of 600-3,600 updates takes 8-48 min and
-the 11 runs (10 λ runs and the control, as long as the longest) 2-6 h;
+the 11 runs (10 λ runs and the control, as long as the longest) 2-6 h; the model without encoder
+self-attention is made once, like the studied one (3-5 h);
 beam-4 decoding of the 1,000 test sentences took 42-73 s in the same run (102 s on one core
 shared with another job), and the study decodes up to 82 systems (the unpruned model, 10 gate
 runs, the control at up to 10 update counts, and for each setting and each distinct open-head
@@ -106,13 +110,16 @@ def stages(profile: Profile) -> list[Stage]:
     out.append(Stage("voita.roles", voita_roles.roles_stage, needs=("voita.parse",), **analyses))
     out.append(Stage("voita.control", R.control_stage(tuple(gate_stages)), needs=tuple(gate_stages), **common))
     out.append(Stage("voita.importance", R.importance_stage, **common))
+    control = dict(common, models=(R.CONTROL,) if profile.name == "full" else ())
+    out.append(Stage("voita.no-encoder-attention", R.no_encoder_attention_stage, **control))
     michel = []
     for setting in SETTINGS:
         michel.append(f"voita.michel-{setting}")
         names = tuple(f"voita.gates-{setting}-{lam_name(lam)}" for lam in p["lams"])
         out.append(Stage(michel[-1], R.michel_stage(setting, names), needs=("voita.importance", *names), **common))
     out.append(Stage("voita.claims", voita_claims.claims_stage(gate_stages, michel),
-                     needs=("voita.unpruned", "voita.control", "voita.roles", *gate_stages, *michel), params=p,
+                     needs=("voita.unpruned", "voita.control", "voita.roles", "voita.no-encoder-attention",
+                            *gate_stages, *michel), params=p,
                      code=("experiments.voita2019.study", "experiments.voita2019.claims",
                            "experiments.voita2019.head_claims")))
     return out

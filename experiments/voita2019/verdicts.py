@@ -8,8 +8,9 @@ reading the numbers. Claim type → test → verdict:
   λ grid was chosen after seeing results).
 - ``voita-encoder-fewest-heads`` (Fig. 7: 10 of 48 encoder heads keep BLEU within 1 of the full
   model). Precondition "the model needs its encoder self-attention": the encoder with no
-  self-attention head at all — the encoder gate run that closed every head (the paper's own
-  procedure, gates trained jointly with the model; the largest λ if several), else Michel
+  self-attention head at all — the same recipe trained from scratch without encoder self-attention
+  (``voita-no-encoder-attention``), else the encoder gate run that closed every head (the paper's
+  own procedure, gates trained jointly with the model; the largest λ if several), else Michel
   importance pruning to 0 heads without training — must lose more than ``BLEU_THRESHOLD`` BLEU
   against the unpruned model by its paired interval (Δ's upper bound below −1). Otherwise
   **not applicable**: a model that keeps its BLEU with no encoder head has nothing for the
@@ -58,8 +59,12 @@ def _ci(ci) -> str:
 
 def _no_encoder_heads(evidence: Evidence, suffix: str = "") -> tuple[dict, str] | None:
     """The Δ BLEU (vs unpruned) claim of the encoder with no self-attention head, and how it was made:
-    the encoder gate run that closed every head (largest λ), else importance pruning to 0 heads; on
-    the sentences of the claims whose ids end in ``suffix``."""
+    the same recipe trained from scratch without it, else the encoder gate run that closed every head
+    (largest λ), else importance pruning to 0 heads; on the sentences of the claims whose ids end in
+    ``suffix``."""
+    c = evidence.claims.get("voita-no-encoder-attention" + suffix)
+    if c is not None:
+        return c, "the same recipe trained from scratch without encoder self-attention"
     run = re.compile(r"voita-encoder-lam[\d.]+" + re.escape(suffix))
     closed = [c for cid, c in evidence.claims.items()
               if run.fullmatch(cid) and c.get("open_heads", {}).get("encoder", -1) == 0]

@@ -63,6 +63,15 @@ def test_the_harder_sets_fewest_heads_reads_the_harder_sets_claims(tmp_path):
     assert VV.judge(fewest, ev).status == "not applicable"
 
 
+def test_the_model_trained_without_encoder_attention_is_the_precondition_first(tmp_path):
+    fewest = _fewest(tmp_path, 9, [3, 23])
+    ev = _evidence(tmp_path, fewest, [-6.0, -3.0])  # the gate run closing every head loses
+    assert VV.judge(fewest, ev).status == "reproduced"
+    ev.claims["voita-no-encoder-attention"] = _claim("voita-no-encoder-attention", -0.3, [-0.9, 0.3])
+    v = VV.judge(fewest, ev)  # trained from scratch without it, the encoder keeps its BLEU
+    assert v.status == "not applicable" and "trained from scratch" in v.reason
+
+
 def test_fewest_heads_falls_back_to_importance_pruning(tmp_path):
     fewest = _fewest(tmp_path, 9, [3, 9])
     ev = _evidence(tmp_path, fewest, None)

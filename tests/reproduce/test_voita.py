@@ -194,6 +194,8 @@ def _every_stage(tmp_path, monkeypatch, data_set) -> None:
                                                            "max_len": 12, "importance_pairs": 8,
                                                            "random_orders": 2})  # sentences cut to 12: one shape
     monkeypatch.setattr(voita_runs, "translation_model", lambda ctx: folder)
+    control = save_tiny(tmp_path / "control", "marian", seed=1, max_position_embeddings=256)  # another model
+    monkeypatch.setattr(voita_runs, "control_model", lambda ctx: control)
     profile = pipeline.PROFILES["quick"]
     ctx = pipeline.Context(profile, tmp_path, tmp_path / ".work", manifest.data_dir(), progress=False)
     stages = studies.stages(profile, ("voita",))
@@ -203,7 +205,8 @@ def _every_stage(tmp_path, monkeypatch, data_set) -> None:
                                         "voita-all-lam0.5-vs-control",
                                         "voita-encoder-fewest-heads", "voita-confidence-lrp",
                                         "voita-unpruned-bleu-long", "voita-encoder-lam0.5-vs-control-long",
-                                        "voita-encoder-fewest-heads-long"}
+                                        "voita-encoder-fewest-heads-long", "voita-no-encoder-attention",
+                                        "voita-no-encoder-attention-long"}
     assert not {c["id"] for c in found if c["id"].startswith("voita-all-") and c["id"].endswith("-long")}
     long = next(c for c in found if c["id"] == "voita-encoder-lam0.5-long")
     rows = claims.read_rows(tmp_path / long["predictions"])
