@@ -258,7 +258,8 @@ def fewest_note(value: float, heads: int, runs: list[dict], bleu, specialised: i
 def _table(runs: list[dict], systems: dict, control_steps: list[int]) -> str:
     fmt = lambda s: f"{s['bleu']:.2f} [{s['ci'][0]:.2f}, {s['ci'][1]:.2f}]"  # noqa: E731
     controls = "; ".join(f"{k} updates {fmt(systems[_control(k)])}" for k in control_steps)
-    lines = [f"Unpruned {fmt(systems['unpruned'])} BLEU; all-gates-open control: {controls}.", "",
+    lines = [f"Unpruned {fmt(systems['unpruned'])} BLEU; all-gates-open control: {controls}; the same recipe trained "
+             f"without encoder self-attention: {fmt(systems[NO_ENCODER])}.", "",
              "| setting | λ | updates | open heads (enc / dec / cross) | gates in (0, 1) | L0 BLEU [CI] | "
              "control, as many updates [CI] | importance at the same count [CI] |", "|---|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: (r["setting"], r["lam"])):
@@ -295,6 +296,9 @@ def _curve_figure(ctx, runs: list[dict], michel: dict, systems: dict, text: dict
         ax.axhline(systems["unpruned"]["bleu"], color="k", ls=":", lw=0.8, label="unpruned")
         ax.plot([m["heads"]] * len(control_steps), [systems[_control(k)]["bleu"] for k in control_steps], "s",
                 color="C2", ms=4, mfc="none", label=f"control (gates open), {_span(control_steps)} updates")
+        if setting == "encoder":
+            ax.plot([0], [systems[NO_ENCODER]["bleu"]], "D", color="C3", ms=4, mfc="none",
+                    label="trained without encoder self-attention")
         ax.set_title(f"gates on {', '.join(V.SETTINGS[setting])}", fontsize=9)
         ax.set_xlabel(f"open heads (of {m['heads']})")
     axes[0][0].set_ylabel("test BLEU")
