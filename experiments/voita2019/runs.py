@@ -1,9 +1,9 @@
 """The Voita stages that train or translate (``voita`` has the protocol): the unpruned model's test
 translations, one gate run (a λ and a setting), the all-gates-open control, the importance
 estimate, Michel's pruning to each gate run's open-head count, and the model trained from scratch
-with no encoder self-attention. Each system's translations
-are a text file under ``<out>/predictions/voita/`` (one line per test sentence, aligned with the
-test file); a stopped stage continues from its work folder (gate checkpoints, finished files).
+with no encoder self-attention. Each system's translations are a text file under
+``<out>/predictions/voita/`` (one line per test sentence, aligned with the test file); a stopped
+stage continues from its work folder (gate checkpoints, finished files).
 """
 
 from __future__ import annotations
