@@ -62,7 +62,7 @@ def pytest_collection_modifyitems(config, items):
     from pathlib import Path
 
     named = {Path(a.split("::")[0]).resolve() for a in config.args if "::" in a}
-    files = {nodeid.split("::")[0] for nodeid in ids if (config.rootpath / nodeid.split("::")[0]).resolve() not in named}
+    files = {f for f in (nodeid.split("::")[0] for nodeid in ids) if (config.rootpath / f).resolve() not in named}
     broken = []
     for item in items:
         for mark in item.iter_markers("slow"):

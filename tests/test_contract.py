@@ -244,7 +244,8 @@ def weighted_sum(fn, model, inputs):
 # on a translation model (ALTI+'s cross_alti_layer included) their gradients are finite in
 # tests/test_contract_families.py (T5) and equal finite differences here with --runslow (27 s and 9 s)
 GRAD = "tests/test_contract.py::test_gradients_are_finite_and_equal_finite_differences"
-GRAD_SLOW = {("norms", "seq2seq"): f"{GRAD}[norms-encoder]", ("attributions", "seq2seq"): f"{GRAD}[attributions-encoder]"}
+GRAD_SLOW = {("norms", "seq2seq"): f"{GRAD}[norms-encoder]",
+             ("attributions", "seq2seq"): f"{GRAD}[attributions-encoder]"}
 
 
 @pytest.mark.parametrize("name,shape", _cases([c for c in CASES if KERNELS[c[0]].differentiable], GRAD_SLOW))

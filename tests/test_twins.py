@@ -31,7 +31,7 @@ def pytest_in(folder: Path, *args: str) -> subprocess.CompletedProcess:
     (folder / "tmp").mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "JAX_COMPILATION_CACHE"))}
     env["TMPDIR"] = str(folder / "tmp")
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *args],
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
                           cwd=folder, env=env, capture_output=True, text=True, timeout=120)
 
 
