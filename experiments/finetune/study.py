@@ -70,7 +70,7 @@ def dev_examples(task: str) -> list[tuple[str, int]]:
     return glue.read_task(task, "dev")
 
 
-def _train_majority(task: str) -> int:
+def train_majority(task: str) -> int:
     from jattn.io import glue
 
     labels = np.asarray([y for _, y in glue.read_task(task, "train")])
@@ -96,7 +96,7 @@ def _train_stage(model: str, task: str, seed: int):
 def _claim_stage(model: str, task: str, names: list[str]):
     def run(ctx: Context) -> dict:
         unit, statistic = TASKS[task]
-        majority = _train_majority(task)
+        majority = train_majority(task)
         rows = []
         for name in names:
             r = ctx.result(name)

@@ -193,26 +193,33 @@ def pairs_stage(models: tuple[str, ...]):
     return run
 
 
+def in_chunks(ctx, items: list, size: int, measure, keys: tuple[str, ...]) -> tuple[dict, float]:
+    """``measure(items[k:k + size])`` (a dict of per-item arrays) for each chunk, each checkpointed
+    in the work folder (a killed stage resumes at its next chunk). -> (``keys`` joined over the
+    chunks, seconds measured)."""
+    import time
+
+    parts, seconds = [], 0.0
+    for k, start in enumerate(range(0, len(items), size)):
+        path = ctx.work() / f"chunk-{k:04d}.npz"
+        if not path.is_file():
+            begin = time.perf_counter()
+            got = measure(items[start:start + size])
+            np.savez(path, seconds=time.perf_counter() - begin, **got)
+        with np.load(path) as f:
+            parts.append({key: f[key] for key in f.files})
+            seconds += float(f["seconds"])
+    return {key: np.concatenate([p[key] for p in parts]) for key in keys}, seconds
+
+
 def sweep_stage(model: str, pairs_name: str):
     """Per example: the metrics, exact and attribution effects and Clark's score, in chunks of
-    ``batch`` pairs checkpointed in the work folder (a killed stage resumes at its next chunk)."""
+    ``batch`` pairs (``in_chunks``)."""
     def run(ctx) -> dict:
-        import time
-
         pairs = ctx.result(pairs_name)["pairs"][:ctx.params["pairs"]]
         net, size, pad = load(model), ctx.params["batch"], ctx.params["max_tokens"]
-        parts, seconds = [], 0.0
-        for k, start in enumerate(range(0, len(pairs), size)):
-            path = ctx.work() / f"chunk-{k:04d}.npz"
-            if not path.is_file():
-                begin = time.perf_counter()
-                got = measure(net, pairs[start:start + size], pad, size)
-                np.savez(path, seconds=time.perf_counter() - begin, **got)
-            with np.load(path) as f:
-                parts.append({key: f[key] for key in f.files})
-                seconds += float(f["seconds"])
         keys = ("clean", "corrupted", "exact", "attribution", "clark")
-        joined = {key: np.concatenate([p[key] for p in parts]) for key in keys}
+        joined, seconds = in_chunks(ctx, pairs, size, lambda chunk: measure(net, chunk, pad, size), keys)
         return {"model": model, "shape": [net.config.num_layers, net.config.num_heads], "ids": [p["id"] for p in pairs],
                 "nearest": [p["nearest"] for p in pairs], "measured_s": round(seconds, 1),
                 **{key: np.round(v, 6).tolist() for key, v in joined.items()}}

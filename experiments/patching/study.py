@@ -61,11 +61,12 @@ import numpy as np
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
 from experiments.finetune import study as finetune
+from experiments.patching import sentiment
 from experiments.patching.pairs import GAP_FILE, base_model, pairs_stage, sweep_stage
 
 # pairs per model: "small" the embedded MiniLM, "base" the 144-head model (≈ 11 × its cost per pair)
-FULL = {"max_tokens": 96, "batch": 8, "pairs": {"small": 160, "base": 160}}
-QUICK = {"max_tokens": 64, "batch": 12, "pairs": {"small": 12}}
+FULL = {"max_tokens": 96, "batch": 8, "pairs": {"small": 160, "base": 160}, "sst2_pairs": 160}
+QUICK = {"max_tokens": 64, "batch": 12, "pairs": {"small": 12}, "sst2_pairs": 12}
 PAPER = {
     "behaviour": "Clark et al. 2019 §4.3 (their 144-head base model, CoNLL-2012): the best attention head picks an antecedent "
                  "≈65 % of the time vs ≈27 % for the nearest mention; read from attention weights, no intervention",
@@ -75,6 +76,11 @@ PAPER = {
              "the behaviour is not tested there (activation patching: Vig et al. 2020, Wang et al. 2022)",
     "attribution": "Nanda 2023; Syed et al. 2023: attribution patching is the first-order approximation of "
                    "activation patching, close for most sites, poor where the effect is non-linear",
+    "sst2-behaviour": "no paper number: the classifier must get the clean sentences right for its logit difference "
+                      "to measure the behaviour",
+    "sst2-corruption": "no paper number: the antonym must move the logit difference for patching to measure anything",
+    "sst2-hidden": "Heimersheim & Nanda 2024 and Zhang & Nanda 2024 advise a metric read from the model's output "
+                   "(logit difference); whether a hidden-state metric ranks heads the same way is not tested there",
 }
 
 
@@ -201,6 +207,69 @@ def _claims_stage(model: str, sweep: str):
     return run
 
 
+def _sentiment_claims_stage(model: str, sweep: str):
+    """The output-head claims of ``model``'s SST-2 classifier (``experiments.patching.sentiment``)."""
+    def run(ctx: Context) -> dict:
+        r = ctx.result(sweep)
+        L, H = r["shape"]
+        labels = np.asarray(r["labels"])
+        clean, corr = (np.asarray(r[k], float) for k in ("clean", "corrupted"))
+        exact, hidden, attribution = (np.asarray(r[k], float).reshape(len(clean), L * H)
+                                      for k in ("exact", "hidden", "attribution"))
+        n, name = len(clean), f"{model}-sst2"
+        where = (f"{n} SST-2 development sentences with one sentiment word of a fixed antonym list; corrupted = that "
+                 f"word swapped for its antonym (equal word pieces); model {model}'s SST-2 classifier (seed 0, "
+                 f"{L}×{H} heads); output-head metric m = logit of the gold label − the other logit; no selection, "
+                 "so no held-out split")
+        majority = finetune.train_majority("sst2")
+        rows = [{"index": i, "gold": int(y), "pred": int(y if m > 0 else 1 - y), "majority": majority}
+                for i, (y, m) in enumerate(zip(labels, clean))]
+        behaviour = ctx.claim(
+            id=f"patching-{name}-behaviour", claim=f"{model} SST-2 classifier: the clean sentences are classified right "
+            "(m > 0)", paper=PAPER["sst2-behaviour"], unit="accuracy", rows=rows, n=n,
+            measure={"statistic": "accuracy", "columns": {"gold": "gold", "pred": "pred"}, "ci_method": "bootstrap"},
+            baseline={"name": "majority class of train", "columns": {"gold": "gold", "pred": "majority"}},
+            protocol=where)
+        behaviour["note"] = f"on the corrupted sentences m > 0 for {np.mean(corr > 0):.1%} of pairs"
+        rows = [{"index": i, "clean": round(float(c), 6), "corrupted": round(float(d), 6)}
+                for i, (c, d) in enumerate(zip(clean, corr))]
+        corruption = ctx.claim(
+            id=f"patching-{name}-corruption", claim=f"{model} SST-2 classifier: the antonym lowers the logit "
+            "difference (Δ mean m, clean − corrupted)", paper=PAPER["sst2-corruption"], unit="logit difference",
+            rows=rows, n=n, measure={"statistic": "mean", "columns": {"value": "clean"}, "against": {"value": "corrupted"},
+                                     "ci_method": "paired"},
+            baseline={"name": "no change (Δ = 0: clean against itself)", "columns": {"value": "clean"},
+                      "against": {"value": "clean"}}, protocol=where)
+        corruption["note"] = f"paired bootstrap p = {corruption['p']:.3g}"
+        agree = _association(
+            ctx, id=f"patching-{name}-attribution", claim=f"{model} SST-2 classifier: attribution patching ranks heads "
+            "like exact patching, both on the output head's logit difference (Spearman over heads)",
+            paper=PAPER["attribution"], x=attribution, y=exact, names=("attribution", "effect"), protocol=where)
+        proxy = _association(
+            ctx, id=f"patching-{name}-hidden", claim=f"{model} SST-2 classifier: a hidden-state metric (the first "
+            "position's final vector on the clean − corrupted direction) ranks heads like the output head's logit "
+            "difference (Spearman over heads, exact patching under each)", paper=PAPER["sst2-hidden"], x=hidden,
+            y=exact, names=("hidden_effect", "effect"), protocol=where + "; both maps from the same pairs, bootstrap "
+            "over pairs recomputing both means")
+        maps = {k: v.mean(0).reshape(L, H) for k, v in (("exact", exact), ("attribution", attribution),
+                                                        ("hidden", hidden))}
+        p, holm = _holm_heads(exact.reshape(n, L, H))
+        order = np.argsort(-np.abs(maps["exact"]).ravel())[:5]
+        lines = [f"{name}: {n} pairs, mean m clean {clean.mean():.3f}, corrupted {corr.mean():.3f}; sweeps measured "
+                 f"{r['measured_s']:.0f} s. Heads whose exact effect ≠ 0 after Holm–Bonferroni over {L * H} heads "
+                 f"(paired bootstrap): {int(holm.sum())}. ρ(|effect| under the two metrics) = "
+                 f"{_spearman(np.abs(maps['hidden']).ravel(), np.abs(maps['exact']).ravel()):.3f}.", "",
+                 "| head (layer-head, 0-based) | exact effect (logit difference) | attribution | exact effect "
+                 "(hidden-state metric) | Holm |", "|---|---|---|---|---|"]
+        for k in order:
+            l, h = divmod(int(k), H)
+            lines.append(f"| {l}-{h} | {maps['exact'][l, h]:.3f} | {maps['attribution'][l, h]:.3f} | "
+                         f"{maps['hidden'][l, h]:.3f} | {'yes' if holm[l, h] else 'no'} |")
+        return {"claims": [behaviour, corruption, agree, proxy], "table": "\n".join(lines)}
+
+    return run
+
+
 def _table(model, maps, holm, clean, corr, exact, clark, seconds) -> str:
     L, H = maps["exact"].shape
     order = np.argsort(-np.abs(maps["exact"]).ravel())[:5]  # the largest effects of either sign
@@ -234,6 +303,17 @@ def stages(profile: Profile) -> list[Stage]:
                          needs=("patching.pairs",), data=(GAP_FILE,), models=base, code=code))
         out.append(Stage(f"patching.{model}", _claims_stage(model, f"patching.{model}-sweep"), params=params,
                          needs=(f"patching.{model}-sweep",), data=(GAP_FILE,), models=base))
+    classifiers = {m: (finetune.artefact(m, "sst2", 0),) if profile.name == "full" else () for m in models}
+    sst2 = {"pairs": sizes["sst2_pairs"], "batch": 16}
+    out.append(Stage("patching.sst2-pairs", sentiment.pairs_stage(models), params={**sst2, "models": list(models)},
+                     data=(sentiment.DEV_FILE,), models=sum(classifiers.values(), ()),
+                     code=("experiments.finetune.study",)))
+    for model in models:
+        out.append(Stage(f"patching.{model}-sst2-sweep", sentiment.sweep_stage(model, "patching.sst2-pairs"),
+                         params=sst2, needs=("patching.sst2-pairs",), models=classifiers[model],
+                         code=("jattn.sweeps.patching", "experiments.patching.pairs")))
+        out.append(Stage(f"patching.{model}-sst2", _sentiment_claims_stage(model, f"patching.{model}-sst2-sweep"),
+                         params=sst2, needs=(f"patching.{model}-sst2-sweep",), data=("sst2/train.tsv",)))
     return out
 
 

@@ -20,6 +20,19 @@ attribution patching: Nanda 2023, Syed et al. 2023; on the coreference heads of 
 - ``patching-<m>-attribution`` (attribution patching ranks heads like exact patching): the claim's
   ρ over heads and its bootstrap interval over pairs → ``directional`` (reproduced when the
   interval lies above 0); the permutation p over heads is reported beside it.
+
+The SST-2 pairs (``experiments.patching.sentiment``: one sentiment word swapped for its antonym,
+the classifier's logit difference m read from its output head) take the same rules:
+``patching-<m>-sst2-behaviour`` (Δ = accuracy of m > 0 − the train majority class, paired),
+``-sst2-corruption`` and ``-sst2-attribution`` as above, and
+
+- ``patching-<m>-sst2-hidden`` (a hidden-state metric ranks heads as the output head does):
+  Spearman ρ over heads between the mean exact effects under the hidden-state metric and under the
+  logit difference. Reproduced when both hold: the bootstrap interval over pairs (recomputing both
+  means) lies above 0, and the one-sided permutation p over heads is below .05 — the interval
+  treats the heads as fixed, so two unrelated maps of a few dozen heads can give a narrow interval
+  away from 0; the permutation asks whether the agreement exceeds a chance pairing of heads. ρ of
+  |effect| under both (with its bootstrap interval) is reported beside it, not judged.
 """
 
 from __future__ import annotations
@@ -62,10 +75,10 @@ def head_rho_null(x: np.ndarray, y: np.ndarray, draws: int = PERMUTATIONS, seed:
 
 def head_rho_bootstrap(x: np.ndarray, y: np.ndarray, transform=lambda m: m, b: int = stats.B,
                        level: float = 0.95) -> list[float]:
-    """Percentile interval of ρ(transform(mean over pairs of x), mean of y) over resamples of the
-    pairs, x and y (n, K) (the resamples of ``jattn.stats``: B = 1000, seed 0)."""
+    """Percentile interval of ρ(transform(mean over pairs of x), transform(mean of y)) over
+    resamples of the pairs, x and y (n, K) (the resamples of ``jattn.stats``: B = 1000, seed 0)."""
     idx = np.random.default_rng(stats.SEED).integers(0, len(x), size=(b, len(x)))  # (b, n)
-    rho = np.concatenate([_pearson_rows(_ranks(transform(x[i].mean(1))), _ranks(y[i].mean(1)))
+    rho = np.concatenate([_pearson_rows(_ranks(transform(x[i].mean(1))), _ranks(transform(y[i].mean(1))))
                           for i in np.array_split(idx, max(1, b // 100))])
     return [float(q) for q in np.quantile(rho, [(1 - level) / 2, (1 + level) / 2])]
 
@@ -101,6 +114,19 @@ def judge_attribution(claim: dict, evidence: Evidence) -> Verdict:
     return Verdict(verdict.status, verdict.rule, f"{verdict.reason}; permutation p over {x.shape[1]} heads = {p:.3g}")
 
 
+def judge_hidden(claim: dict, evidence: Evidence) -> Verdict:
+    x, y = _maps(claim, evidence.rows(claim))
+    p = permutation_p(claim["value"], head_rho_null(x.mean(0), y.mean(0)))
+    absolute, ci_abs = _rho(np.abs(x.mean(0)), np.abs(y.mean(0))), head_rho_bootstrap(x, y, np.abs)
+    verdict = directional(claim["value"], claim["ci"], what="ρ(hidden-state effect, logit-difference effect) over "
+                                                            "heads (pairs resampled)")
+    status = verdict.status if p < ALPHA else "not reproduced"
+    return Verdict(status, "directional and permutation",
+                   f"{verdict.reason}; one-sided permutation p over {x.shape[1]} heads = {p:.3g}"
+                   f"{'' if p < ALPHA else ' (not below .05: a chance association of the heads)'}; |effect| under both "
+                   f"(not judged): ρ = {absolute:+.3f} [{ci_abs[0]:+.3f}, {ci_abs[1]:+.3f}]")
+
+
 def judge_behaviour(claim: dict, evidence: Evidence) -> Verdict:
     cols, base = claim["measure"]["columns"], claim["baseline_measure"]["columns"]
     t = claim_stats.evaluate(evidence.rows(claim), {"statistic": claim["measure"]["statistic"], "columns": cols,
@@ -114,21 +140,36 @@ def judge_corruption(claim: dict, evidence: Evidence) -> Verdict:
 
 
 JUDGES = {"behaviour": judge_behaviour, "corruption": judge_corruption, "clark": judge_clark,
-          "attribution": judge_attribution}
+          "attribution": judge_attribution, "hidden": judge_hidden}
 
-DIFFERS = {
-    "behaviour": "{model}, a sentence encoder without an MLM head: the behaviour is a dot-product metric on final "
-                 "hidden states, not a prediction, on 160 GAP development pairs instead of CoNLL-2012; Clark's "
-                 "number is one head's attention, not the model's behaviour.",
-    "corruption": "no paper number: the corruption swaps the antecedent's name for an other-gender GAP name of "
-                  "equal word pieces, on 160 GAP development pairs, {model} final hidden states.",
-    "clark": "Clark's heads were named from bert-base's weights on CoNLL-2012; here each of {model}'s heads is "
-             "patched (exact activation patching, a metric on final hidden states without an MLM head) on 160 GAP "
-             "pairs and its weight-based score computed on the same pairs; no head is selected.",
-    "attribution": "attribution patching was compared with activation patching on language-model logits (Nanda "
-                   "2023; Syed et al. 2023); here on {model}'s heads with a metric on final hidden states, 160 GAP "
-                   "pairs.",
+DIFFERS = {  # (pairs, claim type) -> what differs from the paper
+    ("gap", "behaviour"): "{model}, a sentence encoder without an MLM head: the behaviour is a dot-product metric on "
+                          "final hidden states, not a prediction, on 160 GAP development pairs instead of CoNLL-2012; "
+                          "Clark's number is one head's attention, not the model's behaviour.",
+    ("gap", "corruption"): "no paper number: the corruption swaps the antecedent's name for an other-gender GAP name "
+                           "of equal word pieces, on 160 GAP development pairs, {model} final hidden states.",
+    ("gap", "clark"): "Clark's heads were named from bert-base's weights on CoNLL-2012; here each of {model}'s heads "
+                      "is patched (exact activation patching, a metric on final hidden states without an MLM head) on "
+                      "160 GAP pairs and its weight-based score computed on the same pairs; no head is selected.",
+    ("gap", "attribution"): "attribution patching was compared with activation patching on language-model logits "
+                            "(Nanda 2023; Syed et al. 2023); here on {model}'s heads with a metric on final hidden "
+                            "states, 160 GAP pairs.",
+    ("sst2", "behaviour"): "no paper number: {model} fine-tuned on SST-2 (seed 0), its accuracy on the clean "
+                           "sentences of the pairs (one sentiment word of a fixed antonym list each).",
+    ("sst2", "corruption"): "no paper number: one sentiment word swapped for its antonym (equal word pieces), "
+                            "{model}'s SST-2 classifier, the output head's logit difference.",
+    ("sst2", "attribution"): "attribution patching was compared with activation patching on language-model logits "
+                             "(Nanda 2023; Syed et al. 2023); here on the logit difference of {model}'s SST-2 "
+                             "classifier, one seed.",
+    ("sst2", "hidden"): "no paper compares the two: the hidden-state metric is this study's own (the first position's "
+                        "final vector on the clean − corrupted direction), beside the output head's logit difference "
+                        "that Heimersheim & Nanda 2024 recommend; {model}'s SST-2 classifier, one seed.",
 }
+
+
+def _pairs(claim: dict) -> str:
+    """Which pairs a claim is on: "gap" (patching-<model>-<type>) or "sst2" (patching-<model>-sst2-<type>)."""
+    return "sst2" if "-sst2-" in claim["id"] else "gap"
 
 
 def _kind(claim: dict) -> str:
@@ -146,7 +187,7 @@ def judge(claim: dict, evidence: Evidence) -> Verdict:
 def describe(claim: dict) -> dict[str, str]:
     model = claim["id"].split("-")[1]
     name = {"mpnet": "all-mpnet-base-v2", "minilm": "all-MiniLM-L6-v2"}.get(model, model)
-    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim)].format(model=name)}
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_pairs(claim), _kind(claim)].format(model=name)}
 
 
 studies.register_rules("patching", sys.modules[__name__])

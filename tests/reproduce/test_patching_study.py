@@ -11,6 +11,8 @@ from jattn import stats
 from jattn.reproduce import claims, pipeline
 from experiments.patching import study as patching
 from experiments.patching import pairs as patching_pairs
+from experiments.patching import sentiment
+from tolerance import assert_close, model_terms
 
 
 def _ranks(v):
@@ -103,14 +105,51 @@ def test_pairs_align_token_by_token_and_flip_the_antecedents_gender(minilm, data
     assert (masks["pronoun"].sum(1) >= 1).all() and (masks["other"].sum(1) >= 1).all()
 
 
-def _run(tmp_path, monkeypatch, sizes):
+def test_sentiment_pairs_swap_one_word_for_its_antonym_of_equal_pieces(minilm, data_set):
+    from experiments.finetune import study as finetune
+
+    data_set("sst2")
+    examples = finetune.dev_examples("sst2")
+    pairs, skipped = sentiment.make_pairs(examples, [minilm.tokenizer], limit=30)
+    assert len(pairs) == 30 and sum(skipped.values()) + len(pairs) == pairs[-1]["index"] + 1
+    for p in pairs:
+        clean, corrupted = p["clean"].split(), p["corrupted"].split()
+        changed = [i for i, (a, b) in enumerate(zip(clean, corrupted)) if a != b]
+        assert len(clean) == len(corrupted) and changed == [clean.index(p["word"])]
+        assert sentiment.SWAP[p["word"]] == corrupted[changed[0]] and sentiment.SWAP[corrupted[changed[0]]] == p["word"]
+        assert sum(w in sentiment.SWAP for w in clean) == 1 and p["label"] == examples[p["index"]][1]
+        a, b = (minilm.tokenizer(t)["input_ids"] for t in (p["clean"], p["corrupted"]))
+        assert len(a) == len(b)
+    assert len(sentiment.SWAP) == 2 * len(sentiment.ANTONYMS)  # each word in one pair only
+
+
+def test_sentiment_metrics_against_numpy():
+    rng = np.random.default_rng(4)
+    z, h, d = rng.normal(size=(5, 2)), rng.normal(size=(5, 7, 3)), rng.normal(size=(5, 3))
+    y = np.array([0, 1, 1, 0, 1], np.int32)
+    got = sentiment.logit_difference({"logits": z}, {"label": y})  # float32 in JAX
+    assert_close(got, [z[i, y[i]] - z[i, 1 - y[i]] for i in range(5)], scale=np.abs(z).max())
+    got = sentiment.hidden_projection({"last_hidden_state": h}, {"direction": d})
+    assert_close(got, [h[i, 0] @ d[i] for i in range(5)], terms=3, scale=np.abs(h[:, 0] * d).sum(1))
+
+
+def _run(tmp_path, monkeypatch, sizes, which: str = "patching."):
     monkeypatch.setattr(patching, "QUICK", sizes)
     from jattn.io.manifest import data_dir
 
     ctx = pipeline.Context(pipeline.PROFILES["quick"], tmp_path / "out", tmp_path / "work", data_dir(),
                            progress=False)
-    records = pipeline.run(patching.stages(pipeline.PROFILES["quick"]), ctx, log=lambda *_: None)
+    stages = [s for s in patching.stages(pipeline.PROFILES["quick"]) if ("sst2" in s.name) == ("sst2" in which)]
+    records = pipeline.run(stages, ctx, log=lambda *_: None)
     return ctx, records
+
+
+def _recomputes(ctx, claim: dict):
+    again = claims.recompute(claim, ctx.out)  # the predictions path is relative to ctx.out (no repository)
+    assert again["value"]["value"] == pytest.approx(claim["value"], abs=1e-12)
+    assert again["value"]["ci"] == pytest.approx(claim["ci"], abs=1e-12)
+    assert again["baseline"]["value"] == pytest.approx(claim["baseline"]["value"], abs=1e-12)
+    assert "status" not in claim and claim["note"]
 
 
 def _check_claims(ctx, records):
@@ -118,11 +157,7 @@ def _check_claims(ctx, records):
     ids = [c["id"] for c in result["claims"]]
     assert ids == [f"patching-minilm-{k}" for k in ("behaviour", "corruption", "clark", "attribution")]
     for claim in result["claims"]:
-        again = claims.recompute(claim, ctx.out)  # the predictions path is relative to ctx.out (no repository)
-        assert again["value"]["value"] == pytest.approx(claim["value"], abs=1e-12)
-        assert again["value"]["ci"] == pytest.approx(claim["ci"], abs=1e-12)
-        assert again["baseline"]["value"] == pytest.approx(claim["baseline"]["value"], abs=1e-12)
-        assert "status" not in claim and claim["note"]
+        _recomputes(ctx, claim)
     for claim in result["claims"][2:]:  # the permutation interval over heads, from the same rows
         rows = claims.read_rows(ctx.out / claim["predictions"])
         x, y = (np.asarray([r[claim["measure"]["columns"][k]] for r in rows]) for k in ("x", "y"))
@@ -135,7 +170,7 @@ def _check_claims(ctx, records):
 
 def test_stages_on_four_pairs(tmp_path, monkeypatch, minilm, data_set):
     data_set("gap")
-    ctx, records = _run(tmp_path, monkeypatch, {"max_tokens": 48, "batch": 4, "pairs": {"small": 4}})
+    ctx, records = _run(tmp_path, monkeypatch, {"max_tokens": 48, "batch": 4, "pairs": {"small": 4}, "sst2_pairs": 4})
     _check_claims(ctx, records)
 
 
@@ -144,3 +179,30 @@ def test_quick_profile(tmp_path, monkeypatch, data_set):
     data_set("gap")
     ctx, records = _run(tmp_path, monkeypatch, dict(patching.QUICK))
     _check_claims(ctx, records)
+
+
+def test_sentiment_stages_on_four_pairs(tmp_path, monkeypatch, data_set):
+    """The output-head stages with the quick profile's classifier (trained on a few sentences): every
+    claim recomputes from its rows; the sweep's maps are (pairs, L, H) under both metrics, and the
+    clean and corrupted metrics are the classifier's own logits and final vectors."""
+    import jattn
+    from experiments.finetune import study as finetune
+
+    data_set("sst2")
+    monkeypatch.setattr(finetune, "QUICK_TRAIN", 16)
+    ctx, records = _run(tmp_path, monkeypatch, {**patching.QUICK, "sst2_pairs": 4}, which="sst2")
+    result = records["patching.minilm-sst2"]["result"]
+    assert [c["id"] for c in result["claims"]] == [f"patching-minilm-sst2-{k}" for k in
+                                                   ("behaviour", "corruption", "attribution", "hidden")]
+    for claim in result["claims"]:
+        _recomputes(ctx, claim)
+    sweep = records["patching.minilm-sst2-sweep"]["result"]
+    for key in ("exact", "hidden", "attribution"):
+        assert np.asarray(sweep[key]).shape == (4, 6, 12)
+    pairs = records["patching.sst2-pairs"]["result"]["pairs"]
+    net = jattn.load(ctx.work_root / "models" / finetune.artefact("minilm", "sst2", 0))
+    z = np.asarray(net.forward(net.batch([p["clean"] for p in pairs]), internals=None).logits, np.float64)  # (4, 2)
+    want = [z[i, p["label"]] - z[i, 1 - p["label"]] for i, p in enumerate(pairs)]  # another batch: other padding
+    assert_close(np.asarray(sweep["clean"]), want, terms=model_terms(net.config, 64), scale=np.abs(z).max())
+    # ⟨a, a − b⟩ − ⟨b, a − b⟩ = |a − b|² ≥ 0: the clean run sits further along the direction than the corrupted one
+    assert (np.asarray(sweep["hidden_clean"]) >= np.asarray(sweep["hidden_corrupted"])).all()
