@@ -34,6 +34,22 @@ Data, metric and weight-based score: ``experiments.patching.pairs`` (its docstri
 - ``patching-<model>-attribution``: the same ρ between attribution patching
   (``jattn.attribution_patch_heads``) and exact patching.
 
+Behaviour read from an output head, beside the hidden-state metric (the coreference pairs have
+none, the models having no MLM head): ``experiments.patching.sentiment`` (the fine-tuned SST-2
+classifiers, seed 0: one sentiment word swapped for its antonym, the logit difference of the two
+classes; every head patched under it and under a hidden-state metric on the same runs) and
+``experiments.patching.gender`` (the translation studies' model: the French source's man/woman
+noun swapped, the logit of the English word against its other-gender counterpart; every encoder,
+decoder and cross-attention head patched):
+
+- ``patching-<model>-sst2-behaviour``, ``-sst2-corruption``, ``-sst2-attribution`` and
+  ``patching-translation-gender-behaviour``, ``-corruption``, ``-attribution``: as above, the
+  behaviour beside the train majority class (SST-2) or the gender more frequent in the training
+  captions (translation).
+- ``patching-<model>-sst2-hidden``: Spearman ρ over heads between the exact effects under the
+  hidden-state metric and under the logit difference: does a metric that needs no output head rank
+  heads as the behaviour does?
+
 Verdicts: by the decision rules of ``experiments.patching.verdicts`` (STATISTICS.md, Decision
 rules: paired differences, a permutation over heads for the associations, signed and |effect|
 both reported), applied after the stages: a stage measures and notes its tests' values, no verdict.
@@ -61,12 +77,13 @@ import numpy as np
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
 from experiments.finetune import study as finetune
-from experiments.patching import sentiment
+from experiments.patching import gender, sentiment
+from experiments.voita2019 import runs
 from experiments.patching.pairs import GAP_FILE, base_model, pairs_stage, sweep_stage
 
 # pairs per model: "small" the embedded MiniLM, "base" the 144-head model (≈ 11 × its cost per pair)
-FULL = {"max_tokens": 96, "batch": 8, "pairs": {"small": 160, "base": 160}, "sst2_pairs": 160}
-QUICK = {"max_tokens": 64, "batch": 12, "pairs": {"small": 12}, "sst2_pairs": 12}
+FULL = {"max_tokens": 96, "batch": 8, "pairs": {"small": 160, "base": 160}, "sst2_pairs": 160, "gender_pairs": 160}
+QUICK = {"max_tokens": 64, "batch": 12, "pairs": {"small": 12}, "sst2_pairs": 12, "gender_pairs": 8}
 PAPER = {
     "behaviour": "Clark et al. 2019 §4.3 (their 144-head base model, CoNLL-2012): the best attention head picks an antecedent "
                  "≈65 % of the time vs ≈27 % for the nearest mention; read from attention weights, no intervention",
@@ -79,6 +96,10 @@ PAPER = {
     "sst2-behaviour": "no paper number: the classifier must get the clean sentences right for its logit difference "
                       "to measure the behaviour",
     "sst2-corruption": "no paper number: the antonym must move the logit difference for patching to measure anything",
+    "gender-behaviour": "no paper number: the model must prefer the English word of the source's gender for the "
+                        "logit difference to measure the behaviour",
+    "gender-corruption": "no paper number: the other gender's noun must move the logit difference for patching to "
+                         "measure anything",
     "sst2-hidden": "Heimersheim & Nanda 2024 and Zhang & Nanda 2024 advise a metric read from the model's output "
                    "(logit difference); whether a hidden-state metric ranks heads the same way is not tested there",
 }
@@ -270,6 +291,66 @@ def _sentiment_claims_stage(model: str, sweep: str):
     return run
 
 
+def _gender_claims_stage(ctx: Context) -> dict:
+    """The translation model's output-layer claims (``experiments.patching.gender``)."""
+    r, made = ctx.result("patching.gender-sweep"), ctx.result("patching.gender-pairs")
+    clean, corr = (np.asarray(r[k], float) for k in ("clean", "corrupted"))
+    n = len(clean)
+    exact, attribution = (np.concatenate([np.asarray(r[f"{what}_{k}"], float).reshape(n, -1) for k in gender.KINDS], 1)
+                          for what in ("exact", "attribution"))  # (n, K) every head of the three types
+    sizes = {k: int(np.prod(r["shapes"][k])) for k in gender.KINDS}
+    where = (f"{n} Multi30k test_2016_flickr captions whose French source names one man, woman, boy or girl (or "
+             "their plurals); corrupted = that noun and the determiner or adjective agreeing with it swapped for the "
+             "other gender's (equal source pieces), the reference the target of both runs (teacher forcing); "
+             f"model {runs.MODEL if ctx.profile.name == 'full' else 'the quick profile’s tiny fr→en model'} "
+             f"({' + '.join(f'{sizes[k]} {k}' for k in gender.KINDS)} heads); metric m = logit "
+             "of the reference's word − logit of its other-gender counterpart at the position predicting it; no "
+             "selection, so no held-out split")
+    majority = int(made["train_counts"]["male"] >= made["train_counts"]["female"])  # 1: male words are more frequent
+    rows = [{"index": i, "right": 1, "metric": int(m > 0), "majority": int(male == majority)}
+            for i, (m, male) in enumerate(zip(clean, r["male"]))]
+    behaviour = ctx.claim(
+        id="patching-translation-gender-behaviour", claim="translation model: on the clean sources the output prefers "
+        "the English word of the source's gender (m > 0)", paper=PAPER["gender-behaviour"], unit="accuracy",
+        rows=rows, n=n, measure={"statistic": "accuracy", "columns": {"gold": "right", "pred": "metric"},
+                                 "ci_method": "bootstrap"},
+        baseline={"name": "the gender more frequent in the training captions", "columns": {"gold": "right",
+                                                                                           "pred": "majority"}},
+        protocol=where)
+    behaviour["note"] = f"on the corrupted sources m > 0 for {np.mean(corr > 0):.1%} of pairs"
+    rows = [{"index": i, "clean": round(float(c), 6), "corrupted": round(float(d), 6)}
+            for i, (c, d) in enumerate(zip(clean, corr))]
+    corruption = ctx.claim(
+        id="patching-translation-gender-corruption", claim="translation model: the other gender's noun in the source "
+        "lowers the logit difference (Δ mean m, clean − corrupted)", paper=PAPER["gender-corruption"],
+        unit="logit difference", rows=rows, n=n,
+        measure={"statistic": "mean", "columns": {"value": "clean"}, "against": {"value": "corrupted"},
+                 "ci_method": "paired"},
+        baseline={"name": "no change (Δ = 0: clean against itself)", "columns": {"value": "clean"},
+                  "against": {"value": "clean"}}, protocol=where)
+    corruption["note"] = f"paired bootstrap p = {corruption['p']:.3g}"
+    agree = _association(
+        ctx, id="patching-translation-gender-attribution", claim="translation model: attribution patching ranks the "
+        "encoder, decoder and cross-attention heads like exact patching, on the output's logit difference (Spearman "
+        "over heads)", paper=PAPER["attribution"], x=attribution, y=exact, names=("attribution", "effect"),
+        protocol=where)
+    means = exact.mean(0)  # (K,)
+    p, holm = _holm_heads(exact[:, :, None])  # (K, 1) per head
+    lines = [f"{n} pairs, mean m clean {clean.mean():.3f}, corrupted {corr.mean():.3f}; sweeps measured "
+             f"{r['measured_s']:.0f} s. ρ(|attribution|, |exact|) = "
+             f"{_spearman(np.abs(attribution.mean(0)), np.abs(means)):.3f}.", "",
+             "| attention type | heads | Σ mean effect | Σ |mean effect| | largest (layer-head, 0-based: effect) | "
+             "heads ≠ 0 after Holm over all |", "|---|---|---|---|---|---|"]
+    start = 0
+    for kind in gender.KINDS:
+        part, H = slice(start, start + sizes[kind]), r["shapes"][kind][1]
+        k = int(np.argmax(np.abs(means[part])))
+        lines.append(f"| {kind} | {sizes[kind]} | {means[part].sum():.3f} | {np.abs(means[part]).sum():.3f} | "
+                     f"{k // H}-{k % H}: {means[part][k]:.3f} | {int(holm[part].sum())} |")
+        start += sizes[kind]
+    return {"claims": [behaviour, corruption, agree], "table": "\n".join(lines)}
+
+
 def _table(model, maps, holm, clean, corr, exact, clark, seconds) -> str:
     L, H = maps["exact"].shape
     order = np.argsort(-np.abs(maps["exact"]).ravel())[:5]  # the largest effects of either sign
@@ -314,6 +395,15 @@ def stages(profile: Profile) -> list[Stage]:
                          code=("jattn.sweeps.patching", "experiments.patching.pairs")))
         out.append(Stage(f"patching.{model}-sst2", _sentiment_claims_stage(model, f"patching.{model}-sst2-sweep"),
                          params=sst2, needs=(f"patching.{model}-sst2-sweep",), data=("sst2/train.tsv",)))
+    translation = {"data": tuple(f"multi30k/{split}.{side}" for split, side in (
+        (runs.TEST, "fr"), (runs.TEST, "en"), ("train", "en"))),
+        "models": (runs.MODEL,) if profile.name == "full" else ()}
+    gender_sizes = {"pairs": sizes["gender_pairs"], "batch": 16}
+    out += [Stage("patching.gender-pairs", gender.pairs_stage, params=gender_sizes, **translation),
+            Stage("patching.gender-sweep", gender.sweep_stage, params=gender_sizes, needs=("patching.gender-pairs",),
+                  code=("jattn.sweeps.patching", "experiments.patching.pairs"), **translation),
+            Stage("patching.gender", _gender_claims_stage, params=gender_sizes,
+                  needs=("patching.gender-pairs", "patching.gender-sweep"))]
     return out
 
 

@@ -22,9 +22,12 @@ attribution patching: Nanda 2023, Syed et al. 2023; on the coreference heads of 
   interval lies above 0); the permutation p over heads is reported beside it.
 
 The SST-2 pairs (``experiments.patching.sentiment``: one sentiment word swapped for its antonym,
-the classifier's logit difference m read from its output head) take the same rules:
+the classifier's logit difference m read from its output head) and the translation pairs
+(``experiments.patching.gender``: the source's man/woman noun swapped, the output's logit
+difference of the English word against its counterpart) take the same rules:
 ``patching-<m>-sst2-behaviour`` (Δ = accuracy of m > 0 − the train majority class, paired),
-``-sst2-corruption`` and ``-sst2-attribution`` as above, and
+``patching-translation-gender-behaviour`` (Δ = accuracy of m > 0 − always the gender more frequent
+in the training captions, paired), ``-corruption`` and ``-attribution`` as above, and
 
 - ``patching-<m>-sst2-hidden`` (a hidden-state metric ranks heads as the output head does):
   Spearman ρ over heads between the mean exact effects under the hidden-state metric and under the
@@ -164,12 +167,21 @@ DIFFERS = {  # (pairs, claim type) -> what differs from the paper
     ("sst2", "hidden"): "no paper compares the two: the hidden-state metric is this study's own (the first position's "
                         "final vector on the clean − corrupted direction), beside the output head's logit difference "
                         "that Heimersheim & Nanda 2024 recommend; {model}'s SST-2 classifier, one seed.",
+    ("gender", "behaviour"): "no paper number: {model} trained here (one seed), on Multi30k test captions whose "
+                             "French source names one man, woman, boy or girl; the output's logit difference between "
+                             "the reference's word and its other-gender counterpart.",
+    ("gender", "corruption"): "no paper number: the source's noun (and the words agreeing with it) swapped for the "
+                              "other gender's, {model}, teacher-forced on the reference.",
+    ("gender", "attribution"): "attribution patching was compared with activation patching on language-model logits "
+                               "(Nanda 2023; Syed et al. 2023); here on a translation model's encoder, decoder and "
+                               "cross-attention heads ({model}), its output's logit difference, one seed.",
 }
 
 
 def _pairs(claim: dict) -> str:
-    """Which pairs a claim is on: "gap" (patching-<model>-<type>) or "sst2" (patching-<model>-sst2-<type>)."""
-    return "sst2" if "-sst2-" in claim["id"] else "gap"
+    """Which pairs a claim is on: "gap" (patching-<model>-<type>), "sst2" (patching-<model>-sst2-<type>)
+    or "gender" (patching-translation-gender-<type>)."""
+    return next((k for k in ("sst2", "gender") if f"-{k}-" in claim["id"]), "gap")
 
 
 def _kind(claim: dict) -> str:
@@ -186,7 +198,8 @@ def judge(claim: dict, evidence: Evidence) -> Verdict:
 
 def describe(claim: dict) -> dict[str, str]:
     model = claim["id"].split("-")[1]
-    name = {"mpnet": "all-mpnet-base-v2", "minilm": "all-MiniLM-L6-v2"}.get(model, model)
+    name = {"mpnet": "all-mpnet-base-v2", "minilm": "all-MiniLM-L6-v2",
+            "translation": "the 6+6 × 8-head Multi30k fr→en model"}.get(model, model)
     return {"paper": papers.for_claim(claim), "differs": DIFFERS[_pairs(claim), _kind(claim)].format(model=name)}
 
 

@@ -4,6 +4,8 @@ with every claim recomputable from its predictions file."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,7 @@ from jattn import stats
 from jattn.reproduce import claims, pipeline
 from experiments.patching import study as patching
 from experiments.patching import pairs as patching_pairs
-from experiments.patching import sentiment
+from experiments.patching import gender, sentiment
 from tolerance import assert_close, model_terms
 
 
@@ -133,13 +135,15 @@ def test_sentiment_metrics_against_numpy():
     assert_close(got, [h[i, 0] @ d[i] for i in range(5)], terms=3, scale=np.abs(h[:, 0] * d).sum(1))
 
 
-def _run(tmp_path, monkeypatch, sizes, which: str = "patching."):
+def _run(tmp_path, monkeypatch, sizes, which: str = "gap"):
+    """Run the quick profile's stages of one kind of pairs: "gap", "sst2" or "gender"."""
     monkeypatch.setattr(patching, "QUICK", sizes)
     from jattn.io.manifest import data_dir
 
     ctx = pipeline.Context(pipeline.PROFILES["quick"], tmp_path / "out", tmp_path / "work", data_dir(),
                            progress=False)
-    stages = [s for s in patching.stages(pipeline.PROFILES["quick"]) if ("sst2" in s.name) == ("sst2" in which)]
+    kind = lambda name: next((k for k in ("sst2", "gender") if k in name), "gap")  # noqa: E731
+    stages = [s for s in patching.stages(pipeline.PROFILES["quick"]) if kind(s.name) == which]
     records = pipeline.run(stages, ctx, log=lambda *_: None)
     return ctx, records
 
@@ -170,7 +174,7 @@ def _check_claims(ctx, records):
 
 def test_stages_on_four_pairs(tmp_path, monkeypatch, minilm, data_set):
     data_set("gap")
-    ctx, records = _run(tmp_path, monkeypatch, {"max_tokens": 48, "batch": 4, "pairs": {"small": 4}, "sst2_pairs": 4})
+    ctx, records = _run(tmp_path, monkeypatch, {**patching.QUICK, "max_tokens": 48, "batch": 4, "pairs": {"small": 4}})
     _check_claims(ctx, records)
 
 
@@ -206,3 +210,51 @@ def test_sentiment_stages_on_four_pairs(tmp_path, monkeypatch, data_set):
     assert_close(np.asarray(sweep["clean"]), want, terms=model_terms(net.config, 64), scale=np.abs(z).max())
     # ⟨a, a − b⟩ − ⟨b, a − b⟩ = |a − b|² ≥ 0: the clean run sits further along the direction than the corrupted one
     assert (np.asarray(sweep["hidden_clean"]) >= np.asarray(sweep["hidden_corrupted"])).all()
+
+
+def test_gender_swap_takes_the_words_that_agree_with_the_noun():
+    assert gender.swap_gender("Un petit garçon joue.") == ("Une petite fille joue.", "garçon")
+    assert gender.swap_gender("Des femmes marchent.") == ("Des hommes marchent.", "femmes")
+    assert gender.swap_gender("Une jeune fille et un chien.") == ("Un jeune garçon et un chien.", "fille")
+    assert gender.swap_gender("Un homme et une femme.") is None  # two nouns of the list: the cue is not one word
+    assert gender.swap_gender("Un chien court.") is None
+
+
+def test_gender_pairs_and_metric_on_the_committed_translation_model(data_set):
+    """Pairs from the test captions: the sources differ in the noun (and its agreeing words) only,
+    tokenize to equal lengths; the metric's position is the reference piece that starts the English
+    word, and m is the difference of the model's two logits there."""
+    import jattn
+
+    root = data_set("multi30k")
+    model = jattn.load(Path(__file__).parents[2] / "checkpoints" / "multi30k-fr-en", use_cache=False)
+    src, ref = (model.prepare_texts((root / f"test_2016_flickr.{s}").read_text(encoding="utf-8").splitlines()[:60])
+                for s in ("fr", "en"))
+    pairs, skipped = gender.make_pairs(src, ref, model.tokenizer, limit=8)
+    assert len(pairs) == 8 and sum(skipped.values()) + 8 == pairs[-1]["index"] + 1
+    pieces = model.tokenizer.convert_ids_to_tokens
+    for p in pairs:
+        a, b = (model.tokenizer(t)["input_ids"] for t in (p["clean"], p["corrupted"]))
+        assert len(a) == len(b) and a != b
+        target = model.tokenizer(text_target=p["target"])["input_ids"]
+        assert pieces([target[p["position"]]])[0] == "▁" + p["word"] and p["right"] == target[p["position"]]
+        assert pieces([p["wrong"]])[0] == "▁" + gender.OTHER[p["word"]]
+    batch = model.tokenize_examples([(p["clean"], p["target"]) for p in pairs])
+    z = np.asarray(model.forward(batch, internals=None).logits, np.float64)  # (8, t, V)
+    rows = {k: np.asarray([p[k] for p in pairs], np.int32) for k in ("position", "right", "wrong")}
+    want = [z[i, p["position"], p["right"]] - z[i, p["position"], p["wrong"]] for i, p in enumerate(pairs)]
+    assert_close(gender.logit_difference({"logits": z.astype(np.float32)}, rows), want, scale=np.abs(z).max())
+
+
+def test_gender_stages_on_the_quick_model(tmp_path, monkeypatch, data_set):
+    data_set("multi30k")
+    ctx, records = _run(tmp_path, monkeypatch, {**patching.QUICK, "gender_pairs": 4}, which="gender")
+    result = records["patching.gender"]["result"]
+    assert [c["id"] for c in result["claims"]] == [f"patching-translation-gender-{k}" for k in
+                                                   ("behaviour", "corruption", "attribution")]
+    for claim in result["claims"]:
+        _recomputes(ctx, claim)
+    sweep = records["patching.gender-sweep"]["result"]
+    for kind in gender.KINDS:
+        assert np.asarray(sweep[f"exact_{kind}"]).shape == (4, *sweep["shapes"][kind])
+    assert sum(records["patching.gender-pairs"]["result"]["train_counts"].values()) > 0

@@ -114,3 +114,5 @@ def test_hidden_state_metric_is_judged_on_its_rank_agreement_with_the_logit_diff
         assert got.status == want and "|effect| under both" in got.reason
     assert "+1.000" in got.reason  # -logit: the signed ranks reverse, the |effect| ranks agree
     assert patching.describe({"id": "patching-minilm-sst2-hidden", "paper": "p"})["differs"].startswith("no paper compares")
+    said = patching.describe({"id": "patching-translation-gender-corruption", "paper": "p"})["differs"]
+    assert "other gender's" in said and "Multi30k fr→en" in said
