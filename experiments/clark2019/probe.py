@@ -19,13 +19,14 @@ def predictions(folder: Path, params: dict | None = None, kind: str = "") -> dic
     """Per scored word (real, not punctuation) of the shards in ``folder``, in the fixed order of
     ``jattn.analyses.probe.batches``: {"gold", "pred"} (0 = ROOT, else the 1-based head) of the
     probe ``params`` of ``kind``, or of right-branching (each word's head the next word, the
-    last word's ROOT) when ``params`` is None."""
+    last word's ROOT) when ``params`` is None, and "sentence" (the word's sentence, numbered in
+    that order: the unit the intervals resample)."""
     import jax
 
     from jattn.analyses import probe
 
     predict = jax.jit(lambda p, b: probe.scores(p, kind, b).argmax(-1)) if params is not None else None
-    gold, pred = [], []
+    gold, pred, sentence, seen = [], [], [], 0
     for b in probe.batches(folder, 64):
         if predict is None:
             pos = np.arange(1, b["mask"].shape[1] + 1)[None]  # (1, W) 1-based
@@ -34,7 +35,11 @@ def predictions(folder: Path, params: dict | None = None, kind: str = "") -> dic
             p = np.asarray(predict(params, {k: b[k] for k in ("pair", "root", "emb", "mask", "heads")}))  # (B, W)
         gold.append(b["heads"][b["score"]])
         pred.append(p[b["score"]])
-    return {"gold": np.concatenate(gold).astype(int), "pred": np.concatenate(pred).astype(int)}
+        rows = seen + np.arange(len(b["score"]))[:, None]  # (B, 1) sentence numbers
+        sentence.append(np.broadcast_to(rows, b["score"].shape)[b["score"]])
+        seen += len(b["score"])
+    return {"gold": np.concatenate(gold).astype(int), "pred": np.concatenate(pred).astype(int),
+            "sentence": np.concatenate(sentence).astype(int)}
 
 
 def stage(model: str):
@@ -57,9 +62,10 @@ def stage(model: str):
                                                 learning_rate=p["probe_lr"], patience=p["patience"],
                                                 progress=ctx.progress)
             got = predictions(shards["dev_b"], params, kind)
-            cols[col], gold = got["pred"], got["gold"]
+            cols[col], gold, sentence = got["pred"], got["gold"], got["sentence"]
         cols["right_branching"] = predictions(shards["dev_b"])["pred"]
-        rows = [{"index": i, "gold": int(g), **{c: int(v[i]) for c, v in cols.items()}} for i, g in enumerate(gold)]
+        rows = [{"index": i, "sentence": int(sentence[i]), "gold": int(g), **{c: int(v[i]) for c, v in cols.items()}}
+                for i, g in enumerate(gold)]
         protocol = (f"trained on {syntax['sentences']['select']} EWT train sentences, Adam {p['probe_lr']} (Clark's code: 0.002; "
                     "raised so that the probes converge within the budget), batch 32, at most "
                     f"{p['probe_epochs']} epochs, early stopping (patience {p['patience']}) on the dev UAS of "
@@ -72,8 +78,9 @@ def stage(model: str):
             claims.append(ctx.claim(
                 id=f"clark-{model}-probe-{KINDS[kind].replace('_', '-')}", claim=f"{model}: {kind} probe UAS",
                 unit="UAS", rows=rows, protocol=protocol,
-                measure={"statistic": "accuracy", "columns": {"gold": "gold", "pred": KINDS[kind]}, "ci_method": "bootstrap"},
-                baseline={"name": base_name, "columns": {"gold": "gold", "pred": base}},
+                measure={"statistic": "accuracy", "columns": {"gold": "gold", "pred": KINDS[kind]}, "ci_method": "bootstrap",
+                         "cluster": "sentence"},
+                baseline={"name": base_name, "columns": {"gold": "gold", "pred": base}, "cluster": "sentence"},
                 **note(f"{kind} − {base_name} {delta(test)}"
                          + (f"; − right-branching {delta(floor)}" if base != "right_branching" else "")
                          + f"; {_stopped(history[kind], p)}")))

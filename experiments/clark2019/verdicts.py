@@ -21,8 +21,8 @@ resamples of ``jattn.reproduce.claims``), on the paired difference Δ of the sam
 - ``-syntax-all`` (one head for every relation), ``-syntax-pooled`` (each relation's head, pooled):
   ``directional``, sentences resampled.
 - ``clark-<m>-probe-attn``, ``-attn-emb`` (Table 3): Δ = UAS of the probe − its baseline
-  (right-branching; the distances + embeddings probe), words resampled (the rows carry no sentence
-  id) → ``directional``.
+  (right-branching; the distances + embeddings probe), sentences resampled (words, for records
+  whose rows name no sentence) → ``directional``.
 - ``clark-<m>-coref-litbank[-type]`` (§4.3, Table 2): Δ = the head chosen on other documents −
   the same-head-word baseline (the paper's strong baseline), documents resampled → ``directional``;
   head − nearest and the head chosen on the scored queries themselves (Clark's way) are reported,
@@ -197,8 +197,10 @@ def judge_syntax_overall(claim: dict, evidence: Evidence) -> Verdict:
 
 def judge_probe(claim: dict, evidence: Evidence) -> Verdict:
     rows = evidence.rows(claim)
-    t = mean_deltas(_accuracy_diff(claim, rows))[""]
-    return directional(t["value"], t["ci"], what=f"UAS − {claim['baseline']['name']} (held out, words resampled)")
+    by_sentence = all("sentence" in r for r in rows)
+    t = mean_deltas(_accuracy_diff(claim, rows), [r["sentence"] for r in rows] if by_sentence else None)[""]
+    unit = "sentences resampled" if by_sentence else "words resampled: the rows name no sentence"
+    return directional(t["value"], t["ci"], what=f"UAS − {claim['baseline']['name']} (held out, {unit})")
 
 
 # ---------------------------------------------------------------- coreference

@@ -145,6 +145,9 @@ def test_probe_predictions_score_as_probe_uas(tmp_path):
     params = probe.init_params("attn+emb", 4, 8, 3, seed=1)
     got = clark_probe.predictions(tmp_path, params, "attn+emb")
     assert 100 * np.mean(got["gold"] == got["pred"]) == pytest.approx(probe.uas(params, "attn+emb", tmp_path))
+    # each scored word names its sentence: as many sentences as were written, each with its non-punctuation words
+    scored = sorted(int((~s["punct"]).sum()) for s in sents)
+    assert sorted(np.bincount(got["sentence"], minlength=12).tolist()) == scored and (got["sentence"] == rb["sentence"]).all()
 
 
 # ---------------------------------------------------------------- coreference

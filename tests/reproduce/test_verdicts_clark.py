@@ -164,6 +164,23 @@ def test_probe_is_directional_against_its_baseline(tmp_path):
     assert clark.judge(c, _evidence(tmp_path, c)).status == "not reproduced"
 
 
+def test_probe_resamples_sentences_when_the_rows_name_them(tmp_path):
+    """Words of a sentence succeed or fail together here: resampling sentences widens the interval
+    of Δ over resampling words, and turns a words-only "reproduced" into "not reproduced"."""
+    good = np.arange(40) % 20 < 13  # (40,) per sentence: the probe right on all its 25 words (65 %), or on none
+    rows = [{"index": 25 * s + w, "sentence": s, "gold": 1, "attn": int(good[s]), "right_branching": int(s % 2)}
+            for s in range(40) for w in range(25)]
+    measure = {"statistic": "accuracy", "columns": {"gold": "gold", "pred": "attn"}, "ci_method": "bootstrap",
+               "cluster": "sentence"}
+    base = {"name": "right-branching", "columns": {"gold": "gold", "pred": "right_branching"}, "cluster": "sentence"}
+    by_sentence = clark.judge(c := _claim(tmp_path, "clark-toy-probe-attn", rows, measure, base), _evidence(tmp_path, c))
+    words = [{k: v for k, v in r.items() if k != "sentence"} for r in rows]
+    unclustered = [{k: v for k, v in m.items() if k != "cluster"} for m in (measure, base)]
+    by_word = clark.judge(c := _claim(tmp_path, "clark-toy-probe-attn", words, *unclustered), _evidence(tmp_path, c))
+    assert "sentences resampled" in by_sentence.reason and "words resampled" in by_word.reason
+    assert (by_word.status, by_sentence.status) == ("reproduced", "not reproduced")
+
+
 # ---------------------------------------------------------------- coreference
 
 COREF = {"statistic": "mean", "columns": {"value": "head"}, "ci_method": "bootstrap", "cluster": "document"}
