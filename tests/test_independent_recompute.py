@@ -29,6 +29,10 @@ with numpy and scipy only, importing nothing from ``jattn`` or ``experiments``):
   (``per_seed``, keyed by the seed as a string, seeds in ascending order); value = their mean;
   interval = mean ± t_{0.975, k−1} · s / √k (Student t, s the standard deviation with ddof = 1,
   k seeds).
+- ``ci_method = "heads"`` (``head_spearman``): value = ρ of the K per-head means; indices
+  ``numpy.random.default_rng(0).integers(0, K, size=(2000, K))`` resample the heads; ρ on each
+  resample (resamples whose heads all tie have none and are left out); interval =
+  ``numpy.nanquantile(rhos, [0.025, 0.975])``.
 """
 
 from __future__ import annotations
@@ -147,6 +151,16 @@ def over_seeds(statistic, rows: list[dict], names: dict) -> dict:
             "per_seed": {str(s): v for s, v in zip(seeds, per_seed)}}
 
 
+def over_heads(rows: list[dict], names: dict) -> dict:
+    """Spearman ρ of the per-head means of ``x`` and ``y`` and the central 95 % of it over 2000
+    resamples of the heads (resamples whose heads all tie have no ρ and are left out)."""
+    x, y = (c.astype(np.float64).mean(0) for c in (read_columns(rows, names)[a] for a in ("x", "y")))
+    picks = np.random.default_rng(SEED).integers(0, len(x), size=(2000, len(x)))
+    rhos = np.array([spearmanr(x[i], y[i]).statistic for i in picks])
+    return {"value": float(spearmanr(x, y).statistic),
+            "ci": [float(q) for q in np.nanquantile(rhos, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])]}
+
+
 # files
 
 def read_rows(path: Path) -> list[dict]:
@@ -167,6 +181,8 @@ def recompute(rows: list[dict], spec: dict) -> dict:
     if spec["ci_method"] == "paired":
         return paired_bootstrap(statistic, read_columns(rows, spec["columns"]),
                                 read_columns(rows, {**spec["columns"], **spec["against"]}))
+    if spec["ci_method"] == "heads":
+        return over_heads(rows, spec["columns"])
     assert spec["ci_method"] == "seeds", spec["ci_method"]
     return over_seeds(statistic, rows, spec["columns"])
 
@@ -232,3 +248,16 @@ def test_reproduce_json_says_how_to_recompute_what_its_claims_use():
     used = {s["statistic"].removesuffix("_gain") for s in specs} | {s["ci_method"] for s in specs}
     used |= {"cluster" for s in specs if s.get("cluster")} | {"against" for s in specs if s.get("against")}
     assert [u for u in sorted(used) if u not in data["recompute"]] == []
+
+
+def test_the_heads_interval_recomputes():
+    """jattn's "heads" interval against the recipe above (the one test here that imports jattn: the
+    recomputations of the committed claims above never do)."""
+    from jattn.reproduce import claims as jattn_claims
+
+    rng = np.random.default_rng(3)
+    base = rng.normal(size=48)
+    rows = [{"x": (base + 0.3 * rng.normal(size=48)).tolist(), "y": (0.5 * base + rng.normal(size=48)).tolist()}
+            for _ in range(30)]
+    spec = {"statistic": "head_spearman", "columns": {"x": "x", "y": "y"}, "ci_method": "heads"}
+    assert mismatches(recompute(rows, spec), jattn_claims.evaluate(rows, spec), "heads") == []

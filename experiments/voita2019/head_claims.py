@@ -23,8 +23,9 @@ def claims(ctx: Context, heads: dict, runs: list[dict]) -> list[dict]:
     rows, n = heads["rows"], len(heads["rows"])
     protocol = (f"test {V.TEST} ({n} sentences) teacher-forced on the references; unpruned model; per sentence each "
                 "encoder head's confidence (mean max weight over non-EOS rows) and relevance of the top-1 logit at "
-                "every target position, each layer's heads scaled to sum to 1; bootstrap over sentences (B = 1000)")
-    spec = lambda y: {"statistic": "head_spearman", "ci_method": "bootstrap",  # noqa: E731
+                "every target position, each layer's heads scaled to sum to 1; the ρ over heads resamples the "
+                "heads (B = 2000), a difference of means the sentences (B = 1000)")
+    spec = lambda y: {"statistic": "head_spearman", "ci_method": "heads",  # noqa: E731
                       "columns": {"x": "confidence", "y": y}}
     out = [ctx.claim(id="voita-confidence-lrp", unit="spearman", rows=rows, n=n, seeds=1,
                      claim="Spearman ρ over the encoder heads between confidence and LRP relevance",

@@ -38,6 +38,7 @@ import sys
 import numpy as np
 
 from experiments import papers
+from jattn.reproduce import claims as C
 from jattn.reproduce import studies
 from jattn.reproduce import verdicts as V
 from jattn.reproduce.verdicts import Evidence, Verdict
@@ -45,7 +46,6 @@ from jattn.reproduce.verdicts import Evidence, Verdict
 BLEU_THRESHOLD = 1.0  # Voita et al.'s own criterion: "a drop of less than 1 BLEU" (Fig. 7)
 KEPT_SHARE = 0.5  # "most heads can be pruned": at most half of them needed (the paper keeps 10 of 48)
 SUBSETS = 10000  # random same-size subsets: p resolves 1e-4, well below α = .05
-HEAD_RESAMPLES = 2000  # head resamples of ρ: the interval's 2.5 % tails from 50 draws each
 SEED = 0
 FEWEST = "voita-encoder-fewest-heads"
 
@@ -108,26 +108,14 @@ def _fewest(claim: dict, evidence: Evidence) -> Verdict:
 # --- heads -----------------------------------------------------------------------------------
 
 
-def head_bootstrap_rho(x, y, b: int = HEAD_RESAMPLES, seed: int = SEED) -> tuple[float, tuple[float, float]]:
-    """Spearman ρ over heads of two per-head means (K,) and its 95 % percentile interval
-    resampling the heads (the unit the claim generalises over: 48 heads, not the sentences their
-    means are taken over)."""
-    from scipy.stats import spearmanr
-
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    picks = np.random.default_rng(seed).integers(0, len(x), (b, len(x)))  # (b, K)
-    rhos = np.array([spearmanr(x[i], y[i]).statistic for i in picks])
-    lo, hi = np.nanquantile(rhos, [0.025, 0.975])  # a resample of one repeated head has no ρ
-    return float(spearmanr(x, y).statistic), (float(lo), float(hi))
-
-
 def _confidence_lrp(claim: dict, evidence: Evidence) -> Verdict:
+    """ρ over the heads and its interval with the heads resampled (``claims``' "heads" method, for
+    records whose stage resampled sentences too)."""
     rows = evidence.rows(claim)
-    columns = claim["measure"]["columns"]
-    x, y = (np.mean([r[columns[k]] for r in rows], 0) for k in ("x", "y"))  # (K,) per-head means
-    rho, ci = head_bootstrap_rho(x, y)
-    return V.directional(rho, ci, sign=+1, what=f"Spearman ρ(confidence, LRP relevance) over {len(x)} heads, "
-                                                 "heads resampled")
+    t = C.evaluate(rows, {**claim["measure"], "ci_method": "heads"})
+    heads = len(rows[0][claim["measure"]["columns"]["x"]])
+    return V.directional(t["value"], t["ci"], sign=+1, what=f"Spearman ρ(confidence, LRP relevance) over {heads} "
+                                                           "heads, heads resampled")
 
 
 def subset_p(confidence, kept, subsets: int = SUBSETS, seed: int = SEED) -> tuple[float, float, np.ndarray]:

@@ -11,7 +11,11 @@ the one ``../docs/STATISTICS.md`` §2 asks for:
   unmodified model's, the gold labels shared): the paired bootstrap of
   ``jattn.stats.paired_bootstrap`` (Koehn 2004), with its two-sided p-value;
 - ``ci_method = "seeds"``: the rows carry a ``seed`` column; the statistic per seed, their mean,
-  and the Student-t interval over seeds (each seed's value listed).
+  and the Student-t interval over seeds (each seed's value listed);
+- ``ci_method = "heads"`` (``head_spearman`` only): ρ over the K heads of the per-head means, its
+  percentile interval over ``HEAD_B`` resamples of the heads with replacement (seed 0; a resample
+  whose heads all tie has no ρ and is left out): the unit a ρ over heads generalises over, where
+  resampling the examples the means are taken over would treat the heads as fixed.
 
 With ``"cluster": COLUMN`` in the spec, "bootstrap" and "paired" resample the clusters that column
 names instead of rows (documents of a corpus, types of a word-frequency claim: the unit the
@@ -97,6 +101,23 @@ def _head_spearman(x, y) -> float:
     """Spearman ρ over heads between the mean over examples of ``x`` and of ``y`` (n, K): e.g. a
     head's patching effect against its weight-based score, each averaged over the same examples."""
     return _spearman(np.asarray(x, dtype=float).mean(0), np.asarray(y, dtype=float).mean(0))
+
+
+HEAD_B = 2000  # head resamples: each 2.5 % tail of the interval rests on 50 of them
+
+
+def head_interval(x, y, level: float = 0.95, b: int = HEAD_B) -> list[float]:
+    """Percentile interval of Spearman ρ of ``x`` against ``y`` (K,) over ``b`` resamples of the K
+    heads (``numpy.random.default_rng(0).integers(0, K, (b, K))``), ties ranked by their mean
+    rank as ``scipy.stats.spearmanr`` does; resamples without a ρ (all heads tied) left out."""
+    from scipy.stats import rankdata
+
+    picks = np.random.default_rng(stats.SEED).integers(0, len(x), (b, len(x)))  # (b, K)
+    rx, ry = rankdata(x[picks], axis=1), rankdata(y[picks], axis=1)  # (b, K) each
+    rx, ry = rx - rx.mean(1, keepdims=True), ry - ry.mean(1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = (rx * ry).sum(1) / np.sqrt((rx * rx).sum(1) * (ry * ry).sum(1))  # (b,) NaN where a side ties
+    return [float(q) for q in np.nanquantile(rho, [(1 - level) / 2, (1 + level) / 2])]
 
 
 @functools.lru_cache(maxsize=None)
@@ -309,12 +330,17 @@ def evaluate(rows: list[dict], spec: dict, level: float = 0.95) -> dict:
         r = stats.paired_bootstrap(lambda ix: fn(*(c[ix] for c in stacked)), np.arange(n), np.arange(n) + n,
                                    level=level)
         return {"value": r["delta"], "ci": list(r["ci"]), "p": r["p"]}
+    if method == "heads":
+        if statistic != "head_spearman":
+            raise ValueError(f"ci_method 'heads' resamples the heads of a head_spearman claim, not of {statistic}")
+        x, y = (np.asarray(c, float).mean(0) for c in _columns(rows, spec["columns"], statistic))  # (K,) each
+        return {"value": _spearman(x, y), "ci": head_interval(x, y, level)}
     if method == "seeds":
         seeds = sorted({r["seed"] for r in rows})
         per_seed = [fn(*_columns([r for r in rows if r["seed"] == s], spec["columns"], statistic)) for s in seeds]
         value, ci = stats.t_interval(per_seed, level)
         return {"value": value, "ci": list(ci), "per_seed": dict(zip(map(str, seeds), per_seed))}
-    raise ValueError(f"unknown ci_method {method!r} (bootstrap, paired, seeds)")
+    raise ValueError(f"unknown ci_method {method!r} (bootstrap, paired, seeds, heads)")
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:

@@ -96,11 +96,23 @@ def test_confidence_lrp_is_judged_with_the_heads_resampled(tmp_path, strength, w
     assert verdict.status == want and "over 48 heads, heads resampled" in verdict.reason
 
 
-def test_the_head_bootstrap_is_wider_than_one_over_sentences_would_be():
+def test_the_head_bootstrap_is_spearman_on_each_resample_of_the_heads():
+    """claims' "heads" interval: scipy's ρ on each resample of the heads (ties included), wider than
+    the interval over sentences of the same rows, which treats the heads as fixed."""
+    from scipy.stats import spearmanr
+
     rng = np.random.default_rng(1)
-    x = rng.standard_normal(48)
-    rho, (lo, hi) = VV.head_bootstrap_rho(x, 0.5 * x + rng.standard_normal(48))
-    assert lo < rho < hi and hi - lo > 0.2  # 48 units: ρ's standard error ≈ 0.1
+    x = np.round(rng.standard_normal(48), 1)  # ties
+    y = 0.5 * x + rng.standard_normal(48)
+    picks = np.random.default_rng(0).integers(0, 48, (2000, 48))
+    want = np.nanquantile([spearmanr(x[i], y[i]).statistic for i in picks], [0.025, 0.975])
+    assert C.head_interval(x, y) == pytest.approx(want, abs=1e-12)
+    rows = [{"x": (x + 0.1 * rng.standard_normal(48)).tolist(), "y": (y + 0.1 * rng.standard_normal(48)).tolist()}
+            for _ in range(100)]
+    spec = {"statistic": "head_spearman", "columns": {"x": "x", "y": "y"}}
+    heads, sentences = (C.evaluate(rows, {**spec, "ci_method": m}) for m in ("heads", "bootstrap"))
+    assert heads["value"] == pytest.approx(sentences["value"], abs=1e-12)
+    assert heads["ci"][1] - heads["ci"][0] > 2 * (sentences["ci"][1] - sentences["ci"][0])
 
 
 def _kept_evidence(kept: np.ndarray, confidence: np.ndarray) -> Evidence:
