@@ -46,12 +46,19 @@ def control_model(ctx: Context) -> Path:
                  dataclasses.replace(quick_model_config(), encoder_self_attention=False))
 
 
+COMMITTED = Path(__file__).resolve().parents[2] / "checkpoints"  # the checkout's committed models
+
+
 def _made(ctx: Context, artefact: str, tiny: str, config) -> Path:
+    """Full profile: the copy of ``artefact`` committed in ``checkpoints/`` (made by its recipe), else
+    the artefact made in jattn's cache (``jattn models make``); quick: ``config`` trained here."""
+    from jattn.io.artefacts import DONE
+
     if ctx.profile.name == "full":
         from jattn.models.artefacts import make
 
-        return make(artefact, progress=ctx.progress)
-    from jattn.io.artefacts import DONE
+        committed = COMMITTED / artefact
+        return committed if (committed / DONE).is_file() else make(artefact, progress=ctx.progress)
     from jattn.families.marian.train import train_translation
 
     out = ctx.work_root / "models" / tiny
