@@ -141,6 +141,19 @@ def _association(ctx: Context, *, id: str, claim: str, paper: str, x: np.ndarray
     return out
 
 
+def _corruption(ctx: Context, *, id: str, claim: str, paper: str, unit: str, clean, corrupted, protocol: str) -> dict:
+    """Δ = mean m(clean) − mean m(corrupted), paired over the pairs, beside Δ = 0."""
+    rows = [{"index": i, "clean": round(float(c), 6), "corrupted": round(float(d), 6)}
+            for i, (c, d) in enumerate(zip(clean, corrupted))]
+    out = ctx.claim(id=id, claim=claim, paper=paper, unit=unit, rows=rows, n=len(rows),
+                    measure={"statistic": "mean", "columns": {"value": "clean"}, "against": {"value": "corrupted"},
+                             "ci_method": "paired"},
+                    baseline={"name": "no change (Δ = 0: clean against itself)", "columns": {"value": "clean"},
+                              "against": {"value": "clean"}}, protocol=protocol)
+    out["note"] = f"paired bootstrap p = {out['p']:.3g}"
+    return out
+
+
 def _holm_heads(effects: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per head (L, H): the paired bootstrap p-value of mean effect ≠ 0, and Holm's rejections."""
     from jattn import stats
@@ -199,16 +212,10 @@ def _claims_stage(model: str, sweep: str):
             measure={"statistic": "accuracy", "columns": {"gold": "right", "pred": "metric"}, "ci_method": "bootstrap"},
             baseline={"name": "nearest name", "columns": {"gold": "right", "pred": "nearest"}}, protocol=where)
         behaviour["note"] = f"on the corrupted paragraphs m > 0 for {np.mean(corr > 0):.1%} of pairs"
-        rows = [{"index": i, "clean": round(float(c), 6), "corrupted": round(float(d), 6)}
-                for i, (c, d) in enumerate(zip(clean, corr))]
-        corruption = ctx.claim(
-            id=f"patching-{model}-corruption", claim=f"{model}: the corruption lowers the metric (Δ mean m, clean − "
-            "corrupted)", paper=PAPER["corruption"], unit="metric (dot product)", rows=rows, n=n,
-            measure={"statistic": "mean", "columns": {"value": "clean"}, "against": {"value": "corrupted"},
-                     "ci_method": "paired"},
-            baseline={"name": "no change (Δ = 0: clean against itself)", "columns": {"value": "clean"},
-                      "against": {"value": "clean"}}, protocol=where)
-        corruption["note"] = f"paired bootstrap p = {corruption['p']:.3g}"
+        corruption = _corruption(
+            ctx, id=f"patching-{model}-corruption", claim=f"{model}: the corruption lowers the metric (Δ mean m, "
+            "clean − corrupted)", paper=PAPER["corruption"], unit="metric (dot product)", clean=clean, corrupted=corr,
+            protocol=where)
         clark_claim = _association(
             ctx, id=f"patching-{model}-clark", claim=f"{model}: heads with a larger exact patching effect are Clark's "
             "weight-based coreference heads (Spearman over heads)", paper=PAPER["clark"], x=exact, y=clark,
@@ -252,16 +259,10 @@ def _sentiment_claims_stage(model: str, sweep: str):
             baseline={"name": "majority class of train", "columns": {"gold": "gold", "pred": "majority"}},
             protocol=where)
         behaviour["note"] = f"on the corrupted sentences m > 0 for {np.mean(corr > 0):.1%} of pairs"
-        rows = [{"index": i, "clean": round(float(c), 6), "corrupted": round(float(d), 6)}
-                for i, (c, d) in enumerate(zip(clean, corr))]
-        corruption = ctx.claim(
-            id=f"patching-{name}-corruption", claim=f"{model} SST-2 classifier: the antonym lowers the logit "
+        corruption = _corruption(
+            ctx, id=f"patching-{name}-corruption", claim=f"{model} SST-2 classifier: the antonym lowers the logit "
             "difference (Δ mean m, clean − corrupted)", paper=PAPER["sst2-corruption"], unit="logit difference",
-            rows=rows, n=n, measure={"statistic": "mean", "columns": {"value": "clean"}, "against": {"value": "corrupted"},
-                                     "ci_method": "paired"},
-            baseline={"name": "no change (Δ = 0: clean against itself)", "columns": {"value": "clean"},
-                      "against": {"value": "clean"}}, protocol=where)
-        corruption["note"] = f"paired bootstrap p = {corruption['p']:.3g}"
+            clean=clean, corrupted=corr, protocol=where)
         agree = _association(
             ctx, id=f"patching-{name}-attribution", claim=f"{model} SST-2 classifier: attribution patching ranks heads "
             "like exact patching, both on the output head's logit difference (Spearman over heads)",
@@ -318,17 +319,10 @@ def _gender_claims_stage(ctx: Context) -> dict:
                                                                                            "pred": "majority"}},
         protocol=where)
     behaviour["note"] = f"on the corrupted sources m > 0 for {np.mean(corr > 0):.1%} of pairs"
-    rows = [{"index": i, "clean": round(float(c), 6), "corrupted": round(float(d), 6)}
-            for i, (c, d) in enumerate(zip(clean, corr))]
-    corruption = ctx.claim(
-        id="patching-translation-gender-corruption", claim="translation model: the other gender's noun in the source "
-        "lowers the logit difference (Δ mean m, clean − corrupted)", paper=PAPER["gender-corruption"],
-        unit="logit difference", rows=rows, n=n,
-        measure={"statistic": "mean", "columns": {"value": "clean"}, "against": {"value": "corrupted"},
-                 "ci_method": "paired"},
-        baseline={"name": "no change (Δ = 0: clean against itself)", "columns": {"value": "clean"},
-                  "against": {"value": "clean"}}, protocol=where)
-    corruption["note"] = f"paired bootstrap p = {corruption['p']:.3g}"
+    corruption = _corruption(
+        ctx, id="patching-translation-gender-corruption", claim="translation model: the other gender's noun in the "
+        "source lowers the logit difference (Δ mean m, clean − corrupted)", paper=PAPER["gender-corruption"],
+        unit="logit difference", clean=clean, corrupted=corr, protocol=where)
     agree = _association(
         ctx, id="patching-translation-gender-attribution", claim="translation model: attribution patching ranks the "
         "encoder, decoder and cross-attention heads like exact patching, on the output's logit difference (Spearman "
