@@ -11,8 +11,8 @@ same cores), jattn and HF alternated in each repeat so that machine load hits bo
 * beam-4 decoding to ``max_length`` 32 (HF ``generate(num_beams=4)``; jattn ``generate``,
   compiled once per shape) — generated tokens/s; the token ids are checked to be equal.
 
-Models: random Marian configs "tiny" (2+2 layers, D=64, V=1k) and "small" (the size trained in
-experiments/train_nmt_multi30k.py: 3+3, D=256, H=4, FFN 1024, V=8k). Reports the median of
+Models: random Marian configs "tiny" (2+2 layers, D=64, V=1k) and "small" (3+3, D=256, H=4,
+FFN 1024, V=8k: a Multi30k-sized caption model). Reports the median of
 ``--repeats`` timed runs after a warm-up and the ratio jattn / HF.
 """
 

@@ -499,10 +499,10 @@ def test_translate_applies_the_recorded_normalisation(models, tmp_path):
                                                                                       max_length=8)
 
 
-def test_the_committed_translation_model_records_its_lowercasing():
-    folder = Path(__file__).resolve().parents[1] / "checkpoints" / "multi30k-fr-en"
+def test_the_committed_translation_model_records_its_normalisation():
+    folder = Path(__file__).resolve().parents[1] / "checkpoints" / "multi30k-fr-en-6x8"
     doc = json.loads((folder / "tokenizer_config.json").read_text())
-    assert doc["text_normalization"] == {"unicode": "NFKC", "lowercase": True}
+    assert doc["text_normalization"] == {"unicode": "NFKC", "lowercase": False}
 
 
 def test_validate_imports_nothing_from_jattn():

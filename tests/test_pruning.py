@@ -261,7 +261,7 @@ def test_minilm_half_pruned(minilm, tmp_path):
 def test_multi30k_half_pruned(tmp_path):
     """The committed Multi30k fr->en model with half of each attention type's heads removed:
     teacher-forced outputs and beam-search translations equal the masked model's."""
-    model = jattn.load(Path(__file__).parents[1] / "checkpoints" / "multi30k-fr-en", use_cache=False)
+    model = jattn.load(Path(__file__).parents[1] / "checkpoints" / "multi30k-fr-en-6x8", use_cache=False)
     rng = np.random.default_rng(0)
     shapes = {"encoder": (model.config.encoder_layers, model.config.encoder_heads),
               "decoder": (model.config.decoder_layers, model.config.decoder_heads),

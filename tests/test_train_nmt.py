@@ -1,9 +1,8 @@
-"""NMT training: loss on a synthetic copy task, checkpoint resume, batching, the experiment script."""
+"""NMT training: loss on a synthetic copy task, checkpoint resume, batching."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -148,46 +147,3 @@ def test_token_batches_cover_corpus_with_few_shapes():
     real = b.label_mask.astype(bool)
     assert np.all(b.decoder_input_ids[:, 0] == PAD)
     assert np.all(b.decoder_input_ids[:, 1:][real[:, 1:]] == b.labels[:, :-1][real[:, 1:]])  # shifted right
-
-
-def test_experiment_script_end_to_end(tmp_path, monkeypatch, data_set):
-    """A tiny run of experiments/train_nmt_multi30k.py on a slice of Multi30k: trains, exports
-    a Marian folder that jattn.load reads, writes the results JSON."""
-    import importlib.util
-
-    import jattn
-
-    data_set("multi30k")  # the script's default --data-dir is the data folder; skips when Multi30k is absent
-    path = Path(__file__).resolve().parents[1] / "experiments" / "train_nmt_multi30k.py"
-    monkeypatch.syspath_prepend(str(path.parent))  # as when run as a script: experiments/ on the path
-    spec = importlib.util.spec_from_file_location("train_nmt_multi30k", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    results = script.main(["--workdir", str(tmp_path / "w"), "--results", str(tmp_path / "r.json"),
-                           "--limit-train", "200", "--limit-eval", "8", "--vocab-size", "300", "--layers", "1",
-                           "--d-model", "32", "--ffn", "64", "--heads", "2", "--epochs", "1", "--max-tokens", "1024",
-                           "--max-len", "16", "--test-beams", "2", "--no-progress"])
-    saved = json.loads((tmp_path / "r.json").read_text())
-    assert isinstance(saved["bleu_test_2016_flickr"], float) and saved == json.loads(json.dumps(results))
-    model = jattn.load(tmp_path / "w" / "model", use_cache=False)
-    assert len(model.translate(["un homme."], num_beams=2, max_length=8)) == 1
-
-
-@pytest.mark.slow
-def test_committed_multi30k_model_scores_its_recorded_bleu(data_set):
-    """Decode test_2016_flickr with the committed checkpoints/multi30k-fr-en (beam 4) and score it
-    as experiments/train_nmt_multi30k.py does (lowercased NFKC, sacreBLEU 13a): the BLEU recorded
-    in experiments/results/nmt_multi30k.json is what the committed weights give."""
-    import sacrebleu
-
-    import jattn
-    from jattn.io.parallel import read_parallel
-
-    root = Path(__file__).resolve().parents[1]
-    recorded = json.loads((root / "experiments" / "results" / "nmt_multi30k.json").read_text())
-    model = jattn.load(root / recorded["model_dir"], use_cache=False)
-    data = data_set("multi30k")
-    src, refs = read_parallel(data / "test_2016_flickr.fr", data / "test_2016_flickr.en", True)
-    hyps = model.translate(src, num_beams=recorded["test_beams"], batch_size=100)
-    score = sacrebleu.corpus_bleu(hyps, [refs]).score
-    assert abs(score - recorded["bleu_test_2016_flickr"]) <= 0.3, score

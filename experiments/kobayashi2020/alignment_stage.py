@@ -1,9 +1,8 @@
 """The alignment stage of the Kobayashi et al. study (2020, §5): word alignments from a translation
 model's cross-attention, weight-based vs norm-based, on the Hansards fr→en gold, beside the diagonal
 and eflomal (``experiments.kobayashi2020.align`` computes the links and counts). The model is a parameter
-(``alignment_stage(profile, model)``): a folder of the repository or a made artefact. The full
-profile runs it on the committed 3 + 3-layer model and on the 6 + 6-layer artefact of the Voita
-study (the paper's size), so the finding is read at both scales. The Hansards gold is out of the
+(``alignment_stage(profile, model)``): a folder of the repository or a made artefact; the studies
+run it on the committed 6 + 6 × 8 model of the translation studies (the paper's depth). The Hansards gold is out of the
 caption models' domain; the same claims are also made in it, on the Multi30k test pairs against
 eflomal's links (a silver reference: eflomal's own AER on the Hansards gold says how far to trust
 it), so that whether the domain or the model is what separates our numbers from the paper's can be read.
@@ -18,8 +17,7 @@ from jattn.reproduce.pipeline import Context, Profile, Stage, repository_root
 from experiments.kobayashi2020 import align as KA
 from experiments.kobayashi2020.claims import paired
 
-TRANSLATION_MODEL = "checkpoints/multi30k-fr-en"
-LARGE_MODEL = "multi30k-fr-en-6x8"  # the artefact the Voita study trains
+TRANSLATION_MODEL = "checkpoints/multi30k-fr-en-6x8"  # the committed copy of the translation studies' artefact
 PAIRS = {"full": 0, "quick": 32}  # 0: all 447
 IN_DOMAIN = {"full": 1000, "quick": 32}  # Multi30k test_2016_flickr pairs for the familiarity check
 
@@ -63,7 +61,7 @@ def familiarity_note(fits: dict) -> str:
 
 
 def model_label(net) -> str:
-    """A translation model as the claims name it, e.g. "fr→en 3+3 × 4, lowercased"."""
+    """A translation model as the claims name it, e.g. "fr→en 6+6 × 8, cased"."""
     c = net.config
     case = "lowercased" if (net.text_normalization or {}).get("lowercase") else "cased"
     return f"fr→en {c.encoder_layers}+{c.decoder_layers} × {c.decoder_heads}, {case}"

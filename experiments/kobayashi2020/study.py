@@ -38,9 +38,8 @@ MPNet's ``<s>``/``</s>`` take the [CLS]/[SEP] roles, and its pairs read ``<s> A 
   bootstrap over occurrences is the claim's interval, the bootstrap over segments (occurrences
   of one segment are not independent) is given beside it (``ci_segments``).
 
-``kobayashi.alignment`` and, in the full profile, ``kobayashi.alignment-multi30k-fr-en-6x8``
-(``experiments.kobayashi2020.alignment_stage.alignment_stage(profile, model)``: the committed 3 + 3 × 4 model and
-the 6 + 6 × 8 artefact the Voita study trains): teacher-forced
+``kobayashi.alignment`` (``experiments.kobayashi2020.alignment_stage.alignment_stage``: the committed 6 + 6 × 8
+model of the translation studies, ``checkpoints/multi30k-fr-en-6x8``): teacher-forced
 cross-attention alignments of the 447 Hansards fr→en pairs (``experiments.kobayashi2020.align``), the best layer
 selected on the even-numbered pairs and reported on the odd ones, for AWO and AWI: norm-based
 (‖Σ_h αf‖) vs weight-based (head-mean α), norm-based vs the diagonal; eflomal (trained on
@@ -71,7 +70,7 @@ import numpy as np
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
 from experiments.finetune import study as finetune
-from experiments.kobayashi2020.alignment_stage import LARGE_MODEL, alignment_stage
+from experiments.kobayashi2020.alignment_stage import alignment_stage
 from experiments.kobayashi2020.claims import paired
 
 CLASSES = {"cls": "[CLS]", "sep": "[SEP]", "punct": '"." and ","', "other": "other tokens"}
@@ -264,8 +263,6 @@ def stages(profile: Profile) -> list[Stage]:
                                "experiments.kobayashi2020.claims",
                                "jattn.analyses.norms", "jattn.analyses.norm_occurrences")))
     out.append(alignment_stage(profile))
-    if profile.name == "full":
-        out.append(alignment_stage(profile, LARGE_MODEL))
     return out
 
 

@@ -228,7 +228,7 @@ DIFFERS = {
     "frequency": "all-MiniLM-L6-v2 / all-mpnet-base-v2 instead of BERT-base on 512 GAP paragraphs; frequency ranks "
                  "of bert-base-uncased ids (MPNet's mapped by token string); the interval resamples token types, "
                  "not occurrences.",
-    "align": "fr→en caption models trained here on Multi30k (3+3 × 4 heads and 6+6 × 8, width 256, one model, no "
+    "align": "a fr→en caption model trained here on Multi30k (6+6 × 8 heads, width 256, cased, one model, no "
              "seeds) instead of de-en Europarl Transformers (6+6 × 4, 5 seeds), Hansards fr→en human gold (out of "
              "the models' domain) or, in domain, eflomal's silver links; best layer chosen on half the pairs and "
              "reported on the other half.",

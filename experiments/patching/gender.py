@@ -153,7 +153,8 @@ def pairs_stage(ctx) -> dict:
              f"| {sum(skipped.values()) + len(pairs)} | {len(pairs)} | "
              + " | ".join(str(v) for v in skipped.values()) + " |", "",
              f"First pair (caption {first['index']}): “{first['clean']}” → “{first['corrupted']}”; the metric reads "
-             f"“{first['word']}” against “{OTHER[_bare(first['word'])]}” in “{first['target']}”."]
+             f"“{first['word']}” against “{_same_case(OTHER[_bare(first['word'])], first['word'])}” in "
+             f"“{first['target']}”."]
     lines.append(f"Training captions (English): {counts['male']} male and {counts['female']} female words of the "
                  "list; the baseline always prefers the more frequent gender.")
     return {"pairs": pairs, "skipped": skipped, "train_counts": counts, "table": "\n".join(lines)}
