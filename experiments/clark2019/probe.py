@@ -78,8 +78,8 @@ def stage(model: str):
             claims.append(ctx.claim(
                 id=f"clark-{model}-probe-{KINDS[kind].replace('_', '-')}", claim=f"{model}: {kind} probe UAS",
                 unit="UAS", rows=rows, protocol=protocol,
-                measure={"statistic": "accuracy", "columns": {"gold": "gold", "pred": KINDS[kind]}, "ci_method": "bootstrap",
-                         "cluster": "sentence"},
+                measure={"statistic": "accuracy", "columns": {"gold": "gold", "pred": KINDS[kind]},
+                         "ci_method": "bootstrap", "cluster": "sentence"},
                 baseline={"name": base_name, "columns": {"gold": "gold", "pred": base}, "cluster": "sentence"},
                 **note(f"{kind} − {base_name} {delta(test)}"
                          + (f"; − right-branching {delta(floor)}" if base != "right_branching" else "")

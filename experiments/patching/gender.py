@@ -145,8 +145,9 @@ def pairs_stage(ctx) -> dict:
     model = _model(ctx)
     src, refs = (runs.read(ctx, runs.TEST, side, model) for side in ("fr", "en"))
     pairs, skipped = make_pairs(src, refs, model.tokenizer, limit=ctx.params["pairs"])
-    words = Counter(_bare(w) for line in runs.read(ctx, "train", "en", model) for w in line.split())  # training captions
-    counts = {"male": sum(words[ENGLISH[n]] for n in MALE), "female": sum(words[ENGLISH[n]] for n in NOUNS.keys() - MALE)}
+    words = Counter(_bare(w) for line in runs.read(ctx, "train", "en", model) for w in line.split())  # training
+    counts = {"male": sum(words[ENGLISH[n]] for n in MALE),
+              "female": sum(words[ENGLISH[n]] for n in NOUNS.keys() - MALE)}
     first = pairs[0]
     lines = [f"| {runs.TEST} captions read | pairs kept | " + " | ".join(f"skipped: {k}" for k in skipped) + " |",
              "|---" * (2 + len(skipped)) + "|",

@@ -101,7 +101,7 @@ PAPER = {
     "gender-corruption": "no paper number: the other gender's noun must move the logit difference for patching to "
                          "measure anything",
     "sst2-hidden": "Heimersheim & Nanda 2024 and Zhang & Nanda 2024 advise a metric read from the model's output "
-                   "(logit difference); whether a hidden-state metric ranks heads the same way is not tested there",
+                   "(they compare probability, logit difference and KL); a hidden-state metric is not among them",
 }
 
 
@@ -122,7 +122,7 @@ def _head_rows(a, b, key_a: str, key_b: str, perm: np.ndarray) -> list[dict]:
 
 
 def _association(ctx: Context, *, id: str, claim: str, paper: str, x: np.ndarray, y: np.ndarray, names: tuple,
-                 protocol: str) -> dict:
+                 protocol: str, seeds: int = 0) -> dict:
     """A head_spearman claim of x against y (N, K) with the shuffled-heads baseline and the
     permutation interval over heads (the verdict is ``experiments.patching.verdicts``')."""
     from jattn import stats
@@ -130,7 +130,7 @@ def _association(ctx: Context, *, id: str, claim: str, paper: str, x: np.ndarray
     perm = np.random.default_rng(0).permutation(x.shape[1])
     rows = _head_rows(np.round(x, 6), np.round(y, 6), *names, perm)
     _, band = stats.permutation_interval(_spearman, x.mean(0), y.mean(0))
-    out = ctx.claim(id=id, claim=claim, paper=paper, unit="spearman", rows=rows, n=len(rows),
+    out = ctx.claim(id=id, claim=claim, paper=paper, unit="spearman", rows=rows, n=len(rows), seeds=seeds,
                     measure={"statistic": "head_spearman", "columns": {"x": names[0], "y": names[1]},
                              "ci_method": "bootstrap"},
                     baseline={"name": "ρ with the heads of the second map shuffled",
@@ -141,11 +141,13 @@ def _association(ctx: Context, *, id: str, claim: str, paper: str, x: np.ndarray
     return out
 
 
-def _corruption(ctx: Context, *, id: str, claim: str, paper: str, unit: str, clean, corrupted, protocol: str) -> dict:
-    """Δ = mean m(clean) − mean m(corrupted), paired over the pairs, beside Δ = 0."""
+def _corruption(ctx: Context, *, id: str, claim: str, paper: str, unit: str, clean, corrupted, protocol: str,
+                seeds: int = 0) -> dict:
+    """Δ = mean m(clean) − mean m(corrupted), paired over the pairs, beside Δ = 0. ``seeds``: the
+    training seeds of the model (0: a pretrained model, none trained here)."""
     rows = [{"index": i, "clean": round(float(c), 6), "corrupted": round(float(d), 6)}
             for i, (c, d) in enumerate(zip(clean, corrupted))]
-    out = ctx.claim(id=id, claim=claim, paper=paper, unit=unit, rows=rows, n=len(rows),
+    out = ctx.claim(id=id, claim=claim, paper=paper, unit=unit, rows=rows, n=len(rows), seeds=seeds,
                     measure={"statistic": "mean", "columns": {"value": "clean"}, "against": {"value": "corrupted"},
                              "ci_method": "paired"},
                     baseline={"name": "no change (Δ = 0: clean against itself)", "columns": {"value": "clean"},
@@ -253,8 +255,8 @@ def _sentiment_claims_stage(model: str, sweep: str):
         rows = [{"index": i, "gold": int(y), "pred": int(y if m > 0 else 1 - y), "majority": majority}
                 for i, (y, m) in enumerate(zip(labels, clean))]
         behaviour = ctx.claim(
-            id=f"patching-{name}-behaviour", claim=f"{model} SST-2 classifier: the clean sentences are classified right "
-            "(m > 0)", paper=PAPER["sst2-behaviour"], unit="accuracy", rows=rows, n=n,
+            id=f"patching-{name}-behaviour", claim=f"{model} SST-2 classifier: the clean sentences are classified "
+            "right (m > 0)", paper=PAPER["sst2-behaviour"], unit="accuracy", rows=rows, n=n, seeds=1,
             measure={"statistic": "accuracy", "columns": {"gold": "gold", "pred": "pred"}, "ci_method": "bootstrap"},
             baseline={"name": "majority class of train", "columns": {"gold": "gold", "pred": "majority"}},
             protocol=where)
@@ -262,17 +264,18 @@ def _sentiment_claims_stage(model: str, sweep: str):
         corruption = _corruption(
             ctx, id=f"patching-{name}-corruption", claim=f"{model} SST-2 classifier: the antonym lowers the logit "
             "difference (Δ mean m, clean − corrupted)", paper=PAPER["sst2-corruption"], unit="logit difference",
-            clean=clean, corrupted=corr, protocol=where)
+            clean=clean, corrupted=corr, protocol=where, seeds=1)
         agree = _association(
             ctx, id=f"patching-{name}-attribution", claim=f"{model} SST-2 classifier: attribution patching ranks heads "
             "like exact patching, both on the output head's logit difference (Spearman over heads)",
-            paper=PAPER["attribution"], x=attribution, y=exact, names=("attribution", "effect"), protocol=where)
+            paper=PAPER["attribution"], x=attribution, y=exact, names=("attribution", "effect"), protocol=where,
+            seeds=1)
         proxy = _association(
             ctx, id=f"patching-{name}-hidden", claim=f"{model} SST-2 classifier: a hidden-state metric (the first "
             "position's final vector on the clean − corrupted direction) ranks heads like the output head's logit "
             "difference (Spearman over heads, exact patching under each)", paper=PAPER["sst2-hidden"], x=hidden,
             y=exact, names=("hidden_effect", "effect"), protocol=where + "; both maps from the same pairs, bootstrap "
-            "over pairs recomputing both means")
+            "over pairs recomputing both means", seeds=1)
         maps = {k: v.mean(0).reshape(L, H) for k, v in (("exact", exact), ("attribution", attribution),
                                                         ("hidden", hidden))}
         p, holm = _holm_heads(exact.reshape(n, L, H))
@@ -313,8 +316,8 @@ def _gender_claims_stage(ctx: Context) -> dict:
     behaviour = ctx.claim(
         id="patching-translation-gender-behaviour", claim="translation model: on the clean sources the output prefers "
         "the English word of the source's gender (m > 0)", paper=PAPER["gender-behaviour"], unit="accuracy",
-        rows=rows, n=n, measure={"statistic": "accuracy", "columns": {"gold": "right", "pred": "metric"},
-                                 "ci_method": "bootstrap"},
+        rows=rows, n=n, seeds=1, measure={"statistic": "accuracy", "columns": {"gold": "right", "pred": "metric"},
+                                          "ci_method": "bootstrap"},
         baseline={"name": "the gender more frequent in the training captions", "columns": {"gold": "right",
                                                                                            "pred": "majority"}},
         protocol=where)
@@ -322,12 +325,12 @@ def _gender_claims_stage(ctx: Context) -> dict:
     corruption = _corruption(
         ctx, id="patching-translation-gender-corruption", claim="translation model: the other gender's noun in the "
         "source lowers the logit difference (Δ mean m, clean − corrupted)", paper=PAPER["gender-corruption"],
-        unit="logit difference", clean=clean, corrupted=corr, protocol=where)
+        unit="logit difference", clean=clean, corrupted=corr, protocol=where, seeds=1)
     agree = _association(
         ctx, id="patching-translation-gender-attribution", claim="translation model: attribution patching ranks the "
         "encoder, decoder and cross-attention heads like exact patching, on the output's logit difference (Spearman "
         "over heads)", paper=PAPER["attribution"], x=attribution, y=exact, names=("attribution", "effect"),
-        protocol=where)
+        protocol=where, seeds=1)
     means = exact.mean(0)  # (K,)
     p, holm = _holm_heads(exact[:, :, None])  # (K, 1) per head
     lines = [f"{n} pairs, mean m clean {clean.mean():.3f}, corrupted {corr.mean():.3f}; sweeps measured "
@@ -402,4 +405,5 @@ def stages(profile: Profile) -> list[Stage]:
 
 
 studies.register('patching', stages,
-                 'Causal interventions: activation and attribution patching of coreference heads (GAP pairs)')
+                 'Causal interventions: activation and attribution patching of attention heads (GAP coreference, '
+                 'SST-2 sentiment, translation gender)')

@@ -147,7 +147,8 @@ def test_probe_predictions_score_as_probe_uas(tmp_path):
     assert 100 * np.mean(got["gold"] == got["pred"]) == pytest.approx(probe.uas(params, "attn+emb", tmp_path))
     # each scored word names its sentence: as many sentences as were written, each with its non-punctuation words
     scored = sorted(int((~s["punct"]).sum()) for s in sents)
-    assert sorted(np.bincount(got["sentence"], minlength=12).tolist()) == scored and (got["sentence"] == rb["sentence"]).all()
+    assert sorted(np.bincount(got["sentence"], minlength=12).tolist()) == scored
+    assert (got["sentence"] == rb["sentence"]).all()
 
 
 # ---------------------------------------------------------------- coreference

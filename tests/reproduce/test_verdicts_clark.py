@@ -173,10 +173,12 @@ def test_probe_resamples_sentences_when_the_rows_name_them(tmp_path):
     measure = {"statistic": "accuracy", "columns": {"gold": "gold", "pred": "attn"}, "ci_method": "bootstrap",
                "cluster": "sentence"}
     base = {"name": "right-branching", "columns": {"gold": "gold", "pred": "right_branching"}, "cluster": "sentence"}
-    by_sentence = clark.judge(c := _claim(tmp_path, "clark-toy-probe-attn", rows, measure, base), _evidence(tmp_path, c))
+    c = _claim(tmp_path, "clark-toy-probe-attn", rows, measure, base)
+    by_sentence = clark.judge(c, _evidence(tmp_path, c))
     words = [{k: v for k, v in r.items() if k != "sentence"} for r in rows]
     unclustered = [{k: v for k, v in m.items() if k != "cluster"} for m in (measure, base)]
-    by_word = clark.judge(c := _claim(tmp_path, "clark-toy-probe-attn", words, *unclustered), _evidence(tmp_path, c))
+    c = _claim(tmp_path, "clark-toy-probe-attn", words, *unclustered)
+    by_word = clark.judge(c, _evidence(tmp_path, c))
     assert "sentences resampled" in by_sentence.reason and "words resampled" in by_word.reason
     assert (by_word.status, by_sentence.status) == ("reproduced", "not reproduced")
 

@@ -106,13 +106,16 @@ def test_hidden_state_metric_is_judged_on_its_rank_agreement_with_the_logit_diff
     for hidden, want in ((2 * logit + rng.normal(0, 0.2, (40, 48)), "reproduced"),
                          (rng.normal(0, 1, 48)[None] + rng.normal(0, 0.2, (40, 48)), "not reproduced"),
                          (-logit, "not reproduced")):
-        rows = [{"index": i, "hidden_effect": h.tolist(), "effect": e.tolist()} for i, (h, e) in enumerate(zip(hidden, logit))]
+        rows = [{"index": i, "hidden_effect": h.tolist(), "effect": e.tolist()}
+                for i, (h, e) in enumerate(zip(hidden, logit))]
         claim = _claim(tmp_path, "patching-toy-sst2-hidden", rows, measure,
                        {"name": "shuffled", "columns": {"x": "hidden_effect", "y": "effect"}},
-                       value=patching._rho(hidden.mean(0), logit.mean(0)), ci=patching.head_rho_bootstrap(hidden, logit))
+                       value=patching._rho(hidden.mean(0), logit.mean(0)),
+                       ci=patching.head_rho_bootstrap(hidden, logit))
         got = _judge(tmp_path, claim)
         assert got.status == want and "|effect| under both" in got.reason
     assert "+1.000" in got.reason  # -logit: the signed ranks reverse, the |effect| ranks agree
-    assert patching.describe({"id": "patching-minilm-sst2-hidden", "paper": "p"})["differs"].startswith("no paper compares")
+    said = patching.describe({"id": "patching-minilm-sst2-hidden", "paper": "p"})["differs"]
+    assert said.startswith("no paper compares")
     said = patching.describe({"id": "patching-translation-gender-corruption", "paper": "p"})["differs"]
     assert "other gender's" in said and "Multi30k fr→en" in said
