@@ -112,10 +112,11 @@ def logit_difference(outputs, rows):
 def measure(model, pairs: list[dict], batch_size: int) -> dict:
     """Per pair: m on the clean and the corrupted source, and every head's exact and attribution
     patching effect (N, L, H) for each attention type."""
-    from jattn.sweeps.patching import attribution_patch_heads, paired_inputs, patch_heads
+    from jattn.sweeps.patching import attribution_patch_heads, patch_heads
 
-    clean, corrupted = paired_inputs(model, [(p["clean"], p["target"]) for p in pairs],
-                                     [(p["corrupted"], p["target"]) for p in pairs])
+    # equal source pieces per pair and one target (make_pairs), so both batches pad alike; patch_heads checks it
+    clean = model.batch([(p["clean"], p["target"]) for p in pairs])
+    corrupted = model.batch([(p["corrupted"], p["target"]) for p in pairs])
     rows = {k: np.asarray([p[k] for p in pairs], np.int32) for k in ("position", "right", "wrong")}
     m = [np.asarray(logit_difference({"logits": model.forward(b, internals=None).logits}, rows))
          for b in (clean, corrupted)]
@@ -140,6 +141,7 @@ def _model(ctx):
 def pairs_stage(ctx) -> dict:
     from collections import Counter
 
+    from experiments.patching.pairs import kept_table
     from experiments.voita2019 import runs
 
     model = _model(ctx)
@@ -149,10 +151,7 @@ def pairs_stage(ctx) -> dict:
     counts = {"male": sum(words[ENGLISH[n]] for n in MALE),
               "female": sum(words[ENGLISH[n]] for n in NOUNS.keys() - MALE)}
     first = pairs[0]
-    lines = [f"| {runs.TEST} captions read | pairs kept | " + " | ".join(f"skipped: {k}" for k in skipped) + " |",
-             "|---" * (2 + len(skipped)) + "|",
-             f"| {sum(skipped.values()) + len(pairs)} | {len(pairs)} | "
-             + " | ".join(str(v) for v in skipped.values()) + " |", "",
+    lines = [*kept_table(f"{runs.TEST} captions", pairs, skipped), "",
              f"First pair (caption {first['index']}): “{first['clean']}” → “{first['corrupted']}”; the metric reads "
              f"“{first['word']}” against “{_same_case(OTHER[_bare(first['word'])], first['word'])}” in "
              f"“{first['target']}”."]

@@ -173,6 +173,13 @@ def load(model: str):
     return jattn.load() if base is None else jattn.load(base)
 
 
+def kept_table(what: str, pairs: list, skipped: dict) -> list[str]:
+    """A Markdown table (lines) of how many of ``what`` were read, kept as pairs and skipped, by reason."""
+    return ["| " + " | ".join([f"{what} read", "pairs kept", *(f"skipped: {k}" for k in skipped)]) + " |",
+            "|---" * (2 + len(skipped)) + "|",
+            "| " + " | ".join(str(v) for v in (sum(skipped.values()) + len(pairs), len(pairs), *skipped.values())) + " |"]
+
+
 def pairs_stage(models: tuple[str, ...]):
     def run(ctx) -> dict:
         from jattn.io.labels import read_gap
@@ -181,10 +188,7 @@ def pairs_stage(models: tuple[str, ...]):
         tokenizers = [load(m).tokenizer for m in models]
         pairs, skipped = make_pairs(examples, tokenizers, limit=ctx.params["pairs"],
                                     max_tokens=ctx.params["max_tokens"])
-        lines = ["| GAP examples read | pairs kept | " + " | ".join(f"skipped: {k}" for k in skipped) + " |",
-                 "|---" * (2 + len(skipped)) + "|",
-                 f"| {sum(skipped.values()) + len(pairs)} | {len(pairs)} | "
-                 + " | ".join(str(v) for v in skipped.values()) + " |", "",
+        lines = [*kept_table("GAP examples", pairs, skipped), "",
                  f"First pair ({pairs[0]['id']}): the coreferent name "
                  f"“{' '.join(pairs[0]['clean'][i] for i in pairs[0]['gold'])}” replaced by "
                  f"“{pairs[0]['inserted']}”; pronoun “{pairs[0]['clean'][pairs[0]['pronoun']]}”."]

@@ -80,9 +80,10 @@ def hidden_projection(outputs, rows):
 def measure(model, pairs: list[dict], batch_size: int) -> dict:
     """Per pair: both metrics on the clean and the corrupted sentence, and every head's exact
     patching effect under each (N, L, H) and its attribution estimate under the logit difference."""
-    from jattn.sweeps.patching import attribution_patch_heads, paired_inputs, patch_heads
+    from jattn.sweeps.patching import attribution_patch_heads, patch_heads
 
-    clean, corrupted = paired_inputs(model, [p["clean"] for p in pairs], [p["corrupted"] for p in pairs])
+    # equal word pieces per pair (make_pairs), so both batches pad alike; patch_heads checks it
+    clean, corrupted = model.batch([p["clean"] for p in pairs]), model.batch([p["corrupted"] for p in pairs])
     runs = [model.forward(b, internals=None) for b in (clean, corrupted)]
     h0 = [np.asarray(r.last_hidden_state[:, 0]) for r in runs]  # (N, D) each
     rows = {"label": np.asarray([p["label"] for p in pairs], np.int32), "direction": h0[0] - h0[1]}
@@ -105,15 +106,13 @@ def pairs_stage(models: tuple[str, ...]):
     def run(ctx) -> dict:
         import jattn
         from experiments.finetune import study as finetune
+        from experiments.patching.pairs import kept_table
 
         examples = finetune.dev_examples("sst2")
         tokenizers = [jattn.load(finetune.classifier(ctx, m, "sst2", 0)).tokenizer for m in models]
         pairs, skipped = make_pairs(examples, tokenizers, limit=ctx.params["pairs"])
         first = pairs[0]
-        lines = ["| SST-2 dev sentences read | pairs kept | " + " | ".join(f"skipped: {k}" for k in skipped) + " |",
-                 "|---" * (2 + len(skipped)) + "|",
-                 f"| {sum(skipped.values()) + len(pairs)} | {len(pairs)} | "
-                 + " | ".join(str(v) for v in skipped.values()) + " |", "",
+        lines = [*kept_table("SST-2 dev sentences", pairs, skipped), "",
                  f"First pair (row {first['index']}, label {first['label']}): “{first['word']}” → "
                  f"“{first['swapped']}” in “{first['clean']}”."]
         return {"pairs": pairs, "skipped": skipped, "table": "\n".join(lines)}
