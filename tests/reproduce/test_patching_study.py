@@ -186,14 +186,16 @@ def test_quick_profile(tmp_path, monkeypatch, data_set):
 
 
 def test_sentiment_stages_on_four_pairs(tmp_path, monkeypatch, data_set):
-    """The output-head stages with the quick profile's classifier (trained on a few sentences): every
-    claim recomputes from its rows; the sweep's maps are (pairs, L, H) under both metrics, and the
-    clean and corrupted metrics are the classifier's own logits and final vectors."""
+    """The output-head stages with a tiny random classifier (MiniLM's tokenizer) in place of the
+    quick profile's: every claim recomputes from its rows; the sweep's maps are (pairs, L, H) under
+    both metrics, and the clean metric is the classifier's own logit difference."""
     import jattn
     from experiments.finetune import study as finetune
+    from tiny_encoders import save_tiny
 
     data_set("sst2")
-    monkeypatch.setattr(finetune, "QUICK_TRAIN", 16)
+    folder = save_tiny(tmp_path / "classifier", "bert-2x4", head="cls")
+    monkeypatch.setattr(finetune, "classifier", lambda ctx, model, task, seed: folder)
     ctx, records = _run(tmp_path, monkeypatch, {**patching.QUICK, "sst2_pairs": 4}, which="sst2")
     result = records["patching.minilm-sst2"]["result"]
     assert [c["id"] for c in result["claims"]] == [f"patching-minilm-sst2-{k}" for k in
@@ -202,9 +204,9 @@ def test_sentiment_stages_on_four_pairs(tmp_path, monkeypatch, data_set):
         _recomputes(ctx, claim)
     sweep = records["patching.minilm-sst2-sweep"]["result"]
     for key in ("exact", "hidden", "attribution"):
-        assert np.asarray(sweep[key]).shape == (4, 6, 12)
+        assert np.asarray(sweep[key]).shape == (4, 2, 4)
     pairs = records["patching.sst2-pairs"]["result"]["pairs"]
-    net = jattn.load(ctx.work_root / "models" / finetune.artefact("minilm", "sst2", 0))
+    net = jattn.load(folder)
     z = np.asarray(net.forward(net.batch([p["clean"] for p in pairs]), internals=None).logits, np.float64)  # (4, 2)
     want = [z[i, p["label"]] - z[i, 1 - p["label"]] for i, p in enumerate(pairs)]  # another batch: other padding
     assert_close(np.asarray(sweep["clean"]), want, terms=model_terms(net.config, 64), scale=np.abs(z).max())
