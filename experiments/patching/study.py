@@ -229,7 +229,7 @@ def _claims_stage(model: str, sweep: str):
             names=("attribution", "effect"), protocol=where)
         maps = {k: v.mean(0).reshape(L, H) for k, v in (("exact", exact), ("attribution", attribution),
                                                         ("clark", clark))}
-        p, holm = _holm_heads(exact.reshape(n, L, H))
+        _, holm = _holm_heads(exact.reshape(n, L, H))
         figure = _figure(ctx, model, maps, clark_claim["value"])
         return {"claims": [behaviour, corruption, clark_claim, agree], "figures": [figure],
                 "table": _table(model, maps, holm, clean, corr, exact, clark, r["measured_s"])}
@@ -278,7 +278,7 @@ def _sentiment_claims_stage(model: str, sweep: str):
             "over pairs recomputing both means", seeds=1)
         maps = {k: v.mean(0).reshape(L, H) for k, v in (("exact", exact), ("attribution", attribution),
                                                         ("hidden", hidden))}
-        p, holm = _holm_heads(exact.reshape(n, L, H))
+        _, holm = _holm_heads(exact.reshape(n, L, H))
         order = np.argsort(-np.abs(maps["exact"]).ravel())[:5]
         lines = [f"{name}: {n} pairs, mean m clean {clean.mean():.3f}, corrupted {corr.mean():.3f}; sweeps measured "
                  f"{r['measured_s']:.0f} s. Heads whose exact effect ≠ 0 after Holm–Bonferroni over {L * H} heads "
@@ -332,7 +332,7 @@ def _gender_claims_stage(ctx: Context) -> dict:
         "over heads)", paper=PAPER["attribution"], x=attribution, y=exact, names=("attribution", "effect"),
         protocol=where, seeds=1)
     means = exact.mean(0)  # (K,)
-    p, holm = _holm_heads(exact[:, :, None])  # (K, 1) per head
+    _, holm = _holm_heads(exact[:, :, None])  # (K, 1) per head
     lines = [f"{n} pairs, mean m clean {clean.mean():.3f}, corrupted {corr.mean():.3f}; sweeps measured "
              f"{r['measured_s']:.0f} s. ρ(|attribution|, |exact|) = "
              f"{_spearman(np.abs(attribution.mean(0)), np.abs(means)):.3f}.", "",
