@@ -79,7 +79,9 @@ def test_a_cased_model_reads_capitals_and_both_readers_agree(tiny_model):
     assert ours == tok.batch_decode(gen, skip_special_tokens=True)
 
 
-COMMITTED = Path(__file__).resolve().parents[1] / "checkpoints" / "multi30k-fr-en-6x8"
+CHECKPOINTS = Path(__file__).resolve().parents[1] / "checkpoints"
+COMMITTED = CHECKPOINTS / "multi30k-fr-en-6x8"
+CONTROL = CHECKPOINTS / "multi30k-fr-en-6x8-no-encoder-attention"  # the same recipe without encoder self-attention
 
 
 def test_the_committed_model_translates_a_capitalised_sentence():
@@ -108,15 +110,16 @@ def test_the_committed_model_translates_a_capitalised_sentence():
     assert settings["epochs"] == RECIPE.epochs and {k: settings[k] for k, _ in RECIPE.options} == dict(RECIPE.options)
 
 
-def test_the_committed_model_s_test_translations_score_its_recorded_bleu(data_set):
+@pytest.mark.parametrize("folder", [COMMITTED, CONTROL], ids=lambda f: f.name)
+def test_the_committed_model_s_test_translations_score_its_recorded_bleu(data_set, folder):
     """``test.hyp`` (one translation per test sentence) against the cased references gives the BLEU
     and interval ``training.json`` records; ``--runslow`` checks that the weights give ``test.hyp``."""
     from jattn.io.parallel import read_parallel
 
-    recorded = json.loads((COMMITTED / "training.json").read_text())["test"]
+    recorded = json.loads((folder / "training.json").read_text())["test"]
     root = data_set("multi30k")
     refs = read_parallel(root / f"{recorded['split']}.fr", root / f"{recorded['split']}.en", lowercase=False)[1]
-    hyps = (COMMITTED / "test.hyp").read_text(encoding="utf-8").split("\n")[:-1]
+    hyps = (folder / "test.hyp").read_text(encoding="utf-8").split("\n")[:-1]
     got = bleu_ci(hyps, refs)
     assert (got["bleu"], got["ci"], got["n"]) == (recorded["bleu"], recorded["ci"], recorded["n"])
     assert "<unk>" not in " ".join(hyps)
@@ -141,6 +144,26 @@ def test_the_committed_weights_decode_their_test_translations(data_set):
                         encode(model.tokenizer, src, model.config.max_length), num_beams=recorded["test"]["beams"],
                         max_length=recorded["settings"]["max_len"] + 16)  # as the export decoded them
     assert hyps == (COMMITTED / "test.hyp").read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def test_the_committed_control_is_the_recipe_without_encoder_self_attention():
+    """The committed control: its recipe's settings (the model's, and no encoder self-attention), the
+    same width and depth, and every encoder self-attention weight zero while the decoder's are not."""
+    from safetensors.numpy import load_file
+
+    from jattn.families.marian.train import NO_ENCODER_ATTENTION, RECIPE
+
+    ours, control = (json.loads((f / "training.json").read_text())["settings"] for f in (COMMITTED, CONTROL))
+    assert {k: control[k] for k, _ in NO_ENCODER_ATTENTION.options} == dict(NO_ENCODER_ATTENTION.options)
+    assert control["epochs"] == NO_ENCODER_ATTENTION.epochs == RECIPE.epochs
+    assert {k: v for k, v in control.items() if k != "encoder_self_attention"} == \
+        {k: v for k, v in ours.items() if k != "encoder_self_attention"}
+    weights = load_file(str(CONTROL / "model.safetensors"))
+    attention = [n for n in weights if ".self_attn." in n]
+    encoder = [n for n in attention if n.startswith("model.encoder.")]
+    assert len(encoder) == 6 * 8 and len(attention) == 2 * len(encoder)  # q, k, v, out: weight and bias, 6 layers
+    assert not any(weights[n].any() for n in encoder)
+    assert all(weights[n].any() for n in attention if n.startswith("model.decoder.") and n.endswith("weight"))
 
 
 def test_the_control_without_encoder_self_attention_keeps_it_zero_and_each_position_sees_only_itself(tmp_path):
