@@ -127,7 +127,8 @@ def test_the_committed_model_s_test_translations_score_its_recorded_bleu(data_se
 
 @pytest.mark.slow(twin="tests/test_translation_recipe.py::test_training_stops_at_convergence_and_records_bleu_of_its_"
                        "translations")
-def test_the_committed_weights_decode_their_test_translations(data_set):
+@pytest.mark.parametrize("folder", [COMMITTED, CONTROL], ids=lambda f: f.name)
+def test_the_committed_weights_decode_their_test_translations(data_set, folder):
     """The whole test set decoded again (beam 4, as at export): the committed ``test.hyp``."""
     from flax import nnx
 
@@ -135,15 +136,15 @@ def test_the_committed_weights_decode_their_test_translations(data_set):
     from jattn.io.parallel import encode, read_parallel
     from jattn.training.nmt import translations
 
-    recorded = json.loads((COMMITTED / "training.json").read_text())
-    model = jattn.load(COMMITTED, use_cache=False)
+    recorded = json.loads((folder / "training.json").read_text())
+    model = jattn.load(folder, use_cache=False)
     root = data_set("multi30k")
     src = read_parallel(root / f"{recorded['test']['split']}.fr", root / f"{recorded['test']['split']}.en",
                         lowercase=False)[0]
     hyps = translations(nnx.to_pure_dict(model.params), model.config, model.tokenizer,
                         encode(model.tokenizer, src, model.config.max_length), num_beams=recorded["test"]["beams"],
                         max_length=recorded["settings"]["max_len"] + 16)  # as the export decoded them
-    assert hyps == (COMMITTED / "test.hyp").read_text(encoding="utf-8").split("\n")[:-1]
+    assert hyps == (folder / "test.hyp").read_text(encoding="utf-8").split("\n")[:-1]
 
 
 def test_the_committed_control_is_the_recipe_without_encoder_self_attention():
