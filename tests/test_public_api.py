@@ -679,8 +679,13 @@ def test_register_adds_studies_in_order_refuses_clashes_and_stages_close_over_ne
     assert [s.name for s in studies.stages(q, ("zzfirst", "zzsecond"))] == ["zzfirst.a", "zzfirst.b", "zzsecond.x",
                                                                              "zzsecond.y"]
     assert [s.name for s in studies.stages(q, ("zzsecond",))] == ["zzfirst.b", "zzsecond.x", "zzsecond.y"]
+    # a single stage and the stages it needs, in run order; a study and a stage of another together
+    assert [s.name for s in studies.stages(q, ("zzsecond.x",))] == ["zzfirst.b", "zzsecond.x"]
+    assert [s.name for s in studies.stages(q, ("zzsecond.y", "zzfirst"))] == ["zzfirst.a", "zzfirst.b", "zzsecond.y"]
     with pytest.raises(ValueError, match="unknown study 'zznone'"):
         studies.stages(q, ("zznone",))
+    with pytest.raises(ValueError, match="unknown stage 'zzsecond.z'.*--list"):
+        studies.stages(q, ("zzsecond.z",))
 
 
 # ---------------------------------------------------------------- jattn.families

@@ -18,8 +18,9 @@ LOCK = ".jattn-reproduce.lock"  # in --out while a run writes it
 def add_arguments(parser) -> None:
     parser.add_argument("studies", nargs="*", metavar="STUDY",
                         help="studies to run (default: all the experiments folder registers: finetune, clark, "
-                             "kobayashi, kovaleva, michel, voita, patching, induction in the checkout); the stages "
-                             "they need run too")
+                             "kobayashi, kovaleva, michel, voita, patching, induction in the checkout), or single "
+                             "stages by the names --list prints (e.g. finetune.minilm-sst2-s3); the stages they "
+                             "need run too (those unchanged are not rerun)")
     parser.add_argument("--experiments", type=Path, default=None, metavar="FOLDER",
                         help="the experiments package whose __init__.py registers the studies (default: "
                              "experiments/ of the checkout holding the working directory or jattn itself)")

@@ -106,17 +106,22 @@ def load(folder: Path | None = None) -> tuple[str, ...]:
 
 
 def stages(profile: Profile, only: tuple[str, ...] = ()) -> list[Stage]:
-    """The stages of ``only`` (default: every registered study) and of the stages they need, in run order."""
+    """The stages of ``only`` (study names, or single stages' names such as ``finetune.minilm-sst2-s3``;
+    default: every registered study) and of the stages they need, in run order."""
     from jattn.models import artefacts  # noqa: F401  (the families' model recipes, which studies read, registered)
 
     for name in only:
-        if name not in _REGISTERED:
-            raise ValueError(f"unknown study {name!r}. Fix: pass some of {', '.join(_REGISTERED)} (or none for all)")
+        if name not in _REGISTERED and name.split(".")[0] not in _REGISTERED:
+            raise ValueError(f"unknown study {name!r}. Fix: pass some of {', '.join(_REGISTERED)} (or none for all), "
+                             "or a stage name that `jattn reproduce --list` prints")
     every = [s for stages_of in _REGISTERED.values() for s in stages_of(profile)]
     if not only:
         return every
     by_name = {s.name: s for s in every}
-    wanted = {s.name for s in every if s.study in only}
+    if unknown := [n for n in only if n not in _REGISTERED and n not in by_name]:
+        raise ValueError(f"unknown stage {unknown[0]!r} (this profile's {unknown[0].split('.')[0]} study has no such "
+                         "stage). Fix: a name that `jattn reproduce --list` prints")
+    wanted = {s.name for s in every if s.study in only or s.name in only}
     frontier = list(wanted)
     while frontier:  # close over needs
         for need in by_name[frontier.pop()].needs:
