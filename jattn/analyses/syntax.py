@@ -293,7 +293,7 @@ class DependencyHeads(Method):
         c = self.counts(totals)
         acc, off, total = c.accuracy()
         return {
-            "dependency_accuracy": Statistic(np.nanmax(acc[..., -1], 0), "(L, H) percent of words (all relations) "
+            "dependency_accuracy": Statistic(np.fmax.reduce(acc[..., -1], 0), "(L, H) percent of words (all relations) "
                                              "whose gold head the head's argmax finds, better direction (Clark et al. "
                                              "2019, §4.2)"),
             **{f"dependency_{f.name}": Statistic(getattr(c, f.name).astype(np.float64), f"{f.name} of "
