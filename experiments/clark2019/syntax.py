@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.clark2019.common import FAMILY_RESAMPLES, mean_deltas
 from jattn.analyses.syntax import DIRECTIONS, OFFSETS, predicted_heads
 
 CLARK_TABLE1 = {  # UD relation -> Clark's relation (Table 1, bert-base, PTB WSJ; its numbers: experiments/papers.py)
@@ -123,6 +124,26 @@ def concat(first: dict, second: dict) -> dict:
     return {k: np.concatenate([first[k], second[k] + shift if k == "sentence" else second[k]]) for k in first}
 
 
+def sentence_tests(found: list[dict], b: int, by_relation: bool = False) -> dict:
+    """Held-out head − offset accuracy Δ of ``found``'s words (``rows``), sentences resampled
+    ``b`` times: the test the study's verdicts apply (``experiments.clark2019.common.mean_deltas``),
+    so the stage's Holm family and counts are theirs. -> {"" or relation: {"value", "ci", "p", "b"}}."""
+    d = [float(x["head"] == x["gold"]) - float(x["offset"] == x["gold"]) for x in found]  # (N,) per word
+    groups = [x["relation"] for x in found] if by_relation else None
+    tests = mean_deltas(d, [x["sentence"] for x in found], groups, b=b)
+    return {k: {**t, "b": b} for k, t in tests.items()}
+
+
+def p_text(test: dict) -> str:
+    """The p of a ``sentence_tests`` test as text; a bootstrap p of 0 as "< 2 / B"."""
+    return f"p = {test['p']:.4f}" if test["p"] > 0 else f"p < {2 / test['b']:g}"
+
+
+def said(test: dict) -> str:
+    """A test of ``sentence_tests`` as text: Δ, its interval and p."""
+    return f"Δ {test['value']:+.3f} [{test['ci'][0]:+.3f}, {test['ci'][1]:+.3f}], {p_text(test)}"
+
+
 # ---------------------------------------------------------------- the stages
 
 EWT_TRAIN, EWT_DEV = "ud-english-ewt/en_ewt-ud-train.conllu", "ud-english-ewt/en_ewt-ud-dev.conllu"
@@ -151,7 +172,7 @@ def stage(model: str):
     def run(ctx) -> dict:
         from jattn import stats
         from jattn.analyses import probe
-        from experiments.clark2019.common import delta, load, note, paired, rate
+        from experiments.clark2019.common import load, note, rate
 
         p, net = ctx.params, load(model)
         select_trees, _ = read_trees(ctx.data(EWT_TRAIN), net.tokenizer, p["select_sentences"], seed=0)
@@ -168,10 +189,11 @@ def stage(model: str):
         apart = [r for r in EXCLUDED if min(count(rep, r), count(sel, r)) > 0]
         chosen, in_sample = select(sel, relations + apart), select(rep, relations + apart)
         found = {r: rows(rep, r, chosen, in_sample) for r in relations + apart + [ALL]}
-        tests = {r: paired([x["head"] for x in rs], [x["offset"] for x in rs], [x["gold"] for x in rs])
-                 for r, rs in found.items()}
+        pooled = [x for r in relations for x in found[r]]
+        tests = {**sentence_tests(pooled, FAMILY_RESAMPLES, by_relation=True),  # the verdicts' Holm family
+                 **{r: sentence_tests(found[r], stats.B)[""] for r in apart + [ALL]}}
         holm = dict(zip(relations, stats.holm([tests[r]["p"] for r in relations]))) if relations else {}
-        wins = [r for r in relations if holm[r] and tests[r]["delta"] > 0]
+        wins = [r for r in relations if holm[r] and tests[r]["value"] > 0]
         protocol = (f"head and offset (−3…+3) chosen on {len(select_trees)} random EWT train sentences, reported on "
                     f"{len(dev)} EWT dev sentences (≤ 128 tokens); words whose head is ROOT not scored; UD relations "
                     "(Clark: PTB WSJ §22, Stanford Dependencies; mapping in experiments.clark2019.syntax).")
@@ -184,27 +206,27 @@ def stage(model: str):
                 f"({head_name(chosen[r]['head'])}, 0-based) vs the best offset ({chosen[r]['offset']:+d})",
                 unit="accuracy", rows=found[r], protocol=protocol, measure=measure,
                 baseline={"name": "best fixed offset", "columns": {"gold": "gold", "pred": "offset"}},
-                **note(f"head − offset {delta(tests[r])}" + (", Holm over the relations" if r in holm else "")
+                **note(f"head − offset {said(tests[r])}" + (", Holm over the relations" if r in holm else "")
                          + f"; head chosen on the dev words themselves (Clark's way): {rate(found[r], 'in_sample'):.3f}")))
-        pooled = [x for r in relations for x in found[r]]
         if pooled:
-            test = paired([x["head"] for x in pooled], [x["offset"] for x in pooled], [x["gold"] for x in pooled])
+            test = sentence_tests(pooled, stats.B)[""]
             claims.append(ctx.claim(
                 id=f"clark-{model}-syntax-pooled", claim=f"{model}: each relation's best head vs its best offset, "
                 f"pooled over {len(relations)} relations; the head wins after Holm in {len(wins)} of them",
                 unit="accuracy", rows=pooled, measure=measure,
                 protocol=protocol + f" Relations with ≥ {p['min_count']} scored words in both splits, UD list apart.",
                 baseline={"name": "each relation's best offset", "columns": {"gold": "gold", "pred": "offset"}},
-                **note(f"pooled head − offset {delta(test)}; the head wins after Holm in {len(wins)} of "
+                **note(f"pooled head − offset {said(test)}; the head wins after Holm in {len(wins)} of "
                          f"{len(relations)} relations ({', '.join(wins)})")))
         path = ctx.figure(f"{model}_syntax.png")
         figure(found, relations + apart, path, model)
-        lines = ["| relation | words | head (0-based) | accuracy | offset | accuracy | head − offset (p) | Holm | "
+        lines = ["| relation | words | head (0-based) | accuracy | offset | accuracy | head − offset (sentences "
+                 "resampled) | Holm | "
                  "in-sample head | accuracy |", "|---|---:|---|---:|---:|---:|---|---|---|---:|"]
         for r in relations + apart + [ALL]:
             lines.append(f"| {r}{' (apart)' if r in apart else ''} | {len(found[r])} | {head_name(chosen[r]['head'])} | "
                          f"{rate(found[r], 'head'):.3f} | {chosen[r]['offset']:+d} | {rate(found[r], 'offset'):.3f} | "
-                         f"{tests[r]['delta']:+.3f} ({tests[r]['p']:.3f}) | {'yes' if holm.get(r) else '–'} | "
+                         f"{tests[r]['value']:+.3f} ({p_text(tests[r])}) | {'yes' if holm.get(r) else '–'} | "
                          f"{head_name(in_sample[r]['head'])} | {rate(found[r], 'in_sample'):.3f} |")
         return {"claims": claims, "figures": [ctx.relative(path)], "table": "\n".join(lines),
                 "shards": {name: str(work / name / "shards") for name in SPLITS},

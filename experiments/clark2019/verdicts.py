@@ -39,57 +39,20 @@ import weakref
 
 import numpy as np
 
-from jattn import stats
 from jattn.reproduce import claims as claim_stats
 from experiments import papers
+from experiments.clark2019.common import FAMILY_RESAMPLES, mean_deltas
 from jattn.reproduce import studies
 from jattn.reproduce.verdicts import ALPHA, Evidence, Verdict, directional, holm_family, not_applicable
 
 # Clark §3: "more than half of the attention in layers 6-10 goes to [SEP]": the share itself must
 # exceed one half; the paper states no other number for the shares.
 MAJORITY = 0.5
-# Resamples for the syntax family's p-values: Holm's smallest threshold over ~26 relations is
-# .05 / 26 ≈ .0019, which p-values in steps of 2 / 1000 cannot resolve; 5,000 give steps of .0004.
-FAMILY_RESAMPLES = 5_000
 ROLES = ("[CLS]", "[SEP]", '"." / ","')  # classes 0, 1, 2 of jattn.analyses.CLASS_NAMES
 
 
 def _model(claim: dict) -> str:
     return claim["id"].split("-")[1]
-
-
-def mean_deltas(d, clusters=None, groups=None, *, b: int = stats.B, level: float = 0.95) -> dict:
-    """{group: {"value", "ci", "p"}} of Δ = the mean of the per-row paired differences ``d`` in each
-    group (one group "" when ``groups`` is None), resampling the ``clusters`` (rows when None):
-    the resamples, percentile interval and two-sided p of ``claims.evaluate``'s "paired" method
-    (with "cluster" when given), every group on the same resamples, vectorised by counts."""
-    d = np.asarray(d, np.float64)
-    n = len(d)
-    labels = np.arange(n) if clusters is None else np.asarray(clusters)
-    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
-    rank = np.empty(len(first), np.int64)
-    rank[np.argsort(first)] = np.arange(len(first))  # clusters numbered in order of first appearance
-    codes, k = rank[inverse.ravel()], len(first)
-    names, which = np.unique(np.zeros(n, int) if groups is None else np.asarray(groups), return_inverse=True)
-    cell = codes * len(names) + which.ravel()
-    sums = np.bincount(cell, d, k * len(names)).reshape(k, -1)  # (K, G)
-    counts = np.bincount(cell, None, k * len(names)).reshape(k, -1)  # (K, G)
-    picks = np.random.default_rng(stats.SEED).integers(0, k, size=(b, k))  # (b, K): claims' cluster resamples
-    deltas = []
-    for chunk in np.array_split(picks, max(1, b * k // 2_000_000)):
-        c = len(chunk)
-        w = np.bincount((np.arange(c)[:, None] * k + chunk).ravel(), minlength=c * k).reshape(c, k).astype(float)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            deltas.append((w @ sums) / (w @ counts))  # (c, G)
-    deltas = np.concatenate(deltas)  # (b, G)
-    out = {}
-    for g, name in enumerate(names):
-        t = deltas[:, g][np.isfinite(deltas[:, g])]
-        p = min(1.0, 2 * min((t <= 0).mean(), (t >= 0).mean()))
-        out["" if groups is None else str(name)] = {
-            "value": float(sums[:, g].sum() / counts[:, g].sum()), "p": float(p),
-            "ci": [float(q) for q in np.quantile(t, [(1 - level) / 2, (1 + level) / 2])]}
-    return out
 
 
 def _hits(rows: list[dict], column: str, gold: str = "gold") -> np.ndarray:

@@ -291,6 +291,26 @@ def test_every_stage_on_the_tiny_model(tiny, small_data, tmp_path, monkeypatch):
         for fig in r["result"].get("figures", []):
             assert (ctx.out / fig).is_file()
     assert all(r["result"].get("table") for n, r in records.items() if not n.endswith("-gap"))
+    _check_syntax_family(records["clark.minilm-syntax"]["result"], every, ctx.out)
+
+
+def _check_syntax_family(result: dict, every: list[dict], out: Path) -> None:
+    """The syntax stage's per-relation tests (its table, the pooled claim's count) are the study's
+    verdicts' own (sentences resampled, Holm over the relations), so the report cannot show two."""
+    from jattn.reproduce.verdicts import Evidence
+    from experiments.clark2019 import verdicts as clark_verdicts
+
+    evidence = Evidence({c["id"]: c for c in every}, {}, out)
+    family = clark_verdicts.relation_family(evidence, "minilm")
+    assert len(family) >= 2  # the Holm family has members to disagree on
+    table = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in result["table"].splitlines()[2:]}
+    for relation, t in family.items():
+        cells = table[relation]
+        assert cells[6].startswith(f"{t['value']:+.3f} (p ") and cells[7] == ("yes" if t["holm"] else "–"), relation
+    wins = sum(t["holm"] and t["value"] > 0 for t in family.values())
+    pooled = evidence.claims["clark-minilm-syntax-pooled"]
+    assert pooled["claim"].endswith(f"the head wins after Holm in {wins} of them")
+    assert "sentences resampled" in result["table"].splitlines()[0]
 
 
 @pytest.mark.slow
