@@ -6,6 +6,7 @@ profile on MiniLM."""
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,11 @@ def test_split_pass_equals_the_runner_counts(tiny, tmp_path):
         for j, off in enumerate(OFFSETS):
             assert (got["gold"][words] == got["position"][words] + off).sum() == counts.offset_correct[j, k]
     assert sum(int(b["mask"].sum()) for b in probe.batches(tmp_path / "shards", 8)) == sum(len(t.words) for t in TREES)
+    none = {k: np.zeros_like(v) for k, v in result.totals["syntax"].items()}  # no scored word at all
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # NaN accuracies, without numpy's "All-NaN slice" warning
+        accuracy = method.finalize(none, {})["dependency_accuracy"].value
+    assert accuracy.shape == counts.correct.shape[1:3] and np.isnan(accuracy).all()
 
 
 def test_select_and_rows_by_hand():
