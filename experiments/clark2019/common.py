@@ -1,5 +1,5 @@
-"""What every stage of the Clark study shares: the models, the paired tests (rows or sentences
-resampled) and the tests' note."""
+"""What every stage of the Clark study shares: the models, the paired test (``mean_deltas``, the
+claim's resampling unit: segments, sentences or documents) and the tests' note."""
 
 from __future__ import annotations
 
@@ -22,24 +22,10 @@ def load(model: str):
     return jattn.load() if MODELS[model] is None else jattn.load(MODELS[model])
 
 
-def paired(system, baseline, gold=None) -> dict:
-    """Δ = accuracy against ``gold`` (the mean when ``gold`` is None) of ``system`` − of
-    ``baseline`` on the same rows: the paired bootstrap of ``jattn.stats.paired_bootstrap``."""
-    if gold is None:
-        return stats.paired_bootstrap(np.mean, np.asarray(system, float), np.asarray(baseline, float))
-    return stats.paired_bootstrap(lambda s, g: np.mean(s == g), np.asarray(system), np.asarray(baseline),
-                                  np.asarray(gold))
-
-
 def note(why: str) -> dict:
     """A claim's note: the values of the tests its stage ran (``why``). The verdict is the study's
     rules' (``experiments.clark2019.verdicts``), not the stage's."""
     return {"note": f"Tests: {why}."}
-
-
-def delta(test: dict) -> str:
-    """A paired test as text: Δ, its interval and p."""
-    return f"Δ {test['delta']:+.3f} [{test['ci'][0]:+.3f}, {test['ci'][1]:+.3f}], p = {test['p']:.3f}"
 
 
 def rate(rows: list[dict], column: str) -> float:
@@ -48,7 +34,7 @@ def rate(rows: list[dict], column: str) -> float:
 
 
 def mean_deltas(d, clusters=None, groups=None, *, b: int = stats.B, level: float = 0.95) -> dict:
-    """{group: {"value", "ci", "p"}} of Δ = the mean of the per-row paired differences ``d`` in each
+    """{group: {"value", "ci", "p", "b"}} of Δ = the mean of the per-row paired differences ``d`` in each
     group (one group "" when ``groups`` is None), resampling the ``clusters`` (rows when None):
     the resamples, percentile interval and two-sided p of ``claims.evaluate``'s "paired" method
     (with "cluster" when given), every group on the same resamples, vectorised by counts."""
@@ -76,6 +62,16 @@ def mean_deltas(d, clusters=None, groups=None, *, b: int = stats.B, level: float
         t = deltas[:, g][np.isfinite(deltas[:, g])]
         p = min(1.0, 2 * min((t <= 0).mean(), (t >= 0).mean()))
         out["" if groups is None else str(name)] = {
-            "value": float(sums[:, g].sum() / counts[:, g].sum()), "p": float(p),
+            "value": float(sums[:, g].sum() / counts[:, g].sum()), "p": float(p), "b": b,
             "ci": [float(q) for q in np.quantile(t, [(1 - level) / 2, (1 + level) / 2])]}
     return out
+
+
+def p_text(test: dict) -> str:
+    """The p of a ``mean_deltas`` test as text; a bootstrap p of 0 as "< 2 / B"."""
+    return f"p = {test['p']:.4f}" if test["p"] > 0 else f"p < {2 / test['b']:g}"
+
+
+def said(test: dict, unit: str) -> str:
+    """A ``mean_deltas`` test as text: Δ, its interval and p, and the ``unit`` resampled."""
+    return f"Δ {test['value']:+.3f} [{test['ci'][0]:+.3f}, {test['ci'][1]:+.3f}], {p_text(test)} ({unit} resampled)"

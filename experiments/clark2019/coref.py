@@ -142,7 +142,7 @@ def litbank_stage(model: str, select_files: list[str], report_files: list[str]):
     ``litbank_segments``): best head chosen on ``select_files``, reported on ``report_files``."""
 
     def run(ctx) -> dict:
-        from experiments.clark2019.common import delta, load, note, paired
+        from experiments.clark2019.common import load, mean_deltas, note, said
 
         p, net = ctx.params, load(model)
         get = lambda files: litbank_queries(net, [ctx.data(f) for f in files], p["litbank_budget"],  # noqa: E731
@@ -162,8 +162,8 @@ def litbank_stage(model: str, select_files: list[str], report_files: list[str]):
             mine = [r for r in rows if kind in ("all", r["type"])]
             if len(mine) < 2:
                 continue
-            test = paired([r["head"] for r in mine], [r["same_head_word"] for r in mine])
-            floor = paired([r["head"] for r in mine], [r["nearest"] for r in mine])
+            test, floor = (mean_deltas([r["head"] - r[other] for r in mine], [r["document"] for r in mine])[""]
+                           for other in ("same_head_word", "nearest"))
             claims.append(ctx.claim(
                 id=f"clark-{model}-coref-litbank" + ("" if kind == "all" else f"-{kind}"),
                 claim=f"{model}: coreference head {l}-{h}, antecedent accuracy on LitBank, "
@@ -172,8 +172,8 @@ def litbank_stage(model: str, select_files: list[str], report_files: list[str]):
                 measure={"statistic": "mean", "columns": {"value": "head"}, "ci_method": "bootstrap",
                          "cluster": "document"},
                 baseline={"name": "same head word", "columns": {"value": "same_head_word"}, "cluster": "document"},
-                **note(f"head − same head word {delta(test)}; − nearest "
-                         f"{delta(floor)}; head chosen on these queries (Clark's way): "
+                **note(f"head − same head word {said(test, 'documents')}; − nearest "
+                         f"{said(floor, 'documents')}; head chosen on these queries (Clark's way): "
                          f"{np.mean([r['in_sample'] for r in mine]):.3f}")))
         lines = ["| mentions | queries | head (chosen on other documents) | in-sample head | nearest | same head word | "
                  "most recent of the same type |", "|---|---:|---:|---:|---:|---:|---:|"]
@@ -195,7 +195,7 @@ def gap_stage(model: str):
     head chosen on GAP validation rows, reported on GAP test rows."""
 
     def run(ctx) -> dict:
-        from experiments.clark2019.common import delta, load, note, paired
+        from experiments.clark2019.common import load, mean_deltas, note, said
 
         p, net = ctx.params, load(model)
         n = min(GAP_LENGTH, net.config.max_length)
@@ -208,7 +208,7 @@ def gap_stage(model: str):
                  "head": int(rep["correct"][i, l, h]),
                  "in_sample": int(rep["correct"][i, li, hi]), "nearest": int(rep["nearest"][i]),
                  "first": int(rep["first"][i])} for i in range(len(rep["id"]))]
-        test = paired([r["head"] for r in rows], [r["nearest"] for r in rows])
+        test = mean_deltas([r["head"] - r["nearest"] for r in rows], [r["document"] for r in rows])[""]
         claim = ctx.claim(
             id=f"clark-{model}-coref-gap", claim=f"{model}: coreference head {l}-{h} (0-based), GAP pronoun -> the "
             "right one of two names", unit="accuracy", rows=rows,
@@ -217,7 +217,7 @@ def gap_stage(model: str):
                      "word attends more to the coreferent name's words.",
             measure={"statistic": "mean", "columns": {"value": "head"}, "ci_method": "bootstrap", "cluster": "document"},
             baseline={"name": "nearest name", "columns": {"value": "nearest"}, "cluster": "document"},
-            **note(f"head − nearest name {delta(test)}; first name "
+            **note(f"head − nearest name {said(test, 'documents')}; first name "
                      f"{np.mean([r['first'] for r in rows]):.3f}; in-sample head {li}-{hi}: "
                      f"{np.mean([r['in_sample'] for r in rows]):.3f}"))
         return {"claims": [claim], "head": [l, h]}

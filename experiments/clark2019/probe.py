@@ -48,7 +48,7 @@ def stage(model: str):
 
     def run(ctx) -> dict:
         from jattn.analyses import probe
-        from experiments.clark2019.common import delta, note, paired, rate
+        from experiments.clark2019.common import mean_deltas, note, rate, said
 
         syntax = ctx.result(f"clark.{model}-syntax")
         shards = {k: Path(v) for k, v in syntax["shards"].items()}
@@ -74,15 +74,17 @@ def stage(model: str):
         claims = []
         for kind, base, base_name in (("attn+emb", "dist_emb", "distances + embeddings probe"),
                                       ("attn", "right_branching", "right-branching")):
-            test, floor = paired(cols[KINDS[kind]], cols[base], gold), paired(cols[KINDS[kind]], cols["right_branching"], gold)
+            right = cols[KINDS[kind]] == gold  # (N,) per word
+            test, floor = (mean_deltas(right.astype(float) - (cols[other] == gold), sentence)[""]
+                           for other in (base, "right_branching"))
             claims.append(ctx.claim(
                 id=f"clark-{model}-probe-{KINDS[kind].replace('_', '-')}", claim=f"{model}: {kind} probe UAS",
                 unit="UAS", rows=rows, protocol=protocol,
                 measure={"statistic": "accuracy", "columns": {"gold": "gold", "pred": KINDS[kind]},
                          "ci_method": "bootstrap", "cluster": "sentence"},
                 baseline={"name": base_name, "columns": {"gold": "gold", "pred": base}, "cluster": "sentence"},
-                **note(f"{kind} − {base_name} {delta(test)}"
-                         + (f"; − right-branching {delta(floor)}" if base != "right_branching" else "")
+                **note(f"{kind} − {base_name} {said(test, 'sentences')}"
+                         + (f"; − right-branching {said(floor, 'sentences')}" if base != "right_branching" else "")
                          + f"; {_stopped(history[kind], p)}")))
         lines = ["| probe | epochs run | stopped | best stopping-set UAS | held-out UAS |", "|---|---:|---|---:|---:|"]
         for kind, col in KINDS.items():

@@ -158,9 +158,11 @@ def stage(model: str):
 
 
 def share_tests(share_c: np.ndarray, value: np.ndarray, uniform: np.ndarray) -> dict:
-    """The note of a share claim: the region's share − uniform attention (paired bootstrap) and
-    the layer where the per-layer mean share peaks. share_c (s, L, H), value and uniform (s,)."""
-    from experiments.clark2019.common import delta, note, paired
+    """The note of a share claim: the region's share − uniform attention (paired, segments
+    resampled) and the layer where the per-layer mean share peaks. share_c (s, L, H), value and
+    uniform (s,)."""
+    from experiments.clark2019.common import mean_deltas, note, said
 
     peak = int(np.argmax(share_c.mean((0, 2))))  # the layer with the largest mean share
-    return note(f"share − uniform {delta(paired(value, uniform))}; the per-layer mean peaks in layer {peak + 1}")
+    test = mean_deltas(np.asarray(value, np.float64) - np.asarray(uniform, np.float64))[""]  # (s,) per segment
+    return note(f"share − uniform {said(test, 'segments')}; the per-layer mean peaks in layer {peak + 1}")

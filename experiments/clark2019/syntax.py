@@ -130,18 +130,7 @@ def sentence_tests(found: list[dict], b: int, by_relation: bool = False) -> dict
     so the stage's Holm family and counts are theirs. -> {"" or relation: {"value", "ci", "p", "b"}}."""
     d = [float(x["head"] == x["gold"]) - float(x["offset"] == x["gold"]) for x in found]  # (N,) per word
     groups = [x["relation"] for x in found] if by_relation else None
-    tests = mean_deltas(d, [x["sentence"] for x in found], groups, b=b)
-    return {k: {**t, "b": b} for k, t in tests.items()}
-
-
-def p_text(test: dict) -> str:
-    """The p of a ``sentence_tests`` test as text; a bootstrap p of 0 as "< 2 / B"."""
-    return f"p = {test['p']:.4f}" if test["p"] > 0 else f"p < {2 / test['b']:g}"
-
-
-def said(test: dict) -> str:
-    """A test of ``sentence_tests`` as text: Δ, its interval and p."""
-    return f"Δ {test['value']:+.3f} [{test['ci'][0]:+.3f}, {test['ci'][1]:+.3f}], {p_text(test)}"
+    return mean_deltas(d, [x["sentence"] for x in found], groups, b=b)
 
 
 # ---------------------------------------------------------------- the stages
@@ -172,7 +161,7 @@ def stage(model: str):
     def run(ctx) -> dict:
         from jattn import stats
         from jattn.analyses import probe
-        from experiments.clark2019.common import load, note, rate
+        from experiments.clark2019.common import load, note, p_text, rate, said
 
         p, net = ctx.params, load(model)
         select_trees, _ = read_trees(ctx.data(EWT_TRAIN), net.tokenizer, p["select_sentences"], seed=0)
@@ -206,7 +195,7 @@ def stage(model: str):
                 f"({head_name(chosen[r]['head'])}, 0-based) vs the best offset ({chosen[r]['offset']:+d})",
                 unit="accuracy", rows=found[r], protocol=protocol, measure=measure,
                 baseline={"name": "best fixed offset", "columns": {"gold": "gold", "pred": "offset"}},
-                **note(f"head − offset {said(tests[r])}" + (", Holm over the relations" if r in holm else "")
+                **note(f"head − offset {said(tests[r], 'sentences')}" + (", Holm over the relations" if r in holm else "")
                          + f"; head chosen on the dev words themselves (Clark's way): {rate(found[r], 'in_sample'):.3f}")))
         if pooled:
             test = sentence_tests(pooled, stats.B)[""]
@@ -216,7 +205,7 @@ def stage(model: str):
                 unit="accuracy", rows=pooled, measure=measure,
                 protocol=protocol + f" Relations with ≥ {p['min_count']} scored words in both splits, UD list apart.",
                 baseline={"name": "each relation's best offset", "columns": {"gold": "gold", "pred": "offset"}},
-                **note(f"pooled head − offset {said(test)}; the head wins after Holm in {len(wins)} of "
+                **note(f"pooled head − offset {said(test, 'sentences')}; the head wins after Holm in {len(wins)} of "
                          f"{len(relations)} relations ({', '.join(wins)})")))
         path = ctx.figure(f"{model}_syntax.png")
         figure(found, relations + apart, path, model)
