@@ -9,7 +9,8 @@ predictions):
 - best head, in sample: selected and reported on all the dev examples swept, as the paper did
   (optimistic: the maximum of 144 noisy Δs);
 - heads / layers after Holm: the share whose removal changes the metric, family-wise error 5 %
-  over the model's heads (layers separately), paired bootstrap p-values (B = 10,000).
+  over the model's heads × seeds (layers × seeds separately), paired bootstrap p-values
+  (B = 10,000): the family the verdicts test.
 
 With one seed a Δ carries the paired bootstrap interval over examples; with several, the Δ per
 seed and a Student-t interval over seeds (STATISTICS.md §2).
@@ -79,14 +80,19 @@ def best_head_claims(ctx, model: str, task: str, sweeps: list[dict], paper: str,
 
 def family_claim(ctx, model: str, task: str, sweeps: list[dict], unit_name: str, paper: str, protocol: str,
                  b: int = D.B_FAMILY) -> tuple[dict, list[dict]]:
-    """The share of heads (or layers) whose removal changes the metric after Holm; rows: one per
+    """The share of heads (or layers) whose removal changes the metric after Holm over every test
+    of the family, units × seeds (the study's verdicts' family, ``verdicts._holm``); rows: one per
     seed and unit with its Δ, interval, p and verdicts. Returns (claim, per-seed summaries)."""
+    from jattn import stats
+
     unit, statistic = UNITS[task]
     metric = "accuracy" if statistic == "accuracy" else "mcc"
     key = "heads" if unit_name == "head" else "layers"
+    tests = [D.paired_family(s["gold"], s["base"], s[key], metric, b=b) for s in sweeps]  # per seed: (U,) each
+    rejected = np.split(stats.holm(np.concatenate([t["p"] for t in tests]), D.ALPHA), len(sweeps))  # (S, U)
     rows, summary = [], []
-    for s in sweeps:
-        f = D.family(s["gold"], s["base"], s[key], metric, b=b)
+    for s, t, holm in zip(sweeps, tests, rejected):
+        f = {**t, "hurts": holm & (t["delta"] < 0), "improves": holm & (t["delta"] > 0), "uncorrected": t["p"] < D.ALPHA}
         H = s["heads_per_layer"] if key == "heads" else 1
         for v in range(len(f["p"])):
             rows.append({"seed": s["seed"], "layer": v // H, **({"head": v % H} if key == "heads" else {}),
@@ -100,12 +106,14 @@ def family_claim(ctx, model: str, task: str, sweeps: list[dict], unit_name: str,
     seeds = len(sweeps)
     method = "bootstrap" if seeds == 1 else "seeds"
     c = ctx.claim(id=f"kovaleva-{model}-{task}-{key}-holm",
-                  claim=f"{model} {task}: share of {key} whose removal changes dev {unit} (paired bootstrap, Holm 5 %)",
+                  claim=f"{model} {task}: share of {key} whose removal changes dev {unit} (paired bootstrap, Holm 5 % "
+                        f"over {key} × seeds)",
                   paper=paper, unit=f"share of {key}", rows=rows, n=len(rows) // seeds, seeds=seeds,
                   measure={"statistic": "mean", "columns": {"value": "changes"}, "ci_method": method},
                   baseline={"name": "uncorrected p < 0.05", "columns": {"value": "uncorrected"}},
                   protocol=protocol + f"; interval: {'bootstrap over ' + key if seeds == 1 else 't over seeds'}; "
-                  f"p-values from B = {b:,} paired resamples (Holm at 5 % needs p < {0.05 / (len(rows) // seeds):.1e}).")
+                  f"p-values from B = {b:,} paired resamples (Holm at 5 % over the {len(rows)} tests of {key} × seeds "
+                  f"needs p < {D.ALPHA / len(rows):.1e}).")
     note = "; ".join(f"seed {x['seed']}: {x['hurts']} hurt, {x['improves']} improve after Holm "
                      f"({x['raised']} raise the metric before any test, {x['uncorrected']} with p < 0.05 uncorrected)"
                      for x in summary)
@@ -118,7 +126,8 @@ def table(model: str, task: str, sweeps: list[dict], heads: list[dict], layers: 
     unit, statistic = UNITS[task]
     metric = "accuracy" if statistic == "accuracy" else "mcc"
     out = [f"{model} {task} ({len(sweeps[0]['gold'])} dev examples; layers and heads 0-based)", "",
-           "| seed | unmodified | heads hurt / improve (Holm) | layers hurt / improve (Holm) | best head: held out / in sample |",
+           "| seed | unmodified | heads hurt / improve (Holm over heads × seeds) | layers hurt / improve (Holm over "
+           "layers × seeds) | best head: held out / in sample |",
            "|---|---|---|---|---|"]
     for s, h, lay, (seed, held, insample) in zip(sweeps, heads, layers, best):
         value = D.metric_counts(np.ones((1, len(s["gold"]))), s["gold"], s["base"][None], metric)[0, 0]
