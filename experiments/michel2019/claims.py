@@ -27,6 +27,19 @@ def _randoms(c: dict) -> list[str]:
     return [k for k in c["orders"] if k.startswith("random-")]
 
 
+def equivalent_share(shares, deltas: list[dict], tolerance: float) -> float:
+    """The prunable share of one curve: the largest share up to which every point is shown within
+    ``tolerance`` of the unpruned model, its paired 95 % interval of Δ inside ±``tolerance`` (two
+    one-sided tests at 2.5 % each, Schuirmann 1987: the "no loss" rule of ``docs/STATISTICS.md``).
+    An interval that only reaches 0 shows no such thing: a wide one reaches it too."""
+    best = 0.0
+    for share, d in zip(shares, deltas):
+        if not -tolerance <= d["ci"][0] <= d["ci"][1] <= tolerance:
+            break
+        best = share
+    return best
+
+
 def summary(c: dict, task, tolerance: float) -> dict:
     """Per share: the metric of every order with the importance order's bootstrap CI, the paired
     Δ of every order against the unpruned model, and each order's prunable share."""
@@ -36,7 +49,7 @@ def summary(c: dict, task, tolerance: float) -> dict:
     for name, curve in orders.items():
         out["level"][name] = [task.metric(p, gold) for p in curve]
         out["delta"][name] = mc.step_deltas(task.metric, gold, curve, unpruned)
-        out["prunable"][name] = mc.prunable_share(c["shares"], out["delta"][name], tolerance)
+        out["prunable"][name] = equivalent_share(c["shares"], out["delta"][name], tolerance)
     out["ci"] = [list(stats.bootstrap_ci(lambda g, p: task.metric(p, g), gold, p)[1]) for p in orders["importance"]]
     return out
 
@@ -94,8 +107,8 @@ def claims_stage(model: str, task, names: list[str], tolerance: float, at_prune:
         protocol = (f"importance ({first['importance_examples']} random training sentences, token estimator, per-layer "
                     f"L2) estimated once on the unpruned model; dev {n} sentences; {len(randoms)} random orders; "
                     f"{k} seed(s); Δ interval: {interval}; {model} on {task.name}, not BERT-base on MNLI")
-        prunable = {"rule": f"largest share up to which every point's paired 95 % CI of Δ vs unpruned reaches 0 "
-                            f"or Δ ≥ −{100 * tolerance:.0f} point",
+        prunable = {"rule": f"largest share up to which every point's paired 95 % CI of Δ vs unpruned lies within "
+                            f"±{100 * tolerance:.0f} point (equivalence, two one-sided tests)",
                     "importance": [s["prunable"]["importance"] for s in sums],
                     "random": [[s["prunable"][r] for r in randoms] for s in sums]}
         measure = {"statistic": task.statistic, "columns": {"gold": "gold", "pred": "importance",
@@ -123,12 +136,12 @@ def claims_stage(model: str, task, names: list[str], tolerance: float, at_prune:
         two["note"] = f"Δ {_pts(two['value'])} points."
         figure = _figure(ctx, model, task, curves, sums)
         return {"claims": [one, two], "figures": [figure], "curves": ctx.relative(path),
-                "table": _table(model, task, curves, sums, ctx.relative(path))}
+                "table": _table(model, task, curves, sums, ctx.relative(path), tolerance)}
 
     return run
 
 
-def _table(model: str, task, curves: list, sums: list, path: str) -> str:
+def _table(model: str, task, curves: list, sums: list, path: str, tolerance: float) -> str:
     """Per share and seed: the importance order's metric with its bootstrap CI and its paired Δ vs
     unpruned with CI; the random orders' mean Δ and range; the prunable shares."""
     randoms = _randoms(curves[0])
@@ -145,7 +158,8 @@ def _table(model: str, task, curves: list, sums: list, path: str) -> str:
                          f"{_pts(d['delta'])} [{_pts(d['ci'][0])}, {_pts(d['ci'][1])}] | {_pts(np.mean(rd))} "
                          f"({_pts(min(rd))}, {_pts(max(rd))}) |")
         lines.append(f"| {share:.0%} |" + "".join(cells))
-    lines += ["", "Prunable share (no point up to it significantly worse than unpruned by > 1 point): " + "; ".join(
+    lines += ["", f"Prunable share (every point up to it within ±{100 * tolerance:.0f} point of unpruned: its paired 95 % "
+              "CI of Δ inside the margin): " + "; ".join(
         f"seed {s['seed']}: importance {s['prunable']['importance']:.0%}, random orders "
         + ", ".join(f"{s['prunable'][r]:.0%}" for r in randoms) for s in sums) + "."]
     return "\n".join(lines)

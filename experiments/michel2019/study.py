@@ -14,8 +14,8 @@ slice of the task's training split; the dev split (disjoint from it) is where ev
 evaluated. At share p ∈ {0, 10 %, …, 100 %} the round(p·N) least important heads are masked
 (gate 0; ``experiments.michel2019.curves``); the same for ``random_orders`` random orders (the band). Each point
 carries a paired bootstrap Δ against the unpruned model; the *prunable share* of an order is the
-largest p up to which no point is significantly worse by more than 1 metric point
-(``experiments.michel2019.curves.prunable_share``). Claims per model and task: (1) Δ at 40 % pruned by importance
+largest p up to which every point is shown within ±1 metric point of it, its 95 % interval inside
+the margin (``experiments.michel2019.claims.equivalent_share``). Claims per model and task: (1) Δ at 40 % pruned by importance
 vs unpruned (the paper: about 40 % of BERT's heads prunable with no noticeable loss), baseline the
 random orders' Δ; (2) importance order vs the random orders' mean at 50 % pruned, baseline one
 random order against the others (what a ranking no better than chance gives). Δ's interval: paired

@@ -70,6 +70,18 @@ def test_prunable_share_stops_at_the_first_bad_point():
     assert mc.prunable_share(shares, [ok, small, bad, ok], 0.1) == 0.3  # within a 10-point tolerance
 
 
+def test_a_prunable_share_needs_every_interval_inside_the_margin():
+    """Equivalence, not absence of evidence: a 5-point drop whose wide interval reaches 0 is not
+    prunable at a 1-point margin; a tight interval inside ±1 point is."""
+    wide, tight = {"delta": -0.05, "ci": [-0.1, 0.01]}, {"delta": -0.002, "ci": [-0.008, 0.004]}
+    edge = {"delta": -0.005, "ci": [-0.011, 0.001]}  # reaches 0, and past the margin
+    shares = [0.0, 0.1, 0.2, 0.3]
+    assert michel_claims.equivalent_share(shares, [tight, tight, wide, tight], 0.01) == 0.1
+    assert michel_claims.equivalent_share(shares, [tight] * 4, 0.01) == 0.3
+    assert michel_claims.equivalent_share(shares, [tight, edge, tight, tight], 0.01) == 0.0
+    assert michel_claims.equivalent_share(shares, [tight, tight, wide, tight], 0.1) == 0.3  # a 10-point margin
+
+
 def test_step_deltas_are_paired_bootstrap_differences():
     rng = np.random.default_rng(0)
     gold, base = rng.integers(0, 2, 60), rng.integers(0, 2, 60)
