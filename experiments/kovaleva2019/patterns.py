@@ -1,11 +1,12 @@
 """The claims, tables and figures of Kovaleva et al. 2019 §4-5 (pattern types, the change under
 fine-tuning) from the arrays of ``experiments.kovaleva2019.labels`` and ``experiments.kovaleva2019.maps``.
 
-Status rules (decided here, never by hand): a classifier of pattern types "reproduces" when it
-labels held-out hand-labelled maps better than the majority class (paired Δ's interval above 0);
-the structured share "reproduces" when the maps fall into the four structured types more often
-than uniform attention on the same sentences does (paired Δ above 0); the fine-tuning change
-"reproduces" when the last two layers' cosine is lower than the other layers' (paired Δ below 0).
+The verdicts are the study's rules' (``experiments.kovaleva2019.verdicts``), not this module's: a
+classifier of pattern types beats the majority class on held-out hand-labelled maps; the
+structured share is context (uniform attention loses to it by construction); the fine-tuning
+change asks whether the last two layers are the two most changed (an ordering over resamples).
+The paired Δs the claims carry here (structured − uniform, last two − other layers) are
+descriptions beside them, not those tests.
 """
 
 from __future__ import annotations
