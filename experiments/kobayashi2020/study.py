@@ -34,9 +34,9 @@ MPNet's ``<s>``/``</s>`` take the [CLS]/[SEP] roles, and its pairs read ``<s> A 
   heads and layers) and its id's frequency rank (the authors' per-occurrence statistic; ranks of
   bert-base-uncased ids, which MiniLM shares; MPNet's ids mapped through their token strings,
   specials by role: the claim says how many map), beside ρ with the rank shuffled over
-  occurrences, and the permutation interval (``jattn.stats.permutation_interval``); the
-  bootstrap over occurrences is the claim's interval, the bootstrap over segments (occurrences
-  of one segment are not independent) is given beside it (``ci_segments``).
+  occurrences; the claim's interval resamples token types (all occurrences of an id together: the
+  unit a frequency claim generalises over, as the verdict's test does), and the bootstrap over
+  segments is given beside it as a labelled sensitivity check (``ci_segments``).
 
 ``kobayashi.alignment`` (``experiments.kobayashi2020.alignment_stage.alignment_stage``: the committed 6 + 6 × 8
 model of the translation studies, ``checkpoints/multi30k-fr-en-6x8``): teacher-forced
