@@ -195,7 +195,8 @@ def stage(model: str):
                 f"({head_name(chosen[r]['head'])}, 0-based) vs the best offset ({chosen[r]['offset']:+d})",
                 unit="accuracy", rows=found[r], protocol=protocol, measure=measure,
                 baseline={"name": "best fixed offset", "columns": {"gold": "gold", "pred": "offset"}},
-                **note(f"head − offset {said(tests[r], 'sentences')}" + (", Holm over the relations" if r in holm else "")
+                **note(f"head − offset {said(tests[r], 'sentences')}"
+                         + (", Holm over the relations" if r in holm else "")
                          + f"; head chosen on the dev words themselves (Clark's way): {rate(found[r], 'in_sample'):.3f}")))
         if pooled:
             test = sentence_tests(pooled, stats.B)[""]

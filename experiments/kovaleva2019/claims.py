@@ -92,7 +92,8 @@ def family_claim(ctx, model: str, task: str, sweeps: list[dict], unit_name: str,
     rejected = np.split(stats.holm(np.concatenate([t["p"] for t in tests]), D.ALPHA), len(sweeps))  # (S, U)
     rows, summary = [], []
     for s, t, holm in zip(sweeps, tests, rejected):
-        f = {**t, "hurts": holm & (t["delta"] < 0), "improves": holm & (t["delta"] > 0), "uncorrected": t["p"] < D.ALPHA}
+        f = {**t, "hurts": holm & (t["delta"] < 0), "improves": holm & (t["delta"] > 0),
+             "uncorrected": t["p"] < D.ALPHA}
         H = s["heads_per_layer"] if key == "heads" else 1
         for v in range(len(f["p"])):
             rows.append({"seed": s["seed"], "layer": v // H, **({"head": v % H} if key == "heads" else {}),

@@ -158,8 +158,8 @@ def _table(model: str, task, curves: list, sums: list, path: str, tolerance: flo
                          f"{_pts(d['delta'])} [{_pts(d['ci'][0])}, {_pts(d['ci'][1])}] | {_pts(np.mean(rd))} "
                          f"({_pts(min(rd))}, {_pts(max(rd))}) |")
         lines.append(f"| {share:.0%} |" + "".join(cells))
-    lines += ["", f"Prunable share (every point up to it within ±{100 * tolerance:.0f} point of unpruned: its paired 95 % "
-              "CI of Δ inside the margin): " + "; ".join(
+    lines += ["", f"Prunable share (every point up to it within ±{100 * tolerance:.0f} point of unpruned: its "
+              "paired 95 % CI of Δ inside the margin): " + "; ".join(
         f"seed {s['seed']}: importance {s['prunable']['importance']:.0%}, random orders "
         + ", ".join(f"{s['prunable'][r]:.0%}" for r in randoms) for s in sums) + "."]
     return "\n".join(lines)

@@ -15,10 +15,11 @@ evaluated. At share p ∈ {0, 10 %, …, 100 %} the round(p·N) least important 
 (gate 0; ``experiments.michel2019.curves``); the same for ``random_orders`` random orders (the band). Each point
 carries a paired bootstrap Δ against the unpruned model; the *prunable share* of an order is the
 largest p up to which every point is shown within ±1 metric point of it, its 95 % interval inside
-the margin (``experiments.michel2019.claims.equivalent_share``). Claims per model and task: (1) Δ at 40 % pruned by importance
-vs unpruned (the paper: about 40 % of BERT's heads prunable with no noticeable loss), baseline the
-random orders' Δ; (2) importance order vs the random orders' mean at 50 % pruned, baseline one
-random order against the others (what a ranking no better than chance gives). Δ's interval: paired
+the margin (``experiments.michel2019.claims.equivalent_share``). Claims per model and task: (1) Δ at
+40 % pruned by importance vs unpruned (the paper: about 40 % of BERT's heads prunable with no
+noticeable loss), baseline the random orders' Δ; (2) importance order vs the random orders' mean at
+50 % pruned, baseline one random order against the others (what a ranking no better than chance
+gives). Δ's interval: paired
 bootstrap over dev examples for one seed, Student-t over fine-tuning seeds where there are ≥ 2.
 Deviations: MPNet / MiniLM on SST-2 and CoLA instead of BERT-base on MNLI (the encoders jattn
 has offline, fine-tuned by the ``finetune`` study, the classifiers the Kovaleva study reads too);
