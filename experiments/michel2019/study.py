@@ -19,8 +19,8 @@ the margin (``experiments.michel2019.claims.equivalent_share``). Claims per mode
 40 % pruned by importance vs unpruned (the paper: about 40 % of BERT's heads prunable with no
 noticeable loss), baseline the random orders' Δ; (2) importance order vs the random orders' mean at
 50 % pruned, baseline one random order against the others (what a ranking no better than chance
-gives). Δ's interval: paired
-bootstrap over dev examples for one seed, Student-t over fine-tuning seeds where there are ≥ 2.
+gives). Δ's interval: paired bootstrap over dev examples for one seed, Student-t over fine-tuning
+seeds where there are ≥ 2.
 Deviations: MPNet / MiniLM on SST-2 and CoLA instead of BERT-base on MNLI (the encoders jattn
 has offline, fine-tuned by the ``finetune`` study, the classifiers the Kovaleva study reads too);
 importance once (the paper's iterative re-estimation not run: budget); the random orders are a
