@@ -180,7 +180,10 @@ def paired_family(gold, base, preds, metric: str, *, b: int = B_FAMILY, seed: in
 
 def family(gold, base, preds, metric: str, **kw) -> dict:
     """``paired_family`` with Holm–Bonferroni at ``ALPHA`` over all of ``preds`` (S, n): which
-    variants significantly ``hurt`` / ``improve`` (S,) bool, and the uncorrected p < ALPHA."""
+    variants significantly ``hurt`` / ``improve`` (S,) bool, and the uncorrected p < ALPHA. One
+    seed's family only: the study's claims take Holm over units × seeds
+    (``experiments.kovaleva2019.claims.family_claim``); this goes when the sweeps next rerun (this
+    module's text is part of their key)."""
     from jattn import stats
 
     r = paired_family(gold, base, preds, metric, **kw)

@@ -12,8 +12,9 @@ cumulative steps of round(0.1·N) heads (so that 40 % and 50 % are points of eve
 distinct mask (the unpruned and the all-pruned masks are shared by every order), keeping each
 result in a folder so that a stopped stage continues where it stopped. ``step_deltas`` gives
 the paired bootstrap Δ (Koehn 2004; ``jattn.stats.paired_bootstrap``) of every point against the
-unpruned model, and ``prunable_share`` the rule the study reports: the largest share up to which
-no point is significantly worse than the unpruned model by more than a tolerance.
+unpruned model. ``prunable_share`` is the superseded "no drop detected" rule, kept only until the
+curve stages next rerun (this module's text is part of their key); the study reports the
+equivalence rule ``experiments.michel2019.claims.equivalent_share``.
 """
 
 from __future__ import annotations
