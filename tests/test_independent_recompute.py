@@ -8,7 +8,7 @@ with numpy and scipy only, importing nothing from ``jattn`` or ``experiments``):
   ``experiments/results/predictions/<id>.jsonl``, one example a line), and two specifications:
   ``measure`` (our number: ``value``, ``ci`` and, where recorded, ``p`` or ``per_seed``) and
   ``baseline_measure`` (the number under ``baseline``: ``value``, ``ci``, [``p``, ``per_seed``]).
-  A specification is ``{statistic, columns, ci_method[, against]}``: ``columns`` maps each
+  A specification is ``{statistic, columns, ci_method[, against][, cluster]}``: ``columns`` maps each
   argument of the statistic to a column of the file (a column is a number or label per row, or a
   list per row: the predictions of R systems, or one value per head).
 - Statistics: ``accuracy(gold, pred)`` = share of rows with gold == pred; ``mean(value)``;
@@ -25,6 +25,10 @@ with numpy and scipy only, importing nothing from ``jattn`` or ``experiments``):
   with the ``against`` entries replacing theirs); the same (B, n) indices as above score both
   systems, Δ_k per resample; interval = ``numpy.quantile(Δ_k, [0.025, 0.975])``; two-sided
   p = min(1, 2 · min(share of Δ_k ≤ 0, share of Δ_k ≥ 0)).
+- ``cluster`` (a column naming each row's document, e.g. GAP's Wikipedia page): "bootstrap" and
+  "paired" resample the K clusters instead of the rows, numbered in order of first appearance:
+  ``numpy.random.default_rng(0).integers(0, K, size=(1000, K))``, resample k the rows of the
+  clusters of row k (a cluster drawn twice gives its rows twice).
 - ``ci_method = "seeds"``: the rows carry a ``seed`` column; the statistic on each seed's rows
   (``per_seed``, keyed by the seed as a string, seeds in ascending order); value = their mean;
   interval = mean ± t_{0.975, k−1} · s / √k (Student t, s the standard deviation with ddof = 1,
@@ -48,14 +52,16 @@ ROOT = Path(__file__).resolve().parents[1]
 B, SEED, LEVEL = 1000, 0, 0.95
 TOLERANCE = 1e-9  # relative (and absolute, for numbers near 0): both sides are float64 on the same rows
 
-# one claim per study
+# one claim per study, and one more where a study's claims use another interval method
 CLAIM_IDS = [
     "clark-minilm-syntax-det",
+    "clark-minilm-coref-gap",  # GAP's pages resampled
     "kobayashi-minilm-mixing",
     "kovaleva-minilm-sst2-best-head-heldout",
     "michel-minilm-sst2-vs-random50",
     "voita-confidence-lrp",
-    "patching-minilm-corruption",
+    "patching-minilm-corruption",  # paired, GAP's pages resampled
+    "patching-minilm-sst2-corruption",  # paired, rows resampled
     "induction-attn-only-icl",
     "finetune-minilm-cola",
 ]
@@ -108,9 +114,16 @@ STATISTICS = {"accuracy": accuracy, "mean": mean, "mcc": mcc, "accuracy_gain": a
 
 # intervals
 
-def resample_indices(n: int) -> np.ndarray:
-    """(B, n) bootstrap indices, drawn with replacement in one call: row k is resample k."""
-    return np.random.default_rng(SEED).integers(0, n, size=(B, n))
+def resample_indices(rows: list[dict], cluster: str | None = None) -> list[np.ndarray]:
+    """B bootstrap resamples of the row indices, drawn with replacement in one call: of the rows
+    (a (B, n) draw, row k resample k), or of the clusters named by the ``cluster`` column (a (B, K)
+    draw; each resample the rows of its clusters)."""
+    if cluster is None:
+        return list(np.random.default_rng(SEED).integers(0, len(rows), size=(B, len(rows))))
+    order = list(dict.fromkeys(r[cluster] for r in rows))  # clusters in order of first appearance
+    members = [np.flatnonzero([r[cluster] == c for r in rows]) for c in order]
+    picks = np.random.default_rng(SEED).integers(0, len(order), size=(B, len(order)))
+    return [np.concatenate([members[j] for j in pick]) for pick in picks]
 
 
 def percentile_interval(thetas: np.ndarray) -> list[float]:
@@ -119,22 +132,20 @@ def percentile_interval(thetas: np.ndarray) -> list[float]:
     return [float(q) for q in np.quantile(thetas, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])]
 
 
-def bootstrap(statistic, columns: dict) -> dict:
-    """Percentile bootstrap over rows (Efron & Tibshirani 1993, §13.3): the statistic on all rows
-    and the central 95 % of it over B resamples of the rows."""
-    n = len(next(iter(columns.values())))
-    thetas = np.array([statistic(**{a: c[i] for a, c in columns.items()}) for i in resample_indices(n)])
+def bootstrap(statistic, columns: dict, resamples: list[np.ndarray]) -> dict:
+    """Percentile bootstrap (Efron & Tibshirani 1993, §13.3): the statistic on all rows and the
+    central 95 % of it over the B ``resamples``."""
+    thetas = np.array([statistic(**{a: c[i] for a, c in columns.items()}) for i in resamples])
     return {"value": statistic(**columns), "ci": percentile_interval(thetas)}
 
 
-def paired_bootstrap(statistic, columns: dict, against: dict) -> dict:
+def paired_bootstrap(statistic, columns: dict, against: dict, resamples: list[np.ndarray]) -> dict:
     """Paired bootstrap (Koehn 2004): Δ = statistic(system) − statistic(baseline) on all rows, the
     same index resample scoring both, the central 95 % of Δ over B resamples, and the two-sided
     p-value: twice the share of resamples with Δ on the other side of 0 (0 counting for both),
     capped at 1."""
-    n = len(next(iter(columns.values())))
     deltas = np.array([statistic(**{a: c[i] for a, c in columns.items()})
-                       - statistic(**{a: c[i] for a, c in against.items()}) for i in resample_indices(n)])
+                       - statistic(**{a: c[i] for a, c in against.items()}) for i in resamples])
     p = min(1.0, 2 * min(np.mean(deltas <= 0), np.mean(deltas >= 0)))
     return {"value": statistic(**columns) - statistic(**against), "ci": percentile_interval(deltas),
             "p": float(p)}
@@ -177,10 +188,11 @@ def recompute(rows: list[dict], spec: dict) -> dict:
     """Value and interval (and p or per_seed) of a ``measure`` / ``baseline_measure`` on ``rows``."""
     statistic = STATISTICS[spec["statistic"]]
     if spec["ci_method"] == "bootstrap":
-        return bootstrap(statistic, read_columns(rows, spec["columns"]))
+        return bootstrap(statistic, read_columns(rows, spec["columns"]), resample_indices(rows, spec.get("cluster")))
     if spec["ci_method"] == "paired":
         return paired_bootstrap(statistic, read_columns(rows, spec["columns"]),
-                                read_columns(rows, {**spec["columns"], **spec["against"]}))
+                                read_columns(rows, {**spec["columns"], **spec["against"]}),
+                                resample_indices(rows, spec.get("cluster")))
     if spec["ci_method"] == "heads":
         return over_heads(rows, spec["columns"])
     assert spec["ci_method"] == "seeds", spec["ci_method"]
@@ -238,6 +250,15 @@ def test_a_changed_row_is_caught(claims, claim_id, column, change):
     assert any(m.startswith(claim_id + ":") for m in check(claim, rows))
     moved = {**claim["baseline"], "value": claim["baseline"]["value"] * (1 + 10 * TOLERANCE) + 10 * TOLERANCE}
     assert mismatches(claim["baseline"], moved, "moved") != []
+
+
+def test_every_resampling_scheme_is_recomputed(claims):
+    """The claims above take each interval method the committed claims use, documents (clusters)
+    included, so each recipe of the module docstring is checked against a committed number."""
+    specs = [claims[c][k] for c in CLAIM_IDS for k in ("measure", "baseline_measure")]
+    every = [c[k] for c in claims.values() for k in ("measure", "baseline_measure")]
+    scheme = lambda s: (s["ci_method"], bool(s.get("cluster")))  # noqa: E731
+    assert {scheme(s) for s in every} <= {scheme(s) for s in specs}
 
 
 def test_reproduce_json_says_how_to_recompute_what_its_claims_use():

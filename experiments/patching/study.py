@@ -22,17 +22,20 @@ Data, metric and weight-based score: ``experiments.patching.pairs`` (its docstri
 
 - ``patching-<model>-behaviour``: how often the metric m (the pronoun's final vector against each
   candidate's) leans to the coreferent name on the clean paragraphs, beside the nearest-name rule
-  (accuracy, bootstrap over pairs). The metric measures the behaviour only if this beats the rule.
+  (accuracy). The metric measures the behaviour only if this beats the rule.
 - ``patching-<model>-corruption``: Δ = mean m(clean) − mean m(corrupted), paired bootstrap, beside
   Δ = 0: what patching a head can restore.
 - ``patching-<model>-clark``: Spearman ρ over heads between the mean exact patching effect
   (``jattn.patch_heads``: metric(corrupted, head ← clean) − metric(corrupted)) and Clark's
   weight-based score (the share of pairs where the pronoun attends more to the coreferent name),
-  both averaged over the same pairs; percentile bootstrap over pairs (each resample recomputes
-  both maps' means and ρ). Baselines: ρ with the weight-based map's heads shuffled (one fixed
+  both averaged over the same pairs; percentile bootstrap (each resample recomputes both maps'
+  means and ρ). Baselines: ρ with the weight-based map's heads shuffled (one fixed
   permutation, the same bootstrap), and the permutation interval over heads ("no association").
 - ``patching-<model>-attribution``: the same ρ between attribution patching
   (``jattn.attribution_patch_heads``) and exact patching.
+
+Every interval of these four claims resamples the Wikipedia pages the GAP pairs come from (the
+document, ``experiments.patching.resampling``), the per-head tests too.
 
 Behaviour read from an output head, beside the hidden-state metric (the coreference pairs have
 none, the models having no MLM head): ``experiments.patching.sentiment`` (the fine-tuned SST-2
@@ -77,7 +80,9 @@ import numpy as np
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
 from experiments.finetune import study as finetune
+from experiments.clark2019.coref import gap_pages
 from experiments.patching import gender, sentiment
+from experiments.patching.resampling import resample_weights
 from experiments.voita2019 import runs
 from experiments.patching.pairs import GAP_FILE, base_model, pairs_stage, sweep_stage
 
@@ -115,26 +120,33 @@ def _sizes(profile: Profile) -> dict:
     return profile.pick(FULL, QUICK)
 
 
-def _head_rows(a, b, key_a: str, key_b: str, perm: np.ndarray) -> list[dict]:
-    """Rows (one per pair) of two (N, K) per-head arrays, and ``b`` with its heads permuted."""
-    return [{"index": i, key_a: x.tolist(), key_b: y.tolist(), f"{key_b}_shuffled": y[perm].tolist()}
-            for i, (x, y) in enumerate(zip(a, b))]
+def _head_rows(a, b, key_a: str, key_b: str, perm: np.ndarray, documents=None) -> list[dict]:
+    """Rows (one per pair) of two (N, K) per-head arrays, and ``b`` with its heads permuted (with
+    each pair's ``documents`` where its intervals resample them)."""
+    return [{"index": i, **({"document": documents[i]} if documents else {}), key_a: x.tolist(), key_b: y.tolist(),
+             f"{key_b}_shuffled": y[perm].tolist()} for i, (x, y) in enumerate(zip(a, b))]
+
+
+def _cluster(documents) -> dict:
+    """The spec entry that resamples documents, when the rows carry them."""
+    return {"cluster": "document"} if documents else {}
 
 
 def _association(ctx: Context, *, id: str, claim: str, paper: str, x: np.ndarray, y: np.ndarray, names: tuple,
-                 protocol: str, seeds: int = 0) -> dict:
+                 protocol: str, seeds: int = 0, documents=None) -> dict:
     """A head_spearman claim of x against y (N, K) with the shuffled-heads baseline and the
-    permutation interval over heads (the verdict is ``experiments.patching.verdicts``')."""
+    permutation interval over heads (the verdict is ``experiments.patching.verdicts``'); intervals
+    resample the pairs' ``documents`` when given, else the pairs."""
     from jattn import stats
 
     perm = np.random.default_rng(0).permutation(x.shape[1])
-    rows = _head_rows(np.round(x, 6), np.round(y, 6), *names, perm)
+    rows = _head_rows(np.round(x, 6), np.round(y, 6), *names, perm, documents)
     _, band = stats.permutation_interval(_spearman, x.mean(0), y.mean(0))
     out = ctx.claim(id=id, claim=claim, paper=paper, unit="spearman", rows=rows, n=len(rows), seeds=seeds,
                     measure={"statistic": "head_spearman", "columns": {"x": names[0], "y": names[1]},
-                             "ci_method": "bootstrap"},
+                             "ci_method": "bootstrap", **_cluster(documents)},
                     baseline={"name": "ρ with the heads of the second map shuffled",
-                              "columns": {"x": names[0], "y": f"{names[1]}_shuffled"}},
+                              "columns": {"x": names[0], "y": f"{names[1]}_shuffled"}, **_cluster(documents)},
                     protocol=protocol, permutation_interval=list(band), heads=int(x.shape[1]))
     out["note"] = (f"ρ = {out['value']:.3f}; the permutation interval over {x.shape[1]} heads "
                    f"[{band[0]:.3f}, {band[1]:.3f}]")
@@ -142,28 +154,29 @@ def _association(ctx: Context, *, id: str, claim: str, paper: str, x: np.ndarray
 
 
 def _corruption(ctx: Context, *, id: str, claim: str, paper: str, unit: str, clean, corrupted, protocol: str,
-                seeds: int = 0) -> dict:
-    """Δ = mean m(clean) − mean m(corrupted), paired over the pairs, beside Δ = 0. ``seeds``: the
-    training seeds of the model (0: a pretrained model, none trained here)."""
-    rows = [{"index": i, "clean": round(float(c), 6), "corrupted": round(float(d), 6)}
-            for i, (c, d) in enumerate(zip(clean, corrupted))]
+                seeds: int = 0, documents=None) -> dict:
+    """Δ = mean m(clean) − mean m(corrupted), paired over the pairs (their ``documents`` resampled
+    when given), beside Δ = 0. ``seeds``: the training seeds of the model (0: a pretrained model,
+    none trained here)."""
+    rows = [{"index": i, **({"document": documents[i]} if documents else {}), "clean": round(float(c), 6),
+             "corrupted": round(float(d), 6)} for i, (c, d) in enumerate(zip(clean, corrupted))]
     out = ctx.claim(id=id, claim=claim, paper=paper, unit=unit, rows=rows, n=len(rows), seeds=seeds,
                     measure={"statistic": "mean", "columns": {"value": "clean"}, "against": {"value": "corrupted"},
-                             "ci_method": "paired"},
+                             "ci_method": "paired", **_cluster(documents)},
                     baseline={"name": "no change (Δ = 0: clean against itself)", "columns": {"value": "clean"},
-                              "against": {"value": "clean"}}, protocol=protocol)
+                              "against": {"value": "clean"}, **_cluster(documents)}, protocol=protocol)
     out["note"] = f"paired bootstrap p = {out['p']:.3g}"
     return out
 
 
-def _holm_heads(effects: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per head (L, H): the paired bootstrap p-value of mean effect ≠ 0, and Holm's rejections."""
+def _holm_heads(effects: np.ndarray, documents=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per head (L, H): the paired bootstrap p-value of mean effect ≠ 0 (resampling the pairs, or
+    their ``documents``), and Holm's rejections."""
     from jattn import stats
 
     n, L, H = effects.shape
-    flat = effects.reshape(n, L * H)
-    idx = np.random.default_rng(stats.SEED).integers(0, n, size=(stats.B, n))  # the resamples paired_bootstrap draws
-    deltas = flat[idx].mean(1)  # (B, L·H) resampled mean effects, every head on the same resample
+    w = resample_weights(n, documents).astype(np.float64)  # (B, n): paired_bootstrap's resamples without documents
+    deltas = (w @ effects.reshape(n, L * H)) / w.sum(1, keepdims=True)  # (B, L·H) every head on the same resample
     p = np.minimum(1.0, 2 * np.minimum((deltas <= 0).mean(0), (deltas >= 0).mean(0)))  # (L·H,)
     return p.reshape(L, H), stats.holm(p).reshape(L, H)
 
@@ -200,36 +213,40 @@ def _claims_stage(model: str, sweep: str):
         clean, corr, nearest = (np.asarray(r[k], float) for k in ("clean", "corrupted", "nearest"))
         exact, attribution, clark = (np.asarray(r[k], float).reshape(len(clean), L * H)
                                      for k in ("exact", "attribution", "clark"))
-        n = len(clean)
+        n, pages = len(clean), gap_pages(ctx.data(GAP_FILE))
+        documents = [pages[i] for i in r["ids"]]  # the Wikipedia page of each pair's paragraph
         where = (f"{n} GAP development pairs (≤ {ctx.params['max_tokens']} tokens); clean = the paragraph, corrupted = "
                  "the coreferent name's mention replaced by an other-gender GAP name of equal word pieces; "
                  f"model {base_model(model) or 'the embedded all-MiniLM-L6-v2'} ({L}×{H} heads). Deviations: "
                  "sentence-embedding checkpoints without a masked-LM head (jattn.load: with_mlm_head False), so the "
-                 "metric reads final hidden states; GAP instead of CoNLL-2012; no selection, so no held-out split")
-        rows = [{"index": i, "right": 1, "metric": int(c > 0), "corrupted_metric": int(d > 0), "nearest": int(b)}
-                for i, (c, d, b) in enumerate(zip(clean, corr, nearest))]
+                 "metric reads final hidden states; GAP instead of CoNLL-2012; no selection, so no held-out split; "
+                 f"intervals resample the {len(set(documents))} Wikipedia pages the pairs come from")
+        rows = [{"index": i, "document": page, "right": 1, "metric": int(c > 0), "corrupted_metric": int(d > 0),
+                 "nearest": int(b)} for i, (page, c, d, b) in enumerate(zip(documents, clean, corr, nearest))]
         behaviour = ctx.claim(
             id=f"patching-{model}-behaviour", claim=f"{model}: the pronoun's final vector leans to the coreferent name "
             "(m > 0) on clean GAP paragraphs", paper=PAPER["behaviour"], unit="accuracy", rows=rows, n=n,
-            measure={"statistic": "accuracy", "columns": {"gold": "right", "pred": "metric"}, "ci_method": "bootstrap"},
-            baseline={"name": "nearest name", "columns": {"gold": "right", "pred": "nearest"}}, protocol=where)
+            measure={"statistic": "accuracy", "columns": {"gold": "right", "pred": "metric"}, "ci_method": "bootstrap",
+                     **_cluster(documents)},
+            baseline={"name": "nearest name", "columns": {"gold": "right", "pred": "nearest"}, **_cluster(documents)},
+            protocol=where)
         behaviour["note"] = f"on the corrupted paragraphs m > 0 for {np.mean(corr > 0):.1%} of pairs"
         corruption = _corruption(
             ctx, id=f"patching-{model}-corruption", claim=f"{model}: the corruption lowers the metric (Δ mean m, "
             "clean − corrupted)", paper=PAPER["corruption"], unit="metric (dot product)", clean=clean, corrupted=corr,
-            protocol=where)
+            protocol=where, documents=documents)
         clark_claim = _association(
             ctx, id=f"patching-{model}-clark", claim=f"{model}: heads with a larger exact patching effect are Clark's "
             "weight-based coreference heads (Spearman over heads)", paper=PAPER["clark"], x=exact, y=clark,
             names=("effect", "clark"), protocol=where + "; ρ of the two maps' means over the same pairs, bootstrap "
-            "over pairs recomputing both means")
+            "over pages recomputing both means", documents=documents)
         agree = _association(
             ctx, id=f"patching-{model}-attribution", claim=f"{model}: attribution patching ranks heads like exact "
             "patching (Spearman over heads)", paper=PAPER["attribution"], x=attribution, y=exact,
-            names=("attribution", "effect"), protocol=where)
+            names=("attribution", "effect"), protocol=where, documents=documents)
         maps = {k: v.mean(0).reshape(L, H) for k, v in (("exact", exact), ("attribution", attribution),
                                                         ("clark", clark))}
-        _, holm = _holm_heads(exact.reshape(n, L, H))
+        _, holm = _holm_heads(exact.reshape(n, L, H), documents)
         figure = _figure(ctx, model, maps, clark_claim["value"])
         return {"claims": [behaviour, corruption, clark_claim, agree], "figures": [figure],
                 "table": _table(model, maps, holm, clean, corr, exact, clark, r["measured_s"])}
@@ -354,7 +371,7 @@ def _table(model, maps, holm, clean, corr, exact, clark, seconds) -> str:
     best = np.unravel_index(int(np.argmax(maps["clark"])), (L, H))
     lines = [f"{model}: {len(clean)} pairs, mean m clean {clean.mean():.3f}, corrupted {corr.mean():.3f}; "
              f"sweeps measured {seconds:.0f} s. Heads whose exact effect ≠ 0 after Holm–Bonferroni over {L * H} "
-             f"heads (paired bootstrap): {int(holm.sum())}. ρ(|effect|, Clark score) = "
+             f"heads (paired bootstrap, GAP pages resampled): {int(holm.sum())}. ρ(|effect|, Clark score) = "
              f"{_spearman(np.abs(exact.mean(0)), clark.mean(0)):.3f}. Clark's best head "
              f"{best[0]}-{best[1]}: score {maps['clark'][best]:.2f}, effect {maps['exact'][best]:.3f}.", "",
              "| head (layer-head, 0-based) | exact effect | attribution | Clark score | Holm |", "|---|---|---|---|---|"]
@@ -370,6 +387,7 @@ def stages(profile: Profile) -> list[Stage]:
     models = finetune.models(profile)
     common = {"max_tokens": sizes["max_tokens"]}
     code = ("jattn.sweeps.patching", "jattn.analyses.coref", "jattn.io.labels")
+    tests = ("experiments.patching.resampling",)  # the claims stages' bootstrap resamples
     scale = {m: "small" if base_model(m) is None else "base" for m in models}
     out = [Stage("patching.pairs", pairs_stage(models), params={**common, "pairs": max(sizes["pairs"].values()),
                                                                  "models": list(models)},
@@ -380,7 +398,8 @@ def stages(profile: Profile) -> list[Stage]:
         out.append(Stage(f"patching.{model}-sweep", sweep_stage(model, "patching.pairs"), params=params,
                          needs=("patching.pairs",), data=(GAP_FILE,), models=base, code=code))
         out.append(Stage(f"patching.{model}", _claims_stage(model, f"patching.{model}-sweep"), params=params,
-                         needs=(f"patching.{model}-sweep",), data=(GAP_FILE,), models=base))
+                         needs=(f"patching.{model}-sweep",), data=(GAP_FILE,), models=base,
+                         code=(*tests, "experiments.clark2019.coref")))
     classifiers = {m: (finetune.artefact(m, "sst2", 0),) if profile.name == "full" else () for m in models}
     sst2 = {"pairs": sizes["sst2_pairs"], "batch": 16}
     out.append(Stage("patching.sst2-pairs", sentiment.pairs_stage(models), params={**sst2, "models": list(models)},
@@ -391,7 +410,7 @@ def stages(profile: Profile) -> list[Stage]:
                          params=sst2, needs=("patching.sst2-pairs",), models=classifiers[model],
                          code=("jattn.sweeps.patching", "experiments.patching.pairs")))
         out.append(Stage(f"patching.{model}-sst2", _sentiment_claims_stage(model, f"patching.{model}-sst2-sweep"),
-                         params=sst2, needs=(f"patching.{model}-sst2-sweep",), data=("sst2/train.tsv",)))
+                         params=sst2, needs=(f"patching.{model}-sst2-sweep",), data=("sst2/train.tsv",), code=tests))
     translation = {"data": tuple(f"multi30k/{split}.{side}" for split, side in (
         (runs.TEST, "fr"), (runs.TEST, "en"), ("train", "en"))),
         "models": (runs.MODEL,) if profile.name == "full" else ()}
@@ -400,7 +419,7 @@ def stages(profile: Profile) -> list[Stage]:
             Stage("patching.gender-sweep", gender.sweep_stage, params=gender_sizes, needs=("patching.gender-pairs",),
                   code=("jattn.sweeps.patching", "experiments.patching.pairs"), **translation),
             Stage("patching.gender", _gender_claims_stage, params=gender_sizes,
-                  needs=("patching.gender-pairs", "patching.gender-sweep"))]
+                  needs=("patching.gender-pairs", "patching.gender-sweep"), code=tests)]
     return out
 
 

@@ -3,9 +3,10 @@ attribution patching: Nanda 2023, Syed et al. 2023; on the coreference heads of 
 2019), written before the numbers; the rules are those of ``jattn.reproduce.verdicts``. α = .05.
 
 - ``patching-<m>-behaviour`` (the metric reflects coreference): Δ = accuracy of "m > 0" − accuracy
-  of the nearest-name rule on the same clean pairs, paired bootstrap over pairs (B = 1000) →
+  of the nearest-name rule on the same clean pairs, paired bootstrap (B = 1000) →
   ``directional`` (reproduced when the 95 % interval of Δ lies above 0; never two intervals
   overlapping).
+
 - ``patching-<m>-corruption`` (the corruption moves the metric): the claim's own paired Δ = mean
   m(clean) − m(corrupted) and its 95 % interval → ``directional``.
 - ``patching-<m>-clark`` (heads with a larger patching effect are Clark's weight-based coreference
@@ -15,11 +16,16 @@ attribution patching: Nanda 2023, Syed et al. 2023; on the coreference heads of 
   that attends to the antecedent and carries the coreference restores the lean to the antecedent
   when patched clean into the corrupted run, a positive effect, so the prediction is ρ > 0 on the
   *signed* effect. ρ on |effect| (the head matters, in either direction) is reported beside it
-  with its own permutation p and bootstrap interval over pairs, not judged: a head whose clean
+  with its own permutation p and bootstrap interval, not judged: a head whose clean
   activation pushes the metric away from the antecedent does not implement the behaviour.
 - ``patching-<m>-attribution`` (attribution patching ranks heads like exact patching): the claim's
-  ρ over heads and its bootstrap interval over pairs → ``directional`` (reproduced when the
+  ρ over heads and its bootstrap interval → ``directional`` (reproduced when the
   interval lies above 0); the permutation p over heads is reported beside it.
+
+Every interval of the GAP claims resamples GAP's Wikipedia pages, the document a pair's paragraph
+comes from (``STATISTICS.md`` §"Resampling unit"; a page gives one or a few pairs), with the pairs
+of each page drawn (``resample_weights``); the SST-2 and translation pairs, one sentence each, are
+resampled as pairs.
 
 The SST-2 pairs (``experiments.patching.sentiment``: one sentiment word swapped for its antonym,
 the classifier's logit difference m read from its output head) and the translation pairs
@@ -47,6 +53,7 @@ import numpy as np
 from jattn import stats
 from jattn.reproduce import claims as claim_stats
 from experiments import papers
+from experiments.patching.resampling import resample_weights
 from jattn.reproduce import studies
 from jattn.reproduce.verdicts import ALPHA, Evidence, Verdict, directional, permutation_p
 
@@ -76,14 +83,26 @@ def head_rho_null(x: np.ndarray, y: np.ndarray, draws: int = PERMUTATIONS, seed:
     return _pearson_rows(shuffled, rx[None])
 
 
-def head_rho_bootstrap(x: np.ndarray, y: np.ndarray, transform=lambda m: m, b: int = stats.B,
+def head_rho_bootstrap(x: np.ndarray, y: np.ndarray, transform=lambda m: m, clusters=None, b: int = stats.B,
                        level: float = 0.95) -> list[float]:
     """Percentile interval of ρ(transform(mean over pairs of x), transform(mean of y)) over
-    resamples of the pairs, x and y (n, K) (the resamples of ``jattn.stats``: B = 1000, seed 0)."""
-    idx = np.random.default_rng(stats.SEED).integers(0, len(x), size=(b, len(x)))  # (b, n)
-    rho = np.concatenate([_pearson_rows(_ranks(transform(x[i].mean(1))), _ranks(transform(y[i].mean(1))))
-                          for i in np.array_split(idx, max(1, b // 100))])
+    resamples of the pairs (or of their ``clusters``: ``resample_weights``), x and y (n, K)."""
+    w = resample_weights(len(x), clusters, b).astype(np.float64)
+    w /= w.sum(1, keepdims=True)  # (b, n) each resample's weight on each pair
+    rho = _pearson_rows(_ranks(transform(w @ x)), _ranks(transform(w @ y)))  # (b,)
     return [float(q) for q in np.quantile(rho, [(1 - level) / 2, (1 + level) / 2])]
+
+
+def clusters(claim: dict, rows: list[dict]) -> list | None:
+    """Each row's cluster when the claim resamples clusters (``"cluster"`` in its measure), else None."""
+    column = claim["measure"].get("cluster")
+    return [r[column] for r in rows] if column else None
+
+
+def resampled(claim: dict, evidence: Evidence) -> str:
+    """What the claim's intervals resample, in words."""
+    groups = clusters(claim, evidence.rows(claim)) if claim["measure"].get("cluster") else None
+    return f"{len(set(groups))} GAP pages resampled" if groups else "pairs resampled"
 
 
 def _maps(claim: dict, rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -96,33 +115,39 @@ def _rho(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def judge_clark(claim: dict, evidence: Evidence) -> Verdict:
-    effect, score = _maps(claim, evidence.rows(claim))
+    rows = evidence.rows(claim)
+    effect, score = _maps(claim, rows)
     mean_effect, mean_score = effect.mean(0), score.mean(0)
     signed, absolute = _rho(mean_effect, mean_score), _rho(np.abs(mean_effect), mean_score)
     p = permutation_p(signed, head_rho_null(mean_effect, mean_score), sign=PREDICTED_SIGN)
     p_abs = permutation_p(absolute, head_rho_null(np.abs(mean_effect), mean_score), sign=PREDICTED_SIGN)
-    ci_abs = head_rho_bootstrap(effect, score, np.abs)
-    said = (f"signed effect: ρ = {signed:+.3f} [{claim['ci'][0]:+.3f}, {claim['ci'][1]:+.3f}], one-sided permutation "
-            f"p = {p:.3g} over {effect.shape[1]} heads (predicted ρ > 0); |effect| (not judged): ρ = {absolute:+.3f} "
-            f"[{ci_abs[0]:+.3f}, {ci_abs[1]:+.3f}], permutation p = {p_abs:.3g}")
+    ci_abs = head_rho_bootstrap(effect, score, np.abs, clusters(claim, rows))
+    said = (f"signed effect: ρ = {signed:+.3f} [{claim['ci'][0]:+.3f}, {claim['ci'][1]:+.3f}] "
+            f"({resampled(claim, evidence)}), one-sided permutation p = {p:.3g} over {effect.shape[1]} heads (predicted "
+            f"ρ > 0); |effect| (not judged): ρ = {absolute:+.3f} [{ci_abs[0]:+.3f}, {ci_abs[1]:+.3f}], permutation "
+            f"p = {p_abs:.3g}")
     if p < ALPHA:
         return Verdict("reproduced", "permutation", said)
     return Verdict("not reproduced", "permutation", said)
 
 
 def judge_attribution(claim: dict, evidence: Evidence) -> Verdict:
-    x, y = _maps(claim, evidence.rows(claim))
+    rows = evidence.rows(claim)
+    x, y = _maps(claim, rows)
     p = permutation_p(claim["value"], head_rho_null(x.mean(0), y.mean(0)))
-    verdict = directional(claim["value"], claim["ci"], what="ρ(attribution, exact) over heads (pairs resampled)")
+    verdict = directional(claim["value"], claim["ci"],
+                          what=f"ρ(attribution, exact) over heads ({resampled(claim, evidence)})")
     return Verdict(verdict.status, verdict.rule, f"{verdict.reason}; permutation p over {x.shape[1]} heads = {p:.3g}")
 
 
 def judge_hidden(claim: dict, evidence: Evidence) -> Verdict:
-    x, y = _maps(claim, evidence.rows(claim))
+    rows = evidence.rows(claim)
+    x, y = _maps(claim, rows)
     p = permutation_p(claim["value"], head_rho_null(x.mean(0), y.mean(0)))
-    absolute, ci_abs = _rho(np.abs(x.mean(0)), np.abs(y.mean(0))), head_rho_bootstrap(x, y, np.abs)
+    absolute, ci_abs = _rho(np.abs(x.mean(0)), np.abs(y.mean(0))), head_rho_bootstrap(x, y, np.abs,
+                                                                                      clusters(claim, rows))
     verdict = directional(claim["value"], claim["ci"], what="ρ(hidden-state effect, logit-difference effect) over "
-                                                            "heads (pairs resampled)")
+                                                            f"heads ({resampled(claim, evidence)})")
     status = verdict.status if p < ALPHA else "not reproduced"
     return Verdict(status, "directional and permutation",
                    f"{verdict.reason}; one-sided permutation p over {x.shape[1]} heads = {p:.3g}"
@@ -132,14 +157,16 @@ def judge_hidden(claim: dict, evidence: Evidence) -> Verdict:
 
 def judge_behaviour(claim: dict, evidence: Evidence) -> Verdict:
     cols, base = claim["measure"]["columns"], claim["baseline_measure"]["columns"]
-    t = claim_stats.evaluate(evidence.rows(claim), {"statistic": claim["measure"]["statistic"], "columns": cols,
-                                                    "against": {"pred": base["pred"]}, "ci_method": "paired"})
-    return directional(t["value"], t["ci"], what=f"accuracy of m > 0 − {claim['baseline']['name']} (paired, pairs "
-                                                 "resampled)")
+    rows, cluster = evidence.rows(claim), claim["measure"].get("cluster")
+    t = claim_stats.evaluate(rows, {"statistic": claim["measure"]["statistic"], "columns": cols, "ci_method": "paired",
+                                    "against": {"pred": base["pred"]}, **({"cluster": cluster} if cluster else {})})
+    return directional(t["value"], t["ci"], what=f"accuracy of m > 0 − {claim['baseline']['name']} (paired, "
+                                                 f"{resampled(claim, evidence)})")
 
 
 def judge_corruption(claim: dict, evidence: Evidence) -> Verdict:
-    return directional(claim["value"], claim["ci"], what="mean m clean − corrupted (paired, pairs resampled)")
+    return directional(claim["value"], claim["ci"], what=f"mean m clean − corrupted (paired, "
+                                                         f"{resampled(claim, evidence)})")
 
 
 JUDGES = {"behaviour": judge_behaviour, "corruption": judge_corruption, "clark": judge_clark,

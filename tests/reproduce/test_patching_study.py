@@ -14,6 +14,7 @@ from jattn.reproduce import claims, pipeline
 from experiments.patching import study as patching
 from experiments.patching import pairs as patching_pairs
 from experiments.patching import gender, sentiment
+from experiments.patching.resampling import resample_weights
 from tolerance import assert_close, model_terms
 
 
@@ -67,6 +68,25 @@ def test_holm_heads_p_values_are_the_paired_bootstrap_per_head():
     want = [stats.paired_bootstrap(lambda s: np.mean(s), flat[:, k], np.zeros(25))["p"] for k in range(6)]
     assert p.ravel() == pytest.approx(want, abs=1e-12)
     assert (rejected.ravel() == stats.holm(np.asarray(want))).all()
+
+
+def test_holm_heads_resample_the_documents_as_the_claims_do():
+    """With documents (GAP pages), each head's p is that of ``claims.evaluate``'s clustered paired
+    bootstrap of its effects against 0, and a page's pairs enter or leave a resample together."""
+    rng = np.random.default_rng(4)
+    documents = [f"page-{i // 3}" for i in range(24)]  # 8 pages of 3 pairs
+    effects = rng.normal(size=(24, 1, 3)) + np.array([0.0, 0.4, 1.0])
+    p, _ = patching._holm_heads(effects, documents)
+    spec = {"statistic": "mean", "columns": {"value": "v"}, "against": {"value": "zero"}, "ci_method": "paired",
+            "cluster": "document"}
+    for k in range(3):
+        rows = [{"document": d, "v": float(e), "zero": 0.0} for d, e in zip(documents, effects[:, 0, k])]
+        assert p[0, k] == pytest.approx(claims.evaluate(rows, spec)["p"], abs=1e-12)
+    w = resample_weights(24, documents)
+    assert (w.reshape(-1, 8, 3) == w.reshape(-1, 8, 3)[..., :1]).all() and (w.sum(1) == 24).all()
+    rows_only = resample_weights(24)  # no documents: the row resamples of jattn.stats
+    want = np.random.default_rng(stats.SEED).integers(0, 24, size=(stats.B, 24))
+    assert (rows_only == np.stack([np.bincount(r, minlength=24) for r in want])).all()
 
 
 def test_metric_is_the_pronoun_vector_against_each_name():
@@ -162,6 +182,8 @@ def _check_claims(ctx, records):
     assert ids == [f"patching-minilm-{k}" for k in ("behaviour", "corruption", "clark", "attribution")]
     for claim in result["claims"]:
         _recomputes(ctx, claim)
+        assert claim["measure"]["cluster"] == claim["baseline_measure"]["cluster"] == "document"  # GAP's pages
+        assert all(r["document"].startswith("http") for r in claims.read_rows(ctx.out / claim["predictions"]))
     for claim in result["claims"][2:]:  # the permutation interval over heads, from the same rows
         rows = claims.read_rows(ctx.out / claim["predictions"])
         x, y = (np.asarray([r[claim["measure"]["columns"][k]] for r in rows]) for k in ("x", "y"))

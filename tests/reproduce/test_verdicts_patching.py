@@ -79,6 +79,36 @@ def test_head_rho_helpers_match_scipy():
     assert null.shape == (500,) and abs(null.mean()) < 0.05 and null.std() == pytest.approx(1 / np.sqrt(29), rel=0.2)
 
 
+def test_clustered_claims_are_judged_on_their_documents(tmp_path):
+    """A GAP claim whose measure resamples documents: the |effect| interval resamples them as the
+    claim's own interval does (``claims.evaluate`` with "cluster"), and the reason says so; the
+    behaviour's paired test resamples them too."""
+    rng = np.random.default_rng(1)
+    score = rng.random((24, 12))
+    effect = score.mean(0) + rng.normal(0, 0.5, (24, 12))  # a noisy association: the intervals are wide
+    documents = [f"page-{i // 2}" for i in range(24)]
+    rows = [{"index": i, "document": d, "effect": e.tolist(), "clark": s.tolist()}
+            for i, (d, e, s) in enumerate(zip(documents, effect, score))]
+    measure = {"statistic": "head_spearman", "columns": {"x": "effect", "y": "clark"}, "ci_method": "bootstrap",
+               "cluster": "document"}
+    want = claims.evaluate(rows, measure)
+    assert patching.head_rho_bootstrap(effect, score, clusters=documents) == pytest.approx(want["ci"], abs=1e-12)
+    assert patching.head_rho_bootstrap(effect, score) != pytest.approx(want["ci"], abs=1e-6)  # rows: another interval
+    claim = _claim(tmp_path, "patching-toy-clark", rows, measure, {"name": "s", "columns": measure["columns"],
+                                                                    "cluster": "document"}, **want)
+    assert "12 GAP pages resampled" in _judge(tmp_path, claim).reason
+    metric, nearest = (rng.random(24) < 0.8).astype(int), (rng.random(24) < 0.4).astype(int)
+    rows = [{"index": i, "document": d, "right": 1, "metric": int(m), "nearest": int(b)}
+            for i, (d, m, b) in enumerate(zip(documents, metric, nearest))]
+    measure = {"statistic": "accuracy", "columns": {"gold": "right", "pred": "metric"}, "ci_method": "bootstrap",
+               "cluster": "document"}
+    paired = claims.evaluate(rows, {**measure, "ci_method": "paired", "against": {"pred": "nearest"}})
+    got = _judge(tmp_path, _claim(tmp_path, "patching-toy-behaviour", rows, measure,
+                                  {"name": "nearest name", "columns": {"gold": "right", "pred": "nearest"},
+                                   "cluster": "document"}))
+    assert "12 GAP pages resampled" in got.reason and f"{paired['ci'][0]:+.3g}" in got.reason
+
+
 def test_attribution_is_directional_on_its_interval(tmp_path):
     effect, score = _maps(30, 24, lambda s: s)
     rows = [{"index": i, "attribution": e.tolist(), "effect": s.tolist()} for i, (e, s) in enumerate(zip(effect, score))]
