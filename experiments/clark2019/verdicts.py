@@ -233,10 +233,25 @@ def judge(claim: dict, evidence: Evidence) -> Verdict:
     return JUDGES[_kind(claim)](claim, evidence)
 
 
+FINDINGS = {  # the claim's kind (its id's tail for the three shares) -> the paper's finding it tests
+    "sep-middle": "[SEP] takes over half of the middle layers' attention",
+    "cls-early": "early layers attend to [CLS]",
+    "punct-deep": "deep layers attend to periods and commas",
+    "syntax": "a head beats the best fixed offset on a dependency relation",
+    "syntax-overall": "heads beat the best fixed offset over all relations, one head or each relation's own",
+    "probe": "attention probes beat their baselines",
+    "coref-litbank": "a coreference head beats the same-head-word rule on LitBank, all mentions and by type",
+    "coref-gap": "a coreference head finds GAP's antecedent more often than the nearest name",
+}
+
+
 def describe(claim: dict) -> dict[str, str]:
     model = {"mpnet": "all-mpnet-base-v2", "minilm": "all-MiniLM-L6-v2"}.get(_model(claim), _model(claim))
     distilled = ", attention-distilled" if _model(claim) == "minilm" else ""
-    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim)].format(model=model, distilled=distilled)}
+    kind = _kind(claim)
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[kind].format(model=model, distilled=distilled),
+            "finding": FINDINGS[claim["id"].split("-", 2)[2] if kind == "shares" else kind],
+            "on": {"mpnet": "MPNet", "minilm": "MiniLM"}[_model(claim)]}
 
 
 studies.register_rules("clark", sys.modules[__name__])

@@ -19,6 +19,10 @@ from jattn.reproduce.verdicts import Evidence, Verdict, context
 __all__ = ["describe", "judge"]
 
 
+MODELS = {"mpnet": "MPNet", "minilm": "MiniLM"}
+TASKS = {"sst2": "SST-2", "cola": "CoLA"}
+
+
 def judge(claim: dict, evidence: Evidence) -> Verdict:
     """Context: the classifier's dev score over seeds beside the majority class."""
     lo, hi = claim["ci"]
@@ -29,7 +33,9 @@ def judge(claim: dict, evidence: Evidence) -> Verdict:
 
 
 def describe(claim: dict) -> dict[str, str]:
-    return {"paper": papers.for_claim(claim),
+    _, model, task = claim["id"].split("-")
+    return {"paper": papers.for_claim(claim), "finding": "the fine-tuned classifiers' dev scores",
+            "on": f"{MODELS[model]} {TASKS[task]}",
             "differs": "all-MiniLM-L6-v2 / all-mpnet-base-v2 (contrastively fine-tuned sentence encoders, no MLM "
                        f"head) fine-tuned with {claim['seeds']} seeds, not BERT-base; dev sets, not GLUE test; SST-2 "
                        "and CoLA only."}

@@ -236,11 +236,40 @@ DIFFERS = {
 }
 
 
+SINKS = {"cls": "[CLS]", "sep": "[SEP]", "punct": "periods and commas"}
+FINDINGS = {  # the claim's kind -> the paper's finding it tests
+    "weight-sink": "the tokens Clark et al. name as sinks receive large α",
+    "norm-sink": "‖αf(x)‖ on a sink falls far below its α",
+    "weight-other": "other tokens receive less α than uniform attention",
+    "norm-other": "other tokens' share grows from α to ‖αf(x)‖",
+    "mixing": "attention mixes far less once the residual and LayerNorm count: AttnResLn-N below Attn-W",
+    "frequency": "rarer tokens have larger ‖f(x)‖",
+    "weights": "norm-based alignments have a lower AER than weight-based ones",
+    "diagonal": "norm-based alignments have a lower AER than the diagonal",
+    "eflomal": "a statistical aligner's AER, for reference",
+}
+
+
+def _finding(cid: str) -> tuple[str, str]:
+    """(the FINDINGS kind, the setting) of a claim id."""
+    if cid.startswith("kobayashi-align"):
+        data = "Multi30k vs eflomal" if "-in-domain-" in cid else "Hansards"
+        if cid.endswith("-eflomal"):
+            return "eflomal", data
+        return cid.rsplit("-", 1)[1], f"{data} {'AWO' if '-AWO-' in cid else 'AWI'}"
+    _, model, kind, *rest = cid.split("-")
+    on = {"mpnet": "MPNet", "minilm": "MiniLM"}[model]
+    if rest and rest[0] in SINKS:
+        return f"{kind}-sink", f"{on} {SINKS[rest[0]]}"
+    return (f"{kind}-other" if rest else kind), on
+
+
 def describe(claim: dict) -> dict[str, str]:
     cid = claim["id"]
     kind = ("eflomal" if cid.endswith("-eflomal") else "align" if cid.startswith("kobayashi-align") else
             "mixing" if cid.endswith("-mixing") else "frequency" if cid.endswith("-frequency") else "share")
-    return {"paper": papers.for_claim(claim), "differs": DIFFERS[kind]}
+    finding, on = _finding(cid)
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[kind], "finding": FINDINGS[finding], "on": on}
 
 
 studies.register_rules("kobayashi", sys.modules[__name__])

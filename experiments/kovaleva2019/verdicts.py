@@ -216,8 +216,32 @@ def judge(claim: dict, evidence: Evidence) -> Verdict:
     return JUDGES[_kind(claim["id"])](claim, evidence)
 
 
+FINDINGS = {  # the claim's kind -> the paper's finding it tests
+    "best-head-insample": "disabling the best single head raises the dev score, chosen and scored on the same "
+                          "examples as the paper did",
+    "best-head-heldout": "disabling the best single head raises the dev score, held out",
+    "heads-holm": "some heads raise the score when disabled, after Holm over heads and seeds",
+    "layers-holm": "some layers raise the score when disabled, after Holm over layers and seeds",
+    "structured-share": "the share of structured attention maps",
+    "finetune-change": "the last two layers change most under fine-tuning",
+    "rules-held-out": "the pattern-type instruments label held-out maps better than chance",
+    "cnn-held-out": "the pattern-type instruments label held-out maps better than chance",
+}
+
+
+NAMES = {"mpnet": "MPNet", "minilm": "MiniLM", "sst2": "SST-2", "cola": "CoLA", "rules": "rules", "cnn": "CNN"}
+
+
+def _on(claim_id: str) -> str:
+    """The model and task (``kovaleva-<model>-<task>-...``), or the instrument (``kovaleva-cnn-...``)."""
+    part = claim_id.split("-")
+    return NAMES[part[1]] if part[1] in ("rules", "cnn") else f"{NAMES[part[1]]} {NAMES[part[2]]}"
+
+
 def describe(claim: dict) -> dict[str, str]:
-    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim["id"])].format(seeds=claim["seeds"])}
+    kind = _kind(claim["id"])
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[kind].format(seeds=claim["seeds"]),
+            "finding": FINDINGS[kind], "on": _on(claim["id"])}
 
 
 studies.register_rules("kovaleva", sys.modules[__name__])

@@ -66,8 +66,15 @@ def judge(claim: dict, evidence: Evidence) -> Verdict:
     return JUDGES[_kind(claim["id"])](claim, evidence)
 
 
+NAMES = {"mpnet": "MPNet", "minilm": "MiniLM", "sst2": "SST-2", "cola": "CoLA"}
+FINDINGS = {"prune40": "40 % of heads pruned by importance cost under one point",
+            "vs-random50": "pruning by importance beats pruning at random, at 50 % pruned"}
+
+
 def describe(claim: dict) -> dict[str, str]:
-    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim["id"])].format(seeds=claim["seeds"])}
+    kind, (_, model, task, *_) = _kind(claim["id"]), claim["id"].split("-")
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[kind].format(seeds=claim["seeds"]),
+            "finding": FINDINGS[kind], "on": f"{NAMES[model]} {NAMES[task]}"}
 
 
 studies.register_rules("michel", sys.modules[__name__])

@@ -75,8 +75,16 @@ DIFFERS = {
 }
 
 
+FINDINGS = {"icl": "in-context learning: the loss falls on the repeated copy",
+            "induction-head": "an induction head forms",
+            "previous-token-head": "a previous-token head forms below it",
+            "path": "the previous-token head feeds the induction head's keys, by path patching"}
+
+
 def describe(claim: dict) -> dict[str, str]:
-    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim)]}
+    on = "attention-only" if claim["id"].startswith("induction-attn-only-") else "with MLPs"
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_kind(claim)], "finding": FINDINGS[_kind(claim)],
+            "on": on}
 
 
 studies.register_rules("induction", sys.modules[__name__])

@@ -223,11 +223,21 @@ def judge(claim: dict, evidence: Evidence) -> Verdict:
     return JUDGES[_kind(claim)](claim, evidence)
 
 
+FINDINGS = {"behaviour": "the metric reads the behaviour: it beats the trivial rule",
+            "corruption": "the corruption moves the metric",
+            "clark": "heads with larger patching effects are Clark's weight-based coreference heads",
+            "attribution": "attribution patching ranks heads like exact patching",
+            "hidden": "a hidden-state metric ranks heads like the output's logit difference"}
+
+
 def describe(claim: dict) -> dict[str, str]:
     model = claim["id"].split("-")[1]
     name = {"mpnet": "all-mpnet-base-v2", "minilm": "all-MiniLM-L6-v2",
             "translation": "the 6+6 × 8-head Multi30k fr→en model"}.get(model, model)
-    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_pairs(claim), _kind(claim)].format(model=name)}
+    on = {"gap": "{} GAP", "sst2": "{} SST-2", "gender": "translation gender"}[_pairs(claim)].format(
+        {"mpnet": "MPNet", "minilm": "MiniLM"}.get(model, model))
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[_pairs(claim), _kind(claim)].format(model=name),
+            "finding": FINDINGS[_kind(claim)], "on": on}
 
 
 studies.register_rules("patching", sys.modules[__name__])

@@ -174,12 +174,40 @@ DIFFERS = {
 }
 
 
+GATES = {"": "L0 gates: Δ BLEU vs unpruned",
+         "-vs-control": "L0 gates vs the all-gates-open control trained as long: Δ BLEU",
+         "-vs-importance": "L0 gates vs importance pruning to as many heads: Δ BLEU"}
+SETTINGS = {"encoder": "encoder", "all": "all heads"}
+
+
+def _finding(cid: str) -> tuple[str, str]:
+    """(the paper's finding or the curve a claim is a point of, its setting) from the claim id; the
+    ``-long`` claims are on the longest test sentences."""
+    base = cid.removesuffix("-long")
+    where = ", longest sentences" if base != cid else ""
+    if base == "voita-unpruned-bleu":
+        return "the unpruned model's test BLEU", "6+6 × 8 fr→en" + where
+    if base == FEWEST:
+        return "10 of 48 encoder heads keep BLEU within 1 of the full model", "encoder" + where
+    if base == "voita-no-encoder-attention":
+        return "no encoder self-attention, trained from scratch: Δ BLEU vs unpruned", "encoder" + where
+    if base == "voita-confidence-lrp":
+        return "the heads LRP finds relevant are the confident ones", "encoder"
+    if m := re.fullmatch(r"voita-kept-confidence-encoder-lam([\d.]+)", base):
+        return "L0 keeps the confident heads", f"encoder λ {m[1]}"
+    if m := re.fullmatch(r"voita-michel-(encoder|all)-\d+", base):
+        return "importance pruning without training: Δ BLEU vs unpruned", SETTINGS[m[1]] + where
+    m = re.fullmatch(r"voita-(encoder|all)-lam[\d.]+(-vs-control|-vs-importance)?", base)
+    return GATES[m[2] or ""], SETTINGS[m[1]] + where
+
+
 def describe(claim: dict) -> dict[str, str]:
     cid = claim["id"]
     kind = ("fewest" if cid.startswith(FEWEST) else "lrp" if cid == "voita-confidence-lrp" else
             "kept" if cid.startswith("voita-kept-confidence-") else "michel" if cid.startswith("voita-michel-")
             else "curve")
-    return {"paper": papers.for_claim(claim), "differs": DIFFERS[kind]}
+    finding, on = _finding(cid)
+    return {"paper": papers.for_claim(claim), "differs": DIFFERS[kind], "finding": finding, "on": on}
 
 
 studies.register_rules("voita", sys.modules[__name__])

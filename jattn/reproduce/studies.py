@@ -33,7 +33,9 @@ class Rules(Protocol):
 
     def describe(self, claim: dict) -> dict[str, str]:
         """``{"paper": the paper's number with its table or figure, "differs": what differs from
-        the paper's protocol (model, data, size, selection)}``."""
+        the paper's protocol (model, data, size, selection), "finding": the paper's finding the
+        claim tests, in a few words shared by the claims that test it, "on": the model or setting
+        it is tested on}`` (the REPORT's headline groups the verdicts by finding and setting)."""
 
 
 def register(name: str, stages_of: Callable[[Profile], list[Stage]], title: str) -> None:

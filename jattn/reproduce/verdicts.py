@@ -163,8 +163,11 @@ class Evidence:
         return self._rows[path]
 
 
+DESCRIBED = ("paper", "differs", "finding", "on")  # what a study's describe(claim) declares (studies.Rules)
+
+
 def judge_claims(claims: list[dict], evidence: Evidence, rules: Mapping) -> list[dict]:
-    """Each claim with its study's declarations (``paper``, ``differs``) and verdict (``status``,
+    """Each claim with its study's declarations (``DESCRIBED``) and verdict (``status``,
     ``rule``, ``reason``); ``rules``: study -> ``jattn.reproduce.studies.Rules``."""
     out = []
     for claim in claims:
@@ -172,7 +175,9 @@ def judge_claims(claims: list[dict], evidence: Evidence, rules: Mapping) -> list
             raise ValueError(f"study {claim['study']!r} registered no rules: its claims have no decision rule. "
                              "Fix: register it with studies.register(..., rules=...)")
         study = rules[claim["study"]]
-        verdict = study.judge(claim, evidence)
-        out.append({**claim, **study.describe(claim), "status": verdict.status, "rule": verdict.rule,
-                    "reason": verdict.reason})
+        verdict, described = study.judge(claim, evidence), study.describe(claim)
+        if missing := [k for k in DESCRIBED if not described.get(k)]:
+            raise ValueError(f"{claim['id']}: its study's describe(claim) gives no {', '.join(missing)}. Fix: return "
+                             f"{{{', '.join(repr(k) for k in DESCRIBED)}}} (jattn.reproduce.studies.Rules)")
+        out.append({**claim, **described, "status": verdict.status, "rule": verdict.rule, "reason": verdict.reason})
     return out

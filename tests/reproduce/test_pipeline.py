@@ -224,7 +224,7 @@ class _ToyRules:
 
     @staticmethod
     def describe(claim):
-        return {"paper": "p (Table 1)", "differs": "a toy"}
+        return {"paper": "p (Table 1)", "differs": "a toy", "finding": "a toy finding", "on": "a toy model"}
 
 
 @pytest.fixture(autouse=True)
@@ -556,7 +556,7 @@ def test_an_experiments_package_registers_its_studies_and_the_command_runs_them(
         "def _count(ctx):\n    return {'n': 3}\n\n\n"
         "studies.register('mine', lambda profile: [Stage('mine.count', _count)], 'My study')\n"
         "def judge(claim, evidence):\n    return verdicts.context('a count')\n\n\n"
-        "def describe(claim):\n    return {'paper': '-', 'differs': '-'}\n\n\n"
+        "def describe(claim):\n    return {'paper': '-', 'differs': '-', 'finding': '-', 'on': '-'}\n\n\n"
         "studies.register_rules('mine', sys.modules[__name__])\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     out = tmp_path / "out"
@@ -598,11 +598,18 @@ def test_a_record_stopped_while_written_leaves_no_temporary_file(tmp_path, monke
 
 
 def test_a_study_headline_names_what_reproduces_what_does_not_and_what_is_not_comparable():
-    claims = [{"id": i, "status": s} for i, s in (("a", "reproduced"), ("b", "not reproduced"), ("c", "context"),
-                                                   ("d", "not applicable"), ("e", "reproduced"))]
-    assert report.headline(claims) == ("**Verdicts.** Reproduces: 2 (a, e); does not reproduce: 1 (b); not "
-                                       "comparable here (a precondition absent): 1 (d); 1 number for context.")
-    assert report.headline([{"id": "x", "status": "context"}]) == "**Verdicts.** No tested claims; 1 number for context."
+    """One sentence per status, the findings in order of appearance, each with its settings and, where
+    several claims test one finding on one setting, how many of them have the status."""
+    rows = (("x", "M", "reproduced"), ("y", "M", "not reproduced"), ("x", "N", "not applicable"),
+            ("y", "M", "reproduced"), ("z", "M", "context"), ("x", "M2", "reproduced"))
+    claims = [{"id": str(i), "finding": f, "on": on, "status": s} for i, (f, on, s) in enumerate(rows)]
+    assert report.headline(claims) == ("**Verdicts.** Reproduces: x (M, M2); y (M 1 of 2). Does not reproduce: y "
+                                       "(M 1 of 2). Not comparable here (a precondition absent): x (N). For context, "
+                                       "not judged: z (M).")
+    assert report.headline(claims[4:5]) == "**Verdicts.** For context, not judged: z (M)."
+    assert report.headline([{**claims[0], "stale": True}, claims[5]]).endswith(
+        "Reproduces: x (M, M2). Stale until their stages run again (computed by other inputs or code than today's): "
+        "1 of these 2 claims.")
 
 
 @pytest.mark.skipif(not COMMITTED.is_file(), reason="no committed experiments/results/reproduce.json")

@@ -72,7 +72,7 @@ class _Rules:
 
     @staticmethod
     def describe(claim):
-        return {"paper": "Table 1: 34.5", "differs": "a smaller model"}
+        return {"paper": "Table 1: 34.5", "differs": "a smaller model", "finding": "heads do x", "on": "a model"}
 
 
 def test_judge_claims_sets_status_rule_reason_and_the_declarations(tmp_path):
@@ -87,6 +87,14 @@ def test_judge_claims_sets_status_rule_reason_and_the_declarations(tmp_path):
         "reproduced", "directional", "Table 1: 34.5", "a smaller model")
     with pytest.raises(ValueError, match="registered no rules"):
         verdicts.judge_claims([{**claim, "study": "other"}], evidence, {"toy": _Rules})
+
+    class _Undeclared(_Rules):
+        @staticmethod
+        def describe(claim):
+            return {"paper": "Table 1: 34.5", "differs": "a smaller model"}
+
+    with pytest.raises(ValueError, match="gives no finding, on"):
+        verdicts.judge_claims([claim], evidence, {"toy": _Undeclared})
 
 
 def test_the_cluster_bootstrap_resamples_clusters_not_rows():
