@@ -23,11 +23,12 @@ PAPER_TYPES = ("BERT-base, GLUE tasks: 400 maps labelled by hand into five types
 
 
 def _with_delta(claim: dict, rows: list[dict], spec: dict, what: str) -> dict:
-    """``claim`` with the paired Δ of ``spec`` on its rows (``delta``, ``delta_measure``) and a note
-    giving it (the verdict is ``experiments.kovaleva2019.verdicts``')."""
+    """``claim`` with the Δ of ``spec`` on its rows (``delta``, ``delta_measure``) and a note giving
+    it (the verdict is ``experiments.kovaleva2019.verdicts``')."""
     d = C.evaluate(rows, spec)
+    how = "t over seeds" if spec["ci_method"] == "seeds" else "paired bootstrap"
     return {**claim, "delta": d, "delta_measure": spec,
-            "note": f"{what}: Δ {d['value']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] (paired bootstrap)."}
+            "note": f"{what}: Δ {d['value']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] ({how})."}
 
 
 def labels_result(ctx, model, root, dev: list, train: list) -> dict:
@@ -83,67 +84,96 @@ def labels_result(ctx, model, root, dev: list, train: list) -> dict:
             "thresholds": {"vertical": t_all.vertical, "diagonal": t_all.diagonal, "block": t_all.block}}
 
 
-def maps_result(ctx, model: str, task: str, index: np.ndarray, r: dict, thresholds: Thresholds,
+def maps_result(ctx, model: str, task: str, index: np.ndarray, runs: dict[int, dict], thresholds: Thresholds,
                 protocol: str) -> dict:
-    """The ``kovaleva.maps-<model>-<task>`` stage: the structured share beside uniform attention,
-    and the per-layer cosine before vs after fine-tuning."""
-    from jattn import stats
-
-    keep = np.flatnonzero(r["rows"] > 0)  # examples with a pattern statistic (a body row)
-    total = r["types"]["finetuned"].sum(1)  # (N,) maps per example: L·H
-    share = {m: r["types"][m] / total[:, None] for m in r["types"]}  # (N, 5) each
-    L = r["cosine"].shape[1]
-    rows = [{"index": int(index[i]), "structured": 1.0 - share["finetuned"][i, HETEROGENEOUS],
-             "pretrained_structured": 1.0 - share["pretrained"][i, HETEROGENEOUS],
-             "uniform_structured": float(r["uniform"][i] != HETEROGENEOUS),
-             **{t: float(share["finetuned"][i, k]) for k, t in enumerate(TYPES)}} for i in keep]
-    tag = f"{model}-{task}"
+    """The ``kovaleva.maps-<model>-<task>`` stage from each fine-tuning seed's ``dev_maps`` (``runs``:
+    seed -> arrays): the structured share beside uniform attention, and the per-layer cosine before
+    vs after fine-tuning; one row per seed and example, the claims' intervals Student-t over the
+    seeds (the maps depend on training; ``STATISTICS.md``)."""
+    seeds = sorted(runs)
+    last = max(runs[seeds[0]]["cosine"].shape[1] - 2, 1)  # the first of the last two layers
+    rows, change_rows = [], []
+    for seed in seeds:
+        r = runs[seed]
+        keep = np.flatnonzero(r["rows"] > 0)  # examples with a pattern statistic (a body row)
+        share = {m: r["types"][m] / r["types"][m].sum(1, keepdims=True) for m in r["types"]}  # (N, 5) each
+        for i in keep:
+            structured = 1.0 - share["finetuned"][i, HETEROGENEOUS]
+            uniform = float(r["uniform"][i] != HETEROGENEOUS)
+            rows.append({"seed": seed, "index": int(index[i]), "structured": structured,
+                         "pretrained_structured": 1.0 - share["pretrained"][i, HETEROGENEOUS],
+                         "uniform_structured": uniform, "beyond_uniform": structured - uniform,
+                         **{t: float(share["finetuned"][i, k]) for k, t in enumerate(TYPES)}})
+        for i in range(len(index)):
+            change_rows.append({"seed": seed, "index": int(index[i]), "last": float(r["cosine"][i, last:].mean()),
+                                "rest": float(r["cosine"][i, :last].mean()),
+                                "last_minus_rest": float(r["cosine"][i, last:].mean() - r["cosine"][i, :last].mean()),
+                                "per_layer": np.round(r["cosine"][i], 5).tolist()})
+    tag, over = f"{model}-{task}", {"ci_method": "seeds"}
     structured = ctx.claim(
         id=f"kovaleva-{tag}-structured-share",
         claim=f"{model} {task}: share of head maps of a structured type (not heterogeneous), fine-tuned",
-        paper=PAPER_TYPES, unit="share of maps", rows=rows,
-        measure={"statistic": "mean", "columns": {"value": "structured"}, "ci_method": "bootstrap"},
+        paper=PAPER_TYPES, unit="share of maps", rows=rows, n=len(rows) // len(seeds), seeds=len(seeds),
+        measure={"statistic": "mean", "columns": {"value": "structured"}, **over},
         baseline={"name": "uniform attention on the same sentences", "columns": {"value": "uniform_structured"}},
         protocol=f"{protocol}; rules' thresholds V ≥ {thresholds.vertical}, R ≥ {thresholds.diagonal} fitted on the "
                  "72 hand-labelled maps (disjoint from these).")
-    spec = {"statistic": "mean", "columns": {"value": "structured"}, "against": {"value": "uniform_structured"},
-            "ci_method": "paired"}
-    structured = _with_delta(structured, rows, spec, "Structured maps beyond what uniform attention gets")
-    last = max(L - 2, 1)
-    change_rows = [{"index": int(index[i]), "last": float(r["cosine"][i, last:].mean()),
-                    "rest": float(r["cosine"][i, :last].mean()), "per_layer": np.round(r["cosine"][i], 5).tolist()}
-                   for i in range(len(index))]
+    structured = _with_delta(structured, rows, {"statistic": "mean", "columns": {"value": "beyond_uniform"}, **over},
+                             "Structured maps beyond what uniform attention gets")
     change = ctx.claim(
         id=f"kovaleva-{tag}-finetune-change",
         claim=f"{model} {task}: cosine of each head's map before vs after fine-tuning, last two layers",
         paper="BERT-base, GLUE tasks, Fig. 5: the last two layers' maps change most under fine-tuning",
-        unit="cosine", rows=change_rows,
-        measure={"statistic": "mean", "columns": {"value": "last"}, "ci_method": "bootstrap"},
+        unit="cosine", rows=change_rows, n=len(index), seeds=len(seeds),
+        measure={"statistic": "mean", "columns": {"value": "last"}, **over},
         baseline={"name": f"layers 0-{last - 1} on the same examples", "columns": {"value": "rest"}},
         protocol=f"{protocol}; maps over real tokens only (the released code used padded maps).")
+    change = _with_delta(change, change_rows, {"statistic": "mean", "columns": {"value": "last_minus_rest"}, **over},
+                         "Last two − other layers")
+    return {"claims": [structured, change], "table": _table(model, task, runs, seeds),
+            "figures": _figures(ctx, tag, runs, seeds)}
 
-    spec = {"statistic": "mean", "columns": {"value": "last"}, "against": {"value": "rest"}, "ci_method": "paired"}
-    change = _with_delta(change, change_rows, spec, "Last two − other layers")
-    types = {m: [stats.mean_ci(share[m][keep, k]) for k in range(len(TYPES))] for m in share}
-    uniform = [stats.mean_ci((r["uniform"][keep] == k).astype(float)) for k in range(len(TYPES))]
-    per_layer = [stats.mean_ci(r["cosine"][:, l]) for l in range(L)]
+
+def _summaries(runs: dict[int, dict], seeds: list[int]) -> dict:
+    """Per type and model the share of maps, per type the uniform map's, per layer the cosine: each
+    a mean over the examples per seed, then over seeds with its t-interval; the cosine per head
+    averaged over seeds."""
+    from jattn import stats
+
+    keep = {s: np.flatnonzero(runs[s]["rows"] > 0) for s in seeds}
+    share = {s: {m: (t / t.sum(1, keepdims=True))[keep[s]].mean(0) for m, t in runs[s]["types"].items()}
+             for s in seeds}  # seed -> model -> (5,)
+    return {"types": {m: [stats.t_interval([share[s][m][k] for s in seeds]) for k in range(len(TYPES))]
+                      for m in ("finetuned", "pretrained")},
+            "uniform": [stats.t_interval([np.mean(runs[s]["uniform"][keep[s]] == k) for s in seeds])
+                        for k in range(len(TYPES))],
+            "per_layer": [stats.t_interval([runs[s]["cosine"][:, l].mean() for s in seeds])
+                          for l in range(runs[seeds[0]]["cosine"].shape[1])],
+            "cosine_heads": np.mean([runs[s]["cosine_heads"] for s in seeds], 0)}
+
+
+def _table(model: str, task: str, runs: dict[int, dict], seeds: list[int]) -> str:
+    got = _summaries(runs, seeds)
     fmt = lambda v: f"{v[0]:.3f} [{v[1][0]:.3f}, {v[1][1]:.3f}]"  # noqa: E731
-    table = [f"{model} {task}: share of maps per type (mean over examples of the share of their L·H maps, 95 % CI)",
-             "", "| type | fine-tuned | pretrained | uniform attention |", "|---|---|---|---|"]
-    table += [f"| {t} | {fmt(types['finetuned'][k])} | {fmt(types['pretrained'][k])} | {fmt(uniform[k])} |"
-              for k, t in enumerate(TYPES)]
-    table += ["", "Cosine of the maps before vs after fine-tuning, per layer (mean over heads and examples, 95 % CI): "
-              + ", ".join(f"layer {l} {fmt(v)}" for l, v in enumerate(per_layer))]
-    return {"claims": [structured, change], "table": "\n".join(table),
-            "figures": _figures(ctx, tag, types, uniform, per_layer, r["cosine_heads"])}
+    table = [f"{model} {task}: share of maps per type (the mean over examples of the share of their L·H maps, then "
+             f"over {len(seeds)} seed(s); 95 % t-interval over seeds)", "",
+             "| type | fine-tuned | pretrained | uniform attention |", "|---|---|---|---|"]
+    table += [f"| {t} | {fmt(got['types']['finetuned'][k])} | {fmt(got['types']['pretrained'][k])} | "
+              f"{fmt(got['uniform'][k])} |" for k, t in enumerate(TYPES)]
+    table += ["", "Cosine of the maps before vs after fine-tuning, per layer (mean over heads and examples, then over "
+              "seeds; 95 % t-interval over seeds): "
+              + ", ".join(f"layer {l} {fmt(v)}" for l, v in enumerate(got["per_layer"]))]
+    return "\n".join(table)
 
 
-def _figures(ctx, tag: str, types: dict, uniform: list, per_layer: list, cosine_heads: np.ndarray) -> list[str]:
+def _figures(ctx, tag: str, runs: dict[int, dict], seeds: list[int]) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    got = _summaries(runs, seeds)
+    types, uniform, per_layer, cosine_heads = got["types"], got["uniform"], got["per_layer"], got["cosine_heads"]
     fig, (ax, bx, cx) = plt.subplots(1, 3, figsize=(15, 3.6), gridspec_kw={"width_ratios": [5, 4, 5]})
     bars = {"fine-tuned": types["finetuned"], "pretrained": types["pretrained"], "uniform attention": uniform}
     for i, (name, values) in enumerate(bars.items()):
@@ -151,16 +181,17 @@ def _figures(ctx, tag: str, types: dict, uniform: list, per_layer: list, cosine_
         ci = np.array([x[1] for x in values])
         ax.bar(np.arange(len(TYPES)) + 0.27 * (i - 1), v, width=0.27, yerr=[v - ci[:, 0], ci[:, 1] - v], label=name,
                capsize=2)
-    ax.set(xticks=range(len(TYPES)), ylabel="share of maps (95 % CI)", title="pattern types (Kovaleva Fig. 2)")
+    ax.set(xticks=range(len(TYPES)), ylabel="share of maps (95 % CI over seeds)",
+           title="pattern types (Kovaleva Fig. 2)")
     ax.set_xticklabels(TYPES, fontsize=7)
     ax.legend(fontsize=7)
     v = np.array([x[0] for x in per_layer])
     ci = np.array([x[1] for x in per_layer])
     bx.errorbar(range(len(v)), v, yerr=[v - ci[:, 0], ci[:, 1] - v], fmt="-o", capsize=3)
-    bx.set(xlabel="layer", ylabel="cosine (95 % CI)", title="before vs after fine-tuning (Fig. 5)",
+    bx.set(xlabel="layer", ylabel="cosine (95 % CI over seeds)", title="before vs after fine-tuning (Fig. 5)",
            xticks=range(len(v)))
     im = cx.imshow(cosine_heads, cmap="viridis", aspect="auto")
-    cx.set(xlabel="head", ylabel="layer", title="cosine per head (mean over dev)")
+    cx.set(xlabel="head", ylabel="layer", title="cosine per head (mean over dev and seeds)")
     fig.colorbar(im, ax=cx)
     fig.suptitle(tag, fontsize=9, y=1.03)
     return [ctx.save_figure(fig, f"{tag}-patterns-change.png", dpi=100)]

@@ -27,9 +27,9 @@ Stages:
   reported on the other and, as the paper did, on the same examples (``experiments.kovaleva2019.claims``);
 - ``kovaleva.labels``: the pattern rules' thresholds and the CNN fitted on one fold of the 72
   hand-labelled maps and scored on the other (cross-fitted, ``experiments.kovaleva2019.labels``);
-- ``kovaleva.maps-<model>-<task>``: per dev example the pattern types of every head (seed 0
-  classifier), the uniform-attention baseline, and the per-layer cosine to the pretrained maps
-  (``experiments.kovaleva2019.maps``).
+- ``kovaleva.maps-<model>-<task>``: per dev example the pattern types of every head (each
+  fine-tuning seed's classifier), the uniform-attention baseline, and the per-layer cosine to the
+  pretrained maps (``experiments.kovaleva2019.maps``).
 
 Costs, measured with ``nice -n 10`` while the machine ran ~20 other jobs (load average ~20 on
 2 cores, so wall times were 5-8× the process CPU times). Process CPU seconds per dev sentence:
@@ -42,13 +42,11 @@ machine the MPNet forward takes 1.9 ms a token (benchmarks/results/mpnet.json: 3
 SST-2 dev 30.2, CoLA dev 17.4. Quiet wall per padded token, heads and layers: MPNet ≈ 0.145 s
 (CPU / 2), MiniLM ≈ 0.008 s (MPNet / 17.6, the ratio of their FLOPs; the benchmark says 0.0035).
 
-Full profile (``sizes``), estimated quiet wall: MPNet seed 0 on 400 of the 872 SST-2 dev
-sentences (12.1k tokens, ≈ 29 min) and all 527 CoLA dev sentences (9.2k, ≈ 22 min); MiniLM
-seeds 0-2 on both full dev sets (3 × 35.6k tokens, ≈ 15 min); compiling ≈ 1 min per sweep
-stage (8); maps ≈ 4 min (two forwards with weights per model and task); labels ≈ 2 min: about
-80 min in all, within the study's 90. Measured on a quiet AMD EPYC (2 cores, XLA's products
-at ≈ 450 GFLOP/s; `experiments/results/REPORT.md` has every stage's time) an MPNet sweep takes
-5-7 min, not 22-29: the full profile sweeps MPNet seeds 0-2 as it does MiniLM's. Quick
+Full profile (``sizes``): every fine-tuning seed (5) of each model and task; MPNet on 400 of the
+872 SST-2 dev sentences and all 527 CoLA ones, MiniLM on both full dev sets. Measured on a 2-core
+AMD EPYC (`experiments/results/REPORT.md` has every stage's time): an MPNet sweep 5-7 min a seed,
+a MiniLM sweep 0.4-1.2 min, the labels 0.3-0.5 min, the maps (two forwards with weights per seed,
+model and task) 18-231 s a stage with another job on the cores: about 77 min in all. Quick
 profile: MiniLM, seeds 0-1, 12 dev sentences of ≤ 16 tokens per task for the sweeps (one
 length bucket: one compile per program) and 24 for the maps, a 40-step CNN: 80 s of stage time
 at load average ~8, most of it compiling.
@@ -130,7 +128,7 @@ def _labels_stage(ctx: Context) -> dict:
                             glue.read_task("sst2", "train", root=data))
 
 
-def _maps_stage(model: str, task: str):
+def _maps_stage(model: str, task: str, seeds: tuple[int, ...]):
     def run(ctx: Context) -> dict:
         import jattn
         from jattn.analyses.patterns import Thresholds
@@ -142,12 +140,14 @@ def _maps_stage(model: str, task: str):
         t = ctx.result("kovaleva.labels")["thresholds"]
         thresholds = Thresholds(vertical=t["vertical"], diagonal=t["diagonal"])
         base = jattn.load(PRETRAINED[model]) if PRETRAINED[model] else jattn.load()
-        tuned = jattn.load(finetune.classifier(ctx, model, task, 0))
-        r = KM.dev_maps(base, tuned, [dev[i] for i in index], thresholds)
-        protocol = (f"{model} fine-tuned on {task} (seed 0) against its pretrained base, "
+        examples = [dev[i] for i in index]
+        runs = {seed: KM.dev_maps(base, jattn.load(finetune.classifier(ctx, model, task, seed)), examples, thresholds)
+                for seed in seeds}
+        protocol = (f"{model} fine-tuned on {task} (seeds {', '.join(map(str, seeds))}, each) against its pretrained "
+                    "base, "
                     f"{'all' if len(index) == len(dev) else f'a fixed random {len(index)} of the {len(dev)}'} dev "
                     f"examples; deviations: model, task{' (not among the paper’s)' if task == 'cola' else ''}")
-        return KP.maps_result(ctx, model, task, index, r, thresholds, protocol)
+        return KP.maps_result(ctx, model, task, index, runs, thresholds, protocol)
 
     return run
 
@@ -186,10 +186,12 @@ def stages(profile: Profile) -> list[Stage]:
                      code=("experiments.kovaleva2019.labels", "experiments.kovaleva2019.patterns",
                            "jattn.analyses.patterns",
                            "jattn.analyses.pattern_cnn")))
+    seeds = finetune.seeds(profile)
     for model in finetune.models(profile):
         for task in ("sst2", "cola"):
-            out.append(Stage(f"kovaleva.maps-{model}-{task}", _maps_stage(model, task),
-                             needs=(f"finetune.{model}-{task}-s0", "kovaleva.labels"), data=TASK_DATA[task],
+            out.append(Stage(f"kovaleva.maps-{model}-{task}", _maps_stage(model, task, seeds),
+                             needs=(*(f"finetune.{model}-{task}-s{seed}" for seed in seeds), "kovaleva.labels"),
+                             data=TASK_DATA[task],
                              params={"dev": size["maps_dev"]},
                              models=(PRETRAINED[model],) if PRETRAINED[model] and profile.name == "full" else (),
                              code=("experiments.kovaleva2019.maps", "experiments.kovaleva2019.patterns",

@@ -261,13 +261,21 @@ def test_the_patterns_stage_functions_on_a_tiny_model(tiny, tmp_path, monkeypatc
 
     model, base = tiny
     index = np.arange(len(SENTENCES))
-    r = KM.dev_maps(base, model, [(s, 0) for s in SENTENCES], Thresholds())
+    examples = [(s, 0) for s in SENTENCES]
+    runs = {0: KM.dev_maps(base, model, examples, Thresholds()),  # two "seeds": the tuned model, and the base again
+            1: KM.dev_maps(base, base, examples, Thresholds())}
+    np.testing.assert_allclose(runs[1]["cosine"], 1.0, rtol=1e-5)  # a model against itself has not changed
     stage = pipeline.Stage("kovaleva.maps-tiny-sst2", lambda ctx: {})
-    out = KP.maps_result(_ctx(tmp_path, stage, {}), "tiny", "sst2", index, r, Thresholds(), "made-up protocol")
+    out = KP.maps_result(_ctx(tmp_path, stage, {}), "tiny", "sst2", index, runs, Thresholds(), "made-up protocol")
     assert [c["id"] for c in out["claims"]] == ["kovaleva-tiny-sst2-structured-share", "kovaleva-tiny-sst2-finetune-change"]
-    assert all("status" not in c and c["note"].endswith("(paired bootstrap).") for c in out["claims"])
+    assert all("status" not in c and c["note"].endswith("(t over seeds).") for c in out["claims"])
     for c in out["claims"]:
         _recomputes(tmp_path, c)
+        assert c["seeds"] == 2 and sorted(c["per_seed"]) == ["0", "1"]
+    change = out["claims"][1]
+    L = runs[0]["cosine"].shape[1]
+    last = runs[0]["cosine"][:, max(L - 2, 1):].mean()  # seed 0's mean cosine of the last layers; seed 1's is 1
+    assert change["per_seed"]["0"] == pytest.approx(last, abs=1e-5) and change["per_seed"]["1"] == pytest.approx(1.0)
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ or context where it must; and every committed Kovaleva claim gets a valid status
 
 
 import numpy as np
+import pytest
 
 from jattn.reproduce import verdicts as V
 from jattn.reproduce.claims import write_rows
@@ -107,15 +108,24 @@ def test_holm_over_heads_and_seeds_with_replication(tmp_path):
     assert K.judge(one, ev).status == "inconclusive"
 
 
-def test_finetune_change_is_an_ordering_over_resamples(tmp_path):
+def test_finetune_change_is_an_ordering_over_resamples_of_seeds_and_examples(tmp_path):
     rng = np.random.default_rng(0)
-    last = rng.uniform(0.8, 1.0, (100, 6)) - np.array([0, 0, 0, 0, 0.3, 0.3])
-    middle = rng.uniform(0.8, 1.0, (100, 6)) - np.array([0, 0, 0.3, 0.3, 0, 0.1])
-    tie = rng.uniform(0.8, 1.0, (100, 6)) - np.array([0, 0, 0, 0.3, 0.3, 0.3])  # three layers alike
-    made = [claim(tmp_path, f"kovaleva-m-{k}-finetune-change", [{"index": i, "per_layer": list(x)} for i, x in enumerate(a)])
-            for k, a in (("a", last), ("b", middle), ("c", tie))]
+    shift = {"last": [0, 0, 0, 0, 0.3, 0.3], "middle": [0, 0, 0.3, 0.3, 0, 0.1], "tie": [0, 0, 0, 0.3, 0.3, 0.3]}
+
+    def rows(*patterns):  # one seed per pattern, the same 100 examples
+        return [{"seed": s, "index": i, "per_layer": list(x)} for s, k in enumerate(patterns)
+                for i, x in enumerate(rng.uniform(0.8, 1.0, (100, 6)) - np.array(shift[k]))]
+
+    made = [claim(tmp_path, f"kovaleva-m-{k}-finetune-change", rows(*patterns))
+            for k, patterns in (("a", ("last",) * 3), ("b", ("middle",) * 3), ("c", ("tie",) * 3),
+                                ("d", ("last", "middle", "middle", "middle", "last")))]
     ev = evidence(tmp_path, *made)
-    assert [K.judge(c, ev).status for c in made] == ["reproduced", "not reproduced", "inconclusive"]
+    assert [K.judge(c, ev).status for c in made[:3]] == ["reproduced", "not reproduced", "inconclusive"]
+    # two of five seeds change the last layers most: a resample of the seeds decides, so no "reproduced"
+    assert K.judge(made[3], ev).status != "reproduced" and "(seeds × examples)" in K.judge(made[3], ev).reason
+    one = claim(tmp_path, "kovaleva-m-e-finetune-change", rows("last", "last")[:150])  # seed 1 lacks examples
+    with pytest.raises(ValueError, match="every seed needs a row for every example"):
+        K.judge(one, evidence(tmp_path, one))
 
 
 def test_instruments_beat_the_majority_class_and_structured_share_is_context(tmp_path):
