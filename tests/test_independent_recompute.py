@@ -33,6 +33,13 @@ with numpy and scipy only, importing nothing from ``jattn`` or ``experiments``):
   (``per_seed``, keyed by the seed as a string, seeds in ascending order); value = their mean;
   interval = mean ± t_{0.975, k−1} · s / √k (Student t, s the standard deviation with ddof = 1,
   k seeds).
+- ``ci_method = "seeds_examples"``: one row per seed and example (``seed``, ``index``); value and
+  ``per_seed`` as "seeds"; interval: g = ``numpy.random.default_rng(0)``, example draws
+  ``g.integers(0, n, size=(1000, n))`` (positions in the ascending ``index`` list), then seed draws
+  ``g.integers(0, k, size=(1000, k))`` (positions in the ascending seed list); resample k: for each
+  drawn seed, the statistic on that seed's rows of the drawn examples, averaged over the drawn
+  seeds; interval = ``numpy.quantile`` of the 1000 averages at [0.025, 0.975] (Owen 2007's
+  pigeonhole bootstrap).
 - ``ci_method = "heads"`` (``head_spearman``): value = ρ of the K per-head means; indices
   ``numpy.random.default_rng(0).integers(0, K, size=(2000, K))`` resample the heads; ρ on each
   resample (resamples whose heads all tie have none and are left out); interval =
@@ -162,6 +169,22 @@ def over_seeds(statistic, rows: list[dict], names: dict) -> dict:
             "per_seed": {str(s): v for s, v in zip(seeds, per_seed)}}
 
 
+def over_seeds_and_examples(statistic, rows: list[dict], names: dict) -> dict:
+    """The mean over seeds of the statistic per seed, and the pigeonhole bootstrap interval (Owen
+    2007): each resample draws the examples (shared by the seeds) and, independently, the seeds."""
+    seeds, index = sorted({r["seed"] for r in rows}), sorted({r["index"] for r in rows})
+    table = {(r["seed"], r["index"]): r for r in rows}
+    columns = {s: read_columns([table[s, i] for i in index], names) for s in seeds}  # each (n,) by index
+    draw = np.random.default_rng(SEED)
+    examples = draw.integers(0, len(index), size=(B, len(index)))  # positions in ``index``
+    drawn = draw.integers(0, len(seeds), size=(B, len(seeds)))  # positions in ``seeds``
+    thetas = [np.mean([statistic(**{a: c[ex] for a, c in columns[seeds[j]].items()}) for j in picks])
+              for ex, picks in zip(examples, drawn)]
+    per_seed = [statistic(**columns[s]) for s in seeds]
+    return {"value": float(np.mean(per_seed)), "ci": percentile_interval(np.array(thetas)),
+            "per_seed": {str(s): v for s, v in zip(seeds, per_seed)}}
+
+
 def over_heads(rows: list[dict], names: dict) -> dict:
     """Spearman ρ of the per-head means of ``x`` and ``y`` and the central 95 % of it over 2000
     resamples of the heads (resamples whose heads all tie have no ρ and are left out)."""
@@ -195,6 +218,8 @@ def recompute(rows: list[dict], spec: dict) -> dict:
                                 resample_indices(rows, spec.get("cluster")))
     if spec["ci_method"] == "heads":
         return over_heads(rows, spec["columns"])
+    if spec["ci_method"] == "seeds_examples":
+        return over_seeds_and_examples(statistic, rows, spec["columns"])
     assert spec["ci_method"] == "seeds", spec["ci_method"]
     return over_seeds(statistic, rows, spec["columns"])
 

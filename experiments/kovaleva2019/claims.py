@@ -65,14 +65,17 @@ def best_head_claims(ctx, model: str, task: str, sweeps: list[dict], paper: str,
     seeds = len(sweeps)
     claims = []
     split = "; the selection half and the report half: a fixed random split of these examples (seed 0)"
-    for kind, rows, what, how in (
-            ("heldout", held, "selected on one half of dev, Δ on the other half", split),
+    # held out: seeds × examples (the seeds share the report half), the interval its verdict judges
+    two_way = {"ci_method": "seeds_examples"} if seeds > 1 else {}
+    for kind, rows, what, how, over in (
+            ("heldout", held, "selected on one half of dev, Δ on the other half", split, two_way),
             ("insample", insample, "selected and reported on the same dev examples (the paper's way)",
-             "; optimistic by construction: the largest of many noisy Δs, reported on the examples it was chosen on")):
+             "; optimistic by construction: the largest of many noisy Δs, reported on the examples it was chosen on",
+             {})):
         c = ctx.claim(id=f"kovaleva-{model}-{task}-best-head-{kind}",
                       claim=f"{model} {task}: disabling the head whose removal helps most, {what}",
                       paper=paper, unit=f"Δ {unit}", rows=rows, n=len(rows) // seeds, seeds=seeds,
-                      measure=measure, baseline=baseline, protocol=protocol + how + ".")
+                      measure={**measure, **over}, baseline={**baseline, **over}, protocol=protocol + how + ".")
         heads = ", ".join(f"seed {sd}: {b if kind == 'heldout' else t}" for sd, b, t in lines)
         claims.append({**c, "note": f"Head (layer:head) {heads}."})
     return claims, lines

@@ -11,9 +11,10 @@ claim type → test → verdict (α = .05 throughout):
   seed's best Δ) is → ``best_of_n``: reproduced only when p < .05 *and* the held-out twin is
   reproduced; otherwise not reproduced.
 - ``*-best-head-heldout`` (the head selected on one half of dev, Δ on the other half) →
-  ``directional`` on a two-way (seeds × examples) percentile bootstrap of the seed-mean Δ: seeds
-  and report examples resampled independently (Owen 2007's pigeonhole bootstrap: the seeds share
-  the examples), B = ``B_TWO_WAY``, 95 % → reproduced when the interval lies above 0.
+  ``directional`` on the claim's own interval, the seeds × examples percentile bootstrap of the
+  seed-mean Δ (``ci_method = "seeds_examples"``: seeds and report examples resampled
+  independently, Owen 2007's pigeonhole bootstrap, the seeds sharing the examples), 95 % →
+  reproduced when the interval lies above 0.
 - ``*-heads-holm`` / ``*-layers-holm`` ("some heads / layers improve when disabled", Fig. 9-10)
   → Holm 1979 over every test of the family, seeds included (L·H or L units × the seeds, each a
   paired bootstrap p with B = 10,000) → reproduced when some unit improves after Holm *and* the
@@ -46,13 +47,11 @@ from experiments import papers
 from jattn.reproduce import studies
 from jattn.reproduce.verdicts import (ALPHA, Evidence, Verdict, best_of_n, context, directional, holm_family,
                                       null_maxima, ordering)
-from experiments.kovaleva2019.disabling import metric_counts
 
 __all__ = ["describe", "judge"]
 
 Z95 = float(norm.ppf(0.975))  # a head's se from its 95 % paired bootstrap interval: width / (2 · 1.96)
 NULL_DRAWS = 10_000  # draws of the max-statistic null: p resolved to 1e-4, well below α = .05
-B_TWO_WAY = 2_000  # seeds × examples resamples of the held-out Δ: percentile tails of a 95 % interval to ±0.5 %
 B_ORDER = 2_000  # example resamples of the layer ordering: a share of 95 % resolved to ±0.5 %
 ORDER_LEVEL = 0.95  # the ordering must hold in 95 % of resamples (the bootstrap analogue of α = .05)
 SEED = 0
@@ -70,39 +69,9 @@ def _twin(claim: dict, evidence: Evidence, kind: str, to: str) -> dict:
     return evidence.claims[claim["id"][: -len(kind)] + to]
 
 
-def _two_way_gain(rows: list[dict], spec: dict, level: float, b: int = B_TWO_WAY) -> tuple[float, tuple]:
-    """(the mean over seeds of each seed's Δ metric, its percentile interval) by the pigeonhole
-    bootstrap (Owen 2007): seeds drawn with replacement and, independently, the examples (by
-    ``index``, shared by the seeds) with replacement; Δ per seed from the weighted counts
-    (``metric_counts``), averaged over the drawn seeds."""
-    metric = spec["statistic"].removesuffix("_gain")
-    col = spec["columns"]
-    seeds = sorted({r["seed"] for r in rows})
-    index = sorted({r["index"] for r in rows})
-    where = {x: i for i, x in enumerate(index)}
-    rng = np.random.default_rng(SEED)
-    n, k = len(index), len(seeds)
-    counts = np.bincount((np.arange(b)[:, None] * n + rng.integers(0, n, (b, n))).ravel(),
-                         minlength=b * n).reshape(b, n).astype(np.float64)  # (b, n) draws of each example
-    picks = np.bincount((np.arange(b)[:, None] * k + rng.integers(0, k, (b, k))).ravel(),
-                        minlength=b * k).reshape(b, k)  # (b, k) draws of each seed
-    gains, point = np.empty((b, k)), np.empty(k)
-    for j, s in enumerate(seeds):
-        mine = [r for r in rows if r["seed"] == s]
-        cols = [where[r["index"]] for r in mine]
-        gold = np.array([r[col["gold"]] for r in mine])
-        systems = np.array([[r[col["pred"]] for r in mine], [r[col["reference"]] for r in mine]])  # (2, n_s)
-        weights = np.vstack([np.ones((1, len(mine))), counts[:, cols]])  # (1 + b, n_s)
-        scores = metric_counts(weights, gold, systems, metric)  # (1 + b, 2)
-        point[j], gains[:, j] = scores[0, 0] - scores[0, 1], scores[1:, 0] - scores[1:, 1]
-    theta = (picks * gains).sum(1) / k  # (b,)
-    lo, hi = np.quantile(theta, [(1 - level) / 2, (1 + level) / 2])
-    return float(point.mean()), (float(lo), float(hi))
-
-
 def _heldout(claim: dict, evidence: Evidence) -> Verdict:
-    value, ci = _two_way_gain(evidence.rows(claim), claim["measure"], 0.95)
-    return directional(value, ci, what=f"held-out {claim['unit']} (seeds × examples bootstrap)")
+    how = "seeds × examples bootstrap" if claim["measure"]["ci_method"] == "seeds_examples" else "paired bootstrap"
+    return directional(claim["value"], claim["ci"], what=f"held-out {claim['unit']} ({how})")
 
 
 def _insample(claim: dict, evidence: Evidence) -> Verdict:
@@ -163,7 +132,7 @@ def _structured(claim: dict, evidence: Evidence) -> Verdict:
 
 
 def _finetune_change(claim: dict, evidence: Evidence) -> Verdict:
-    """Share of resamples of seeds × examples (the pigeonhole bootstrap of ``_two_way_gain``: the
+    """Share of resamples of seeds × examples (the pigeonhole bootstrap of the held-out claims: the
     examples, shared by the seeds, and the seeds drawn independently) in which the last two layers
     have the two lowest mean cosines."""
     rows = evidence.rows(claim)

@@ -12,6 +12,15 @@ the one ``../docs/STATISTICS.md`` §2 asks for:
   ``jattn.stats.paired_bootstrap`` (Koehn 2004), with its two-sided p-value;
 - ``ci_method = "seeds"``: the rows carry a ``seed`` column; the statistic per seed, their mean,
   and the Student-t interval over seeds (each seed's value listed);
+- ``ci_method = "seeds_examples"``: the rows carry ``seed`` and ``index`` columns, one row per
+  seed and example, every seed on the same examples; the value and ``per_seed`` as "seeds"; the
+  interval the pigeonhole bootstrap (Owen 2007) of that mean: B = 1000 resamples, each drawing
+  the examples with replacement (``numpy.random.default_rng(0).integers(0, n, (B, n))``, the
+  examples in ascending ``index``) and then, independently, the seeds
+  (``….integers(0, k, (B, k))`` from the same generator, seeds ascending); the statistic of each
+  drawn seed on its rows of the drawn examples, averaged over the drawn seeds; the percentile
+  interval. Both sources of variation at once: a new seed and new examples (a fine-tuned model's
+  score where the seeds share one dev set);
 - ``ci_method = "heads"`` (``head_spearman`` only): ρ over the K heads of the per-head means, its
   percentile interval over ``HEAD_B`` resamples of the heads with replacement (seed 0; a resample
   whose heads all tie has no ρ and is left out): the unit a ρ over heads generalises over, where
@@ -340,7 +349,30 @@ def evaluate(rows: list[dict], spec: dict, level: float = 0.95) -> dict:
         per_seed = [fn(*_columns([r for r in rows if r["seed"] == s], spec["columns"], statistic)) for s in seeds]
         value, ci = stats.t_interval(per_seed, level)
         return {"value": value, "ci": list(ci), "per_seed": dict(zip(map(str, seeds), per_seed))}
-    raise ValueError(f"unknown ci_method {method!r} (bootstrap, paired, seeds, heads)")
+    if method == "seeds_examples":
+        return _seeds_examples(rows, spec, level)
+    raise ValueError(f"unknown ci_method {method!r} (bootstrap, paired, seeds, seeds_examples, heads)")
+
+
+def _seeds_examples(rows: list[dict], spec: dict, level: float, b: int = stats.B) -> dict:
+    """The "seeds_examples" method (module docstring): the seeds' mean of the statistic per seed,
+    its interval by the pigeonhole bootstrap over the seeds and the examples they share."""
+    statistic, fn = spec["statistic"], STATISTICS[spec["statistic"]][1]
+    seeds, index = sorted({r["seed"] for r in rows}), sorted({r["index"] for r in rows})
+    mine = {s: sorted((r for r in rows if r["seed"] == s), key=lambda r: r["index"]) for s in seeds}
+    if any([r["index"] for r in mine[s]] != index for s in seeds):
+        raise ValueError("ci_method 'seeds_examples' needs one row per seed and example (every seed on the same "
+                         "examples, each once)")
+    columns = {s: _columns(mine[s], spec["columns"], statistic) for s in seeds}
+    rng = np.random.default_rng(stats.SEED)
+    examples = rng.integers(0, len(index), size=(b, len(index)))  # (b, n) the examples each resample draws
+    drawn = rng.integers(0, len(seeds), size=(b, len(seeds)))  # (b, k) the seeds each resample draws
+    theta = np.array([[fn(*(c[ix] for c in columns[s])) for ix in examples] for s in seeds])  # (k, b)
+    thetas = theta[drawn, np.arange(b)[:, None]].mean(1)  # (b,) each resample's mean over its drawn seeds
+    per_seed = [fn(*columns[s]) for s in seeds]
+    lo, hi = np.quantile(thetas, [(1 - level) / 2, (1 + level) / 2])
+    return {"value": float(np.mean(per_seed)), "ci": [float(lo), float(hi)],
+            "per_seed": dict(zip(map(str, seeds), per_seed))}
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:

@@ -597,6 +597,38 @@ def test_a_record_stopped_while_written_leaves_no_temporary_file(tmp_path, monke
     assert list((tmp_path / "stages").iterdir()) == []
 
 
+def test_seeds_examples_is_the_pigeonhole_bootstrap_written_out():
+    """"seeds_examples": per resample, the drawn examples (shared) scored for each drawn seed, the
+    statistic averaged over the drawn seeds; a loop over resamples, seeds and rows, against it."""
+    rng = np.random.default_rng(5)
+    n, k = 30, 3
+    gold = rng.integers(0, 2, n)
+    rows = [{"seed": s, "index": 100 + i, "gold": int(g), "pred": int(g if rng.random() < 0.6 + 0.1 * s else 1 - g),
+             "base": int(g if rng.random() < 0.6 else 1 - g)} for s in range(k) for i, g in enumerate(gold)]
+    rng.shuffle(rows)  # the order of the file does not matter
+    spec = {"statistic": "accuracy_gain", "columns": {"gold": "gold", "pred": "pred", "reference": "base"},
+            "ci_method": "seeds_examples"}
+    got = claims.evaluate(rows, spec)
+    draw = np.random.default_rng(0)
+    examples, seeds = draw.integers(0, n, (1000, n)), draw.integers(0, k, (1000, k))
+    table = {(r["seed"], r["index"]): r for r in rows}
+    thetas = []
+    for ex, ss in zip(examples, seeds):
+        gains = []
+        for s in ss:
+            picked = [table[s, 100 + i] for i in ex]
+            right = [(r["pred"] == r["gold"], r["base"] == r["gold"]) for r in picked]
+            gains.append(np.mean([a for a, _ in right]) - np.mean([b for _, b in right]))
+        thetas.append(np.mean(gains))
+    per_seed = [np.mean([r["pred"] == r["gold"] for r in rows if r["seed"] == s])
+                - np.mean([r["base"] == r["gold"] for r in rows if r["seed"] == s]) for s in range(k)]
+    assert got["value"] == pytest.approx(np.mean(per_seed), abs=1e-12)
+    assert got["ci"] == pytest.approx(list(np.quantile(thetas, [0.025, 0.975])), abs=1e-12)
+    assert got["per_seed"] == pytest.approx({str(s): v for s, v in enumerate(per_seed)}, abs=1e-12)
+    with pytest.raises(ValueError, match="one row per seed and example"):
+        claims.evaluate(rows[1:], spec)
+
+
 def test_a_study_headline_names_what_reproduces_what_does_not_and_what_is_not_comparable():
     """One sentence per status, the findings in order of appearance, each with its settings and, where
     several claims test one finding on one setting, how many of them have the status."""
