@@ -265,6 +265,8 @@ def test_recorded_numbers_recompute(claims, claim_id):
     ("clark-minilm-syntax-det", "head", lambda v: v + 1),  # one dependency attached elsewhere
     ("patching-minilm-corruption", "clean", lambda v: v + 0.5),  # one clean logit difference moved
     ("finetune-minilm-cola", "pred", lambda v: 1 - v),  # one fine-tuned prediction flipped
+    ("kovaleva-minilm-sst2-best-head-heldout", "pred", lambda v: 1 - v),  # seeds × examples
+    ("clark-minilm-coref-gap", "head", lambda v: 1 - v),  # GAP's pages resampled
 ])
 def test_a_changed_row_is_caught(claims, claim_id, column, change):
     """The check can fail: one row changed in a copy of the file (for each ci_method), or a recorded
