@@ -192,7 +192,8 @@ def report_markdown(records: dict[str, dict], claims: list[dict], profile: str, 
              "baseline is "
              "recomputable from the file its claim names under `predictions/` (`reproduce.json` has the statistic "
              "and columns of each); intervals as `STATISTICS.md` §2 says (percentile bootstrap B = 1000 over "
-             "examples, paired bootstrap for differences, Student-t over training seeds).", ""]
+             "the resampling unit: examples, documents or token types; paired bootstrap for differences; Student-t "
+             "over training seeds, or seeds × examples where a rule judges both).", ""]
     if old := [n for n in records if n in stale]:
         lines += [f"Stale records, computed from other inputs or code than today's (`jattn reproduce --list` says "
                   f"why; `jattn reproduce` reruns them, once their models are made): {', '.join(old)}. Their "
