@@ -208,7 +208,9 @@ class Seq2SeqModel(ModuleModel):
 
     def forward(self, batch, interventions=None, *, compute_dtype=jnp.float32, internals="all") -> Seq2SeqResult:
         """Teacher-forced forward; one compile per padded shape. ``interventions``:
-        {"encoder"|"decoder"|"cross": jattn.Interventions} (missing = none)."""
+        {"encoder"|"decoder"|"cross": jattn.Interventions} (missing = none). ``compute_dtype``:
+        float32 (default) or bfloat16 / float16 for the products and activations, the softmax kept
+        in float32 (``docs/GUIDE.md``, Precision)."""
         iv = check_traced(lambda given: seq2seq.check_interventions(self.config, given), interventions)
         inputs = self.check_batch(batch)
         self.check_placement(inputs)
