@@ -134,20 +134,25 @@ def maps_result(ctx, model: str, task: str, index: np.ndarray, runs: dict[int, d
             "figures": _figures(ctx, tag, runs, seeds)}
 
 
+def _over_seeds(values) -> tuple[float, tuple[float, float]]:
+    """The mean of one value per seed and its Student-t 95 % interval (``claims.evaluate``'s "seeds")."""
+    got = C.evaluate([{"seed": s, "value": float(v)} for s, v in enumerate(values)],
+                     {"statistic": "mean", "columns": {"value": "value"}, "ci_method": "seeds"})
+    return got["value"], tuple(got["ci"])
+
+
 def _summaries(runs: dict[int, dict], seeds: list[int]) -> dict:
     """Per type and model the share of maps, per type the uniform map's, per layer the cosine: each
     a mean over the examples per seed, then over seeds with its t-interval; the cosine per head
     averaged over seeds."""
-    from jattn import stats
-
     keep = {s: np.flatnonzero(runs[s]["rows"] > 0) for s in seeds}
     share = {s: {m: (t / t.sum(1, keepdims=True))[keep[s]].mean(0) for m, t in runs[s]["types"].items()}
              for s in seeds}  # seed -> model -> (5,)
-    return {"types": {m: [stats.t_interval([share[s][m][k] for s in seeds]) for k in range(len(TYPES))]
+    return {"types": {m: [_over_seeds([share[s][m][k] for s in seeds]) for k in range(len(TYPES))]
                       for m in ("finetuned", "pretrained")},
-            "uniform": [stats.t_interval([np.mean(runs[s]["uniform"][keep[s]] == k) for s in seeds])
+            "uniform": [_over_seeds([np.mean(runs[s]["uniform"][keep[s]] == k) for s in seeds])
                         for k in range(len(TYPES))],
-            "per_layer": [stats.t_interval([runs[s]["cosine"][:, l].mean() for s in seeds])
+            "per_layer": [_over_seeds([runs[s]["cosine"][:, l].mean() for s in seeds])
                           for l in range(runs[seeds[0]]["cosine"].shape[1])],
             "cosine_heads": np.mean([runs[s]["cosine_heads"] for s in seeds], 0)}
 

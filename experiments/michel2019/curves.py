@@ -111,7 +111,7 @@ def prunable_share(shares: Sequence[float], deltas: Sequence[dict], tolerance: f
 
 
 def digits(pred) -> str:
-    """Per-example classes 0-9 as one string, a character each (compact rows; ``claims._systems``)."""
+    """Per-example classes 0-9 as one string, a character each (compact rows; ``jattn.reproduce.statistics._systems``)."""
     pred = np.asarray(pred)
     if pred.size and (pred.min() < 0 or pred.max() > 9):
         raise ValueError("digit strings hold classes 0-9 only")

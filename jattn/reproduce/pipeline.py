@@ -254,8 +254,8 @@ def _why_run(stage: Stage, record: dict | None, key: str, force: tuple[str, ...]
     return None
 
 
-def _claims_code() -> str:
-    return _source_hash("jattn.reproduce.claims")
+def _claims_code() -> str:  # the code a record's claims are computed by: the claims and their statistics
+    return _source_hash("jattn.reproduce.claims") + _source_hash("jattn.reproduce.statistics")
 
 
 def _same_numbers(a, b) -> bool:

@@ -597,6 +597,22 @@ def test_a_record_stopped_while_written_leaves_no_temporary_file(tmp_path, monke
     assert list((tmp_path / "stages").iterdir()) == []
 
 
+def test_spearman_of_counts_is_spearman_on_the_repeated_rows():
+    """``statistics.spearman_of_counts``: ρ of each resample from its counts equals scipy's ρ on the
+    rows repeated as often as drawn (ties included); ``spearman_arrays`` declines what scipy's checks
+    should speak to (fewer than 2 rows, unequal lengths, non-finite values)."""
+    from jattn.reproduce import statistics
+
+    rng = np.random.default_rng(7)
+    x, y = rng.integers(0, 5, 40).astype(float), rng.normal(size=40)  # x with ties
+    w = rng.integers(0, 3, (6, 40))  # (c, n) counts of 6 resamples
+    got = statistics.spearman_of_counts(*statistics.spearman_arrays(x, y))(w)
+    want = [statistics.spearman(np.repeat(x, c), np.repeat(y, c)) for c in w]
+    assert got == pytest.approx(want, abs=1e-12)
+    assert statistics.spearman_arrays([1.0], [2.0]) is None and statistics.spearman_arrays([1, 2], [1]) is None
+    assert statistics.spearman_arrays([1.0, np.nan], [1.0, 2.0]) is None
+
+
 def test_seeds_examples_is_the_pigeonhole_bootstrap_written_out():
     """"seeds_examples": per resample, the drawn examples (shared) scored for each drawn seed, the
     statistic averaged over the drawn seeds; a loop over resamples, seeds and rows, against it."""
