@@ -88,8 +88,8 @@ RECOMPUTE = (
     "head tied left out (numpy.nanquantile); `cluster`: resample the K "
     "clusters of that column (default_rng(0).integers(0, K, (1000, K)), clusters numbered by first appearance) "
     "instead of rows. `status`, `rule` and `reason` are the study's decision rules' (docs/STATISTICS.md, "
-    "Decision rules; experiments/<study>/verdicts.py); tests/test_independent_recompute.py recomputes one claim "
-    "per study with numpy and scipy only.")
+    "Decision rules; experiments/<study>/verdicts.py); tests/test_independent_recompute.py recomputes a claim "
+    "of every study and of every interval scheme with numpy and scipy only.")
 
 
 def judged(records: dict[str, dict], root: Path, stale: Collection[str] = ()) -> list[dict]:
