@@ -241,7 +241,7 @@ class EncoderModel(ModuleModel):
         ``heads``: names from ``jattn.nn.encoder.HEADS`` ("mlm_logits" (b, n, V),
         "replaced_token_logits" (b, n)), the checkpoint's own heads' outputs, computed only when named.
         ``compute_dtype``: float32 (default) or bfloat16 / float16 for the products and activations,
-        the softmax kept in float32 (``docs/GUIDE.md``, Precision: bfloat16 moves α by up to ≈ 0.05).
+        the softmax kept in float32 (``docs/GUIDE.md``, Precision: bfloat16 moves α by up to ≈ 0.02).
 
         ``recycle``: a previous result of this batch shape and ``internals`` choice that the
         caller is done with; its arrays are donated and this call's outputs are written into
