@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from jattn import stats
+from jattn.reproduce import claims
 
 # Resamples for the syntax family's p-values: Holm's smallest threshold over ~26 relations is
 # .05 / 26 ≈ .0019, which p-values in steps of 2 / 1000 cannot resolve; 5,000 give steps of .0004.
@@ -40,20 +41,15 @@ def mean_deltas(d, clusters=None, groups=None, *, b: int = stats.B, level: float
     (with "cluster" when given), every group on the same resamples, vectorised by counts."""
     d = np.asarray(d, np.float64)
     n = len(d)
-    labels = np.arange(n) if clusters is None else np.asarray(clusters)
-    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
-    rank = np.empty(len(first), np.int64)
-    rank[np.argsort(first)] = np.arange(len(first))  # clusters numbered in order of first appearance
-    codes, k = rank[inverse.ravel()], len(first)
+    codes, k = claims.cluster_codes(range(n) if clusters is None else clusters)  # (n,) each row's cluster
     names, which = np.unique(np.zeros(n, int) if groups is None else np.asarray(groups), return_inverse=True)
     cell = codes * len(names) + which.ravel()
     sums = np.bincount(cell, d, k * len(names)).reshape(k, -1)  # (K, G)
     counts = np.bincount(cell, None, k * len(names)).reshape(k, -1)  # (K, G)
-    picks = np.random.default_rng(stats.SEED).integers(0, k, size=(b, k))  # (b, K): claims' cluster resamples
+    picks = claims.resample_picks(k, b)  # (b, K): claims' cluster resamples
     deltas = []
     for chunk in np.array_split(picks, max(1, b * k // 2_000_000)):
-        c = len(chunk)
-        w = np.bincount((np.arange(c)[:, None] * k + chunk).ravel(), minlength=c * k).reshape(c, k).astype(float)
+        w = claims.pick_counts(chunk, k).astype(float)  # (c, K)
         with np.errstate(invalid="ignore", divide="ignore"):
             deltas.append((w @ sums) / (w @ counts))  # (c, G)
     deltas = np.concatenate(deltas)  # (b, G)

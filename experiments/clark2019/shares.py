@@ -152,7 +152,7 @@ def stage(model: str):
                                                      for c, r in enumerate(ROLES)) + " | other |",
                  "|---|---:|---:|---:|---:|"]
         table += [f"| {l + 1} | " + " | ".join(f"{mean[l, c]:.3f}" for c in range(4)) + " |" for l in range(L)]
-        return {"claims": claims, "figures": [ctx.relative(path)], "table": "\n".join(table)}
+        return {"claims": claims, "figures": [str(path.relative_to(ctx.out))], "table": "\n".join(table)}
 
     return run
 

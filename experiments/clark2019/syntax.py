@@ -218,7 +218,7 @@ def stage(model: str):
                          f"{rate(found[r], 'head'):.3f} | {chosen[r]['offset']:+d} | {rate(found[r], 'offset'):.3f} | "
                          f"{tests[r]['value']:+.3f} ({p_text(tests[r])}) | {'yes' if holm.get(r) else '–'} | "
                          f"{head_name(in_sample[r]['head'])} | {rate(found[r], 'in_sample'):.3f} |")
-        return {"claims": claims, "figures": [ctx.relative(path)], "table": "\n".join(lines),
+        return {"claims": claims, "figures": [str(path.relative_to(ctx.out))], "table": "\n".join(lines),
                 "shards": {name: str(work / name / "shards") for name in SPLITS},
                 "sentences": {name: len(trees[name]) for name in SPLITS}}
 

@@ -143,11 +143,8 @@ def _finetune_change(claim: dict, evidence: Evidence) -> Verdict:
         cube[seeds.index(r["seed"]), index.index(r["index"])] = r["per_layer"]
     if np.isnan(cube).any():
         raise ValueError(f"{claim['id']}: every seed needs a row for every example")
-    rng = np.random.default_rng(SEED)
-    examples = np.bincount((np.arange(B_ORDER)[:, None] * n + rng.integers(0, n, (B_ORDER, n))).ravel(),
-                           minlength=B_ORDER * n).reshape(B_ORDER, n)  # (B, n) draws of each example
-    drawn = np.bincount((np.arange(B_ORDER)[:, None] * k + rng.integers(0, k, (B_ORDER, k))).ravel(),
-                        minlength=B_ORDER * k).reshape(B_ORDER, k)  # (B, k) draws of each seed
+    picked_examples, picked_seeds = C.pigeonhole_picks(n, k, B_ORDER)  # the held-out claims' draws
+    examples, drawn = C.pick_counts(picked_examples, n), C.pick_counts(picked_seeds, k)  # (B, n), (B, k) draws of each
     means = np.einsum("bk,bn,knl->bl", drawn, examples, cube) / (k * n)  # (B, L)
     two_lowest = np.sort(np.argsort(means, 1)[:, :2], 1)  # (B, 2)
     holds = ((two_lowest[:, 0] == L - 2) & (two_lowest[:, 1] == L - 1)).mean()

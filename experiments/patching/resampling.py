@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from jattn import stats
+from jattn.reproduce import claims
 
 
 def resample_weights(n: int, clusters=None, b: int = stats.B) -> np.ndarray:
@@ -18,11 +19,5 @@ def resample_weights(n: int, clusters=None, b: int = stats.B) -> np.ndarray:
     (``clusters`` None: the draws of ``jattn.stats``, seed 0), or of the clusters the rows belong to
     (``clusters`` (n,) labels, numbered in order of first appearance: the resamples of
     ``claims.evaluate``'s ``"cluster"`` option, e.g. GAP's Wikipedia pages)."""
-    labels = np.arange(n) if clusters is None else np.asarray(clusters)
-    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
-    rank = np.empty(len(first), np.int64)
-    rank[np.argsort(first)] = np.arange(len(first))
-    codes, k = rank[inverse.ravel()], len(first)  # (n,) each row's cluster, K clusters
-    picks = np.random.default_rng(stats.SEED).integers(0, k, size=(b, k))  # (b, K) clusters drawn
-    counts = np.bincount((np.arange(b)[:, None] * k + picks).ravel(), minlength=b * k).reshape(b, k)  # (b, K)
-    return counts[:, codes]  # (b, n)
+    codes, k = claims.cluster_codes(range(n) if clusters is None else clusters)  # (n,) each row's cluster
+    return claims.pick_counts(claims.resample_picks(k, b), k)[:, codes]  # (b, n)

@@ -50,7 +50,8 @@ from jattn import stats
 from jattn.reproduce.statistics import FAST_BOOTSTRAP, STATISTICS, head_interval, spearman, spearman_arrays, \
     spearman_of_counts
 
-__all__ = ["evaluate", "make", "read_rows", "recompute", "STATISTICS", "write_rows"]
+__all__ = ["cluster_codes", "evaluate", "make", "pick_counts", "pigeonhole_picks", "read_rows", "recompute",
+           "resample_picks", "STATISTICS", "write_rows"]
 
 
 def _columns(rows: list[dict], names: dict[str, str], statistic: str) -> list[np.ndarray]:
@@ -63,15 +64,34 @@ def _columns(rows: list[dict], names: dict[str, str], statistic: str) -> list[np
     return [np.asarray([r[names[a]] for r in rows]) for a in arguments]
 
 
-def _cluster_codes(rows: list[dict], column: str) -> tuple[np.ndarray, int]:
-    """(n,) each row's cluster, numbered in order of first appearance, and the number of clusters K."""
-    codes: dict = {}
-    return np.asarray([codes.setdefault(r[column], len(codes)) for r in rows]), len(codes)
+# The resamples every interval of a claim draws, public so that a study's own tests (its tables, its
+# rules) draw exactly the same ones.
 
 
-def _cluster_picks(k: int, b: int = stats.B) -> np.ndarray:
-    """(b, K) the clusters each resample draws, with replacement."""
+def cluster_codes(labels) -> tuple[np.ndarray, int]:
+    """(n,) each label's cluster, numbered in order of first appearance, and the number of clusters K."""
+    first: dict = {}
+    return np.asarray([first.setdefault(x, len(first)) for x in labels], np.int64), len(first)
+
+
+def resample_picks(k: int, b: int = stats.B) -> np.ndarray:
+    """(b, k) the units (rows or clusters) each of ``b`` resamples draws, with replacement:
+    ``numpy.random.default_rng(0).integers(0, k, (b, k))``."""
     return np.random.default_rng(stats.SEED).integers(0, k, size=(b, k))
+
+
+def pigeonhole_picks(n: int, k: int, b: int = stats.B) -> tuple[np.ndarray, np.ndarray]:
+    """The pigeonhole bootstrap's draws (Owen 2007) over ``n`` examples shared by ``k`` seeds: (b, n)
+    the examples each resample draws, then, from the same generator, (b, k) the seeds it draws."""
+    rng = np.random.default_rng(stats.SEED)
+    examples = rng.integers(0, n, size=(b, n))  # (b, n)
+    return examples, rng.integers(0, k, size=(b, k))  # (b, k)
+
+
+def pick_counts(picks: np.ndarray, k: int) -> np.ndarray:
+    """(b, k) how often each of ``k`` units enters each resample of ``picks`` (b, m)."""
+    b = len(picks)
+    return np.bincount((np.arange(b)[:, None] * k + picks).ravel(), minlength=b * k).reshape(b, k)
 
 
 def _cluster(rows: list[dict], spec: dict, level: float) -> dict:
@@ -80,12 +100,11 @@ def _cluster(rows: list[dict], spec: dict, level: float) -> dict:
     statistic, fn = spec["statistic"], STATISTICS[spec["statistic"]][1]
     system = _columns(rows, spec["columns"], statistic)
     tails = [(1 - level) / 2, (1 + level) / 2]
-    codes, k = _cluster_codes(rows, spec["cluster"])
-    picks = _cluster_picks(k)
+    codes, k = cluster_codes(r[spec["cluster"]] for r in rows)
+    picks = resample_picks(k)
     if spec["ci_method"] == "bootstrap" and statistic == "spearman" and spearman_arrays(*system) is not None:
         rho = spearman_of_counts(*spearman_arrays(*system))
-        theta = np.concatenate([rho(np.bincount((np.arange(len(p))[:, None] * k + p).ravel(), minlength=len(p) * k)
-                                    .reshape(len(p), k)[:, codes])  # (c, n) copies of each row
+        theta = np.concatenate([rho(pick_counts(p, k)[:, codes])  # (c, n) copies of each row
                                 for p in np.array_split(picks, range(20, stats.B, 20))])
         return {"value": float(fn(*system)), "ci": [float(q) for q in np.quantile(theta, tails)]}
     members = [np.flatnonzero(codes == j) for j in range(k)]
@@ -145,9 +164,7 @@ def _seeds_examples(rows: list[dict], spec: dict, level: float, b: int = stats.B
         raise ValueError("ci_method 'seeds_examples' needs one row per seed and example (every seed on the same "
                          "examples, each once)")
     columns = {s: _columns(mine[s], spec["columns"], statistic) for s in seeds}
-    rng = np.random.default_rng(stats.SEED)
-    examples = rng.integers(0, len(index), size=(b, len(index)))  # (b, n) the examples each resample draws
-    drawn = rng.integers(0, len(seeds), size=(b, len(seeds)))  # (b, k) the seeds each resample draws
+    examples, drawn = pigeonhole_picks(len(index), len(seeds), b)  # (b, n) examples, (b, k) seeds drawn
     theta = np.array([[fn(*(c[ix] for c in columns[s])) for ix in examples] for s in seeds])  # (k, b)
     thetas = theta[drawn, np.arange(b)[:, None]].mean(1)  # (b,) each resample's mean over its drawn seeds
     per_seed = [fn(*columns[s]) for s in seeds]

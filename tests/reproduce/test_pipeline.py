@@ -378,6 +378,32 @@ def test_every_committed_claim_recomputes_from_its_committed_predictions(claim):
     assert again["baseline"]["value"] == pytest.approx(claim["baseline"]["value"], abs=1e-12)
 
 
+def _paths(value) -> set[str]:
+    """Every string in a record (dicts and lists walked) that names a file under experiments/results/."""
+    if isinstance(value, dict):
+        return set().union(set(), *map(_paths, value.values()))
+    if isinstance(value, list):
+        return set().union(set(), *map(_paths, value))
+    return {value} if isinstance(value, str) and value.startswith("experiments/results/") else set()
+
+
+@pytest.mark.skipif(not COMMITTED.is_file(), reason="no committed experiments/results/reproduce.json")
+def test_every_committed_result_file_is_read_by_a_record():
+    """Every predictions file and figure is named by a claim or a stage record (a stage's figures
+    relative to the output folder, as ``Context.save_figure`` returns them) and every named file is
+    committed: a file left behind by a rerun that wrote others (e.g. other head counts) would sit
+    beside the results as if it were one of them, and the REPORT's figure links resolve."""
+    results = ROOT / "experiments" / "results"
+    named = _paths(COMMITTED_CLAIMS)
+    for record in (results / "stages").glob("*.json"):
+        result = json.loads(record.read_text())["result"]
+        named |= _paths(result) | {f"experiments/results/{f}" for f in result.get("figures", [])}
+    files = {str(f.relative_to(ROOT)) for d in ("predictions", "figures") for f in (results / d).rglob("*")
+             if f.is_file()}
+    assert not sorted(files - named), "files no record names: delete them (or name them in the stage's result)"
+    assert not sorted(n for n in named if not (ROOT / n).is_file()), "named by a record, not committed"
+
+
 # Every claim's value, interval and baseline as the studies gave them when they moved to
 # experiments/ on the public API: a rerun of `make reproduce` must give them again up to float
 # rounding. A change of a claim is a change of this file, with its reason in the commit.
@@ -643,6 +669,21 @@ def test_seeds_examples_is_the_pigeonhole_bootstrap_written_out():
     assert got["per_seed"] == pytest.approx({str(s): v for s, v in enumerate(per_seed)}, abs=1e-12)
     with pytest.raises(ValueError, match="one row per seed and example"):
         claims.evaluate(rows[1:], spec)
+
+
+def test_the_resamples_a_claim_draws_are_the_documented_draws_written_out():
+    """``cluster_codes``, ``resample_picks``, ``pigeonhole_picks`` and ``pick_counts``, which the
+    studies' own tests use to draw the resamples of their claims, against the module docstring's
+    recipe by hand."""
+    codes, k = claims.cluster_codes(["b", "a", "b", "c", "a"])
+    assert codes.tolist() == [0, 1, 0, 2, 1] and k == 3
+    assert claims.cluster_codes(np.array([7, 7, 3]))[0].tolist() == [0, 0, 1]
+    assert np.array_equal(claims.resample_picks(4, 50), np.random.default_rng(0).integers(0, 4, (50, 4)))
+    draw = np.random.default_rng(0)
+    examples, seeds = claims.pigeonhole_picks(9, 3, 40)
+    assert np.array_equal(examples, draw.integers(0, 9, (40, 9))) and np.array_equal(seeds, draw.integers(0, 3, (40, 3)))
+    picks = claims.resample_picks(5, 30)
+    assert claims.pick_counts(picks, 5).tolist() == [[list(p).count(j) for j in range(5)] for p in picks]
 
 
 def test_a_study_headline_names_what_reproduces_what_does_not_and_what_is_not_comparable():
