@@ -184,7 +184,7 @@ def _finding(cid: str) -> tuple[str, str]:
     """(the paper's finding or the curve a claim is a point of, its setting) from the claim id; the
     ``-long`` claims are on the longest test sentences."""
     base = cid.removesuffix("-long")
-    where = ", longest sentences" if base != cid else ""
+    where = " on the longest sentences" if base != cid else ""
     if base == "voita-unpruned-bleu":
         return "the unpruned model's test BLEU", "6+6 × 8 fr→en" + where
     if base == FEWEST:
