@@ -13,9 +13,9 @@ with, and after an edit of it the recorded claims are recomputed from their pred
 — the record stands if every number comes out the same (a new statistic, a refactoring), the
 stage reruns if one differs. A stage that takes long checkpoints in its own work folder
 (``Context.work``) and continues from there; its record is written last. A record holds the
-stage's runtime (its runs killed before it finished included) and the training time of the
-models it read that were made before it ran (``models_s``; a model the stage makes itself is in
-its runtime): the report counts both.
+stage's runtime (its runs stopped before it finished included, a kill without warning too:
+``records.Clock``) and the training time of the models it read that were made before it ran
+(``models_s``; a model the stage makes itself is in its runtime): the report counts both.
 
 Two profiles: ``full`` (the numbers of ``experiments/results/REPORT.md``) and ``quick`` (the same
 stages on small subsets, minutes; CI runs it).
@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import sys
-import time
 import tokenize
 from pathlib import Path
 from typing import Callable
@@ -210,17 +209,6 @@ class Context:
                            command=self.command, **fields)
 
 
-SPENT = "seconds_spent"  # in a stage's work folder: the time of its runs that were killed before the record
-
-
-def _spent(earlier: list[float], start: float, cpu_start: float) -> list[float]:
-    """[wall, CPU] seconds of a stage so far: the killed runs' ``earlier`` plus this one's. CPU
-    time is the process's, every thread (up to the cores × the wall time; a job sharing the cores
-    slows the wall clock, not it); left out when an earlier run recorded none."""
-    now = [time.perf_counter() - start, time.process_time() - cpu_start]
-    return [e + n for e, n in zip(earlier, now)] if len(earlier) == 2 else [earlier[0] + now[0]]
-
-
 def keys(stages: list[Stage]) -> dict[str, str]:
     """Every stage's key, in order (a stage's ``needs`` must come before it)."""
     out: dict[str, str] = {}
@@ -370,23 +358,18 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         if _forced(stage, force):  # from the start, not from the checkpoints of its last run
             shutil.rmtree(ctx.work_root / stage.name / key[:16], ignore_errors=True)
         made_before = [m for m in stage.models if artefacts.is_made(m)]  # their training is not in the runtime
-        spent = ctx.work_root / stage.name / key[:16] / SPENT
-        # wall and CPU seconds of earlier killed runs ("wall cpu"; an older file holds the wall time only)
-        earlier = [float(x) for x in spent.read_text().split()] if spent.is_file() else [0.0, 0.0]
-        start, cpu_start = time.perf_counter(), time.process_time()
+        # also for a stage that checkpoints elsewhere (a trainer): its killed runs' time counts when it resumes
+        clock = records.Clock(ctx.work_root / stage.name / key[:16] / records.SPENT)
         try:
             result = stage.run(ctx)
         except ArtefactNotMade as e:
             ctx.not_run[stage.name] = str(e)
             log(f"    not run: {e}")
             continue
-        except BaseException:  # killed: a stage that checkpointed resumes, and this run's time counts then
-            spent.parent.mkdir(parents=True, exist_ok=True)  # also for one that checkpoints elsewhere (a trainer)
-            spent.write_text(" ".join(f"{t:.1f}" for t in _spent(earlier, start, cpu_start)) + "\n")
-            raise
-        finally:
+        finally:  # a stage stopped here resumes from its checkpoints, and this run's time counts then
+            spent = clock.stop()
             release_compiled()
-        wall, *cpu = _spent(earlier, start, cpu_start)
+        wall, *cpu = spent
         record = {"name": stage.name, "key": key, "needs": list(stage.needs), "profile": ctx.profile.name,
                   "params": stage.params, "runtime_s": round(wall, 1), **({"cpu_s": round(cpu[0], 1)} if cpu else {}),
                   "models_s": records.models_seconds(made_before),
@@ -395,6 +378,7 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
                   "claims_code": _claims_code(), "result": result}
         # the record last: a killed stage has none and reruns from its work folder
         done[stage.name] = records.write(ctx.out, record)
+        clock.clear()
         ctx.results[stage.name] = done[stage.name]["result"]
         log(f"    done in {record['runtime_s']:.0f} s")
     return done

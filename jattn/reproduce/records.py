@@ -1,11 +1,13 @@
 """The stage records on disk (``<out>/stages/<name>.json``): read, written atomically as JSON, with
-the machine a stage ran on and the training time of the models it read."""
+the machine a stage ran on, the time it took (``Clock``) and the training time of the models it read."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import threading
+import time
 from pathlib import Path
 
 __all__ = ["load", "read", "write"]
@@ -37,6 +39,63 @@ def write(out: Path, record: dict) -> dict:
 def load(out: Path, names: list[str]) -> dict[str, dict]:
     """The records of the stages ``names`` (those that have one), in that order."""
     return {n: r for n in names if (r := read(out, n)) is not None}
+
+
+SPENT = "seconds_spent"  # in a stage's work folder: "wall cpu" seconds of its runs that have no record yet
+BEAT = 30.0  # seconds between two writes of SPENT while a stage runs
+
+
+class Clock:
+    """The wall and CPU seconds a stage has spent on its current key: those of its earlier runs that
+    were stopped before their record (read from ``file``) plus this run's. A daemon thread writes the
+    sum to ``file`` every ``BEAT`` seconds, so that a run killed without warning (SIGKILL, a machine
+    stopped) loses at most that much of its time; ``stop`` writes it at once (a stop Python sees).
+    CPU time is the process's, every thread (up to the cores × the wall time: a job sharing the cores
+    slows the wall clock, not it); left out when an earlier run recorded none (an older file holds
+    the wall time only)."""
+
+    def __init__(self, file: Path):
+        self.file = file
+        self.earlier = [float(x) for x in file.read_text().split()] if file.is_file() else [0.0, 0.0]
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
+        self._final: list[float] | None = None
+        self._stopped = threading.Event()
+        self._beat = threading.Thread(target=self._write_every_beat, daemon=True, name=f"clock {file}")
+        self._beat.start()
+
+    def spent(self) -> list[float]:
+        """[wall, CPU] seconds so far, or [wall] when an earlier run recorded no CPU time."""
+        now = [time.perf_counter() - self.start, time.process_time() - self.cpu_start]
+        return [e + n for e, n in zip(self.earlier, now)] if len(self.earlier) == 2 else [self.earlier[0] + now[0]]
+
+    def _write(self, spent: list[float]) -> None:
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(" ".join(f"{t:.1f}" for t in spent) + "\n")
+        os.replace(tmp, self.file)  # a kill mid-write leaves the last whole sum
+
+    def _write_every_beat(self) -> None:
+        while not self._stopped.wait(BEAT):
+            self._write(self.spent())
+
+    def stop(self) -> list[float]:
+        """Stop counting, write the sum to ``file`` for a run that resumes, and return it."""
+        if self._final is None:
+            self._stopped.set()
+            self._beat.join()
+            self._final = self.spent()
+            self._write(self._final)
+        return self._final
+
+    def clear(self) -> None:
+        """The stage's record holds its time: remove ``file`` (a later run on this key counts from
+        zero), and its folder and the one above (``<work>/<stage>/<key>``) where that leaves them empty."""
+        self.file.unlink(missing_ok=True)
+        for folder in (self.file.parent, self.file.parent.parent):
+            try:
+                folder.rmdir()
+            except OSError:  # the stage's checkpoints are in it
+                return
 
 
 def machine() -> str:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jattn import stats
-from jattn.reproduce import claims, pipeline, report
+from jattn.reproduce import claims, pipeline, records, report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -455,7 +455,7 @@ def test_a_resumed_stage_adds_its_killed_runs_cpu_time(tmp_path):
     stages = [pipeline.Stage("toy.flaky", _flaky)]
     with pytest.raises(KeyboardInterrupt):
         pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)
-    spent = next((tmp_path / "work").rglob(pipeline.SPENT))
+    spent = next((tmp_path / "work").rglob(records.SPENT))
     assert len(spent.read_text().split()) == 2  # wall and CPU seconds
     spent.write_text("5.0\n")  # as a run before CPU time was kept wrote it
     record = pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)["toy.flaky"]
@@ -612,8 +612,6 @@ def test_a_study_name_is_registered_once():
 
 
 def test_a_record_stopped_while_written_leaves_no_temporary_file(tmp_path, monkeypatch):
-    from jattn.reproduce import records
-
     def stopped(*_):
         raise KeyboardInterrupt
 
