@@ -100,7 +100,7 @@ class Recipe:
         return self.kind == "pip_parts"
 
 
-def seeded(name: str, what: str, takes: str, seeds: int = 3, **fields) -> list[Recipe]:
+def seeded(name: str, what: str, takes: str, *, seeds: int, **fields) -> list[Recipe]:
     """``name`` (seed 0), ``name-s1``, ..., ``name-s<seeds - 1>``: the same recipe with training
     seeds 0 .. seeds − 1 (``STATISTICS.md``: every number that depends on training carries ≥ 3
     seeds, ≥ 5 where a seed costs minutes)."""
