@@ -126,6 +126,69 @@ def _gather(x, idx):
     return jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1)
 
 
+def beam_init(running, start: int, cache) -> dict:
+    """The search's state before its first step: ``running`` (b, k, T) beams holding their first
+    ``start`` tokens (the decoder start token; a decoder-only model's prompt), beam 0 the only live one."""
+    b, k, _ = running.shape
+    return dict(
+        running=running,  # (b, k, T)
+        running_scores=jnp.zeros((b, k), jnp.float32).at[:, 1:].set(NEG),  # (b, k) Σ log p
+        seqs=running,  # (b, k, T) finished hypotheses, best first
+        scores=jnp.full((b, k), NEG, jnp.float32),  # (b, k) length-normalised
+        finished=jnp.zeros((b, k), bool),
+        lengths=jnp.full((b, k), start, jnp.int32),  # (b, k) tokens incl. the first ``start``
+        open=jnp.ones((b, 1), bool),  # HF's is_early_stop_heuristic_unsatisfied
+        all_hit=jnp.zeros((), bool),
+        cur_len=jnp.int32(start),
+        cache=cache,
+    )
+
+
+def beam_continues(s, T: int):
+    """HF's loop condition: room left, some sentence's heuristic still open, not every candidate stopped."""
+    return (s["cur_len"] < T) & s["open"].any() & ~s["all_hit"]
+
+
+def beam_update(s, logp, *, T: int, eos: int, start: int, length_penalty: float):
+    """One step of HF's beam search (``early_stopping=False``). ``logp`` (b*k, V): the running
+    beams' next-token log-probabilities after the logits processors. Returns the new state without
+    its ``cache`` and rows (b*k,): for each new running beam, the row of the beam it continues, by
+    which the caller reorders its key/value cache."""
+    cur_len, (b, k, _) = s["cur_len"], s["running"].shape
+    V = logp.shape[-1]
+    logp = (logp.reshape(b, k, V) + s["running_scores"][:, :, None]).reshape(b, k * V)  # (b, k*V)
+    cand_lp, cand = jax.lax.top_k(logp, 2 * k)  # (b, 2k)
+    src_beam, tok = cand // V, (cand % V).astype(jnp.int32)  # (b, 2k)
+    cand_seqs = _gather(s["running"], src_beam)  # (b, 2k, T)
+    cand_seqs = jax.lax.dynamic_update_slice_in_dim(cand_seqs, tok[:, :, None], cur_len, axis=2)
+    hit = (tok == eos) | (cur_len + 1 >= T)  # (b, 2k) stopping criteria
+
+    # Running beams: the best k candidates that did not stop.
+    _, keep = jax.lax.top_k(cand_lp + hit * NEG, k)  # (b, k)
+    running_scores = _gather(cand_lp + hit * NEG, keep)  # (b, k)
+    running = _gather(cand_seqs, keep)  # (b, k, T)
+    rows = (_gather(src_beam, keep) + jnp.arange(b)[:, None] * k).reshape(-1)  # (b*k,) cache rows
+
+    # Finished set: merge candidates that just stopped among the top k.
+    generated = (cur_len + 1 - start).astype(jnp.float32)  # HF: cur_len + 1 − decoder_prompt_len
+    just = hit & (jnp.arange(2 * k) < k)[None]  # (b, 2k) stopped among the top k
+    fin = cand_lp / jnp.power(generated, length_penalty)  # (b, 2k)
+    fin = fin + (~s["open"]) * NEG + (~just) * NEG  # (b, 2k)
+    m_scores = jnp.concatenate([s["scores"], fin], 1)  # (b, 3k)
+    _, best = jax.lax.top_k(m_scores, k)  # (b, k)
+    m_len = jnp.concatenate([s["lengths"], jnp.full((b, 2 * k), cur_len + 1)], 1)  # (b, 3k)
+    seqs = _gather(jnp.concatenate([s["seqs"], cand_seqs], 1), best)  # (b, k, T)
+    finished = _gather(jnp.concatenate([s["finished"], just], 1), best)  # (b, k)
+    scores, lengths = _gather(m_scores, best), _gather(m_len, best)  # (b, k)
+
+    # HF's stopping heuristic, evaluated at the new length.
+    best_running = running_scores[:, :1] / jnp.power(generated, length_penalty)  # (b, 1)
+    worst = jnp.where(finished, scores.min(1, keepdims=True), NEG)  # (b, k)
+    open_ = s["open"] & (best_running > worst).any(-1, keepdims=True)  # (b, 1)
+    return dict(running=running, running_scores=running_scores, seqs=seqs, scores=scores, finished=finished,
+                lengths=lengths, open=open_, all_hit=hit.all(), cur_len=cur_len + 1), rows
+
+
 @partial(jax.jit, static_argnames=("config", "num_beams", "max_length", "length_penalty", "dtype"))
 def beam_search(params, config: Seq2SeqConfig, input_ids, attention_mask, iv, *, num_beams: int,
                 max_length: int, length_penalty: float = 1.0, dtype=jnp.float32):
@@ -137,62 +200,15 @@ def beam_search(params, config: Seq2SeqConfig, input_ids, attention_mask, iv, *,
     src_mask = rep(attention_mask)  # (b*k, s)
     cache = init_state(params, config, rep(input_ids), src_mask, iv, T, dtype)
     running = jnp.full((b, k, T), _fill(config), jnp.int32).at[:, :, 0].set(config.decoder_start_token_id)
-    state = dict(
-        running=running,  # (b, k, T)
-        running_scores=jnp.zeros((b, k), jnp.float32).at[:, 1:].set(NEG),  # (b, k) Σ log p
-        seqs=running,  # (b, k, T) finished hypotheses, best first
-        scores=jnp.full((b, k), NEG, jnp.float32),  # (b, k) length-normalised
-        finished=jnp.zeros((b, k), bool),
-        lengths=jnp.ones((b, k), jnp.int32),  # (b, k) tokens incl. the start token
-        open=jnp.ones((b, 1), bool),  # HF's is_early_stop_heuristic_unsatisfied
-        all_hit=jnp.zeros((), bool),
-        cur_len=jnp.int32(1),
-        cache=cache,
-    )
-    top_k = jnp.arange(2 * k) < k  # (2k,) candidates that may enter the finished set
-
-    def cond(s):
-        return (s["cur_len"] < T) & s["open"].any() & ~s["all_hit"]
 
     def body(s):
-        cur_len = s["cur_len"]
-        tokens = s["running"][:, :, cur_len - 1].reshape(-1)  # (b*k,)
-        logits, cache = decoder_step(params, config, tokens, cur_len - 1, s["cache"], src_mask, iv)
-        logp = process(config, jax.nn.log_softmax(logits, -1), cur_len, T)  # (b*k, V)
-        V = logp.shape[-1]
-        logp = (logp.reshape(b, k, V) + s["running_scores"][:, :, None]).reshape(b, k * V)  # (b, k*V)
-        cand_lp, cand = jax.lax.top_k(logp, 2 * k)  # (b, 2k)
-        src_beam, tok = cand // V, (cand % V).astype(jnp.int32)  # (b, 2k)
-        cand_seqs = _gather(s["running"], src_beam)  # (b, 2k, T)
-        cand_seqs = jax.lax.dynamic_update_slice_in_dim(cand_seqs, tok[:, :, None], cur_len, axis=2)
-        hit = (tok == config.eos_token_id) | (cur_len + 1 >= T)  # (b, 2k) stopping criteria
+        tokens = s["running"][:, :, s["cur_len"] - 1].reshape(-1)  # (b*k,)
+        logits, cache = decoder_step(params, config, tokens, s["cur_len"] - 1, s["cache"], src_mask, iv)
+        logp = process(config, jax.nn.log_softmax(logits, -1), s["cur_len"], T)  # (b*k, V)
+        s, rows = beam_update(s, logp, T=T, eos=config.eos_token_id, start=1, length_penalty=length_penalty)
+        return dict(s, cache=dict(cache, self_k=cache["self_k"][:, rows], self_v=cache["self_v"][:, rows]))
 
-        # Running beams: the best k candidates that did not stop.
-        _, keep = jax.lax.top_k(cand_lp + hit * NEG, k)  # (b, k)
-        running_scores = _gather(cand_lp + hit * NEG, keep)  # (b, k)
-        running = _gather(cand_seqs, keep)  # (b, k, T)
-        rows = (_gather(src_beam, keep) + jnp.arange(b)[:, None] * k).reshape(-1)  # (b*k,) cache rows
-        cache = dict(cache, self_k=cache["self_k"][:, rows], self_v=cache["self_v"][:, rows])
-
-        # Finished set: merge candidates that just stopped among the top k.
-        just = hit & top_k[None]  # (b, 2k)
-        fin = cand_lp / jnp.power(cur_len.astype(jnp.float32), length_penalty)  # len = generated tokens
-        fin = fin + (~s["open"]) * NEG + (~just) * NEG  # (b, 2k)
-        m_scores = jnp.concatenate([s["scores"], fin], 1)  # (b, 3k)
-        _, best = jax.lax.top_k(m_scores, k)  # (b, k)
-        m_len = jnp.concatenate([s["lengths"], jnp.full((b, 2 * k), cur_len + 1)], 1)  # (b, 3k)
-        seqs = _gather(jnp.concatenate([s["seqs"], cand_seqs], 1), best)  # (b, k, T)
-        finished = _gather(jnp.concatenate([s["finished"], just], 1), best)  # (b, k)
-        scores, lengths = _gather(m_scores, best), _gather(m_len, best)  # (b, k)
-
-        # HF's stopping heuristic, evaluated at the new length.
-        best_running = running_scores[:, :1] / jnp.power(cur_len.astype(jnp.float32), length_penalty)  # (b, 1)
-        worst = jnp.where(finished, scores.min(1, keepdims=True), NEG)  # (b, k)
-        open_ = s["open"] & (best_running > worst).any(-1, keepdims=True)  # (b, 1)
-        return dict(running=running, running_scores=running_scores, seqs=seqs, scores=scores, finished=finished,
-                    lengths=lengths, open=open_, all_hit=hit.all(), cur_len=cur_len + 1, cache=cache)
-
-    s = jax.lax.while_loop(cond, body, state)
+    s = jax.lax.while_loop(lambda s: beam_continues(s, T), body, beam_init(running, 1, cache))
     return s["seqs"][:, 0], s["lengths"][:, 0]
 
 

@@ -28,7 +28,7 @@ from flax import nnx
 from jattn.nn import state
 from jattn.nn.attention import SUBLAYERS
 from jattn.nn.config import EncoderConfig
-from jattn.nn.decode import NEG, _gather, trim
+from jattn.nn.decode import beam_continues, beam_init, beam_update, trim
 from jattn.nn.layer_terms import LayerTerms
 from jattn.nn.rotary import rotate, tables
 
@@ -138,46 +138,16 @@ def beam_search(params, config: EncoderConfig, ids, mask, iv, *, num_beams: int,
     real, positions = jnp.repeat(real0, k, axis=0), jnp.repeat(positions0, k, axis=0)  # (b*k, T)
     eos = -1 if config.eos_token_id is None else config.eos_token_id
     running = jnp.repeat(seqs0[:, None], k, axis=1)  # (b, k, T)
-    st = dict(running=running, running_scores=jnp.zeros((b, k), jnp.float32).at[:, 1:].set(NEG), seqs=running,
-              scores=jnp.full((b, k), NEG, jnp.float32), finished=jnp.zeros((b, k), bool),
-              lengths=jnp.full((b, k), s, jnp.int32), open=jnp.ones((b, 1), bool), all_hit=jnp.zeros((), bool),
-              cur_len=jnp.int32(s), cache=cache)
-    top_k = jnp.arange(2 * k) < k  # (2k,) candidates that may enter the finished set
-
-    def cond(st):
-        return (st["cur_len"] < T) & st["open"].any() & ~st["all_hit"]
 
     def body(st):
         cur = st["cur_len"]
         tokens = st["running"][:, :, cur - 1].reshape(-1)  # (b*k,)
         logits, cache = step(params, config, tokens, cur - 1, positions[:, cur - 1], st["cache"], real, iv)
-        logp = jax.nn.log_softmax(logits, -1)  # (b*k, V)
-        V = logp.shape[-1]
-        logp = (logp.reshape(b, k, V) + st["running_scores"][:, :, None]).reshape(b, k * V)  # (b, k*V)
-        cand_lp, cand = jax.lax.top_k(logp, 2 * k)  # (b, 2k)
-        src_beam, tok = cand // V, (cand % V).astype(jnp.int32)  # (b, 2k)
-        cand_seqs = jax.lax.dynamic_update_slice_in_dim(_gather(st["running"], src_beam), tok[:, :, None], cur, axis=2)
-        hit = (tok == eos) | (cur + 1 >= T)  # (b, 2k) stopping criteria
-        _, keep = jax.lax.top_k(cand_lp + hit * NEG, k)  # (b, k) running beams: the best that did not stop
-        running_scores, running = _gather(cand_lp + hit * NEG, keep), _gather(cand_seqs, keep)
-        rows = (_gather(src_beam, keep) + jnp.arange(b)[:, None] * k).reshape(-1)  # (b*k,) cache rows
-        cache = jax.tree.map(lambda a: a[:, rows], cache)
-        generated = (cur + 1 - s).astype(jnp.float32)  # HF: cur_len + 1 − decoder_prompt_len
-        just = hit & top_k[None]  # (b, 2k)
-        fin = cand_lp / jnp.power(generated, length_penalty) + (~st["open"]) * NEG + (~just) * NEG  # (b, 2k)
-        m_scores = jnp.concatenate([st["scores"], fin], 1)  # (b, 3k)
-        _, best = jax.lax.top_k(m_scores, k)  # (b, k)
-        m_len = jnp.concatenate([st["lengths"], jnp.full((b, 2 * k), cur + 1)], 1)  # (b, 3k)
-        seqs = _gather(jnp.concatenate([st["seqs"], cand_seqs], 1), best)  # (b, k, T)
-        finished = _gather(jnp.concatenate([st["finished"], just], 1), best)  # (b, k)
-        scores, lengths = _gather(m_scores, best), _gather(m_len, best)  # (b, k)
-        best_running = running_scores[:, :1] / jnp.power(generated, length_penalty)  # (b, 1) HF's heuristic
-        worst = jnp.where(finished, scores.min(1, keepdims=True), NEG)  # (b, k)
-        open_ = st["open"] & (best_running > worst).any(-1, keepdims=True)  # (b, 1)
-        return dict(running=running, running_scores=running_scores, seqs=seqs, scores=scores, finished=finished,
-                    lengths=lengths, open=open_, all_hit=hit.all(), cur_len=cur + 1, cache=cache)
+        st, rows = beam_update(st, jax.nn.log_softmax(logits, -1), T=T, eos=eos, start=s,
+                               length_penalty=length_penalty)
+        return dict(st, cache=jax.tree.map(lambda a: a[:, rows], cache))
 
-    st = jax.lax.while_loop(cond, body, st)
+    st = jax.lax.while_loop(lambda st: beam_continues(st, T), body, beam_init(running, s, cache))
     return st["seqs"][:, 0], st["lengths"][:, 0]
 
 
