@@ -3,7 +3,8 @@ a random HF model saved weights-only, loaded with ``jattn.load(folder, tokenizer
 last hidden state, every hidden state and attention weight, the pooler; head gates per head, per
 example and per token (HF: forward pre-hooks on the output projection, ``hf_head_gates``); heads
 disabled as Kovaleva et al. do it; the [CLS]-only ``classify`` path, the disabling sweep's layer
-suffix and a pruned model (gates = the keep mask), all on padded sentence pairs."""
+suffix and a pruned model (gates = the keep mask), all on padded sentence pairs. Also the random
+checkpoints and the module fixtures (``pair``, ``batch``) the family test files share."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import jattn
 from jattn import Interventions
@@ -36,6 +38,16 @@ def save_random(hf, folder: Path, seed: int = 0) -> Path:
     return Path(folder)
 
 
+def new_hf(config_class: str, model_class: str, fields: dict, seed: int = 0):
+    """A new Hugging Face ``model_class`` of ``config_class(**fields)`` (transformers' class names),
+    its weights drawn after ``torch.manual_seed(seed)``."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    return getattr(transformers, model_class)(getattr(transformers, config_class)(**fields))
+
+
 def load_pair(folder: Path, head: str = "base"):
     """(jattn model, HF oracle in eval mode with eager attention) of a saved folder."""
     from tiny_encoders import hf_model
@@ -58,6 +70,21 @@ def pair_batch(config, lengths, seed: int = 0, types: bool = True) -> dict:
         for i, length in enumerate(lengths):
             tt[i, length // 2: length] = 1
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": tt}
+
+
+def pair_fixtures(save, lengths: list[int], seed: int, types: bool = True):
+    """A test file's module fixtures ``pair`` (``load_pair`` of the base checkpoint ``save(folder)``
+    writes) and ``batch`` (``pair_batch`` of its config with ``lengths``, ``seed``, ``types``)."""
+
+    @pytest.fixture(scope="module")
+    def pair(tmp_path_factory):
+        return load_pair(save(tmp_path_factory.mktemp(save.__name__)))
+
+    @pytest.fixture(scope="module")
+    def batch(pair):
+        return pair_batch(pair[0].config, lengths, seed=seed, types=types)
+
+    return pair, batch
 
 
 def hf_inputs(batch: dict, types: bool) -> dict:

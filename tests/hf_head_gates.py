@@ -1,7 +1,9 @@
 """Head gates in Hugging Face PyTorch models by forward pre-hooks (transformers v5 dropped
 ``head_mask``): the gate multiplies each head's slice of the input of the attention output
 projection, i.e. the head's context before W_O (Michel et al. 2019's ξ_h). The oracle of
-tests/test_importance.py and the baseline of benchmarks/bench_importance.py.
+tests/test_importance.py and the baseline of benchmarks/bench_importance.py. Also by hooks: heads
+disabled as Kovaleva et al. (2019) disable them (``disabled``), and activation and path patching's
+oracles (``hf_patch_loop``, ``sender_pass``).
 
 A module shared by several layers (ALBERT's one layer, run L times) is hooked once; its hook
 counts its calls, one per layer in order, and acts as the layer of that call."""
@@ -159,6 +161,53 @@ def disabled(hf_model, heads):
     finally:
         for h in handles:
             h.remove()
+
+
+def hf_patch_loop(hf, clean: dict, corrupted: dict, metric, heads: dict) -> dict:
+    """{kind: (L, H)} mean over examples of metric(corrupted, head ← clean) − metric(corrupted),
+    one HF forward per head; ``heads`` {kind: H}. One forward on the clean input records each
+    attention output projection's input (the heads' contexts, concatenated); each corrupted forward
+    then writes the clean slice of one head into its projection's input by a pre-hook."""
+    import numpy as np
+    import torch
+
+    projections = output_projections(hf)
+    recorded, handles = {}, []
+    for kind, projs in projections.items():
+        for l, proj in enumerate(projs):
+            handles.append(proj.register_forward_pre_hook(
+                lambda module, args, key=(kind, l): recorded.__setitem__(key, args[0].detach().clone())))
+    with torch.no_grad():
+        hf(**clean)
+    for h in handles:
+        h.remove()
+    with torch.no_grad():
+        base = metric(hf(**corrupted))  # (b,)
+    out = {}
+    for kind, projs in projections.items():
+        H = heads[kind]
+        out[kind] = np.zeros((len(projs), H))
+        for l, proj in enumerate(projs):
+            d = recorded[(kind, l)].shape[-1] // H
+            for h in range(H):
+                def replace(module, args, src=recorded[(kind, l)], s=slice(h * d, (h + 1) * d)):
+                    x = args[0].clone()  # (b, q, H·d_h)
+                    x[..., s] = src[..., s]
+                    return (x,)
+
+                handle = proj.register_forward_pre_hook(replace)
+                with torch.no_grad():
+                    out[kind][l, h] = float((metric(hf(**corrupted)) - base).mean())
+                handle.remove()
+    return out
+
+
+def torch_inputs(batch: dict) -> dict:
+    """A batch of ids and masks as HF's inputs: int64 tensors."""
+    import numpy as np
+    import torch
+
+    return {k: torch.tensor(np.asarray(v), dtype=torch.long) for k, v in batch.items()}
 
 
 def sender_pass(hf, projections, clean: dict, corrupted: dict, sender: tuple[int, int], heads: int):

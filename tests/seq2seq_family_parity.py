@@ -1,17 +1,16 @@
-"""The parity checks the pre-LayerNorm encoder–decoder families' tests (mBART, M2M100) run against
-Hugging Face PyTorch (the oracle), on a tiny random checkpoint whose HF model has BART's layout
-(``model.encoder.layers[i].self_attn``, ``decoder.layers[i].encoder_attn``): logits, hidden
-states and every attention weight of the three attention types on padded batches; the embedding
-pipeline; the pre-LN block identities of the internals; head gates (``hf_head_gates``) and disabled
-heads (``hf_bart_hooks``) per attention type; ``inputs_embeds``; greedy and beam search against
-``generate`` (with a forced first token, also given per call); the KV-cache step against teacher
-forcing; the exporter (state dict round trip, an exported folder HF loads, the pruned export)."""
+"""The parity checks the encoder–decoder families' tests (BART, mBART, M2M100, T5) run against
+Hugging Face PyTorch (the oracle), on a tiny random checkpoint (``tests/families/<family>/tiny_*.py``):
+logits, hidden states and every attention weight of the three attention types on padded batches;
+the embedding pipeline; the block identities of the internals (pre-LN ones too); head gates
+(``hf_head_gates``) and disabled heads (``hf_seq2seq_hooks``) per attention type; ``inputs_embeds``;
+bare checkpoints; conversion errors; the exporter (state dict round trip, an exported folder HF
+loads, the pruned export). Also the module fixtures and slow-case marks the family test files
+share. Generation: ``seq2seq_family_generate``; the analyses: ``seq2seq_family_analyses``."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -20,17 +19,51 @@ import pytest
 import torch
 from flax import nnx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "families" / "bart"))  # hf_bart_hooks: BART's HF hooks
-
-import jattn  # noqa: E402
-from hf_bart_hooks import disabled  # noqa: E402
-from hf_head_gates import gated  # noqa: E402
-from jattn import Interventions  # noqa: E402
-from tiny_seq2seq import padded_batch  # noqa: E402
-from tolerance import assert_close, model_terms  # noqa: E402
+import jattn
+from hf_head_gates import gated
+from hf_seq2seq_hooks import disabled
+from jattn import Interventions
+from tiny_seq2seq import padded_batch
+from tolerance import assert_close, model_terms
 
 KINDS = ("encoder", "decoder", "cross")
 ISSUE_BOUND = 1e-5  # the largest |α_jattn - α_HF| a family must reach on random configs (issue 29)
+
+
+def tiny_cases(builder, decoding: bool = False):
+    """The module fixture ``tiny`` of a family's test file: per case of the builder module's ``CONFIGS``
+    (sorted; ``tests/families/<family>/tiny_*.py``), (case, folder, jattn model, HF model) of the
+    checkpoint ``builder.save_tiny`` saves; for ``decoding`` with seed 1 and the case's ``EOS_BOOST``."""
+
+    @pytest.fixture(scope="module", params=sorted(builder.CONFIGS))
+    def tiny(request, tmp_path_factory):
+        kind = request.param
+        seeded = {"seed": 1, "eos_boost": builder.EOS_BOOST[kind]} if decoding else {}
+        folder = builder.save_tiny(tmp_path_factory.mktemp(kind), kind, **seeded)
+        return kind, folder, jattn.load(folder, use_cache=False), builder.hf_model(folder)
+
+    return tiny
+
+
+def one_case(save_tiny, kind: str):
+    """A test file's module fixtures ``folder`` (the ``kind`` checkpoint ``save_tiny`` saves) and
+    ``model`` (it, loaded)."""
+
+    @pytest.fixture(scope="module")
+    def folder(tmp_path_factory):
+        return save_tiny(tmp_path_factory.mktemp(kind) / "model", kind)
+
+    @pytest.fixture(scope="module")
+    def model(folder):
+        return jattn.load(folder, use_cache=False)
+
+    return folder, model
+
+
+def slow_case(fast: str, slow: str, twin: str):
+    """Parametrize the ``tiny`` fixture with the cases ``fast`` and ``slow``, the latter marked slow
+    with the fast twin ``twin``."""
+    return pytest.mark.parametrize("tiny", [fast, pytest.param(slow, marks=pytest.mark.slow(twin=twin))], indirect=True)
 
 
 def terms(model, batch) -> int:
@@ -93,15 +126,22 @@ def check_default_decoder_mask(model, hf) -> None:
                  terms=terms(model, batch))
 
 
-def check_hidden_states(model, hf) -> None:
+def check_embeddings(model, hf) -> tuple[dict, object, object]:
     """Layer 0's input on each side is HF's embedding output (``hidden_states[0]``, padded
-    positions included); each stack's output is HF's last hidden state, after its final LayerNorm."""
+    positions included). -> (batch, jattn's output, HF's output with hidden states)."""
     batch = padded_batch(model.config, seed=1)
     ours = model.forward(batch)
     ref = hf_forward(hf, batch, output_hidden_states=True)
     D = model.config.d_model
     assert_close(ours.internals["encoder"]["residual"][0], ref.encoder_hidden_states[0].numpy(), terms=2 * D)
     assert_close(ours.internals["decoder"]["residual"][0], ref.decoder_hidden_states[0].numpy(), terms=2 * D)
+    return batch, ours, ref
+
+
+def check_hidden_states(model, hf) -> None:
+    """The embeddings (``check_embeddings``); each stack's output is HF's last hidden state, after
+    its final LayerNorm."""
+    batch, ours, ref = check_embeddings(model, hf)
     enc, dec = batch["attention_mask"].astype(bool), batch["decoder_attention_mask"].astype(bool)
     T = terms(model, batch)
     assert_close(np.asarray(ours.encoder_last_hidden_state)[enc], ref.encoder_hidden_states[-1].numpy()[enc], terms=T)
@@ -115,29 +155,39 @@ def _ln(x, scale, bias, eps):
     return (x - mu) / np.sqrt(var + eps) * np.asarray(scale, np.float64) + np.asarray(bias, np.float64)
 
 
-def check_pre_ln_internals(model) -> None:
-    """The internals of a pre-LN stack keep their names with literal meanings (Xiong et al. 2020):
-    ``pre_ln`` is the block input x = ``residual``, ``attention_ln_out`` LN(x), ``output`` Σ_h Σ_j
-    α f_h(x_j) + b_O (Kobayashi et al. 2020, Eq. 5), the FFN's ``ffn_pre_ln`` h = x + output (a
-    decoder layer's cross-attention reads h of its self-attention), the next layer's input h +
-    ``ffn_output``, and each stack's output the final LayerNorm of the last layer's."""
+def check_internals(model) -> tuple[dict, object]:
+    """Every attention type's internals, one row per layer, (L, b, H, …) weights, and the block output
+    ``output`` Σ_h Σ_j α f_h(x_j) + b_O (Kobayashi et al. 2020, Eq. 5). -> (batch, the output)."""
     c = model.config
     batch = padded_batch(c, b=2)
     out = model.forward(batch)
-    ints, params = out.internals, nnx.to_pure_dict(model.params)
-    T = terms(model, batch)
     for kind, (L, H) in shapes(c).items():
-        it, view = ints[kind], model.module.view(kind)
+        it, view = out.internals[kind], model.module.view(kind)
         for key in ("weights", "values", "context", "output", "residual", "pre_ln", "attention_ln_out"):
             assert it[key].shape[0] == L, (kind, key)
         assert it["weights"].shape[:3] == (L, 2, H)
+        f = np.einsum("lbhkd,lhde->lbhke", it["values"], view["out_kernel"])
+        y = np.einsum("lbhqk,lbhke->lbqe", it["weights"], f) + np.asarray(view["out_bias"])[:, None, None]
+        assert_close(y, it["output"], terms=f.shape[-2] + view["out_kernel"].shape[-2] + c.d_model, err_msg=kind)
+    return batch, out
+
+
+def check_pre_ln_internals(model) -> None:
+    """The internals of a pre-LN stack keep their names with literal meanings (Xiong et al. 2020):
+    ``check_internals``; ``pre_ln`` is the block input x = ``residual``, ``attention_ln_out``
+    LN(x), the FFN's ``ffn_pre_ln`` h = x + output (a decoder layer's cross-attention reads h of its
+    self-attention), the next layer's input h + ``ffn_output``, and each stack's output the final
+    LayerNorm of the last layer's."""
+    c = model.config
+    batch, out = check_internals(model)
+    ints, params = out.internals, nnx.to_pure_dict(model.params)
+    T = terms(model, batch)
+    for kind in KINDS:
+        it, view = ints[kind], model.module.view(kind)
         np.testing.assert_array_equal(it["pre_ln"], it["residual"], err_msg=kind)
         scale, bias = (np.asarray(view[k])[:, None, None] for k in ("ln_scale", "ln_bias"))  # (L, 1, 1, D)
         ln = _ln(it["residual"], scale, bias, c.layer_norm_eps)
         assert_close(it["attention_ln_out"], ln, terms=2 * c.d_model, err_msg=kind)
-        f = np.einsum("lbhkd,lhde->lbhke", it["values"], view["out_kernel"])
-        y = np.einsum("lbhqk,lbhke->lbqe", it["weights"], f) + np.asarray(view["out_bias"])[:, None, None]
-        assert_close(y, it["output"], terms=f.shape[-2] + view["out_kernel"].shape[-2] + c.d_model, err_msg=kind)
     enc, dec, cross = ints["encoder"], ints["decoder"], ints["cross"]
     h = np.asarray(enc["residual"]) + np.asarray(enc["output"])  # (L, b, s, D)
     assert_close(enc["ffn_pre_ln"], h, terms=2, err_msg="encoder ffn_pre_ln")
@@ -211,87 +261,45 @@ def check_inputs_embeds(model, hf) -> None:
     assert_close(np.asarray(ours["logits"])[dec], ref.logits.numpy()[dec], terms=T)
 
 
-def hf_generate(hf, batch, **kw) -> np.ndarray:
+def check_bare_model(folder, hf_model) -> None:
+    """A bare checkpoint in ``folder`` (``*Model``: no ``model.`` prefix, no output projection) loads;
+    its decoder states equal HF's bare model's (``hf_model(folder, bare=True)``) and its logits h · E^T
+    those of ``hf_model(folder)``, the ``*ForConditionalGeneration`` HF loads from it."""
+    model = jattn.load(folder, use_cache=False)
+    batch = padded_batch(model.config, seed=4)
+    ours = model.forward(batch)
     with torch.no_grad():
-        return hf.generate(input_ids=torch.tensor(batch["input_ids"]),
-                           attention_mask=torch.tensor(batch["attention_mask"]), do_sample=False,
-                           early_stopping=False, **kw).numpy()
+        ref = hf_model(folder, bare=True)(**{k: torch.tensor(v) for k, v in batch.items()}, use_cache=False)
+    dec_mask = batch["decoder_attention_mask"].astype(bool)
+    T = terms(model, batch)
+    assert_close(np.asarray(ours.decoder_last_hidden_state)[dec_mask], ref.last_hidden_state.numpy()[dec_mask], terms=T)
+    compare(ours, hf_forward(hf_model(folder), batch), batch, T)
 
 
-def check_generate(model, hf, num_beams: int, length_penalty: float, max_length: int, forced_bos: bool) -> None:
-    """Greedy / beam ids equal HF ``generate``'s: the start token, the forced first token where the
-    generation config has one, hypotheses of different lengths (EOS boosted at max_length 12)."""
-    batch = padded_batch(model.config, seed=2, b=5)
-    ours = model.generate(batch["input_ids"], batch["attention_mask"], num_beams=num_beams, max_length=max_length,
-                          length_penalty=length_penalty)
-    ref = hf_generate(hf, batch, num_beams=num_beams, max_length=max_length, length_penalty=length_penalty)
-    assert ours.shape == ref.shape
-    np.testing.assert_array_equal(ours, ref)
-    c = model.config
-    assert (ref[:, 0] == c.decoder_start_token_id).all()
-    assert (c.forced_bos_token_id is not None) == forced_bos
-    if forced_bos:
-        assert (ref[:, 1] == c.forced_bos_token_id).all()
-    if max_length == 12:
-        ends = [(row[1:] == c.eos_token_id).argmax() for row in ref]
-        assert len(set(ends)) > 1
+def check_conversion_problems(family: str, config, state: dict, gone: tuple) -> str:
+    """Family ``family``'s conversion of ``state`` without the keys ``gone`` and with an unknown one
+    fails, naming them all at once. -> the error's text."""
+    from jattn.io.hf import ConversionError
+
+    for key in gone:
+        state.pop(key)
+    state["model.encoder.extra.weight"] = np.zeros(3)
+    with pytest.raises(ConversionError) as err:
+        jattn.families.get(family).convert(state, config)
+    assert all(k in str(err.value) for k in (*gone, "model.encoder.extra.weight"))
+    return str(err.value)
 
 
-def check_generate_language(model, hf, code: int) -> None:
-    """A target language code forced per call (``jattn.nn.decode.generate(forced_bos_token_id=)``,
-    the model's ``generate``) equals HF's ``generate(forced_bos_token_id=)``, greedy and beam."""
-    from jattn.nn import decode
+def check_missing_tokenizer(folder, bare: Path, match: str) -> None:
+    """``folder`` copied to ``bare`` without tokenizer.json and tokenizer_config.json is refused by
+    jattn.load, saying (``match``) which files it reads."""
+    from jattn.nn.config import ConfigError
 
-    batch = padded_batch(model.config, seed=7, b=3)
-    for beams in (1, 3):
-        ours = decode.generate(model.params, model.config, batch["input_ids"], batch["attention_mask"],
-                               num_beams=beams, max_length=10, forced_bos_token_id=code)
-        ref = hf_generate(hf, batch, num_beams=beams, max_length=10, forced_bos_token_id=code)
-        np.testing.assert_array_equal(ours, ref)
-        assert (ref[:, 1] == code).all()
-        np.testing.assert_array_equal(model.generate(batch["input_ids"], batch["attention_mask"], num_beams=beams,
-                                                     max_length=10, forced_bos_token_id=code), ref)  # the model's
-    with pytest.raises(ValueError, match="forced_bos_token_id=.* is not a target token id"):
-        decode.generate(model.params, model.config, batch["input_ids"], batch["attention_mask"], max_length=10,
-                        forced_bos_token_id=model.config.tgt_vocab_size)
-
-
-def check_cached_steps(model) -> None:
-    """Step-by-step decoding with the KV cache (positions offset by the step, the same pre-LN
-    sublayers, the decoder's final LayerNorm) gives the teacher-forced logits, with head gates and
-    disabled heads in all three attention types."""
-    from jattn.nn import decode, seq2seq
-
-    c = model.config
-    batch = padded_batch(c, seed=3, b=3)
-    batch["decoder_attention_mask"][:] = 1
-    batch["decoder_input_ids"][:, 1:][batch["decoder_input_ids"][:, 1:] == c.pad_token_id] = 5  # real tokens only
-    rng = np.random.default_rng(0)
-    given = {k: Interventions(head_gates=rng.uniform(0, 2, s).astype(np.float32),
-                              disabled_heads=rng.uniform(size=s) < 0.3) for k, s in shapes(c).items()}
-    full = np.asarray(model.forward(batch, given).logits)  # (b, t, V)
-    iv = seq2seq.check_interventions(c, given)
-    ids = jnp.asarray(batch["input_ids"], jnp.int32)
-    mask = jnp.asarray(batch["attention_mask"], jnp.int32)
-    t = batch["decoder_input_ids"].shape[1]
-    cache = decode.init_state(model.params, c, ids, mask, iv, t, jnp.float32)
-    for pos in range(t):
-        tokens = jnp.asarray(batch["decoder_input_ids"][:, pos], jnp.int32)
-        logits, cache = decode.decoder_step(model.params, c, tokens, pos, cache, mask, iv)
-        assert_close(logits, full[:, pos], terms=model_terms(c, ids.shape[1], t), err_msg=str(pos))
-
-
-def check_generate_gated(model, hf) -> None:
-    """Greedy decoding with cross-attention head gates equals HF's generate with the same gates
-    applied by hooks."""
-    c = model.config
-    batch = padded_batch(c, seed=6, b=4)
-    gates = np.random.default_rng(2).uniform(0, 2, (c.decoder_layers, c.decoder_heads)).astype(np.float32)
-    ours = model.generate(batch["input_ids"], batch["attention_mask"], max_length=12,
-                          interventions={"cross": Interventions(head_gates=gates)})
-    with gated(hf, {"cross": torch.tensor(gates)}):
-        ref = hf_generate(hf, batch, num_beams=1, max_length=12)
-    np.testing.assert_array_equal(ours, ref)
+    shutil.copytree(folder, bare)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (bare / name).unlink()
+    with pytest.raises(ConfigError, match=match):
+        jattn.load(bare, use_cache=False)
 
 
 def check_state_dict_round_trip(folder, model) -> None:
@@ -305,7 +313,8 @@ def check_state_dict_round_trip(folder, model) -> None:
         np.testing.assert_array_equal(back[key], value, err_msg=key)
 
 
-def check_export(folder, model, out: Path, hf_model) -> None:
+def check_export(folder, model, out: Path, hf_model,
+                 tokenizer_files: tuple = ("tokenizer.json", "tokenizer_config.json")) -> None:
     """A folder written from jattn (to_hf_config + to_hf_state_dict + the tokenizer files) is read
     by HF (``hf_model(folder)``) and by jattn.load, with the same logits as the source."""
     from safetensors.numpy import save_file
@@ -315,7 +324,7 @@ def check_export(folder, model, out: Path, hf_model) -> None:
     (out / "config.json").write_text(json.dumps(spec.to_hf_config(model.config)))
     save_file(spec.to_hf_state_dict(nnx.to_pure_dict(model.params), model.config),
               str(out / "model.safetensors"), metadata={"format": "pt"})
-    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+    for name in (*tokenizer_files, "generation_config.json"):
         shutil.copy(folder / name, out / name)
     batch = padded_batch(model.config, seed=7)
     with torch.no_grad():
@@ -326,13 +335,14 @@ def check_export(folder, model, out: Path, hf_model) -> None:
     np.testing.assert_array_equal(again.forward(batch).logits, model.forward(batch).logits)
 
 
-def check_pruned_export(model, keep: dict, out: Path) -> None:
+def check_pruned_export(model, keep: dict, out: Path) -> Path:
     """export_pruned writes each layer's kept heads only; jattn.load of it gives the masked
-    model's outputs and its greedy and beam ids."""
+    model's outputs and its greedy and beam ids. -> the exported folder."""
     from jattn.sweeps.pruning import check_keep, export_pruned
 
     keep = {k: np.array(v, bool) for k, v in keep.items()}
-    loaded = jattn.load(export_pruned(model, keep, out), use_cache=False)
+    pruned = export_pruned(model, keep, out)
+    loaded = jattn.load(pruned, use_cache=False)
     full = check_keep(model.config, keep)
     assert [p.counts for p in loaded.config.pruned] == [tuple(full[k].sum(1)) for k in KINDS]
     masked = {k: Interventions(head_gates=m.astype(np.float32)) for k, m in full.items()}
@@ -343,85 +353,4 @@ def check_pruned_export(model, keep: dict, out: Path) -> None:
     for beams in (1, 4):
         np.testing.assert_array_equal(loaded.generate(ids, mask, num_beams=beams, max_length=8),
                                       model.generate(ids, mask, num_beams=beams, max_length=8, interventions=masked))
-
-
-def pairs(n: int = 5) -> list[tuple[str, str]]:
-    from tiny_seq2seq import sentences
-
-    return list(zip(sentences(n, 1), sentences(n, 2)))
-
-
-def check_norms(model) -> None:
-    """``jattn.norms`` on every attention type (padded both sides) vs αf formed explicitly in
-    float64 (Kobayashi et al. 2020, Eq. 5: ‖f(x_j)‖, ‖α f(x_j)‖ per head, ‖Σ_h α f(x_j)‖): the
-    attention-only norms, which do not depend on where the LayerNorms sit."""
-    batch = padded_batch(model.config)
-    got = jattn.norms(model, batch)
-    internals = model.forward(batch).internals
-    src, tgt = batch["attention_mask"], batch["decoder_attention_mask"]
-    T = model_terms(model.config, src.shape[1], tgt.shape[1])
-    for kind, (q_mask, k_mask) in {"encoder": (src, src), "decoder": (tgt, tgt), "cross": (tgt, src)}.items():
-        view = model.module.view(kind)
-        for layer in range(internals[kind]["weights"].shape[0]):
-            weights = np.asarray(internals[kind]["weights"][layer], np.float64)  # (b, H, q, k)
-            values = np.asarray(internals[kind]["values"][layer], np.float64)  # (b, H, k, d_h)
-            a = weights * (q_mask[:, None, :, None] * k_mask[:, None, None, :])
-            f = np.einsum("bhnd,hde->bhne", values, np.asarray(view["out_kernel"][layer], np.float64))  # (b, H, k, D)
-            af = a[..., None] * f[:, :, None]  # (b, H, q, k, D)
-            want = {"f_norm": np.linalg.norm(f, axis=-1) * k_mask[:, None], "weights": a,
-                    "weighted_norm": np.linalg.norm(af, axis=-1), "summed_norm": np.linalg.norm(af.sum(1), axis=-1)}
-            for key, value in want.items():
-                assert_close(got[kind][key][layer], value, terms=T, err_msg=f"{kind} {key} layer {layer}")
-
-
-def check_analyze_cli(model, folder, out: Path) -> dict:
-    """``jattn analyze --methods weights,entropy,norms,alti,alti-plus`` on (source, target) pairs:
-    the statistics' shapes per attention type, ALTI's and ALTI+'s finite, the weight statistics equal
-    to the corpus runner's. -> results.json."""
-    from jattn.analyses.weights import ClassAttention
-    from jattn.cli import main
-    from jattn.runner import run_corpus
-
-    one = out.parent / "pairs.txt"
-    one.write_text("".join(f"{a} ||| {b}\n" for a, b in pairs()))
-    main(["analyze", "--model", str(folder), "--format", "parallel", "--input", str(one), "--methods",
-          "weights,entropy,norms,alti,alti-plus", "--max-length", "32", "--batch-size", "2", "--out", str(out)])
-    doc = json.loads((out / "results.json").read_text())
-    c = model.config
-    assert doc["meta"]["segments"] == 5
-    assert doc["encoder_attn_to_sep"]["shape"] == [c.encoder_layers, c.encoder_heads]
-    assert doc["decoder_entropy"]["shape"] == [c.decoder_layers, c.decoder_heads]
-    assert doc["cross_norm_to_sep"]["shape"] == [c.decoder_layers, c.decoder_heads]
-    alti = [k for k in doc if "alti" in k]
-    assert "cross_alti_plus_source" in alti and any(k.startswith("encoder_alti") for k in alti), alti
-    for key in alti:
-        assert np.isfinite(np.asarray(doc[key]["value"], np.float64)).all(), key
-    direct = run_corpus(model, pairs(), [ClassAttention()], batch_size=2, max_length=32, progress=False).statistics
-    assert_close(doc["cross_attn_to_sep"]["value"], direct["cross_attn_to_sep"].value,
-                 terms=model_terms(c, 32, 32) + 32 * 5)
-    return doc
-
-
-def check_patch_heads(model, hf) -> None:
-    """``jattn.patch_heads`` on every head of every attention type (metric: a logit difference at
-    target position 1) against one HF forward per head with the clean head written in by hooks, in
-    float64 (tests/test_patching.py's oracle): the patched layers' suffix runs through the final
-    LayerNorms."""
-    from test_patching import hf_patch_loop, marian_pair, torch_inputs
-
-    from jattn.sweeps.patching import patch_heads
-    from tolerance import tolerance
-
-    clean, corrupted = marian_pair(model)
-    got = patch_heads(model, clean, corrupted, lambda out: out["logits"][:, 1, 5] - out["logits"][:, 1, 6])
-    hf = hf.double()
-    c = model.config
-    want = hf_patch_loop(hf, torch_inputs(clean), torch_inputs(corrupted),
-                         lambda out: out.logits[:, 1, 5] - out.logits[:, 1, 6],
-                         {"encoder": c.encoder_heads, "decoder": c.decoder_heads, "cross": c.decoder_heads})
-    with torch.no_grad():
-        scale = float(hf(**torch_inputs(corrupted)).logits[:, 1].abs().max())  # the logits the difference cancels
-    T = 2 * (model_terms(c, clean["input_ids"].shape[1], clean["decoder_input_ids"].shape[1]) + c.tgt_vocab_size)
-    for kind in want:
-        assert_close(got[kind], want[kind], terms=T, scale=scale, err_msg=kind)
-        assert np.abs(want[kind]).max() > 20 * tolerance(scale, T), kind
+    return pruned

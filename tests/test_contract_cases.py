@@ -75,7 +75,6 @@ def test_a_custom_loss_never_sees_a_padding_only_row(bert):
 
 def test_a_custom_translation_loss_never_sees_a_padding_only_row(marian):
     def mean_target_loss(params, config, outputs, batch):
-        mask = batch["label_mask"].astype(jnp.float32)  # (b, t) 0 on a filler row
         real = batch["decoder_input_ids"] != config.pad_token_id  # (b, t) the copies' tokens
         logp = jax.nn.log_softmax(outputs["logits"], -1)  # (b, t, V)
         return -(jnp.take_along_axis(logp, batch["labels"][..., None], -1)[..., 0] * real).sum(1) / real.sum(1)

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jattn
+import seq2seq_family_generate as generation
+import seq2seq_family_parity as parity
 from jattn import Interventions
 from tiny_seq2seq import hf_model, padded_batch, save_tiny
-from tolerance import assert_close, model_terms
 
 
 @pytest.fixture(scope="module", params=["marian", "fsmt"])
@@ -20,27 +19,12 @@ def tiny(request, tmp_path_factory):
     return kind, jattn.load(folder, use_cache=False), hf_model(folder, kind)
 
 
-def _hf_generate(hf, batch, **kw):
-    import torch
-
-    with torch.no_grad():
-        out = hf.generate(input_ids=torch.tensor(batch["input_ids"]), attention_mask=torch.tensor(batch["attention_mask"]),
-                          do_sample=False, early_stopping=False, **kw)
-    return out.numpy()
-
-
 @pytest.mark.parametrize("num_beams,length_penalty,max_length", [(1, 1.0, 12), (3, 1.0, 12), (4, 0.6, 10)])
 def test_generate_matches_hf(tiny, num_beams, length_penalty, max_length):
     kind, model, hf = tiny
-    batch = padded_batch(model.config, seed=2, b=5)
-    ours = model.generate(batch["input_ids"], batch["attention_mask"], num_beams=num_beams, max_length=max_length,
-                          length_penalty=length_penalty)
-    ref = _hf_generate(hf, batch, num_beams=num_beams, max_length=max_length, length_penalty=length_penalty)
-    assert ours.shape == ref.shape
-    np.testing.assert_array_equal(ours, ref)
+    ref = generation.check_same_ids(model, hf, num_beams=num_beams, max_length=max_length, length_penalty=length_penalty)
     if kind == "marian":  # EOS boosted (see save_tiny): hypotheses finish at different lengths
-        ends = [(row[1:] == model.config.eos_token_id).argmax() for row in ref]
-        assert len(set(ends)) > 1
+        generation.check_ends_differ(ref, model.config.eos_token_id)
 
 
 # FSMT's decoder layers and KV cache are Marian's jattn code (they differ in embeddings, output projection and
@@ -49,9 +33,8 @@ def test_generate_matches_hf(tiny, num_beams, length_penalty, max_length):
     twin="tests/test_decode.py::test_cached_steps_match_teacher_forcing[marian]"))], indirect=True)
 def test_cached_steps_match_teacher_forcing(tiny):
     """Step-by-step decoding with the KV cache gives the teacher-forced logits, also with
-    head gates and disabled heads in all three attention types."""
-    from jattn.nn import decode, seq2seq
-
+    head gates and disabled heads in all three attention types; the step under jit, as greedy and
+    beam search call it."""
     _, model, _ = tiny
     c = model.config
     batch = padded_batch(c, seed=3, b=3)
@@ -59,23 +42,9 @@ def test_cached_steps_match_teacher_forcing(tiny):
     padded = batch["decoder_attention_mask"] == 0  # fill: fairseq numbers pad tokens' positions differently
     batch["decoder_input_ids"][padded] = rng.integers(4, c.tgt_vocab_size - 1, padded.sum())
     batch["decoder_attention_mask"][:] = 1
-    shapes = {"encoder": (c.encoder_layers, c.encoder_heads), "decoder": (c.decoder_layers, c.decoder_heads),
-              "cross": (c.decoder_layers, c.decoder_heads)}
     given = {k: Interventions(head_gates=rng.uniform(0, 2, s).astype(np.float32), disabled_heads=rng.uniform(size=s) < 0.3)
-             for k, s in shapes.items()}
-    full = np.asarray(model.forward(batch, given).logits)  # (b, t, V)
-    iv = seq2seq.check_interventions(c, given)
-    ids = jnp.asarray(batch["input_ids"], jnp.int32)
-    mask = jnp.asarray(batch["attention_mask"], jnp.int32)
-    t = batch["decoder_input_ids"].shape[1]
-    cache = decode.init_state(model.params, c, ids, mask, iv, t, jnp.float32)
-    # under jit with a traced position, as greedy and beam search call it: one program for every step
-    # (op by op, each position's slices compiled kernels of their own)
-    step = jax.jit(decode.decoder_step, static_argnums=1)
-    for pos in range(t):
-        tokens = jnp.asarray(batch["decoder_input_ids"][:, pos], jnp.int32)
-        logits, cache = step(model.params, c, tokens, jnp.int32(pos), cache, mask, iv)
-        assert_close(logits, full[:, pos], terms=model_terms(c, ids.shape[1], t), err_msg=str(pos))  # other shapes
+             for k, s in parity.shapes(c).items()}
+    generation.check_steps(model, batch, given, jit=True)
 
 
 # the banned-token logit mask is the same generate code for both; FSMT differs only in embeddings and output

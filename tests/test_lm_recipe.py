@@ -5,7 +5,6 @@ measure against a loop, and ``jattn models make`` on a recipe of kind ``language
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import jattn
+import seq2seq_family_analyses as analyses
 import tiny_seq2seq
-from hf_head_gates import output_projections, sender_pass
+from hf_head_gates import hf_patch_loop, output_projections, sender_pass, torch_inputs
 from jattn.nn.interventions import Interventions
 from jattn.sweeps.patching import agreement, attribution_patch_heads, paired_inputs, patch_heads
 from tiny_encoders import hf_model
@@ -21,44 +22,6 @@ CLEAN = ["John gave the book to Mary because she asked.", "The keys to the cabin
          "Anna thanked Tom after he helped."]
 CORRUPTED = ["Mary gave the book to John because she asked.", "The key to the cabinets is on the table.",
              "Tom thanked Anna after he helped."]
-
-
-def hf_patch_loop(hf, clean: dict, corrupted: dict, metric, heads: dict) -> dict:
-    """{kind: (L, H)} mean over examples of metric(corrupted, head ← clean) − metric(corrupted),
-    one HF forward per head; ``heads`` {kind: H}."""
-    projections = output_projections(hf)
-    recorded, handles = {}, []
-    for kind, projs in projections.items():
-        for l, proj in enumerate(projs):
-            handles.append(proj.register_forward_pre_hook(
-                lambda module, args, key=(kind, l): recorded.__setitem__(key, args[0].detach().clone())))
-    with torch.no_grad():
-        hf(**clean)
-    for h in handles:
-        h.remove()
-    with torch.no_grad():
-        base = metric(hf(**corrupted))  # (b,)
-    out = {}
-    for kind, projs in projections.items():
-        H = heads[kind]
-        out[kind] = np.zeros((len(projs), H))
-        for l, proj in enumerate(projs):
-            d = recorded[(kind, l)].shape[-1] // H
-            for h in range(H):
-                def replace(module, args, src=recorded[(kind, l)], s=slice(h * d, (h + 1) * d)):
-                    x = args[0].clone()  # (b, q, H·d_h)
-                    x[..., s] = src[..., s]
-                    return (x,)
-
-                handle = proj.register_forward_pre_hook(replace)
-                with torch.no_grad():
-                    out[kind][l, h] = float((metric(hf(**corrupted)) - base).mean())
-                handle.remove()
-    return out
-
-
-def torch_inputs(batch: dict) -> dict:
-    return {k: torch.tensor(np.asarray(v), dtype=torch.long) for k, v in batch.items()}
 
 
 def test_patch_heads_equals_hf_hooks(tiny_bert, tiny_direction):
@@ -81,39 +44,11 @@ def test_patch_heads_equals_hf_hooks(tiny_bert, tiny_direction):
     assert np.abs(want["encoder"]).max() > 20 * tolerance(1.0, terms)  # effects well above the tolerance
 
 
-def marian_pair(model):
-    """A padded clean batch and a corrupted copy: other tokens at a few real positions, same lengths."""
-    clean = tiny_seq2seq.padded_batch(model.config, seed=1)
-    corrupted = {k: v.copy() for k, v in clean.items()}
-    rng = np.random.default_rng(2)
-    for key, mask, vocab in (("input_ids", "attention_mask", model.config.src_vocab_size),
-                             ("decoder_input_ids", "decoder_attention_mask", model.config.tgt_vocab_size)):
-        for r in range(len(clean[key])):
-            real = np.nonzero(clean[mask][r])[0][1:]  # keep the decoder's start token
-            pos = rng.choice(real, size=min(2, len(real)), replace=False)
-            corrupted[key][r, pos] = rng.integers(4, vocab - 1, size=len(pos))
-    return clean, corrupted
-
-
 def test_translation_patch_heads_equals_hf_hooks(tiny_marian_folder):
     """Every head of every attention type of a random Marian model; metric = a logit difference
     at target position 1."""
     model = jattn.load(str(tiny_marian_folder), use_cache=False)
-    clean, corrupted = marian_pair(model)
-    got = patch_heads(model, clean, corrupted, lambda out: out["logits"][:, 1, 5] - out["logits"][:, 1, 6])
-    hf = tiny_seq2seq.hf_model(tiny_marian_folder, "marian").double()
-    c = model.config
-    want = hf_patch_loop(hf, torch_inputs(clean), torch_inputs(corrupted),
-                         lambda out: out.logits[:, 1, 5] - out.logits[:, 1, 6],
-                         {"encoder": c.encoder_heads, "decoder": c.decoder_heads, "cross": c.decoder_heads})
-    with torch.no_grad():
-        scale = float(hf(**torch_inputs(corrupted)).logits[:, 1].abs().max())  # the logits the difference cancels
-    s, t = clean["input_ids"].shape[1], clean["decoder_input_ids"].shape[1]
-    for kind in want:
-        assert_close(got[kind], want[kind], terms=2 * (model_terms(c, s, t) + c.tgt_vocab_size), scale=scale,
-                     err_msg=kind)
-        print(kind, "max |jattn − HF|", np.abs(got[kind] - want[kind]).max())
-        assert np.abs(want[kind]).max() > 20 * tolerance(scale, 2 * (model_terms(c, s, t) + c.tgt_vocab_size)), kind
+    analyses.check_patch_heads(model, tiny_seq2seq.hf_model(tiny_marian_folder, "marian"))
 
 
 def test_per_position_patching_sums_to_a_forward_per_position(tiny_bert, tiny_direction):
@@ -153,7 +88,7 @@ def test_attribution_patching_tracks_exact_patching(tiny_bert, tiny_direction):
 def test_attribution_patching_is_the_directional_derivative(tiny_marian_folder):
     """∂metric/∂t at t = 0 against central finite differences of the blended patch, per attention type."""
     model = jattn.load(str(tiny_marian_folder), use_cache=False)
-    clean, corrupted = marian_pair(model)
+    clean, corrupted = analyses.clean_and_corrupted(model)
     metric = lambda out: out["logits"][:, 1, 5] - out["logits"][:, 1, 6]  # noqa: E731
     got = attribution_patch_heads(model, clean, corrupted, metric)
     contexts = model.forward(clean, internals=("context",)).internals

@@ -541,7 +541,7 @@ def test_metrics_name_each_task_metric():
 
 
 def test_file_path_places_an_entry_in_its_data_set_folder(tmp_path, monkeypatch):
-    from jattn.io.manifest import data_path, file_path, files, missing
+    from jattn.io.manifest import file_path, files, missing
 
     manifest = tmp_path / "manifest.json"
     manifest.write_text(json.dumps({"datasets": {"toy": {}}, "files": [

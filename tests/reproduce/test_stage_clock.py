@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 import time
 
 from jattn.reproduce import pipeline, records

@@ -18,7 +18,7 @@ import pytest
 
 import jattn
 from encoder_family_parity import (check_classifier, check_disabled, check_gates, check_outputs, check_pruned,
-                                   load_pair, pair_batch, save_random)
+                                   load_pair, new_hf, pair_fixtures, save_random)
 from encoder_family_smoke import (POSITIONS, check_analyze_cli, check_mlm_logits, check_new_classifier_export,
                                   check_patch_heads, check_round_trip, unigram_tokenizer)
 from jattn.nn.config import ConfigError
@@ -33,22 +33,10 @@ HEADS = {"base": "AlbertModel", "mlm": "AlbertForMaskedLM", "cls": "AlbertForSeq
 
 
 def save_albert(folder, head="base", seed=0, **kw):
-    import torch
-    import transformers
-
-    torch.manual_seed(seed)
-    config = transformers.AlbertConfig(**{**SHAPE, **kw}, num_labels=3)
-    return save_random(getattr(transformers, HEADS[head])(config), folder, seed)
+    return save_random(new_hf("AlbertConfig", HEADS[head], {**SHAPE, **kw, "num_labels": 3}, seed), folder, seed)
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    return load_pair(save_albert(tmp_path_factory.mktemp("albert")))
-
-
-@pytest.fixture(scope="module")
-def batch(pair):
-    return pair_batch(pair[0].config, LENGTHS, seed=6)
+pair, batch = pair_fixtures(save_albert, LENGTHS, seed=6)
 
 
 def test_config_and_shared_copies(pair):

@@ -17,6 +17,8 @@ import torch
 from flax import nnx
 
 import jattn
+import seq2seq_family_analyses as analyses
+import seq2seq_family_parity as parity
 from jattn import Interventions
 from jattn.analyses.base import Method
 from jattn.analyses.confidence import HeadConfidence
@@ -24,36 +26,12 @@ from jattn.analyses.distance import JSDistance
 from jattn.analyses.norm_stats import NormClassAttention
 from jattn.analyses.weights import ClassAttention, Entropy
 from jattn.runner import run_corpus
+from test_run_translation import corpus_terms, pair_ids, pairs
 from tiny_bart import hf_model, save_tiny
 from tiny_seq2seq import padded_batch, sentences
 from tolerance import assert_close, model_terms
 
-KINDS = ("encoder", "decoder", "cross")
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("bart") / "model", "bart")
-
-
-@pytest.fixture(scope="module")
-def model(folder):
-    return jattn.load(folder, use_cache=False)
-
-
-def pairs(n=9):
-    return list(zip(sentences(n, 1), sentences(n, 2)))
-
-
-def pair_ids(model, src: str, tgt: str):
-    """Source ids (<s> … </s>), target ids and the teacher-forced decoder input (</s> + target[:-1])."""
-    x = np.asarray(model.tokenizer([src])["input_ids"][0])
-    y = np.asarray(model.tokenizer(text_target=[tgt])["input_ids"][0])
-    return x, y, np.concatenate([[model.config.decoder_start_token_id], y[:-1]])
-
-
-def corpus_terms(model, pairs: int) -> int:
-    return model_terms(model.config, 32, 32) + 32 * pairs
+folder, model = parity.one_case(save_tiny, "bart")
 
 
 def padded(model, ids):
@@ -84,7 +62,7 @@ def reference(model, folder, data):
         q = {"encoder": len(x), "decoder": len(y), "cross": len(y)}
         k = {"encoder": len(x), "decoder": len(y), "cross": len(x)}
         weighted = {kind: np.asarray(norms[kind]["weighted_norm"], np.float64)[:, r, :, :q[kind], :k[kind]]
-                    for kind in KINDS}  # (L, H, q, k)
+                    for kind in parity.KINDS}  # (L, H, q, k)
         dec_eos = (dec == eos_id) & (np.arange(len(dec)) > 0)
         eos = {"encoder": x == eos_id, "decoder": dec_eos, "cross": x == eos_id}  # keys
         query_eos = {"encoder": x == eos_id, "decoder": dec_eos, "cross": dec_eos}
@@ -98,11 +76,11 @@ def test_translation_statistics_equal_per_example_loops(model, folder):
     data = pairs()
     got = run_corpus(model, data, [ClassAttention(), Entropy(), NormClassAttention(), JSDistance(), HeadConfidence()],
                      batch_size=4, max_length=32, progress=False).statistics
-    to_sep, norm_to_sep, entropy, confidence = ({k: [] for k in KINDS} for _ in range(4))
-    js = {k: 0.0 for k in KINDS}
+    to_sep, norm_to_sep, entropy, confidence = ({k: [] for k in parity.KINDS} for _ in range(4))
+    js = {k: 0.0 for k in parity.KINDS}
     prev = []
     for weights, weighted, eos, query_eos in reference(model, folder, data):
-        for k in KINDS:
+        for k in parity.KINDS:
             A = weights[k]  # (L, H, q, k)
             L, H, q, n = A.shape
             to_sep[k].append(A[..., eos[k]].sum(-1).mean(-1))
@@ -121,7 +99,7 @@ def test_translation_statistics_equal_per_example_loops(model, folder):
         A = weights["decoder"]
         prev.append(np.mean([A[..., i, i - 1] for i in range(1, A.shape[2])], 0))
     terms = corpus_terms(model, len(data))
-    for k in KINDS:
+    for k in parity.KINDS:
         assert_close(got[f"{k}_attn_to_sep"].value, np.mean(to_sep[k], 0), terms=terms, err_msg=k)
         assert_close(got[f"{k}_norm_to_sep"].value, np.mean(norm_to_sep[k], 0), terms=terms, err_msg=k)
         assert_close(got[f"{k}_entropy"].value, np.mean(entropy[k], 0), terms=terms, err_msg=k)
@@ -149,12 +127,7 @@ def test_norms_against_explicit_tensor(model):
         for layer in range(internals[kind]["weights"].shape[0]):
             it = {k: np.asarray(v[layer], np.float64) for k, v in {**internals[kind], **view}.items()}
             if kind == "cross":
-                a = it["weights"] * (q_mask[:, None, :, None] * k_mask[:, None, None, :])
-                f = np.einsum("bhnd,hde->bhne", it["values"], it["out_kernel"])  # (b, H, s, D)
-                af = a[..., None] * f[:, :, None]  # (b, H, t, s, D)
-                want = {"f_norm": np.linalg.norm(f, axis=-1) * k_mask[:, None],
-                        "weighted_norm": np.linalg.norm(af, axis=-1), "summed_norm": np.linalg.norm(af.sum(1), axis=-1),
-                        "weights": a}
+                want = analyses.attention_norms(it["weights"], it["values"], it["out_kernel"], q_mask, k_mask)
             else:
                 want = brute_force(it, q_mask, model.config.layer_norm_eps)
             keys = [k for k in got[kind] if k in want]
@@ -177,9 +150,7 @@ def test_importance_equals_hf(model, folder, estimator):
     hf = hf_model(folder).double()
     data = list(zip(sentences(4, 1), sentences(4, 2)))
     cases = translation_cases(model, data)
-    c = model.config
-    shapes = {"encoder": (c.encoder_layers, c.encoder_heads), "decoder": (c.decoder_layers, c.decoder_heads),
-              "cross": (c.decoder_layers, c.decoder_heads)}
+    shapes = parity.shapes(model.config)
     mask = {"cross": np.ones(shapes["cross"], np.float32)}
     mask["cross"][1, 0] = 0.0
     got = importance(model, data, estimator=estimator, normalize=False, mask=mask, batch_size=4, progress=False)
@@ -216,10 +187,10 @@ def test_pruning_curve_and_bleu_metric(model):
     history, seen = [], []
     metric = lambda m: seen.append({k: np.array(v) for k, v in m.items()}) or 0.0  # noqa: E731
     prune(model, data, metric, estimator="token", step=0.1, history=history, batch_size=4)
-    flat = np.concatenate([history[0][k].ravel() for k in KINDS])
+    flat = np.concatenate([history[0][k].ravel() for k in parity.KINDS])
     k = max(1, round(0.1 * len(flat)))
     first = np.argsort(flat, kind="stable")[:k]
-    masks = np.stack([np.concatenate([m[kind].ravel() for kind in KINDS]) for m in seen])
+    masks = np.stack([np.concatenate([m[kind].ravel() for kind in parity.KINDS]) for m in seen])
     assert masks[1].sum() == len(flat) - k and (masks[1][first] == 0).all()
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jattn
-from encoder_family_parity import check_classifier, check_pruned, load_pair, pair_batch, save_random
+from encoder_family_parity import check_classifier, check_pruned, load_pair, new_hf, pair_batch, save_random
 from hf_head_gates import disabled, gated
 from jattn import Interventions
 from jattn.nn.config import ConfigError
@@ -32,12 +32,9 @@ V3 = dict(type_vocab_size=0, position_biased_input=False, share_att_key=True, no
 
 def save_deberta(folder, head="base", seed=0, **kw):
     import torch
-    from transformers import (DebertaV2Config, DebertaV2ForMaskedLM, DebertaV2ForSequenceClassification,
-                              DebertaV2Model)
 
-    torch.manual_seed(seed)
-    config = DebertaV2Config(**{**SHAPE, **kw}, num_labels=3)
-    model = {"mlm": DebertaV2ForMaskedLM, "cls": DebertaV2ForSequenceClassification}.get(head, DebertaV2Model)(config)
+    cls = {"mlm": "DebertaV2ForMaskedLM", "cls": "DebertaV2ForSequenceClassification"}.get(head, "DebertaV2Model")
+    model = new_hf("DebertaV2Config", cls, {**SHAPE, **kw, "num_labels": 3}, seed)
     base = getattr(model, "deberta", model)
     with torch.no_grad():  # relative embeddings of the size of the content, so that the terms move α
         base.encoder.rel_embeddings.weight.normal_(0, 1.0)

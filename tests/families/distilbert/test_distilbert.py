@@ -16,7 +16,7 @@ import pytest
 import jattn
 from jattn import Interventions
 from encoder_family_parity import (check_classifier, check_disabled, check_gates, check_outputs, check_pruned,
-                                   load_pair, pair_batch, save_random)
+                                   load_pair, new_hf, pair_batch, pair_fixtures, save_random)
 from encoder_family_smoke import (POSITIONS, check_analyze_cli, check_mlm_logits, check_new_classifier_export,
                                   check_patch_heads, check_round_trip, wordpiece_tokenizer)
 from jattn.io.hf import ConversionError
@@ -30,22 +30,10 @@ HEADS = {"base": "DistilBertModel", "mlm": "DistilBertForMaskedLM", "cls": "Dist
 
 
 def save_distilbert(folder, head="base", seed=0, **kw):
-    import torch
-    import transformers
-
-    torch.manual_seed(seed)
-    config = transformers.DistilBertConfig(**{**SHAPE, **kw}, num_labels=3)
-    return save_random(getattr(transformers, HEADS[head])(config), folder, seed)
+    return save_random(new_hf("DistilBertConfig", HEADS[head], {**SHAPE, **kw, "num_labels": 3}, seed), folder, seed)
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    return load_pair(save_distilbert(tmp_path_factory.mktemp("distilbert")))
-
-
-@pytest.fixture(scope="module")
-def batch(pair):
-    return pair_batch(pair[0].config, LENGTHS, seed=4, types=False)
+pair, batch = pair_fixtures(save_distilbert, LENGTHS, seed=4, types=False)
 
 
 def test_config(pair):
@@ -138,11 +126,7 @@ def test_hf_round_trip(tmp_path, batch, head):
 
 
 def test_refused(tmp_path):
-    import torch
-    from transformers import DistilBertConfig, DistilBertForQuestionAnswering
-
-    torch.manual_seed(0)
-    folder = save_random(DistilBertForQuestionAnswering(DistilBertConfig(**SHAPE)), tmp_path / "qa")
+    folder = save_random(new_hf("DistilBertConfig", "DistilBertForQuestionAnswering", SHAPE), tmp_path / "qa")
     with pytest.raises(ConversionError, match="DistilBertForQuestionAnswering.*Fix"):
         jattn.load(folder, tokenizer=False, use_cache=False)
     spec = jattn.families.get("distilbert")

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import jattn
-from encoder_family_parity import (check_disabled, check_gates, check_outputs, check_pruned, load_pair, pair_batch,
-                                   save_random)
+from encoder_family_parity import (check_disabled, check_gates, check_outputs, check_pruned, load_pair, new_hf,
+                                   pair_batch, save_random)
 from tiny_encoders import hf_model, hf_run
 
 SHAPE = dict(vocab_size=90, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
@@ -21,12 +21,8 @@ LENGTHS = [13, 8, 3, 13]
 
 
 def save_electra(folder, embedding_size=16, pretraining=False, seed=0):
-    import torch
-    from transformers import ElectraConfig, ElectraForPreTraining, ElectraModel
-
-    torch.manual_seed(seed)
-    config = ElectraConfig(**SHAPE, embedding_size=embedding_size)
-    return save_random((ElectraForPreTraining if pretraining else ElectraModel)(config), folder, seed)
+    cls = "ElectraForPreTraining" if pretraining else "ElectraModel"
+    return save_random(new_hf("ElectraConfig", cls, {**SHAPE, "embedding_size": embedding_size}, seed), folder, seed)
 
 
 @pytest.fixture(scope="module", params=[16, 32], ids=["project-16-to-32", "no-projection"])
@@ -100,12 +96,8 @@ E = "tests/families/electra/test_electra.py::"
 
 
 def save_generator(folder, embedding_size=16, seed=0, **kw):
-    import torch
-    from transformers import ElectraConfig, ElectraForMaskedLM
-
-    torch.manual_seed(seed)
-    return save_random(ElectraForMaskedLM(ElectraConfig(**{**SHAPE, **kw}, embedding_size=embedding_size)), folder,
-                       seed)
+    fields = {**SHAPE, **kw, "embedding_size": embedding_size}
+    return save_random(new_hf("ElectraConfig", "ElectraForMaskedLM", fields, seed), folder, seed)
 
 
 # no-projection: the same masked-LM head code (E = D, the transform's kernel square) as project-16-tied; unprojected

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from encoder_family_parity import save_random
+from encoder_family_parity import new_hf, save_random
 from lm_family_parity import (check_generate, check_lm_disabled, check_lm_gates, check_lm_outputs, lm_batch,
                               load_lm_pair)
 
@@ -18,11 +18,7 @@ LENGTHS = [11, 6, 3, 11]
 
 
 def save_gpt2(folder, seed=0, **fields):
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(seed)
-    return save_random(GPT2LMHeadModel(GPT2Config(**{**SHAPE, **fields})), folder, seed)
+    return save_random(new_hf("GPT2Config", "GPT2LMHeadModel", {**SHAPE, **fields}, seed), folder, seed)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 
 import jattn
 
-from encoder_family_parity import save_random
+from encoder_family_parity import new_hf, save_random
 from lm_family_parity import (check_generate, check_lm_disabled, check_lm_gates, check_lm_outputs, lm_batch,
                               load_lm_pair)
 
@@ -25,13 +25,9 @@ FAMILIES = ("llama", "qwen2")
 
 
 def save_lm(folder, model_type="llama", seed=0, **fields):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    config_cls, cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}[model_type]
-    return save_random(cls(config_cls(**{**SHAPE, "rope_parameters": {"rope_type": "default", "rope_theta": 500.0},
-                                         **fields})), folder, seed)
+    name = {"llama": "Llama", "qwen2": "Qwen2"}[model_type]
+    fields = {**SHAPE, "rope_parameters": {"rope_type": "default", "rope_theta": 500.0}, **fields}
+    return save_random(new_hf(f"{name}Config", f"{name}ForCausalLM", fields, seed), folder, seed)
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -128,11 +124,7 @@ GEMMA2 = dict(vocab_size=80, hidden_size=32, num_hidden_layers=4, num_attention_
 def gemma(tmp_path_factory):
     """Gemma 2 with a window (4) shorter than the batch, soft-capping that bites (scores and logits
     capped at 2 and 3), head_dim 16 ≠ D / H and query_pre_attn_scalar 12 ≠ head_dim."""
-    import torch
-    from transformers import Gemma2Config, Gemma2ForCausalLM
-
-    torch.manual_seed(0)
-    folder = save_random(Gemma2ForCausalLM(Gemma2Config(**GEMMA2)), tmp_path_factory.mktemp("gemma2"))
+    folder = save_random(new_hf("Gemma2Config", "Gemma2ForCausalLM", GEMMA2), tmp_path_factory.mktemp("gemma2"))
     return load_lm_pair(folder)
 
 

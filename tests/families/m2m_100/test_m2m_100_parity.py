@@ -10,21 +10,15 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 import jattn
 import seq2seq_family_parity as parity
-from tiny_m2m_100 import CONFIGS, hf_model, save_tiny
-from tiny_seq2seq import padded_batch
+import tiny_m2m_100
+from jattn.io.hf import read_state_dict
+from tiny_m2m_100 import hf_model, save_tiny
 from tolerance import assert_close
 
-
-@pytest.fixture(scope="module", params=sorted(CONFIGS))
-def tiny(request, tmp_path_factory):
-    folder = save_tiny(tmp_path_factory.mktemp(request.param), request.param)
-    return folder, jattn.load(folder, use_cache=False), hf_model(folder)
-
-
+tiny = parity.tiny_cases(tiny_m2m_100)
 HERE = "tests/families/m2m_100/test_m2m_100_parity.py::"
 MBART = "tests/families/mbart/test_mbart_parity.py::"
 
@@ -33,12 +27,11 @@ def gelu_slow(test: str):
     """``tiny``'s cases with m2m_100-gelu slow, its fast twin the same test on m2m_100: both run the same pre-LN
     layers, interventions and embeddings; m2m_100-gelu differs in sizes, activation and embedding scale, which its
     teacher-forced parity test checks fast."""
-    return pytest.mark.parametrize("tiny", ["m2m_100", pytest.param(
-        "m2m_100-gelu", marks=pytest.mark.slow(twin=f"{HERE}{test}[m2m_100]"))], indirect=True)
+    return parity.slow_case("m2m_100", "m2m_100-gelu", f"{HERE}{test}[m2m_100]")
 
 
 def test_config_is_pre_ln(tiny):
-    _, model, _ = tiny
+    _, _, model, _ = tiny
     c = model.config
     assert (c.norm_position, c.final_norm, c.positions, c.embedding_ln) == ("pre", True, "tensor2tensor", False)
     assert not c.final_logits_bias and c.tie_output and c.shared_embeddings and c.decoder_mask == "all"
@@ -51,7 +44,7 @@ def test_position_table_equals_hf(tiny):
 
     from jattn.nn.seq2seq import sinusoid_table
 
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     c = model.config
     ref = M2M100SinusoidalPositionalEmbedding(c.max_position_embeddings, c.d_model, c.pad_token_id).weights.numpy()
     ours = sinusoid_table(c)
@@ -61,39 +54,39 @@ def test_position_table_equals_hf(tiny):
 
 
 def test_parity_teacher_forced_padded(tiny):
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     parity.check_parity(model, hf)
 
 
 def test_default_decoder_mask_matches_hf(tiny):
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     parity.check_default_decoder_mask(model, hf)
 
 
 def test_hidden_states_equal_hf(tiny):
     """scale · token + sinusoid row pad + i in (the zero row on padding), the final LayerNorm's output out."""
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     parity.check_hidden_states(model, hf)
 
 
 # the same pre-LN LayerNorm layers and interventions as mBART's (M2M100 differs in embeddings only), fast twin mBART's
 @pytest.mark.slow(twin=MBART + "test_pre_ln_internals")
 def test_pre_ln_internals(tiny):
-    _, model, _ = tiny
+    _, _, model, _ = tiny
     parity.check_pre_ln_internals(model)
 
 
 # the same pre-LN LayerNorm layers and interventions as mBART's (M2M100 differs in embeddings only), fast twin mBART's
 @pytest.mark.slow(twin=MBART + "test_head_gates_equal_hf_hooks")
 def test_head_gates_equal_hf_hooks(tiny):
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     parity.check_gates(model, hf)
 
 
 # the same pre-LN LayerNorm layers and interventions as mBART's (M2M100 differs in embeddings only), fast twin mBART's
 @pytest.mark.slow(twin=MBART + "test_disabled_heads_equal_hf_hooks")
 def test_disabled_heads_equal_hf_hooks(tiny):
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     parity.check_disabled(model, hf)
 
 
@@ -102,23 +95,14 @@ def test_disabled_heads_equal_hf_hooks(tiny):
 def test_inputs_embeds_equal_hf(tiny):
     """The scaled token embeddings, as jattn's; on right-padded rows' real tokens HF's positions
     (every position numbered) and jattn's (the real tokens counted) agree."""
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     parity.check_inputs_embeds(model, hf)
 
 
 def test_bare_model_checkpoint(tmp_path):
     """An ``M2M100Model`` folder (no ``model.`` prefix) loads; its states equal HF's M2M100Model
     and its logits h · E^T equal M2M100ForConditionalGeneration loaded from it."""
-    folder = save_tiny(tmp_path / "bare", "m2m_100", bare=True)
-    model = jattn.load(folder, use_cache=False)
-    batch = padded_batch(model.config, seed=4)
-    ours = model.forward(batch)
-    with torch.no_grad():
-        ref = hf_model(folder, bare=True)(**{k: torch.tensor(v) for k, v in batch.items()}, use_cache=False)
-    dec_mask = batch["decoder_attention_mask"].astype(bool)
-    T = parity.terms(model, batch)
-    assert_close(np.asarray(ours.decoder_last_hidden_state)[dec_mask], ref.last_hidden_state.numpy()[dec_mask], terms=T)
-    parity.compare(ours, parity.hf_forward(hf_model(folder), batch), batch, T)
+    parity.check_bare_model(save_tiny(tmp_path / "bare", "m2m_100", bare=True), hf_model)
 
 
 def test_defaults_and_refused_configs(tiny):
@@ -126,7 +110,7 @@ def test_defaults_and_refused_configs(tiny):
     token, LayerDrop 0.05: refused); what jattn cannot run is refused, naming the field."""
     from jattn.nn.config import ConfigError
 
-    folder, model, _ = tiny
+    _, folder, model, _ = tiny
     cfg = json.loads((folder / "config.json").read_text())
     spec = jattn.families.get("m2m_100")
     bare = {k: v for k, v in cfg.items() if k not in ("scale_embedding", "decoder_start_token_id", "attention_dropout")}
@@ -148,16 +132,10 @@ def test_defaults_and_refused_configs(tiny):
 
 
 def test_conversion_reports_all_problems(tiny):
-    from jattn.io.hf import ConversionError, read_state_dict
-
-    folder, model, _ = tiny
+    """Also: the sinusoid table older versions saved is no problem."""
+    _, folder, model, _ = tiny
     state = read_state_dict(folder)
-    gone = ("model.encoder.layer_norm.bias", "model.decoder.layers.0.encoder_attn.k_proj.weight")
-    for key in gone:
-        state.pop(key)
-    state["model.encoder.extra.weight"] = np.zeros(3)
     state["model.encoder.embed_positions.weights"] = np.zeros((66, model.config.d_model))  # saved by older versions
-    with pytest.raises(ConversionError) as err:
-        jattn.families.get("m2m_100").convert(state, model.config)
-    assert all(k in str(err.value) for k in (*gone, "model.encoder.extra.weight"))
-    assert "embed_positions" not in str(err.value)
+    message = parity.check_conversion_problems("m2m_100", model.config, state, (
+        "model.encoder.layer_norm.bias", "model.decoder.layers.0.encoder_attn.k_proj.weight"))
+    assert "embed_positions" not in message

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tiny_bart_layout import randomize, save
 from tiny_seq2seq import WORDS
 
 SRC_LANG, TGT_LANG, OTHER_LANG = "fra_Latn", "eng_Latn", "deu_Latn"
@@ -105,23 +106,13 @@ def save_tiny(folder: Path, kind: str = "m2m_100", seed: int = 0, eos_boost: flo
                           decoder_start_token_id=tok.eos_token_id,
                           encoder_layerdrop=0.0, decoder_layerdrop=0.0, **{**CONFIGS[kind], **overrides})
     model = (M2M100Model if bare else M2M100ForConditionalGeneration)(config)
+    randomize(model)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.3)
-            elif p.dim() == 1:
-                p.normal_(0, 0.2)
-                if "layer_norm" in name and name.endswith("weight"):
-                    p.add_(1.0)
         base = model if bare else model.model
         e = base.shared.weight[tok.eos_token_id]
         base.decoder.layer_norm.bias += eos_boost * e / (e @ e)
-    model.save_pretrained(str(folder))
-    if FORCED_BOS[kind] and not bare:
-        gen = json.loads((folder / "generation_config.json").read_text())
-        code = tok.convert_tokens_to_ids(TGT_LANG if tokenizer == "nllb" else "__en__")
-        (folder / "generation_config.json").write_text(json.dumps(dict(gen, forced_bos_token_id=code)))
-    return folder
+    code = tok.convert_tokens_to_ids(TGT_LANG if tokenizer == "nllb" else "__en__")
+    return save(model, folder, code if FORCED_BOS[kind] and not bare else None)
 
 
 def hf_model(folder: Path, bare: bool = False):

@@ -6,32 +6,24 @@ from __future__ import annotations
 
 import pytest
 
-import jattn
+import seq2seq_family_analyses as analyses
 import seq2seq_family_parity as parity
 from tiny_mbart import hf_model, save_tiny
 
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("mbart") / "model", "mbart-50")
-
-
-@pytest.fixture(scope="module")
-def model(folder):
-    return jattn.load(folder, use_cache=False)
+folder, model = parity.one_case(save_tiny, "mbart-50")
 
 
 def test_analyze_cli(model, folder, tmp_path, monkeypatch):
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
-    parity.check_analyze_cli(model, folder, tmp_path / "out")
+    analyses.check_analyze_cli(model, folder, tmp_path / "out")
 
 
 def test_norms_against_explicit_tensor(model):
-    parity.check_norms(model)
+    analyses.check_norms(model)
 
 
 # the patched layers' suffix runs the same pre-norm Seq2SeqLayers and final norms as T5's (which adds the relative
 # bias), against HF hooks there
 @pytest.mark.slow(twin="tests/families/t5/test_t5_analyses.py::test_patch_heads_equals_hf_hooks")
 def test_patch_heads_equals_hf_hooks(model, folder):
-    parity.check_patch_heads(model, hf_model(folder))
+    analyses.check_patch_heads(model, hf_model(folder))

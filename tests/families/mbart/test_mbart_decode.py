@@ -7,18 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-import jattn
+import seq2seq_family_generate as generation
 import seq2seq_family_parity as parity
-from tiny_mbart import CONFIGS, EOS_BOOST, FORCED_BOS, TGT_LANG, hf_model, save_tiny
+import tiny_mbart
+from tiny_mbart import FORCED_BOS, TGT_LANG
 
-
-@pytest.fixture(scope="module", params=sorted(CONFIGS))
-def tiny(request, tmp_path_factory):
-    folder = save_tiny(tmp_path_factory.mktemp(request.param), request.param, seed=1,
-                       eos_boost=EOS_BOOST[request.param])
-    return request.param, jattn.load(folder, use_cache=False), hf_model(folder)
-
-
+tiny = parity.tiny_cases(tiny_mbart, decoding=True)
 HERE = "tests/families/mbart/test_mbart_decode.py::"
 
 
@@ -27,21 +21,16 @@ def fifty_slow(twin: str):
     (jattn.nn.decode); mbart-50 differs in sizes, activation, embedding scale and the forced first code (from the
     generation config, as BART's and M2M100's default cases force theirs fast), which its teacher-forced parity
     test checks fast."""
-    return pytest.mark.parametrize("tiny", ["mbart-cc25", pytest.param("mbart-50", marks=pytest.mark.slow(twin=twin))],
-                                   indirect=True)
+    return parity.slow_case("mbart-cc25", "mbart-50", twin)
 
 
-# length penalties are the beam search's own arithmetic (jattn.nn.decode), the same for every family: fast on BART
-# (test_bart_decode.py); greedy and beam search with this family's cache stay in the default suite
-SLOW_PENALTIES = [pytest.param(4, 0.6, 10, marks=pytest.mark.slow), pytest.param(4, 2.0, 14, marks=pytest.mark.slow)]
-
-
-@pytest.mark.parametrize("num_beams,length_penalty,max_length", [(1, 1.0, 12), (4, 1.0, 12), *SLOW_PENALTIES])
+# the other length penalties run fast on BART (generation.SLOW_PENALTIES)
+@pytest.mark.parametrize("num_beams,length_penalty,max_length", [(1, 1.0, 12), (4, 1.0, 12), *generation.SLOW_PENALTIES])
 # mbart-50: the same search and cache as mbart-cc25 (fifty_slow)
 @fifty_slow(HERE + "test_generate_matches_hf[mbart-cc25-1-1.0-12]")
 def test_generate_matches_hf(tiny, num_beams, length_penalty, max_length):
-    kind, model, hf = tiny
-    parity.check_generate(model, hf, num_beams, length_penalty, max_length, FORCED_BOS[kind])
+    kind, _, model, hf = tiny
+    generation.check_generate(model, hf, num_beams, length_penalty, max_length, FORCED_BOS[kind])
     if kind == "mbart-cc25":  # decoding starts from the target's language code
         assert model.config.decoder_start_token_id == model.tokenizer.convert_tokens_to_ids(TGT_LANG)
 
@@ -50,8 +39,8 @@ def test_generate_matches_hf(tiny, num_beams, length_penalty, max_length):
 @fifty_slow(HERE + "test_language_code_forced_per_call[mbart-cc25]")
 def test_language_code_forced_per_call(tiny):
     """Another target language (fr_XX) forced first for one call, as ``generate(forced_bos_token_id=)``."""
-    _, model, hf = tiny
-    parity.check_generate_language(model, hf, model.tokenizer.convert_tokens_to_ids("fr_XX"))
+    _, _, model, hf = tiny
+    generation.check_generate_language(model, hf, model.tokenizer.convert_tokens_to_ids("fr_XX"))
 
 
 # the same pre-norm decoder step (Seq2SeqLayer, the decoder's final norm) and KV cache, with gates and disabled heads
@@ -59,13 +48,13 @@ def test_language_code_forced_per_call(tiny):
 # checked by its greedy and beam generate tests
 @pytest.mark.slow(twin="tests/families/t5/test_t5_decode.py::test_cached_steps_match_teacher_forcing")
 def test_cached_steps_match_teacher_forcing(tiny):
-    _, model, _ = tiny
-    parity.check_cached_steps(model)
+    _, _, model, _ = tiny
+    generation.check_cached_steps(model)
 
 
 # cross-attention gates in the cached decoder step of the same pre-norm seq2seq code as T5's (jattn.nn.decode, the
 # same for every family); mBART's own greedy and beam search run in test_generate_matches_hf
 @pytest.mark.slow(twin="tests/families/t5/test_t5_decode.py::test_generate_with_interventions_equals_gated_hf")
 def test_generate_with_interventions_equals_gated_hf(tiny):
-    _, model, hf = tiny
-    parity.check_generate_gated(model, hf)
+    _, _, model, hf = tiny
+    generation.check_generate_gated(model, hf)

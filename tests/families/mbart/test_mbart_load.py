@@ -4,28 +4,17 @@ loads), and the pruned export (``jattn.sweeps.pruning``)."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 import jattn
 import seq2seq_family_parity as parity
-from jattn.nn.config import ConfigError
 from tiny_mbart import CONFIGS, SRC_LANG, TGT_LANG, hf_model, save_tiny
 
 TEXTS = ["un homme court sur la plage.", "the dog, a ball"]
 # the "mbart-cc25" case: encoder 2 x 4 heads, decoder 3 x 2
 KEEP = {"encoder": [[1, 0, 0, 1], [0, 1, 0, 0]], "decoder": [[1, 0], [0, 0], [0, 1]], "cross": [[0, 1], [1, 0], [1, 1]]}
 
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("mbart") / "model", "mbart-cc25")
-
-
-@pytest.fixture(scope="module")
-def model(folder):
-    return jattn.load(folder, use_cache=False)
+folder, model = parity.one_case(save_tiny, "mbart-cc25")
 
 
 @pytest.mark.parametrize("kind", sorted(CONFIGS))
@@ -53,12 +42,7 @@ def test_load_with_tokenizer(tmp_path, kind):
 
 
 def test_missing_tokenizer_refused(folder, tmp_path):
-    bare = tmp_path / "none"
-    shutil.copytree(folder, bare)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (bare / name).unlink()
-    with pytest.raises(ConfigError, match="tokenizer.json or sentencepiece.bpe.model"):
-        jattn.load(bare, use_cache=False)
+    parity.check_missing_tokenizer(folder, tmp_path / "none", "tokenizer.json or sentencepiece.bpe.model")
 
 
 def test_state_dict_round_trip(folder, model):

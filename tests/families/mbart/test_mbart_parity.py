@@ -7,23 +7,15 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
-import torch
 
 import jattn
 import seq2seq_family_parity as parity
-from tiny_mbart import CONFIGS, hf_model, save_tiny
-from tiny_seq2seq import padded_batch
-from tolerance import assert_close
+import tiny_mbart
+from jattn.io.hf import read_state_dict
+from tiny_mbart import hf_model, save_tiny
 
-
-@pytest.fixture(scope="module", params=sorted(CONFIGS))
-def tiny(request, tmp_path_factory):
-    folder = save_tiny(tmp_path_factory.mktemp(request.param), request.param)
-    return folder, jattn.load(folder, use_cache=False), hf_model(folder)
-
-
+tiny = parity.tiny_cases(tiny_mbart)
 HERE = "tests/families/mbart/test_mbart_parity.py::"
 
 
@@ -31,12 +23,11 @@ def fifty_slow(test: str):
     """``tiny``'s cases with mbart-50 slow, its fast twin the same test on mbart-cc25: both run the same pre-LN
     layers and interventions; mbart-50 differs in sizes, activation and embedding scale, which its teacher-forced
     parity test checks fast."""
-    return pytest.mark.parametrize("tiny", ["mbart-cc25", pytest.param(
-        "mbart-50", marks=pytest.mark.slow(twin=f"{HERE}{test}[mbart-cc25]"))], indirect=True)
+    return parity.slow_case("mbart-cc25", "mbart-50", f"{HERE}{test}[mbart-cc25]")
 
 
 def test_config_is_pre_ln(tiny):
-    _, model, _ = tiny
+    _, _, model, _ = tiny
     c = model.config
     assert (c.norm_position, c.final_norm, c.positions, c.position_offset, c.embedding_ln) == ("pre", True, "learned",
                                                                                                2, True)
@@ -44,39 +35,39 @@ def test_config_is_pre_ln(tiny):
 
 
 def test_parity_teacher_forced_padded(tiny):
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     parity.check_parity(model, hf)
 
 
 def test_default_decoder_mask_matches_hf(tiny):
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     parity.check_default_decoder_mask(model, hf)
 
 
 def test_hidden_states_equal_hf(tiny):
     """LayerNorm(scale · token + position row p + 2) in, the final LayerNorm's output out."""
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     parity.check_hidden_states(model, hf)
 
 
 # mbart-50: the same pre-LN code as mbart-cc25 (fifty_slow)
 @fifty_slow("test_pre_ln_internals")
 def test_pre_ln_internals(tiny):
-    _, model, _ = tiny
+    _, _, model, _ = tiny
     parity.check_pre_ln_internals(model)
 
 
 # mbart-50: the same pre-LN code as mbart-cc25 (fifty_slow)
 @fifty_slow("test_head_gates_equal_hf_hooks")
 def test_head_gates_equal_hf_hooks(tiny):
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     parity.check_gates(model, hf)
 
 
 # mbart-50: the same pre-LN code as mbart-cc25 (fifty_slow)
 @fifty_slow("test_disabled_heads_equal_hf_hooks")
 def test_disabled_heads_equal_hf_hooks(tiny):
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     parity.check_disabled(model, hf)
 
 
@@ -84,29 +75,20 @@ def test_disabled_heads_equal_hf_hooks(tiny):
 @fifty_slow("test_inputs_embeds_equal_hf")
 def test_inputs_embeds_equal_hf(tiny):
     """mBART's ``inputs_embeds`` / ``decoder_inputs_embeds`` are the scaled token embeddings, as jattn's."""
-    _, model, hf = tiny
+    _, _, model, hf = tiny
     parity.check_inputs_embeds(model, hf)
 
 
 def test_bare_model_checkpoint(tmp_path):
     """An ``MBartModel`` folder (no ``model.`` prefix, no final_logits_bias) loads; its states equal
     HF's MBartModel and its logits h · E^T equal MBartForConditionalGeneration loaded from it."""
-    folder = save_tiny(tmp_path / "bare", "mbart-cc25", bare=True)
-    model = jattn.load(folder, use_cache=False)
-    batch = padded_batch(model.config, seed=4)
-    ours = model.forward(batch)
-    with torch.no_grad():
-        ref = hf_model(folder, bare=True)(**{k: torch.tensor(v) for k, v in batch.items()}, use_cache=False)
-    dec_mask = batch["decoder_attention_mask"].astype(bool)
-    T = parity.terms(model, batch)
-    assert_close(np.asarray(ours.decoder_last_hidden_state)[dec_mask], ref.last_hidden_state.numpy()[dec_mask], terms=T)
-    parity.compare(ours, parity.hf_forward(hf_model(folder), batch), batch, T)
+    parity.check_bare_model(save_tiny(tmp_path / "bare", "mbart-cc25", bare=True), hf_model)
 
 
 def test_refused_and_legacy_configs(tiny):
     from jattn.nn.config import ConfigError
 
-    folder, model, _ = tiny
+    _, folder, model, _ = tiny
     cfg = json.loads((folder / "config.json").read_text())
     spec = jattn.families.get("mbart")
     for change, match in (({"normalize_before": False}, "normalize_before"),
@@ -129,14 +111,6 @@ def test_refused_and_legacy_configs(tiny):
 
 
 def test_conversion_reports_all_problems(tiny):
-    from jattn.io.hf import ConversionError, read_state_dict
-
-    folder, model, _ = tiny
-    state = read_state_dict(folder)
-    gone = ("model.decoder.layer_norm.weight", "model.encoder.layernorm_embedding.bias")
-    for key in gone:
-        state.pop(key)
-    state["model.encoder.extra.weight"] = np.zeros(3)
-    with pytest.raises(ConversionError) as err:
-        jattn.families.get("mbart").convert(state, model.config)
-    assert all(k in str(err.value) for k in (*gone, "model.encoder.extra.weight"))
+    _, folder, model, _ = tiny
+    parity.check_conversion_problems("mbart", model.config, read_state_dict(folder),
+                                     ("model.decoder.layer_norm.weight", "model.encoder.layernorm_embedding.bias"))

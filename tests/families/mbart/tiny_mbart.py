@@ -5,9 +5,9 @@ with the target's code forced first)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from tiny_bart_layout import boost_eos, randomize, save
 from tiny_seq2seq import WORDS
 
 SRC_LANG, TGT_LANG = "fr_XX", "en_XX"
@@ -67,22 +67,10 @@ def save_tiny(folder: Path, kind: str = "mbart-cc25", seed: int = 0, eos_boost: 
                          decoder_start_token_id=start, forced_eos_token_id=tok.eos_token_id,
                          **{**CONFIGS[kind], **overrides})
     model = (MBartModel if bare else MBartForConditionalGeneration)(config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2:
-                p.normal_(0, 0.3)
-            elif p.dim() == 1:
-                p.normal_(0, 0.2)
-                if ("layer_norm" in name or "layernorm" in name) and name.endswith("weight"):
-                    p.add_(1.0)
-        if not bare:
-            model.final_logits_bias.normal_()
-            model.final_logits_bias[0, tok.eos_token_id] += eos_boost
-    model.save_pretrained(str(folder))
-    if FORCED_BOS[kind] and not bare:
-        gen = json.loads((folder / "generation_config.json").read_text())
-        (folder / "generation_config.json").write_text(json.dumps(dict(gen, forced_bos_token_id=tgt_code)))
-    return folder
+    randomize(model)
+    if not bare:
+        boost_eos(model, tok.eos_token_id, eos_boost)
+    return save(model, folder, tgt_code if FORCED_BOS[kind] and not bare else None)
 
 
 def hf_model(folder: Path, bare: bool = False):

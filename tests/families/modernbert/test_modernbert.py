@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from encoder_family_parity import check_classifier, check_gates, check_outputs, load_pair, pair_batch, save_random
+from encoder_family_parity import (check_classifier, check_gates, check_outputs, load_pair, new_hf, pair_fixtures,
+                                   save_random)
 from jattn import Interventions
 from tiny_encoders import hf_run
 from tolerance import assert_close, model_terms
@@ -27,23 +28,11 @@ LENGTHS = [15, 9, 4, 15]
 
 
 def save_modernbert(folder, head="base", seed=0, **fields):
-    import torch
-    from transformers import (ModernBertConfig, ModernBertForMaskedLM, ModernBertForSequenceClassification,
-                              ModernBertModel)
-
-    torch.manual_seed(seed)
-    cls = {"cls": ModernBertForSequenceClassification, "mlm": ModernBertForMaskedLM}.get(head, ModernBertModel)
-    return save_random(cls(ModernBertConfig(**{**SHAPE, **fields}, num_labels=3)), folder, seed)
+    cls = {"cls": "ModernBertForSequenceClassification", "mlm": "ModernBertForMaskedLM"}.get(head, "ModernBertModel")
+    return save_random(new_hf("ModernBertConfig", cls, {**SHAPE, **fields, "num_labels": 3}, seed), folder, seed)
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    return load_pair(save_modernbert(tmp_path_factory.mktemp("modernbert")))
-
-
-@pytest.fixture(scope="module")
-def batch(pair):
-    return pair_batch(pair[0].config, LENGTHS, seed=3, types=False)
+pair, batch = pair_fixtures(save_modernbert, LENGTHS, seed=3, types=False)
 
 
 def test_config(pair):

@@ -15,7 +15,7 @@ import pytest
 
 import jattn
 from encoder_family_parity import (check_classifier, check_disabled, check_gates, check_outputs, check_pruned,
-                                   load_pair, pair_batch, save_random)
+                                   load_pair, new_hf, pair_batch, pair_fixtures, save_random)
 from jattn.nn.config import ConfigError
 from tiny_encoders import hf_model, hf_run
 from tolerance import assert_close, model_terms, tolerance
@@ -27,67 +27,58 @@ SHAPE = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_
 
 def save_mpnet(folder, head="base", seed=0, **kw):
     import torch
-    from transformers import MPNetConfig, MPNetForMaskedLM, MPNetForSequenceClassification, MPNetModel
 
-    torch.manual_seed(seed)
-    config = MPNetConfig(**{**SHAPE, **kw}, num_labels=3)
-    model = {"mlm": MPNetForMaskedLM, "cls": MPNetForSequenceClassification}.get(head, MPNetModel)(config)
+    cls = {"mlm": "MPNetForMaskedLM", "cls": "MPNetForSequenceClassification"}.get(head, "MPNetModel")
+    model = new_hf("MPNetConfig", cls, {**SHAPE, **kw, "num_labels": 3}, seed)
     base = getattr(model, "mpnet", model)
     with torch.no_grad():  # a bias of the size of the scores, so that it moves α
         base.encoder.relative_attention_bias.weight.normal_(0, 1.0)
     return save_random(model, folder, seed)
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return load_pair(save_mpnet(tmp_path_factory.mktemp("mpnet")))
+pair, batch = pair_fixtures(save_mpnet, LENGTHS, seed=1, types=False)
 
 
-@pytest.fixture(scope="module")
-def batch(base):
-    return pair_batch(base[0].config, LENGTHS, seed=1, types=False)
-
-
-def test_config(base):
-    model, _ = base
+def test_config(pair):
+    model, _ = pair
     c = model.config
     assert (c.relative_position_buckets, c.relative_position_max_distance, c.type_vocab_size) == (32, 128, 0)
     assert c.positions == "after_padding" and c.pad_token_id == 1 and c.max_length == 62
     assert model.params["relative_bias"].shape == (32, 4) and model.config.with_pooler
 
 
-def test_outputs_and_attention(base, batch):
-    check_outputs(*base, batch, types=False)
+def test_outputs_and_attention(pair, batch):
+    check_outputs(*pair, batch, types=False)
 
 
 # the same post-LN layers and gate code as RoBERTa's (MPNet differs in embeddings and the score bias, which
 # test_outputs_and_attention checks)
 @pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_head_gates")
-def test_head_gates(base, batch):
-    check_gates(*base, batch, types=False)
+def test_head_gates(pair, batch):
+    check_gates(*pair, batch, types=False)
 
 
 # the same post-LN layers and disabling code as RoBERTa's (MPNet differs in embeddings and the score bias, which
 # test_outputs_and_attention checks)
 @pytest.mark.slow(twin="tests/families/roberta/test_roberta.py::test_disabled_heads")
-def test_disabled_heads(base, batch):
-    check_disabled(*base, batch, types=False)
+def test_disabled_heads(pair, batch):
+    check_disabled(*pair, batch, types=False)
 
 
-def test_token_types_ignored(base, batch):
+def test_token_types_ignored(pair, batch):
     """MPNet has no token types: ids of segment B change nothing (HF ignores them too)."""
-    model, _ = base
+    model, _ = pair
     typed = pair_batch(model.config, LENGTHS, seed=1, types=True)
     np.testing.assert_array_equal(model.forward(typed, internals=None).last_hidden_state,
                                   model.forward(batch, internals=None).last_hidden_state)
 
 
-def test_kobayashi_decomposition_with_bias(base, batch):
+def test_kobayashi_decomposition_with_bias(pair, batch):
     """y_i − b_O = Σ_j ‖·‖-decomposed Σ_h α f_h(x_j) with the bias in α: jattn's ``summed_norm``
     against the vectors formed in float64 from HF's α, HF's value projection and HF's W_O."""
     import torch
 
-    model, oracle = base
+    model, oracle = pair
     values = []
     layer0 = oracle.encoder.layer[0].attention.attn
     handle = layer0.v.register_forward_hook(lambda m, a, out: values.append(out))
@@ -126,11 +117,11 @@ def test_mlm_head(tmp_path, batch):
     assert_close(logits, hf_run(oracle, batch).logits, terms=terms)
 
 
-def test_pruned_and_exported(base, batch, tmp_path):
+def test_pruned_and_exported(pair, batch, tmp_path):
     """Pruning keeps each kept head's column of the shared table; the export loads back."""
     from jattn.sweeps.pruning import export_pruned
 
-    model, _ = base
+    model, _ = pair
     check_pruned(model, batch)
     keep = np.array([[1, 0, 0, 1], [0, 1, 1, 1]], bool)
     folder = export_pruned(model, keep, tmp_path / "pruned")
@@ -180,15 +171,15 @@ def test_refused_configs(tmp_path, field, value):
         jattn.load(folder, tokenizer=False, use_cache=False)
 
 
-def test_patch_heads_reads_the_score_bias(base, batch):
+def test_patch_heads_reads_the_score_bias(pair, batch):
     """Activation patching's prefix reuse runs the layers above the patched one itself: on MPNet
     it must add the relative-position bias there too. Every head against HF hook loops (float64)."""
     import torch
 
+    from hf_head_gates import hf_patch_loop
     from jattn.sweeps.patching import patch_heads
-    from test_patching import hf_patch_loop
 
-    model, hf = base
+    model, hf = pair
     corrupted = dict(batch, input_ids=np.where(batch["attention_mask"] > 0, np.roll(batch["input_ids"], 1, 0),
                                                batch["input_ids"]))  # other tokens, the same lengths
     corrupted["input_ids"][:, 0] = batch["input_ids"][:, 0]
@@ -215,7 +206,7 @@ def test_patch_heads_reads_the_score_bias(base, batch):
     assert np.abs(unbiased["encoder"] - want["encoder"]).max() > 3 * tolerance(1.0, terms)
 
 
-def test_value_zeroing_reads_the_score_bias(base, batch):
+def test_value_zeroing_reads_the_score_bias(pair, batch):
     """Value zeroing reruns every layer with a token's values zeroed: on MPNet with the layer's
     relative-position bias. Against one HF forward per layer and token, each example unpadded."""
     import torch
@@ -223,7 +214,7 @@ def test_value_zeroing_reads_the_score_bias(base, batch):
     from jattn.analyses.context_mixing import value_zeroing
     from test_context_mixing import hf_value_zeroing
 
-    model, hf = base
+    model, hf = pair
     got = value_zeroing(model, batch)["value_zeroing_layers"]  # (L, b, n, n)
     for k in range(len(LENGTHS)):
         n = LENGTHS[k]

@@ -7,10 +7,9 @@ sweep's suffix, pruning. Padded sentence pairs."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from encoder_family_parity import (check_classifier, check_disabled, check_gates, check_outputs, check_pruned,
-                                   load_pair, pair_batch, save_random)
+                                   load_pair, new_hf, pair_fixtures, save_random)
 from jattn.nn.embeddings import position_ids
 
 SHAPE = dict(vocab_size=80, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
@@ -20,22 +19,11 @@ LENGTHS = [15, 9, 4, 15]
 
 
 def save_roberta(folder, head="base", seed=0):
-    import torch
-    from transformers import RobertaConfig, RobertaForSequenceClassification, RobertaModel
-
-    torch.manual_seed(seed)
-    cls = RobertaForSequenceClassification if head == "cls" else RobertaModel
-    return save_random(cls(RobertaConfig(**SHAPE, num_labels=3)), folder, seed)
+    cls = "RobertaForSequenceClassification" if head == "cls" else "RobertaModel"
+    return save_random(new_hf("RobertaConfig", cls, {**SHAPE, "num_labels": 3}, seed), folder, seed)
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    return load_pair(save_roberta(tmp_path_factory.mktemp("roberta")))
-
-
-@pytest.fixture(scope="module")
-def batch(pair):
-    return pair_batch(pair[0].config, LENGTHS, seed=3, types=False)
+pair, batch = pair_fixtures(save_roberta, LENGTHS, seed=3, types=False)
 
 
 def test_positions_after_padding(pair, batch):

@@ -12,7 +12,7 @@ import pytest
 
 import jattn
 from encoder_family_parity import (check_classifier, check_disabled, check_gates, check_outputs, check_pruned,
-                                   load_pair, pair_batch, save_random)
+                                   load_pair, new_hf, pair_fixtures, save_random)
 from tiny_encoders import hf_run
 from tolerance import assert_close, model_terms
 
@@ -23,24 +23,12 @@ LENGTHS = [15, 9, 4, 15]
 
 
 def save_preln(folder, head="base", seed=0):
-    import torch
-    from transformers import (RobertaPreLayerNormConfig, RobertaPreLayerNormForMaskedLM,
-                              RobertaPreLayerNormForSequenceClassification, RobertaPreLayerNormModel)
-
-    torch.manual_seed(seed)
-    cls = {"cls": RobertaPreLayerNormForSequenceClassification, "mlm": RobertaPreLayerNormForMaskedLM}.get(
-        head, RobertaPreLayerNormModel)
-    return save_random(cls(RobertaPreLayerNormConfig(**SHAPE, num_labels=3)), folder, seed)
+    cls = {"cls": "RobertaPreLayerNormForSequenceClassification", "mlm": "RobertaPreLayerNormForMaskedLM"}.get(
+        head, "RobertaPreLayerNormModel")
+    return save_random(new_hf("RobertaPreLayerNormConfig", cls, {**SHAPE, "num_labels": 3}, seed), folder, seed)
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    return load_pair(save_preln(tmp_path_factory.mktemp("preln")))
-
-
-@pytest.fixture(scope="module")
-def batch(pair):
-    return pair_batch(pair[0].config, LENGTHS, seed=3, types=False)
+pair, batch = pair_fixtures(save_preln, LENGTHS, seed=3, types=False)
 
 
 def test_config_is_pre_ln(pair):
@@ -118,16 +106,12 @@ def tokenized_folder(tmp_path_factory):
     which the family reads), for the commands that take text."""
     import shutil
 
-    import torch
-    from transformers import RobertaPreLayerNormConfig, RobertaPreLayerNormModel
-
     from jattn.models.load import default_model_path
     from tiny_encoders import TOKENIZER_FILES
 
-    torch.manual_seed(2)
     shape = dict(SHAPE, vocab_size=30522, pad_token_id=0, max_position_embeddings=130, initializer_range=0.3,
                  type_vocab_size=2)  # the WordPiece tokenizer marks a pair's second segment with type 1
-    folder = save_random(RobertaPreLayerNormModel(RobertaPreLayerNormConfig(**shape)),
+    folder = save_random(new_hf("RobertaPreLayerNormConfig", "RobertaPreLayerNormModel", shape, seed=2),
                          tmp_path_factory.mktemp("preln_text"), seed=2)
     for f in TOKENIZER_FILES:
         if (default_model_path() / f).exists():
@@ -157,11 +141,11 @@ def test_analyze_command(tokenized_folder, tmp_path):
 
 def test_patch_heads_equals_hf_hooks(tokenized_folder):
     """``jattn.patch_heads`` on the pre-LN model against one HF forward per head with the head's
-    input to the output projection replaced by hooks (``test_patching.hf_patch_loop``)."""
+    input to the output projection replaced by hooks (``hf_head_gates.hf_patch_loop``)."""
     import torch
 
+    from hf_head_gates import hf_patch_loop, torch_inputs
     from jattn.sweeps.patching import paired_inputs
-    from test_patching import hf_patch_loop, torch_inputs
     from tiny_encoders import hf_model
     from tolerance import tolerance
 

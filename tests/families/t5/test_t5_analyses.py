@@ -9,20 +9,12 @@ import numpy as np
 import pytest
 
 import jattn
+import seq2seq_family_analyses as analyses
 import seq2seq_family_parity as parity
 from tiny_t5 import hf_model, save_tiny
 
 KIND = "t5-v1.1"
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return save_tiny(tmp_path_factory.mktemp("t5") / "model", KIND)
-
-
-@pytest.fixture(scope="module")
-def model(folder):
-    return jattn.load(folder, use_cache=False)
+folder, model = parity.one_case(save_tiny, KIND)
 
 
 # the same command and pre-norm seq2seq analyses (weights, entropy, norms, ALTI, ALTI+) as mBART's; T5's kernels
@@ -30,7 +22,7 @@ def model(folder):
 @pytest.mark.slow(twin="tests/families/mbart/test_mbart_analyses.py::test_analyze_cli")
 def test_analyze_cli(model, folder, tmp_path, monkeypatch):
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
-    doc = parity.check_analyze_cli(model, folder, tmp_path / "out")
+    doc = analyses.check_analyze_cli(model, folder, tmp_path / "out")
     norms = [k for k in doc if "norm" in k and isinstance(doc[k], dict) and "value" in doc[k]]
     assert any(k.startswith("cross_norm") for k in norms), norms
     for key in norms:  # a statistic with no events in the corpus (no punctuation here) is None, not a number
@@ -42,11 +34,11 @@ def test_analyze_cli(model, folder, tmp_path, monkeypatch):
 # kernel on T5 is under jit, vmap and grad in tests/test_contract_families.py)
 @pytest.mark.slow(twin="tests/families/mbart/test_mbart_analyses.py::test_norms_against_explicit_tensor")
 def test_norms_against_explicit_tensor(model):
-    parity.check_norms(model)
+    analyses.check_norms(model)
 
 
 def test_patch_heads_equals_hf_hooks(model, folder):
-    parity.check_patch_heads(model, hf_model(folder, KIND))
+    analyses.check_patch_heads(model, hf_model(folder, KIND))
 
 
 PAIRS = [("un homme court sur la plage", "the man runs on the beach"), ("le chien", "the dog"),

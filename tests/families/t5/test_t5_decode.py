@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import jattn
-import seq2seq_family_parity as parity
+import seq2seq_family_generate as generation
 from tiny_t5 import CONFIGS, EOS_BOOST, hf_model, save_tiny
 
 
@@ -52,18 +52,18 @@ def searches():
 @pytest.mark.parametrize("tiny,num_beams,length_penalty,max_length", list(searches()), indirect=["tiny"])
 def test_generate_matches_hf(tiny, num_beams, length_penalty, max_length):
     _, model, hf = tiny
-    parity.check_generate(model, hf, num_beams, length_penalty, max_length, False)
+    generation.check_generate(model, hf, num_beams, length_penalty, max_length, False)
 
 
 # t5-v1.0: the same decoder step, relative bias and cache as t5-v1.1 (v11_only)
 @v11_only(HERE + "test_cached_steps_match_teacher_forcing[t5-v1.1]")
 def test_cached_steps_match_teacher_forcing(tiny):
     _, model, _ = tiny
-    parity.check_cached_steps(model)
+    generation.check_cached_steps(model)
 
 
 # t5-v1.0: the same gated decoder step as t5-v1.1 (v11_only)
 @v11_only(HERE + "test_generate_with_interventions_equals_gated_hf[t5-v1.1]")
 def test_generate_with_interventions_equals_gated_hf(tiny):
     _, model, hf = tiny
-    parity.check_generate_gated(model, hf)
+    generation.check_generate_gated(model, hf)

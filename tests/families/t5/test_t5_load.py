@@ -5,13 +5,11 @@ HF -> jattn -> HF (state dict, gated ``wi_0`` / ``wi_1`` split again, and a conf
 from __future__ import annotations
 
 import dataclasses
-import shutil
 
 import pytest
 
 import jattn
 import seq2seq_family_parity as parity
-from jattn.nn.config import ConfigError
 from tiny_t5 import CONFIGS, hf_model, save_tiny
 
 TEXTS = ["un homme court sur la plage.", "the dog, a ball"]
@@ -42,12 +40,7 @@ def test_load_with_tokenizer(tiny):
 
 def test_missing_tokenizer_refused(tiny, tmp_path):
     _, folder, _ = tiny
-    bare = tmp_path / "none"
-    shutil.copytree(folder, bare)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (bare / name).unlink()
-    with pytest.raises(ConfigError, match="tokenizer.json or spiece.model"):
-        jattn.load(bare, use_cache=False)
+    parity.check_missing_tokenizer(folder, tmp_path / "none", "tokenizer.json or spiece.model")
 
 
 def test_state_dict_round_trip(tiny):

@@ -16,8 +16,6 @@ from flax import nnx
 
 import jattn
 import seq2seq_family_parity as parity
-from hf_t5_hooks import disabled
-from jattn import Interventions
 from tiny_seq2seq import padded_batch
 from tiny_t5 import CONFIGS, UNTIED, hf_model, save_tiny
 from tolerance import assert_close
@@ -158,21 +156,7 @@ def test_head_gates_equal_hf_hooks(tiny):
 def test_disabled_heads_equal_hf_hooks(tiny):
     """Disabled heads (uniform over the keys a query may see) in each attention type vs HF T5 with hooks."""
     _, _, model, hf = tiny
-    c = model.config
-    batch = padded_batch(c, seed=3)
-    rng = np.random.default_rng(1)
-    for kind, s in parity.shapes(c).items():
-        off = rng.uniform(size=s) < 0.4
-        off[0, 0] = True
-        ours = model.forward(batch, {kind: Interventions(disabled_heads=off)})
-        with disabled(hf, {kind: off}, parity.allowed(batch)):
-            ref = parity.hf_forward(hf, batch)
-        parity.compare(ours, ref, batch, parity.terms(model, batch), weights=False)  # HF's α are unmodified
-        mine = np.asarray(ours.internals[kind]["weights"])[0, :, 0]  # (b, q, k)
-        uniform = parity.allowed(batch)[kind].numpy().astype(np.float64)
-        uniform /= uniform.sum(-1, keepdims=True)
-        q_mask = (batch["attention_mask"] if kind == "encoder" else batch["decoder_attention_mask"]).astype(bool)
-        assert_close(mine[q_mask], uniform[q_mask], err_msg=kind)
+    parity.check_disabled(model, hf)
 
 
 # t5-v1.0, mt5: the same T5 layers and code as t5-v1.1 (v11_only)

@@ -12,7 +12,7 @@ import pytest
 
 import jattn
 from encoder_family_parity import (check_classifier, check_disabled, check_gates, check_outputs, check_pruned,
-                                   load_pair, pair_batch, save_random)
+                                   load_pair, new_hf, pair_fixtures, save_random)
 from encoder_family_smoke import (POSITIONS, check_analyze_cli, check_mlm_logits, check_new_classifier_export,
                                   check_patch_heads, check_round_trip, unigram_tokenizer)
 
@@ -24,22 +24,10 @@ HEADS = {"base": "XLMRobertaModel", "mlm": "XLMRobertaForMaskedLM", "cls": "XLMR
 
 
 def save_xlmr(folder, head="base", seed=0, **kw):
-    import torch
-    import transformers
-
-    torch.manual_seed(seed)
-    config = transformers.XLMRobertaConfig(**{**SHAPE, **kw}, num_labels=3)
-    return save_random(getattr(transformers, HEADS[head])(config), folder, seed)
+    return save_random(new_hf("XLMRobertaConfig", HEADS[head], {**SHAPE, **kw, "num_labels": 3}, seed), folder, seed)
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    return load_pair(save_xlmr(tmp_path_factory.mktemp("xlmr")))
-
-
-@pytest.fixture(scope="module")
-def batch(pair):
-    return pair_batch(pair[0].config, LENGTHS, seed=5, types=False)
+pair, batch = pair_fixtures(save_xlmr, LENGTHS, seed=5, types=False)
 
 
 def test_config(pair):
