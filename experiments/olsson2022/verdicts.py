@@ -60,7 +60,7 @@ def judge(claim: dict, evidence: Evidence) -> Verdict:
     return Verdict(verdict.status, "directional (seeds)", f"{verdict.reason}; per seed {per_seed}")
 
 
-_MODELS = ("2-layer, 8-head GPT-2s (attention-only and with MLPs) trained here, 3 seeds, on captions with half "
+_MODELS = ("2-layer, 8-head GPT-2s (attention-only and with MLPs) trained here, 5 seeds, on captions with half "
            "their training sequences repeated random segments, instead of the authors' unreleased models trained "
            "on natural text")
 DIFFERS = {
