@@ -178,20 +178,6 @@ def paired_family(gold, base, preds, metric: str, *, b: int = B_FAMILY, seed: in
     return {"delta": deltas[0], "ci": np.stack([lo, hi], 1), "p": p, "b": b}
 
 
-def family(gold, base, preds, metric: str, **kw) -> dict:
-    """``paired_family`` with Holm–Bonferroni at ``ALPHA`` over all of ``preds`` (S, n): which
-    variants significantly ``hurt`` / ``improve`` (S,) bool, and the uncorrected p < ALPHA. One
-    seed's family only: the study's claims take Holm over units × seeds
-    (``experiments.kovaleva2019.claims.family_claim``); this goes when the sweeps next rerun (this
-    module's text is part of their key)."""
-    from jattn import stats
-
-    r = paired_family(gold, base, preds, metric, **kw)
-    rejected = stats.holm(r["p"], ALPHA)  # (S,)
-    return {**r, "hurts": rejected & (r["delta"] < 0), "improves": rejected & (r["delta"] > 0),
-            "uncorrected": r["p"] < ALPHA}
-
-
 def halves(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Two fixed, disjoint halves of n dev examples (selection, report): sorted indices."""
     order = np.random.default_rng(seed).permutation(n)

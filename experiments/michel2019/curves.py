@@ -12,9 +12,8 @@ cumulative steps of round(0.1·N) heads (so that 40 % and 50 % are points of eve
 distinct mask (the unpruned and the all-pruned masks are shared by every order), keeping each
 result in a folder so that a stopped stage continues where it stopped. ``step_deltas`` gives
 the paired bootstrap Δ (Koehn 2004; ``jattn.stats.paired_bootstrap``) of every point against the
-unpruned model. ``prunable_share`` is the superseded "no drop detected" rule, kept only until the
-curve stages next rerun (this module's text is part of their key); the study reports the
-equivalence rule ``experiments.michel2019.claims.equivalent_share``.
+unpruned model; the study's prunable share is the equivalence rule
+``experiments.michel2019.claims.equivalent_share``.
 """
 
 from __future__ import annotations
@@ -96,18 +95,6 @@ def step_deltas(metric: Callable, gold, curve: Sequence, unpruned) -> list[dict]
         r = stats.paired_bootstrap(lambda s, g: metric(s, g), pred, base, gold)
         out.append({"delta": r["delta"], "ci": list(r["ci"]), "p": r["p"]})
     return out
-
-
-def prunable_share(shares: Sequence[float], deltas: Sequence[dict], tolerance: float) -> float:
-    """The largest share such that no point up to it is *significantly and noticeably* worse than
-    the unpruned model: at each such point the paired 95 % CI of Δ reaches 0 (no drop detected)
-    or Δ ≥ −``tolerance`` (a drop within the tolerance, in metric units)."""
-    best = 0.0
-    for p, d in zip(shares, deltas):
-        if not (d["ci"][1] >= 0 or d["delta"] >= -tolerance):
-            break
-        best = p
-    return best
 
 
 def digits(pred) -> str:

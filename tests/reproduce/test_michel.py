@@ -61,15 +61,6 @@ def test_predictions_along_runs_each_mask_once_and_resumes(tmp_path):
     assert mc.predictions_along(lambda m: pytest.fail("resumed run recomputed a mask"), orders, (2, 4), tmp_path) == first
 
 
-def test_prunable_share_stops_at_the_first_bad_point():
-    ok, small, bad = ({"delta": -0.05, "ci": [-0.1, 0.01]}, {"delta": -0.005, "ci": [-0.008, -0.002]},
-                      {"delta": -0.05, "ci": [-0.08, -0.02]})
-    shares = [0.0, 0.1, 0.2, 0.3]
-    assert mc.prunable_share(shares, [ok, small, bad, ok], 0.01) == 0.1
-    assert mc.prunable_share(shares, [ok, ok, ok, ok], 0.01) == 0.3
-    assert mc.prunable_share(shares, [ok, small, bad, ok], 0.1) == 0.3  # within a 10-point tolerance
-
-
 def test_a_prunable_share_needs_every_interval_inside_the_margin():
     """Equivalence, not absence of evidence: a 5-point drop whose wide interval reaches 0 is not
     prunable at a 1-point margin; a tight interval inside ±1 point is."""
