@@ -119,8 +119,8 @@ def seeded(name: str, what: str, takes: str, *, seeds: int, **fields) -> list[Re
 CLASSIFIER_SEEDS = 5  # a seed costs minutes: the claims over seeds get ≥ 5 (STATISTICS.md)
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     *seeded("minilm-sst2", "the embedded MiniLM fine-tuned on SST-2: 1 epoch, batch 32, lr 5e-5",
-            "about 7 min on 2 CPU cores (6.3-6.9 min of training measured; 14 min shared with other jobs)", seeds=CLASSIFIER_SEEDS, task="sst2",
-            epochs=1, needs=("sst2",)),
+            "about 7 min on 2 CPU cores (6.3-6.9 min of training measured; 14 min shared with other jobs)",
+            seeds=CLASSIFIER_SEEDS, task="sst2", epochs=1, needs=("sst2",)),
     *seeded("minilm-cola", "the embedded MiniLM fine-tuned on CoLA: 3 epochs, batch 32, lr 5e-5",
             "about 2 min on 2 CPU cores (2.0-2.2 min of training measured)", seeds=CLASSIFIER_SEEDS, task="cola",
             epochs=3, needs=("cola",)),
