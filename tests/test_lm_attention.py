@@ -35,12 +35,14 @@ def lm(tmp_path_factory):
 
 
 def hf_maps(oracle, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """HF's attention weights (L, b, H, n, n) float64 of a padded batch."""
+    """HF's attention weights (L, b, H, n, n) float64 of a padded batch, positions from the mask
+    (HF ``generate``'s ``cumsum(mask) − 1``, jattn's ``positions="from_mask"``)."""
     import torch
 
+    positions = np.where(mask == 1, np.cumsum(mask, axis=1) - 1, 0)  # (b, n)
     with torch.no_grad():
         out = oracle(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask, dtype=torch.long),
-                     output_attentions=True)
+                     position_ids=torch.tensor(positions, dtype=torch.long), output_attentions=True)
     return np.stack([a.double().numpy() for a in out.attentions])
 
 

@@ -62,7 +62,8 @@ class EncoderConfig:
     with_replaced_token_head: bool = False
     num_labels: int = 0  # classes of a sequence-classification head; 0: none (set by the converter)
     pruned: PrunedHeads | None = None  # physically pruned heads (config.json "pruned_heads"; jattn.sweeps.pruning)
-    positions: str = "absolute"  # "absolute": 0..n-1; "after_padding": pad+1+count of real tokens, pad on padding
+    positions: str = "absolute"  # "absolute": 0..n-1; "after_padding": pad+1+count of real tokens, pad on padding;
+    # "from_mask": count of real tokens before it, 0 on padding (a causal LM's, as HF generate; jattn.nn.embeddings)
     classifier: str = "pooler"  # "pooler": W·pooler(h_0) + b; "dense_tanh": W_o·tanh(W_d·h_0 + b_d) + b_o
     # ("dense_relu": W_o·relu(W_d·h_0 + b_d) + b_o; jattn.nn.heads.ClassificationHead)
     classifier_dropout: float | None = None  # the classification head's dropout rate; None: hidden_dropout

@@ -21,11 +21,21 @@ def position_ids(config: EncoderConfig, input_ids: jax.Array) -> jax.Array:
 
 def positions(config: EncoderConfig, real: jax.Array) -> jax.Array:
     """absolute: 0..n-1. after_padding: pad+1+cumulative count of real tokens, pad id on padding.
-    real (b, n) bool (True: a real token) -> (b, n)."""
+    from_mask: ``counted``. real (b, n) bool (True: a real token) -> (b, n)."""
+    if config.positions == "from_mask":
+        return counted(real)  # (b, n)
     if config.positions == "after_padding":
         real = real.astype(jnp.int32)  # (b, n)
         return jnp.cumsum(real, axis=1) * real + config.pad_token_id  # (b, n)
     return jnp.broadcast_to(jnp.arange(real.shape[1]), real.shape)  # (b, n)
+
+
+def counted(real: jax.Array) -> jax.Array:
+    """A causal LM's positions as HF ``generate`` numbers a (left-)padded batch: the count of real
+    tokens before each one, ``cumsum(attention_mask) − 1``, and 0 on the padding (a valid row,
+    read by padding queries only). real (b, n) bool -> (b, n) int32."""
+    real = real.astype(jnp.int32)  # (b, n)
+    return jnp.where(real == 1, jnp.cumsum(real, axis=1) - 1, 0)  # (b, n)
 
 
 class Embeddings(nnx.Module):
@@ -43,9 +53,12 @@ class Embeddings(nnx.Module):
 
     def __call__(self, batch: dict, dtype, rng) -> jax.Array:
         """``input_ids`` (b, n) looked up in the word table, or ``inputs_embeds`` (b, n, E) in its
-        place (positions then count the tokens ``attention_mask`` marks real, for after_padding);
+        place (positions then count the tokens ``attention_mask`` marks real, for after_padding;
+        from_mask always counts them);
         + positions + token types, LayerNorm, dropout, the projection E -> D -> (b, n, D)."""
         words, real = self.words(batch)  # (b, n, E), (b, n)
+        if self.config.positions == "from_mask":  # the mask says which tokens count (GPT-2's EOS is its pad id)
+            real = batch["attention_mask"].astype(bool)  # (b, n)
         if self.config.embedding_scale != 1.0:  # Gemma's √D (Gemma Team 2024), in float32 here
             words = words * jnp.asarray(self.config.embedding_scale, words.dtype)  # (b, n, E)
         x = words if self.position is None else words + state.lookup(self.position[...], positions(self.config, real))

@@ -10,8 +10,9 @@ its own (the causal mask). The prompt fills the cache through the same step, one
 another; so a (batch, prompt length, beams, new tokens) combination compiles once.
 
 Prompts are left-padded (HF's convention for decoder-only generation): a real token's position is
-the count of real tokens before it (HF ``generate``'s ``position_ids = cumsum(mask) − 1``), the
-padding is a masked key. The search follows HF: greedy fills finished rows with ``pad_token_id``;
+the count of real tokens before it (HF ``generate``'s ``position_ids = cumsum(mask) − 1``,
+``jattn.nn.embeddings.counted``, what the forward of a model with learned positions numbers too:
+``positions="from_mask"``), the padding is a masked key. The search follows HF: greedy fills finished rows with ``pad_token_id``;
 beam search keeps 2·k candidates, scores a finished hypothesis by Σ log p / t^length_penalty
 with t the generated tokens, and stops with HF's heuristic (``jattn.nn.decode``, whose helpers it
 reuses)."""
@@ -29,6 +30,7 @@ from jattn.nn import state
 from jattn.nn.attention import SUBLAYERS
 from jattn.nn.config import EncoderConfig
 from jattn.nn.decode import beam_continues, beam_init, beam_update, trim
+from jattn.nn.embeddings import counted
 from jattn.nn.layer_terms import LayerTerms
 from jattn.nn.rotary import rotate, tables
 
@@ -98,7 +100,7 @@ def _setup(config, ids, mask, T):
     b, s = ids.shape
     seqs = jnp.full((b, T), config.pad_token_id, jnp.int32).at[:, :s].set(ids)  # (b, T)
     real = jnp.concatenate([mask.astype(bool), jnp.ones((b, T - s), bool)], axis=1)  # (b, T)
-    positions = jnp.where(real, jnp.cumsum(real, axis=1) - 1, 0)  # (b, T) HF: cumsum(mask) − 1, pads 0
+    positions = counted(real)  # (b, T) HF: cumsum(mask) − 1, pads 0 (also for rotary positions)
     return seqs, real, positions
 
 

@@ -5,9 +5,10 @@ x -> h = x + Attn(LN(x)) -> h + W_2 gelu_new(W_1 LN(h)), learned absolute positi
 embeddings without a LayerNorm and a next-token head tied to the word embeddings. Run on jattn's
 pre-LN encoder stack with ``causal=True`` (``jattn.nn.layer_terms``: query i attends to keys j ≤ i).
 
-Positions are 0..n−1 whatever the padding, as HF numbers them when no ``position_ids`` are given
-(a right-padded batch); HF ``generate`` numbers a left-padded prompt from its first real token,
-as ``jattn.nn.lm_decode`` does."""
+Positions come from the attention mask (``positions="from_mask"``): a real token's is the count of
+real tokens before it, as HF ``generate`` numbers a left-padded prompt (``cumsum(mask) − 1``) and
+``jattn.nn.lm_decode`` does; on an unpadded or right-padded batch's real tokens that is 0..n−1,
+HF's numbering when no ``position_ids`` are given."""
 
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ def config_from_hf(hf: dict):
                "tie_word_embeddings": hf.get("tie_word_embeddings", True)}
     if missing := [k for k, v in generic.items() if v is None and k != "pad_token_id"]:
         raise ConfigError(f"config.json lacks {', '.join(missing)}: not a complete gpt2 config")
-    return encoder_config(generic, norm_position="pre", final_norm=True, causal=True, embedding_norm=False,
-                          tied_lm_head=bool(hf.get("tie_word_embeddings", True)),
+    return encoder_config(generic, positions="from_mask", norm_position="pre", final_norm=True, causal=True,
+                          embedding_norm=False, tied_lm_head=bool(hf.get("tie_word_embeddings", True)),
                           bos_token_id=hf.get("bos_token_id"), eos_token_id=eos)
 
 
