@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jattn.io import validate
 from jattn.models.encoder import EncoderModel
 from jattn.nn.interventions import Interventions
 
@@ -41,11 +42,10 @@ class DecoderModel(EncoderModel):
         generation computed)."""
         from jattn.nn.lm_decode import generate
 
-        ids = np.asarray(input_ids)
-        mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask)
-        if ids.ndim != 2 or mask.shape != ids.shape or 0 in ids.shape:
-            raise ValueError(f"input_ids and attention_mask must be (batch, length) arrays of one shape, got "
-                             f"{ids.shape} and {mask.shape}")
+        max_new_tokens = validate.number("max_new_tokens", max_new_tokens, low=1, integer=True)
+        num_beams = validate.number("num_beams", num_beams, low=1, integer=True)
+        length_penalty = validate.number("length_penalty", length_penalty)
+        ids, mask = prompts(input_ids, attention_mask)
         self.check_batch({"input_ids": ids, "attention_mask": mask})
         if ids.shape[1] + max_new_tokens > self.config.max_length:
             raise ValueError(f"a prompt of {ids.shape[1]} tokens plus max_new_tokens={max_new_tokens} exceeds the "
@@ -58,6 +58,27 @@ class DecoderModel(EncoderModel):
         full = np.concatenate([mask, generated_mask(self.config, out[:, ids.shape[1]:])], axis=1)  # (b, s + t)
         result = self.forward({"input_ids": out, "attention_mask": full}, iv, internals=("weights",))
         return out, result.attentions
+
+
+def prompts(input_ids, attention_mask) -> tuple[np.ndarray, np.ndarray]:
+    """``generate``'s prompts (b ≥ 1, s ≥ 1) and their mask (ones when None) as numpy arrays, or an
+    error saying what is wrong with them (their values are ``check_batch``'s)."""
+    ids = np.asarray(input_ids)
+    if ids.ndim == 3 and np.issubdtype(ids.dtype, np.floating):
+        raise ValueError(f"input_ids is a float {ids.shape} array (embeddings?): generate continues token ids "
+                         "(batch, length). Fix: pass the prompts' token ids, model.tokenizer(texts)['input_ids']")
+    if ids.ndim != 2:
+        raise ValueError(f"input_ids must be token ids (batch, length), got shape {ids.shape}")
+    if ids.shape[0] == 0:
+        raise ValueError(f"input_ids holds no prompts (shape {ids.shape}). Fix: give at least one")
+    if ids.shape[1] == 0:
+        raise ValueError(f"the prompts are empty (input_ids shape {ids.shape}). Fix: give each at least one token, "
+                         "e.g. the BOS token (model.config.bos_token_id)")
+    mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask)
+    if mask.shape != ids.shape:
+        raise ValueError(f"attention_mask has shape {mask.shape}, input_ids {ids.shape}. Fix: one mask value per "
+                         "token (1 real, 0 padding)")
+    return ids, mask
 
 
 def generated_mask(config, new) -> np.ndarray:

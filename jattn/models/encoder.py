@@ -178,7 +178,8 @@ class EncoderModel(ModuleModel):
         if ids.shape[1] > self.config.max_length:
             raise ValueError(f"sequences of {ids.shape[1]} tokens exceed the model's "
                              f"{self.config.max_length} positions")
-        if concrete(ids) and (ids.min() < 0 or ids.max() >= self.config.vocab_size):
+        # values read on the host: a concrete jax array closed over by a jitted function would give tracers
+        if concrete(ids) and ((v := np.asarray(ids)).min() < 0 or v.max() >= self.config.vocab_size):
             raise ValueError(f"input_ids outside the vocabulary [0, {self.config.vocab_size}): "
                              "was the batch made with another model's tokenizer?")
         inputs.setdefault("token_type_ids", np.zeros(ids.shape, np.int32))
@@ -191,10 +192,10 @@ class EncoderModel(ModuleModel):
             raise ValueError("attention_mask must hold 0 (padding) and 1 (real token) only, got values "
                              f"{np.unique(inputs['attention_mask'])[:6].tolist()}")
         types = inputs["token_type_ids"]  # ignored by a model without token types (type_vocab_size 0)
-        if self.config.type_vocab_size and concrete(types) and (types.min() < 0 or
-                                                                types.max() >= self.config.type_vocab_size):
+        if self.config.type_vocab_size and concrete(types) and ((t := np.asarray(types)).min() < 0 or
+                                                                t.max() >= self.config.type_vocab_size):
             raise ValueError(f"token_type_ids must be in [0, {self.config.type_vocab_size}) for this model, got "
-                             f"values up to {types.max()}")
+                             f"values from {t.min()} to {t.max()}")
         checked = {k: as_int32(inputs[k]) for k in ("attention_mask", "token_type_ids")}
         return {**checked, source: inputs[source] if source == "inputs_embeds" else as_int32(ids)}
 

@@ -16,7 +16,7 @@ import numpy as np
 from jattn.io import validate
 from jattn.nn.config import Seq2SeqConfig
 from jattn.models.encoder import check_dtype, int_array, internals_arg
-from jattn.models.base import ModuleModel, as_int32, check_traced, concrete
+from jattn.models.base import ModuleModel, NoTokenizer, as_int32, check_traced, concrete
 from jattn.nn import decode, seq2seq
 from jattn.nn.engine import unrolled
 
@@ -112,6 +112,18 @@ def record_normalization(folder, lowercase: bool) -> None:
     path.write_text(json.dumps(doc))
 
 
+def language_codes(tokenizer) -> dict[int, str]:
+    """The language codes a multilingual tokenizer lists, id -> token: mBART's and M2M-100's
+    ``lang_code_to_id``, else NLLB's extra special tokens; {} for a tokenizer without them."""
+    if tokenizer is None or isinstance(tokenizer, NoTokenizer):
+        return {}
+    ids = list((getattr(tokenizer, "lang_code_to_id", None) or {}).values())
+    if not ids:
+        extra = getattr(tokenizer, "extra_special_tokens", None) or []
+        ids = tokenizer.convert_tokens_to_ids(list(extra.values() if isinstance(extra, dict) else extra))
+    return {int(i): tokenizer.convert_ids_to_tokens(int(i)) for i in ids if i != tokenizer.unk_token_id}
+
+
 class Seq2SeqModel(ModuleModel):
     """An encoder–decoder translation model: ``.module`` (the ``jattn.nn.seq2seq.Seq2Seq``),
     ``.config``, ``.params`` (its ``nnx.Param`` state), ``.tokenizer``, ``.forward`` (teacher
@@ -141,12 +153,14 @@ class Seq2SeqModel(ModuleModel):
         ids = int_array(ids, name, "a translation batch")
         if ids.ndim != 2:
             raise ValueError(f"{name} must be (batch, length), got shape {ids.shape}")
-        if ids.shape[0] == 0 or ids.shape[1] == 0:
-            raise ValueError(f"{name} is empty (shape {ids.shape}): give at least one sentence of one token")
+        if ids.shape[0] == 0:
+            raise ValueError(f"{name} holds no sentences (shape {ids.shape}). Fix: give at least one")
+        if ids.shape[1] == 0:
+            raise ValueError(f"{name} holds empty sentences (shape {ids.shape}). Fix: give each at least one token")
         if ids.shape[1] > self.config.max_length:
             raise ValueError(f"{name} has {ids.shape[1]} tokens but the model has {self.config.max_length} "
                              "positions; truncate the input (tokenizer(..., truncation=True, max_length=...))")
-        if concrete(ids) and (ids.min() < 0 or ids.max() >= vocab):
+        if concrete(ids) and ((v := np.asarray(ids)).min() < 0 or v.max() >= vocab):  # on the host (also in a trace)
             raise ValueError(f"{name} has ids outside the vocabulary [0, {vocab}): was it made with "
                              "another model's tokenizer?")
         mask = np.ones(ids.shape, np.int32) if mask is None else int_array(mask, f"{name} attention_mask")
@@ -154,7 +168,7 @@ class Seq2SeqModel(ModuleModel):
             raise ValueError(f"the attention mask of {name} has shape {mask.shape}, {name} has {ids.shape}")
         if concrete(mask) and not np.isin(mask, (0, 1)).all():
             raise ValueError(f"the attention mask of {name} must hold 0 and 1 only, got {np.unique(mask)[:6].tolist()}")
-        if concrete(mask) and not mask.any(axis=1).all():
+        if concrete(mask) and not np.asarray(mask).any(axis=1).all():
             raise ValueError(f"{name} has an empty sentence (an all-zero attention-mask row); remove it")
         return as_int32(ids), as_int32(mask)
 
@@ -253,10 +267,16 @@ class Seq2SeqModel(ModuleModel):
         ``decode.generated_mask`` (the start token kept, the padding after each row's EOS masked);
         for greedy search, rows up to each EOS equal HF ``generate(output_attentions=True)``'s steps."""
         max_length = min(128, self.config.max_length) if max_length is None else max_length
-        if num_beams < 1 or max_length < 2:
-            raise ValueError(f"need num_beams >= 1 and max_length >= 2, got {num_beams} and {max_length}")
+        num_beams = validate.number("num_beams", num_beams, low=1, integer=True)
+        max_length = validate.number("max_length", max_length, low=2, integer=True)
+        length_penalty = validate.number("length_penalty", length_penalty)
         if max_length > self.config.max_length:
             raise ValueError(f"max_length={max_length} exceeds the model's {self.config.max_length} positions")
+        if forced_bos_token_id is not None:
+            forced_bos_token_id = self.check_language_code(forced_bos_token_id)
+        if np.ndim(input_ids) == 3:
+            raise ValueError(f"input_ids has shape {np.shape(input_ids)} (embeddings?): generate translates token "
+                             "ids (batch, length). Fix: pass the sources' token ids, model.tokenizer(texts)['input_ids']")
         ids, mask = self._check_ids("input_ids", input_ids, attention_mask, self.config.src_vocab_size)
         self.check_placement({"input_ids": ids, "attention_mask": mask})
         for kind, one in (interventions or {}).items() if isinstance(interventions, dict) else ():
@@ -278,6 +298,24 @@ class Seq2SeqModel(ModuleModel):
         return Generation(seqs, dec_mask, forced.encoder_attentions, forced.decoder_attentions,
                           forced.cross_attentions)
 
+    def check_language_code(self, token_id) -> int:
+        """``forced_bos_token_id`` as an int, or an error: a non-integer, the tokenizer's unknown
+        token (what ``convert_tokens_to_ids`` gives a mistyped code), or, where the tokenizer lists
+        language codes (``language_codes``), an id that is none of them."""
+        token_id = validate.number("forced_bos_token_id", token_id, low=0, integer=True)
+        tok, codes = self.tokenizer, language_codes(self.tokenizer)
+        example = f", e.g. {sorted(codes.values())[:3]}" if codes else ""
+        unk = None if tok is None or isinstance(tok, NoTokenizer) else tok.unk_token_id
+        if token_id == unk:
+            raise ValueError(f"forced_bos_token_id={token_id} is the tokenizer's unknown token {tok.unk_token!r} "
+                             f"(convert_tokens_to_ids gives it for a code it does not know). Fix: the id of a "
+                             f"language code of the tokenizer{example}")
+        if codes and token_id not in codes:
+            raise ValueError(f"forced_bos_token_id={token_id} ({tok.convert_ids_to_tokens(token_id)!r}) is not a "
+                             f"language code of the tokenizer. Fix: the id of one of its {len(codes)} codes{example} "
+                             "(tokenizer.convert_tokens_to_ids(code))")
+        return token_id
+
     def translate(self, texts, num_beams: int = 4, max_length: int | None = None, batch_size: int = 64,
                   length_penalty: float = 1.0, truncate: bool = False,
                   forced_bos_token_id: int | None = None) -> list[str]:
@@ -294,6 +332,8 @@ class Seq2SeqModel(ModuleModel):
         validate.number("batch_size", batch_size, low=1, integer=True)
         validate.number("num_beams", num_beams, low=1, integer=True)
         validate.number("length_penalty", length_penalty)
+        if forced_bos_token_id is not None:
+            self.check_language_code(forced_bos_token_id)
         if not texts or any(not isinstance(t, str) or not t.strip() for t in texts):
             raise ValueError("translate() needs non-empty sentences")
         for i, t in enumerate(texts):
