@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +14,7 @@ from flax import nnx
 from jattn import families
 from jattn.io.tokenize import SequenceTooLongError
 from jattn.nn import state
+from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.engine import layer_views, on_one_cpu
 
 
@@ -161,12 +163,30 @@ class ModuleModel:
                              f"e.g. {{{kinds[0]!r}: ...}}")
         return {kinds[0]: value}
 
+    @property
+    def has_tokenizer(self) -> bool:
+        """False for a model loaded without one (``jattn.load(..., tokenizer=False)``): it takes token ids only."""
+        return not isinstance(self.tokenizer, NoTokenizer)
+
+    def batch_keys(self) -> tuple[str, ...]:
+        """The arrays a tokenized batch of this model may hold (``check_batch`` names those it needs);
+        ``labels`` (what a sweep scores against) is read by the analyses that use it, never by the forward."""
+        if isinstance(self.config, Seq2SeqConfig):
+            return "input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask", "labels"
+        return "input_ids", "attention_mask", "token_type_ids", "inputs_embeds", "labels"
+
     def batch(self, examples) -> dict:
-        """The checked input dict of ``examples``: a tokenized batch as it is, or a non-empty list
-        of examples tokenized at the model's full length (``tokenize_examples``; nothing is cut:
-        an example longer than the model's positions is an error)."""
+        """The checked input dict of ``examples``: a tokenized batch (a ``TokenBatch`` or a dict of
+        arrays, its keys among ``batch_keys``) as it is, or a non-empty list of examples tokenized at
+        the model's full length (``tokenize_examples``; nothing is cut: an example longer than the
+        model's positions is an error)."""
         if isinstance(examples, str) or (isinstance(examples, (list, tuple)) and not examples):
             raise ValueError(f"expected a non-empty list of examples or a tokenized batch, got {examples!r}")
+        if isinstance(examples, Mapping):
+            keys = self.batch_keys()
+            if unknown := sorted(set(examples) - set(keys)):
+                raise ValueError(f"a tokenized batch of this model holds {', '.join(keys)}; got the unknown key(s) "
+                                 f"{unknown}. Fix: pass model.batch(examples) or model.tokenize(texts)")
         if isinstance(examples, (list, tuple)):
             try:
                 batch = self.tokenize_examples(list(examples))

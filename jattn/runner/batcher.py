@@ -20,7 +20,8 @@ import numpy as np
 from jattn.analyses.base import CLS, OTHER, PUNCT, SEP, HostBatch, TranslationHostBatch
 from jattn.io import validate
 from jattn.io.readers import Example, as_example
-from jattn.io.tokenize import SequenceTooLongError, pad_id, tokenize
+from jattn.io.tokenize import SequenceTooLongError, tokenize
+from jattn.runner.inputs import Tokens, corpus, pad_token
 from jattn.nn.config import Seq2SeqConfig
 
 
@@ -58,7 +59,10 @@ def pad_rows(seqs, rows: int, length: int, fill: int, offset: int = 0) -> tuple[
 
 def token_classes(tokenizer, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
     """(b, n) CLS / SEP / PUNCT ("." and ",", also BPE's "Ġ." "Ġ," and SentencePiece's "▁." "▁,", the
-    word-initial forms) / OTHER, -1 on padding."""
+    word-initial forms) / OTHER, -1 on padding; ``tokenizer`` None (a model loaded without one):
+    no token's class is known, every real token is OTHER."""
+    if tokenizer is None:
+        return np.where(attention_mask > 0, OTHER, -1).astype(np.int32)  # (b, n)
     punct = [i for i in tokenizer.convert_tokens_to_ids([".", ",", "Ġ.", "Ġ,", "▁.", "▁,"])
              if i is not None and i != tokenizer.unk_token_id]
     cls = np.full(input_ids.shape, OTHER, np.int32)  # (b, n)
@@ -89,7 +93,19 @@ def tokenize_segments(model, examples: list[tuple[int, Example]], max_length: in
     With ``dropped`` (a dict of lists), over-long examples are skipped into ``dropped["too_long"]``
     instead of raising, and labelled word lists with a word that gives no subword (its labels
     would land on the wrong unit) into ``dropped["unmappable"]``."""
-    rows = []
+    rows = [(index, {"input_ids": ex.ids, "token_type_ids": ex.types, "word_ids": None, "labels": None})
+            for index, ex in examples if isinstance(ex, Tokens)]
+    if rows and words:
+        raise ValueError("word-level methods need input pre-split into words, and a tokenized batch has no words. "
+                         "Fix: give lists of words, or drop the word-level methods")
+    if too_long := [(index, len(r["input_ids"])) for index, r in rows if len(r["input_ids"]) > max_length]:
+        if dropped is None:
+            raise SequenceTooLongError(f"row {too_long[0][0]} of the tokenized batch has {too_long[0][1]} tokens, more "
+                                       f"than max_length={max_length}. Fix: a larger max_length= (up to the model's "
+                                       "positions), or skip_too_long=True")
+        dropped["too_long"] += [index for index, _ in too_long]
+        rows = [(index, r) for index, r in rows if len(r["input_ids"]) <= max_length]
+    examples = [item for item in examples if not isinstance(item[1], Tokens)]
     key = lambda item: (item[1].is_pair, item[1].is_words)
     for (pair, split), group in itertools.groupby(sorted(examples, key=key), key=key):
         group = list(group)
@@ -170,13 +186,13 @@ def pad_labels(rows: list[tuple[int, dict]], batch_size: int, length: int) -> tu
 
 
 def pad_segments(model, rows: list[tuple[int, dict]], batch_size: int, length: int, words: bool) -> HostBatch:
-    ids, mask = pad_rows([r["input_ids"] for _, r in rows], batch_size, length, pad_id(model.tokenizer))  # (b, n)
+    ids, mask = pad_rows([r["input_ids"] for _, r in rows], batch_size, length, pad_token(model))  # (b, n)
     types, _ = pad_rows([r["token_type_ids"] for _, r in rows], batch_size, length, 0)  # (b, n)
     wids = pad_rows([r["word_ids"] for _, r in rows], batch_size, length, -1)[0] if words else None  # (b, n)
     example = np.full((batch_size,), -1, np.int32)  # (b,)
     example[: len(rows)] = [index for index, _ in rows]
     labels, lists = pad_labels(rows, batch_size, length)
-    return HostBatch(ids, mask, types, token_classes(model.tokenizer, ids, mask),
+    return HostBatch(ids, mask, types, token_classes(model.tokenizer if model.has_tokenizer else None, ids, mask),
                      unit_ids(wids, mask) if words else None, example, labels, lists)
 
 
@@ -202,17 +218,21 @@ def pair_token_classes(vocab: dict[str, int], config, ids: np.ndarray, mask: np.
 
 
 def tokenize_pairs(model, examples: list, max_length: int, truncate: bool) -> list[tuple[int, dict]]:
-    """[(corpus index, Example)] -> [(corpus index, {"source": ids, "target": ids})], unpadded."""
-    for _, ex in examples:
+    """[(corpus index, Example or ``Tokens``)] -> [(corpus index, {"source": ids, "target": ids})], unpadded."""
+    texts = [(index, ex) for index, ex in examples if not isinstance(ex, Tokens)]
+    for _, ex in texts:
         if not ex.is_pair or ex.is_words:
             raise ValueError(f"{ex.source}: a translation model is run teacher-forced on (source, target) "
                              "pairs of strings. Fix: give (source, target) pairs (format=parallel with a source and a target file)")
-    tok, prepare = model.tokenizer, getattr(model, "prepare_texts", list)  # the model's own text normalisation
-    src = tok(prepare([ex.a for _, ex in examples]), truncation=truncate, max_length=max_length)["input_ids"]
-    tgt = tok(text_target=prepare([ex.b for _, ex in examples]), truncation=truncate,
-              max_length=max_length)["input_ids"]
+    given = [(index, ex, ex.ids, ex.target) for index, ex in examples if isinstance(ex, Tokens)]
+    if texts:
+        tok, prepare = model.tokenizer, getattr(model, "prepare_texts", list)  # the model's own text normalisation
+        src = tok(prepare([ex.a for _, ex in texts]), truncation=truncate, max_length=max_length)["input_ids"]
+        tgt = tok(text_target=prepare([ex.b for _, ex in texts]), truncation=truncate,
+                  max_length=max_length)["input_ids"]
+        given += [(index, ex, s, t) for (index, ex), s, t in zip(texts, src, tgt)]
     rows = []
-    for (index, ex), s, t in zip(examples, src, tgt):
+    for index, ex, s, t in given:
         n = max(len(s), len(t))
         if n > max_length:
             raise SequenceTooLongError(f"{ex.source}: {n} tokens on one side, more than max_length={max_length}. "
@@ -237,10 +257,11 @@ def pad_pairs(model, rows: list[tuple[int, dict]], batch_size: int, sizes: tuple
     dec[:, 0] = c.decoder_start_token_id  # teacher forcing: start token + target[:-1]
     example = np.full((batch_size,), -1, np.int32)  # (b,)
     example[: len(rows)] = [index for index, _ in rows]
-    source_class = pair_token_classes(model.family.side_vocab(model.tokenizer, "source"), c, ids, mask, start=False,
-                                      bos=getattr(model.tokenizer, "bos_token_id", None))  # (b, s)
-    target_class = pair_token_classes(model.family.side_vocab(model.tokenizer, "target"), c, dec, dec_mask,
-                                 start=True)  # (b, t)
+    tok = model.tokenizer if model.has_tokenizer else None  # without one, no punctuation is known
+    vocab = lambda side: model.family.side_vocab(tok, side) if tok is not None else {}  # noqa: E731
+    source_class = pair_token_classes(vocab("source"), c, ids, mask, start=False,
+                                      bos=getattr(tok, "bos_token_id", None))  # (b, s)
+    target_class = pair_token_classes(vocab("target"), c, dec, dec_mask, start=True)  # (b, t)
     mask[len(rows):, 0] = 1  # filler rows see one token (no empty softmax row); their other masks stay 0
 
     extra, lists = pad_labels(rows, batch_size, s)
@@ -262,10 +283,12 @@ def batches(model, examples: Iterable, batch_size: int, max_length: int, truncat
     """Yield (host batch, number of real rows): chunks of ``chunk`` examples, length-sorted, cut
     into batches of ``batch_size`` rows from the longest down (a partial batch is the shortest).
     Empty examples (no text) are left out; their corpus indices are appended to ``skipped``;
-    with ``dropped``, so are over-long and unmappable ones (``tokenize_segments``)."""
+    with ``dropped``, so are over-long and unmappable ones (``tokenize_segments``). ``examples``
+    may be a tokenized batch (``jattn.runner.inputs.corpus``)."""
     translation = isinstance(model.config, Seq2SeqConfig)
     index, count = shard
-    mine = ((i, as_example(x, i)) for i, x in enumerate(examples) if i % count == index)
+    mine = ((i, x if isinstance(x, Tokens) else as_example(x, i)) for i, x in enumerate(corpus(model, examples, False))
+            if i % count == index)
     mine = (item for item in mine if not (item[1].is_empty and not skipped.append(item[0])) and _visible(item[1]))
     sizes = buckets(max_length)
     while True:
@@ -297,8 +320,9 @@ def model_batches(model, examples: list, batch_size: int, max_length: int, trunc
     yields (inputs of (b, n) arrays, corpus indices of the real rows (b_real,)), from the same
     length-sorted, bucket-padded batches the corpus loop runs (filler rows empty). For code that
     runs the model itself on every batch (sweeps that build their own interventions). Examples
-    without text are an error, or with a list ``skipped``, left out with their indices appended."""
-    left_out: list = []
+    without text are an error, or with a list ``skipped``, left out with their indices appended.
+    ``examples`` may be a tokenized batch (``jattn.runner.inputs.corpus``)."""
+    examples, left_out = corpus(model, examples, False), []
     for host, real in batches(model, examples, batch_size, max_length, truncate, False, (0, 1), max(len(examples), 1),
                               left_out):
         yield ({"input_ids": host.input_ids, "attention_mask": host.attention_mask,

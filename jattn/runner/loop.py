@@ -38,6 +38,7 @@ from jattn.runner import translation as run_translation
 from jattn.nn.config import Seq2SeqConfig
 from jattn.analyses.base import HostBatch, Statistic, StepContext
 from jattn.runner.batcher import batches
+from jattn.runner.inputs import corpus, default_length, pad_token
 from jattn.nn import encoder, state
 from jattn.io.records import RecordWriter
 from jattn.io.stops import check_stop
@@ -166,12 +167,13 @@ def check_methods(model, methods: Sequence) -> None:
             raise ValueError(f"method {m.name!r} declares unknown attention types {sorted(bad)}")
 
 
-def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int = 32, max_length: int = 128,
+def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int = 32, max_length: int | None = None,
                truncate: bool = False, devices=None, mesh=None, progress: bool = True,
                chunk_batches: int = 16, skip_too_long: bool = False, records=None,
                records_shard_size: int = 1000) -> RunResult:
     """Run ``methods`` over ``examples`` (Examples, strings, (A, B) pairs or word lists; for a
-    translation model, (source, target) pairs).
+    translation model, (source, target) pairs), or over the same examples tokenized: a
+    ``TokenBatch`` or a dict of token ids as ``model.batch`` returns (``jattn.runner.inputs``).
 
     ``devices``: the local devices to shard the batch over (default all); ``batch_size`` must
     be a multiple of their number. In a multi-process run every process calls this with the
@@ -182,12 +184,15 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
     (``jattn.nn.state.auto_mesh``), and a ``model`` axis must divide the heads and FFN columns
     (``jattn.nn.state.partition_specs``: else an error).
 
+    ``max_length``: the longest example, in tokens (default 128, or the model's positions where fewer).
     ``skip_too_long``: skip (and count in ``meta``) examples over ``max_length`` tokens, and
     labelled word lists whose labels cannot be placed, instead of raising — never cut.
     Examples' ``labels`` reach the methods padded (``jattn.analyses.base.HostBatch``).
     ``records``: a folder for the per-example records of methods that define ``records``
     (``jattn.io.records``: npz shards of ``records_shard_size`` examples, one folder per method).
     """
+    examples = corpus(model, examples, False)  # a tokenized batch: one ``Tokens`` per row
+    max_length = default_length(model, max_length)
     names = [m.name for m in methods]
     if len(set(names)) != len(names) or "_meta" in names:
         raise ValueError(f"method names must be unique and not '_meta': {names}")
@@ -314,7 +319,7 @@ def _zeros(model, methods, step, devices, words):
                      np.full((len(devices), n), -1, np.int32),
                      np.full((len(devices), n), -1, np.int32) if words else None,
                      np.full((len(devices),), -1, np.int32))
-    host.input_ids[:] = model.tokenizer.pad_token_id
+    host.input_ids[:] = pad_token(model)
     features = {m.name: m.prepare(host) for m in methods}
     arrays = {k: v for k, v in host.arrays().items() if v is not None}
     shapes = jax.eval_shape(step, model.params, arrays, features)

@@ -41,6 +41,7 @@ from jattn.io import validate
 from jattn.nn.interventions import Interventions
 from jattn.nn import state
 from jattn.runner.batcher import model_batches
+from jattn.runner.inputs import Tokens, corpus, default_length
 from jattn.sweeps.importance import check_sizes
 
 __all__ = ["batches", "disable", "heads_metric", "metric_function", "MODES", "SweepResult", "UNITS"]
@@ -91,7 +92,9 @@ def metric_function(metric) -> tuple[str, Callable]:
     return metric, known[metric]
 
 
-def _check(model, examples, mode: str, unit: str):
+def _check(model, examples, mode: str, unit: str) -> list:
+    """The sweep's arguments checked; -> ``examples`` as (input, label) pairs (a tokenized batch's
+    rows with its ``labels``: ``jattn.runner.inputs.corpus``)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES} (uniform: Kovaleva's disabling; zero: Michel's masking), "
                          f"got {mode!r}")
@@ -101,21 +104,25 @@ def _check(model, examples, mode: str, unit: str):
         raise ValueError("the disabling sweep needs a sequence classifier (config.num_labels > 0). Fix: load a "
                          "fine-tuned classifier (e.g. `jattn models make minilm-sst2`, then jattn.load(\"minilm-sst2\")) "
                          "or fine-tune one with jattn.training.finetune")
+    examples = corpus(model, examples)
     if not examples:
         raise ValueError("no examples: the sweep needs (text, label) pairs")
     for i, ex in enumerate(examples):
         if not (isinstance(ex, (tuple, list)) and len(ex) == 2 and isinstance(ex[1], (int, np.integer))):
             raise ValueError(f"example {i} is {ex!r}: examples must be (text, label) or ((A, B), label) "
-                             "with an integer label. Fix: e.g. jattn.io.glue.read_task('sst2', 'dev')")
+                             "with an integer label, or a tokenized batch with labels (b,). Fix: e.g. "
+                             "jattn.io.glue.read_task('sst2', 'dev')")
     validate.labels("labels", [y for _, y in examples], model.config.num_labels)
+    return list(examples)
 
 
-def batches(model, examples, batch_size: int, max_length: int):
+def batches(model, examples, batch_size: int, max_length: int | None):
     """(text, label) examples -> the runner's batches (``jattn.runner.batcher.model_batches``):
     yields (input dict of (b, n) arrays, corpus indices (b_real,)); every batch has
-    ``batch_size`` rows (filler rows' predictions are dropped), so each bucket length compiles once."""
-    texts = [t if isinstance(t, str) else tuple(t) for t, _ in examples]
-    for inputs, idx in model_batches(model, texts, batch_size, max_length):
+    ``batch_size`` rows (filler rows' predictions are dropped), so each bucket length compiles once;
+    ``max_length`` None: 128, or the model's positions where fewer."""
+    texts = [t if isinstance(t, (str, Tokens)) else tuple(t) for t, _ in examples]
+    for inputs, idx in model_batches(model, texts, batch_size, default_length(model, max_length)):
         yield model.check_batch(inputs), idx
 
 
@@ -193,12 +200,13 @@ def sweep_logits(model, batch: dict, mode: str, unit: str) -> tuple[jax.Array, j
 
 
 def disable(model, examples: Sequence, metric="accuracy", *, mode: str = "uniform", unit: str = "head",
-                  batch_size: int = 32, max_length: int = 128, progress: bool = True) -> SweepResult:
+                  batch_size: int = 32, max_length: int | None = None, progress: bool = True) -> SweepResult:
     """Δmetric for each single head (``unit="head"``, (L, H)) or whole layer (``"layer"``, (L,))
     disabled (``mode`` "uniform": Kovaleva et al. 2019; "zero": Michel et al. 2019), batched
-    with prefix reuse (module docstring). ``examples``: (text or (A, B), label) pairs;
+    with prefix reuse (module docstring). ``examples``: (text or (A, B), label) pairs, or a
+    tokenized batch with ``labels`` (b,);
     ``metric``: "accuracy", "matthews_corr" or a function (predictions, labels) -> float."""
-    _check(model, examples, mode, unit)
+    examples = _check(model, examples, mode, unit)
     check_sizes(batch_size, max_length)
     name, fn = metric_function(metric)
     L, N = model.config.num_layers, len(examples)
@@ -223,10 +231,10 @@ def _result(mode, unit, name, fn, examples, base, preds) -> SweepResult:
 
 
 def sweep_by_loop(model, examples: Sequence, metric="accuracy", *, mode: str = "uniform", unit: str = "head",
-                  batch_size: int = 32, max_length: int = 128, progress: bool = True) -> SweepResult:
+                  batch_size: int = 32, max_length: int | None = None, progress: bool = True) -> SweepResult:
     """The same sweep as L·H (or L) complete evaluations through ``model.forward`` with one
     ``Interventions`` each: the straightforward reference for tests and the benchmark."""
-    _check(model, examples, mode, unit)
+    examples = _check(model, examples, mode, unit)
     name, fn = metric_function(metric)
     c = model.config
     L, H, N = c.num_layers, c.num_heads, len(examples)
@@ -255,10 +263,10 @@ def sweep_by_loop(model, examples: Sequence, metric="accuracy", *, mode: str = "
 
 
 def heads_metric(model, examples: Sequence, heads, metric="accuracy", *, mode: str = "uniform",
-                 batch_size: int = 32, max_length: int = 128) -> float:
+                 batch_size: int = 32, max_length: int | None = None) -> float:
     """The metric with the heads ``heads`` ([(layer, head)], 0-based, or an "L:H,L:H" string:
     ``jattn.io.validate.heads``) disabled together (``mode`` as ``disable``)."""
-    _check(model, examples, mode, "head")
+    examples = _check(model, examples, mode, "head")
     check_sizes(batch_size, max_length)
     c = model.config
     if isinstance(heads, str):

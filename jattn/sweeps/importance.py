@@ -45,6 +45,7 @@ from jattn.training import losses
 from jattn.nn.interventions import Interventions
 from jattn.analyses.base import HostBatch, Method, Statistic, StepContext
 from jattn.analyses.registry import register
+from jattn.runner.inputs import Tokens, corpus, default_length
 from jattn.nn import encoder
 
 __all__ = ["ESTIMATORS", "translation_batches"]
@@ -168,7 +169,12 @@ class HeadImportance(Method):
             raise ValueError("a classifier's importance needs labels. Fix: pass examples as (text, label) pairs")
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "shape", (model.config.num_layers, model.config.num_heads))
-        object.__setattr__(self, "mask_token_id", getattr(model.tokenizer, "mask_token_id", None) or -1)
+        if kind == "mlm" and not model.has_tokenizer:
+            raise ValueError(f"the masked-LM loss replaces tokens by the tokenizer's mask token, and "
+                             f"{model.source or 'the model'} was loaded without a tokenizer. Fix: load it with its "
+                             "tokenizer, or pass loss=fn(params, config, outputs, batch) -> (b,)")
+        mask_id = getattr(model.tokenizer, "mask_token_id", None) if kind == "mlm" else None
+        object.__setattr__(self, "mask_token_id", mask_id or -1)
 
     def prepare(self, batch: HostBatch) -> dict:
         b = batch.input_ids.shape[0]
@@ -246,20 +252,22 @@ def importance(model, examples: Sequence, *, loss: Callable | None = None, estim
 
     -> {attention type: (L, H) numpy}, ``{"encoder": ...}`` for an encoder. Encoder examples are
     texts / (A, B) pairs (masked-LM loss) or (input, label) pairs (a classifier); a translation
-    model's are (source, target) text pairs (types "encoder", "decoder", "cross").
+    model's are (source, target) text pairs (types "encoder", "decoder", "cross"); or the same
+    examples tokenized (``jattn.runner.inputs``: a classifier's batch holds ``labels``).
     ``loss(params, config, outputs, batch) -> (b,)`` replaces the model's own loss. ``mask``: the
     head mask at which the gradient is taken, {type: (L, H)} (or, for an encoder, the bare (L, H));
     pruned heads get 0."""
     check_estimator(estimator)
     check_sizes(batch_size, max_length)
-    max_length = min(128, model.config.max_length) if max_length is None else max_length  # 128 or fewer positions
+    max_length = default_length(model, max_length)
     mask = {} if mask is None else model.per_type(mask, "mask")
+    kind = "custom" if loss is not None else losses.default_loss(model)
+    examples = corpus(model, examples, kind == "classification")  # a tokenized batch: a ``Tokens`` per row
     if hasattr(model.config, "decoder_layers"):
         return seq2seq_importance(model, examples, loss=loss, estimator=estimator, normalize=normalize, mask=mask,
                                   batch_size=batch_size, max_length=max_length, progress=progress)
     from jattn.runner.loop import run_corpus
 
-    kind = "custom" if loss is not None else losses.default_loss(model)
     inputs, labels = split_labels(examples, kind)
     if labels is not None:
         validate.labels("labels", labels, model.config.num_labels)
@@ -299,19 +307,26 @@ def _seq2seq_step(params, config, batch: dict, masks: dict, estimator: str, loss
 
 
 def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int):
-    """(source, target) text pairs -> (length-sorted padded ``jattn.runner.batcher.TrainingBatch`` of
+    """(source, target) text pairs, or a tokenized batch's rows (``Tokens``) -> (length-sorted padded ``jattn.runner.batcher.TrainingBatch`` of
     ``batch_size`` rows (filler rows fully masked), lengths rounded up to multiples of 16; the indices
     of its real rows' pairs)."""
     from jattn.io.parallel import encode
     from jattn.runner.batcher import make_batch, round_up
 
-    for i, x in enumerate(pairs):
+    given = [x for x in pairs if isinstance(x, Tokens)]  # a tokenized batch's rows: no text to encode
+    for i, x in enumerate([] if given else pairs):
         if not (isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(t, str) and t.strip() for t in x)):
             raise ValueError(f"example {i}: a translation model's importance needs (source, target) text pairs, "
                              f"got {str(x)[:80]!r}")
     c, prepare = model.config, getattr(model, "prepare_texts", list)  # the model's own text normalisation
-    src = encode(model.tokenizer, prepare([s for s, _ in pairs]), max_length)
-    tgt = encode(model.tokenizer, prepare([t for _, t in pairs]), max_length, target=True)
+    if given:
+        src, tgt = [x.ids for x in given], [x.target for x in given]
+        if too_long := [i for i, (x, y) in enumerate(zip(src, tgt)) if max(len(x), len(y)) > max_length]:
+            raise ValueError(f"{len(too_long)} row(s) of the tokenized batch exceed max_length={max_length} tokens "
+                             f"(first: row {too_long[0]}). Fix: a larger max_length= (up to the model's positions)")
+    else:
+        src = encode(model.tokenizer, prepare([s for s, _ in pairs]), max_length)
+        tgt = encode(model.tokenizer, prepare([t for _, t in pairs]), max_length, target=True)
     order = np.argsort([max(len(x), len(y)) for x, y in zip(src, tgt)], kind="stable")
     for k in range(0, len(order), batch_size):
         idx = order[k:k + batch_size]

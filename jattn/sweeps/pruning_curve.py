@@ -24,6 +24,7 @@ import numpy as np
 from jattn.io import validate
 from jattn.nn.interventions import Interventions
 from jattn.runner.batcher import model_batches
+from jattn.runner.inputs import corpus
 from jattn.sweeps.importance import KINDS, check_sizes, importance
 from jattn.sweeps.pruning import real_heads
 
@@ -226,6 +227,7 @@ def classification_predictions(model, texts: Sequence, batch_size: int = 64,
     if not getattr(model.config, "num_labels", 0):
         raise ValueError("a classifier checkpoint is needed (config.num_labels > 0)")
     max_length = min(128, model.config.max_length) if max_length is None else max_length
+    texts = corpus(model, texts, False)  # a tokenized batch: one ``Tokens`` per row
     batches = list(model_batches(model, list(texts), batch_size, max_length))
 
     def predict(mask) -> np.ndarray:
@@ -250,6 +252,7 @@ def classification_metric(model, examples: Sequence, metric: str = "accuracy", b
         raise ValueError(f"unknown metric {metric!r}; choose accuracy or matthews_corr")
     if not getattr(model.config, "num_labels", 0):
         raise ValueError("classification_metric needs a classifier checkpoint (config.num_labels > 0)")
+    examples = corpus(model, examples)  # a tokenized batch with labels: (``Tokens``, label) per row
     gold = validate.labels("labels", [y for _, y in examples], model.config.num_labels)
     predict = classification_predictions(model, [x for x, _ in examples], batch_size, max_length)
     return lambda mask: scale * score(predict(mask), gold)
