@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from jattn.families.config_table import ConfigKey
 from jattn.nn.config import ConfigError
 
 SHAPES = ("encoder", "encoder-decoder", "decoder")  # decoder: a causal LM, the encoder stack with a causal mask
@@ -28,7 +29,8 @@ def side_vocab(tokenizer, side: str) -> dict[str, int]:
 class FamilySpec:
     model_type: str  # Hugging Face config.json "model_type"
     shape: str  # "encoder" | "encoder-decoder" | "decoder" (a causal LM): which generic model runs it
-    config_from_hf: Callable[[dict], object]  # config.json dict -> EncoderConfig | Seq2SeqConfig
+    # config.json dict -> EncoderConfig | Seq2SeqConfig, checked first against its table (config_table.reads)
+    config_from_hf: Callable[[dict], object]
     convert: Callable  # (HF state dict, config, source name) -> params (nested dict of arrays)
     to_hf_state_dict: Callable  # (params, config) -> HF state dict, the inverse of convert
     tokenizer_files: tuple[tuple[str, ...], ...]  # one of these sets of files must be in the folder
@@ -36,14 +38,24 @@ class FamilySpec:
     to_hf_config: Callable | None = None  # (config, **kw) -> config.json dict, where the family exports
     side_vocab: Callable[[object, str], dict[str, int]] = side_vocab  # (tokenizer, side) -> token -> id
 
+    @property
+    def config_keys(self) -> tuple[ConfigKey, ...]:
+        """Every config.json key ``config_from_hf`` reads: type, range, Hugging Face's default."""
+        return self.config_from_hf.config_keys
+
 
 _FAMILIES: dict[str, FamilySpec] = {}
 
 
 def register(spec: FamilySpec) -> FamilySpec:
-    """Add a family (called by each family folder's ``spec.py``)."""
+    """Add a family (called by each family folder's ``spec.py``). Its ``config_from_hf`` must be
+    checked against a declared table (``@config_table.reads(CONFIG_KEYS)``): every config.json is
+    checked, and absent keys set to Hugging Face's defaults, before the family's mapping reads it."""
     if spec.shape not in SHAPES:
         raise ValueError(f"family {spec.model_type!r}: shape must be one of {SHAPES}, got {spec.shape!r}")
+    if not getattr(spec.config_from_hf, "config_keys", None):
+        raise ValueError(f"family {spec.model_type!r}: config_from_hf declares no table of the config.json keys it "
+                         "reads (decorate it with jattn.families.config_table.reads(CONFIG_KEYS))")
     _FAMILIES[spec.model_type] = spec
     return spec
 

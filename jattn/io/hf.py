@@ -77,15 +77,35 @@ def weight_files(folder: Path) -> list[Path]:
                             "model with `model.save_pretrained(folder)`")
 
 
+def check_shards(folder: Path, held: dict[Path, set[str]]) -> None:
+    """Every tensor a sharded checkpoint's index places in a shard is there (``held``: each weight
+    file's tensor names), or a ``ConversionError`` naming the index file, the tensors and shards."""
+    if len(held) == 1 and next(iter(held)).name in ("model.safetensors", "pytorch_model.bin"):
+        return  # not sharded
+    index = Path(folder) / ("model.safetensors.index.json" if next(iter(held)).suffix == ".safetensors"
+                            else "pytorch_model.bin.index.json")
+    found = {k: path.name for path, keys in held.items() for k in keys}
+    by_name = {path.name: keys for path, keys in held.items()}
+    wrong = [f"{k}: placed in {shard}, " + (f"found in {found[k]}" if k in found else "in no shard the index lists")
+             for k, shard in read_json(index, "a sharded checkpoint index")["weight_map"].items()
+             if k not in by_name.get(shard, ())]
+    if wrong:
+        raise ConversionError(f"{index}: {len(wrong)} tensor(s) not in the shard the index names:\n  "
+                              + "\n  ".join(wrong[:20]) + "\nFix: download the index and its shards again (or "
+                              "re-save the model with save_pretrained)")
+
+
 def read_state_dict(folder: Path) -> dict[str, np.ndarray]:
     """All tensors of a HF checkpoint as float32/int numpy arrays (safetensors: no torch)."""
     state: dict[str, np.ndarray] = {}
+    held: dict[Path, set[str]] = {}
     for path in weight_files(folder):
         if path.suffix == ".safetensors":
             from safetensors import safe_open
 
             try:
                 with safe_open(str(path), framework="numpy") as f:
+                    held[path] = set(f.keys())
                     for k in f.keys():
                         state[k] = f.get_tensor(k)
             except Exception as e:  # SafetensorError, OSError, ...: truncated, empty or not safetensors
@@ -106,7 +126,9 @@ def read_state_dict(folder: Path) -> dict[str, np.ndarray]:
             if not isinstance(sd, dict):
                 raise ConversionError(f"{path} holds a {type(sd).__name__}, not a state dict of tensors. Fix: "
                                       "save model.state_dict() (or use save_pretrained)")
+            held[path] = set(sd)
             state.update({k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in sd.items()})
+    check_shards(folder, held)
     # Old TF-converted BERT checkpoints name LayerNorm parameters gamma/beta.
     renamed = {re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k)): v
                for k, v in state.items()}

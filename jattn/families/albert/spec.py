@@ -17,25 +17,32 @@ the embeddings only when the widths differ) and ``pruned_heads`` (Hugging Face's
 them per stored layer, not per layer run)."""
 
 from jattn.families.albert import convert
+from jattn.families.config_table import ENCODER, ConfigKey, activation, rate, reads, with_defaults
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, encoder_config
 
-# Hugging Face's AlbertConfig defaults where they differ from encoder_config's
-DEFAULTS = {"hidden_act": "gelu_new", "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
-            "embedding_size": 128, "num_hidden_groups": 1, "inner_group_num": 1, "classifier_dropout_prob": 0.1}
+# AlbertConfig's defaults where they differ from BERT's, and its own keys
+CONFIG_KEYS = (
+    *with_defaults(ENCODER, hidden_act=activation("hidden_act", "gelu_new"),
+                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+    ConfigKey("embedding_size", int, 1, None, 128, "the embedding tables' width E, projected to hidden_size"),
+    ConfigKey("num_hidden_groups", int, 1, None, 1, "groups of shared layer weights"),
+    ConfigKey("inner_group_num", int, 1, None, 1, "layers per group call"),
+    rate("classifier_dropout_prob", 0.1, "the classification head's dropout"),
+)
 
 
+@reads(CONFIG_KEYS)
 def config_from_hf(hf: dict):
-    hf = {**DEFAULTS, **hf}
     if hf["inner_group_num"] != 1:
         raise ConfigError(f"config.json inner_group_num={hf['inner_group_num']} is not supported: jattn runs ALBERT "
                           "with one layer per group (inner_group_num 1, as every published checkpoint). Fix: use a "
                           "checkpoint with inner_group_num 1")
-    layers, groups = hf.get("num_hidden_layers", 12), hf["num_hidden_groups"]
-    if not isinstance(groups, int) or not 1 <= groups <= layers:
+    layers, groups = hf["num_hidden_layers"], hf["num_hidden_groups"]
+    if groups > layers:
         raise ConfigError(f"config.json num_hidden_groups={groups!r} must be an integer from 1 to "
                           f"num_hidden_layers ({layers}). Fix: correct config.json (1: one layer shared by all)")
-    if hf["embedding_size"] == hf.get("hidden_size"):
+    if hf["embedding_size"] == hf["hidden_size"]:
         raise ConfigError(f"config.json embedding_size={hf['embedding_size']} equals hidden_size: jattn projects the "
                           "embeddings (embedding_hidden_mapping_in) only when the widths differ. Fix: use a "
                           "checkpoint with embedding_size < hidden_size (every published ALBERT)")

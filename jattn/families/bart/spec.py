@@ -11,20 +11,23 @@ A "bart" config asking for pre-LayerNorm blocks or final LayerNorms (``normalize
 "mbart") are ``jattn.families.mbart``'s."""
 
 from jattn.families.bart import convert
+from jattn.families.config_table import SEQ2SEQ, reads, size
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, seq2seq_config
 
 POSITION_OFFSET = 2  # HF BartLearnedPositionalEmbedding.offset: rows 0 and 1 are never read
+CONFIG_KEYS = (*SEQ2SEQ, size("vocab_size", "rows of the shared token table"))  # BartConfig's keys and defaults
 
 
+@reads(CONFIG_KEYS)
 def config_from_hf(hf: dict):
-    if not hf.get("tie_word_embeddings", True):
+    if not hf["tie_word_embeddings"]:
         raise ConfigError("BART with tie_word_embeddings=False is not supported: jattn ties the output "
                           "projection to the shared token table, as BartForConditionalGeneration does by default")
     V = hf["vocab_size"]
     return seq2seq_config(hf, default_activation="gelu", vocab_sizes=(V, V), positions="learned",
                           position_offset=POSITION_OFFSET, embedding_ln=True, shared_embeddings=True,
-                          tie_output=True, scale_embedding=bool(hf.get("scale_embedding", False)),
+                          tie_output=True, scale_embedding=hf["scale_embedding"],
                           final_logits_bias=True, decoder_mask="all")
 
 

@@ -6,12 +6,17 @@ generator ``ElectraForMaskedLM`` (its masked-LM head D -> E -> V converted; HF's
 applies exact GELU whatever ``hidden_act`` says)."""
 
 from jattn.families.electra import convert
+from jattn.families.config_table import ENCODER, ConfigKey, reads
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import encoder_config
 
+CONFIG_KEYS = (*ENCODER, ConfigKey("embedding_size", int, 1, None, 128, "the embedding tables' width E, projected to "
+                                   "hidden_size where they differ"))
 
+
+@reads(CONFIG_KEYS)
 def config_from_hf(hf: dict):
-    size = hf.get("embedding_size", hf["hidden_size"])
+    size = hf["embedding_size"]
     return encoder_config(hf, positions="absolute", classifier="dense_tanh", mlm_activation="gelu",
                           embedding_size=None if size == hf["hidden_size"] else size)
 

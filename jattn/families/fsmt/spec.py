@@ -5,16 +5,23 @@ jattn's ``inputs_embeds`` / ``decoder_inputs_embeds`` are the scaled token embed
 given embeddings by sqrt(d_model) itself and takes tokens whose first coordinate is 0 for padding."""
 
 from jattn.families.fsmt import convert
+from jattn.families.config_table import SEQ2SEQ, activation, reads, size, with_defaults
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, seq2seq_config
 
+# FSMTConfig's keys and defaults
+CONFIG_KEYS = (*with_defaults(SEQ2SEQ, activation_function=activation("activation_function", "relu"),
+                              scale_embedding=True, tie_word_embeddings=False),
+               size("src_vocab_size", "rows of the source table"), size("tgt_vocab_size", "rows of the target table"))
 
+
+@reads(CONFIG_KEYS)
 def config_from_hf(hf: dict):
-    if hf.get("tie_word_embeddings", False):
+    if hf["tie_word_embeddings"]:
         raise ConfigError("FSMT with tie_word_embeddings=True is not supported")
     return seq2seq_config(hf, default_activation="relu", vocab_sizes=(hf["src_vocab_size"], hf["tgt_vocab_size"]),
                           positions="tensor2tensor", shared_embeddings=False, tie_output=False,
-                          scale_embedding=bool(hf.get("scale_embedding", True)),
+                          scale_embedding=hf["scale_embedding"],
                           final_logits_bias=False, decoder_mask="pad")
 
 

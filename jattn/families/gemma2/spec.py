@@ -14,28 +14,56 @@ import dataclasses
 
 import numpy as np
 
+from jattn.families.config_table import (LAYER_TYPES, ROTARY_DECODER, TOKEN_IDS, ConfigKey, activation, flag, reads,
+                                         size, token, with_defaults)
 from jattn.families.gemma2 import convert
 from jattn.families.llama.spec import config_from_hf as llama_config
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError
 
 
+def _softcap(name: str, default: float, what: str) -> ConfigKey:
+    return ConfigKey(name, float, 0, None, default, f"{what} soft-capped c·tanh(s / c) (null: none)", nullable=True,
+                     open_low=True)
+
+
+# Gemma2Config's keys and defaults: Llama's without hidden_act (hidden_activation), mlp_bias and
+# pretraining_tp (Gemma 2's modules fix them), and its own
+CONFIG_KEYS = (
+    *with_defaults(tuple(k for k in ROTARY_DECODER if k.name not in ("hidden_act", "mlp_bias", "pretraining_tp")),
+                   num_key_value_heads=size("num_key_value_heads", "key/value heads"),
+                   head_dim=size("head_dim", "the head width"),
+                   pad_token_id=0, bos_token_id=2,
+                   eos_token_id=ConfigKey("eos_token_id", (int, list), 0, None, 1, "where generation stops",
+                                          nullable=True, items=TOKEN_IDS),
+                   tie_word_embeddings=True),
+    activation("hidden_activation", "gelu_pytorch_tanh"),
+    ConfigKey("query_pre_attn_scalar", int, 1, None, 256, "scores are q·k / sqrt(query_pre_attn_scalar)"),
+    ConfigKey("sliding_window", int, 1, None, 4096, "a local layer's window W: the query and the W − 1 keys "
+              "before it (HF's mask j > i − W)"),
+    LAYER_TYPES,
+    _softcap("attn_logit_softcapping", 50.0, "scores"), _softcap("final_logit_softcapping", 30.0, "the logits"),
+    flag("use_bidirectional_attention", None, "attention to every token, not causal", nullable=True),
+)
+
+
+@reads(CONFIG_KEYS)
 def config_from_hf(hf: dict):
-    if hf.get("use_bidirectional_attention"):
+    if hf["use_bidirectional_attention"]:
         raise ConfigError("config.json use_bidirectional_attention=True is not supported: jattn runs Gemma 2 as a "
                           "causal LM. Fix: set it to null/false")
     L = hf["num_hidden_layers"]
-    types = hf.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(L)]
+    types = hf["layer_types"] or ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(L)]
     if len(types) != L or set(types) - {"sliding_attention", "full_attention"}:
         raise ConfigError(f"config.json layer_types must give 'sliding_attention' or 'full_attention' for each of the "
                           f"{L} layers, got {types!r}")
-    window = int(hf.get("sliding_window") or 4096)
-    config = llama_config({**hf, "hidden_act": hf.get("hidden_activation", "gelu_pytorch_tanh")})
-    soft = (lambda key: float(hf.get(key) or 0.0))
+    window = hf["sliding_window"]
+    config = llama_config({**hf, "hidden_act": hf["hidden_activation"], "mlp_bias": False, "pretraining_tp": 1})
+    soft = (lambda key: float(hf[key] or 0.0))  # null: none (jattn's 0)
     return dataclasses.replace(
         config, norm_offset=1.0, sublayer_post_norm=True, attention_softcap=soft("attn_logit_softcapping"),
-        logit_softcap=soft("final_logit_softcapping"), score_scale=float(hf.get("query_pre_attn_scalar", 256)) ** -0.5,
-        embedding_scale=float(np.float32(hf["hidden_size"] ** 0.5)), tied_lm_head=bool(hf.get("tie_word_embeddings", True)),
+        logit_softcap=soft("final_logit_softcapping"), score_scale=float(hf["query_pre_attn_scalar"]) ** -0.5,
+        embedding_scale=float(np.float32(hf["hidden_size"] ** 0.5)), tied_lm_head=hf["tie_word_embeddings"],
         attention_radius=tuple(window - 1 if t == "sliding_attention" else 0 for t in types))
 
 

@@ -25,24 +25,28 @@ and some released config.json files say 0.05) are kept in ``Seq2SeqConfig.layerd
 runs every layer, as HF's does; jattn's training forward refuses a non-zero rate."""
 
 from jattn.families.m2m_100 import convert
+from jattn.families.config_table import SEQ2SEQ, activation, rate, reads, size, with_defaults
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, seq2seq_config
 
 
-# M2M100Config's defaults where they differ from ``seq2seq_config``'s, for a config.json that omits them
-DEFAULTS = {"scale_embedding": True, "attention_dropout": 0.1, "encoder_layerdrop": 0.05, "decoder_layerdrop": 0.05,
-            "decoder_start_token_id": 2}
+# M2M100Config's keys and defaults
+CONFIG_KEYS = (*with_defaults(SEQ2SEQ, activation_function=activation("activation_function", "relu"),
+                              scale_embedding=True, attention_dropout=0.1,
+                              encoder_layerdrop=rate("encoder_layerdrop", 0.05, "LayerDrop, training only"),
+                              decoder_layerdrop=rate("decoder_layerdrop", 0.05, "LayerDrop, training only")),
+               size("vocab_size", "rows of the shared token table"))
 
 
+@reads(CONFIG_KEYS)
 def config_from_hf(hf: dict):
-    if not hf.get("tie_word_embeddings", True):
+    if not hf["tie_word_embeddings"]:
         raise ConfigError("M2M100 with tie_word_embeddings=False is not supported: jattn ties the output "
                           "projection to the shared token table, as M2M100ForConditionalGeneration does by default")
-    hf = {**DEFAULTS, **hf}
     V = hf["vocab_size"]
     return seq2seq_config(hf, default_activation="relu", vocab_sizes=(V, V), positions="tensor2tensor",
                           norm_position="pre", final_norm=True, shared_embeddings=True, tie_output=True,
-                          scale_embedding=bool(hf["scale_embedding"]), final_logits_bias=False, decoder_mask="all")
+                          scale_embedding=hf["scale_embedding"], final_logits_bias=False, decoder_mask="all")
 
 
 SPEC = register(FamilySpec(

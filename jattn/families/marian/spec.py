@@ -6,21 +6,32 @@ HF Marian's ``inputs_embeds`` are those, but it scales ``decoder_inputs_embeds``
 itself (pass HF the embeddings divided by sqrt(d_model))."""
 
 from jattn.families.marian import convert, train
+from jattn.families.config_table import SEQ2SEQ, ConfigKey, flag, reads, size, token, with_defaults
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, seq2seq_config
 
 TRAINED = (train.RECIPE.name,)  # made by name: jattn models make NAME, then jattn.load(NAME)
+# MarianConfig's keys and defaults
+CONFIG_KEYS = (
+    *with_defaults(SEQ2SEQ, pad_token_id=token("pad_token_id", 58100, "the padding token", nullable=False),
+                   eos_token_id=token("eos_token_id", 0, "the end-of-sentence token", nullable=False),
+                   bos_token_id=None, decoder_start_token_id=58100),
+    size("vocab_size", "rows of the source (and shared) token table"),
+    ConfigKey("decoder_vocab_size", int, 1, None, None, "rows of the target table (null: vocab_size)", nullable=True),
+    flag("share_encoder_decoder_embeddings", True, "one token table for source and target"),
+)
 
 
+@reads(CONFIG_KEYS)
 def config_from_hf(hf: dict):
-    shared = hf.get("share_encoder_decoder_embeddings", True)
+    shared = hf["share_encoder_decoder_embeddings"]
     src_v = hf["vocab_size"]
-    tgt_v = src_v if shared else (hf.get("decoder_vocab_size") or src_v)
-    if not hf.get("tie_word_embeddings", True):
+    tgt_v = src_v if shared else (hf["decoder_vocab_size"] or src_v)
+    if not hf["tie_word_embeddings"]:
         raise ConfigError("Marian with tie_word_embeddings=False is not supported")
     return seq2seq_config(hf, default_activation="gelu", vocab_sizes=(src_v, tgt_v), positions="vaswani",
-                          shared_embeddings=bool(shared), tie_output=True,
-                          scale_embedding=bool(hf.get("scale_embedding", False)),
+                          shared_embeddings=shared, tie_output=True,
+                          scale_embedding=hf["scale_embedding"],
                           final_logits_bias=True, decoder_mask="all")
 
 

@@ -17,19 +17,25 @@ config.json / generation_config.json or per call: ``jattn.nn.decode.generate``).
 
 from jattn.families.bart.spec import POSITION_OFFSET
 from jattn.families.mbart import convert
+from jattn.families.config_table import SEQ2SEQ, reads, size, with_defaults
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, seq2seq_config
 
+# MBartConfig's keys and defaults: no decoder_start_token_id (decoding starts from bos_token_id)
+CONFIG_KEYS = (*with_defaults(SEQ2SEQ, decoder_start_token_id=None),
+               size("vocab_size", "rows of the shared token table"))
 
+
+@reads(CONFIG_KEYS)
 def config_from_hf(hf: dict):
-    if not hf.get("tie_word_embeddings", True):
+    if not hf["tie_word_embeddings"]:
         raise ConfigError("mBART with tie_word_embeddings=False is not supported: jattn ties the output "
                           "projection to the shared token table, as MBartForConditionalGeneration does by default")
     V = hf["vocab_size"]
     return seq2seq_config(hf, default_activation="gelu", vocab_sizes=(V, V), positions="learned",
                           position_offset=POSITION_OFFSET, embedding_ln=True, norm_position="pre", final_norm=True,
                           shared_embeddings=True, tie_output=True,
-                          scale_embedding=bool(hf.get("scale_embedding", False)), final_logits_bias=True,
+                          scale_embedding=hf["scale_embedding"], final_logits_bias=True,
                           decoder_mask="all")
 
 

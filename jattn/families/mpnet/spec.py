@@ -7,6 +7,7 @@ numbers every position then: the same on a right-padded batch's real tokens)."""
 
 import dataclasses
 
+from jattn.families.config_table import ENCODER, ConfigKey, reads, token, with_defaults
 from jattn.families.mpnet import convert, pretrained
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, encoder_config
@@ -14,11 +15,16 @@ from jattn.nn.config import ConfigError, encoder_config
 PADDING_IDX = 1  # Hugging Face's MPNetEmbeddings number positions after id 1 whatever the config says
 PRETRAINED = (pretrained.RECIPE.name,)  # fetched by name: jattn models fetch NAME, then jattn.load(NAME)
 BUCKETS, MAX_DISTANCE = 32, 128  # MPNetEncoder.compute_position_bias's num_buckets and max_distance
+# MPNetConfig has no token types; its padding id 1
+CONFIG_KEYS = (*(k for k in with_defaults(ENCODER, pad_token_id=token("pad_token_id", PADDING_IDX, "the padding "
+                                          "token", nullable=False)) if k.name != "type_vocab_size"),
+               ConfigKey("relative_attention_num_buckets", int, 1, None, BUCKETS, "relative-position buckets"))
 
 
+@reads(CONFIG_KEYS)
 def config_from_hf(hf: dict):
     for key, want in (("pad_token_id", PADDING_IDX), ("relative_attention_num_buckets", BUCKETS)):
-        if hf.get(key, want) != want:
+        if hf[key] != want:
             raise ConfigError(f"config.json {key}={hf[key]!r} is not supported: Hugging Face's MPNet computes "
                               f"with {key} {want} whatever the config says, so the weights were trained with "
                               f"{want}. Fix: set {key} to {want}")

@@ -5,17 +5,33 @@ attention (``use_sliding_window``) is refused: HF's Qwen2 checkpoints leave it o
 
 from __future__ import annotations
 
+from jattn.families.config_table import (LAYER_TYPES, ROTARY_DECODER, TOKEN_IDS, ConfigKey, flag, reads, token,
+                                         with_defaults)
 from jattn.families.llama import convert
 from jattn.families.llama.spec import config_from_hf as llama_config
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError
 
+# Qwen2Config's keys and defaults: Llama's without attention_bias, mlp_bias and pretraining_tp (Qwen2's
+# modules fix them), and its sliding-window keys
+CONFIG_KEYS = (
+    *with_defaults(tuple(k for k in ROTARY_DECODER if k.name not in ("attention_bias", "mlp_bias", "pretraining_tp")),
+                   num_key_value_heads=32, bos_token_id=None,
+                   eos_token_id=ConfigKey("eos_token_id", (int, list), 0, None, None, "where generation stops",
+                                          nullable=True, items=TOKEN_IDS),
+                   pad_token_id=token("pad_token_id", None, "the padding token (null: eos_token_id)")),
+    flag("use_sliding_window", False, "sliding-window attention in the upper layers"),
+    LAYER_TYPES,
+)
 
+
+@reads(CONFIG_KEYS)
 def config_from_hf(hf: dict):
-    if hf.get("use_sliding_window", False) or any(t != "full_attention" for t in hf.get("layer_types") or ()):
+    if hf["use_sliding_window"] or any(t != "full_attention" for t in hf["layer_types"] or ()):
         raise ConfigError("config.json use_sliding_window=True / sliding_attention layer_types are not supported for "
                           "qwen2. Fix: set use_sliding_window to false (Qwen2 checkpoints are trained without it)")
-    return llama_config(hf, attention_bias=True, attention_out_bias=False)
+    # Qwen2's projections: q/k/v biases, none on the output or in the FFN, whatever config.json says
+    return llama_config({**hf, "mlp_bias": False, "pretraining_tp": 1}, attention_bias=True, attention_out_bias=False)
 
 
 SPEC = register(FamilySpec(

@@ -4,14 +4,19 @@ padding, a dense–tanh classification head on h_<s>. Keys as BERT's under ``rob
 position then: the same on a right-padded batch's real tokens)."""
 
 from jattn.families.bert import convert
+from jattn.families.config_table import ENCODER, reads, token, with_defaults
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import encoder_config
+
+# RobertaConfig's padding id 1, from which positions are numbered
+CONFIG_KEYS = with_defaults(ENCODER, pad_token_id=token("pad_token_id", 1, "the padding token; positions are "
+                                                        "numbered from it", nullable=False))
 
 SPEC = register(FamilySpec(
     model_type="roberta", shape="encoder",
     # HF's RobertaLMHead applies exact GELU whatever hidden_act says
-    config_from_hf=lambda hf: encoder_config(hf, positions="after_padding", classifier="dense_tanh",
-                                             mlm_activation="gelu"),
+    config_from_hf=reads(CONFIG_KEYS)(lambda hf: encoder_config(hf, positions="after_padding", classifier="dense_tanh",
+                                             mlm_activation="gelu")),
     convert=convert.convert, to_hf_state_dict=convert.to_hf_state_dict, to_hf_config=convert.to_hf_config,
     tokenizer_files=(("tokenizer.json",), ("vocab.json", "merges.txt")), special_tokens=("cls", "sep", "pad"),
 ))

@@ -5,11 +5,19 @@ SentencePiece vocabulary. BERT's post-LayerNorm blocks; positions numbered from 
 head with exact GELU. The checkpoints keep RoBERTa's keys (``roberta.``), so the key table is
 RoBERTa's (``convert.py``)."""
 
+from jattn.families.config_table import ENCODER, rate, reads, token, with_defaults
 from jattn.families.spec import FamilySpec, register
 from jattn.families.xlm_roberta import convert
 from jattn.nn.config import encoder_config
 
+# XLMRobertaConfig's padding id 1, from which positions are numbered; the classification head's dropout
+CONFIG_KEYS = (*with_defaults(ENCODER, pad_token_id=token("pad_token_id", 1, "the padding token; positions are "
+                                                          "numbered from it", nullable=False)),
+               rate("classifier_dropout", None, "the classification head's dropout (null: hidden_dropout_prob)",
+                    nullable=True))
 
+
+@reads(CONFIG_KEYS)
 def config_from_hf(hf: dict):
     # HF's XLMRobertaLMHead applies exact GELU whatever hidden_act says; the classification head's
     # dropout is classifier_dropout where set
