@@ -167,3 +167,89 @@ def test_a_malformed_batch_is_refused_by_name(mlm, change, named):
                  lambda: jattn.run_corpus(mlm, bad, [], progress=False)):
         with pytest.raises(ValueError, match=named):
             call()
+
+
+# ---------------------------------------------------------------- fine-tuning a causal LM
+
+def test_finetuning_refuses_a_causal_lm_before_any_training(lm, lm_folder, tmp_path):
+    from jattn.cli import main
+    from jattn.training.finetune import finetune, with_classifier
+
+    train = [("the cat sat", 0), ("a dog ran", 1)]
+    with pytest.raises(ValueError, match="causal .decoder-only. LM") as e:
+        finetune(lm, train, train, tmp_path / "out", progress=False)
+    assert "base (--model)" in str(e.value) and not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="causal"):
+        with_classifier(lm, 2)
+    data = tmp_path / "train.tsv"
+    data.write_text("the cat sat\t0\na dog ran\t1\n")
+    with pytest.raises(SystemExit, match="not a causal .decoder-only. LM"):
+        main(["finetune", "--model", str(lm_folder), "--train", str(data), "--dev", str(data),
+              "--out", str(tmp_path / "cli")])
+    assert not (tmp_path / "cli").exists() and not (tmp_path / "cli-work").exists()
+
+
+# ---------------------------------------------------------------- a patch value of the wrong width
+
+def test_a_patch_value_of_the_wrong_width_is_refused_with_the_expected_shape(mlm):
+    from hypothesis import HealthCheck, given, settings, strategies as st
+
+    batch = mlm.batch(TEXTS[:2])
+    (b, n), L, D = batch["input_ids"].shape, mlm.config.num_layers, mlm.config.hidden_size
+    right = mlm.forward(batch)
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(site=st.sampled_from(["ffn_output", "ffn_residual", "layer_output", "residual"]),
+           width=st.integers(1, 3 * D).filter(lambda w: w != D))
+    def wrong(site, width):
+        value = np.zeros((L, b, n, width), np.float32)
+        iv = jattn.Interventions(patch={site: (value, np.ones((L, b, n), bool))})
+        with pytest.raises(ValueError, match=rf"patch\['{site}'\].*\(L, {b}, {n}, {D}\).*last axis must be {D}, "
+                                             rf"not {width}"):
+            mlm.forward(batch, iv)
+
+    wrong()
+    same = np.asarray(right.internals["ffn_output"])  # the right width still patches: itself, nothing changes
+    iv = jattn.Interventions(patch={"ffn_output": (same, np.ones((L, b, n), bool))})
+    np.testing.assert_array_equal(np.asarray(mlm.forward(batch, iv).last_hidden_state),
+                                  np.asarray(right.last_hidden_state))
+
+
+# ---------------------------------------------------------------- no pad token, empty input; the default length
+
+def test_an_lm_tokenizer_without_a_pad_token_on_an_empty_input(lm_folder, tmp_path):
+    from jattn.cli import main
+
+    lm = jattn.load(str(lm_folder), use_cache=False)
+    lm.tokenizer.pad_token = None  # GPT-2's own tokenizer has none
+    from jattn.analyses import make_methods
+
+    for call in (lambda: jattn.importance(lm, [], progress=False),
+                 lambda: jattn.run_corpus(lm, ["", "  "], make_methods(lm, ["lm-attention"]), progress=False)):
+        with pytest.raises(ValueError, match="the corpus is empty"):
+            call()
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n")
+    with pytest.raises(SystemExit, match="empty"):
+        main(["analyze", "--model", str(lm_folder), "--input", str(empty), "--methods", "lm-attention",
+              "--out", str(tmp_path / "out")])
+
+
+def test_the_default_length_comes_from_the_model(lm, lm_folder, tmp_path):
+    from jattn.cli import main
+
+    assert lm.config.max_length == 64
+    assert lm.tokenize(LM_TEXTS).input_ids.shape[0] == 3  # no max_length: the model's 64, not 128
+    from jattn.analyses import make_methods
+
+    jattn.run_corpus(lm, LM_TEXTS, make_methods(lm, ["lm-attention"]), progress=False)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(LM_TEXTS) + "\n")
+    main(["analyze", "--model", str(lm_folder), "--input", str(corpus), "--methods", "lm-attention",
+          "--out", str(tmp_path / "out")])
+    assert (tmp_path / "out").is_dir()
+    with pytest.raises(SystemExit, match="--max-length 128: expected at most .* 64 positions"):
+        main(["analyze", "--model", str(lm_folder), "--input", str(corpus), "--methods", "lm-attention",
+              "--max-length", "128", "--out", str(tmp_path / "out2")])
+    with pytest.raises(ValueError, match="max_length=128 exceeds the model's 64 positions"):
+        lm.tokenize(LM_TEXTS, max_length=128)

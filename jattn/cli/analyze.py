@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jattn.cli.common import add_output_arguments, nonnegative_int, positive_int
+from jattn.cli.common import add_output_arguments, max_length_for, nonnegative_int, positive_int
 
 
 def add_arguments(parser) -> None:
@@ -135,7 +135,7 @@ def run(args) -> None:
             relations = sorted({r for ex in corpus for r in (ex.labels or {}).get("relations", ())})
             methods = make_methods(model, names, dataclasses.replace(options, relations=tuple(relations)))
         result = own_terms(run_corpus(model, corpus, methods, batch_size=args.batch_size,
-                                      max_length=args.max_length, truncate=args.truncate,
+                                      max_length=max_length_for(args, model), truncate=args.truncate,
                                       skip_too_long=args.skip_too_long))
         if writer:
             meta = results.run_meta(input=" ".join(str(Path(p).absolute()) for p in args.input), format=args.format,

@@ -21,8 +21,23 @@ def add_output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true",
                         help="replace --out even if it is a non-empty folder without jattn results")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="examples per batch")
-    parser.add_argument("--max-length", type=positive_int, default=128,
-                        help="longest segment, in tokens (specials included)")
+    parser.add_argument("--max-length", type=positive_int, default=None,
+                        help="longest segment, in tokens (specials included; default: 128, or the model's "
+                             "positions where it has fewer)")
+
+
+def max_length_for(args, model) -> int:
+    """--max-length for ``model``: as given (at most the model's positions: else an error naming
+    it), or by default 128, or the model's positions where it has fewer."""
+    from jattn.io import validate
+
+    positions = model.config.max_length
+    if args.max_length is None:
+        return min(128, positions)
+    if args.max_length > positions:
+        raise validate.BadArgument("--max-length", args.max_length, f"at most {model.source or 'the model'}'s "
+                                   f"{positions} positions", f"--max-length {positions} or less, or leave it out")
+    return args.max_length
 
 
 def nonnegative_int(text: str) -> int:

@@ -53,12 +53,12 @@ def _choices(text: str, known: tuple, option: str) -> list[str]:
 
 def sweep(model, examples, metric, m, u, args, work):
     """One (unit, mode) sweep, kept in ``work`` once done (a rerun skips it)."""
-    from jattn.cli.common import cached
+    from jattn.cli.common import cached, max_length_for
     from jattn.sweeps.disable import SweepResult, disable
 
     def compute():
         r = disable(model, examples, metric, mode=m, unit=u, batch_size=args.batch_size,
-                          max_length=min(args.max_length, model.config.max_length))
+                          max_length=max_length_for(args, model))
         return {"baseline": np.asarray(r.baseline), "metric": r.metric, "predictions": r.predictions,
                 "baseline_predictions": r.baseline_predictions}
 
@@ -71,7 +71,7 @@ def run(args) -> None:
 
     import jattn
     from jattn.analyses.base import Statistic
-    from jattn.cli.common import cached, check_work, work_folder
+    from jattn.cli.common import cached, check_work, max_length_for, work_folder
     from jattn.cli.disable_report import figures, noise, report, units
     from jattn.cli.reporting import SCALE, metric_name
     from jattn.io import results, validate
@@ -104,7 +104,7 @@ def run(args) -> None:
         for m in modes if heads else ():
             value = cached(work / f"heads_{m}.json", lambda: heads_metric(
                 model, examples, heads, metric, mode=m, batch_size=args.batch_size,
-                max_length=min(args.max_length, model.config.max_length)))
+                max_length=max_length_for(args, model)))
             stats[f"metric_heads_{m}"] = Statistic(np.asarray(value * SCALE), f"() {name} with heads {args.heads} "
                                                                                f"disabled together ({m})")
             extra.append(f"With heads {args.heads} disabled together ({m}): {name} {value * SCALE:.2f} "

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from jattn.cli.common import (add_output_arguments, cached, check_family, check_work, described, finite, positive_int,
-                              read_examples, work_folder)
+from jattn.cli.common import (add_output_arguments, cached, check_family, check_work, described, finite, max_length_for,
+                              positive_int, read_examples, work_folder)
 
 RESUME = "; run the same command again to resume from its checkpoint"
 
@@ -176,7 +176,7 @@ def run(args) -> None:
         train, dev = read_examples(args.input, args.format), read_examples(args.dev, args.format)
         model = jattn.load(args.model)
         check_family(model, args.format, "jattn gates")
-        max_length = min(args.max_length, model.config.max_length)
+        max_length = max_length_for(args, model)
         shapes = l0.gate_shapes(model.config)
         kinds = tuple(dict.fromkeys(args.kinds or shapes))
         if unknown := [k for k in kinds if k not in shapes]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jattn.cli.common import add_common, check_family, described, read_examples
+from jattn.cli.common import add_common, check_family, described, max_length_for, read_examples
 
 
 def add_arguments(parser) -> None:
@@ -54,7 +54,7 @@ def run(args) -> None:
         model = jattn.load(args.model)
         check_family(model, args.format, "jattn importance")
         imp = jattn.importance(model, examples, estimator=args.estimator, normalize=not args.no_normalize,
-                               batch_size=args.batch_size, max_length=min(args.max_length, model.config.max_length))
+                               batch_size=args.batch_size, max_length=max_length_for(args, model))
         what = f"(L, H) head importance E|dL/dξ|, {args.estimator} estimator (Michel et al. 2019)"
         single = len(imp) == 1  # an encoder's one attention type keeps the plain name
         stats = {"importance" if single else f"{k}_importance": Statistic(np.asarray(v), what) for k, v in imp.items()}

@@ -15,7 +15,7 @@ import numpy as np
 
 
 def add_arguments(parser) -> None:
-    from jattn.cli.common import add_output_arguments
+    from jattn.cli.common import add_output_arguments, max_length_for
     from jattn.io.readers import FORMATS
 
     parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
@@ -45,11 +45,11 @@ def run(args) -> None:
         if before is not None:
             validate.model_kind(before, "encoder", "jattn patterns --before", "--before")
         result = run_corpus(model, corpus, [PatternTypes(), ClassAttention()], batch_size=args.batch_size,
-                            max_length=args.max_length, truncate=args.truncate)
+                            max_length=max_length_for(args, model), truncate=args.truncate)
         if args.before:
             texts = [ex.a if ex.b is None else (ex.a, ex.b) for ex in corpus if not ex.is_empty]
             change = finetune_change(before, model, texts, batch_size=args.batch_size,
-                                     max_length=args.max_length)
+                                     max_length=max_length_for(args, model))
             result.statistics["finetune_cosine"] = Statistic(
                 np.asarray(change["cosine"]), "(L, H) cosine between the --before and --model maps, corpus mean")
         meta = results.run_meta(input=args.input, format=args.format, methods=["patterns", "weights"],

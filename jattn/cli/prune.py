@@ -21,7 +21,7 @@ import numpy as np
 
 RESUME = "; run the same command again to resume from its checkpoint"
 
-from jattn.cli.common import add_common, check_family, described, finite, read_examples
+from jattn.cli.common import add_common, check_family, described, finite, max_length_for, read_examples
 
 
 def add_arguments(parser) -> None:
@@ -71,7 +71,7 @@ def run(args) -> None:
         heads = int(held(model).sum())  # a model pruned before: its heads, not its padding slots
         pruned_before = getattr(model.config, "pruned", None) is not None
         per_step = heads_per_step(args.step, heads, "--step")  # before any work
-        max_length = min(args.max_length, model.config.max_length)
+        max_length = max_length_for(args, model)
         if args.format == "parallel":
             metric, name = bleu_metric(model, dev, batch_size=args.batch_size, max_length=max_length), metric_name("bleu")
         elif args.format == "labelled":

@@ -147,11 +147,15 @@ class EncoderModel(ModuleModel):
         return (f"EncoderModel({c.model_type}, L={c.num_layers}, H={c.num_heads}, D={c.hidden_size}, "
                 f"source={self.source!r})")
 
-    def tokenize(self, examples, max_length: int = 128, truncate: bool = False,
+    def tokenize(self, examples, max_length: int | None = None, truncate: bool = False,
                  pad_to: int | None = None) -> TokenBatch:
-        """Tokenize strings, (A, B) pairs or pre-split words; see ``jattn.io.tokenize``."""
-        if max_length > self.config.max_length:
-            raise ValueError(f"max_length={max_length} exceeds the model's {self.config.max_length} positions")
+        """Tokenize strings, (A, B) pairs or pre-split words; see ``jattn.io.tokenize``. ``max_length``:
+        at most the model's positions; by default 128, or the model's positions where it has fewer."""
+        if max_length is None:
+            max_length = min(128, self.config.max_length)
+        elif isinstance(max_length, int) and max_length > self.config.max_length:
+            raise ValueError(f"max_length={max_length} exceeds the model's {self.config.max_length} positions. Fix: "
+                             f"max_length={self.config.max_length} or less (or leave it out)")
         return tokenize(self.tokenizer, examples, max_length=max_length, truncate=truncate, pad_to=pad_to)
 
     @property

@@ -110,10 +110,19 @@ class Interventions:
         return dataclasses.replace(self, head_gates=gates, disabled_heads=disabled, weights_delta=delta, patch=patch)
 
     def patched(self, site: str, x: jax.Array) -> jax.Array:
-        """One layer's ``x`` with the patch of ``site`` applied (``x`` itself when there is none)."""
+        """One layer's ``x`` with the patch of ``site`` applied (``x`` itself when there is none). A
+        value of another shape is an error naming the expected one, raised while tracing (before any
+        compute): the batch's axes are checked against the batch before (``jattn.io.validate``), the
+        last axis (the width: D, d_h or the keys) only here, where the model's is known."""
         if self.patch is None or site not in self.patch:
             return x
         value, where = self.patch[site]
+        if value.shape != x.shape:
+            layout = PATCH_SITES[site][1]
+            raise ValueError(f"interventions.patch[{site!r}] value has shape (L, {', '.join(map(str, value.shape))}); "
+                             f"this model's {site} is (L, {', '.join(map(str, x.shape))}), {layout} per layer: the "
+                             f"last axis must be {x.shape[-1]}, not {value.shape[-1]}. Fix: take the value from this "
+                             "model's internals (model.forward(batch).internals)")
         return blend(x, value, where[..., None])
 
     def take_rows(self, take) -> "Interventions":

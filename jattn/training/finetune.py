@@ -10,7 +10,7 @@ Training runs on the split state (a nested dict of arrays, what optax and orbax 
 pure face ``jattn.nn.encoder.forward``; the result is an ``EncoderModel`` again and can be
 exported as a Hugging Face ``BertForSequenceClassification`` folder (``save_classifier``) that
 ``jattn.load`` and HF PyTorch both read. Checkpoints (orbax) hold parameters, optimizer state
-and the data position, so a stopped run resumes bit for bit.
+and the data position, so a stopped run resumes bit for bit. A causal LM is refused.
 """
 
 from __future__ import annotations
@@ -64,12 +64,21 @@ class FinetuneConfig:
         validate.number("weight_decay", self.weight_decay, low=0)
 
 
+def check_bidirectional(model, argument: str = "model") -> None:
+    """Refuse a causal LM: the classifier reads the first token, which under a causal mask sees no other."""
+    if getattr(model.config, "causal", False):
+        raise validate.BadArgument(argument, getattr(model, "source", "") or "the model", "a bidirectional encoder, "
+                                   "not a causal (decoder-only) LM, for fine-tuning a classifier", "fine-tune an "
+                                   "encoder (the default model is one); a causal LM trains with jattn.training.lm")
+
+
 def with_classifier(model, num_labels: int, seed: int = 0):
-    """``model`` (an ``EncoderModel``) with a fresh classification head of ``num_labels`` classes
-    (weights N(0, 0.02), zero bias, as HF initialises it); every other parameter is kept. A BERT
+    """``model`` (an ``EncoderModel``, not a causal LM) with a fresh classification head of ``num_labels``
+    classes (weights N(0, 0.02), zero bias, as HF does); every other parameter is kept. A BERT
     checkpoint whose head reads the pooler gets a fresh pooler when it has none (HF does the same)."""
     from jattn.models.encoder import EncoderModel
 
+    check_bidirectional(model)
     if num_labels < 2:
         raise ValueError(f"a classifier needs at least 2 labels, got {num_labels}")
     config = dataclasses.replace(model.config, num_labels=num_labels,
@@ -345,6 +354,7 @@ def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out
     n_labels = check_labels(train, dev, label_names)
     model = base if hasattr(base, "config") else load(base)
     validate.model_kind(model, "encoder", "fine-tuning a classifier")
+    check_bidirectional(model, "base (--model)")
     with results.Output(out, option="out", switch=None) as output:  # locked: one run per folder; replaced whole
         model = with_classifier(model, n_labels, fc.seed)
         trainer = ClassifierTrainer(model, fc, workdir or out.with_name(out.name + "-work"), train, dev,
