@@ -323,12 +323,47 @@ BY_CLAIM: tuple[tuple[str, str], ...] = (
 )
 
 
-def for_claim(claim: dict) -> str:
-    """The REPORT's "paper" cell of ``claim``: its quote (``BY_CLAIM``), else the claim's own text."""
+# quote key -> the paper's effect in the units of the claim's test (a proportion, ρ), from its printed values
+_EFFECTS = {
+    "syntax": lambda v: (float(v["head"]) - float(v["offset"])) / 100,  # head − offset accuracy
+    "coref": lambda v: (float(v["head"]) - float(v["head_match"])) / 100,  # head − same head word
+    "kovaleva2019.disable-head": lambda v: float(v["max_gain"]) / 100,  # the largest single-head gain
+    "kovaleva2019.disable-layer": lambda v: float(v["rte_gain"]) / 100,
+    "kobayashi2020.frequency": lambda v: float(v["rho"]),
+    "kobayashi2020.align.awo": lambda v: (float(v["norm"]) - float(v["weight"])) / 100,
+    "kobayashi2020.align.awi": lambda v: (float(v["norm"]) - float(v["weight"])) / 100,
+    "kobayashi2021.mixing": lambda v: (float(v["attnresln_n"]) - float(v["attn_w"])) / 100,
+    "clark2019.probe.attn-glove": lambda v: (float(v["attn_glove"]) - float(v["distances_glove"])) / 100,
+    "clark2019.probe.attn": lambda v: (float(v["attn"]) - float(v["right_branching"])) / 100,
+}
+
+
+def _key(claim_id: str) -> str | None:
     from fnmatch import fnmatchcase
 
-    for pattern, key in BY_CLAIM:
-        if fnmatchcase(claim["id"], pattern):
-            prefix = "not in the paper (GAP came later); the nearest: " if pattern == "clark-*-coref-gap" else ""
-            return prefix + quote(key)
-    return claim["paper"]
+    return next((key for pattern, key in BY_CLAIM if fnmatchcase(claim_id, pattern)), None)
+
+
+def effect(claim_id: str) -> float | None:
+    """The paper's effect in the units of the claim's test (e.g. Table 1's head − offset accuracy
+    as a proportion), from the printed numerals of its quote; None where the paper prints none."""
+    key = _key(claim_id)
+    if key is None:
+        return None
+    kind = "syntax" if key.startswith("clark2019.syntax.") and "head" in QUOTES[key].values else (
+        "coref" if key.startswith("clark2019.coref.") and "head_match" in QUOTES[key].values else key)
+    return _EFFECTS[kind](QUOTES[key].values) if kind in _EFFECTS else None
+
+
+NO_NUMBER = "no paper number (this project's own check, no table, figure or section to cite): "
+
+
+def for_claim(claim: dict) -> str:
+    """The REPORT's "paper" cell of ``claim``: its quote (``BY_CLAIM``), else the claim's own text
+    marked as having no paper number (``NO_NUMBER``) unless it says so itself."""
+    key = _key(claim["id"])
+    if key is not None:
+        gap = claim["id"].startswith("clark-") and claim["id"].endswith("-coref-gap")
+        return ("not in the paper (GAP came later); the nearest: " if gap else "") + quote(key)
+    text = claim["paper"]
+    return text if text.lower().startswith(("no paper number", "not in the paper")) else NO_NUMBER + text

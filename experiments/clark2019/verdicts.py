@@ -1,5 +1,9 @@
 """Decision rules of the Clark study (Clark, Khandelwal, Levy and Manning 2019, "What Does BERT
-Look At?"), written before the numbers; the rules are those of ``jattn.reproduce.verdicts``.
+Look At?"); the rules are those of ``jattn.reproduce.verdicts``. Written after the records they
+judge (``PROVENANCE``; ``docs/STATISTICS.md``, "Provenance"). Every "not reproduced" states the
+minimum detectable effect of its test at 80 % power beside the paper's effect
+(``experiments.papers.effect``), and is "inconclusive (underpowered)" where nothing was detected
+and the paper's effect lies below it.
 
 Every test is two-sided at α = .05 (a 95 % percentile bootstrap interval; B = 1000, seed 0, the
 resamples of ``jattn.reproduce.claims``), on the paired difference Δ of the same examples:
@@ -11,22 +15,25 @@ resamples of ``jattn.reproduce.claims``), on the paired difference Δ of the sam
   ``directional`` against uniform as above, then a threshold: reproduced when the 95 % interval of
   the share lies above ``MAJORITY`` = .5 (a one-sided test of share > .5 at α = .025), not
   reproduced when it lies below, inconclusive when it straddles it.
-- Precondition of the [SEP] and punctuation claims (Clark read that attention as a no-op sink on
-  [SEP] and punctuation): where the [CLS] role takes more of the claim's layers' attention than
-  the claimed role (the model's sink there is [CLS]: MiniLM) → ``not_applicable`` with both shares.
+- No precondition: the share findings assert that the role takes the attention, so a role that
+  takes less than uniform attention would give it is "not reproduced" (MiniLM parks its attention
+  on [CLS]; the reason gives the [CLS] share beside the claimed role's for context).
 - ``clark-<m>-syntax-<relation>`` (Table 1): Δ = held-out accuracy of the head chosen on EWT train
   − of the offset chosen there, sentences resampled (B = ``FAMILY_RESAMPLES``); Holm (1979) over
   every relation the stage tested for that model (the family, Table-1 relations or not); reproduced
-  when Holm rejects Δ = 0 and Δ > 0, not reproduced otherwise.
+  when Holm rejects Δ = 0 and Δ > 0, not reproduced otherwise (the detectable effect at the
+  family's Bonferroni level, Holm's first step, beside Table 1's head − offset).
 - ``-syntax-all`` (one head for every relation), ``-syntax-pooled`` (each relation's head, pooled):
   ``directional``, sentences resampled.
 - ``clark-<m>-probe-attn``, ``-attn-emb`` (Table 3): Δ = UAS of the probe − its baseline
   (right-branching; the distances + embeddings probe), sentences resampled (words, for records
   whose rows name no sentence) → ``directional``.
 - ``clark-<m>-coref-litbank[-type]`` (§4.3, Table 2): Δ = the head chosen on other documents −
-  the same-head-word baseline (the paper's strong baseline), documents resampled → ``directional``;
-  head − nearest and the head chosen on the scored queries themselves (Clark's way) are reported,
-  not judged.
+  the same-head-word baseline (the paper's strong baseline) → ``directional`` on the cluster-robust
+  t interval over the documents (``cluster_t``, t with K − 1 df: LitBank's 10 novels are too few
+  clusters for a percentile bootstrap); the cluster bootstrap's verdict is reported beside it, and
+  where the two disagree the claim is "inconclusive" (the verdict depends on the method); head −
+  nearest and the head chosen on the scored queries themselves (Clark's way) are reported, not judged.
 - ``clark-<m>-coref-gap`` (GAP, not in the paper): Δ = the head chosen on validation rows − the
   nearest name on test rows, Wikipedia pages resampled where the rows name them → ``directional``.
 """
@@ -41,9 +48,15 @@ import numpy as np
 
 from jattn.reproduce import claims as claim_stats
 from experiments import papers
+from experiments.papers import effect
 from experiments.clark2019.common import FAMILY_RESAMPLES, mean_deltas
 from jattn.reproduce import studies
-from jattn.reproduce.verdicts import ALPHA, Evidence, Verdict, directional, holm_family, not_applicable
+from jattn.reproduce.verdicts import (ALPHA, Evidence, Verdict, cluster_t, detectable, directional, holm_family,
+                                      powered, standard_error)
+
+PROVENANCE = ("post hoc: these rules were first committed in 170b1f4 (2026-11-28), after the Clark records they judge "
+              "(first committed in 6df38f9, 2026-11-26)")
+FEW_CLUSTERS = 30  # below this many clusters an interval is the cluster-robust t, not a percentile bootstrap
 
 # Clark §3: "more than half of the attention in layers 6-10 goes to [SEP]": the share itself must
 # exceed one half; the paper states no other number for the shares.
@@ -85,14 +98,14 @@ def judge_share(claim: dict, evidence: Evidence) -> Verdict:
     layers = region(len(per_layer), first, last)
     where = f"layer {layers[0] + 1}" if len(layers) == 1 else f"layers {layers[0] + 1}-{layers[-1] + 1}"
     cls, mine = per_layer[layers, 0].mean(), per_layer[layers, c].mean()
-    if c != 0 and cls > mine:
-        return not_applicable(f"the model's attention sink in {where} is the [CLS] role ({cls:.3f} of the attention "
-                              f"against {mine:.3f} to {ROLES[c]}): Clark's {ROLES[c]} finding reads attention "
-                              "parked on a no-op sink other than [CLS]")
     rows = evidence.rows(claim)
     d = [r[claim["measure"]["columns"]["value"]] - r[claim["baseline_measure"]["columns"]["value"]] for r in rows]
     t = mean_deltas(d)[""]
-    above = directional(t["value"], t["ci"], what=f"share − uniform ({where}, segments resampled)")
+    paper = MAJORITY - claim["baseline"]["value"] if key == "sep-middle" else None  # "more than half" vs uniform
+    above = directional(t["value"], t["ci"], what=f"share − uniform ({where}, segments resampled)", paper=paper)
+    if c != 0:
+        above = Verdict(above.status, above.rule, f"{above.reason}; the [CLS] role takes {cls:.3f} of {where}'s "
+                                                  f"attention, {ROLES[c]} {mine:.3f}")
     if key != "sep-middle" or above.status != "reproduced":
         return above
     lo, hi = claim["ci"]
@@ -100,7 +113,9 @@ def judge_share(claim: dict, evidence: Evidence) -> Verdict:
     if lo > MAJORITY:
         return Verdict("reproduced", "directional + threshold", said)
     if hi < MAJORITY:
-        return Verdict("not reproduced", "directional + threshold", f"{said}: below it")
+        mde = detectable(standard_error(claim["ci"]), sides=1)
+        return powered(Verdict("not reproduced", "directional + threshold", f"{said}: below it"), mde,
+                       paper=MAJORITY - claim["baseline"]["value"], detected=True)
     return Verdict("inconclusive", "directional + threshold", f"{said}: straddles it")
 
 
@@ -142,14 +157,17 @@ def judge_relation(claim: dict, evidence: Evidence) -> Verdict:
             f"{'rejects' if t['holm'] else 'keeps'} Δ = 0; in-sample head (Clark's way) {_hits(rows, 'in_sample').mean():.3f}")
     if t["holm"] and t["value"] > 0:
         return Verdict("reproduced", "directional + Holm", said)
-    return Verdict("not reproduced", "directional + Holm",
-                   said + (": the offset wins" if t["holm"] else ": no difference after Holm"))
+    mde = detectable(standard_error(t["ci"]), tests=len(family))
+    return powered(Verdict("not reproduced", "directional + Holm",
+                           said + (": the offset wins" if t["holm"] else ": no difference after Holm")),
+                   mde, paper=effect(claim["id"]), detected=bool(t["holm"]))
 
 
 def judge_syntax_overall(claim: dict, evidence: Evidence) -> Verdict:
     rows = evidence.rows(claim)
     t = mean_deltas(_accuracy_diff(claim, rows), [r["sentence"] for r in rows])[""]
-    verdict = directional(t["value"], t["ci"], what="head − offset (held out, sentences resampled)")
+    verdict = directional(t["value"], t["ci"], what="head − offset (held out, sentences resampled)",
+                          paper=effect(claim["id"]))
     if not claim["id"].endswith("-pooled"):
         return verdict
     family = relation_family(evidence, _model(claim))
@@ -163,7 +181,8 @@ def judge_probe(claim: dict, evidence: Evidence) -> Verdict:
     by_sentence = all("sentence" in r for r in rows)
     t = mean_deltas(_accuracy_diff(claim, rows), [r["sentence"] for r in rows] if by_sentence else None)[""]
     unit = "sentences resampled" if by_sentence else "words resampled: the rows name no sentence"
-    return directional(t["value"], t["ci"], what=f"UAS − {claim['baseline']['name']} (held out, {unit})")
+    return directional(t["value"], t["ci"], what=f"UAS − {claim['baseline']['name']} (held out, {unit})",
+                       paper=effect(claim["id"]))
 
 
 # ---------------------------------------------------------------- coreference
@@ -180,7 +199,18 @@ def judge_coref(claim: dict, evidence: Evidence) -> Verdict:
             else "rows resampled, the rows name no document")
     baseline = "same_head_word" if "same_head_word" in rows[0] else "nearest"
     strong = _paired(rows, baseline, cluster)
-    verdict = directional(strong["value"], strong["ci"], what=f"head − {baseline.replace('_', ' ')} ({unit})")
+    paper = effect(claim["id"]) if baseline != "nearest" else None
+    what = f"head − {baseline.replace('_', ' ')} ({unit})"
+    verdict = directional(strong["value"], strong["ci"], what=what, paper=paper)
+    if cluster and len({r["document"] for r in rows}) < FEW_CLUSTERS:
+        value, ci, k = cluster_t([r["head"] - r[baseline] for r in rows], [r["document"] for r in rows])
+        by_t = directional(value, ci, what=f"head − {baseline.replace('_', ' ')} (cluster-robust t, {k - 1} df)",
+                           paper=paper)
+        said = f"{by_t.reason}; the cluster bootstrap: {verdict.reason}"
+        status = by_t.status if by_t.status == verdict.status else "inconclusive"
+        verdict = Verdict(status, verdict.rule, said if status == by_t.status else
+                          f"{said}: the verdict flips between the cluster-robust t ({by_t.status}) and the cluster "
+                          f"bootstrap ({verdict.status}) over {k} documents")
     extra = ""
     if baseline != "nearest":
         floor = _paired(rows, "nearest", cluster)

@@ -18,6 +18,9 @@ from jattn.reproduce.verdicts import Evidence, Verdict, context
 
 __all__ = ["describe", "judge"]
 
+PROVENANCE = ("post hoc: these rules were first committed in 170b1f4 (2026-11-28), after the fine-tuning records they "
+              "judge (first committed in 05f91bd, 2026-11-26)")
+
 
 MODELS = {"mpnet": "MPNet", "minilm": "MiniLM"}
 TASKS = {"sst2": "SST-2", "cola": "CoLA"}

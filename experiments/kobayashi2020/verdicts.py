@@ -1,22 +1,24 @@
 """Decision rules of the Kobayashi study (Kobayashi, Kuribayashi, Yokoi and Inui 2020, "Attention is
-Not Only a Weight", and the 2021 residual + LayerNorm extension), fixed before reading the numbers.
+Not Only a Weight", and the 2021 residual + LayerNorm extension). Written after the records they
+judge (``PROVENANCE``; ``docs/STATISTICS.md``, "Provenance"); every "not reproduced" states its
+test's minimum detectable effect at 80 % power beside the paper's (``jattn.reproduce.verdicts.powered``).
 
 Claim type → test → verdict (α = .05 two-sided intervals; ``jattn.reproduce.verdicts``):
 
 - ``kobayashi-<model>-weight-<c>``, c ∈ {cls, sep, punct} (the paper, after Clark et al. 2019:
-  these tokens receive large α): precondition "c is an attention sink of this model": the paired
-  Δ = α share − uniform share (paired bootstrap over segments, Koehn 2004) has its 95 % interval
-  above 0. Absent → **not applicable** (the cancellation is a finding about the token a model
-  dumps attention on; MiniLM's is [CLS], not [SEP]). Present → **reproduced** when the same Δ
-  also survives Holm (1979) over the model's 8 class tests; so this claim records which tokens
-  the model uses as a sink rather than testing anything further.
+  these tokens receive large α): **directional** on the paired Δ = α share − uniform share
+  (paired bootstrap over segments, Koehn 2004): reproduced when its 95 % interval lies above 0 and
+  the test survives Holm (1979) over the model's 8 class tests; not reproduced otherwise — a token
+  that receives less than uniform attention would give it does not receive large α (MiniLM's
+  [SEP] and punctuation). No precondition: whether c is a sink is what the claim asserts.
 - ``kobayashi-<model>-norm-<c>``, c ∈ {cls, sep, punct} (Fig. 2-3: the share of ‖αf(x)‖ on these
-  tokens is far below their share of α): same sink precondition; then **directional**: paired
-  Δ = ‖αf‖ share − α share, reproduced when its interval lies below 0 and the test survives Holm
-  over the model's 8 class tests; not reproduced otherwise.
+  tokens is far below their share of α): **directional**: paired Δ = ‖αf‖ share − α share,
+  reproduced when its interval lies below 0 and the test survives Holm over the model's 8 class
+  tests; not reproduced otherwise.
 - ``kobayashi-<model>-weight-other`` / ``-norm-other`` (the other tokens get the rest of α, and
   their share grows from α to ‖αf‖): directional, Δ vs uniform below 0 / Δ vs α above 0, Holm as
-  above; no precondition.
+  above. The shares of the four classes sum to 1, so these are implied by the three sink claims
+  of their kind: ``describe`` files them under one finding per kind and model.
 - ``kobayashi-<model>-mixing`` (2021 Table 1: AttnResLn-N far below Attn-W): directional, paired
   Δ = AttnResLn-N − Attn-W below 0.
 - ``kobayashi-<model>-frequency`` (§4.3: rarer tokens have larger ‖f(x)‖, ρ ≈ 0.75): the unit the
@@ -50,14 +52,17 @@ import numpy as np
 
 from jattn.reproduce import claims as C
 from experiments import papers
+from experiments.papers import effect
 from jattn.reproduce import studies
 from jattn.reproduce import verdicts as V
 from jattn.reproduce.verdicts import Evidence, Verdict
 
+PROVENANCE = ("post hoc: these rules were first committed in 170b1f4 (2026-11-28), after the Kobayashi records they "
+              "judge (first committed in e2fca12, 2026-11-26)")
 # The frequency robustness check: Kobayashi's Fig. 4 spans ranks up to ~30,000, and the first few
 # hundred types (function words, punctuation, specials) make up about half of the occurrences of
 # any English text; 200 removes them while keeping ~8,000 types (chosen from the paper's framing,
-# "rarer tokens", before reading the rows).
+# "rarer tokens"; like every rule here, written after the records: PROVENANCE).
 TOP_TYPES = 200
 # A model "translates" a domain when its teacher-forced next-token accuracy there is at least half
 # its accuracy in its own domain: below that it predicts fewer than one token in two it predicts at
@@ -95,14 +100,6 @@ def _parts(claim: dict) -> tuple[str, str, str]:
 # --- shares ----------------------------------------------------------------------------------
 
 
-def _sink(claim: dict, evidence: Evidence, c: str) -> tuple[bool, str]:
-    """Whether class ``c`` is an attention sink of the claim's model: its α share above the uniform
-    share by the paired interval (the rows hold both columns on every share claim)."""
-    d = _paired(claim, evidence, {"value": f"weight_{c}"}, {"value": f"uniform_{c}"})
-    said = f"α share − uniform share Δ = {d['value']:+.3f} {_ci(d['ci'])}"
-    return d["ci"][0] > 0, said
-
-
 def _holm(claim: dict, evidence: Evidence) -> dict[str, bool]:
     """Holm over the model's class tests present in the evidence: {claim id: rejected}."""
     model = _parts(claim)[0]
@@ -117,24 +114,22 @@ def _holm(claim: dict, evidence: Evidence) -> dict[str, bool]:
 
 def _share(claim: dict, evidence: Evidence) -> Verdict:
     model, kind, c = _parts(claim)
-    if c in SPECIAL:
-        is_sink, said = _sink(claim, evidence, c)
-        if not is_sink:
-            return V.not_applicable(f"{model} does not use {c} as an attention sink ({said}: not above uniform); "
-                                    "the cancellation is a finding about the sink token")
     sign = SIGN.get((kind, c), SIGN[kind])
     d = _paired(claim, evidence)
-    verdict = V.directional(d["value"], d["ci"], sign=sign, what=f"{kind} share − {claim['baseline']['name']}")
     family = _holm(claim, evidence)
+    verdict = V.directional(d["value"], d["ci"], sign=sign, what=f"{kind} share − {claim['baseline']['name']}",
+                            tests=len(family))
     if verdict.status == "reproduced" and not family.get(claim["id"], True):
-        return Verdict("not reproduced", "directional + Holm",
-                       f"{verdict.reason}, but p = {d['p']:.3g} fails Holm over {len(family)} class tests")
+        mde = V.detectable(V.standard_error(d["ci"]), tests=len(family))
+        return V.powered(Verdict("not reproduced", "directional + Holm", f"{verdict.reason}, but p = {d['p']:.3g} "
+                                 f"fails Holm over {len(family)} class tests"), mde)
     return Verdict(verdict.status, "directional + Holm", f"{verdict.reason} (Holm over {len(family)} class tests)")
 
 
 def _mixing(claim: dict, evidence: Evidence) -> Verdict:
     d = _paired(claim, evidence)
-    return V.directional(d["value"], d["ci"], sign=SIGN["mixing"], what="AttnResLn-N − Attn-W")
+    return V.directional(d["value"], d["ci"], sign=SIGN["mixing"], what="AttnResLn-N − Attn-W",
+                         paper=effect(claim["id"]))
 
 
 # --- frequency -------------------------------------------------------------------------------
@@ -169,9 +164,11 @@ def _frequency(claim: dict, evidence: Evidence) -> Verdict:
             f"type-level ρ = {f['rho_types']:+.3f}")
     if f["ci"][0] > 0 and f["ci_without_top"][0] > 0:
         return Verdict("reproduced", "directional (types) + robustness", f"{said}: above 0 on both")
+    failed = f["ci"] if f["ci"][0] <= 0 else f["ci_without_top"]
     why = ("the type-cluster interval is not above 0" if f["ci"][0] <= 0 else
            f"the correlation does not survive dropping the {TOP_TYPES} most frequent types")
-    return Verdict("not reproduced", "directional (types) + robustness", f"{said}: {why}")
+    return V.powered(Verdict("not reproduced", "directional (types) + robustness", f"{said}: {why}"),
+                     V.detectable(V.standard_error(failed)), paper=effect(claim["id"]), detected=failed[1] < 0)
 
 
 # --- alignment -------------------------------------------------------------------------------
@@ -202,7 +199,7 @@ def _alignment(claim: dict, evidence: Evidence) -> Verdict:
             return V.not_applicable(f"the model does not translate the Hansards text: {said}")
     d = _paired(claim, evidence)
     return V.directional(d["value"], d["ci"], sign=SIGN["align"],
-                         what=f"AER(‖Σαf‖) − AER({claim['baseline']['name']})")
+                         what=f"AER(‖Σαf‖) − AER({claim['baseline']['name']})", paper=effect(claim["id"]))
 
 
 def judge(claim: dict, evidence: Evidence) -> Verdict:
@@ -236,12 +233,11 @@ DIFFERS = {
 }
 
 
-SINKS = {"cls": "[CLS]", "sep": "[SEP]", "punct": "periods and commas"}
-FINDINGS = {  # the claim's kind -> the paper's finding it tests
-    "weight-sink": "the tokens Clark et al. name as sinks receive large α",
-    "norm-sink": "‖αf(x)‖ on a sink falls far below its α",
-    "weight-other": "other tokens receive less α than uniform attention",
-    "norm-other": "other tokens' share grows from α to ‖αf(x)‖",
+FINDINGS = {  # the claim's kind -> the paper's finding it tests (a sink's claims and the implied "other" share one)
+    "weight": "[CLS], [SEP] and punctuation receive large α, the other tokens less than uniform attention "
+              "(one claim per class; the shares sum to 1)",
+    "norm": "‖αf(x)‖ on [CLS], [SEP] and punctuation falls far below their α, the other tokens' share grows "
+            "(one claim per class; the shares sum to 1)",
     "mixing": "attention mixes far less once the residual and LayerNorm count: AttnResLn-N below Attn-W",
     "frequency": "rarer tokens have larger ‖f(x)‖",
     "weights": "norm-based alignments have a lower AER than weight-based ones",
@@ -258,10 +254,7 @@ def _finding(cid: str) -> tuple[str, str]:
             return "eflomal", data
         return cid.rsplit("-", 1)[1], f"{data} {'AWO' if '-AWO-' in cid else 'AWI'}"
     _, model, kind, *rest = cid.split("-")
-    on = {"mpnet": "MPNet", "minilm": "MiniLM"}[model]
-    if rest and rest[0] in SINKS:
-        return f"{kind}-sink", f"{on} {SINKS[rest[0]]}"
-    return (f"{kind}-other" if rest else kind), on
+    return kind, {"mpnet": "MPNet", "minilm": "MiniLM"}[model]
 
 
 def describe(claim: dict) -> dict[str, str]:

@@ -1,5 +1,9 @@
 """Decision rules of the Kovaleva study (Kovaleva, Romanov, Rogers and Rumshisky 2019, "Revealing
-the Dark Secrets of BERT"), written before the numbers; the tests are ``jattn.reproduce.verdicts``'.
+the Dark Secrets of BERT"); the tests are ``jattn.reproduce.verdicts``'. Written after the records
+they judge (``PROVENANCE``; ``docs/STATISTICS.md``, "Provenance"). Every "not reproduced" states the
+minimum detectable effect of its test at 80 % power beside the paper's (the largest single-head
+gain, 1.2 points; the layer gain, 3.2 points: ``experiments.papers.effect``) and is "inconclusive
+(underpowered)" where nothing was detected and the paper's effect lies below it.
 
 claim type → test → verdict (α = .05 throughout):
 
@@ -20,7 +24,8 @@ claim type → test → verdict (α = .05 throughout):
   paired bootstrap p with B = 10,000) → reproduced when some unit improves after Holm *and* the
   same unit's Δ is > 0 in every other seed; not reproduced when none improves after Holm or
   the improvement does not replicate in direction; inconclusive when a unit improves after Holm
-  but the family has one seed (replication untestable).
+  but the family has one seed (replication untestable). The detectable effect is that of one
+  unit's paired test (the family's median standard error) at Holm's first step, α / m.
 - ``*-structured-share`` (the four structured types cover a large share of the maps, Fig. 2) →
   context: a descriptive share; its "uniform attention" baseline holds by construction (the
   reason says why).
@@ -44,14 +49,18 @@ from scipy.stats import norm
 
 from jattn.reproduce import claims as C
 from experiments import papers
+from experiments.papers import effect
 from jattn.reproduce import studies
-from jattn.reproduce.verdicts import (ALPHA, Evidence, Verdict, best_of_n, context, directional, holm_family,
-                                      null_maxima, ordering)
+from jattn.reproduce.verdicts import (ALPHA, Evidence, Verdict, best_of_n, context, detectable, directional,
+                                      holm_family, null_maxima, ordering, powered)
 
+PROVENANCE = ("post hoc: these rules were first committed in 170b1f4 (2026-11-28), after the Kovaleva records they "
+              "judge (first committed in 05f91bd, 2026-11-26)")
 __all__ = ["describe", "judge"]
 
 Z95 = float(norm.ppf(0.975))  # a head's se from its 95 % paired bootstrap interval: width / (2 · 1.96)
 NULL_DRAWS = 10_000  # draws of the max-statistic null: p resolved to 1e-4, well below α = .05
+P_STEP = 2 / 10_000  # the sweeps' two-sided paired bootstrap p (B = 10,000) moves in steps of 2 / B
 B_ORDER = 2_000  # example resamples of the layer ordering: a share of 95 % resolved to ±0.5 %
 ORDER_LEVEL = 0.95  # the ordering must hold in 95 % of resamples (the bootstrap analogue of α = .05)
 SEED = 0
@@ -71,23 +80,26 @@ def _twin(claim: dict, evidence: Evidence, kind: str, to: str) -> dict:
 
 def _heldout(claim: dict, evidence: Evidence) -> Verdict:
     how = "seeds × examples bootstrap" if claim["measure"]["ci_method"] == "seeds_examples" else "paired bootstrap"
-    return directional(claim["value"], claim["ci"], what=f"held-out {claim['unit']} ({how})")
+    return directional(claim["value"], claim["ci"], what=f"held-out {claim['unit']} ({how})",
+                       paper=effect(claim["id"]))
 
 
 def _insample(claim: dict, evidence: Evidence) -> Verdict:
     family = evidence.rows(_twin(claim, evidence, "best-head-insample", "heads-holm"))
     seeds = sorted({r["seed"] for r in family})
-    maxima, per_seed = [], []
+    maxima, per_seed, spread = [], [], []
     for s in seeds:
         mine = [r for r in family if r["seed"] == s]
         se = [(r["ci"][1] - r["ci"][0]) / (2 * Z95) for r in mine]
+        spread.append(float(np.median(se)))
         m = null_maxima(se, draws=NULL_DRAWS, seed=SEED + s)
         maxima.append(m)
         per_seed.append(f"seed {s}: {max(r['delta'] for r in mine):+.3f} vs {m.mean():+.3f}")
     n = len(family) // len(seeds)
     held = _heldout(_twin(claim, evidence, "best-head-insample", "best-head-heldout"), evidence)
     v = best_of_n(claim["value"], np.mean(maxima, 0), held, n=n,
-                  what=f"heads (seed mean of each seed's best Δ, {claim['unit']})")
+                  what=f"heads (seed mean of each seed's best Δ, {claim['unit']})",
+                  se=float(np.mean(spread)) / np.sqrt(len(seeds)), paper=effect(claim["id"]))
     return Verdict(v.status, v.rule, f"{v.reason}. Per seed, best Δ vs expected maximum: {'; '.join(per_seed)}")
 
 
@@ -109,8 +121,13 @@ def _holm(claim: dict, evidence: Evidence) -> Verdict:
     improve = [k for k, r in tests.items() if rejected[k] and r["delta"] > 0]
     hurt = sum(1 for k, r in tests.items() if rejected[k] and r["delta"] < 0)
     said += f"; {len(improve)} improve, {hurt} hurt after Holm"
+    mde = detectable(float(np.median([(r["ci"][1] - r["ci"][0]) / (2 * Z95) for r in rows])), tests=m)
+    if P_STEP > ALPHA / m:
+        said += (f"; the rows' bootstrap p is 0 or at least {P_STEP:g}, above α/{m}: only p = 0 passes Holm's "
+                 "first step")
     if not improve:
-        return Verdict("not reproduced", "holm", f"{said}: no unit improves over the whole family")
+        return powered(Verdict("not reproduced", "holm", f"{said}: no unit improves over the whole family"), mde,
+                       paper=effect(claim["id"]))
     if len(seeds) < 2:
         return Verdict("inconclusive", "holm", f"{said}: one seed, replication across seeds untestable")
     replicated = [k for k in improve
@@ -119,7 +136,8 @@ def _holm(claim: dict, evidence: Evidence) -> Verdict:
         names = ", ".join(f"{u} (seed {s})" for u, s in replicated)
         return Verdict("reproduced", "holm", f"{said}: {names} improve(s), Δ > 0 in every seed")
     names = ", ".join(f"{u} (seed {s})" for u, s in improve)
-    return Verdict("not reproduced", "holm", f"{said}: {names} improve(s) but Δ ≤ 0 in another seed")
+    return powered(Verdict("not reproduced", "holm", f"{said}: {names} improve(s) but Δ ≤ 0 in another seed"), mde,
+                   paper=effect(claim["id"]), detected=True)
 
 
 def _structured(claim: dict, evidence: Evidence) -> Verdict:
@@ -148,10 +166,11 @@ def _finetune_change(claim: dict, evidence: Evidence) -> Verdict:
     means = np.einsum("bk,bn,knl->bl", drawn, examples, cube) / (k * n)  # (B, L)
     two_lowest = np.sort(np.argsort(means, 1)[:, :2], 1)  # (B, 2)
     holds = ((two_lowest[:, 0] == L - 2) & (two_lowest[:, 1] == L - 1)).mean()
+    gap = means[:, : L - 2].min(1) - means[:, L - 2:].max(1)  # (B,) > 0 where the order holds
     overall = cube.mean((0, 1))  # (L,)
     observed = np.argsort(overall)[:3]
     v = ordering(float(holds), what=f"layers {L - 2}, {L - 1} the two most changed of {L} (seeds × examples)",
-                 level=ORDER_LEVEL)
+                 gap_se=float(np.std(gap)), level=ORDER_LEVEL)
     return Verdict(v.status, v.rule, f"{v.reason}; the three most changed over all seeds and examples: layers "
                    f"{', '.join(map(str, observed))} (cosine {', '.join(f'{x:.3f}' for x in overall[observed])})")
 

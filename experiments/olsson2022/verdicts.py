@@ -33,6 +33,9 @@ from jattn.reproduce import studies
 from jattn.reproduce import verdicts as V
 from jattn.reproduce.verdicts import Evidence, Verdict
 
+PROVENANCE = ("post hoc: these rules were first committed in 170b1f4 (2026-11-28 21:09), after the induction records "
+              "they judge (first committed in b56f32a, 2026-11-28 15:49)")
+
 MIN_SEEDS = 2  # a t-interval over seeds needs two; the full profile trains three
 SIGN = {"icl": +1, "induction-head": +1, "previous-token-head": +1, "path": -1}
 

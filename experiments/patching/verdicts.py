@@ -1,6 +1,9 @@
 """Decision rules of the patching study (activation patching: Vig et al. 2020, Wang et al. 2022;
 attribution patching: Nanda 2023, Syed et al. 2023; on the coreference heads of Clark et al.
-2019), written before the numbers; the rules are those of ``jattn.reproduce.verdicts``. α = .05.
+2019); the rules are those of ``jattn.reproduce.verdicts``. α = .05. Written after the records
+they judge (``PROVENANCE``; ``docs/STATISTICS.md``, "Provenance"). A "not reproduced" by a
+permutation over heads states the smallest ρ the test detects with 80 % power: the null's 95th
+percentile plus z_0.8 null standard deviations (``powered``).
 
 - ``patching-<m>-behaviour`` (the metric reflects coreference): Δ = accuracy of "m > 0" − accuracy
   of the nearest-name rule on the same clean pairs, paired bootstrap (B = 1000) →
@@ -41,7 +44,10 @@ in the training captions, paired), ``-corruption`` and ``-attribution`` as above
   means) lies above 0, and the one-sided permutation p over heads is below .05 — the interval
   treats the heads as fixed, so two unrelated maps of a few dozen heads can give a narrow interval
   away from 0; the permutation asks whether the agreement exceeds a chance pairing of heads. ρ of
-  |effect| under both (with its bootstrap interval) is reported beside it, not judged.
+  |effect| under both (with its bootstrap interval) is reported beside it, not judged. The two
+  models' hidden-state claims agree near-perfectly by construction (a classifier's logit
+  difference is a linear read-out of the hidden state it patches): ``describe`` files them under
+  one finding, counted once in the headline.
 """
 
 from __future__ import annotations
@@ -55,8 +61,10 @@ from jattn.reproduce import claims as claim_stats
 from experiments import papers
 from experiments.patching.resampling import resample_weights
 from jattn.reproduce import studies
-from jattn.reproduce.verdicts import ALPHA, Evidence, Verdict, directional, permutation_p
+from jattn.reproduce.verdicts import ALPHA, POWER, Evidence, Verdict, directional, permutation_p, powered
 
+PROVENANCE = ("post hoc: these rules were first committed in 170b1f4 (2026-11-28), after the patching records they "
+              "judge (first committed in e2fca12, 2026-11-26)")
 PREDICTED_SIGN = +1  # the signed effect of Clark's heads: patching them clean restores the lean to the antecedent
 PERMUTATIONS = 10_000  # head permutations: p in steps of 1e-4, far below α = .05
 
@@ -114,12 +122,21 @@ def _rho(x: np.ndarray, y: np.ndarray) -> float:
     return float(_pearson_rows(_ranks(x), _ranks(y)))
 
 
+def null_mde(null: np.ndarray) -> float:
+    """The smallest statistic a one-sided permutation test at α detects with ``POWER``: the null's
+    (1 − α) quantile plus z_POWER null standard deviations."""
+    from statistics import NormalDist
+
+    return float(np.quantile(null, 1 - ALPHA) + NormalDist().inv_cdf(POWER) * np.std(null))
+
+
 def judge_clark(claim: dict, evidence: Evidence) -> Verdict:
     rows = evidence.rows(claim)
     effect, score = _maps(claim, rows)
     mean_effect, mean_score = effect.mean(0), score.mean(0)
     signed, absolute = _rho(mean_effect, mean_score), _rho(np.abs(mean_effect), mean_score)
-    p = permutation_p(signed, head_rho_null(mean_effect, mean_score), sign=PREDICTED_SIGN)
+    null = head_rho_null(mean_effect, mean_score)
+    p = permutation_p(signed, null, sign=PREDICTED_SIGN)
     p_abs = permutation_p(absolute, head_rho_null(np.abs(mean_effect), mean_score), sign=PREDICTED_SIGN)
     ci_abs = head_rho_bootstrap(effect, score, np.abs, clusters(claim, rows))
     said = (f"signed effect: ρ = {signed:+.3f} [{claim['ci'][0]:+.3f}, {claim['ci'][1]:+.3f}] "
@@ -128,7 +145,7 @@ def judge_clark(claim: dict, evidence: Evidence) -> Verdict:
             f"p = {p_abs:.3g}")
     if p < ALPHA:
         return Verdict("reproduced", "permutation", said)
-    return Verdict("not reproduced", "permutation", said)
+    return powered(Verdict("not reproduced", "permutation", said), null_mde(null))
 
 
 def judge_attribution(claim: dict, evidence: Evidence) -> Verdict:
@@ -143,16 +160,19 @@ def judge_attribution(claim: dict, evidence: Evidence) -> Verdict:
 def judge_hidden(claim: dict, evidence: Evidence) -> Verdict:
     rows = evidence.rows(claim)
     x, y = _maps(claim, rows)
-    p = permutation_p(claim["value"], head_rho_null(x.mean(0), y.mean(0)))
+    null = head_rho_null(x.mean(0), y.mean(0))
+    p = permutation_p(claim["value"], null)
     absolute, ci_abs = _rho(np.abs(x.mean(0)), np.abs(y.mean(0))), head_rho_bootstrap(x, y, np.abs,
                                                                                       clusters(claim, rows))
     verdict = directional(claim["value"], claim["ci"], what="ρ(hidden-state effect, logit-difference effect) over "
                                                             f"heads ({resampled(claim, evidence)})")
     status = verdict.status if p < ALPHA else "not reproduced"
-    return Verdict(status, "directional and permutation",
-                   f"{verdict.reason}; one-sided permutation p over {x.shape[1]} heads = {p:.3g}"
-                   f"{'' if p < ALPHA else ' (not below .05: a chance association of the heads)'}; |effect| under both "
-                   f"(not judged): ρ = {absolute:+.3f} [{ci_abs[0]:+.3f}, {ci_abs[1]:+.3f}]")
+    said = (f"{verdict.reason}; one-sided permutation p over {x.shape[1]} heads = {p:.3g}"
+            f"{'' if p < ALPHA else ' (not below .05: a chance association of the heads)'}; |effect| under both "
+            f"(not judged): ρ = {absolute:+.3f} [{ci_abs[0]:+.3f}, {ci_abs[1]:+.3f}]")
+    if status == "not reproduced" and "minimum detectable" not in said:
+        return powered(Verdict(status, "directional and permutation", said), null_mde(null))
+    return Verdict(status, "directional and permutation", said)
 
 
 def judge_behaviour(claim: dict, evidence: Evidence) -> Verdict:
@@ -227,7 +247,8 @@ FINDINGS = {"behaviour": "the metric reads the behaviour: it beats the trivial r
             "corruption": "the corruption moves the metric",
             "clark": "heads with larger patching effects are Clark's weight-based coreference heads",
             "attribution": "attribution patching ranks heads like exact patching",
-            "hidden": "a hidden-state metric ranks heads like the output's logit difference"}
+            "hidden": "a hidden-state metric ranks heads like the output's logit difference (near-identical by "
+                      "construction on a classifier; both models one finding)"}
 
 
 def describe(claim: dict) -> dict[str, str]:
@@ -236,6 +257,8 @@ def describe(claim: dict) -> dict[str, str]:
             "translation": "the 6+6 × 8-head Multi30k fr→en model"}.get(model, model)
     on = {"gap": "{} GAP", "sst2": "{} SST-2", "gender": "translation gender"}[_pairs(claim)].format(
         {"mpnet": "MPNet", "minilm": "MiniLM"}.get(model, model))
+    if _kind(claim) == "hidden":
+        on = "SST-2, MiniLM and MPNet"
     return {"paper": papers.for_claim(claim), "differs": DIFFERS[_pairs(claim), _kind(claim)].format(model=name),
             "finding": FINDINGS[_kind(claim)], "on": on}
 

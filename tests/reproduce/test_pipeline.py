@@ -340,7 +340,7 @@ def test_a_changed_stage_does_not_resume_from_old_checkpoints(tmp_path):
 
 def test_a_stage_reads_only_what_it_declares(tmp_path):
     bad = [pipeline.Stage("toy.double", _double)]
-    with pytest.raises(KeyError, match="without naming it in needs"):
+    with pytest.raises(pipeline.StageError, match="without naming it in needs"):
         pipeline.run([*_toy()[:1], *bad], _ctx(tmp_path), log=lambda *_: None)
     with pytest.raises(ValueError, match="which do not run before it"):
         pipeline.keys(_toy()[::-1])
@@ -690,10 +690,12 @@ def test_a_study_headline_names_what_reproduces_what_does_not_and_what_is_not_co
     rows = (("x", "M", "reproduced"), ("y", "M", "not reproduced"), ("x", "N", "not applicable"),
             ("y", "M", "reproduced"), ("z", "M", "context"), ("x", "M2", "reproduced"))
     claims = [{"id": str(i), "finding": f, "on": on, "status": s} for i, (f, on, s) in enumerate(rows)]
-    assert report.headline(claims) == ("**Verdicts.** Reproduces: x (M, M2); y (M 1 of 2). Does not reproduce: y "
+    assert report.headline(claims) == ("**Verdicts** (5 findings (6 claims): 2 reproduced, 1 not applicable, 1 context, "
+                                       "1 mixed). Reproduces: x (M, M2); y (M 1 of 2). Does not reproduce: y "
                                        "(M 1 of 2). Not comparable here (a precondition absent): x (N). For context, "
                                        "not judged: z (M).")
-    assert report.headline(claims[4:5]) == "**Verdicts.** For context, not judged: z (M)."
+    assert report.headline(claims[4:5]) == ("**Verdicts** (1 findings (1 claims): 1 context). For context, not judged: "
+                                            "z (M).")
     assert report.headline([{**claims[0], "stale": True}, claims[5]]).endswith(
         "Reproduces: x (M, M2). Stale until their stages run again (computed by other inputs or code than today's): "
         "1 of these 2 claims.")

@@ -18,14 +18,45 @@ def test_directional_needs_the_paired_interval_on_the_claimed_side():
     assert verdicts.directional(0.3, (0.1, 0.5), sign=-1).status == "not reproduced"
 
 
-def test_equivalence_is_tost_at_the_margin_and_a_wide_interval_is_inconclusive():
-    assert verdicts.equivalent(0.001, (-0.004, 0.006), margin=0.01).status == "reproduced"
-    assert verdicts.equivalent(-0.03, (-0.05, -0.02), margin=0.01).status == "not reproduced"  # a loss beyond it
-    assert verdicts.equivalent(0.03, (0.02, 0.05), margin=0.01).status == "not reproduced"  # a gain beyond it
-    wide = verdicts.equivalent(0.01, (-0.06, 0.08), margin=0.01)
+def test_no_loss_is_one_sided_non_inferiority_and_a_gain_is_no_loss():
+    assert verdicts.noninferior(0.001, (-0.004, 0.006), margin=0.01).status == "reproduced"
+    assert verdicts.noninferior(0.015, (-0.006, 0.036), margin=0.01).status == "reproduced"  # a gain: no loss
+    assert verdicts.noninferior(0.03, (0.02, 0.05), margin=0.01).status == "reproduced"  # TOST called this a failure
+    loss = verdicts.noninferior(-0.03, (-0.05, -0.02), margin=0.01)  # the finding fails: a loss beyond the margin
+    assert loss.status == "not reproduced" and verdicts.MDE in loss.reason
+    wide = verdicts.noninferior(0.01, (-0.06, 0.08), margin=0.01)
     assert wide.status == "inconclusive" and "straddles" in wide.reason
     with pytest.raises(ValueError, match="margin"):
-        verdicts.equivalent(0.0, (-0.1, 0.1), margin=0.0)
+        verdicts.noninferior(0.0, (-0.1, 0.1), margin=0.0)
+
+
+def test_a_negative_states_its_detectable_effect_and_is_underpowered_below_it():
+    """(z_.975 + z_.8)·se = 2.80·se; nothing detected and a paper's effect below that is "inconclusive
+    (underpowered)"; an effect in the opposite direction stays "not reproduced" whatever the power."""
+    se = verdicts.standard_error((-0.0196, 0.0196))
+    assert se == pytest.approx(0.01, rel=1e-4) and verdicts.detectable(se) == pytest.approx(0.0280, abs=1e-4)
+    assert verdicts.detectable(se, tests=10) > verdicts.detectable(se) > verdicts.detectable(se, sides=1)
+    weak = verdicts.directional(0.0, (-0.0196, 0.0196), paper=0.012)
+    assert weak.status == verdicts.UNDERPOWERED and "compatible with the paper's effect" in weak.reason
+    strong = verdicts.directional(0.0, (-0.0196, 0.0196), paper=0.05)
+    assert strong.status == "not reproduced" and "0.028" in strong.reason and verdicts.MDE in strong.reason
+    opposite = verdicts.directional(-0.1, (-0.12, -0.08), paper=0.001)
+    assert opposite.status == "not reproduced" and "opposite" in opposite.reason
+    assert "states no effect size" in verdicts.directional(0.0, (-0.1, 0.1)).reason
+    assert f"{verdicts.POWER * 100:.0f} % power" in strong.reason
+    passed = verdicts.Verdict("reproduced", "x", "y")
+    assert verdicts.powered(passed, 1.0, paper=0.1) is passed  # only a negative carries the detectable effect
+
+
+def test_the_cluster_robust_t_widens_with_few_clusters():
+    """Ten clusters of 20 equal rows: the CR1 interval is the t(9) interval of the ten cluster means."""
+    from scipy.stats import t
+
+    means = np.random.default_rng(2).standard_normal(10)
+    values, clusters = np.repeat(means, 20), np.repeat(np.arange(10), 20)
+    value, ci, k = verdicts.cluster_t(values, clusters)
+    half = t.ppf(0.975, 9) * np.sqrt(10 / 9) * means.std() / np.sqrt(10)
+    assert k == 10 and value == pytest.approx(means.mean()) and ci == pytest.approx([value - half, value + half])
 
 
 def test_best_of_n_is_judged_against_the_maximum_of_n_null_effects_and_held_out_data():
@@ -33,11 +64,16 @@ def test_best_of_n_is_judged_against_the_maximum_of_n_null_effects_and_held_out_
     maxima = verdicts.null_maxima(se, draws=4000)
     assert 0.045 < np.median(maxima) < 0.06  # E max of 144 N(0, 1) ≈ 2.5 standard errors
     confirmed = verdicts.directional(0.02, (0.01, 0.03))
-    assert verdicts.best_of_n(0.2, maxima, confirmed, n=144, what="gain").status == "reproduced"
-    noise = verdicts.best_of_n(0.05, maxima, confirmed, n=144, what="gain")
-    assert noise.status == "not reproduced" and "null" in noise.reason
-    unconfirmed = verdicts.best_of_n(0.2, maxima, verdicts.directional(0.0, (-0.01, 0.01)), n=144, what="gain")
+    assert verdicts.best_of_n(0.2, maxima, confirmed, n=144, what="gain", se=0.02).status == "reproduced"
+    noise = verdicts.best_of_n(0.05, maxima, confirmed, n=144, what="gain", se=0.02, paper=0.5)  # the finding fails
+    assert noise.status == "not reproduced" and "null" in noise.reason and verdicts.MDE in noise.reason
+    assert verdicts.best_of_n(0.05, maxima, confirmed, n=144, what="gain", se=0.02,
+                              paper=0.01).status == verdicts.UNDERPOWERED
+    unconfirmed = verdicts.best_of_n(0.2, maxima, verdicts.directional(0.0, (-0.01, 0.01)), n=144, what="gain",
+                                     se=0.02)
     assert unconfirmed.status == "not reproduced" and "held out" in unconfirmed.reason
+    with pytest.raises(ValueError, match="resolve"):
+        verdicts.best_of_n(0.2, maxima[:10], confirmed, n=144, what="gain", se=0.02)
 
 
 def test_holm_family_counts_every_test_of_the_family():
@@ -52,9 +88,10 @@ def test_permutation_p_and_ordering():
     assert verdicts.permutation_p(5.0, null) == pytest.approx(1 / 1000)
     assert verdicts.permutation_p(-5.0, null, sign=-1) == pytest.approx(1 / 1000)
     assert verdicts.permutation_p(0.0, null) > 0.3
-    assert verdicts.ordering(0.99, what="x").status == "reproduced"
-    assert verdicts.ordering(0.0, what="x").status == "not reproduced"
-    assert verdicts.ordering(0.5, what="x").status == "inconclusive"
+    assert verdicts.ordering(0.99, what="x", gap_se=0.01).status == "reproduced"
+    failed = verdicts.ordering(0.0, what="x", gap_se=0.01)
+    assert failed.status == "not reproduced" and verdicts.MDE in failed.reason
+    assert verdicts.ordering(0.5, what="x", gap_se=0.01).status == "inconclusive"
 
 
 def test_not_applicable_and_context_and_unknown_status():
@@ -95,6 +132,14 @@ def test_judge_claims_sets_status_rule_reason_and_the_declarations(tmp_path):
 
     with pytest.raises(ValueError, match="gives no finding, on"):
         verdicts.judge_claims([claim], evidence, {"toy": _Undeclared})
+
+    class _Bare(_Rules):
+        @staticmethod
+        def judge(claim, evidence):
+            return verdicts.Verdict("not reproduced", "directional", "no difference")
+
+    with pytest.raises(ValueError, match="minimum detectable effect"):
+        verdicts.judge_claims([claim], evidence, {"toy": _Bare})
 
 
 def test_the_cluster_bootstrap_resamples_clusters_not_rows():

@@ -44,8 +44,10 @@ def _share_claims(tmp: Path, rows: list[dict]) -> dict:
 
 @pytest.mark.parametrize("weight, norm, want", [(0.30, 0.04, ("reproduced", "reproduced")),
                                                 (0.30, 0.40, ("reproduced", "not reproduced")),
-                                                (0.02, 0.01, ("not applicable", "not applicable"))])
-def test_shares_sink_precondition_and_direction(tmp_path, weight, norm, want):
+                                                (0.02, 0.01, ("not reproduced", "reproduced"))])
+def test_shares_direction_without_a_sink_precondition(tmp_path, weight, norm, want):
+    """A token below uniform attention does not receive large α: the weight claim is not reproduced
+    (no "not applicable" for a finding that fails); the norm claim is judged on its own Δ."""
     claims = _share_claims(tmp_path, _share_rows(weight, norm))
     ev = Evidence(claims, {}, tmp_path)
     got = tuple(KV.judge(claims[f"kobayashi-toy-{k}-sep"], ev).status for k in ("weight", "norm"))

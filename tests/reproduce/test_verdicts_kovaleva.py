@@ -2,6 +2,8 @@
 claims: each claim type says reproduced, not reproduced and, where the rule has it, inconclusive
 or context where it must; and every committed Kovaleva claim gets a valid status."""
 
+from jattn.reproduce.verdicts import UNDERPOWERED  # noqa: E402
+
 
 import numpy as np
 import pytest
@@ -82,11 +84,11 @@ def test_in_sample_best_head_needs_the_max_null_and_held_out_confirmation(tmp_pa
     v = K.judge(ins, ev)
     assert v.status == "reproduced" and "best of 144" in v.reason
     noise, ev = insample_case(tmp_path, "c-d", best=0.0, heldout_helped=20)  # the best of 144 noise draws
-    v = K.judge(noise, ev)
-    assert v.status == "not reproduced" and "null draws" in v.reason
+    v = K.judge(noise, ev)  # nothing detected; underpowered or not against the paper's 1.2 points
+    assert v.status in ("not reproduced", UNDERPOWERED) and "null draws" in v.reason and "minimum detectable" in v.reason
     lone, ev = insample_case(tmp_path, "e-f", best=0.2, heldout_helped=0)  # not confirmed held out
     v = K.judge(lone, ev)
-    assert v.status == "not reproduced" and "held out" in v.reason
+    assert v.status in ("not reproduced", UNDERPOWERED) and "held out" in v.reason
 
 
 def test_holm_over_heads_and_seeds_with_replication(tmp_path):
@@ -105,7 +107,7 @@ def test_holm_over_heads_and_seeds_with_replication(tmp_path):
     v = K.judge(alone, ev)
     assert v.status == "not reproduced" and "another seed" in v.reason
     v = K.judge(layers, ev)
-    assert v.status == "not reproduced" and "0 improve" in v.reason
+    assert v.status in ("not reproduced", UNDERPOWERED) and "0 improve" in v.reason and "minimum detectable" in v.reason
     assert K.judge(one, ev).status == "inconclusive"
 
 

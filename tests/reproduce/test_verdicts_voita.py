@@ -37,7 +37,8 @@ def _evidence(tmp: Path, fewest: dict, no_heads_ci: list | None) -> Evidence:
 
 
 @pytest.mark.parametrize("no_heads, value, ci, want", [
-    ([-0.9, 0.5], 0, [0, 3], "not applicable"),  # the encoder keeps its BLEU without any head
+    ([-0.9, 0.5], 0, [0, 3], "not applicable"),  # the encoder keeps its BLEU without any head (90 %: > −1)
+    ([-1.53, 0.38], 0, [0, 3], "inconclusive"),  # −0.55 [−1.53, +0.38]: neither needed nor shown not to be
     ([-6.0, -3.0], 9, [3, 23], "reproduced"),
     ([-6.0, -3.0], 41, [41, 48], "not reproduced"),
     ([-6.0, -3.0], 23, [9, 41], "inconclusive"),
@@ -115,10 +116,12 @@ def test_the_head_bootstrap_is_spearman_on_each_resample_of_the_heads():
     assert heads["ci"][1] - heads["ci"][0] > 2 * (sentences["ci"][1] - sentences["ci"][0])
 
 
-def _kept_evidence(kept: np.ndarray, confidence: np.ndarray) -> Evidence:
+def _kept_evidence(kept: np.ndarray, confidence: np.ndarray, no_heads_ci: tuple = (-6.0, -3.0)) -> Evidence:
+    """The gates and confidences, and the encoder trained without self-attention losing ``no_heads_ci``."""
     results = {"voita.roles": {"confidence": {"encoder": confidence.reshape(6, 8).tolist()}},
                "voita.gates-encoder-lam0.005": {"gates": {"encoder": kept.reshape(6, 8).astype(float).tolist()}}}
-    return Evidence({}, results, Path("."))
+    control = _claim("voita-no-encoder-attention", float(np.mean(no_heads_ci)), list(no_heads_ci))
+    return Evidence({control["id"]: control}, results, Path("."))
 
 
 def test_kept_confidence_permutation():
@@ -130,7 +133,11 @@ def test_kept_confidence_permutation():
     middle = np.zeros(48, bool)
     middle[20:29] = True  # the kept heads' mean sits at the random subsets' median
     assert VV.judge(claim, _kept_evidence(middle, confidence)).status == "not reproduced"
+    failed = VV.judge(claim, _kept_evidence(middle, confidence))  # the finding fails: not reproduced, with its MDE
+    assert "minimum detectable" in failed.reason
     assert VV.judge(claim, _kept_evidence(np.zeros(48, bool), confidence)).status == "not applicable"
+    undecided = VV.judge(claim, _kept_evidence(top, confidence, (-1.53, 0.38)))  # is the encoder needed at all?
+    assert undecided.status == "inconclusive" and "undecided" in undecided.reason
 
 
 def test_subset_p_matches_exact_small_case():
