@@ -34,10 +34,11 @@ setup-test: $(VENV)/.setup-test
 demo: setup
 	$(BIN)/jattn demo --out results/demo
 
-# Every study's headline claims beside the papers' (experiments/results/REPORT.md, reproduce.json,
-# the README's results table). Resumable: a killed run continues; unchanged stages are not rerun.
+# Every study's headline claims beside the papers', published: the committed experiments/results/
+# (REPORT.md, reproduce.json) and the README's results table (--publish). Resumable: a killed run
+# continues; unchanged stages are not rerun.
 reproduce: $(VENV)/.setup-reproduce
-	$(BIN)/jattn reproduce
+	$(BIN)/jattn reproduce --publish
 
 # The same pipeline on small subsets (minutes), into results/reproduce-quick/.
 reproduce-quick: $(VENV)/.setup-reproduce

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import datetime
+import errno
 import hashlib
 import importlib
 import inspect
@@ -35,13 +36,14 @@ import os
 import shutil
 import sys
 import tokenize
+import traceback
 from pathlib import Path
 from typing import Callable
 
 from jattn.io import manifest
 from jattn.reproduce import records
 
-__all__ = ["Context", "plan", "Profile", "PROFILES", "repository_root", "run", "Stage", "stale"]
+__all__ = ["Context", "plan", "Profile", "PROFILES", "repository_root", "run", "Stage", "StageError", "stale"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,9 +212,14 @@ class Context:
 
 
 def keys(stages: list[Stage]) -> dict[str, str]:
-    """Every stage's key, in order (a stage's ``needs`` must come before it)."""
+    """Every stage's key, in order (a stage's ``needs`` must come before it; names "<study>.<step>", unique)."""
     out: dict[str, str] = {}
     for stage in stages:
+        if not all(stage.name.partition(".")[::2]):
+            raise ValueError(f"stage name {stage.name!r} is not '<study>.<step>'. Fix: name it after its study")
+        if stage.name in out:
+            raise ValueError(f"two stages are named {stage.name}: the second would replace the first's record. "
+                             "Fix: give each stage a name of its own")
         missing = [n for n in stage.needs if n not in out]
         if missing:
             raise ValueError(f"stage {stage.name} needs {missing}, which do not run before it")
@@ -246,40 +253,6 @@ def _claims_code() -> str:  # the code a record's claims are computed by: the cl
     return _source_hash("jattn.reproduce.claims") + _source_hash("jattn.reproduce.statistics")
 
 
-def _same_numbers(a, b) -> bool:
-    """Equal structure, numbers equal to 1e-9 relative (a JSON round trip), NaN equal to NaN."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same_numbers(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same_numbers(x, y) for x, y in zip(a, b))
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return (a != a and b != b) or abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)
-    return a == b
-
-
-def _claims_stand(record: dict, ctx: Context) -> bool:
-    """Whether ``record``'s claims hold with the current ``jattn.reproduce.claims``: computed with
-    it, or recomputed from their predictions files to the same value, interval and baseline."""
-    from jattn.reproduce import claims
-
-    if record.get("claims_code") == _claims_code():
-        return True
-    root = repository_root(ctx.out.resolve()) or ctx.out.resolve()
-    for claim in record["result"].get("claims", []):
-        try:
-            again = claims.recompute(claim, root)
-        except (OSError, KeyError, ValueError):
-            return False
-        recorded = {"value": claim["value"], "ci": claim["ci"]}
-        baseline = {"value": claim["baseline"]["value"], "ci": claim["baseline"]["ci"]}
-        fresh = {k: again["value"][k] for k in recorded}
-        fresh_baseline = {k: again["baseline"][k] for k in baseline}
-        if not (_same_numbers(recorded, json.loads(json.dumps(fresh, default=records.json_default)))
-                and _same_numbers(baseline, json.loads(json.dumps(fresh_baseline, default=records.json_default)))):
-            return False
-    return True
-
-
 def remade_needs(record: dict, needs: dict[str, dict | None]) -> list[str]:
     """The stages among ``needs`` (name -> record) whose record was written after ``record``: made
     again since (forced, or in an earlier process of a run that was stopped), so that what the
@@ -308,6 +281,40 @@ def stale(stages: list[Stage], out: Path) -> list[str]:
     or code (e.g. a stage that did not run because its model is not made keeps its old record)."""
     return [name for name, key in keys(stages).items()
             if (record := records.read(out, name)) is not None and record.get("key") != key]
+
+
+DEBUG = "correct the stage (`jattn --debug` shows the traceback)"  # the fix of a stage that raised
+
+
+class StageError(RuntimeError):
+    """A stage failed (it raised, called ``sys.exit``, returned no dict) or its record could not be written:
+    the stage, why, and what is kept (the records before it: a rerun resumes at it). ``__cause__``: its error."""
+
+
+def describe_failure(e: BaseException) -> str:
+    """``e`` on one line: its type, its message's first line, and the file and line that raised it
+    (the innermost outside jattn and the installed packages, where there is one)."""
+    if isinstance(e, SyntaxError):
+        return f"SyntaxError: {e.msg} ({e.filename}, line {e.lineno})"
+    frames = traceback.extract_tb(e.__traceback__)
+    library = (str(Path(__file__).parents[1]), sys.prefix, sys.base_prefix)  # jattn, installed packages, Python
+    own = [f for f in frames if not f.filename.startswith(library)]
+    at = "".join(f" ({f.filename}, line {f.lineno})" for f in (own or frames)[-1:])
+    if isinstance(e, SystemExit):
+        return f"sys.exit({e.code!r}) was called{at}"
+    text = str(e).strip().splitlines()
+    return type(e).__name__ + (f": {text[0]}" if text else "") + at
+
+
+def _failed(stage: Stage, e: BaseException | None, why: str, fix: str, done: dict, ctx: Context) -> StageError:
+    """The ``StageError`` of ``stage``, which failed ``why`` (by ``e``); ``done``: the records of the
+    stages before it. ``fix`` unless a full disk is why, or ``e``'s message names its own fix."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free space on that disk, or choose another out folder (--out)"
+    elif "Fix:" in why:
+        fix = "as it says"
+    return StageError(f"stage {stage.name} failed: {why}. Kept: the records of the {len(done)} stage(s) before it "
+                      f"({ctx.out / 'stages'}); running again resumes at {stage.name}. Fix: {fix}")
 
 
 def release_compiled() -> None:
@@ -344,7 +351,8 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         old = records.read(ctx.out, stage.name)
         # what it reads is in ``done``: a stage run in this pass has a newer record than this one
         why = _why_run(stage, old, key, force, {n: done[n] for n in stage.needs}, set())
-        if why is None and not _claims_stand(old, ctx):
+        if why is None and not records.claims_stand(old, repository_root(ctx.out.resolve()) or ctx.out.resolve(),
+                                                    _claims_code()):
             why = "its claims recompute differently with the edited jattn.reproduce.claims"
         if why is None:
             log(f"[{i + 1}/{len(stages)}] {stage.name}: unchanged since {old['finished'][:19]}, not rerun")
@@ -366,9 +374,13 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             ctx.not_run[stage.name] = str(e)
             log(f"    not run: {e}")
             continue
+        except (Exception, SystemExit) as e:  # sys.exit in a stage ends the stage, as a failure, not the run
+            raise _failed(stage, e, describe_failure(e), DEBUG, done, ctx) from e
         finally:  # a stage stopped here resumes from its checkpoints, and this run's time counts then
             spent = clock.stop()
             release_compiled()
+        if not isinstance(result, dict):
+            raise _failed(stage, None, f"its run returned {result!r:.40}, not a dict", "return a dict", done, ctx)
         wall, *cpu = spent
         record = {"name": stage.name, "key": key, "needs": list(stage.needs), "profile": ctx.profile.name,
                   "params": stage.params, "runtime_s": round(wall, 1), **({"cpu_s": round(cpu[0], 1)} if cpu else {}),
@@ -377,7 +389,11 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
                   "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f"), "python": sys.version.split()[0],
                   "claims_code": _claims_code(), "result": result}
         # the record last: a killed stage has none and reruns from its work folder
-        done[stage.name] = records.write(ctx.out, record)
+        try:
+            done[stage.name] = records.write(ctx.out, record)
+        except (OSError, TypeError, ValueError) as e:  # a full disk; a result JSON cannot store
+            fix = "make the folder writable, or choose another (--out)" if isinstance(e, OSError) else DEBUG
+            raise _failed(stage, e, f"its record could not be written ({describe_failure(e)})", fix, done, ctx) from e
         clock.clear()
         ctx.results[stage.name] = done[stage.name]["result"]
         log(f"    done in {record['runtime_s']:.0f} s")

@@ -1,16 +1,18 @@
 """The stage records on disk (``<out>/stages/<name>.json``): read, written atomically as JSON, with
-the machine a stage ran on, the time it took (``Clock``) and the training time of the models it read."""
+the machine a stage ran on, the time it took (``Clock``) and the training time of the models it read;
+whether a record's claims stand under an edited ``jattn.reproduce.claims`` (``claims_stand``)."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import tempfile
 import threading
 import time
 from pathlib import Path
 
-__all__ = ["load", "read", "write"]
+__all__ = ["load", "read", "replace_text", "write"]
 
 
 def path(out: Path, name: str) -> Path:
@@ -23,22 +25,65 @@ def read(out: Path, name: str) -> dict | None:
     return json.loads(file.read_text()) if file.is_file() else None
 
 
+def replace_text(file: Path, text: str) -> None:
+    """Put ``text`` at ``file`` whole or not at all: written to a new temporary file beside it,
+    which then replaces ``file`` (a link there is replaced, not written through). On any failure
+    (a full disk, a stop) ``file`` is as it was and no temporary file is left."""
+    fd, name = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")  # a new file, never a link
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, file)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write(out: Path, record: dict) -> dict:
     """Write ``record`` atomically; returns it as read back (JSON types)."""
     file = path(out, record["name"])
     file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_suffix(".tmp")
-    try:
-        tmp.write_text(json.dumps(record, indent=1, default=json_default) + "\n")
-        os.replace(tmp, file)
-    finally:  # a stop (KeyboardInterrupt) between the two leaves no half-made record behind
-        tmp.unlink(missing_ok=True)
+    replace_text(file, json.dumps(record, indent=1, default=json_default) + "\n")
     return json.loads(file.read_text())
 
 
 def load(out: Path, names: list[str]) -> dict[str, dict]:
     """The records of the stages ``names`` (those that have one), in that order."""
     return {n: r for n in names if (r := read(out, n)) is not None}
+
+
+def _same_numbers(a, b) -> bool:
+    """Equal structure, numbers equal to 1e-9 relative (a JSON round trip), NaN equal to NaN."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_numbers(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_numbers(x, y) for x, y in zip(a, b))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return (a != a and b != b) or abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)
+    return a == b
+
+
+def claims_stand(record: dict, root: Path, code: str) -> bool:
+    """Whether ``record``'s claims hold with the current ``jattn.reproduce.claims`` (whose version
+    is ``code``): computed with it, or recomputed from their predictions files (paths relative to
+    ``root``) to the same value, interval and baseline."""
+    from jattn.reproduce import claims
+
+    if record.get("claims_code") == code:
+        return True
+    for claim in record["result"].get("claims", []):
+        try:
+            again = claims.recompute(claim, root)
+        except (OSError, KeyError, ValueError):
+            return False
+        recorded = {"value": claim["value"], "ci": claim["ci"]}
+        baseline = {"value": claim["baseline"]["value"], "ci": claim["baseline"]["ci"]}
+        fresh = {k: again["value"][k] for k in recorded}
+        fresh_baseline = {k: again["baseline"][k] for k in baseline}
+        if not (_same_numbers(recorded, json.loads(json.dumps(fresh, default=json_default)))
+                and _same_numbers(baseline, json.loads(json.dumps(fresh_baseline, default=json_default)))):
+            return False
+    return True
 
 
 SPENT = "seconds_spent"  # in a stage's work folder: "wall cpu" seconds of its runs that have no record yet
@@ -69,10 +114,14 @@ class Clock:
         return [e + n for e, n in zip(self.earlier, now)] if len(self.earlier) == 2 else [self.earlier[0] + now[0]]
 
     def _write(self, spent: list[float]) -> None:
-        self.file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.file.with_suffix(".tmp")
-        tmp.write_text(" ".join(f"{t:.1f}" for t in spent) + "\n")
-        os.replace(tmp, self.file)  # a kill mid-write leaves the last whole sum
+        """The sum to ``file``, whole (a kill mid-write leaves the last whole sum). A write that
+        fails (a full disk) is skipped: the file keeps the last sum, so that a resumed run counts
+        this one's time up to its last beat, and the run's next write (the record) reports it."""
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            replace_text(self.file, " ".join(f"{t:.1f}" for t in spent) + "\n")
+        except OSError:
+            pass
 
     def _write_every_beat(self) -> None:
         while not self._stopped.wait(BEAT):
@@ -128,4 +177,5 @@ def json_default(value):
         return value.item()
     if isinstance(value, Path):
         return str(value)
-    raise TypeError(f"a stage result holds {type(value).__name__}, which JSON cannot store")
+    raise TypeError(f"a stage result holds {type(value).__name__}, which JSON cannot store. Fix: return numbers, "
+                    "strings, lists and dicts (numpy values and paths are converted)")

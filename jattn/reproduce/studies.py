@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
-from jattn.reproduce.pipeline import Profile, Stage, repository_root
+from jattn.reproduce.pipeline import Profile, Stage, describe_failure, repository_root
 from jattn.reproduce.verdicts import Evidence, Verdict
 
 __all__ = ["default_folder", "load", "names", "register", "register_rules", "Rules", "rules", "stages", "titles"]
@@ -89,21 +89,34 @@ def default_folder() -> Path | None:
 
 def load(folder: Path | None = None) -> tuple[str, ...]:
     """Import the experiments package ``folder`` (default: ``default_folder()``), which registers
-    its studies; returns every registered name."""
+    its studies; returns every registered name. Its import failing, or registering no study, is an
+    ``ImportError`` naming the package, the file and line, and what went wrong."""
     folder = default_folder() if folder is None else Path(folder).resolve()
     if folder is None:
         raise FileNotFoundError("no experiments folder found: jattn reproduce runs the studies of a jattn checkout. "
                                 "Fix: run it inside the checkout, or pass --experiments FOLDER (a package whose "
                                 "__init__.py registers studies with jattn.reproduce.studies.register)")
+    if not folder.is_dir():
+        what = "is a file" if folder.exists() else "does not exist"
+        raise FileNotFoundError(f"the experiments folder {folder} {what}. Fix: pass the folder whose __init__.py "
+                                "registers the studies (--experiments)")
     if not (folder / "__init__.py").is_file():
         raise FileNotFoundError(f"{folder} is no experiments package (it has no __init__.py). Fix: pass the folder "
                                 "whose __init__.py registers the studies")
     if str(folder.parent) not in sys.path:
         sys.path.insert(0, str(folder.parent))
-    module = importlib.import_module(folder.name)
+    try:
+        module = importlib.import_module(folder.name)
+    except (Exception, SystemExit) as e:  # a stop (KeyboardInterrupt) is no failure of the package
+        raise ImportError(f"the experiments package {folder} failed to import: {describe_failure(e)}. Fix: correct "
+                          "it (`jattn --debug` shows the traceback)") from e
     if Path(module.__file__).resolve().parent != folder:
         raise ImportError(f"`import {folder.name}` finds {module.__file__}, not {folder}. Fix: rename one of them, "
                           "or run from the folder above the experiments")
+    if not _REGISTERED:
+        raise ImportError(f"the experiments package {folder} registers no study. Fix: call "
+                          "jattn.reproduce.studies.register(name, stages, title) in its __init__.py (or a module "
+                          "it imports)")
     return names()
 
 
@@ -116,7 +129,7 @@ def stages(profile: Profile, only: tuple[str, ...] = ()) -> list[Stage]:
         if name not in _REGISTERED and name.split(".")[0] not in _REGISTERED:
             raise ValueError(f"unknown study {name!r}. Fix: pass some of {', '.join(_REGISTERED)} (or none for all), "
                              "or a stage name that `jattn reproduce --list` prints")
-    every = [s for stages_of in _REGISTERED.values() for s in stages_of(profile)]
+    every = [s for study in _REGISTERED for s in _stages_of(study, profile)]
     if not only:
         return every
     by_name = {s.name: s for s in every}
@@ -131,3 +144,29 @@ def stages(profile: Profile, only: tuple[str, ...] = ()) -> list[Stage]:
                 wanted.add(need)
                 frontier.append(need)
     return [s for s in every if s.name in wanted]
+
+
+def _stages_of(study: str, profile: Profile) -> list[Stage]:
+    """``study``'s stages under ``profile``, checked: a non-empty list of ``Stage``s named
+    "<study>.<step>", none twice; else a ``ValueError`` naming the study and what is wrong."""
+    where = (f"study {study!r} ({getattr(_REGISTERED[study], '__module__', '?')}): its stages(profile) for the "
+             f"{profile.name} profile")
+    try:
+        stages = _REGISTERED[study](profile)
+    except (Exception, SystemExit) as e:
+        raise ValueError(f"{where} raised {describe_failure(e)}. Fix: correct it (`jattn --debug` shows the "
+                         "traceback)") from e
+    if not isinstance(stages, (list, tuple)) or not stages:
+        raise ValueError(f"{where} returned {stages!r:.60}, not a list of at least one Stage. Fix: return the "
+                         "study's stages, each a jattn.reproduce.pipeline.Stage")
+    if bad := [s for s in stages if not isinstance(s, Stage)]:
+        raise ValueError(f"{where} holds {bad[0]!r:.60}, not a Stage. Fix: return "
+                         "jattn.reproduce.pipeline.Stage objects")
+    named = [s.name for s in stages]
+    if other := [n for n in named if not (n.startswith(f"{study}.") and n != f"{study}.")]:
+        raise ValueError(f"{where} names a stage {other[0]!r}, not '{study}.<step>'. Fix: name each stage of a "
+                         f"study after it ('{study}.{other[0].rsplit('.', 1)[-1] or 'step'}')")
+    if twice := sorted({n for n in named if named.count(n) > 1}):
+        raise ValueError(f"{where} names two stages {twice[0]}: the second would replace the first's record. "
+                         "Fix: give each stage a name of its own")
+    return list(stages)
