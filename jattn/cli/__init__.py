@@ -211,12 +211,18 @@ def _redeliver(thread: int, signum: int) -> None:
         signal.pthread_kill(thread, signum)
 
 
-def _stopped(command: str, resume: str, e: KeyboardInterrupt, program: bool):
-    """The end of a stopped command: one line on stderr, exit status 130 or 143."""
+KEPT = "; --out was left as it was"  # what a stop says of a command writing --out
+
+
+def _stopped(command: str, tail: str, e: KeyboardInterrupt, program: bool):
+    """The end of a stopped command: one line on stderr, exit status 130 or 143. ``tail``: what
+    follows the stop in the line (``KEPT`` and the command's ``RESUME``); a stop the command
+    raised again with its own ``resume`` attribute (``jattn models make``: which artefact resumes
+    from where) says that instead of ``RESUME``."""
     for sig in (signal.SIGINT, signal.SIGTERM):  # nothing more to stop: a second signal is not a crash
         signal.signal(sig, signal.SIG_IGN)
     what, status = ("terminated", 143) if isinstance(e, Terminated) else ("interrupted", 130)
-    print(f"{' '.join(filter(None, ('jattn', command)))}: {what}; --out was left as it was" + resume, file=sys.stderr)
+    print(f"{' '.join(filter(None, ('jattn', command)))}: {what}" + tail, file=sys.stderr)
     if program:
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -236,7 +242,7 @@ def main(argv=None) -> None:
         previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGINT, signal.SIGTERM)
                     if sig == signal.SIGTERM or signal.getsignal(sig) is signal.default_int_handler}
         sys.unraisablehook = lambda unraisable: _dropped(unraisable, hook)
-    command, resume = "", ""
+    command, kept, resume = "", KEPT, ""
     try:
         # the command owns its process: freed memory kept for XLA's next call (jattn.host_memory), and no
         # transformers notice that PyTorch is absent (jattn reads its tokenizers and configs only)
@@ -254,6 +260,7 @@ def main(argv=None) -> None:
         parser, modules = build_parser()
         args = parser.parse_args(argv)
         command, resume = args.command, getattr(modules[args.command], "RESUME", "")
+        kept = KEPT if hasattr(args, "out") else ""  # jattn models and data write no --out
         modules[args.command].run(args)
         stops.check_stop()  # a stop whose exception was dropped after the last check point
         if argv is None:  # the program's work is done and published: a stop from now on changes nothing
@@ -262,7 +269,7 @@ def main(argv=None) -> None:
     except KeyboardInterrupt as e:
         if debugging(args if command else None):
             raise
-        _stopped(command, resume, e, program=argv is None)
+        _stopped(command, kept + getattr(e, "resume", resume), e, program=argv is None)
     except BrokenPipeError:  # the reader stopped reading (`jattn data list | head`): done, as Unix tools are
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes stdout
     except USER_ERRORS as e:

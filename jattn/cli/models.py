@@ -90,10 +90,8 @@ def run(args) -> None:
             try:
                 folder = make(name, cache_dir=args.cache_dir, progress=not args.no_progress,
                               log=print if args.action == "make" else _stderr)  # fetch: stdout is the folder
-            except KeyboardInterrupt:
-                if getattr(args, "debug", False):
-                    raise
-                print(f"jattn models make: interrupted; `{A.make_command(name, args.cache_dir)}` resumes "
-                      f"{name} from {A.work_folder(name, args.cache_dir)}", file=sys.stderr)
-                raise SystemExit(130) from None
+            except KeyboardInterrupt as e:  # jattn.cli ends the command: 130 (SIGINT) or 143 (SIGTERM)
+                e.resume = (f"; `{A.make_command(name, args.cache_dir)}` resumes {name} from "
+                            f"{A.work_folder(name, args.cache_dir)}")
+                raise
             print(folder if args.action == "fetch" else f"{name}: {folder}")

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import jax
 
+from jattn.io.stops import Terminated
+
 
 def _recorded(arguments, extendable: tuple[str, ...]) -> dict:
     fields = dataclasses.asdict(arguments) if dataclasses.is_dataclass(arguments) else dict(arguments)
@@ -92,12 +94,14 @@ def _jsonable(value):
 
 class StopRequests:
     requested = False
+    signum = None  # the first stop signal received
 
 
 @contextlib.contextmanager
 def stop_requests():
     """SIGINT / SIGTERM set ``requested`` instead of interrupting (main thread only; elsewhere
-    nothing changes). A second SIGINT interrupts at once."""
+    nothing changes). A second SIGINT interrupts at once. The loop's ``KeyboardInterrupt`` after a
+    SIGTERM leaves as ``jattn.io.stops.Terminated`` (the command line's exit status 143)."""
     stop = StopRequests()
     if threading.current_thread() is not threading.main_thread():
         yield stop
@@ -106,11 +110,15 @@ def stop_requests():
     def request(signum, frame):
         if stop.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        stop.requested = True
+        stop.requested, stop.signum = True, stop.signum or signum
 
     old = {s: signal.signal(s, request) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield stop
+    except KeyboardInterrupt as e:
+        if stop.signum == signal.SIGTERM and not isinstance(e, Terminated):
+            raise Terminated() from e
+        raise
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
