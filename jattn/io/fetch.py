@@ -5,7 +5,7 @@ sha256 and only then renamed (``os.replace``) to its final name: a final-named f
 complete and verified. A file already present with the right hash is kept; one with the wrong
 bytes is removed first and fetched again. An interrupted fetch leaves at most temporary files,
 removed by the next fetch, which then redoes only what is missing. One lock per data set
-(``<data dir>/.locks/<name>.lock``, ``filelock``) serialises concurrent fetches of the same set.
+(``<data dir>/.locks/<name>.lock``, ``jattn.io.locks``) serialises concurrent fetches of the same set.
 
 Sources: the canonical URL of each file at a pinned commit, with the manifest's transform
 (``verbatim``; ``gunzip``; ``concat-drop-header``: the sources one after the other, every one
@@ -27,6 +27,7 @@ import tempfile
 import urllib.parse
 from pathlib import Path
 
+from jattn.io import locks
 from jattn.io.manifest import FileEntry, data_dir, datasets, file_path, files, kind, obstacle
 
 __all__ = ["fetch", "verify"]
@@ -196,19 +197,18 @@ def _clean_stale(entries: list[FileEntry], root: Path) -> None:
 
 @contextlib.contextmanager
 def _lock(root: Path, name: str):
-    import filelock
-
+    """Hold data set ``name``'s lock in ``root`` (``jattn.io.locks``), waiting up to ``LOCK_TIMEOUT``."""
     (root / ".locks").mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(str(root / ".locks" / f"{name}.lock"), timeout=LOCK_TIMEOUT)
+    path = root / ".locks" / f"{name}.lock"
     try:
-        lock.acquire()
-    except filelock.Timeout:
-        raise TimeoutError(f"another fetch of {name} into {root} has held {lock.lock_file} for "
+        handle = locks.acquire(path, timeout=LOCK_TIMEOUT)
+    except locks.Busy as e:
+        raise TimeoutError(f"another fetch of {name} into {root} ({e.holder}) has held {path} for "
                            f"{LOCK_TIMEOUT:g} s. Fix: wait for it to end, then retry") from None
     try:
         yield
     finally:
-        lock.release()
+        locks.release(handle, path)
 
 
 def _place(e: FileEntry, root: Path, mirror: str | None, staging: Path, timeout: float) -> bool:

@@ -9,8 +9,9 @@ which the format reserves for "no contributing sequence".
 
 ``Output(out)`` owns an output folder for one run: it checks ``out`` before any work (not an
 existing file, a writable parent, not a foreign non-empty folder unless ``overwrite``), holds
-an exclusive lock (``.<name>.lock`` beside ``out`` while the run lasts; a second run into the same folder stops at
-once), and ``Output.write(fill)`` lets ``fill`` write into a fresh temporary folder beside
+an exclusive lock (``.<name>.lock`` beside ``out`` while the run lasts, ``jattn.io.locks``: a
+second run into the same folder stops at once, and a link planted at the lock's path is refused),
+and ``Output.write(fill)`` lets ``fill`` write into a fresh temporary folder beside
 ``out`` that then replaces ``out`` in one atomic exchange. A run interrupted (SIGINT, SIGKILL,
 full disk) leaves ``out`` exactly as it was: the previous complete results or nothing. While
 an ``Output`` is open, a SIGINT is also remembered, so a run whose KeyboardInterrupt was
@@ -27,7 +28,6 @@ from __future__ import annotations
 import ctypes
 import datetime
 import errno
-import fcntl
 import json
 import os
 import shutil
@@ -40,6 +40,7 @@ from typing import Callable
 
 import numpy as np
 
+from jattn.io import locks
 from jattn.io.stops import check_stop
 
 __all__ = ["acquire_lock", "Output", "release_lock", "run_meta", "write_figures", "write_files"]
@@ -171,42 +172,32 @@ def foreign_files(folder: Path) -> list[str]:
 
 
 def acquire_lock(path: Path, what: str, option: str):
-    """The open lock file ``path``, locked exclusively with this process's pid in it, for the
-    folder ``what`` (named by ``option`` in the fix); an ``OutputError`` naming the holder when
-    another run has it. The holder removes the file before closing it (``release_lock``); a lock
-    taken on a file its holder removed meanwhile (the path now names another file, or none) is
-    taken again on the path."""
-    while True:
-        try:
-            handle = open(path, "a+")
-        except OSError as e:
-            raise OutputError(f"{what}: cannot create the lock file {path} ({e.strerror}). "
-                              f"Fix: choose a writable {option}") from None
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
-            raise OutputError(f"{what} is in use by another jattn run ({holder}). Fix: wait for it "
-                              f"to finish, or choose another {option}") from None
-        try:
-            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        handle.close()
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()}\n")
-    handle.flush()
-    return handle
+    """The lock file ``path`` of the folder ``what`` (named by ``option`` in the fixes), taken
+    through ``jattn.io.locks.acquire`` (never through a link planted at ``path``): an
+    ``OutputError`` naming the holder when another run has it, the link or file in the way, or
+    the disk's problem."""
+    try:
+        return locks.acquire(path)
+    except locks.Busy as e:
+        raise OutputError(f"{what} is in use by another jattn run ({e.holder}). Fix: wait for it to finish, or "
+                          f"choose another {option}") from None
+    except locks.LockError as e:
+        raise OutputError(str(e)) from None
+    except OSError as e:
+        raise OutputError(f"{what}: cannot write the lock file {path} ({e.strerror or e}). Fix: "
+                          f"{_fix(e, option)}") from None
 
 
 def release_lock(handle, path: Path) -> None:
-    """Remove the lock file while still holding it, then close it (see ``acquire_lock``)."""
-    Path(path).unlink(missing_ok=True)
-    handle.close()
+    """Release a lock ``acquire_lock`` took (``jattn.io.locks.release``: the file goes with it)."""
+    locks.release(handle, path)
+
+
+def _fix(e: OSError, option: str) -> str:
+    """What to do about the OS error ``e`` met writing into the folder that ``option`` names."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"free space on that disk, or choose another {option}"
+    return f"choose a writable {option}"
 
 
 class Output:
@@ -257,18 +248,16 @@ class Output:
 
     def write(self, fill: Callable[[Path], object]):
         """``fill(folder)`` writes into a fresh folder beside ``out``, which then replaces
-        ``out`` atomically; on any error ``out`` is left as it was. Returns what ``fill`` returns."""
-        tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would become out's mode
+        ``out`` atomically; on any error ``out`` is left as it was and the fresh folder is removed
+        (an OS error, a full disk's included, as one ``OutputError`` naming the file and the fix).
+        Returns what ``fill`` returns."""
+        tmp = None
         try:
-            try:
-                value = fill(tmp)
-            except OSError as e:
-                raise OutputError(f"writing the results failed ({e.strerror or e}: {e.filename or tmp}); "
-                                  f"{self.out} was left as it was. Fix: free space on that disk or choose "
-                                  "another --out") from e
+            tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.tmp-", dir=self.out.parent))
+            umask = os.umask(0)
+            os.umask(umask)
+            tmp.chmod(0o777 & ~umask)  # mkdtemp's 0700 would become out's mode
+            value = fill(tmp)
             if self.interrupted:  # a SIGINT arrived and its KeyboardInterrupt was lost on the way
                 raise KeyboardInterrupt
             check_stop()  # one the command line recorded
@@ -276,8 +265,23 @@ class Output:
             self._check_foreign()  # a file added to out while the run computed
             _replace(tmp, self.out)
             return value
+        except OSError as e:
+            if e.errno is None:  # already one message with its fix
+                raise
+            raise OutputError(f"{e.strerror} writing {self._final(e.filename, tmp)}; "
+                              f"{self.out} was left as it was. Fix: {_fix(e, self.option)}") from e
         finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def _final(self, filename, tmp: Path | None) -> Path:
+        """The path a file written into the fresh folder ``tmp`` would have had in ``out``."""
+        if not filename:
+            return self.out
+        try:
+            return self.out / Path(os.fsdecode(filename)).relative_to(tmp)
+        except (TypeError, ValueError):
+            return Path(os.fsdecode(filename))
 
     def close(self) -> None:
         if self._handler is not None:

@@ -2,8 +2,8 @@
 the cache, resumable, one process at a time per artefact.
 
 ``make(name)`` returns the made folder ``<cache>/models/<name>/`` at once when it is made; else it
-takes the artefact's lock (``<cache>/models/.locks/<name>.lock``: a second process asking for the
-same artefact waits for the first, then uses its result), runs the recipe's maker with its
+takes the artefact's lock (``<cache>/models/.locks/<name>.lock``, ``jattn.io.locks``: a second process
+asking for the same artefact waits for the first, then uses its result), runs the recipe's maker with its
 resumable state in ``<cache>/models/<name>-work/`` (Ctrl-C, then ``make`` again, continues from
 the last saved step), records the made files (``MANIFEST.json`` beside ``DONE``:
 ``jattn.io.artefacts.record``) and removes that state once the folder has its ``DONE`` marker.
@@ -24,7 +24,7 @@ import struct
 import sys
 from pathlib import Path
 
-from jattn.io import artefacts
+from jattn.io import artefacts, locks
 
 __all__ = ["make", "training_seconds"]
 
@@ -139,8 +139,6 @@ def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path
     """Make artefact ``name`` into ``<cache>/models/<name>/`` unless it is made and its files are as
     made (every file hashed); return its folder. A corrupted one is removed and made again.
     ``log`` receives one line per stage (what, how long, where; ``None``: silent)."""
-    import filelock
-
     say = log or (lambda *_: None)
     recipe = artefacts.recipe(name)
     out, work = artefacts.folder(name, cache_dir), artefacts.work_folder(name, cache_dir)
@@ -149,18 +147,19 @@ def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path
         return out  # nothing to write: also from a read-only cache
     if recipe.kind not in MAKERS:
         raise ValueError(f"{name}: no maker for recipes of kind {recipe.kind!r} (known: {', '.join(MAKERS)})")
-    locks = out.parent / ".locks"
+    lock = out.parent / ".locks" / f"{name}.lock"
     try:
-        locks.mkdir(parents=True, exist_ok=True)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            handle = locks.acquire(lock)
+        except locks.Busy as e:
+            say(f"{name}: another process ({e.holder}) is making it (lock {lock}); waiting for it to finish")
+            handle = locks.acquire(lock, timeout=None)
     except OSError as e:
+        if e.errno is None:  # a link or a file in the lock's way: its message names it and the fix
+            raise
         raise OSError(f"cannot write in {out.parent} ({e.strerror or e}). Fix: set JATTN_CACHE (or cache_dir=) "
                       "to a writable folder") from None
-    lock = filelock.FileLock(str(locks / f"{name}.lock"))
-    try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        say(f"{name}: another process is making it (lock {lock.lock_file}); waiting for it to finish")
-        lock.acquire()
     try:
         repairing = artefacts.is_made(name, cache_dir) and not _verified(recipe, cache_dir, say)
         if artefacts.is_made(name, cache_dir):  # made before manifests, or by the process we waited for
@@ -177,4 +176,4 @@ def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path
         say(f"{name} {'repaired' if repairing else 'made'}: {out}")
         return out
     finally:
-        lock.release()
+        locks.release(handle, lock)
