@@ -2,11 +2,15 @@
 Hugging Face GPT-2 folders: what ``jattn models make`` runs for a recipe of kind
 ``language_model`` (``make``; the induction study's recipes are ``jattn.families.gpt2.recipes``).
 
-Data (Olsson et al. 2022 train on natural text, where induction heads form because text repeats;
-here half the sequences make the repeats explicit): each training sequence is BOS followed by
-either a window of English text (the Multi30k training captions, joined by EOS) or a random
-segment of T ~ U[4, 32] tokens drawn uniformly from the vocabulary, repeated to fill the context.
-The vocabulary is a byte-level BPE (Radford et al. 2019) trained on the same captions.
+Data (Olsson et al. 2022 train on natural text, where induction heads form because text repeats):
+each training sequence is BOS followed by either a window of English text or, with probability
+``random_share``, a random segment of T ~ U[4, 32] tokens drawn uniformly from the vocabulary,
+repeated to fill the context (``random_share=0``: natural text only, nothing planted). The text
+is the documents of the data sets named in ``text`` (``TEXTS``: Multi30k's training captions;
+LitBank's 100 novel openings of ~2,000 words; GAP's Wikipedia paragraphs; the UD English Web
+Treebank's training documents), each followed by EOS and joined in that order. The vocabulary is
+a byte-level BPE (Radford et al. 2019) trained on the same documents. The validation loss is read
+on the Multi30k validation captions whatever ``text`` names.
 
 An attention-only model (Elhage et al. 2021) is GPT-2 whose feed-forward blocks are one unit wide
 and held at zero (weights and biases never trained): each block adds exactly 0 to the residual
@@ -19,8 +23,10 @@ the loss on the validation captions) and ``DONE``.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
+import re
 import time
 from pathlib import Path
 
@@ -43,14 +49,101 @@ class InductionLMConfig:
     context: int = 128  # tokens per training sequence, BOS included
     vocab_size: int = 2048
     random_share: float = 0.5  # the share of sequences that are a repeated random segment
+    text: tuple[str, ...] = ("multi30k",)  # the data sets whose English documents are trained on (TEXTS)
+    distinct: bool = False  # drop a document that repeats a run of SPAN words of an earlier one
     min_segment: int = 4
     max_segment: int = 32
     batch_size: int = 32
     steps: int = 2500
     warmup: int = 200
     peak_lr: float = 1e-3
+    eval_every: int = 250  # steps between the curve's points
     seed: int = 0
-    limit_text: int = 0  # only the first N captions (tests); 0 = all
+    limit_text: int = 0  # only the first N documents of each data set (tests); 0 = all
+
+    def __post_init__(self):
+        unknown = [t for t in self.text if t not in TEXTS]
+        if not self.text or unknown:
+            problem = f"unknown data set(s) {', '.join(map(repr, unknown))}" if unknown else "no data set"
+            raise ValueError(f"text={self.text!r}: {problem}. Fix: name one or more of {', '.join(TEXTS)}")
+
+
+_DETOKENIZE = ((re.compile(r" ([,.;:!?”’)\]])"), r"\1"), (re.compile(r"([“(\[]) "), r"\1"))
+
+
+def _words_to_text(words: list[str]) -> str:
+    """LitBank's tokens joined as running text: no space before closing punctuation or after an opening one."""
+    text = " ".join(words)
+    for pattern, repl in _DETOKENIZE:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def _multi30k(root: Path) -> list[str]:
+    return (root / "train.en").read_text(encoding="utf-8").splitlines()  # one caption a document
+
+
+def _litbank(root: Path) -> list[str]:
+    from jattn.io.labels import read_litbank
+
+    return [_words_to_text([w for s in doc.sentences for w in s])
+            for path in sorted((root / "coref").glob("*.conll")) for doc in read_litbank(path)]
+
+
+def _gap(root: Path) -> list[str]:
+    out = []
+    for split in ("development", "validation", "test"):
+        with open(root / f"gap-{split}.tsv", encoding="utf-8", newline="") as f:
+            out += [row["Text"] for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    return out
+
+
+def _ewt(root: Path) -> list[str]:
+    """The training treebank's documents (``# newdoc``), each its sentences' ``# text`` lines joined."""
+    docs: list[list[str]] = []
+    for line in (root / "en_ewt-ud-train.conllu").read_text(encoding="utf-8").splitlines():
+        if line.startswith("# newdoc") or not docs:
+            docs.append([])
+        if line.startswith("# text = "):
+            docs[-1].append(line[len("# text = "):])
+    return [" ".join(d) for d in docs if d]
+
+
+TEXTS = {"multi30k": _multi30k, "litbank": _litbank, "gap": _gap, "ud-english-ewt": _ewt}  # data set -> its documents
+SPAN = 12  # words: a longer run shared by two documents is a copy, not language (GAP quotes a page in several rows)
+
+
+def _runs(words: list[str]) -> set[tuple[str, ...]]:
+    """The document's runs of SPAN words (the whole document when it is shorter)."""
+    return {tuple(words[i: i + SPAN]) for i in range(max(1, len(words) - SPAN + 1))}
+
+
+def distinct_documents(docs: list[str]) -> list[str]:
+    """``docs`` without each document that shares a run of SPAN words with an earlier kept one (on
+    all four data sets: 9 Multi30k captions, 54 GAP paragraphs and 3 EWT documents of 34,094), so no
+    training window holds a copy that the data's own duplication planted; repeats inside a document
+    (a name, a phrase) stay: they are the natural text's."""
+    seen: set[tuple[str, ...]] = set()
+    out = []
+    for d in docs:
+        runs = _runs(d.split())
+        if not runs & seen:
+            seen |= runs
+            out.append(d)
+    return out
+
+
+def documents(c: InductionLMConfig, data_dir=None) -> list[str]:
+    """The training documents of ``c.text`` in that order, each normalised (NFKC, whitespace); with
+    ``c.distinct`` only the first of documents that share a run of SPAN words."""
+    from jattn.io.manifest import data_path
+    from jattn.io.parallel import normalize
+
+    out = []
+    for name in c.text:
+        docs = TEXTS[name](data_path(name, data_dir))
+        out += [normalize(d, lowercase=False) for d in (docs[: c.limit_text] if c.limit_text else docs)]
+    return distinct_documents(out) if c.distinct else out
 
 
 def train_tokenizer(texts: list[str], folder: Path, vocab_size: int):
@@ -102,7 +195,7 @@ class Sampler:
 
 def _stream(tokenizer, texts: list[str], bos: int) -> np.ndarray:
     ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return np.concatenate([np.asarray(t + [bos], np.int64) for t in ids])  # captions joined by EOS
+    return np.concatenate([np.asarray(t + [bos], np.int64) for t in ids])  # documents joined by EOS
 
 
 def train_lm(out, work, c: InductionLMConfig, data_dir=None, progress: bool = True) -> dict:
@@ -119,11 +212,9 @@ def train_lm(out, work, c: InductionLMConfig, data_dir=None, progress: bool = Tr
 
     out, work = Path(out), Path(work)
     t_start = time.time()
-    root = data_path("multi30k", data_dir)
-    train_text, val_text = ([normalize(line, lowercase=False) for line in (root / f"{split}.en").read_text(
-        encoding="utf-8").splitlines()] for split in ("train", "val"))
-    if c.limit_text:
-        train_text, val_text = train_text[: c.limit_text], val_text[: c.limit_text]
+    train_text = documents(c, data_dir)
+    val_text = [normalize(line, lowercase=False) for line in (data_path("multi30k", data_dir) / "val.en").read_text(
+        encoding="utf-8").splitlines()][: c.limit_text or None]
     tok_dir = work / "tokenizer"
     tokenizer = (GPT2TokenizerFast.from_pretrained(str(tok_dir)) if (tok_dir / "tokenizer.json").is_file()
                  else train_tokenizer(train_text, tok_dir, c.vocab_size))
@@ -142,7 +233,8 @@ def train_lm(out, work, c: InductionLMConfig, data_dir=None, progress: bool = Tr
                 "val_text_loss": float(np.asarray(token_losses(params, config, val_ids)).mean())}
 
     zeroed = ("ffn_in", "ffn_out") if c.attention_only else ()
-    tc = LMTrainConfig(steps=c.steps, warmup_steps=c.warmup, peak_lr=c.peak_lr, seed=c.seed, frozen=zeroed)
+    tc = LMTrainConfig(steps=c.steps, warmup_steps=c.warmup, peak_lr=c.peak_lr, seed=c.seed, frozen=zeroed,
+                       eval_every=c.eval_every)
     trainer = Trainer(config, tc, work / "train", zeroed=zeroed)
     curve = trainer.fit(Sampler(stream, c, bos, config.vocab_size), evaluate, progress=progress)
 
