@@ -15,7 +15,7 @@ import numpy as np
 
 
 def add_arguments(parser) -> None:
-    from jattn.cli.common import add_output_arguments, max_length_for
+    from jattn.cli.common import add_output_arguments
     from jattn.io.readers import FORMATS
 
     parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
@@ -30,6 +30,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> None:
     import jattn
+    from jattn.cli.common import max_length_for
     from jattn.io import results, validate
     from jattn.io.readers import Corpus
     from jattn.analyses.base import Statistic
