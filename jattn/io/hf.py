@@ -17,6 +17,8 @@ from typing import Callable
 
 import numpy as np
 
+from jattn.io import tensors
+
 
 class ConversionError(ValueError):
     """A checkpoint that does not match what its converter expects."""
@@ -25,7 +27,8 @@ class ConversionError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One tensor: HF key, path in our params (ints index stacked layers), HF shape, transform
-    (HF -> ours) and its inverse (ours -> HF, for exporting)."""
+    (HF -> ours) and its inverse (ours -> HF, for exporting). A transform only moves elements
+    (transposes, reshapes, slices, zero pads): the streaming load runs it on the tensor's bits."""
 
     key: str
     path: tuple
@@ -129,10 +132,32 @@ def read_state_dict(folder: Path) -> dict[str, np.ndarray]:
             held[path] = set(sd)
             state.update({k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in sd.items()})
     check_shards(folder, held)
-    # Old TF-converted BERT checkpoints name LayerNorm parameters gamma/beta.
-    renamed = {re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k)): v
-               for k, v in state.items()}
-    return {k: v.astype(np.float32) if v.dtype.kind == "f" else v for k, v in renamed.items()}
+    return {_renamed(k): v.astype(np.float32) if tensors.floating(v.dtype) else v for k, v in state.items()}
+
+
+def open_state_dict(folder: Path) -> dict:
+    """The checkpoint's tensors as ``read_state_dict`` names them, without reading them: safetensors
+    shards as ``jattn.io.tensors.Lazy`` tensors in their own dtype (read when placed), a PyTorch
+    pickle (which cannot be read in parts) as ``read_state_dict``'s arrays."""
+    files = weight_files(folder)
+    if any(path.suffix != ".safetensors" for path in files):
+        return read_state_dict(folder)
+    state, held = {}, {}
+    for path in files:
+        try:
+            held[path] = set(shard := tensors.safetensors_state(path))
+            state.update(shard)
+        except Exception as e:  # SafetensorError, OSError, ...: truncated, empty or not safetensors
+            raise ConversionError(f"{path} cannot be read as safetensors ({_first_line(e)}): the file is truncated, "
+                                  "empty or damaged. Fix: download it again (or re-save the model with "
+                                  "save_pretrained)") from None
+    check_shards(folder, held)
+    return {_renamed(k): v for k, v in state.items()}
+
+
+def _renamed(key: str) -> str:
+    """Old TF-converted BERT checkpoints name LayerNorm parameters gamma/beta."""
+    return re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", key))
 
 
 def _first_line(e: Exception) -> str:
@@ -144,8 +169,11 @@ def apply_table(state: dict[str, np.ndarray], entries: list[Entry], ignore: tupl
                 source: str = "checkpoint") -> dict:
     """Convert ``state`` with ``entries``; keys matching an ``ignore`` regex are allowed extras.
 
-    Returns the nested params; integer path elements become a stacked leading axis.
+    Returns the nested params; integer path elements become a stacked leading axis. Of a state
+    holding lazy tensors (``open_state_dict``), the params are ``jattn.io.tensors`` leaves, read
+    when placed (``tensors.place``); of numpy arrays, numpy arrays.
     """
+    lazy = any(tensors.is_lazy(v) for v in state.values())
     missing, misshaped, flat = [], [], {}
     for e in entries:
         if e.key not in state:
@@ -153,7 +181,7 @@ def apply_table(state: dict[str, np.ndarray], entries: list[Entry], ignore: tupl
         elif tuple(state[e.key].shape) != tuple(e.shape):
             misshaped.append(f"{e.key}: has shape {tuple(state[e.key].shape)}, expected {tuple(e.shape)}")
         else:
-            flat[e.path] = np.asarray(e.transform(state[e.key]))
+            flat[e.path] = tensors.Pending(state[e.key], e.transform, e.key)
     known = {e.key for e in entries}
     unexpected = [k for k in state if k not in known and not any(re.fullmatch(p, k) for p in ignore)]
     if missing or unexpected or misshaped:
@@ -166,7 +194,8 @@ def apply_table(state: dict[str, np.ndarray], entries: list[Entry], ignore: tupl
         lines.append("Fix: check that config.json matches the weights and that the folder holds "
                      "a supported model type (a renamed or truncated checkpoint shows up here).")
         raise ConversionError("\n".join(lines))
-    return nest(flat)
+    tree = nest(flat)
+    return tree if lazy else tensors.realize(tree)
 
 
 def check_tied(state: dict[str, np.ndarray], copies: dict[str, str], source: str, fix: str) -> None:
@@ -203,7 +232,7 @@ def _stack_int_keys(node):
 def _stack_trees(items):
     if isinstance(items[0], dict):
         return {k: _stack_trees([it[k] for it in items]) for k in items[0]}
-    return np.stack(items)
+    return tensors.Stacked(items) if tensors.is_lazy(items[0]) else np.stack(items)
 
 
 def linear(n_in: int, n_out: int) -> tuple[tuple[int, int], Callable, Callable]:

@@ -16,16 +16,22 @@ import sys
 import time
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+from tqdm.auto import tqdm
 
-from jattn.io import artefacts, checkpoints
+from jattn.io import artefacts, checkpoints, tensors
 from jattn.nn.config import ConfigError
 from jattn import families
 from jattn.models.base import NoTokenizer
 from jattn.models.encoder import EncoderModel
 from jattn.models.decoder import DecoderModel
 from jattn.models.seq2seq import Seq2SeqModel
-from jattn.io.hf import ConversionError, read_config, read_state_dict, resolve, weight_files
+from jattn.io.hf import ConversionError, open_state_dict, read_config, read_state_dict, resolve, weight_files
+from jattn.nn import encoder, state as nn_state
 
 
 def wrap(spec, config, params, tokenizer, source):
@@ -119,7 +125,7 @@ def _cached_model(cached: Path, family, folder: Path, config, tokenizer, source:
         except checkpoints.CacheError as e:
             warn_once(str(cached), f"the conversion cache is damaged ({e}); converting again")
             checkpoints.remove(cached)
-    state = read_state_dict(folder)
+    state = read_state_dict(folder)  # a PyTorch pickle: read whole (it cannot be read in parts)
     check_finite(state, folder)
     params = family.convert(state, config, source)
     try:
@@ -142,7 +148,7 @@ def locate(name_or_path, cache_dir=None) -> Path:
 
 
 def load(name_or_path=None, *, tokenizer: bool = True, cache_dir=None, use_cache: bool | None = None, mesh=None,
-         verbose: bool = False):
+         dtype=None, verbose: bool = False):
     """Load a model. ``None`` = the embedded MiniLM; else a local HF folder, the name of a made
     artefact (``"minilm-sst2"``: ``jattn models list``) or a hub id, first found in that order.
 
@@ -151,7 +157,13 @@ def load(name_or_path=None, *, tokenizer: bool = True, cache_dir=None, use_cache
     callers that pass token ids: ``model.tokenizer`` then raises an error saying so.
 
     ``mesh``: a ``jax.sharding.Mesh`` to place the parameters on by their partitioning metadata
-    (heads and FFN columns over its ``model`` axis, the rest replicated): ``model.shard(mesh)``.
+    (heads and FFN columns over its ``model`` axis, the rest replicated), as ``model.shard(mesh)``
+    would: a safetensors checkpoint is read tensor by tensor straight onto the mesh (``streamed``),
+    each device receiving only its slices.
+
+    ``dtype``: the floating parameters' dtype; None keeps the checkpoint's (a bfloat16 checkpoint
+    stays bfloat16, as Hugging Face's ``dtype="auto"``). The forward's arithmetic is chosen apart
+    from it (``compute_dtype``, float32 by default: each layer's weights are cast as it runs).
 
     Supported model types: ``jattn.families.names()``. ``use_cache``: keep converted params with orbax
     under ``cache_dir/converted`` (``cache_dir``: jattn's cache, default ``$JATTN_CACHE``, else the
@@ -178,10 +190,60 @@ def load(name_or_path=None, *, tokenizer: bool = True, cache_dir=None, use_cache
         cached = Path(cache_dir or checkpoints.default_cache_dir()) / "converted" / \
             f"{model_type}-{checkpoints.source_key(files)}"
         model, how = _cached_model(cached, family, folder, config, tokenizer, source)
+        if dtype is not None:
+            nnx.update(model.module, jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating)
+                                                  else x, model.params))
+        model = model if mesh is None else model.shard(mesh)
     else:
-        state = read_state_dict(folder)
-        check_finite(state, folder)
-        model, how = wrap(family, config, family.convert(state, config, source), tokenizer, source), "converted"
+        model, how = streamed(family, config, folder, tokenizer, source, mesh, dtype), "streamed"
     if verbose:
         print(f"jattn.load: {how} in {time.perf_counter() - t0:.2f}s")
-    return model if mesh is None else model.shard(mesh)
+    return model
+
+
+def streamed(family, config, folder: Path, tokenizer, source: str, mesh=None, dtype=None):
+    """The model read tensor by tensor from its checkpoint onto its devices (``jattn.io.tensors``):
+    each tensor converted on the host and placed where its partitioning metadata puts it on
+    ``mesh`` (else on the default device), each layer written into its parameter's stack on the
+    devices; floating parameters in the checkpoint's dtype, or ``dtype``. Host memory above the
+    process's stays about one tensor (the CPU backend's devices are host memory too)."""
+    state = open_state_dict(folder)
+    if not any(tensors.is_lazy(v) for v in state.values()):
+        check_finite(state, folder)
+    tree = family.convert(state, config, source)
+    where = None
+    if mesh is not None:
+        specs = placement(wrap_config(family, config, tree), mesh)
+        where = lambda path: specs[path]  # noqa: E731
+    total = tensors.count(tree)
+    with tqdm(total=total, desc=f"loading {Path(source).name}", unit="tensor", leave=False,
+              disable=None if _size(folder) > PROGRESS_BYTES else True) as bar:
+        try:
+            params = tensors.place(tree, dtype, where, bar.update)
+        except tensors.NonFinite as e:
+            raise ConversionError(f"{source}: NaN or inf weights in {e}. Fix: download the checkpoint again, "
+                                  "or fix the training run that wrote it") from None
+    return wrap(family, config, params, tokenizer, source)
+
+
+PROGRESS_BYTES = 256 * 2**20  # a checkpoint this large shows a progress bar while it loads (on a terminal)
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in weight_files(folder))
+
+
+def wrap_config(family, config, tree):
+    """The config the model wrapper builds from ``tree`` (the heads the converted parameters hold)."""
+    return config if family.shape == "encoder-decoder" else encoder.with_heads(config, tree)
+
+
+def placement(config, mesh) -> dict:
+    """Each parameter's ``NamedSharding`` on ``mesh`` by its partitioning metadata, keyed by its path
+    in the converted tree (``jattn.nn.state.partition_specs``; a mesh axis that does not divide the
+    heads or FFN columns is an error before anything is read)."""
+    mesh = nn_state.auto_mesh(mesh)
+    specs = nn_state.partition_specs(nn_state.abstract(config), mesh)
+    flat = jax.tree_util.tree_flatten_with_path(specs, is_leaf=lambda x: isinstance(x, PartitionSpec))[0]
+    return {tuple(getattr(k, "key", getattr(k, "idx", None)) for k in path): NamedSharding(mesh, spec)
+            for path, spec in flat}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jattn.io import tensors
 from jattn.io.hf import Entry, apply_table, check_tied, to_state_dict
 from jattn.nn.config import EncoderConfig
 
@@ -54,7 +55,7 @@ def _split_fused(state: dict, c: EncoderConfig, prefix: str) -> dict:
         k = f"{prefix}h.{i}.attn.c_attn"
         for part in ("weight", "bias"):
             if f"{k}.{part}" in state:
-                for name, block in zip("qkv", np.split(state.pop(f"{k}.{part}"), 3, axis=-1)):
+                for name, block in zip("qkv", tensors.split(state.pop(f"{k}.{part}"), 3, axis=-1)):
                     state[f"{prefix}h.{i}.attn.c_{name}.{part}"] = block
     return state
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from jattn.io import tensors
 from jattn.io.hf import Entry, apply_table, check_tied, linear, to_state_dict
 from jattn.nn.config import EncoderConfig
 
@@ -64,8 +65,8 @@ def _join_gate_up(state: dict, c: EncoderConfig, prefix: str) -> dict:
         k = f"{prefix}layers.{i}.mlp"
         for part in ("weight", "bias"):
             if f"{k}.gate_proj.{part}" in state and f"{k}.up_proj.{part}" in state:
-                state[f"{k}.gate_up.{part}"] = np.concatenate([state.pop(f"{k}.gate_proj.{part}"),
-                                                               state.pop(f"{k}.up_proj.{part}")], axis=0)
+                state[f"{k}.gate_up.{part}"] = tensors.concat([state.pop(f"{k}.gate_proj.{part}"),
+                                                              state.pop(f"{k}.up_proj.{part}")], axis=0)
     return state
 
 

@@ -17,6 +17,7 @@ import dataclasses
 import numpy as np
 
 from jattn.families.spec import encoder_hf_config
+from jattn.io import tensors
 from jattn.io.hf import ConversionError, Entry, apply_table, check_tied, linear, to_state_dict
 from jattn.nn.config import EncoderConfig
 
@@ -83,7 +84,7 @@ def _split_fused(state: dict, c: EncoderConfig, prefix: str) -> dict:
         k = f"{prefix}layers.{i}.attn.Wqkv"
         for part in ("weight", "bias"):
             if f"{k}.{part}" in state:
-                for name, block in zip("qkv", np.split(state.pop(f"{k}.{part}"), 3, axis=0)):
+                for name, block in zip("qkv", tensors.split(state.pop(f"{k}.{part}"), 3, axis=0)):
                     state[f"{prefix}layers.{i}.attn.W{name}.{part}"] = block
     ln0 = f"{prefix}layers.0.attn_norm"
     if f"{ln0}.weight" in state:

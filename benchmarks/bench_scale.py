@@ -1,0 +1,136 @@
+"""Loading at scale: a random Llama-shaped checkpoint saved by ``save_pretrained`` in bfloat16 as
+sharded safetensors (as the hub ships such models), loaded by ``jattn.load`` and by HF
+``from_pretrained(dtype=bfloat16)`` in the same run, each in a fresh process: wall time and peak
+host memory above the process's baseline (resident set after the imports), beside the
+checkpoint's bytes (the physical bound of a load that keeps its dtype).
+
+    python benchmarks/bench_scale.py --shape 0.67b --mesh 1 8 --out benchmarks/results/bench_scale.json
+
+Shapes (``SHAPES``): ``0.67b`` is the model of the scale issue (hidden 2,048, 12 layers, 32 heads,
+8 KV heads, FFN 5,632, vocabulary 32,000; 1.34 GB in bfloat16, three shards); ``tiny`` runs in
+seconds (the test). Checkpoints are made once and kept under ``--cache``. ``--mesh N`` loads onto
+an N-device mesh (``model`` axis N) of faked CPU devices (``--xla_force_host_platform_device_count``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+SHAPES = {
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
+                 intermediate_size=128, vocab_size=512, shard="200KB"),
+    "0.1b": dict(hidden_size=768, num_hidden_layers=8, num_attention_heads=12, num_key_value_heads=4,
+                 intermediate_size=2048, vocab_size=32000, shard="100MB"),
+    "0.67b": dict(hidden_size=2048, num_hidden_layers=12, num_attention_heads=32, num_key_value_heads=8,
+                  intermediate_size=5632, vocab_size=32000, shard="500MB"),
+}
+
+# Run in a fresh interpreter: imports, then the baseline resident set, then the load; prints JSON.
+PROBE = r"""
+import json, resource, sys, time
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+folder, who, devices = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if who == "hf":
+    import torch, transformers
+    base = rss(); t0 = time.perf_counter()
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
+    dtypes = sorted({str(p.dtype) for p in model.parameters()})
+else:
+    import jax, jattn
+    mesh = jax.make_mesh((1, devices), ("data", "model")) if devices > 1 else None
+    base = rss(); t0 = time.perf_counter()
+    model = jattn.load(folder, tokenizer=False, mesh=mesh)
+    jax.block_until_ready(jax.tree.leaves(model.params))
+    dtypes = sorted({str(p.dtype) for p in jax.tree.leaves(model.params)})
+seconds = time.perf_counter() - t0
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"seconds": seconds, "peak_above_baseline": peak - base, "dtypes": dtypes}))
+"""
+
+
+def make_checkpoint(shape: str, cache: Path) -> Path:
+    """The random bfloat16 checkpoint of ``shape`` (made once): ``save_pretrained`` with shards."""
+    folder = cache / f"llama-{shape}-bf16"
+    if (folder / "DONE").is_file():
+        return folder
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    spec = dict(SHAPES[shape])
+    shard = spec.pop("shard")
+    torch.manual_seed(0)
+    config = LlamaConfig(**spec, max_position_embeddings=8192, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(folder, max_shard_size=shard)
+    (folder / "DONE").write_text("made by benchmarks/bench_scale.py\n")
+    return folder
+
+
+def measure(folder: Path, who: str, devices: int = 1) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's jattn
+    if devices > 1:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
+    out = subprocess.run([sys.executable, "-c", PROBE, str(folder), who, str(devices)], env=env,
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"{who} load failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def checkpoint_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+
+
+def run(shape: str, meshes: list[int], cache: Path, repeats: int = 1) -> dict:
+    folder = make_checkpoint(shape, cache)
+    size = checkpoint_bytes(folder)
+    rows = []
+    for who, devices in [("hf", 1)] + [("jattn", d) for d in meshes]:
+        for r in range(repeats):
+            m = measure(folder, who, devices)
+            rows.append({"who": who, "devices": devices, "repeat": r, **m,
+                         "memory_over_checkpoint": m["peak_above_baseline"] / size})
+    hf = min(r["seconds"] for r in rows if r["who"] == "hf")
+    for r in rows:
+        r["seconds_over_hf"] = r["seconds"] / hf
+    return {"shape": shape, "config": SHAPES[shape], "checkpoint_bytes": size,
+            "shards": len(list(folder.glob("*.safetensors"))), "cpu": _cpu(), "cores": os.cpu_count(),
+            "rows": rows}
+
+
+def _cpu() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="0.67b")
+    parser.add_argument("--mesh", type=int, nargs="+", default=[1, 8], help="device counts to load onto")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--cache", type=Path, default=Path(os.environ.get("JATTN_CACHE", "~/.cache/jattn")).expanduser()
+                        / "bench_scale")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    result = run(args.shape, args.mesh, args.cache, args.repeats)
+    for r in result["rows"]:
+        print(f"{r['who']:6s} devices {r['devices']}: {r['seconds']:6.1f} s ({r['seconds_over_hf']:.2f}x HF), "
+              f"peak {r['peak_above_baseline'] / 2**30:.2f} GiB above baseline "
+              f"({r['memory_over_checkpoint']:.2f}x the checkpoint), {r['dtypes']}")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

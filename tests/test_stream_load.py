@@ -1,0 +1,158 @@
+"""The streaming load (``jattn.io.tensors``, ``jattn.models.load.streamed``): a sharded safetensors
+checkpoint read tensor by tensor onto its devices equals the eager conversion of the whole state
+dict bit for bit, keeps the checkpoint's dtype (bfloat16 stays bfloat16; ``dtype=`` chooses), fused
+and joined tensors (GPT-2's c_attn, Llama's gate/up) read lazily, a mesh gets each parameter with
+the sharding ``model.shard`` gives, and host memory while loading stays near the checkpoint's
+size (a subprocess measures it on a Llama-shaped checkpoint: ``benchmarks/bench_scale.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import jattn
+from jattn import families
+from jattn.io import tensors
+from jattn.io.hf import ConversionError, open_state_dict, read_config, read_state_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def save_llama(folder: Path, dtype: str = "bfloat16", shard: str = "20KB", layers: int = 3) -> Path:
+    """A tiny random Llama (GQA, gated FFN, untied head) saved in ``dtype`` as several shards."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=32, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=48, vocab_size=96, max_position_embeddings=64, tie_word_embeddings=False)
+    LlamaForCausalLM(config).to(getattr(torch, dtype)).save_pretrained(folder, max_shard_size=shard)
+    return folder
+
+
+def eager(folder: Path) -> dict:
+    """The whole state dict read and converted on the host (the eager path) in its own dtypes."""
+    spec = families.get(read_config(folder)["model_type"])
+    config = spec.config_from_hf(read_config(folder))
+    return spec.convert({k: np.asarray(v) for k, v in open_state_dict(folder).items()}, config, str(folder))
+
+
+def leaves(tree) -> dict:
+    return {jax.tree_util.keystr(p): np.asarray(x) for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+@pytest.fixture(scope="module")
+def llama_bf16(tmp_path_factory):
+    return save_llama(tmp_path_factory.mktemp("llama-bf16"))
+
+
+def test_sharded_bfloat16_checkpoint_streams_bit_exact_in_its_dtype(llama_bf16):
+    assert len(list(llama_bf16.glob("*.safetensors"))) > 1  # the index is followed across shards
+    model = jattn.load(llama_bf16, tokenizer=False)
+    got, want = leaves(nnx.to_pure_dict(model.params)), leaves(eager(llama_bf16))
+    assert got.keys() == want.keys()
+    for k, a in got.items():
+        assert a.dtype == want[k].dtype == jnp.bfloat16, k
+        np.testing.assert_array_equal(a.view(np.uint16), want[k].view(np.uint16), err_msg=k)
+
+
+def test_dtype_option_casts_and_float32_checkpoint_stays_float32(llama_bf16, tmp_path):
+    model = jattn.load(llama_bf16, tokenizer=False, dtype=jnp.float32)
+    assert {x.dtype for x in jax.tree.leaves(model.params)} == {jnp.dtype(jnp.float32)}
+    f32 = jattn.load(save_llama(tmp_path / "f32", "float32"), tokenizer=False)
+    assert {x.dtype for x in jax.tree.leaves(f32.params)} == {jnp.dtype(jnp.float32)}
+
+
+def test_bfloat16_parameters_compute_in_float32_like_their_float32_copy(llama_bf16):
+    """Parameters in bfloat16, arithmetic in float32 (the default compute dtype): the forward equals
+    the forward of the same weights held in float32 (the cast is exact), to float32 rounding."""
+    from tolerance import assert_close, model_terms
+
+    bf16 = jattn.load(llama_bf16, tokenizer=False)
+    f32 = jattn.load(llama_bf16, tokenizer=False, dtype=jnp.float32)
+    batch = {"input_ids": np.array([[1, 5, 9, 3, 7]]), "attention_mask": np.ones((1, 5), np.int32)}
+    a, b = bf16.forward(batch), f32.forward(batch)
+    assert a.last_hidden_state.dtype == jnp.float32
+    assert_close(a.last_hidden_state, b.last_hidden_state, terms=model_terms(f32.config, 5))
+
+
+def test_fused_and_joined_tensors_read_lazily_only_their_slice():
+    calls = []
+    whole = np.arange(24, dtype=np.float32).reshape(2, 12)
+    lazy = tensors.Lazy(whole.shape, whole.dtype, lambda index: calls.append(index) or whole[() if index is None
+                                                                                        else index], "qkv")
+    q, k, v = tensors.split(lazy, 3, axis=-1)
+    np.testing.assert_array_equal(np.asarray(k), whole[:, 4:8])
+    assert calls == [(slice(None), slice(4, 8))]  # only k's columns were read
+    joined = tensors.concat([q, v], axis=0)
+    assert joined.shape == (4, 4)
+    np.testing.assert_array_equal(np.asarray(joined), np.concatenate([whole[:, :4], whole[:, 8:]]))
+
+
+def test_bits_transforms_equal_value_transforms():
+    x = (np.arange(60, dtype=np.float32).reshape(6, 10) / 7).astype(jnp.bfloat16)
+    move = lambda w: np.pad(w.T.reshape(5, 2, 6), [(0, 0), (0, 1), (0, 0)])  # noqa: E731
+    np.testing.assert_array_equal(tensors.on_bits(move, x).astype(np.float32), move(x.astype(np.float32)))
+
+
+def test_nonfinite_weight_is_named_before_the_model_is_built(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    folder = save_llama(tmp_path / "nan", "float32", shard="10GB")
+    path = folder / "model.safetensors"
+    state = load_file(path)
+    state["model.layers.1.mlp.down_proj.weight"][0, 0] = np.nan
+    save_file(state, path, metadata={"format": "pt"})
+    with pytest.raises(ConversionError, match=r"model\.layers\.1\.mlp\.down_proj\.weight \(1 values\)"):
+        jattn.load(folder, tokenizer=False)
+
+
+def test_eager_state_dict_conversion_is_unchanged(llama_bf16):
+    """Callers that convert a read state dict (exports, tests) still get host numpy arrays."""
+    spec = families.get("llama")
+    config = spec.config_from_hf(read_config(llama_bf16))
+    params = spec.convert(read_state_dict(llama_bf16), config, "x")
+    assert all(isinstance(x, np.ndarray) and x.dtype == np.float32 for x in jax.tree.leaves(params))
+
+
+MESH_PROBE = r"""
+import json, sys, jax, numpy as np, jattn
+mesh = jax.make_mesh((1, 2), ("data", "model"))
+streamed = jattn.load(sys.argv[1], tokenizer=False, mesh=mesh)
+placed = jattn.load(sys.argv[1], tokenizer=False).shard(mesh)
+a = jax.tree_util.tree_flatten_with_path(streamed.params)[0]
+b = jax.tree.leaves(placed.params)
+print(json.dumps([[jax.tree_util.keystr(p), x.sharding == y.sharding, bool(np.array_equal(np.asarray(x), np.asarray(y))),
+                   len(x.sharding.device_set)] for (p, x), y in zip(a, b)]))
+"""
+
+
+def test_mesh_load_places_each_parameter_as_shard_does(llama_bf16):
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", MESH_PROBE, str(llama_bf16)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out.stdout.strip().splitlines()[-1])
+    assert rows and all(same_sharding and same for _, same_sharding, same, _ in rows), rows
+    assert any("kernel" in key for key, *_ in rows)
+
+
+def test_bench_scale_measures_both_loaders_on_a_tiny_checkpoint(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import bench_scale
+    finally:
+        sys.path.pop(0)
+    result = bench_scale.run("tiny", [1], tmp_path)
+    who = {r["who"] for r in result["rows"]}
+    assert who == {"hf", "jattn"} and result["shards"] > 1
+    assert all(r["dtypes"] in (["bfloat16"], ["torch.bfloat16"]) for r in result["rows"])
