@@ -104,6 +104,12 @@ def test_bits_transforms_equal_value_transforms():
     np.testing.assert_array_equal(tensors.on_bits(move, x).astype(np.float32), move(x.astype(np.float32)))
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16, np.float32])
+def test_nonfinite_count_on_bits_equals_isfinite(dtype):
+    x = np.array([0.0, -1.5, np.inf, -np.inf, np.nan, 3e4, 65504.0, -0.0], np.float32).astype(dtype)
+    assert tensors.nonfinite(x) == int((~np.isfinite(x.astype(np.float32))).sum()) == 3
+
+
 def test_nonfinite_weight_is_named_before_the_model_is_built(tmp_path):
     from safetensors.numpy import load_file, save_file
 
