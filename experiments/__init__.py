@@ -16,6 +16,7 @@ from experiments.michel2019 import study as _michel  # noqa: F401
 from experiments.voita2019 import study as _voita  # noqa: F401
 from experiments.patching import study as _patching  # noqa: F401
 from experiments.olsson2022 import study as _induction  # noqa: F401
+from experiments.olsson2022 import natural as _induction_natural  # noqa: F401
 
 from experiments.finetune import verdicts as _finetune_rules  # noqa: F401
 from experiments.clark2019 import verdicts as _clark_rules  # noqa: F401
@@ -25,3 +26,4 @@ from experiments.michel2019 import verdicts as _michel_rules  # noqa: F401
 from experiments.voita2019 import verdicts as _voita_rules  # noqa: F401
 from experiments.patching import verdicts as _patching_rules  # noqa: F401
 from experiments.olsson2022 import verdicts as _induction_rules  # noqa: F401
+from experiments.olsson2022 import natural_verdicts as _induction_natural_rules  # noqa: F401
