@@ -16,6 +16,10 @@ half their training sequences repeated random segments (the papers trained on na
 random tokens against a non-repeating control; heads are named on selection sequences and measured
 on separate evaluation sequences; K-composition is measured by path patching (Wang et al. 2022,
 "Interpretability in the Wild") against a random head; intervals are over the training seeds (5 in the full profile).
+The study ``induction-natural`` (``experiments.olsson2022.natural``) asks the same questions where the
+finding can fail: LMs trained on natural text only, each head against the other heads of its layer, its
+own score on the control sequences and uniform attention's, and the previous-token head's path into all
+induction heads' keys against the whole in-context effect.
 
 Models (``jattn.families.gpt2.train``): a 2-layer attention-only GPT-2 and a 2-layer GPT-2 with
 MLPs, 8 heads each, trained on English captions mixed with repeated random tokens; seeds 0-4
