@@ -8,24 +8,30 @@ gain, 1.2 points; the layer gain, 3.2 points: ``experiments.papers.effect``) and
 claim type → test → verdict (α = .05 throughout):
 
 - ``*-best-head-insample`` ("disabling the best single head raises the dev score", Fig. 9, the
-  head chosen and reported on the same dev set) → max-statistic null (``null_maxima``): per seed
-  the maximum of N = L·H (72 MiniLM, 144 MPNet) independent N(0, se_h²) effects, se_h each head's
-  own standard error in that seed (its 95 % paired bootstrap interval from the ``*-heads-holm``
-  rows, width / 3.92), averaged over the seeds as the claim's value (the mean over seeds of each
-  seed's best Δ) is → ``best_of_n``: reproduced only when p < .05 *and* the held-out twin is
-  reproduced; otherwise not reproduced.
+  head chosen and reported on the same dev set) → Westfall–Young max-statistic null
+  (``experiments.kovaleva2019.maxt``): B = 10,000 resamples of the dev examples, one index draw
+  shared by all N = L·H heads (72 MiniLM, 144 MPNet) and all seeds, each head's Δ* − Δ centred
+  at its observed Δ (no head has an effect), the maximum over heads per seed averaged over the
+  seeds as the claim's value (the mean over seeds of each seed's best Δ) is → ``best_of_n``:
+  p = (1 + #{null ≥ observed}) / (1 + B), reproduced only when p < .05 *and* the held-out twin
+  is reproduced; otherwise not reproduced. The detectable effect: the null's 95th percentile
+  plus z_0.8 head standard errors (the seeds' median, / √seeds).
 - ``*-best-head-heldout`` (the head selected on one half of dev, Δ on the other half) →
   ``directional`` on the claim's own interval, the seeds × examples percentile bootstrap of the
   seed-mean Δ (``ci_method = "seeds_examples"``: seeds and report examples resampled
   independently, Owen 2007's pigeonhole bootstrap, the seeds sharing the examples), 95 % →
   reproduced when the interval lies above 0.
 - ``*-heads-holm`` / ``*-layers-holm`` ("some heads / layers improve when disabled", Fig. 9-10)
-  → Holm 1979 over every test of the family, seeds included (L·H or L units × the seeds, each a
-  paired bootstrap p with B = 10,000) → reproduced when some unit improves after Holm *and* the
-  same unit's Δ is > 0 in every other seed; not reproduced when none improves after Holm or
-  the improvement does not replicate in direction; inconclusive when a unit improves after Holm
-  but the family has one seed (replication untestable). The detectable effect is that of one
-  unit's paired test (the family's median standard error) at Holm's first step, α / m.
+  → Westfall–Young step-down max-T (``step_down_max_t``) over every test of the family, seeds
+  included (L·H or L units × the seeds), on the same joint resamples (two-sided: |Δ* − Δ|
+  against |Δ|; adjusted p resolved to 1e-4, below α = .05, the threshold it is compared with;
+  Holm on the rows' bootstrap p needed α / 720 = 6.9e-5, below their 1 / 10,000 resolution) →
+  reproduced when some unit improves (p̃ < .05, Δ > 0) *and* the same unit's Δ is > 0 in every
+  other seed; not reproduced when none improves or the improvement does not replicate in
+  direction; inconclusive when a unit improves but the family has one seed (replication
+  untestable). The detectable effect: the first step's critical |Δ| (the 95th percentile of
+  the maximum over the family) plus z_0.8 times the family's median standard error. The
+  claim's value (the share changed after Holm) is the stage's and stays.
 - ``*-structured-share`` (the four structured types cover a large share of the maps, Fig. 2) →
   context: a descriptive share; its "uniform attention" baseline holds by construction (the
   reason says why).
@@ -51,19 +57,16 @@ from jattn.reproduce import claims as C
 from experiments import papers
 from experiments.papers import effect
 from jattn.reproduce import studies
-from jattn.reproduce.verdicts import (ALPHA, Evidence, Verdict, best_of_n, context, detectable, directional,
-                                      holm_family, null_maxima, ordering, powered)
+from experiments.kovaleva2019 import maxt as M
+from jattn.reproduce.verdicts import (ALPHA, POWER, Evidence, Verdict, best_of_n, context, directional, ordering,
+                                      powered, step_down_max_t)
 
 PROVENANCE = ("post hoc: these rules were first committed in 170b1f4 (2026-11-28), after the Kovaleva records they "
               "judge (first committed in 05f91bd, 2026-11-26)")
 __all__ = ["describe", "judge"]
 
-Z95 = float(norm.ppf(0.975))  # a head's se from its 95 % paired bootstrap interval: width / (2 · 1.96)
-NULL_DRAWS = 10_000  # draws of the max-statistic null: p resolved to 1e-4, well below α = .05
-P_STEP = 2 / 10_000  # the sweeps' two-sided paired bootstrap p (B = 10,000) moves in steps of 2 / B
 B_ORDER = 2_000  # example resamples of the layer ordering: a share of 95 % resolved to ±0.5 %
 ORDER_LEVEL = 0.95  # the ordering must hold in 95 % of resamples (the bootstrap analogue of α = .05)
-SEED = 0
 
 
 def _kind(claim_id: str) -> str:
@@ -85,58 +88,55 @@ def _heldout(claim: dict, evidence: Evidence) -> Verdict:
 
 
 def _insample(claim: dict, evidence: Evidence) -> Verdict:
-    family = evidence.rows(_twin(claim, evidence, "best-head-insample", "heads-holm"))
-    seeds = sorted({r["seed"] for r in family})
-    maxima, per_seed, spread = [], [], []
-    for s in seeds:
-        mine = [r for r in family if r["seed"] == s]
-        se = [(r["ci"][1] - r["ci"][0]) / (2 * Z95) for r in mine]
-        spread.append(float(np.median(se)))
-        m = null_maxima(se, draws=NULL_DRAWS, seed=SEED + s)
-        maxima.append(m)
-        per_seed.append(f"seed {s}: {max(r['delta'] for r in mine):+.3f} vs {m.mean():+.3f}")
-    n = len(family) // len(seeds)
+    fam = M.family(evidence, claim, "heads")
+    S, U = fam.delta.shape
+    observed = float(fam.delta.max(1).mean())  # the seed mean of each seed's best Δ
+    if abs(observed - claim["value"]) > 1e-9:
+        raise ValueError(f"{claim['id']}: its value {claim['value']:.6g} is not the seed mean of the best Δ in the "
+                         f"sweep records ({observed:.6g}): the records are not those it was computed from. Fix: run "
+                         "`jattn reproduce kovaleva`")
+    maxima = fam.null.max(2)  # (B, S) each seed's best centred Δ* − Δ on every joint resample
     held = _heldout(_twin(claim, evidence, "best-head-insample", "best-head-heldout"), evidence)
-    v = best_of_n(claim["value"], np.mean(maxima, 0), held, n=n,
-                  what=f"heads (seed mean of each seed's best Δ, {claim['unit']})",
-                  se=float(np.mean(spread)) / np.sqrt(len(seeds)), paper=effect(claim["id"]))
-    return Verdict(v.status, v.rule, f"{v.reason}. Per seed, best Δ vs expected maximum: {'; '.join(per_seed)}")
-
-
-def _unit_name(r: dict) -> str:
-    return f"{r['layer']}:{r['head']}" if "head" in r else f"layer {r['layer']}"
+    v = best_of_n(observed, maxima.mean(1), held, n=U,
+                  what=f"heads (seed mean of each seed's best Δ, {claim['unit']}; Westfall–Young null, "
+                       f"{len(maxima):,} joint resamples of the examples, p resolved to {1 / (1 + len(maxima)):.1g})",
+                  se=float(np.median(fam.se, 1).mean()) / np.sqrt(S), paper=effect(claim["id"]))
+    per_seed = "; ".join(f"seed {s}: {b:+.3f} vs {m:+.3f}"
+                         for s, b, m in zip(fam.seeds, fam.delta.max(1), np.median(maxima, 0)))
+    return Verdict(v.status, v.rule, f"{v.reason}. Per seed, best Δ vs the null's median maximum: {per_seed}")
 
 
 def _holm(claim: dict, evidence: Evidence) -> Verdict:
-    rows = evidence.rows(claim)
-    seeds = sorted({r["seed"] for r in rows})
-    tests = {(_unit_name(r), r["seed"]): r for r in rows}
-    rejected = holm_family({k: r["p"] for k, r in tests.items()})
-    m = len(tests)
-    said = f"Holm over {m} tests ({m // len(seeds)} units × {len(seeds)} seed(s)), α/{m} = {ALPHA / m:.3g}"
-    raised = [k for k, r in tests.items() if r["delta"] > 0]
-    if raised:
-        u, s = min(raised, key=lambda k: tests[k]["p"])
-        said += f"; smallest p of a unit whose removal raises the metric: {tests[(u, s)]['p']:.3g} ({u}, seed {s})"
-    improve = [k for k, r in tests.items() if rejected[k] and r["delta"] > 0]
-    hurt = sum(1 for k, r in tests.items() if rejected[k] and r["delta"] < 0)
-    said += f"; {len(improve)} improve, {hurt} hurt after Holm"
-    mde = detectable(float(np.median([(r["ci"][1] - r["ci"][0]) / (2 * Z95) for r in rows])), tests=m)
-    if P_STEP > ALPHA / m:
-        said += (f"; the rows' bootstrap p is 0 or at least {P_STEP:g}, above α/{m}: only p = 0 passes Holm's "
-                 "first step")
+    unit = "heads" if claim["id"].endswith("heads-holm") else "layers"
+    fam = M.family(evidence, claim, unit)
+    S, U = fam.delta.shape
+    m, B = S * U, len(fam.null)
+    delta = fam.delta.ravel()  # (m,) seed-major, as the keys below
+    null = np.abs(fam.null.reshape(B, m))  # (B, m) two-sided: |Δ* − Δ|
+    p = dict(zip([(u, s) for s in fam.seeds for u in fam.names], step_down_max_t(np.abs(delta), null)))
+    d = dict(zip(p, delta))
+    said = (f"Westfall–Young step-down max-T over {m} tests ({U} {unit} × {S} seed(s)), {B:,} joint resamples "
+            f"of the examples (adjusted p resolved to {1 / (1 + B):.1g}; the claim's share is the stage's Holm count)")
+    if raised := [k for k in p if d[k] > 0]:
+        u, s = min(raised, key=lambda k: (p[k], -d[k]))
+        said += (f"; the unit whose removal raises the metric with the smallest p̃: {u}, seed {s}, "
+                 f"Δ {d[(u, s)]:+.3g}, p̃ = {p[(u, s)]:.3g}")
+    improve = [k for k in p if p[k] < ALPHA and d[k] > 0]
+    hurt = sum(1 for k in p if p[k] < ALPHA and d[k] < 0)
+    said += f"; {len(improve)} improve, {hurt} hurt at family-wise α = {ALPHA}"
+    critical = float(np.quantile(null.max(1), 1 - ALPHA))  # the first step's critical |Δ|
+    mde = critical + float(norm.ppf(POWER)) * float(np.median(fam.se))
     if not improve:
-        return powered(Verdict("not reproduced", "holm", f"{said}: no unit improves over the whole family"), mde,
+        return powered(Verdict("not reproduced", "max-T", f"{said}: no unit improves over the whole family"), mde,
                        paper=effect(claim["id"]))
-    if len(seeds) < 2:
-        return Verdict("inconclusive", "holm", f"{said}: one seed, replication across seeds untestable")
-    replicated = [k for k in improve
-                  if all(tests[(k[0], s)]["delta"] > 0 for s in seeds if (k[0], s) in tests)]
+    if S < 2:
+        return Verdict("inconclusive", "max-T", f"{said}: one seed, replication across seeds untestable")
+    replicated = [k for k in improve if all(d[(k[0], s)] > 0 for s in fam.seeds)]
     if replicated:
         names = ", ".join(f"{u} (seed {s})" for u, s in replicated)
-        return Verdict("reproduced", "holm", f"{said}: {names} improve(s), Δ > 0 in every seed")
+        return Verdict("reproduced", "max-T", f"{said}: {names} improve(s), Δ > 0 in every seed")
     names = ", ".join(f"{u} (seed {s})" for u, s in improve)
-    return powered(Verdict("not reproduced", "holm", f"{said}: {names} improve(s) but Δ ≤ 0 in another seed"), mde,
+    return powered(Verdict("not reproduced", "max-T", f"{said}: {names} improve(s) but Δ ≤ 0 in another seed"), mde,
                    paper=effect(claim["id"]), detected=True)
 
 

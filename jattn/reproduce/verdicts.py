@@ -38,8 +38,8 @@ from typing import Mapping, Sequence
 import numpy as np
 
 __all__ = ["ALPHA", "best_of_n", "cluster_t", "context", "detectable", "directional", "Evidence", "holm_family",
-           "judge_claims", "noninferior", "not_applicable", "null_maxima", "ordering", "permutation_p", "POWER",
-           "powered", "standard_error", "STATUSES", "UNDERPOWERED", "Verdict"]
+           "judge_claims", "noninferior", "not_applicable", "ordering", "permutation_p", "POWER", "powered",
+           "standard_error", "STATUSES", "step_down_max_t", "UNDERPOWERED", "Verdict"]
 
 UNDERPOWERED = "inconclusive (underpowered)"
 STATUSES = ("reproduced", "not reproduced", "inconclusive", UNDERPOWERED, "not applicable", "context")
@@ -145,18 +145,35 @@ def noninferior(delta: float, ci90: Sequence[float], margin: float, *, what: str
     return Verdict("inconclusive", "non-inferiority", f"{said}: the interval straddles −{margin:g}")
 
 
-def null_maxima(standard_errors: Sequence[float], *, draws: int = 10000, seed: int = 0) -> np.ndarray:
-    """(draws,) maxima over N candidates of independent N(0, se_i²) effects: where the best of N
-    selections sits when no candidate has an effect (the parametric max-statistic null)."""
-    se = np.asarray(standard_errors, np.float64)
-    return (np.random.default_rng(seed).standard_normal((draws, len(se))) * se).max(1)  # (draws,)
+def step_down_max_t(observed: Sequence[float], null: np.ndarray) -> np.ndarray:
+    """Westfall and Young's (1993) step-down max-T adjusted p-values of m tests at once: ``observed``
+    (m,) statistics, larger the stronger the evidence (|Δ| for two-sided tests); ``null`` (B, m) the
+    same statistics on B resamples drawn jointly for all m tests (the same example indices for
+    every test, so the tests' correlation is kept) and centred at the observed effects (|Δ* − Δ|:
+    the null of no effect in any test). With the tests ordered t_(1) ≥ … ≥ t_(m),
+    p̃_(j) = (1 + #{b : max_{k ≥ j} T*_b,(k) ≥ t_(j)}) / (1 + B), made non-decreasing in j; a test is
+    rejected at family-wise level α when p̃ < α, so the resolution 1 / (1 + B) must lie below α.
+    Ties count as reaching the observed value (a 1e-12 guard against float rounding: conservative)."""
+    t = np.asarray(observed, np.float64)  # (m,)
+    null = np.asarray(null, np.float64)  # (B, m)
+    if null.ndim != 2 or null.shape[1] != len(t):
+        raise ValueError(f"null must be (resamples, {len(t)}) for {len(t)} observed statistics, got {null.shape}")
+    if 1 / (1 + len(null)) >= ALPHA:
+        raise ValueError(f"{len(null)} resamples cannot resolve p below α = {ALPHA}: draw at least {int(1 / ALPHA)}")
+    order = np.argsort(-t, kind="stable")  # (m,) strongest first
+    tail_max = np.maximum.accumulate(null[:, order[::-1]], axis=1)[:, ::-1]  # (B, m) max over tests j..m
+    reached = (tail_max >= t[order] - 1e-12).sum(0)  # (m,)
+    adjusted = np.maximum.accumulate((1 + reached) / (1 + len(null)))  # (m,) non-decreasing in j
+    out = np.empty_like(adjusted)
+    out[order] = adjusted
+    return out
 
 
 def best_of_n(observed: float, maxima: np.ndarray, held_out: Verdict | None, *, n: int, what: str, se: float,
               paper: float | None = None) -> Verdict:
     """A finding that the best of ``n`` candidates (a head, a layer) has an effect: its in-sample
-    effect ``observed`` against the maxima of the null (``null_maxima``, a Westfall–Young max-T
-    resampling or a permutation), p = (1 + #{max ≥ observed}) / (1 + draws), which must resolve
+    effect ``observed`` against the maxima of the null (the best of the candidates on each resample
+    of a joint Westfall–Young resampling centred at the observed effects, or a permutation), p = (1 + #{max ≥ observed}) / (1 + draws), which must resolve
     below α (draws ≥ 1/α); reproduced only when p < .05 *and* the held-out confirmation (the same
     candidate on other data) is reproduced. Not reproduced states the minimum detectable effect: the
     null's 95th percentile plus z_{POWER} candidate standard errors ``se`` (a candidate with that
@@ -164,7 +181,7 @@ def best_of_n(observed: float, maxima: np.ndarray, held_out: Verdict | None, *, 
     maxima = np.asarray(maxima, np.float64)
     if 1 / (1 + len(maxima)) >= ALPHA:
         raise ValueError(f"{len(maxima)} null draws cannot resolve p below α = {ALPHA}: draw at least {int(1 / ALPHA)}")
-    p = (1 + int((maxima >= observed).sum())) / (1 + len(maxima))
+    p = (1 + int((maxima >= observed - 1e-12).sum())) / (1 + len(maxima))  # ties reach it (float rounding)
     critical = float(np.quantile(maxima, 1 - ALPHA))
     said = (f"best of {n} {what} {observed:+.3g}; null maximum median {np.median(maxima):+.3g}, "
             f"95th percentile {critical:+.3g}, max-statistic p = {p:.3g}")

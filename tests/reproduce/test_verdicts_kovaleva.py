@@ -2,9 +2,6 @@
 claims: each claim type says reproduced, not reproduced and, where the rule has it, inconclusive
 or context where it must; and every committed Kovaleva claim gets a valid status."""
 
-from jattn.reproduce.verdicts import UNDERPOWERED  # noqa: E402
-
-
 import numpy as np
 import pytest
 
@@ -39,16 +36,6 @@ def heldout_rows(helped: int, seeds=(0, 1, 2), n=200) -> list[dict]:
     return rows
 
 
-def family_rows(deltas, ps, se=0.01, heads=True) -> list[dict]:
-    """deltas, ps: (seeds, units) arrays -> rows of a ``*-holm`` claim."""
-    rows = []
-    for s, (ds, qs) in enumerate(zip(deltas, ps)):
-        for u, (d, p) in enumerate(zip(ds, qs)):
-            rows.append({"seed": s, "layer": u // 12 if heads else u, **({"head": u % 12} if heads else {}),
-                         "delta": float(d), "ci": [float(d - 1.96 * se), float(d + 1.96 * se)], "p": float(p)})
-    return rows
-
-
 def heldout_claim(tmp_path, id: str, rows: list[dict]) -> dict:
     """A held-out claim as the stage makes it: its value and seeds × examples interval from the rows."""
     from jattn.reproduce.claims import evaluate
@@ -68,47 +55,7 @@ def test_held_out_best_head_is_directional_on_the_two_way_bootstrap(tmp_path):
     assert v.status == "not reproduced" and "no difference" in v.reason
 
 
-def insample_case(tmp_path, name, best, heldout_helped):
-    rng = np.random.default_rng(1)
-    deltas = rng.normal(0, 0.01, (3, 144))
-    deltas[:, 5] = best
-    rows = family_rows(deltas, np.full((3, 144), 0.5))
-    fam = claim(tmp_path, f"kovaleva-{name}-heads-holm", rows)
-    held = heldout_claim(tmp_path, f"kovaleva-{name}-best-head-heldout", heldout_rows(heldout_helped))
-    ins = claim(tmp_path, f"kovaleva-{name}-best-head-insample", [], value=float(deltas.max(1).mean()))
-    return ins, evidence(tmp_path, fam, held, ins)
-
-
-def test_in_sample_best_head_needs_the_max_null_and_held_out_confirmation(tmp_path):
-    ins, ev = insample_case(tmp_path, "a-b", best=0.2, heldout_helped=20)
-    v = K.judge(ins, ev)
-    assert v.status == "reproduced" and "best of 144" in v.reason
-    noise, ev = insample_case(tmp_path, "c-d", best=0.0, heldout_helped=20)  # the best of 144 noise draws
-    v = K.judge(noise, ev)  # nothing detected; underpowered or not against the paper's 1.2 points
-    assert v.status in ("not reproduced", UNDERPOWERED) and "null draws" in v.reason and "minimum detectable" in v.reason
-    lone, ev = insample_case(tmp_path, "e-f", best=0.2, heldout_helped=0)  # not confirmed held out
-    v = K.judge(lone, ev)
-    assert v.status in ("not reproduced", UNDERPOWERED) and "held out" in v.reason
-
-
-def test_holm_over_heads_and_seeds_with_replication(tmp_path):
-    ps, deltas = np.full((3, 144), 0.5), np.full((3, 144), -0.001)
-    ps[0, 7], deltas[:, 7] = 0.0, 0.02  # passes Holm over 432 tests, Δ > 0 in every seed
-    ok = claim(tmp_path, "kovaleva-m-t-heads-holm", family_rows(deltas, ps))
-    lone = deltas.copy()
-    lone[1, 7] = -0.01  # seed 1 does not replicate the direction
-    alone = claim(tmp_path, "kovaleva-m-u-heads-holm", family_rows(lone, ps))
-    within = np.full((3, 12), 0.5)
-    within[0, 3] = 0.003  # passes Holm within seed 0 (.05/12) but not over 36 tests (.05/36)
-    layers = claim(tmp_path, "kovaleva-m-t-layers-holm", family_rows(np.full((3, 12), 0.01), within, heads=False))
-    one = claim(tmp_path, "kovaleva-m-v-heads-holm", family_rows(deltas[:1], ps[:1]))
-    ev = evidence(tmp_path, ok, alone, layers, one)
-    assert K.judge(ok, ev).status == "reproduced"
-    v = K.judge(alone, ev)
-    assert v.status == "not reproduced" and "another seed" in v.reason
-    v = K.judge(layers, ev)
-    assert v.status in ("not reproduced", UNDERPOWERED) and "0 improve" in v.reason and "minimum detectable" in v.reason
-    assert K.judge(one, ev).status == "inconclusive"
+# the in-sample best head and the heads / layers families: tests/reproduce/test_verdicts_maxt.py
 
 
 def test_finetune_change_is_an_ordering_over_resamples_of_seeds_and_examples(tmp_path):
