@@ -130,7 +130,7 @@ def test_refused(tmp_path):
     with pytest.raises(ConversionError, match="DistilBertForQuestionAnswering.*Fix"):
         jattn.load(folder, tokenizer=False, use_cache=False)
     spec = jattn.families.get("distilbert")
-    with pytest.raises(ConfigError, match="activation='tanh'"):
+    with pytest.raises(ConfigError, match='activation is "tanh"'):
         spec.config_from_hf({"model_type": "distilbert", **SHAPE, "activation": "tanh"})
     with pytest.raises(ConfigError, match="dim=32 is not divisible by n_heads=5"):
         spec.config_from_hf({"model_type": "distilbert", **SHAPE, "n_heads": 5})
