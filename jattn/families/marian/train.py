@@ -14,6 +14,10 @@ the test file) and ``DONE``.
 Text is NFKC-normalised with collapsed blanks (``jattn.io.parallel.normalize``) and, unless
 ``cased``, lowercased; the folder records which (``record_normalization``), so ``translate`` and
 the corpus runner prepare new text the same way.
+
+The corpus is Multi30k (``c.src``, ``c.tgt``, ``c.test_split``) or a synthetic task generated
+here (``c.corpus``: a name of ``jattn.families.marian.synthetic.TASKS``, its own train, val and
+test splits, no download).
 """
 
 from __future__ import annotations
@@ -24,10 +28,10 @@ import time
 from pathlib import Path
 
 
-from jattn.io.artefacts import DONE, Recipe, register
+from jattn.io.artefacts import DONE, Recipe, register, seeded
 from jattn.stats import bleu_ci
 
-__all__ = ["train_translation", "TranslationConfig"]
+__all__ = ["splits", "train_translation", "TranslationConfig"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +39,8 @@ class TranslationConfig:
     """Model and training settings (Vaswani et al. 2017's post-LayerNorm Transformer in Marian's
     layout: tied embeddings, sinusoidal positions, ReLU)."""
 
-    src: str = "fr"
+    corpus: str = "multi30k"  # or a synthetic task (jattn.families.marian.synthetic.TASKS)
+    src: str = "fr"  # Multi30k's languages and test split; a synthetic task has its own
     tgt: str = "en"
     cased: bool = True
     vocab_size: int = 8000
@@ -63,10 +68,23 @@ class TranslationConfig:
     limit_eval: int = 0  # only the first N val and test pairs (tests); 0 = all
 
 
-def _read(root: Path, split: str, c: TranslationConfig) -> tuple[list[str], list[str]]:
-    from jattn.io.parallel import read_parallel
+def splits(c: TranslationConfig, data_dir=None) -> tuple[tuple[list[str], list[str]], ...]:
+    """The train, val and test (source, target) sentences of ``c``'s corpus, normalised as for
+    training (Multi30k from the data folder ``data_dir``, else ``$JATTN_DATA``; a synthetic task
+    generated)."""
+    from jattn.io.parallel import normalize, read_parallel
 
-    return read_parallel(root / f"{split}.{c.src}", root / f"{split}.{c.tgt}", lowercase=not c.cased)
+    if c.corpus != "multi30k":
+        from jattn.families.marian import synthetic
+
+        made = synthetic.splits(c.corpus)
+        return tuple(([normalize(x, not c.cased) for x in s], [normalize(x, not c.cased) for x in t])
+                     for s, t in (made["train"], made["val"], made["test"]))
+    from jattn.io.manifest import data_path
+
+    root = data_path("multi30k", data_dir)
+    return tuple(read_parallel(root / f"{s}.{c.src}", root / f"{s}.{c.tgt}", lowercase=not c.cased)
+                 for s in ("train", "val", c.test_split))
 
 
 def model_config(c: TranslationConfig, tokenizer):
@@ -83,21 +101,19 @@ def model_config(c: TranslationConfig, tokenizer):
 
 
 def train_translation(out, work, c: TranslationConfig, data_dir=None, progress: bool = True) -> dict:
-    """Train (or resume from ``work``) a ``c`` model on Multi30k ``c.src``→``c.tgt``, export it to
+    """Train (or resume from ``work``) a ``c`` model on ``c.corpus`` (Multi30k ``c.src``→``c.tgt``), export it to
     ``out`` with ``training.json``, ``test.hyp`` and ``DONE``; return what ``training.json`` holds."""
     from transformers import MarianTokenizer
 
     from jattn.families.marian.convert import save_marian_folder
     from jattn.families.marian.tokenizer import train_sentencepiece
-    from jattn.io.manifest import data_path
     from jattn.io.parallel import encode
     from jattn.models.seq2seq import record_normalization
     from jattn.training.nmt import TrainConfig, Trainer, translations
 
     out, work = Path(out), Path(work)
     t_start = time.time()
-    root = data_path("multi30k", data_dir)
-    (tr_s, tr_t), (va_s, va_t), (te_s, te_t) = (_read(root, s, c) for s in ("train", "val", c.test_split))
+    (tr_s, tr_t), (va_s, va_t), (te_s, te_t) = splits(c, data_dir)
     if c.limit_train:
         tr_s, tr_t = tr_s[: c.limit_train], tr_t[: c.limit_train]
     if c.limit_eval:
@@ -129,7 +145,8 @@ def train_translation(out, work, c: TranslationConfig, data_dir=None, progress: 
     (out / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     m = trainer.meta
     result = {
-        "test": {"split": c.test_split, "beams": c.test_beams, **bleu_ci(hyps, te_t), "decode_time_s": round(test_time, 1),
+        "test": {"split": c.test_split if c.corpus == "multi30k" else "test", "beams": c.test_beams,
+                 **bleu_ci(hyps, te_t), "decode_time_s": round(test_time, 1),
                  "references": "NFKC, collapsed blanks" + ("" if c.cased else ", lowercased")},
         "best_val_bleu_greedy": m["best_bleu"], "val_pairs": len(val_src), "updates": m["step"], "epochs": m["epoch"],
         "converged": trainer.converged(), "train_time_min": round(m["train_time_s"] / 60, 1),
@@ -141,10 +158,13 @@ def train_translation(out, work, c: TranslationConfig, data_dir=None, progress: 
 
 
 def make(recipe: Recipe, out: Path, work: Path, progress: bool) -> dict:
-    """The maker of ``kind="translation"`` recipes: ``task`` "<src>-<tgt>", ``epochs`` and
-    ``options`` (further ``TranslationConfig`` fields)."""
-    src, tgt = recipe.task.split("-")
-    return train_translation(out, work, TranslationConfig(src=src, tgt=tgt, epochs=recipe.epochs, **dict(recipe.options)),
+    """The maker of ``kind="translation"`` recipes: ``task`` "<src>-<tgt>" (Multi30k) or a synthetic
+    task's name (``jattn.families.marian.synthetic.TASKS``), ``epochs`` and ``options`` (further
+    ``TranslationConfig`` fields)."""
+    from jattn.families.marian.synthetic import TASKS
+
+    corpus = {"corpus": recipe.task} if recipe.task in TASKS else dict(zip(("src", "tgt"), recipe.task.split("-")))
+    return train_translation(out, work, TranslationConfig(**corpus, epochs=recipe.epochs, **dict(recipe.options)),
                              progress=progress)
 
 
@@ -177,3 +197,23 @@ NO_ENCODER_ATTENTION = register(Recipe(
     "CPU cores (53 min of training measured)",
     kind="translation", maker=__name__, task="fr-en", epochs=14,
     options=(("dropout", 0.3), ("depth_scaled_init", True), ("encoder_self_attention", False)), needs=("multi30k",)))
+
+# The Voita setting where the encoder's self-attention is needed (experiments/voita2019/synthetic_plan.py):
+# the synthetic clause language (jattn.families.marian.synthetic), 3 + 3 layers x 8 heads (24 encoder heads),
+# d 128, FFN 512, dropout 0.1, seeds 0-2 of the model and of its control without encoder self-attention, the
+# same fixed budget of 6 epochs (about 900 updates each), the checkpoint with the best validation BLEU kept.
+# Words are one syllable, 1.7 SentencePiece pieces on average (the unigram vocabulary stops at 113 pieces on
+# this language, below vocab_size 128), at most 3 a word (sources of 15-73 pieces in val): max_len 128 cuts
+# none. Time: estimated from the pilot's throughput, not yet measured for a whole run.
+SYNTHETIC_OPTIONS = (("layers", 3), ("heads", 8), ("d_model", 128), ("ffn", 512), ("dropout", 0.1),
+                     ("vocab_size", 128), ("max_len", 128), ("warmup", 500), ("peak_lr", 1e-3))
+TAKES = "about 30-40 min on 2 idle CPU cores (estimated; hours when the cores are shared)"
+SYNTHETIC = [register(r) for r in seeded(
+    "clauses-3x8", "a 3+3-layer, 8-head Transformer (d 128, FFN 512) trained on the synthetic clause language",
+    TAKES, seeds=3, kind="translation", maker=__name__, task="clauses", epochs=6,
+    options=SYNTHETIC_OPTIONS)]
+SYNTHETIC_CONTROL = [register(r) for r in seeded(
+    "clauses-3x8-no-encoder-attention", "clauses-3x8's recipe with no encoder self-attention (its projections "
+    "zero and frozen), trained from scratch: the control of the pruning claims on this setting", TAKES,
+    seeds=3, kind="translation", maker=__name__, task="clauses", epochs=6,
+    options=(*SYNTHETIC_OPTIONS, ("encoder_self_attention", False)))]
