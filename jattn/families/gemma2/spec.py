@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 
 from jattn.families.config_table import (LAYER_TYPES, ROTARY_DECODER, TOKEN_IDS, ConfigKey, activation, flag, reads,
-                                         size, token, with_defaults)
+                                         size, with_defaults)
 from jattn.families.gemma2 import convert
 from jattn.families.llama.spec import config_from_hf as llama_config
 from jattn.families.spec import FamilySpec, register
