@@ -202,7 +202,7 @@ def test_a_full_disk_writing_the_view_page_is_one_line(bert, tmp_path, monkeypat
     before = out.read_bytes()
     full_disk(monkeypatch, tmp_path)
     message = error(["view", "--model", str(bert), "--text", "A dog ran.", "--out", str(out)])
-    assert message == (f"jattn view: error: No space left on device writing {out}; --out was left as it was. Fix: "
+    assert message == (f"jattn view: error: No space left on device writing {out}; page.html was left as it was. Fix: "
                        "free space on that disk, or choose another --out"), message
     assert out.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["page.html"]
 

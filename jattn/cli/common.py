@@ -156,12 +156,15 @@ def check_work(work, identity: dict) -> None:
 
 def cached(path, compute):
     """``compute()`` once: a JSON-able value (``.json``) or a dict of arrays (``.npz``) kept at
-    ``path``, written atomically; a rerun reads it back instead of computing again."""
+    ``path``, replaced whole (``jattn.io.atomic``: never through a link); a rerun reads it back
+    instead of computing again."""
+    import io
     import json
-    import os
     from pathlib import Path
 
     import numpy as np
+
+    from jattn.io import atomic
 
     path = Path(path)
     npz = path.suffix == ".npz"
@@ -172,11 +175,10 @@ def cached(path, compute):
         return json.loads(path.read_text())
     value = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        if npz:
-            np.savez(f, **value)
-        else:
-            f.write(json.dumps(value, indent=1).encode())
-    os.replace(tmp, path)
+    if npz:
+        data = io.BytesIO()
+        np.savez(data, **value)
+        atomic.replace(path, data.getvalue(), instead="choose another --out")
+    else:
+        atomic.replace(path, json.dumps(value, indent=1), instead="choose another --out")
     return value

@@ -4,12 +4,10 @@
 
 from __future__ import annotations
 
-import errno
-import os
-import tempfile
 from pathlib import Path
 
 from jattn.cli.common import positive_int
+from jattn.io import atomic
 from jattn.viz.view import read_page, view
 
 
@@ -56,31 +54,11 @@ def _is_view_page(path: Path) -> bool:
 
 
 def write(html: str, out) -> Path:
-    """Write the page whole: into a new temporary file beside ``out`` (``mkstemp``: created,
-    never opened through a link), renamed over ``out``. An OS error (a full disk) is one line
-    naming ``out`` and the fix, with the temporary file removed and ``out`` as it was."""
+    """Write the page whole (``jattn.io.atomic.replace``: a new temporary file beside ``out``,
+    never opened through a link, renamed over it). An OS error (a full disk) is one line naming
+    ``out`` and the fix, with the temporary file removed and ``out`` as it was."""
     out = check_out(out)
-    data = memoryview(html.encode("utf-8"))
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-        try:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)  # the mode a new file gets, not mkstemp's 0600
-            while data:
-                data = data[os.write(fd, data):]
-        finally:
-            os.close(fd)
-        os.replace(tmp, out)
-    except BaseException as e:  # a full disk, a stop: no temporary file left behind
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        if not isinstance(e, OSError):
-            raise
-        fix = ("free space on that disk, or choose another --out" if e.errno in (errno.ENOSPC, errno.EDQUOT)
-               else "choose a writable --out")
-        raise OSError(f"{e.strerror or e} writing {out}; --out was left as it was. Fix: {fix}") from None
+    atomic.replace(out, html, instead="choose another --out")
     return out
 
 

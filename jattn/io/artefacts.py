@@ -38,6 +38,8 @@ import os
 import re
 from pathlib import Path
 
+from jattn.io import atomic
+
 __all__ = ["ArtefactCorrupted", "CLASSIFIER_SEEDS", "DONE", "made_elsewhere", "make_command", "models_dir", "path", "recipe", "RECIPES", "status",
            "work_folder"]
 
@@ -178,9 +180,8 @@ def _files(out: Path) -> list[Path]:
 
 
 def _write_manifest(out: Path, files: dict) -> None:
-    tmp = out / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps({"files": files}, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, out / MANIFEST)
+    atomic.replace(out / MANIFEST, json.dumps({"files": files}, indent=1, sort_keys=True) + "\n",
+                   instead="move the model cache to another disk (JATTN_CACHE)")
 
 
 def manifest(out: Path) -> dict | None:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 import threading
 import time
 from pathlib import Path
+
+from jattn.io import atomic
 
 __all__ = ["load", "read", "replace_text", "write"]
 
@@ -26,17 +27,10 @@ def read(out: Path, name: str) -> dict | None:
 
 
 def replace_text(file: Path, text: str) -> None:
-    """Put ``text`` at ``file`` whole or not at all: written to a new temporary file beside it,
-    which then replaces ``file`` (a link there is replaced, not written through). On any failure
-    (a full disk, a stop) ``file`` is as it was and no temporary file is left."""
-    fd, name = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")  # a new file, never a link
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, file)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Put ``text`` at ``file`` whole or not at all (``jattn.io.atomic.replace``): a link at ``file``
+    is replaced, not written through; on any failure (a full disk, a stop) ``file`` is as it was, no
+    temporary file is left and the ``OSError`` names ``file`` and the fix."""
+    atomic.replace(file, text)
 
 
 def write(out: Path, record: dict) -> dict:

@@ -166,11 +166,12 @@ def _arrays(x: dict) -> dict:
 
 
 def _save(state_file, settings, curve, kept, current, history, masks_out) -> None:
-    """The curve so far, the kept heads and the ranking in use, written to a temporary file and
-    renamed over ``state_file`` (a reader never sees half a file)."""
+    """The curve so far, the kept heads and the ranking in use, replacing ``state_file`` whole
+    (``jattn.io.atomic``: a reader never sees half a file; never written through a link)."""
     import json
-    import os
     from pathlib import Path
+
+    from jattn.io import atomic
 
     if state_file is None:
         return
@@ -179,9 +180,7 @@ def _save(state_file, settings, curve, kept, current, history, masks_out) -> Non
     doc = {"settings": settings, "curve": curve, "kept": kept.tolist(),
            "current": None if current is None else np.asarray(current).tolist(),
            "history": [as_lists(x) for x in history or []], "masks": [as_lists(x) for x in masks_out or []]}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc))
-    os.replace(tmp, path)
+    atomic.replace(path, json.dumps(doc), instead="pass another state_file (jattn prune: another --out)")
 
 
 def _resume(state_file, settings) -> dict | None:

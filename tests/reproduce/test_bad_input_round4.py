@@ -202,16 +202,17 @@ studies.register("mine", lambda profile: [Stage("mine.count", count), Stage("min
 # --- a full disk ---------------------------------------------------------------------------------
 
 def _fill_disk(monkeypatch, when) -> None:
-    """From now on, writing a file ``when(path)`` holds writes half of it, then fails as a full disk does."""
-    real = Path.write_text
+    """From now on, writing a file ``when(path)`` holds writes half of it, then fails as a full disk does
+    (at ``os.write``, which ``jattn.io.atomic.replace`` writes with)."""
+    real = os.write
 
-    def write_text(self, data, *args, **kwargs):
-        if not when(self):
-            return real(self, data, *args, **kwargs)
-        real(self, data[:len(data) // 2], *args, **kwargs)
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+    def write(fd, data):
+        if not when(Path(os.readlink(f"/proc/self/fd/{fd}"))):
+            return real(fd, data)
+        real(fd, data[:len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(Path, "write_text", write_text)
+    monkeypatch.setattr(os, "write", write)
 
 
 def _left(folder: Path) -> list[str]:
@@ -226,7 +227,8 @@ def test_a_full_disk_while_a_stage_is_recorded_names_it_and_leaves_nothing_half_
     report = (out / "REPORT.md").read_text()
     _fill_disk(monkeypatch, lambda path: tmp_path in path.parents)
     message = _error(package, out, "--force", "mine.more")
-    assert "stage mine.more failed: its record could not be written (OSError: [Errno 28] No space left" in message
+    assert ("stage mine.more failed: its record could not be written (WriteError: No space left on device writing "
+            f"{out / 'stages' / 'mine.more.json'}") in message
     assert "Kept: the records of the 1 stage(s) before it" in message
     assert message.endswith("Fix: free space on that disk, or choose another out folder (--out)")
     assert _left(tmp_path) == [] and (out / "REPORT.md").read_text() == report
