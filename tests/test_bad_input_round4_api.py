@@ -115,6 +115,10 @@ def test_norms_attributions_and_patching_take_a_batch(mlm):
     metric = lambda out: out["last_hidden_state"][:, 0, 0]  # noqa: E731
     for patch in (jattn.patch_heads, jattn.attribution_patch_heads):
         assert_same(patch(mlm, TEXTS, corrupted, metric), patch(mlm, batch, mlm.batch(corrupted), metric))
+    from jattn.sweeps.path_patching import path_patch
+
+    assert_same(path_patch(mlm, TEXTS, corrupted, metric, [(1, 0, "q")]),
+                path_patch(mlm, batch, mlm.batch(corrupted), metric, [(1, 0, "q")]))
 
 
 def test_disable_and_prune_take_a_labelled_batch(classifier):
@@ -129,6 +133,9 @@ def test_disable_and_prune_take_a_labelled_batch(classifier):
     curve = lambda x: jattn.prune(classifier, x, classification_metric(classifier, x, batch_size=4),  # noqa: E731
                                   step=0.25, batch_size=4)
     assert curve(LABELLED) == curve(batch)
+    from jattn.sweeps.disable import heads_metric
+
+    assert heads_metric(classifier, LABELLED, "0:1,1:2") == heads_metric(classifier, batch, "0:1,1:2")
     with pytest.raises(ValueError, match="labels"):  # a sweep that scores against labels needs them
         jattn.disable(classifier, classifier.batch(TEXTS), progress=False)
 
