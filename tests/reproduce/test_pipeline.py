@@ -351,14 +351,22 @@ def test_a_stage_reads_only_what_it_declares(tmp_path):
 def test_the_readme_block_is_replaced_and_nothing_else(tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"before\n{report.README_BEGIN}\nold\n{report.README_END}\nafter\n")
-    claims = [{"study": "toy", "status": s, **({"stale": True} if i == 3 else {})}
-              for i, s in enumerate(["reproduced", "reproduced", "inconclusive", "context", "not reproduced"])]
+    # judged claims, as reproduce.json holds them: each with the finding and setting its study's
+    # describe(claim) gives (verdicts.judge_claims); A's two claims count once, E's disagree (mixed),
+    # D holds on two settings (two findings)
+    judged = [("A", "x", "reproduced"), ("A", "x", "reproduced"), ("B", "x", "inconclusive"), ("C", "x", "context"),
+              ("D", "x", "not reproduced"), ("D", "y", "reproduced"), ("E", "x", "reproduced"),
+              ("E", "x", "not reproduced")]
+    claims = [{"study": "toy", "finding": f, "on": on, "status": s, **({"stale": True} if i == 3 else {})}
+              for i, (f, on, s) in enumerate(judged)]
     data = {"studies": {"toy": "Toy et al. 2024: a study"}, "claims": claims}
     assert report.update_readme(readme, data)
     text = readme.read_text()
     assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
-    assert ("| [Toy et al. 2024: a study](experiments/results/REPORT.md#toy-et-al-2024-a-study) | 5 | 2 | 1 | 1 | 0 "
-            "| 1 | 1 |") in text
+    # findings (claims), then per finding: reproduced, not reproduced, inconclusive, underpowered,
+    # not applicable, context, mixed; then the stale claims
+    assert ("| [Toy et al. 2024: a study](experiments/results/REPORT.md#toy-et-al-2024-a-study) | 6 (8) | 2 | 1 | 1 "
+            "| 0 | 0 | 1 | 1 | 1 |") in text
 
 
 COMMITTED = ROOT / "experiments" / "results" / "reproduce.json"
