@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gzip
-import json
 import re
 import tempfile
 import time
@@ -25,18 +23,17 @@ from pathlib import Path
 import numpy as np
 
 from bench_patching import pairs  # benchmarks/ (the scripts run from their folder)
+from profile_hlo import CONTROL, hlo_op_times
 
 
 def op_times(trace_dir: Path, calls: int) -> collections.Counter:
-    """{operation kind: ms per call} from a perfetto trace: XLA's operation events (the host-side
-    spans, named with a ``$`` or after the runtime's own classes, left out)."""
-    with gzip.open(next(trace_dir.rglob("perfetto_trace.json.gz"))) as f:
-        events = json.load(f)
-    events = events["traceEvents"] if isinstance(events, dict) else events
+    """{operation kind: ms per call} from a perfetto trace: XLA's operation events
+    (``profile_hlo.hlo_op_times``) by instruction name less its number; control flow left out (a
+    ``while``'s event spans its body's events)."""
     kinds = collections.Counter()
-    for e in events:
-        if e.get("ph") == "X" and not e["name"].startswith(("$", "Thunk", "Pjit", "Slinky", "Common", "Parse")):
-            kinds[re.sub(r"\.\d+$", "", e["name"])] += e.get("dur", 0) / 1e3 / calls  # µs -> ms per call
+    for name, (ms, _) in hlo_op_times(trace_dir, calls).items():
+        if name.split(".")[0] not in CONTROL:
+            kinds[re.sub(r"\.\d+$", "", name)] += ms
     return kinds
 
 
