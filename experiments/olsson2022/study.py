@@ -48,7 +48,8 @@ Per model (stage ``induction.<kind>-s<seed>``):
   "A A" run: effect = m(patched) − m("A A"), per sequence. Through I's queries instead: the
   control path, reported beside it.
 
-Decision rules (fixed before the models were trained; claims stage ``induction.<kind>``, Student-t
+Decision rules (written after the first records they judge: post hoc, ``verdicts.PROVENANCE`` and
+docs/STATISTICS.md's Provenance table; claims stage ``induction.<kind>``, Student-t
 intervals over the 5 training seeds of each seed's mean over sequences, ``ci_method="seeds"``; seeds 3
 and 4 were added after the results of seeds 0-2 were seen, to meet ``STATISTICS.md``'s ≥ 5 seeds where a
 seed costs minutes, and the rules below were left as they were):

@@ -25,8 +25,11 @@ _RULES: dict[str, "Rules"] = {}  # name -> how its claims are judged and describ
 
 @runtime_checkable
 class Rules(Protocol):
-    """A study's decision rules and declarations, written before the numbers (a module with these
-    two functions, typically ``experiments/<study>/verdicts.py``)."""
+    """A study's decision rules and declarations: a module with these two functions, typically
+    ``experiments/<study>/verdicts.py``, and a ``PROVENANCE`` line saying when its rules were
+    written relative to the records they judge (the REPORT quotes it in the study's section and
+    marks each verdict of a post hoc rule; every study's rules are post hoc: docs/STATISTICS.md's
+    Provenance table)."""
 
     def judge(self, claim: dict, evidence: Evidence) -> Verdict:
         """The claim's verdict by the rule of its type (``jattn.reproduce.verdicts``)."""
