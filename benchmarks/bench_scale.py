@@ -2,7 +2,11 @@
 sharded safetensors (as the hub ships such models), loaded by ``jattn.load`` and by HF
 ``from_pretrained(dtype=bfloat16)`` in the same run, each in a fresh process: wall time and peak
 host memory above the process's baseline (resident set after the imports), beside the
-checkpoint's bytes (the physical bound of a load that keeps its dtype).
+checkpoint's bytes (the physical bound of a load that keeps its dtype); then the first forward
+of one 128-token row, its time and the peak after it. HF's ``from_pretrained`` maps the shards
+and reads a weight's pages only when it is first used, so its load time and memory leave out
+what its first forward then reads; jattn's load reads, converts (transposes) and places every
+tensor, and its first forward includes compiling it. Compare load + first forward.
 
     python benchmarks/bench_scale.py --shape 0.67b --mesh 1 8 --out benchmarks/results/bench_scale.json
 
@@ -40,11 +44,12 @@ def rss():
 folder, who, devices = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if who == "hf":
     import torch, transformers
+    transformers.LlamaForCausalLM  # its modules imported before the clock starts, as jattn's below
     base = rss(); t0 = time.perf_counter()
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
     dtypes = sorted({str(p.dtype) for p in model.parameters()})
 else:
-    import jax, jattn
+    import jax, jattn, jattn.models
     mesh = jax.make_mesh((1, devices), ("data", "model")) if devices > 1 else None
     base = rss(); t0 = time.perf_counter()
     model = jattn.load(folder, tokenizer=False, mesh=mesh)
@@ -52,7 +57,19 @@ else:
     dtypes = sorted({str(p.dtype) for p in jax.tree.leaves(model.params)})
 seconds = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"seconds": seconds, "peak_above_baseline": peak - base, "dtypes": dtypes}))
+ids = [[(7 * i) % 500 + 1 for i in range(128)]]  # one 128-token row: the first forward reads every weight
+t1 = time.perf_counter()
+if who == "hf":
+    with torch.no_grad():
+        model(input_ids=torch.tensor(ids)).logits.float().sum().item()
+else:
+    import numpy as np
+    batch = {"input_ids": np.array(ids, np.int32), "attention_mask": np.ones((1, 128), np.int32)}
+    jax.block_until_ready(model.forward(batch, internals=None).last_hidden_state)
+forward = time.perf_counter() - t1
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"seconds": seconds, "peak_above_baseline": peak - base, "dtypes": dtypes,
+                  "first_forward_seconds": forward, "peak_above_baseline_after_forward": after - base}))
 """
 
 
@@ -97,7 +114,8 @@ def run(shape: str, meshes: list[int], cache: Path, repeats: int = 1) -> dict:
         for r in range(repeats):
             m = measure(folder, who, devices)
             rows.append({"who": who, "devices": devices, "repeat": r, **m,
-                         "memory_over_checkpoint": m["peak_above_baseline"] / size})
+                         "memory_over_checkpoint": m["peak_above_baseline"] / size,
+                         "load_and_forward_seconds": m["seconds"] + m["first_forward_seconds"]})
     hf = min(r["seconds"] for r in rows if r["who"] == "hf")
     for r in rows:
         r["seconds_over_hf"] = r["seconds"] / hf
@@ -123,10 +141,13 @@ def main(argv=None):
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     result = run(args.shape, args.mesh, args.cache, args.repeats)
+    print(f"{result['shape']}: {result['checkpoint_bytes'] / 2**30:.2f} GiB in {result['shards']} shards; "
+          f"{result['cpu']}, {result['cores']} cores")
     for r in result["rows"]:
-        print(f"{r['who']:6s} devices {r['devices']}: {r['seconds']:6.1f} s ({r['seconds_over_hf']:.2f}x HF), "
+        print(f"{r['who']:6s} devices {r['devices']}: load {r['seconds']:6.1f} s ({r['seconds_over_hf']:.2f}x HF), "
               f"peak {r['peak_above_baseline'] / 2**30:.2f} GiB above baseline "
-              f"({r['memory_over_checkpoint']:.2f}x the checkpoint), {r['dtypes']}")
+              f"({r['memory_over_checkpoint']:.2f}x the checkpoint), {r['dtypes']}; first forward (128 tokens) "
+              f"{r['first_forward_seconds']:.1f} s, peak then {r['peak_above_baseline_after_forward'] / 2**30:.2f} GiB")
     if args.out:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     return result

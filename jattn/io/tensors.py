@@ -14,6 +14,7 @@ given. With a ``sharding`` per parameter each device receives only its slice of 
 from __future__ import annotations
 
 import functools
+import mmap
 from pathlib import Path
 from typing import Callable
 
@@ -178,13 +179,20 @@ def _write_layer(stack: jax.Array, layer: jax.Array, i: int) -> jax.Array:
     return jax.lax.dynamic_update_index_in_dim(stack, layer, i, 0)  # (L, ...) with row i replaced, in place
 
 
-def _aligned(shape: tuple[int, ...], dtype, align: int = 64) -> np.ndarray:
-    """An uninitialised host array whose data starts on an ``align``-byte boundary: XLA's CPU client
-    then takes it as a device array without copying it (``jax.device_put`` aliases it)."""
+def _aligned(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialised host array in a fresh anonymous mapping: page-aligned, so XLA's CPU client
+    takes it as a device array without copying it (``jax.device_put`` aliases 64-byte-aligned
+    memory), and backed by transparent huge pages where the kernel grants them (``madvise``): a
+    parameter's first touch then faults 2 MB pages in, not 4 KB ones (touching 1 GB measured
+    0.9 s against 4.9 s on a busy 2-core Xeon)."""
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    raw = np.empty(size + align, np.uint8)
-    start = -raw.ctypes.data % align
-    return raw[start:start + size].view(dtype).reshape(shape)
+    pages = mmap.mmap(-1, max(size, 1))
+    if size >= HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        pages.madvise(mmap.MADV_HUGEPAGE)
+    return np.frombuffer(pages, np.uint8, count=size).view(dtype).reshape(shape)
+
+
+HUGE = 2 << 20  # a parameter of at least one huge page asks for huge pages
 
 
 def _target(x: np.ndarray, dtype):
@@ -207,27 +215,29 @@ def place(tree, dtype=None, sharding: Callable | None = None, progress: Callable
 
     def leaf(path: tuple, node):
         where = sharding(path) if sharding is not None else None
-        if isinstance(node, Stacked):
-            first = _read(node.items[0])
-            kind = _target(first, dtype)
-            shape = (len(node.items), *first.shape)  # (L, ...)
-            if where is None and jax.default_backend() == "cpu":  # the device's memory is the host's
-                stack = _aligned(shape, kind)
-                write = lambda i, x: on_bits(lambda s, x: s.__setitem__(i, x) or s, stack, x)  # noqa: E731
+        stacked = isinstance(node, Stacked)
+        items = node.items if stacked else [node]
+        first = _read(items[0])
+        kind = _target(first, dtype)
+        shape = (len(items), *first.shape) if stacked else first.shape  # (L, ...) or the tensor's
+        on_host = where is None and jax.default_backend() == "cpu"  # the device's memory is the host's
+        if on_host:
+            host = _aligned(shape, kind)
+        elif stacked:
+            stack = jnp.zeros(shape, kind, device=where)  # (L, ...) on its devices, filled layer by layer
+        for i, item in enumerate(items):
+            x = (first if i == 0 else _read(item)).astype(kind, copy=False)
+            first = None
+            if on_host:
+                copy_into(host[i] if stacked else host, x)
+            elif stacked:
+                stack = _write_layer(stack, _put(contiguous(x), _drop_leading(where)), i)
             else:
-                stack = [jnp.zeros(shape, kind, device=where)]
-                write = lambda i, x: stack.__setitem__(0, _write_layer(stack[0], _put(x, _drop_leading(where)), i))  # noqa: E731
-            for i, item in enumerate(node.items):
-                write(i, (first if i == 0 else _read(item)).astype(kind, copy=False))
-                first = None
-                if progress is not None:
-                    progress(1)
-            return jax.device_put(stack) if isinstance(stack, np.ndarray) else stack[0]
-        x = _read(node)
-        out = _put(x.astype(_target(x, dtype), copy=False), where)
-        if progress is not None:
-            progress(1)
-        return out
+                stack = _put(contiguous(x), where)
+            del x
+            if progress is not None:
+                progress(1)
+        return jax.device_put(host) if on_host else stack  # on one CPU device: the host buffer, not copied
 
     def walk(path, node):
         if isinstance(node, dict):
@@ -235,6 +245,39 @@ def place(tree, dtype=None, sharding: Callable | None = None, progress: Callable
         return leaf(path, node)
 
     return walk((), tree)
+
+
+TILE = 256  # a strided copy moves TILE x TILE blocks: a transposed 2-byte tile of 128 KB stays in cache
+
+
+def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src``, on the bits of 2-byte floats (``on_bits``), and in ``TILE`` x ``TILE``
+    blocks where ``src`` is strided (a transposed kernel): a plain strided copy reads one element
+    per cache line; measured 3-6x slower on a transposed 2,048 x 5,632 matrix."""
+    if dst.dtype.itemsize == 2 and floating(dst.dtype):
+        dst, src = dst.view(np.uint16), src.view(np.uint16)
+    if src.ndim < 2 or src.flags.c_contiguous:
+        dst[...] = src
+        return
+    rows = src.shape[0]
+    try:
+        flat = np.reshape(src, (rows, -1), copy=False)  # (n, m): the layout the copy walks
+    except ValueError:  # not a view of 2-D strides: the plain copy
+        dst[...] = src
+        return
+    out = dst.reshape(rows, -1)  # (n, m), a view: dst is contiguous
+    for i in range(0, rows, TILE):
+        for j in range(0, flat.shape[1], TILE):
+            out[i:i + TILE, j:j + TILE] = flat[i:i + TILE, j:j + TILE]
+
+
+def contiguous(x: np.ndarray) -> np.ndarray:
+    """``x`` as a C-contiguous array (``copy_into`` a fresh one where it is strided)."""
+    if x.flags.c_contiguous:
+        return x
+    out = np.empty(x.shape, x.dtype)
+    copy_into(out, x)
+    return out
 
 
 def count(tree) -> int:
@@ -245,11 +288,12 @@ def count(tree) -> int:
 
 
 def _read(node) -> np.ndarray:
-    """A leaf's values, checked finite (``NonFinite`` names the checkpoint key)."""
-    x = node.read() if isinstance(node, Pending) else np.asarray(node)
-    if floating(x.dtype) and (bad := nonfinite(x)):
+    """A leaf's values, checked finite as read, before its transform strides them (``NonFinite``
+    names the checkpoint key)."""
+    raw = np.asarray(node.tensor if isinstance(node, Pending) else node)
+    if floating(raw.dtype) and (bad := nonfinite(raw)):
         raise NonFinite(getattr(node, "key", "a parameter"), bad)
-    return x
+    return on_bits(node.transform, raw) if isinstance(node, Pending) else raw
 
 
 # A 2-byte float is NaN or inf exactly when its exponent bits are all ones.
@@ -262,7 +306,18 @@ def nonfinite(x: np.ndarray) -> int:
     mask = _EXPONENT.get(x.dtype)
     if mask is None:
         return 0 if np.isfinite(x).all() else int((~np.isfinite(x)).sum())
-    return int(np.count_nonzero((x.view(np.uint16) & mask) == mask))
+    bits = np.ascontiguousarray(x).view(np.uint16).reshape(-1)
+    magnitude = np.empty(min(bits.size, CHUNK), np.uint16)  # one small buffer: no fresh pages per tensor
+    bad = 0
+    for start in range(0, bits.size, CHUNK):
+        part = magnitude[:min(CHUNK, bits.size - start)]
+        np.bitwise_and(bits[start:start + CHUNK], 0x7FFF, out=part)  # sign cleared: exponent all ones <=> >= mask
+        if part.max() >= mask:
+            bad += int(np.count_nonzero(part >= mask))
+    return bad
+
+
+CHUNK = 1 << 18  # elements a finiteness check reads at a time (512 KB of 2-byte floats)
 
 
 def _drop_leading(sharding):
