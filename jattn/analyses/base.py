@@ -218,6 +218,33 @@ def segment_mean(per_row: jax.Array, rows: jax.Array) -> tuple[jax.Array, jax.Ar
     return mean.sum(1), (count > 0).sum().astype(per_row.dtype)  # (L, H), ()
 
 
+BLOCK_BYTES = 2**26  # a query block's float32 slice of α (64 MiB): what ``over_query_blocks`` holds at once
+
+
+def query_block(n: int, row_bytes: int) -> int:
+    """The query rows of a block (``over_query_blocks``): the largest divisor of n whose rows of
+    ``row_bytes`` each fit ``BLOCK_BYTES`` (at least 1 row)."""
+    return max(d for d in range(1, n + 1) if n % d == 0 and (d == 1 or d * row_bytes <= BLOCK_BYTES))
+
+
+def over_query_blocks(fn, n: int, row_bytes: int):
+    """Σ over blocks of query rows of ``fn(start, size)`` (additive arrays), for a statistic that
+    reduces each query row of α (…, q, k) over its keys: the blocks run one after another
+    (``lax.scan``) with ``size = query_block(n, row_bytes)`` rows from ``start`` (traced), so the
+    temporaries of a row-wise reduction (a masked copy, a transposed operand) are a block's, not a
+    copy of the layer's α (b, H, n, n) (32 × 4,096² float32: 2.1 GB). ``row_bytes``: one query
+    row of the reduced operand, e.g. b·H·k·4."""
+    size = query_block(n, row_bytes)
+    if size == n:
+        return fn(0, n)
+    zero = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(lambda: fn(0, size)))
+
+    def add(total, start):
+        return jax.tree.map(jnp.add, total, fn(start, size)), None
+
+    return jax.lax.scan(add, zero, jnp.arange(0, n, size))[0]
+
+
 def class_sums(A: jax.Array, token_class: jax.Array) -> jax.Array:
     """Σ_{j∈c} A[l, s, h, i, j] for each token class c (``CLS``..``OTHER``): one pass over A.
 

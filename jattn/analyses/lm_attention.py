@@ -29,7 +29,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jattn.analyses.base import Method, Statistic, StepContext, ratio, segment_mean
+from jattn.analyses.base import Method, Statistic, StepContext, over_query_blocks, ratio, segment_mean
 from jattn.analyses.registry import register
 
 SHARES = {"lm_first_token": "α[i, 0] (first token, the attention sink; Xiao et al. 2024)",
@@ -45,10 +45,11 @@ def positions(attention_mask: jax.Array) -> jax.Array:
     return jnp.where(real, jnp.cumsum(real, axis=1, dtype=jnp.int32) - 1, -1)  # (b, n)
 
 
-def key_sets(pos: jax.Array) -> dict[str, jax.Array]:
-    """The keys of each share, and ``allowed`` (the keys j ≤ i a row may see), by position.
-    pos (b, n) -> each (b, q, k) bool, false on padded rows and keys."""
-    i, j = pos[:, :, None], pos[:, None, :]  # (b, q, 1), (b, 1, k)
+def key_sets(rows: jax.Array, keys: jax.Array) -> dict[str, jax.Array]:
+    """The keys of each share, and ``allowed`` (the keys j ≤ i a row may see), by position: of
+    the query rows' positions ``rows`` (b, q) (all rows, or a block of them) over the keys'
+    ``keys`` (b, k) -> each (b, q, k) bool, false on padded rows and keys."""
+    i, j = rows[:, :, None], keys[:, None, :]  # (b, q, 1), (b, 1, k)
     key = (j >= 0) & (i >= 0)  # (b, q, k) real row and key
     return {"lm_first_token": key & (j == 0), "lm_previous_token": key & (j == i - 1), "lm_self": key & (j == i),
             "lm_other": key & (j >= 1) & (j <= i - 2), "allowed": key & (j <= i)}
@@ -72,19 +73,30 @@ class LMAttention(Method):
     needs = "a causal mask: query i sees keys j ≤ i only (config.causal), α[i, 0] and α[i, i-1] its past"
 
     def reduce(self, ctx: StepContext) -> dict:
+        """Every statistic is a reduction of each query row of α over its keys, taken in blocks of
+        rows (``over_query_blocks``): nothing the size of a layer's α is made beside it."""
         A = ctx.internals["weights"]  # (L, b, H, n, n)
+        L, b, H, n, _ = A.shape
         pos = positions(ctx.batch["attention_mask"])  # (b, n)
-        sets = key_sets(pos)  # each (b, n, n)
         rows = pos >= 1  # (b, n) real rows with a past
-        out = {}
-        for key in SHARES:
-            share = jnp.einsum("lbhqk,bqk->lbhq", A, sets[key].astype(A.dtype))  # (L, b, H, q)
-            out[key], out[key + "_n"] = segment_mean(share, rows)
-        entropy = row_entropy(A, sets["allowed"])  # (L, b, H, q)
         log_keys = jnp.log(jnp.maximum(pos + 1, 1).astype(A.dtype))  # (b, n) log(i + 1)
-        out["lm_entropy"], out["lm_entropy_n"] = segment_mean(entropy, rows)
-        normalised = entropy / jnp.where(rows, log_keys, 1.0)[None, :, None]  # (L, b, H, q)
-        out["lm_entropy_normalised"], out["lm_entropy_normalised_n"] = segment_mean(normalised, rows)
+
+        def block(start, size):  # Σ over the block's rows i ≥ 1 of each row's statistic -> each (L, b, H)
+            a = jax.lax.dynamic_slice_in_dim(A, start, size, axis=3)  # (L, b, H, q, k)
+            i = jax.lax.dynamic_slice_in_dim(pos, start, size, axis=1)  # (b, q)
+            sets = key_sets(i, pos)  # each (b, q, k)
+            per_row = {key: jnp.where(sets[key][None, :, None], a, 0.0).sum(-1) for key in SHARES}  # (L, b, H, q)
+            per_row["lm_entropy"] = row_entropy(a, sets["allowed"])  # (L, b, H, q)
+            logs = jax.lax.dynamic_slice_in_dim(log_keys, start, size, axis=1)  # (b, q)
+            per_row["lm_entropy_normalised"] = per_row["lm_entropy"] / jnp.where(i >= 1, logs, 1.0)[None, :, None]
+            return {k: jnp.einsum("lbhq,bq->lbh", v, (i >= 1).astype(A.dtype)) for k, v in per_row.items()}
+
+        count = rows.sum(-1)  # (b,) rows averaged per sequence
+        sums = over_query_blocks(block, n, L * b * H * n * A.dtype.itemsize)  # each (L, b, H)
+        out = {}
+        for key, total in sums.items():  # per sequence the mean over its rows, summed over sequences: segment_mean's
+            out[key] = (total / jnp.maximum(count, 1).astype(A.dtype)[None, :, None]).sum(1)  # (L, H)
+            out[key + "_n"] = (count > 0).sum().astype(A.dtype)  # ()
         uniform, out["lm_entropy_uniform_n"] = segment_mean(log_keys[None, :, None], rows)  # (1, 1), ()
         out["lm_entropy_uniform"] = uniform.reshape(())
         return out

@@ -154,7 +154,7 @@ class Encoder(nnx.Module):
 
     def __call__(self, batch: dict, interventions: Interventions | None = None, *, dropout_rng=None,
                  compute_dtype=jnp.float32, layer_rows=None, layer_totals=None, internals="all", unroll=False,
-                 heads=()):
+                 heads=(), remat=False):
         """Run the encoder; return (outputs, internals).
 
         batch: ``input_ids`` (b, n) int or ``inputs_embeds`` (b, n, E) float (the word embeddings,
@@ -167,7 +167,8 @@ class Encoder(nnx.Module):
         ``HEADS``, the checkpoint's heads whose outputs to add (the lean forward pays for none of
         the (b, n, V) product unless asked). ``unroll``: the layers as
         straight-line code rather than a loop (``jattn.nn.engine.layer_loop``), for programs that
-        pass over them several times or differentiate through them.
+        pass over them several times or differentiate through them; ``remat``: a gradient keeps one
+        layer's activations at a time, recomputing them (``layer_loop``; the gradient sweeps).
 
         Analyses that read a layer's internals while they are in cache, inside the scan, run on
         each chunk of the batch the layer is computed in (``config.chunk_rows``,
@@ -203,7 +204,7 @@ class Encoder(nnx.Module):
             return {**select(ints, internals), **rows}
 
         x, kept, totals = run_stack(self.layers, x0, allowed, iv, layer_rngs, chunk_rows(self.config.chunk_rows),
-                                    written, layer_totals, lambda l: self.score_bias(l, n), unroll)
+                                    written, layer_totals, lambda l: self.score_bias(l, n), unroll, remat)
         hidden, last = kept.pop("hidden"), self.final(x)  # (L+1, b, n, D), (b, n, D); x: the last layer's output
         if self.final_ln is not None:  # HF's last hidden state is the final LayerNorm's output
             hidden = hidden.at[-1].set(last)  # (L+1, b, n, D)

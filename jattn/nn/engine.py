@@ -119,9 +119,13 @@ def chunked(b: int, n: int, rows: int):
     return run
 
 
-def layer_loop(step, carry, xs, unroll: bool = False):
+def layer_loop(step, carry, xs, unroll: bool = False, remat: bool = False):
     """``jax.lax.scan(step, carry, xs)`` over the stacked layers, or with ``unroll`` the same L
     steps as straight-line code, each on static slices of ``xs``, the per-step outputs stacked.
+    ``remat``: each step under ``jax.checkpoint`` (Chen et al. 2016, "Training Deep Nets with
+    Sublinear Memory Cost"): a gradient through the loop keeps each step's inputs only and
+    recomputes one layer's activations at a time in the backward pass (one more forward's time),
+    so its memory is one layer's working set, not L layers'. Values are unchanged.
 
     A loop compiles one layer and slices each layer's weights out of the stacks on every call.
     Unrolled on static slices of stacked weights, XLA:CPU copies them (~1.35× the time of a MiniLM
@@ -133,6 +137,8 @@ def layer_loop(step, carry, xs, unroll: bool = False):
     first and last layer: attribution patching (a forward, a second forward and its backward, with
     its weights from ``layer_views``) takes 3.1 forwards' time unrolled, 3.9 as loops (MiniLM;
     MPNet 2.8, ``benchmarks/bench_patching.py``, ``docs/BENCHMARKS.md``)."""
+    if remat:  # in a loop XLA cannot merge the recomputation with the forward: no CSE barrier needed
+        step = jax.checkpoint(step, prevent_cse=unroll)
     if not unroll:
         return jax.lax.scan(step, carry, xs)
     ys = []
@@ -192,13 +198,13 @@ def stacked_layers(views):
 
 
 def run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, layer_rngs, rows: int, written,
-              layer_totals, score_bias, unroll: bool = False):
+              layer_totals, score_bias, unroll: bool = False, remat: bool = False):
     """Run the stacked ``layers`` (an ``nnx`` module with a leading layer axis) on x0 (b, n, D).
 
     ``written(view, internals, take)`` -> the entries a layer writes to the stacked result for a
     chunk's rows (b', ...); ``layer_totals(internals, view, take)`` (or None) -> sums over a
     chunk's examples, added over the chunks; ``score_bias(l)`` -> layer l's additive score bias
-    (H, n, n) or None; ``layer_rngs`` (L,) keys or None; ``unroll``: see ``layer_loop``.
+    (H, n, n) or None; ``layer_rngs`` (L,) keys or None; ``unroll``, ``remat``: see ``layer_loop``.
     -> (last output (b, n, D), {name: (L, b, ...)} with ``"hidden"`` (L+1, b, n, D): x0, then each
     layer's output, written in place (no concatenation), totals (L, ...) or None).
 
@@ -215,14 +221,14 @@ def run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, laye
     def run(stacked, x0, allowed, iv, layer_rngs, biases):
         bias = score_bias if biases is None else (lambda l: jax.tree.map(lambda a: a[l], biases))  # arrays or pytrees
         return _run_stack(nnx.merge(graphdef, stacked), x0, allowed, iv, layer_rngs, rows, written, layer_totals,
-                          bias, unroll)
+                          bias, unroll, remat)
 
     return state.on_auto_axes(run, (stacked, x0, allowed, iv, layer_rngs, biases), x0,
                               lambda path: (0, 1, None)[path[0].idx])  # x (b, ...), stacks (L, b, ...), totals
 
 
 def _run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, layer_rngs, rows: int, written,
-               layer_totals, score_bias, unroll: bool):
+               layer_totals, score_bias, unroll: bool, remat: bool):
     """``run_stack`` with every array at hand."""
     graphdef, stacked = nnx.split(layers)
     run = chunked(*x0.shape[:2], rows)
@@ -256,5 +262,5 @@ def _run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, lay
         return (y, jax.lax.dynamic_update_index_in_dim(hidden, y, l + 1, 0), stacks), totals  # y: the next input
 
     (x, hidden, kept), totals = layer_loop(step, (x0, hidden, stacks),
-                                          (stacked, iv.layer_slices(), layer_rngs, jnp.arange(L)), unroll)
+                                          (stacked, iv.layer_slices(), layer_rngs, jnp.arange(L)), unroll, remat)
     return x, {**kept, "hidden": hidden}, totals

@@ -211,9 +211,9 @@ class HeadImportance(Method):
                 outputs = {"logits": encoder.classify(ctx.params, ctx.config, ctx.batch, iv)}
             elif self.kind == "custom":  # on the filled rows
                 inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
-                outputs, _ = encoder.forward(ctx.params, ctx.config, inputs, iv, internals=None)
+                outputs, _ = encoder.forward(ctx.params, ctx.config, inputs, iv, internals=None, remat=True)
             else:
-                outputs, _ = ctx.forward(interventions=iv, internals=None, **overrides)
+                outputs, _ = ctx.forward(interventions=iv, internals=None, remat=True, **overrides)
             return jnp.where(rows, self.example_losses(ctx, outputs, batch), 0.0).sum()
 
         sums = gate_sums(total_loss, {"encoder": f["head_mask"]}, {"encoder": real}, rows, self.estimator)
