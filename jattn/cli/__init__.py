@@ -1,30 +1,16 @@
-"""jattn command line: one sub-command per job (jattn demo, jattn analyze, ...).
+"""jattn: attention internals of Transformer encoders, translation models and causal LMs.
 
-An expected error (bad argument, missing or malformed file, unusable model folder, output
-folder in use) prints one message and exits with status 1; --debug (or JATTN_DEBUG=1) shows
-the traceback instead. Ctrl-C (SIGINT) and SIGTERM stop a command: --out is left as it was,
-and the long commands (finetune, prune, gates, disable) keep a checkpoint that the same command
-run again resumes from; the exit status is 130 (SIGINT) or 143 (SIGTERM).
-
-How a stop is handled (``main``): the handler (``_stop``) records the signal
-(``jattn.io.stops.record_stop``) and raises KeyboardInterrupt (``Terminated`` for SIGTERM)
-wherever the main thread is, so the commands' checkpoint and clean-up paths run. Python drops
-an exception raised inside a garbage-collection callback (XLA's ``_xla_gc_callback``) or a
-finalizer ("Exception ignored in ..."); three things make such a stop still end the run:
-``_dropped`` (the ``sys.unraisablehook`` while a command runs) prints nothing for it and sends
-the signal again a moment later, when the callback is over; ``check_stop`` raises it again at
-every batch of the corpus runner and every stage of ``jattn reproduce``; and
-``jattn.io.results.Output`` never publishes after a recorded stop. A signal that arrives while
-the stop's exception is on its way (within ``GRACE_S`` of its raise) is not raised again, so
-that it cannot cut the clean-up short (the temporary folder's and the lock's removal). Once
-stopped, the command prints its one line and, run as the program (``argv`` None), leaves with
-``os._exit``: its clean-up is done, and the interpreter's teardown of XLA's threads and
-callbacks in the middle of their work could crash (a segmentation fault after the message).
+Run ``jattn COMMAND --help`` for what a command reads and writes. A bad argument or an unusable
+file or model prints one message and exits with status 1 (--debug, or JATTN_DEBUG=1, shows the
+traceback instead). Ctrl-C stops a command and leaves --out as it was; the long commands
+(finetune, prune, gates, disable) keep a checkpoint that the same command run again resumes
+from. The exit status of a stopped command is 130 (Ctrl-C) or 143 (SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import re
@@ -124,20 +110,34 @@ def debugging(args=None) -> bool:
     return bool(getattr(args, "debug", False)) or os.environ.get("JATTN_DEBUG", "") not in ("", "0")
 
 
-def build_parser() -> tuple[Parser, dict]:
-    """The ``jattn`` parser with every sub-command, and {command: module}."""
+def docstring(command: str) -> str:
+    """Command ``command``'s description: its module's docstring, read from the source without
+    importing the module (whose imports load JAX), so that ``jattn --help`` lists every command at once."""
+    import ast
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    source = Path(find_spec(COMMANDS[command]).origin).read_text(encoding="utf-8")
+    return ast.get_docstring(ast.parse(source), clean=False) or ""
+
+
+def build_parser(arguments=tuple(COMMANDS)) -> tuple[Parser, dict]:
+    """The ``jattn`` parser, listing every sub-command with its summary, and {command: module}
+    for the commands in ``arguments``, whose modules are imported and add their options (``main``
+    passes the command being run alone: the others' modules are never imported)."""
     common = Parser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show tracebacks (also JATTN_DEBUG=1)")
     parser = Parser(prog="jattn", description=__doc__, parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     modules = {}
-    for name, module in COMMANDS.items():
-        mod = importlib.import_module(module)
-        modules[name] = mod
-        doc = summary(mod.__doc__)  # a help string: argparse %-formats it; a description it prints as it is
-        mod.add_arguments(sub.add_parser(name, help=doc.replace("%", "%%"), description=(mod.__doc__ or doc).strip(),
-                                         parents=[common]))
+    for name in COMMANDS:
+        doc = docstring(name)  # a help string: argparse %-formats it; a description it prints as it is
+        command = sub.add_parser(name, help=summary(doc).replace("%", "%%"), description=doc.strip(),
+                                 parents=[common])
+        if name in arguments:
+            modules[name] = importlib.import_module(COMMANDS[name])
+            modules[name].add_arguments(command)
     parser.commands = dict(sub.choices)  # {command: its parser}, for ``in_flags``
     return parser, modules
 
@@ -174,6 +174,18 @@ _redelivery: list = []  # the pending redelivery's timer
 
 
 _deferring = [False]  # while JAX's native libraries load: a stop is recorded, raised once they are loaded
+
+
+@contextlib.contextmanager
+def _deferred():
+    """A stop is only recorded while this is open (``check_stop`` raises it after): JAX's import runs
+    Python code from inside its C++ extensions' initialisation, and an exception raised there by the
+    handler escapes into C++, which aborts the process (SIGABRT)."""
+    _deferring[0] = True
+    try:
+        yield
+    finally:
+        _deferring[0] = False
 
 
 def _stop(signum, frame):
@@ -234,6 +246,24 @@ def _stopped(command: str, tail: str, e: KeyboardInterrupt, program: bool):
 
 
 def main(argv=None) -> None:
+    """Run the command ``argv`` names (default: the program's arguments). Only that command's
+    module is imported, after parsing (``build_parser``), and JAX only for a command that computes
+    (a module's ``USES_JAX``, default True): ``jattn --help`` and ``jattn data path`` stay fast.
+
+    How a stop is handled: the handler (``_stop``) records the signal (``jattn.io.stops.record_stop``)
+    and raises KeyboardInterrupt (``Terminated`` for SIGTERM) wherever the main thread is, so the
+    commands' checkpoint and clean-up paths run. Python drops an exception raised inside a
+    garbage-collection callback (XLA's ``_xla_gc_callback``) or a finalizer ("Exception ignored
+    in ..."); three things make such a stop still end the run: ``_dropped`` (the
+    ``sys.unraisablehook`` while a command runs) prints nothing for it and sends the signal again a
+    moment later, when the callback is over; ``check_stop`` raises it again at every batch of the
+    corpus runner and every stage of ``jattn reproduce``; and ``jattn.io.results.Output`` never
+    publishes after a recorded stop. A signal that arrives while the stop's exception is on its way
+    (within ``GRACE_S`` of its raise) is not raised again, so that it cannot cut the clean-up short
+    (the temporary folder's and the lock's removal). Once stopped, the command prints its one line
+    and, run as the program (``argv`` None), leaves with ``os._exit``: its clean-up is done, and the
+    interpreter's teardown of XLA's threads and callbacks in the middle of their work could crash
+    (a segmentation fault after the message)."""
     from jattn.host_memory import keep_freed_memory
 
     stops.record_stop(None)
@@ -244,24 +274,24 @@ def main(argv=None) -> None:
         sys.unraisablehook = lambda unraisable: _dropped(unraisable, hook)
     command, kept, resume = "", KEPT, ""
     try:
-        # the command owns its process: freed memory kept for XLA's next call (jattn.host_memory), and no
-        # transformers notice that PyTorch is absent (jattn reads its tokenizers and configs only)
-        # JAX's import runs Python code from inside its C++ extensions' initialisation: an exception raised
-        # there by the handler escapes into C++, which aborts the process (SIGABRT), so a stop waits for it
-        _deferring[0] = True
-        try:
-            import jax  # noqa: F401
-
-            keep_freed_memory()
-        finally:
-            _deferring[0] = False
-        stops.check_stop()
+        # no transformers notice that PyTorch is absent (jattn reads its tokenizers and configs only)
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-        parser, modules = build_parser()
+        words = sys.argv[1:] if argv is None else argv
+        chosen = next((w for w in words if not w.startswith("-")), None)  # jattn's own options are flags
+        with _deferred():  # the command's module and its options' imports may load JAX
+            parser, modules = build_parser([chosen] if chosen in COMMANDS else [])
+        stops.check_stop()
         args = parser.parse_args(argv)
-        command, resume = args.command, getattr(modules[args.command], "RESUME", "")
+        module = modules[args.command]
+        command, resume = args.command, getattr(module, "RESUME", "")
         kept = KEPT if hasattr(args, "out") else ""  # jattn models and data write no --out
-        modules[args.command].run(args)
+        if getattr(module, "USES_JAX", True):  # the command owns its process: freed memory kept for XLA's next call
+            with _deferred():
+                import jax  # noqa: F401
+
+                keep_freed_memory()
+            stops.check_stop()
+        module.run(args)
         stops.check_stop()  # a stop whose exception was dropped after the last check point
         if argv is None:  # the program's work is done and published: a stop from now on changes nothing
             for sig in previous:
@@ -290,8 +320,8 @@ def main(argv=None) -> None:
 def overview() -> str:
     """The README's table of commands, from the commands' own descriptions (a test keeps it equal)."""
     rows = ["| command | what it does |", "|---|---|"]
-    for name, module in COMMANDS.items():
-        doc = summary(importlib.import_module(module).__doc__).replace("|", r"\|")
+    for name in COMMANDS:
+        doc = summary(docstring(name)).replace("|", r"\|")
         rows.append(f"| `jattn {name}` | {doc} |")
     return "\n".join(rows)
 

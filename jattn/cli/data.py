@@ -17,6 +17,8 @@ import argparse
 
 from jattn.cli.common import actions
 
+USES_JAX = False  # files and hashes only: `jattn data path` answers at once (jattn.cli.main)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     helps = {"list": "each data set: size, license, present or not",
