@@ -1,7 +1,6 @@
 """Memory bounded by one layer: the rematerialised gradient (``remat``, ``jattn.nn.engine.layer_loop``)
 equals the plain one and keeps less; ``lm-attention`` reduced in blocks of query rows
-(``jattn.analyses.base.over_query_blocks``) equals the whole-α reduction; a request for every layer's
-α beyond the available memory is refused before any compute (``jattn.nn.memory``)."""
+(``jattn.analyses.base.over_query_blocks``) equals the whole-α reduction."""
 
 from __future__ import annotations
 
