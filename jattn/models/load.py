@@ -157,8 +157,8 @@ def load(name_or_path=None, *, tokenizer: bool = True, cache_dir=None, use_cache
     callers that pass token ids: ``model.tokenizer`` then raises an error saying so.
 
     ``mesh``: a ``jax.sharding.Mesh`` to place the parameters on by their partitioning metadata
-    (heads and FFN columns over its ``model`` axis, the rest replicated), as ``model.shard(mesh)``
-    would: a safetensors checkpoint is read tensor by tensor straight onto the mesh (``streamed``),
+    (heads, FFN columns and the token tables' width over its ``model`` axis, the rest replicated),
+    as ``model.shard(mesh)`` would: a safetensors checkpoint is read tensor by tensor straight onto the mesh (``streamed``),
     each device receiving only its slices.
 
     ``dtype``: the floating parameters' dtype; None keeps the checkpoint's (a bfloat16 checkpoint

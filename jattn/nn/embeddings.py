@@ -41,7 +41,7 @@ def counted(real: jax.Array) -> jax.Array:
 class Embeddings(nnx.Module):
     def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
         E, D = config.embedding_size or config.hidden_size, config.hidden_size
-        self.word = param(rngs, (config.vocab_size, E), "normal", STD)
+        self.word = param(rngs, (config.vocab_size, E), "normal", STD, (None, "model"))  # width over "model"
         self.position = (param(rngs, (config.max_position_embeddings, E), "normal", STD)
                          if config.position_embeddings else None)  # None: no absolute positions (DeBERTa-v3)
         # no table when the family has no token types (type_vocab_size 0): their ids are ignored

@@ -37,7 +37,8 @@ class MLMHead(nnx.Module):
         self.transform = Dense((D,), (E,), rngs=rngs, std=STD, bias=config.head_bias)
         self.ln = LayerNorm(E, config.layer_norm_eps, bias=config.norm_bias)
         self.bias = param(None, (config.vocab_size,), "zeros") if config.mlm_output_bias else None  # None: no bias
-        self.decoder = None if config.tied_mlm_decoder else param(rngs, (config.vocab_size, E), "normal", STD)
+        self.decoder = None if config.tied_mlm_decoder else param(rngs, (config.vocab_size, E), "normal", STD,
+                                                                  (None, "model"))
         self.act = config.mlm_activation or config.hidden_act
 
     def __call__(self, hidden: jax.Array, word: jax.Array) -> jax.Array:
@@ -95,7 +96,7 @@ class LMHead(nnx.Module):
 
     def __init__(self, config: EncoderConfig, *, rngs: nnx.Rngs):
         self.weight = None if config.tied_lm_head else param(rngs, (config.vocab_size, config.hidden_size),
-                                                              "normal", STD)
+                                                              "normal", STD, (None, "model"))
         self.softcap = config.logit_softcap  # logits c·tanh(z / c) (Gemma Team 2024); 0: none
 
     def __call__(self, hidden: jax.Array, word: jax.Array) -> jax.Array:

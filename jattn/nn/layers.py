@@ -2,7 +2,9 @@
 the activations as functions.
 
 Parameters are ``nnx.Param`` with partitioning metadata (``out_sharding``): axis names ``"model"``
-on the axis a tensor-parallel mesh splits (attention heads, FFN columns), ``None`` elsewhere.
+on the axis a tensor-parallel mesh splits (attention heads, FFN columns, and the width of the token
+tables and output projections over the vocabulary, so that no device holds a whole (V, D) table:
+their bytes grow with the vocabulary, 0.5 GB each at 128k x 2,048 in bfloat16), ``None`` elsewhere.
 A module may be created *stacked* (``stack=(L,)``): every parameter gains leading axes, and the
 module's ``__call__`` then acts on one slice, as ``jax.lax.scan`` hands it over (see
 ``jattn.nn.encoder``).

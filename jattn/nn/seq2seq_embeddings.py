@@ -67,7 +67,7 @@ def positions(config: Seq2SeqConfig, real: jax.Array, offset=0) -> jax.Array:
 
 def token_table(rngs, config: Seq2SeqConfig, V: int) -> nnx.Param:
     """A token table, N(0, D^-1/2) with a zero pad row (Vaswani et al. 2017 with fairseq's init)."""
-    p = param(rngs, (V, config.d_model), "normal", config.d_model ** -0.5)
+    p = param(rngs, (V, config.d_model), "normal", config.d_model ** -0.5, (None, "model"))  # width over "model"
     p[...] = p[...].at[config.pad_token_id].set(0.0)
     return p
 

@@ -189,11 +189,12 @@ def partition_specs(params, mesh) -> nnx.State:
 
 
 def shard(params, mesh) -> nnx.State:
-    """Place ``params`` on ``mesh`` by their partitioning metadata (heads and FFN columns over a
-    ``model`` axis, everything else replicated), on the mesh with Auto axes (``auto_mesh``): the
-    same devices and layout, and every program over the parameters (a sweep's, a user's) leaves
-    the intermediate shardings to the SPMD partitioner; a batch typed on Explicit axes still
-    meets them in the models' calls, which run with those axes Auto (``on_auto_axes``)."""
+    """Place ``params`` on ``mesh`` by their partitioning metadata (heads, FFN columns and the token
+    tables' width over a ``model`` axis, everything else replicated), on the mesh with Auto axes
+    (``auto_mesh``): the same devices and layout, and every program over the parameters (a
+    sweep's, a user's) leaves the intermediate shardings to the SPMD partitioner; a batch typed on
+    Explicit axes still meets them in the models' calls, which run with those axes Auto
+    (``on_auto_axes``)."""
     mesh = auto_mesh(mesh)
     specs = partition_specs(params, mesh)
     return jax.tree.map(lambda v, s: v.replace(jax.device_put(v.get_value(), NamedSharding(mesh, s))), params, specs,
