@@ -1,6 +1,7 @@
 """Memory bounded by one layer: the rematerialised gradient (``remat``, ``jattn.nn.engine.layer_loop``)
 equals the plain one and keeps less; ``lm-attention`` reduced in blocks of query rows
-(``jattn.analyses.base.over_query_blocks``) equals the whole-α reduction."""
+(``jattn.analyses.base.over_query_blocks``) equals the whole-α reduction; a forward whose stacked
+internals exceed the available memory is refused while it is traced (``jattn.nn.engine.check_fits``)."""
 
 from __future__ import annotations
 
@@ -91,3 +92,22 @@ def test_lm_attention_blocks_equal_whole(monkeypatch):
     blocked = LMAttention().reduce(ctx)
     for key, want in whole.items():
         assert_close(blocked[key], want, terms=n, err_msg=key)
+
+
+def test_forward_beyond_memory_refused_before_compute(lm, monkeypatch):
+    """Every layer's α (L·b·H·n²·4 bytes) beyond the available memory: one error at trace time
+    naming the bytes and the streaming options; without the internals the same forward runs."""
+    from jattn.nn import engine
+
+    c = lm.config
+    b, n = 2, 40  # a shape no other test compiles: the forward is traced here
+    batch = {"input_ids": np.full((b, n), 5, np.int32), "attention_mask": np.ones((b, n), np.int32)}
+    hidden = (c.num_layers + 1) * b * n * c.hidden_size * 4  # bytes of the hidden states alone
+    alpha = c.num_layers * b * c.num_heads * n * n * 4
+    assert alpha > hidden
+    monkeypatch.setattr(engine, "available_bytes", lambda: hidden + alpha // 2)
+    with pytest.raises(ValueError, match=r"GiB .*more than the .* GiB of memory available.*internals=None.*"
+                                         r"run_corpus with a layerwise method"):
+        lm.forward(batch)  # refused while the program is traced: nothing runs
+    result = lm.forward(batch, internals=None)  # the hidden states fit
+    assert result.internals == {} and result.last_hidden_state.shape == (b, n, c.hidden_size)

@@ -148,6 +148,39 @@ def layer_loop(step, carry, xs, unroll: bool = False, remat: bool = False):
     return carry, jax.tree.map(lambda *a: jnp.stack(a), *ys)
 
 
+def available_bytes() -> int | None:
+    """The memory free for a program's results now: on GPU/TPU the local devices' limits less what
+    they hold (``Device.memory_stats``), on CPU the host's ``MemAvailable`` (/proc/meminfo); None
+    where neither is known."""
+    stats = [d.memory_stats() for d in jax.local_devices()]
+    if all(s and "bytes_limit" in s for s in stats):
+        return sum(s["bytes_limit"] - s.get("bytes_in_use", 0) for s in stats)
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def check_fits(shapes, L: int, x0) -> None:
+    """Refuse, while the program is traced (before any compute), a forward whose stacked result
+    cannot fit: every layer's kept internals (``shapes``: one layer's, (b, ...)) and the hidden
+    states (L+1, b, n, D), against ``available_bytes``. Every layer's α alone is L·b·H·n²·4 bytes
+    (12 layers × 32 heads at 8,192 tokens: 103 GiB), where a layerwise reduction holds one layer's."""
+    kept = sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(shapes))  # one layer's, bytes
+    needed = L * kept + (L + 1) * x0.size * x0.dtype.itemsize
+    free = available_bytes()
+    if free is None or needed <= free:
+        return
+    gib = lambda v: f"{v / 2**30:.2f} GiB"
+    names = ", ".join(sorted(k for k in shapes if jax.tree.leaves(shapes[k]))) or "none"
+    raise ValueError(f"this forward keeps every layer's internals ({names}) and hidden states: {gib(needed)} for "
+                     f"{L} layers of a batch {tuple(x0.shape[:2])}, more than the {gib(free)} of memory available. "
+                     "Fix: internals=None (or only the internals you need: without 'weights'), fewer or shorter "
+                     "examples a call, or stream the layers: run_corpus with a layerwise method, or a forward's "
+                     "layer_totals= / layer_rows= callbacks that reduce each layer inside the layer loop")
+
+
 def _is_stacked(path) -> bool:
     """A leaf of the stacked layers: the layer stacks live in modules named ``layers``."""
     return any(getattr(k, "key", None) == "layers" for k in path)
@@ -244,6 +277,7 @@ def _run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, lay
                          f"shapes {jax.tree.map(lambda a: a.shape, shapes['layer_rows'])} for a batch of "
                          f"{x0.shape[0]}. Fix: sums over the examples go to layer_totals")
     L = jax.tree.leaves(stacked)[0].shape[0]
+    check_fits(shapes, L, x0)
     stacks = jax.tree.map(lambda a: jnp.zeros((L, *a.shape), a.dtype), shapes)  # (L, b, ...)
     hidden = jnp.zeros((L + 1, *x0.shape), x0.dtype).at[0].set(x0)  # (L+1, b, n, D)
 
