@@ -7,12 +7,13 @@ float32, and the checkpoint).
 
 The checkpoint is ``benchmarks/bench_scale.py``'s (``--shape 0.67b``: hidden 2,048, 12 layers, 32
 heads, 8 KV heads, 1.34 GB in bfloat16; made once under ``--cache``), loaded by ``jattn.load`` in
-its own dtype. Each case runs in a fresh interpreter (``PROBE``): the imports, the load, then the
-resident set as the baseline, then one random text of ``--tokens`` tokens through ``run_corpus``
-with ``LMAttention`` (``lm-attention``) or through ``jattn.importance`` (``importance``: every head's
-gradient, the next-token loss); the peak (``ru_maxrss``) minus the baseline is reported. ``--compile``
-reports instead XLA's buffer assignment of the case's jitted step (``memory_analysis``: temporary
-bytes, without running it), quick to compare at a mid-size length.
+its own dtype (``--dtype float32``: widened as it loads). Each case runs in a fresh interpreter
+(``PROBE``): the imports, the load, then the resident set as the baseline, then one random text of
+``--tokens`` tokens through ``run_corpus`` with ``LMAttention`` (``lm-attention``) or through
+``jattn.importance`` (``importance``: every head's gradient, the next-token loss); the peak
+(``ru_maxrss``) minus the baseline is reported. ``--compile`` reports instead XLA's buffer
+assignment of the case's jitted step (``memory_analysis``: temporary bytes, without running it),
+quick to compare at a mid-size length. ``--shape tiny`` runs in seconds (the test).
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ import numpy as np
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * resource.getpagesize()
-folder, case, n, compile_only = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
-import jax, jattn
+folder, case, n, compile_only, dtype = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]
+import jax, jax.numpy as jnp, jattn
 from jattn.analyses.lm_attention import LMAttention
 from jattn.runner import loop
 from jattn.sweeps.importance import HeadImportance
-model = jattn.load(folder, tokenizer=False)
+model = jattn.load(folder, tokenizer=False, **({} if dtype == "stored" else {"dtype": getattr(jnp, dtype)}))
 jax.block_until_ready(jax.tree.leaves(model.params))
 ids = np.random.default_rng(0).integers(3, model.config.vocab_size, (1, n)).astype(np.int32)
 batch = {"input_ids": ids, "attention_mask": np.ones((1, n), np.int32)}
@@ -67,10 +68,10 @@ print(json.dumps({**out, "seconds": time.perf_counter() - t0, "peak_above_model"
 """
 
 
-def measure(folder: Path, case: str, tokens: int, compile_only: bool) -> dict:
+def measure(folder: Path, case: str, tokens: int, compile_only: bool, dtype: str = "stored") -> dict:
     """One case in a fresh interpreter (``PROBE``) -> its JSON line."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's jattn
-    out = subprocess.run([sys.executable, "-c", PROBE, str(folder), case, str(tokens), str(int(compile_only))],
+    out = subprocess.run([sys.executable, "-c", PROBE, str(folder), case, str(tokens), str(int(compile_only)), dtype],
                          env=env, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"{case} at {tokens} tokens failed:\n{out.stderr[-3000:]}")
@@ -83,13 +84,16 @@ def main(argv=None):
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--shape", choices=sorted(SHAPES), default="0.67b")
     parser.add_argument("--compile", action="store_true", help="XLA's buffer sizes of the step, not run")
+    parser.add_argument("--dtype", choices=("stored", "float32"), default="stored",
+                        help="the parameters' dtype: the checkpoint's (bfloat16), or float32 (no per-program cast)")
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get("JATTN_CACHE", "~/.cache/jattn")).expanduser()
                         / "bench_scale")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     folder = make_checkpoint(args.shape, args.cache)
     r = {"case": args.case, "tokens": args.tokens, "shape": args.shape, "checkpoint_bytes": checkpoint_bytes(folder),
-         **measure(folder, args.case, args.tokens, args.compile)}
+         "dtype": args.dtype,
+         **measure(folder, args.case, args.tokens, args.compile, args.dtype)}
     gib = 2**30
     what = (f"temp {r['temp_bytes'] / gib:.2f} GiB" if args.compile else
             f"peak {r['peak_above_model'] / gib:.2f} GiB above the loaded model, {r['seconds']:.0f} s")

@@ -111,3 +111,17 @@ def test_forward_beyond_memory_refused_before_compute(lm, monkeypatch):
         lm.forward(batch)  # refused while the program is traced: nothing runs
     result = lm.forward(batch, internals=None)  # the hidden states fit
     assert result.internals == {} and result.last_hidden_state.shape == (b, n, c.hidden_size)
+
+
+def test_memory_benchmark_reports_peak_and_bound(tmp_path):
+    """``benchmarks/bench_scale_memory.py`` at the tiny shape: what it reports (numbers not judged)."""
+    pytest.importorskip("torch")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_scale_memory
+
+    r = bench_scale_memory.main(["--shape", "tiny", "--case", "lm-attention", "--tokens", "32", "--cache",
+                                 str(tmp_path)])
+    assert r["peak_above_model"] > 0 and r["layer_weights_bytes"] == 8 * 32 * 32 * 4 and r["dtype"] == "stored"
