@@ -9,7 +9,7 @@
 HF's own initialisation, saved to a temporary folder and read back by ``jattn.load(folder,
 tokenizer=False)`` and by HF with eager attention. Inputs: random token ids, no padding.
 
-  (a) The forward returning every internal: jattn ``Model.forward(batch, heads=("lm_logits",))``
+  (a) The forward returning every internal: jattn ``Model.forward(batch)``
       (``internals="all"``: α, values, contexts, head outputs, residuals, LayerNorm inputs and
       outputs, the FFN activation, the (L+1) hidden-state stack) against HF
       ``model(..., output_attentions=True, output_hidden_states=True)``; both return the next-token
@@ -123,8 +123,8 @@ def bench_forward(model, oracle, batch: dict, repeats: int, rounds: int) -> dict
     tb = torch_batch(batch)
 
     def ours():
-        out = model.forward(batch, heads=("lm_logits",))  # internals="all"
-        return np.asarray(out.lm_logits), np.asarray(out.attentions)  # (b, n, V), (L, b, H, n, n) on the host
+        out = model.forward(batch)  # internals="all"
+        return np.asarray(out.logits), np.asarray(out.attentions)  # (b, n, V), (L, b, H, n, n) on the host
 
     def lean():
         return np.asarray(model.forward(batch, internals=None).last_hidden_state)  # (b, n, D)

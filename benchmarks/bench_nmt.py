@@ -94,7 +94,7 @@ def bench(name: str, repeats: int, max_length: int) -> dict:
             hf(**tb, output_attentions=True, use_cache=False)
 
     def jattn_beam():
-        return ours.generate(batch["input_ids"], batch["attention_mask"], num_beams=4, max_length=max_length)
+        return ours.generate(batch["input_ids"], batch["attention_mask"], num_beams=4, max_length=max_length).sequences
 
     def hf_beam():
         with torch.no_grad():

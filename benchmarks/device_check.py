@@ -222,18 +222,18 @@ def lm(folder, S, dev, gemm) -> dict:
     batch = random_batch(s["vocab"], b, n, seed=0)
     jb, tb = {k: jnp.asarray(v) for k, v in batch.items()}, dev.to_torch(batch)
     terms = P.model_terms(model.config, n)
-    ours = model.forward(jb, heads=("lm_logits",))
+    ours = model.forward(jb)
     ref = hf_call(hf["eager"], tb, dev, output_attentions=True)()
     host = lambda t: t.float().cpu().numpy()
     gates = np.random.default_rng(0).uniform(size=(s["layers"], s["heads"])).astype(np.float32)
     with gated(hf["eager"], {"encoder": torch.tensor(gates, device=dev.torch)}):
         ref_gated = hf_call(hf["eager"], tb, dev)().logits
-    gated_ours = model.forward(jb, jattn.Interventions(head_gates=gates), heads=("lm_logits",), internals=None)
-    parity = {"logits": P.check(ours.lm_logits, host(ref.logits), terms),
+    gated_ours = model.forward(jb, jattn.Interventions(head_gates=gates), internals=None)
+    parity = {"logits": P.check(ours.logits, host(ref.logits), terms),
               "weights": P.check(ours.attentions, np.stack([host(a) for a in ref.attentions]), terms),
-              "gated": P.check(gated_ours.lm_logits, host(ref_gated), terms)}
-    fns = {"jattn_forward": lambda: done(model.forward(jb, heads=("lm_logits",))),
-           "jattn_lean": lambda: done(model.forward(jb, heads=("lm_logits",), internals=None)),
+              "gated": P.check(gated_ours.logits, host(ref_gated), terms)}
+    fns = {"jattn_forward": lambda: done(model.forward(jb)),
+           "jattn_lean": lambda: done(model.forward(jb, internals=None)),
            "hf_eager": hf_call(hf["eager"], tb, dev, output_attentions=True),
            "hf_eager_lean": hf_call(hf["eager"], tb, dev), "hf_sdpa": hf_call(hf["sdpa"], tb, dev)}
     D, F, L, V = s["hidden"], s["ffn"], s["layers"], s["vocab"]

@@ -56,9 +56,9 @@ def _real(a, mask, axis_b: int = 0, axis_q: int = 1):
 def check_lm_outputs(model, oracle, batch: dict) -> None:
     """Next-token logits, every hidden state and every layer's attention weights, real rows."""
     n, mask = batch["input_ids"].shape[1], batch["attention_mask"]
-    ours, ref = model.forward(batch, heads=("lm_logits",)), hf_lm_run(oracle, batch)
+    ours, ref = model.forward(batch), hf_lm_run(oracle, batch)
     terms = model_terms(model.config, n)
-    assert_close(_real(ours.lm_logits, mask), _real(ref.logits, mask), terms=terms, err_msg="logits")
+    assert_close(_real(ours.logits, mask), _real(ref.logits, mask), terms=terms, err_msg="logits")
     assert len(ref.attentions) == model.config.num_layers and len(ref.hidden_states) == model.config.num_layers + 1
     for layer, att in enumerate(ref.attentions):  # (b, H, q, k): real query rows
         assert_close(_real(ours.attentions[layer], mask, 0, 2), _real(att, mask, 0, 2), terms=terms,
@@ -73,10 +73,10 @@ def check_lm_gates(model, oracle, batch: dict) -> None:
 
     mask, terms = batch["attention_mask"], model_terms(model.config, batch["input_ids"].shape[1])
     for kind, g in gate_cases(model.config, batch).items():
-        ours = model.forward(batch, Interventions(head_gates=jnp.asarray(g)), heads=("lm_logits",), internals=None)
+        ours = model.forward(batch, Interventions(head_gates=jnp.asarray(g)), internals=None)
         with gated(oracle, {"encoder": torch.tensor(g)}):
             ref = hf_lm_run(oracle, batch)
-        assert_close(_real(ours.lm_logits, mask), _real(ref.logits, mask), terms=terms, err_msg=f"gates per {kind}")
+        assert_close(_real(ours.logits, mask), _real(ref.logits, mask), terms=terms, err_msg=f"gates per {kind}")
 
 
 @contextlib.contextmanager
@@ -125,11 +125,11 @@ def check_lm_disabled(model, oracle, batch: dict, values_slice=lambda out: out, 
     """Disabled heads (``causal_disabled``) against HF, the logits of the real rows."""
     heads = np.random.default_rng(seed).random((model.config.num_layers, model.config.num_heads)) < 0.5
     heads[0, 0] = True
-    ours = model.forward(batch, Interventions(disabled_heads=jnp.asarray(heads)), heads=("lm_logits",), internals=None)
+    ours = model.forward(batch, Interventions(disabled_heads=jnp.asarray(heads)), internals=None)
     with causal_disabled(oracle, heads, values_slice, model.config.attention_radius):
         ref = hf_lm_run(oracle, batch)
     mask = batch["attention_mask"]
-    assert_close(_real(ours.lm_logits, mask), _real(ref.logits, mask),
+    assert_close(_real(ours.logits, mask), _real(ref.logits, mask),
                  terms=model_terms(model.config, batch["input_ids"].shape[1]))
 
 
@@ -161,11 +161,11 @@ def check_generate(model, oracle, lengths, num_beams: int, max_new_tokens: int =
 
     ids, mask = left_padded(model.config, lengths)
     want = _hf_generate(model, oracle, ids, mask, num_beams, max_new_tokens, model.config.eos_token_id)
-    got = model.generate(ids, mask, max_new_tokens=max_new_tokens, num_beams=num_beams)
+    got = model.generate(ids, mask, max_new_tokens=max_new_tokens, num_beams=num_beams).sequences
     np.testing.assert_array_equal(got, want)
     eos = int(want[0, ids.shape[1] + 2])
     stopping = DecoderModel(dataclasses.replace(model.config, eos_token_id=eos), model.params, model.tokenizer)
     want = _hf_generate(model, oracle, ids, mask, num_beams, max_new_tokens, eos)
     assert num_beams > 1 or (want[:, ids.shape[1]:] == eos).any(), "the EOS run should stop a row"
-    np.testing.assert_array_equal(stopping.generate(ids, mask, max_new_tokens=max_new_tokens, num_beams=num_beams),
+    np.testing.assert_array_equal(stopping.generate(ids, mask, max_new_tokens=max_new_tokens, num_beams=num_beams).sequences,
                                   want)

@@ -33,7 +33,7 @@ def check_same_ids(model, hf, **search) -> np.ndarray:
     """Greedy / beam ids (``search``: num_beams, max_length, length_penalty) on a padded batch equal
     HF ``generate``'s. -> HF's ids (b, t)."""
     batch = padded_batch(model.config, seed=2, b=5)
-    ours = model.generate(batch["input_ids"], batch["attention_mask"], **search)
+    ours = model.generate(batch["input_ids"], batch["attention_mask"], **search).sequences
     ref = hf_generate(hf, batch, **search)
     assert ours.shape == ref.shape
     np.testing.assert_array_equal(ours, ref)
@@ -73,7 +73,7 @@ def check_generate_language(model, hf, code: int) -> None:
         np.testing.assert_array_equal(ours, ref)
         assert (ref[:, 1] == code).all()
         np.testing.assert_array_equal(model.generate(batch["input_ids"], batch["attention_mask"], num_beams=beams,
-                                                     max_length=10, forced_bos_token_id=code), ref)  # the model's
+                                                     max_length=10, forced_bos_token_id=code).sequences, ref)  # the model's
     with pytest.raises(ValueError, match="forced_bos_token_id=.* is not a target token id"):
         decode.generate(model.params, model.config, batch["input_ids"], batch["attention_mask"], max_length=10,
                         forced_bos_token_id=model.config.tgt_vocab_size)
@@ -121,7 +121,7 @@ def check_generate_gated(model, hf) -> None:
     batch = padded_batch(c, seed=6, b=4)
     gates = np.random.default_rng(2).uniform(0, 2, (c.decoder_layers, c.decoder_heads)).astype(np.float32)
     ours = model.generate(batch["input_ids"], batch["attention_mask"], max_length=12,
-                          interventions={"cross": Interventions(head_gates=gates)})
+                          interventions={"cross": Interventions(head_gates=gates)}).sequences
     with gated(hf, {"cross": torch.tensor(gates)}):
         ref = hf_generate(hf, batch, num_beams=1, max_length=12)
     np.testing.assert_array_equal(ours, ref)

@@ -57,14 +57,14 @@ def test_left_padded_logits_and_attentions_equal_unpadded_and_hf(gpt2):
     model, oracle = gpt2
     ids, mask = left_padded(model.config, LENGTHS)
     n, terms = ids.shape[1], model_terms(model.config, ids.shape[1])
-    out = model.forward({"input_ids": ids, "attention_mask": mask}, heads=("lm_logits",), internals=("weights",))
+    out = model.forward({"input_ids": ids, "attention_mask": mask}, internals=("weights",))
     ref = hf_forward(oracle, ids, mask)
     for i, k in enumerate(LENGTHS):
         real = slice(n - k, n)
         alone = model.forward({"input_ids": ids[i:, real][:1], "attention_mask": mask[i:, real][:1]},
-                              heads=("lm_logits",), internals=("weights",))
-        assert_close(out.lm_logits[i, real], alone.lm_logits[0], terms=terms, err_msg=f"row {i} logits")
-        assert_close(out.lm_logits[i, real], ref.logits[i, real].numpy(), terms=terms, err_msg=f"row {i} vs HF")
+                              internals=("weights",))
+        assert_close(out.logits[i, real], alone.logits[0], terms=terms, err_msg=f"row {i} logits")
+        assert_close(out.logits[i, real], ref.logits[i, real].numpy(), terms=terms, err_msg=f"row {i} vs HF")
         for layer, att in enumerate(ref.attentions):
             got = np.asarray(out.attentions[layer, i])[:, real, real]  # (H, k, k)
             assert_close(got, np.asarray(alone.attentions[layer, 0]), terms=terms, err_msg=f"row {i} layer {layer}")
@@ -77,14 +77,16 @@ def test_generate_attentions_equal_the_prompt_alone_and_hf(gpt2):
     with the mask-derived position ids."""
     model, oracle = gpt2
     ids, mask = left_padded(model.config, [6, 3])
-    out, att = model.generate(ids, mask, max_new_tokens=4, return_attentions=True)
+    gen = model.generate(ids, mask, max_new_tokens=4, return_attentions=True)
+    out, att = gen.sequences, gen.attentions
     full = np.concatenate([mask, np.ones((2, out.shape[1] - ids.shape[1]), mask.dtype)], axis=1)
     assert (out[:, ids.shape[1]:] != model.config.eos_token_id).all(), "a row stopped: pick another seed"
     ref = hf_forward(oracle, out, full)
     n, terms = out.shape[1], model_terms(model.config, out.shape[1])
     for i, k in enumerate([6 + 4, 3 + 4]):
         real = slice(n - k, n)
-        alone_ids, alone_att = model.generate(out[i:i + 1, n - k:ids.shape[1]], max_new_tokens=4, return_attentions=True)
+        alone = model.generate(out[i:i + 1, n - k:ids.shape[1]], max_new_tokens=4, return_attentions=True)
+        alone_ids, alone_att = alone.sequences, alone.attentions
         np.testing.assert_array_equal(alone_ids[0], out[i, real])
         for layer in range(model.config.num_layers):
             got = np.asarray(att[layer, i])[:, real, real]  # (H, k, k)
@@ -112,11 +114,10 @@ def loss_of(model):
             return (model.forward(batch, {"decoder": Interventions(head_gates=gates)}, internals=None).logits ** 2).sum()
 
         return loss, (c.decoder_layers, c.decoder_heads), batch
-    head = ("lm_logits",) if c.causal else ()
-    read = (lambda r: r.lm_logits) if c.causal else (lambda r: r.last_hidden_state)
+    read = (lambda r: r.logits) if c.causal else (lambda r: r.last_hidden_state)
 
     def loss(gates, batch):
-        return (read(model.forward(batch, Interventions(head_gates=gates), heads=head, internals=None)) ** 2).sum()
+        return (read(model.forward(batch, Interventions(head_gates=gates), internals=None)) ** 2).sum()
 
     return loss, (c.num_layers, c.num_heads), batch
 
@@ -193,5 +194,5 @@ def test_translate_refuses_a_forced_token_that_is_not_a_language_code(m2m):
         with pytest.raises(ValueError, match="forced_bos_token_id"):
             m2m.generate(np.full((1, 3), 10, np.int32), max_length=4, forced_bos_token_id=bad)
     code = tok.convert_tokens_to_ids(OTHER_LANG)
-    out = m2m.generate(np.full((1, 3), 10, np.int32), max_length=4, forced_bos_token_id=code)
+    out = m2m.generate(np.full((1, 3), 10, np.int32), max_length=4, forced_bos_token_id=code).sequences
     assert out[0, 1] == code

@@ -55,11 +55,11 @@ def test_bad_token_ids_never_generated(tiny):
 
     _, model, _ = tiny
     batch = padded_batch(model.config, seed=4, b=3)
-    free = model.generate(batch["input_ids"], batch["attention_mask"], max_length=10)
+    free = model.generate(batch["input_ids"], batch["attention_mask"], max_length=10).sequences
     banned = int(np.bincount(free[:, 1:].ravel()).argmax())  # the most frequent generated token
     if banned in (model.config.eos_token_id, model.config.pad_token_id):
         pytest.skip("the most frequent token is a special token")
     model2 = jattn.models.seq2seq.Seq2SeqModel(dataclasses.replace(model.config, bad_token_ids=(banned,)), model.params)
     for beams in (1, 3):
-        out = model2.generate(batch["input_ids"], batch["attention_mask"], num_beams=beams, max_length=10)
+        out = model2.generate(batch["input_ids"], batch["attention_mask"], num_beams=beams, max_length=10).sequences
         assert banned not in out[:, 1:]

@@ -45,7 +45,7 @@ def test_ids_equal_hf_and_one_sequence_ends_early(tiny, generated):
     np.testing.assert_array_equal(ours.sequences, ref.sequences.numpy())
     batch = generated[0]
     np.testing.assert_array_equal(ours.sequences, model.generate(batch["input_ids"], batch["attention_mask"],
-                                                                 max_length=MAX_LENGTH))
+                                                                 max_length=MAX_LENGTH).sequences)
     mask = ours.decoder_attention_mask
     assert mask[:, 0].all(), "the start token (Marian's pad id) is kept"
     assert (ours.sequences[:, 0] == model.config.pad_token_id).all()

@@ -293,7 +293,7 @@ def test_bleu_metric_equals_sentence_by_sentence_decoding(marian):
     hyps = []
     for src, _ in pairs:
         enc = model.tokenizer([src], return_tensors="np")
-        out = model.generate(enc["input_ids"], enc["attention_mask"], max_length=12, interventions=iv)
+        out = model.generate(enc["input_ids"], enc["attention_mask"], max_length=12, interventions=iv).sequences
         hyps += model.tokenizer.batch_decode(out.tolist(), skip_special_tokens=True)
     assert got == pytest.approx(sacrebleu.corpus_bleu(hyps, [[t for _, t in pairs]]).score, abs=1e-9)
 

@@ -40,8 +40,8 @@ def test_folder_reads_alike_in_hf_and_jattn(attention_only):
     tok = AutoTokenizer.from_pretrained(str(out))
     ids = np.asarray([[tok.bos_token_id] + tok("Two dogs run on the grass.")["input_ids"]], np.int32)
     model = jattn.load(out)
-    ours = np.asarray(model.forward({"input_ids": ids, "attention_mask": np.ones_like(ids)}, heads=("lm_logits",),
-                                    internals=None).lm_logits)
+    ours = np.asarray(model.forward({"input_ids": ids, "attention_mask": np.ones_like(ids)},
+                                    internals=None).logits)
     with torch.no_grad():
         ref = AutoModelForCausalLM.from_pretrained(str(out)).eval()(torch.tensor(ids, dtype=torch.long)).logits.numpy()
     assert_close(ours, ref, terms=model_terms(model.config, ids.shape[1]))
@@ -110,8 +110,8 @@ def test_repeat_losses_equal_a_loop(attention_only):
     T = 5
     ids = repeated_tokens(model.config.vocab_size, T, 3, seed=1, first=model.config.bos_token_id)  # (3, 11)
     got = repeat_losses(model.params, model.config, ids, T, offset=1)
-    logits = np.asarray(model.forward({"input_ids": ids, "attention_mask": np.ones_like(ids)}, heads=("lm_logits",),
-                                      internals=None).lm_logits, np.float64)  # (3, 11, V)
+    logits = np.asarray(model.forward({"input_ids": ids, "attention_mask": np.ones_like(ids)},
+                                      internals=None).logits, np.float64)  # (3, 11, V)
     logp = np.asarray(jax.nn.log_softmax(logits, -1))
     for r in range(3):
         nll = [-logp[r, t, ids[r, t + 1]] for t in range(ids.shape[1] - 1)]

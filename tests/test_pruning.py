@@ -225,8 +225,8 @@ def test_seq2seq_export_equals_masked(seq2seq, tmp_path):
     _close(out.logits, ref.logits, model.config, 9, 7)
     if kind == "marian":  # cached decoding with fewer decoder slots (1) than heads (2) of width d_model / 2
         ids, mask = batch["input_ids"], batch["attention_mask"]
-        np.testing.assert_array_equal(loaded.generate(ids, mask, max_length=8),
-                                      model.generate(ids, mask, max_length=8, interventions=masked))
+        np.testing.assert_array_equal(loaded.generate(ids, mask, max_length=8).sequences,
+                                      model.generate(ids, mask, max_length=8, interventions=masked).sequences)
 
 
 def test_seq2seq_bad_keep_masks(seq2seq):
@@ -280,8 +280,8 @@ def test_multi30k_half_pruned(tmp_path):
     ref, out = model.forward(batch, masked, internals=None), pruned.forward(batch, internals=None)
     _close(out.logits, ref.logits, model.config, *(batch[k].shape[1] for k in ("input_ids", "decoder_input_ids")))
     ids, mask = enc["input_ids"], enc["attention_mask"]
-    np.testing.assert_array_equal(pruned.generate(ids, mask, num_beams=4, max_length=32),
-                                  model.generate(ids, mask, num_beams=4, max_length=32, interventions=masked))
+    np.testing.assert_array_equal(pruned.generate(ids, mask, num_beams=4, max_length=32).sequences,
+                                  model.generate(ids, mask, num_beams=4, max_length=32, interventions=masked).sequences)
 
 
 def test_a_step_is_whole_heads_and_a_step_under_half_a_head_is_refused():

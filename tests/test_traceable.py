@@ -144,9 +144,9 @@ def test_generate_under_jit(marian):
     """Traced, the rows' lengths are values: the ids come untrimmed (b, max_length), equal to the
     eager ids padded with the fill; with attentions, a ``Generation`` pytree."""
     batch = padded_batch(marian.config, seed=2, b=3)
-    eager = marian.generate(batch["input_ids"], batch["attention_mask"], max_length=10)
-    jitted = np.asarray(jax.jit(lambda i, m: marian.generate(i, m, max_length=10))(batch["input_ids"],
-                                                                                    batch["attention_mask"]))
+    eager = marian.generate(batch["input_ids"], batch["attention_mask"], max_length=10).sequences
+    jitted = np.asarray(jax.jit(lambda i, m: marian.generate(i, m, max_length=10).sequences)(batch["input_ids"],
+                                                                                              batch["attention_mask"]))
     assert jitted.shape == (3, 10)
     np.testing.assert_array_equal(jitted[:, : eager.shape[1]], eager)
     assert (jitted[:, eager.shape[1]:] == marian.config.pad_token_id).all()

@@ -296,7 +296,7 @@ def test_translation_page_own_translation(tiny_marian):
     model = tiny_marian
     data = read_page(jattn.view(model, SOURCE, num_beams=2))
     src = np.asarray(model.tokenizer([SOURCE])["input_ids"])
-    ids = np.asarray(model.generate(src, np.ones_like(src), num_beams=2))[0]
+    ids = np.asarray(model.generate(src, np.ones_like(src), num_beams=2).sequences)[0]
     ends = np.nonzero(ids[1:] == model.config.eos_token_id)[0]
     ids = ids[: ends[0] + 2] if len(ends) else ids
     assert data["generated"] and data["tokens"]["target"] == model.tokenizer.convert_ids_to_tokens(ids.tolist())
@@ -363,7 +363,7 @@ def test_compare_translation_models(tiny_marian, tiny_marian_b):
     check_translation_views(tiny_marian_b, data["compare"]["views"], teacher_forced_batch(tiny_marian_b, SOURCE, TARGET))
     own = read_page(jattn.view(tiny_marian, SOURCE, num_beams=2, compare=tiny_marian_b))
     src = np.asarray(tiny_marian.tokenizer([SOURCE])["input_ids"])  # (1, s)
-    ids = np.asarray(tiny_marian.generate(src, np.ones_like(src), num_beams=2))[0]
+    ids = np.asarray(tiny_marian.generate(src, np.ones_like(src), num_beams=2).sequences)[0]
     ends = np.nonzero(ids[1:] == tiny_marian.config.eos_token_id)[0]
     ids = ids[: ends[0] + 2] if len(ends) else ids  # the first model's own translation, fed to both
     assert own["generated"] and own["tokens"]["target"] == tiny_marian_b.tokenizer.convert_ids_to_tokens(ids.tolist())

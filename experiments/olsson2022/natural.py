@@ -137,8 +137,8 @@ def _measure_stage(kind: str, seed: int):
         batch = lambda ids: {"input_ids": ids, "attention_mask": np.ones_like(ids)}  # noqa: E731
         m = {}
         for run_name in ("repeated", "broken"):
-            out = model.forward(batch(s[run_name]), heads=("lm_logits",), internals=None)
-            m[run_name] = np.asarray(second_copy_logprob({"lm_logits": out.lm_logits}, rows), float)  # (N,)
+            out = model.forward(batch(s[run_name]), internals=None)
+            m[run_name] = np.asarray(second_copy_logprob({"lm_logits": out.logits}, rows), float)  # (N,)
         path = path_patch(model, batch(s["broken"]), batch(s["repeated"]), second_copy_logprob,
                           [(l, h, "k") for l, h in receivers], batch_size=p["batch"], metric_inputs=rows,
                           per_example=True)["encoder"]  # (N, L, H)

@@ -33,10 +33,11 @@ class EncoderResult:
     stack: jax.Array | None  # (L+1, b, n, D) embeddings, then each layer's output; None when not asked for
     internals: dict  # per-layer attention internals, each (L, b, ...); see jattn.nn.encoder
     pooler_output: jax.Array | None  # (b, D) when the checkpoint has a pooler
-    logits: jax.Array | None = None  # (b, C) when the checkpoint has a classification head
+    # the checkpoint's task logits, as HF's model returns them: (b, C) a classifier's, (b, n, V) a causal LM's
+    # next-token logits (``DecoderModel.forward``: by default; its head "lm_logits")
+    logits: jax.Array | None = None
     mlm_logits: jax.Array | None = None  # (b, n, V) when asked: forward(heads=("mlm_logits",))
     replaced_token_logits: jax.Array | None = None  # (b, n) when asked: forward(heads=("replaced_token_logits",))
-    lm_logits: jax.Array | None = None  # (b, n, V) a causal LM's next-token logits: forward(heads=("lm_logits",))
 
     @property
     def hidden_states(self) -> jax.Array:  # (L+1, b, n, D)
@@ -126,7 +127,7 @@ def _recyclable(result, shape: tuple, internals) -> list:
                          f"{tuple(result.last_hidden_state.shape[:2])} and {sorted(has)}, this call "
                          f"{shape} and {sorted(names)}. Fix: recycle the previous result of the same call")
     arrays = jax.tree.leaves((result.last_hidden_state, result.stack, result.internals, result.pooler_output,
-                              result.logits, result.mlm_logits, result.replaced_token_logits, result.lm_logits))
+                              result.logits, result.mlm_logits, result.replaced_token_logits))
     if any(a.is_deleted() for a in arrays):
         raise ValueError("this result was already recycled (its arrays are deleted): recycle each result once")
     return arrays
@@ -244,7 +245,8 @@ class EncoderModel(ModuleModel):
         layer outputs); those not asked for are never written. None: the lean forward, the last
         hidden state (and pooler output, logits) only, as HF's model returns by default.
         ``heads``: names from ``jattn.nn.encoder.HEADS`` ("mlm_logits" (b, n, V),
-        "replaced_token_logits" (b, n)), the checkpoint's own heads' outputs, computed only when named.
+        "replaced_token_logits" (b, n), a causal LM's "lm_logits" (b, n, V), returned as ``logits``),
+        the checkpoint's own heads' outputs, computed only when named.
         ``compute_dtype``: float32 (default) or bfloat16 / float16 for the products and activations,
         the softmax kept in float32 (``docs/GUIDE.md``, Precision: bfloat16 moves α by up to ≈ 0.02).
 
@@ -268,16 +270,16 @@ class EncoderModel(ModuleModel):
             outputs, kept = _forward(*args, heads=heads)
         else:
             outputs, kept = _forward_into(*args, _recyclable(recycle, shape, internals), heads=heads)
-        return EncoderResult(outputs["last_hidden_state"], outputs.get(HIDDEN), kept,
-                             outputs.get("pooler_output"), outputs.get("logits"), outputs.get("mlm_logits"),
-                             outputs.get("replaced_token_logits"), outputs.get("lm_logits"))
+        logits = outputs.get("logits", outputs.get("lm_logits"))  # a classifier's (b, C) or a causal LM's (b, n, V)
+        return EncoderResult(outputs["last_hidden_state"], outputs.get(HIDDEN), kept, outputs.get("pooler_output"),
+                             logits, outputs.get("mlm_logits"), outputs.get("replaced_token_logits"))
 
     def classify(self, batch, interventions: Interventions | None = None) -> jax.Array:
         """A classifier's logits (b, C), jitted, evaluation mode: ``jattn.nn.encoder.classify``
         (the last layer on [CLS] only), equal to ``forward(...).logits`` at less cost."""
         if not self.config.num_labels:
             raise ValueError(f"{self.source or 'this model'} has no classification head (num_labels = 0). Fix: "
-                             "load a fine-tuned classifier or add a head with jattn.training.finetune.with_classifier")
+                             "load a fine-tuned classifier, or fine-tune one: jattn.finetune(model, task='sst2', out=FOLDER)")
         inputs = self.check_batch(batch)
         self.check_placement(inputs)
         return _classify(self.params, self.config, inputs, self.check_interventions(interventions,

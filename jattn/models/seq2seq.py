@@ -48,16 +48,21 @@ class Seq2SeqResult:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass
 class Generation:
-    """``Seq2SeqModel.generate(..., return_attentions=True)``: the ids and the attention weights they
-    were generated with, a pytree. Row t of a decoder or cross map is the step that chose
-    ``sequences[:, t + 1]``; rows after a sequence's EOS (``decoder_attention_mask`` 0) attend
-    only up to it, where HF's steps also attend to the padding fed after it."""
+    """What ``generate`` returns, for a causal LM (``DecoderModel``) and a translation model alike, with
+    the names of HF ``generate(return_dict_in_generate=True)``'s output; a pytree whose fields that do
+    not apply (or were not asked for) are None. With ``return_attentions=True``, the attention weights
+    the ids were generated with, from a teacher-forced pass over them: a causal LM's ``attentions``
+    over ``sequences`` (row t, t ≥ s - 1, the step that chose ``sequences[:, t + 1]``); a translation
+    model's maps, row t of a decoder or cross map the step that chose ``sequences[:, t + 1]``. Rows
+    after a sequence's EOS attend only up to it, where HF's steps also attend to the padding fed after it."""
 
-    sequences: np.ndarray | jax.Array  # (b, n) HF's layout: the start token, the generated ids, padding
-    decoder_attention_mask: np.ndarray | jax.Array  # (b, n - 1) 1 up to each row's EOS, the start token kept
-    encoder_attentions: jax.Array  # (L_enc, b, H, s, s)
-    decoder_attentions: jax.Array  # (L_dec, b, H, n - 1, n - 1)
-    cross_attentions: jax.Array  # (L_dec, b, H, n - 1, s)
+    sequences: np.ndarray | jax.Array  # (b, n) HF's layout: a causal LM's prompt, or a start token, then the new ids
+    attention_mask: np.ndarray | jax.Array | None = None  # (b, n) causal LM: 1 on real prompt and generated tokens
+    decoder_attention_mask: np.ndarray | jax.Array | None = None  # (b, n - 1) translation: 1 up to each row's EOS
+    attentions: jax.Array | None = None  # (L, b, H, n, n) a causal LM's
+    encoder_attentions: jax.Array | None = None  # (L_enc, b, H, s, s)
+    decoder_attentions: jax.Array | None = None  # (L_dec, b, H, n - 1, n - 1)
+    cross_attentions: jax.Array | None = None  # (L_dec, b, H, n - 1, s)
 
 
 @partial(jax.jit, static_argnames=("config", "compute_dtype", "internals"))
@@ -251,27 +256,37 @@ class Seq2SeqModel(ModuleModel):
 
         return seq2seq_alti_plus(self.params, self.config, self.check_batch(batch))
 
-    def generate(self, input_ids, attention_mask=None, num_beams: int = 1, max_length: int | None = None,
-                 length_penalty: float = 1.0, interventions=None, return_attentions: bool = False,
-                 forced_bos_token_id: int | None = None):
-        """Greedy (num_beams=1) or beam search; ids (b, n ≤ max_length) in HF's layout, a numpy
-        array (under ``jax.jit`` / ``vmap``: untrimmed (b, max_length), ``jattn.nn.decode.generate``).
-        ``max_length`` counts the start token; default min(128, the model's positions).
+    def generate(self, input_ids, attention_mask=None, *, max_new_tokens: int | None = None,
+                 max_length: int | None = None, num_beams: int = 1, length_penalty: float = 1.0, interventions=None,
+                 return_attentions: bool = False, forced_bos_token_id: int | None = None) -> Generation:
+        """Greedy (num_beams=1) or beam search, equal to HF ``generate(do_sample=False)``: a
+        ``Generation`` whose ``sequences`` (b, n) are HF's layout, the decoder start token then up to
+        ``max_new_tokens`` generated ids (HF's ``max_length`` = ``max_new_tokens`` + 1 counts the start
+        token; give one of them; default: up to min(128, the model's positions) in all), a numpy
+        array (under ``jax.jit`` / ``vmap``: untrimmed (b, max_length), ``jattn.nn.decode.generate``),
+        and ``decoder_attention_mask`` (b, n - 1), ``decode.generated_mask`` of ``sequences[:, :-1]``.
         ``interventions``: per attention type, per-head (L, H) arrays only.
         ``forced_bos_token_id``: the first generated token in place of the config's, e.g. a
         multilingual model's target language code (``tokenizer.convert_tokens_to_ids("fra_Latn")``),
         as HF ``generate(forced_bos_token_id=...)``.
 
-        ``return_attentions``: a ``Generation`` instead, the ids with the attention weights they
-        were generated with, of a teacher-forced forward over ``sequences[:, :-1]`` under
-        ``decode.generated_mask`` (the start token kept, the padding after each row's EOS masked);
-        for greedy search, rows up to each EOS equal HF ``generate(output_attentions=True)``'s steps."""
+        ``return_attentions``: also the attention weights the ids were generated with, of a
+        teacher-forced forward over ``sequences[:, :-1]`` under ``decoder_attention_mask`` (the start
+        token kept, the padding after each row's EOS masked); for greedy search, rows up to each EOS
+        equal HF ``generate(output_attentions=True)``'s steps."""
+        if max_new_tokens is not None and max_length is not None:
+            raise ValueError(f"max_new_tokens={max_new_tokens} and max_length={max_length} both given: they say the "
+                             "same (max_length = max_new_tokens + 1, the decoder start token). Fix: give one of them")
+        if max_new_tokens is not None:
+            max_length = validate.number("max_new_tokens", max_new_tokens, low=1, integer=True) + 1
         max_length = min(128, self.config.max_length) if max_length is None else max_length
         num_beams = validate.number("num_beams", num_beams, low=1, integer=True)
         max_length = validate.number("max_length", max_length, low=2, integer=True)
         length_penalty = validate.number("length_penalty", length_penalty)
         if max_length > self.config.max_length:
-            raise ValueError(f"max_length={max_length} exceeds the model's {self.config.max_length} positions")
+            raise ValueError(f"max_length={max_length} (the start token and {max_length - 1} new tokens) exceeds the "
+                             f"model's {self.config.max_length} positions. Fix: max_new_tokens="
+                             f"{self.config.max_length - 1} or fewer")
         if forced_bos_token_id is not None:
             forced_bos_token_id = self.check_language_code(forced_bos_token_id)
         if np.ndim(input_ids) == 3:
@@ -289,14 +304,14 @@ class Seq2SeqModel(ModuleModel):
         seqs = decode.generate(self.params, self.config, ids, mask, num_beams=num_beams, max_length=max_length,
                                length_penalty=length_penalty, interventions=iv,
                                forced_bos_token_id=forced_bos_token_id)  # (b, n)
-        if not return_attentions:
-            return seqs
         dec = seqs[:, :-1]  # (b, n - 1) the tokens fed: row t's attention chose seqs[:, t + 1]
         dec_mask = decode.generated_mask(self.config, dec)  # (b, n - 1)
+        if not return_attentions:
+            return Generation(seqs, decoder_attention_mask=dec_mask)
         forced = self.forward({"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec,
                                "decoder_attention_mask": dec_mask}, iv, internals=("weights",))
-        return Generation(seqs, dec_mask, forced.encoder_attentions, forced.decoder_attentions,
-                          forced.cross_attentions)
+        return Generation(seqs, decoder_attention_mask=dec_mask, encoder_attentions=forced.encoder_attentions,
+                          decoder_attentions=forced.decoder_attentions, cross_attentions=forced.cross_attentions)
 
     def check_language_code(self, token_id) -> int:
         """``forced_bos_token_id`` as an int, or an error: a non-integer, the tokenizer's unknown
@@ -361,5 +376,5 @@ class Seq2SeqModel(ModuleModel):
             pad_mask[: len(chunk), : ids.shape[1]] = mask
             gen = self.generate(pad_ids, pad_mask, num_beams=num_beams, max_length=max_length,
                                 length_penalty=length_penalty, forced_bos_token_id=forced_bos_token_id)
-            out += self.tokenizer.batch_decode(gen[: len(chunk)], skip_special_tokens=True)
+            out += self.tokenizer.batch_decode(gen.sequences[: len(chunk)], skip_special_tokens=True)
         return out

@@ -124,7 +124,7 @@ def seq2seq_maps(model, text: str, target: str | None, max_length: int, truncate
         dec = list(decoder_ids)
     elif target is None:
         out = np.asarray(model.generate(np.asarray([src]), np.ones((1, len(src)), np.int32), num_beams=num_beams,
-                                        max_length=min(max_length, c.max_length)))[0]
+                                        max_length=min(max_length, c.max_length)).sequences)[0]
         ends = np.nonzero(out[1:] == c.eos_token_id)[0]
         dec = out[: ends[0] + 2] if len(ends) else out
         target = model.tokenizer.decode(dec, skip_special_tokens=True)

@@ -181,7 +181,7 @@ def test_pruning_curve_and_bleu_metric(model):
     hyps = []
     for src, _ in data:
         enc = model.tokenizer([src], return_tensors="np")
-        out = model.generate(enc["input_ids"], enc["attention_mask"], max_length=12, interventions=iv)
+        out = model.generate(enc["input_ids"], enc["attention_mask"], max_length=12, interventions=iv).sequences
         hyps += model.tokenizer.batch_decode(out.tolist(), skip_special_tokens=True)
     assert got == pytest.approx(sacrebleu.corpus_bleu(hyps, [[t for _, t in data]]).score, abs=1e-9)
     history, seen = [], []

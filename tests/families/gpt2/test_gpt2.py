@@ -90,7 +90,8 @@ def test_generate_refuses_right_padding_and_returns_attentions(pair):
     ids, mask = left_padded(model.config, [5, 3])
     with pytest.raises(ValueError, match="left-padded"):
         model.generate(ids, mask[:, ::-1].copy(), max_new_tokens=3)
-    out, att = model.generate(ids, mask, max_new_tokens=3, return_attentions=True)
+    gen = model.generate(ids, mask, max_new_tokens=3, return_attentions=True)
+    out, att = gen.sequences, gen.attentions
     assert out.shape[1] <= ids.shape[1] + 3 and att.shape == (3, 2, 4, out.shape[1], out.shape[1])
     # the generated tokens' attention rows sum to 1 over the real keys at or before them
     np.testing.assert_allclose(np.asarray(att)[..., ids.shape[1]:, :].sum(-1), 1.0, rtol=1e-5)
@@ -111,5 +112,5 @@ def test_generate_with_gates_equals_hf_hooks(pair):
                                do_sample=False, max_new_tokens=6, pad_token_id=model.config.pad_token_id).numpy()
     from jattn import Interventions
 
-    got = model.generate(ids, mask, max_new_tokens=6, interventions=Interventions(head_gates=g))
+    got = model.generate(ids, mask, max_new_tokens=6, interventions=Interventions(head_gates=g)).sequences
     np.testing.assert_array_equal(got, want)
