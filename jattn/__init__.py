@@ -17,7 +17,7 @@ from jattn import host_memory  # keep_freed_memory(): for a program that owns it
 # the command line starts in a fraction of a second and takes Ctrl-C cleanly from its first moment.
 _PUBLIC = {"Interventions": "jattn.nn.interventions", "data_path": "jattn.io.manifest", "load": "jattn.models.load",
            "attributions": "jattn.analyses.attribution", "disable": "jattn.sweeps.disable",
-           "importance": "jattn.sweeps.importance", "norms": "jattn.analyses.norms",
+           "importance": "jattn.sweeps.importance", "norms": "jattn.analyses.norms", "finetune": "jattn.training.finetune",
            "attribution_patch_heads": "jattn.sweeps.patching", "patch_heads": "jattn.sweeps.patching",
            "prune": "jattn.sweeps.pruning_curve", "run_corpus": "jattn.runner.loop", "view": "jattn.viz.view"}
 

@@ -31,7 +31,7 @@ from jattn.io import validate
 from jattn.training.losses import classification_loss
 from jattn.nn import encoder
 from jattn.nn import state as nn_state
-from jattn.runner.batcher import bucket_length, pad_rows
+from jattn.training.batches import encode, length_batches, pad_batch  # noqa: F401  (public here)
 from jattn.training.trainer import Checkpointed, Resumable, stop_requests
 
 __all__ = ["encode", "finetune", "finetune_task", "FinetuneConfig", "length_batches", "pad_batch"]
@@ -88,45 +88,6 @@ def with_classifier(model, num_labels: int, seed: int = 0):
     params = {k: (old[k] if k in old else v) for k, v in fresh.items() if k != "classifier"}
     params["classifier"] = fresh["classifier"]
     return EncoderModel(config, nn_state.from_arrays(config, params), model.tokenizer, model.source)
-
-
-def encode(tokenizer, texts: list[str], max_length: int) -> list[np.ndarray]:
-    """Token ids per text ([CLS] text [SEP]); a text longer than ``max_length`` is an error (no
-    silent truncation) that names how many are too long."""
-    ids = [np.asarray(x, np.int32) for x in tokenizer(list(texts), truncation=False)["input_ids"]]
-    if too_long := [i for i, x in enumerate(ids) if len(x) > max_length]:
-        raise ValueError(f"{len(too_long)} text(s) exceed max_length={max_length} tokens (first: #{too_long[0]}, "
-                         f"{len(ids[too_long[0]])} tokens). Fix: raise max_length or shorten them")
-    return ids
-
-
-def length_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
-    """Shuffled, length-bucketed batches of example indices: shuffle, sort chunks of 50 batches by
-    length, cut into batches, shuffle the batches. Deterministic in (seed, epoch)."""
-    rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(len(lengths))
-    chunk = 50 * batch_size
-    batches = []
-    for s in range(0, len(order), chunk):
-        part = order[s: s + chunk]
-        part = part[np.argsort(lengths[part], kind="stable")]
-        batches += [part[i: i + batch_size] for i in range(0, len(part), batch_size)]
-    return [batches[i] for i in rng.permutation(len(batches))]
-
-
-def pad_batch(ids: list[np.ndarray], labels: np.ndarray, idx: np.ndarray, batch_size: int, pad_id: int,
-              max_length: int) -> dict:
-    """A fixed-size batch (``jattn.runner.batcher``'s padding and buckets): rows padded to the
-    smallest bucket length that fits, missing rows of a last batch with weight 0 (so shapes, and
-    compiled programs, come from a small set)."""
-    n = bucket_length(max(len(ids[i]) for i in idx), max_length)
-    input_ids, mask = pad_rows([ids[i] for i in idx], batch_size, n, pad_id)  # (B, n)
-    mask[len(idx):, 0] = 1  # empty rows attend to one (pad) token: finite, and weighted 0 below
-    label = np.zeros(batch_size, np.int32)
-    label[: len(idx)] = labels[idx]
-    weight = (np.arange(batch_size) < len(idx)).astype(np.float32)  # (B,)
-    return {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids),
-            "labels": label, "weights": weight}
 
 
 @functools.lru_cache(maxsize=8)
@@ -186,7 +147,7 @@ class ClassifierTrainer(Checkpointed):
 
     def __init__(self, model, fc: FinetuneConfig, workdir, train: list[tuple[str, int]], dev=None, metric=None):
         if not model.config.num_labels:
-            raise ValueError("the model has no classification head. Fix: jattn.training.finetune.with_classifier(model, n)")
+            raise ValueError("the model has no classification head. Fix: with_classifier(model, n) first")
         self.model, self.fc, self.metric = model, fc, metric
         self.config, self.pad_id = model.config, model.config.pad_token_id
         self.ids = encode(model.tokenizer, [t for t, _ in train], fc.max_length)
@@ -300,6 +261,19 @@ def save_classifier(model, folder, label_names: list[str] | None = None) -> Path
     return folder
 
 
+def check_exportable(model, n_labels: int, label_names=None) -> None:
+    """Refuse, before any training, a family whose export has no classification head to load."""
+    from jattn import families
+
+    export = families.get(model.config.model_type).to_hf_config
+    config = dataclasses.replace(model.config, num_labels=n_labels)
+    architecture = export(config, label_names)["architectures"][0] if export else "no export"
+    if not architecture.endswith("ForSequenceClassification"):
+        raise ValueError(f"{model.config.model_type} models are exported as {architecture}, without a classification "
+                         "head, so the fine-tuned classifier could not be loaded. Fix: fine-tune an encoder of "
+                         "another family (the default model is one)")
+
+
 def check_labels(train, dev, label_names=None) -> int:
     """The number of classes: ``len(label_names)``, else 0..max of the training labels, every one of
     which must occur (a gap means a mislabelled file); dev labels must lie in that range."""
@@ -327,15 +301,29 @@ def check_labels(train, dev, label_names=None) -> int:
 LABEL_NAMES = {"sst2": ["negative", "positive"], "cola": ["unacceptable", "acceptable"]}
 
 
-def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out, *, metric_name="accuracy",
-             label_names: list[str] | None = None, fc: FinetuneConfig = FinetuneConfig(), workdir=None,
-             max_steps: int | None = None, progress: bool = True, report=None) -> dict:
-    """Fine-tune ``base`` (a path, hub id, ``EncoderModel``, or None for the embedded MiniLM) on
-    (text, label) pairs, export the final model to ``out`` as a HF folder with a ``DONE`` marker
-    and ``finetune.json`` (dev metric per epoch, train seconds), and return that record. Resumes
-    from ``workdir`` (default: ``out`` + "-work"); an ``out`` that is already ``DONE`` is returned
-    as it is. ``report(folder, record)``, if given, writes more files into the finished folder
-    before it is published (the command line's report.md and figures)."""
+def finetune(base, train: list[tuple[str, int]] | None = None, dev: list[tuple[str, int]] | None = None, out=None, *,
+             task: str | None = None, metric_name="accuracy", label_names: list[str] | None = None,
+             fc: FinetuneConfig = FinetuneConfig(), workdir=None, max_steps: int | None = None, progress: bool = True,
+             report=None) -> dict:
+    """Fine-tune ``base`` (a path, hub id, ``EncoderModel``, or None for the embedded MiniLM) as a sequence
+    classifier, ``jattn finetune`` from Python (public as ``jattn.finetune``): on GLUE ``task`` ("sst2" |
+    "cola", ``finetune_task``: its splits, metric and label names) or on (text, label) pairs ``train``
+    and ``dev`` (``metric_name``, ``label_names``: the classes' names, default LABEL_0, ...). Exports the
+    final model to ``out`` as a HF folder that ``jattn.load`` and transformers'
+    ``AutoModelForSequenceClassification.from_pretrained`` read with its head (``<Family>ForSequence
+    Classification``, ``id2label``, ``label2id``), with a ``DONE`` marker and ``finetune.json`` (dev
+    metric per epoch, train seconds), and returns that record. Resumes from ``workdir`` (default:
+    ``out`` + "-work"); an ``out`` that is already ``DONE`` is returned as it is. ``report(folder,
+    record)``, if given, writes more files into the finished folder before it is published."""
+    if out is None:
+        raise ValueError("out= is required: the folder the fine-tuned classifier is exported to")
+    if task is not None:
+        if train is not None or dev is not None:
+            raise ValueError("task= and train=/dev= both given. Fix: give a GLUE task, or your own train and dev")
+        return finetune_task(task, out, base=base, fc=fc, workdir=workdir, max_steps=max_steps, progress=progress,
+                             report=report)
+    if train is None or dev is None:
+        raise ValueError("no data: give task= ('sst2' or 'cola'), or train= and dev=, lists of (text, label)")
     from jattn.io import glue, results
     from jattn.models.load import load
 
@@ -355,6 +343,7 @@ def finetune(base, train: list[tuple[str, int]], dev: list[tuple[str, int]], out
     model = base if hasattr(base, "config") else load(base)
     validate.model_kind(model, "encoder", "fine-tuning a classifier")
     check_bidirectional(model, "base (--model)")
+    check_exportable(model, n_labels, label_names)
     with results.Output(out, option="out", switch=None) as output:  # locked: one run per folder; replaced whole
         model = with_classifier(model, n_labels, fc.seed)
         trainer = ClassifierTrainer(model, fc, workdir or out.with_name(out.name + "-work"), train, dev,
