@@ -12,7 +12,9 @@ tensor, and its first forward includes compiling it. Compare load + first forwar
 
 Shapes (``SHAPES``): ``0.67b`` is the model of the scale issue (hidden 2,048, 12 layers, 32 heads,
 8 KV heads, FFN 5,632, vocabulary 32,000; 1.34 GB in bfloat16, three shards); ``tiny`` runs in
-seconds (the test). Checkpoints are made once and kept under ``--cache``. ``--mesh N`` loads onto
+seconds (the test). Checkpoints are made once and kept under ``--cache``. ``orbax`` rows restore
+the same parameters from jattn's orbax conversion cache (``jattn.load(use_cache=True)``, made by
+a first call) straight onto the devices, beside the safetensors stream (``jattn`` rows). ``--mesh N`` loads onto
 an N-device mesh (``model`` axis N) of faked CPU devices (``--xla_force_host_platform_device_count``).
 """
 
@@ -52,7 +54,7 @@ else:
     import jax, jattn, jattn.models
     mesh = jax.make_mesh((1, devices), ("data", "model")) if devices > 1 else None
     base = rss(); t0 = time.perf_counter()
-    model = jattn.load(folder, tokenizer=False, mesh=mesh)
+    model = jattn.load(folder, tokenizer=False, mesh=mesh, use_cache=who == "orbax")
     jax.block_until_ready(jax.tree.leaves(model.params))
     dtypes = sorted({str(p.dtype) for p in jax.tree.leaves(model.params)})
 seconds = time.perf_counter() - t0
@@ -92,7 +94,8 @@ def make_checkpoint(shape: str, cache: Path) -> Path:
 
 
 def measure(folder: Path, who: str, devices: int = 1) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}  # this checkout's jattn
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),  # this checkout's jattn
+           "JATTN_CACHE": str(folder.parent / "jattn-cache")}  # the orbax conversion cache beside the checkpoint
     if devices > 1:
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
     out = subprocess.run([sys.executable, "-c", PROBE, str(folder), who, str(devices)], env=env,
@@ -110,7 +113,9 @@ def run(shape: str, meshes: list[int], cache: Path, repeats: int = 1) -> dict:
     folder = make_checkpoint(shape, cache)
     size = checkpoint_bytes(folder)
     rows = []
-    for who, devices in [("hf", 1)] + [("jattn", d) for d in meshes]:
+    for who, devices in [("hf", 1)] + [(w, d) for d in meshes for w in ("jattn", "orbax")]:
+        if who == "orbax":  # the conversion cache made first (jattn.load(use_cache=True) converts and saves)
+            measure(folder, who, 1)
         for r in range(repeats):
             m = measure(folder, who, devices)
             rows.append({"who": who, "devices": devices, "repeat": r, **m,

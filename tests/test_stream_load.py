@@ -133,23 +133,33 @@ def test_eager_state_dict_conversion_is_unchanged(llama_bf16):
 MESH_PROBE = r"""
 import json, sys, jax, numpy as np, jattn
 mesh = jax.make_mesh((1, 2), ("data", "model"))
-streamed = jattn.load(sys.argv[1], tokenizer=False, mesh=mesh)
-placed = jattn.load(sys.argv[1], tokenizer=False).shard(mesh)
-a = jax.tree_util.tree_flatten_with_path(streamed.params)[0]
-b = jax.tree.leaves(placed.params)
-print(json.dumps([[jax.tree_util.keystr(p), x.sharding == y.sharding, bool(np.array_equal(np.asarray(x), np.asarray(y))),
-                   len(x.sharding.device_set)] for (p, x), y in zip(a, b)]))
+folder, cache = sys.argv[1], sys.argv[2]
+placed = jattn.load(folder, tokenizer=False).shard(mesh)
+streamed = jattn.load(folder, tokenizer=False, mesh=mesh)
+jattn.load(folder, tokenizer=False, use_cache=True, cache_dir=cache)  # converted into the orbax cache
+restored = jattn.load(folder, tokenizer=False, use_cache=True, cache_dir=cache, mesh=mesh, verbose=True)
+rows = []
+for name, model, like in (("streamed", streamed, placed), ("restored", restored, placed)):
+    for (p, x), y in zip(jax.tree_util.tree_flatten_with_path(model.params)[0], jax.tree.leaves(like.params)):
+        rows.append([name, jax.tree_util.keystr(p), x.sharding == y.sharding,
+                     bool(np.array_equal(np.asarray(x), np.asarray(y))), len(x.sharding.device_set)])
+print(json.dumps(rows))
 """
 
 
-def test_mesh_load_places_each_parameter_as_shard_does(llama_bf16):
+def test_mesh_load_places_each_parameter_as_shard_does(llama_bf16, tmp_path):
+    """Streamed from safetensors and restored from the orbax conversion cache, each straight onto a
+    2-device mesh in the checkpoint's dtype: every parameter placed and valued as ``model.shard``
+    places the same parameters."""
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", MESH_PROBE, str(llama_bf16)], env=env, capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", MESH_PROBE, str(llama_bf16), str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
+    assert "restored from" in out.stdout  # the second cached load read orbax's files, not the checkpoint
     rows = json.loads(out.stdout.strip().splitlines()[-1])
-    assert rows and all(same_sharding and same for _, same_sharding, same, _ in rows), rows
-    assert any("kernel" in key for key, *_ in rows)
+    assert {name for name, *_ in rows} == {"streamed", "restored"}
+    assert all(same_sharding and same for _, _, same_sharding, same, _ in rows), rows
+    assert any("kernel" in key and devices == 2 for _, key, *_, devices in rows)
 
 
 def test_bench_scale_measures_both_loaders_on_a_tiny_checkpoint(tmp_path):
@@ -160,5 +170,5 @@ def test_bench_scale_measures_both_loaders_on_a_tiny_checkpoint(tmp_path):
         sys.path.pop(0)
     result = bench_scale.run("tiny", [1], tmp_path)
     who = {r["who"] for r in result["rows"]}
-    assert who == {"hf", "jattn"} and result["shards"] > 1
+    assert who == {"hf", "jattn", "orbax"} and result["shards"] > 1
     assert all(r["dtypes"] in (["bfloat16"], ["torch.bfloat16"]) for r in result["rows"])

@@ -124,10 +124,13 @@ def save_params(path: Path, params) -> None:
         quiet.setLevel(level)
 
 
-def restore_params(path: Path, config=None):
+def restore_params(path: Path, config=None, placement=None):
     """The saved parameters, verified against the stored checksum and format marker: with
     ``config``, as that config's module state (``nnx.State``, checked array by array against the
-    module); without, as a nested dict of numpy arrays."""
+    module); without, as a nested dict of numpy arrays. ``placement(shapes)``: called with the
+    stored arrays' shapes (a nested dict of ``jax.ShapeDtypeStruct``), returns ``path -> Sharding``;
+    orbax then reads each array straight onto its devices, each device its own slices, and the
+    result holds jax arrays (the parameters of a model on a mesh, never whole on one device)."""
     import orbax.checkpoint as ocp
 
     from jattn.nn import state
@@ -147,12 +150,20 @@ def restore_params(path: Path, config=None):
         raise StaleCacheError(f"{path} holds the layout {found!r}; this jattn reads {FORMAT!r}")
     try:
         checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
-        restored = checkpointer.restore(path)
+        if placement is None:
+            restored = checkpointer.restore(path)
+        else:
+            shapes = jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype),
+                                  checkpointer.metadata(path).item_metadata.tree)
+            where = placement(shapes)
+            target = jax.tree_util.tree_map_with_path(
+                lambda p, a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=where(tuple(k.key for k in p))), shapes)
+            restored = checkpointer.restore(path, args=ocp.args.StandardRestore(target))
         checkpointer.close()
     except Exception as e:
         raise CacheError(f"{path} cannot be read ({e.__class__.__name__}: "
                          f"{str(e).splitlines()[0] if str(e) else ''})") from None
-    arrays = jax.tree.map(np.asarray, restored)
+    arrays = restored if placement is not None else jax.tree.map(np.asarray, restored)
     if config is None:
         return arrays
     try:

@@ -164,14 +164,13 @@ def _transformed_shape(p: Pending) -> tuple[int, ...]:
 
 
 def realize(tree):
-    """A tree of ``Pending`` / ``Stacked`` leaves read into host numpy arrays (the eager path)."""
+    """A tree of ``Pending`` / ``Stacked`` leaves read into host numpy arrays (the eager path; each
+    tensor checked finite as read, ``NonFinite``)."""
     if isinstance(tree, dict):
         return {k: realize(v) for k, v in tree.items()}
     if isinstance(tree, Stacked):
-        return np.stack([realize(x) for x in tree.items])
-    if isinstance(tree, Pending):
-        return tree.read()
-    return np.asarray(tree)
+        return on_bits(lambda *xs: np.stack(xs), *(realize(x) for x in tree.items))
+    return _read(tree)
 
 
 @functools.partial(jax.jit, donate_argnums=0)

@@ -30,7 +30,7 @@ from jattn.models.base import NoTokenizer
 from jattn.models.encoder import EncoderModel
 from jattn.models.decoder import DecoderModel
 from jattn.models.seq2seq import Seq2SeqModel
-from jattn.io.hf import ConversionError, open_state_dict, read_config, read_state_dict, resolve, weight_files
+from jattn.io.hf import ConversionError, open_state_dict, read_config, resolve, weight_files
 from jattn.nn import encoder, state as nn_state
 
 
@@ -108,12 +108,16 @@ def check_finite(state: dict, source) -> None:
                               "or fix the training run that wrote it")
 
 
-def _cached_model(cached: Path, family, folder: Path, config, tokenizer, source: str):
-    """The model from the cache entry ``cached`` if it is sound and holds this model's parameters,
-    else converted (and cached when the cache folder can be written). -> (model, how)."""
+def _cached_model(cached: Path, family, folder: Path, config, tokenizer, source: str, mesh=None):
+    """The model from the cache entry ``cached`` if it is sound and holds this model's parameters
+    (restored with orbax straight onto its devices: ``mesh``'s, each its slices, else the default one), else
+    converted (and cached when the cache folder can be written). -> (model, how)."""
     if cached.exists():
         try:
-            params = checkpoints.restore_params(cached)
+            one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+            placement = (lambda shapes: lambda path: one) if mesh is None else (
+                lambda shapes: shardings(wrap_config(family, config, shapes), mesh).__getitem__)
+            params = checkpoints.restore_params(cached, placement=placement)
             try:  # the arrays decide the module's heads (pooler, MLM, classifier): build it to check them
                 return wrap(family, config, params, tokenizer, source), f"restored from {cached}"
             except ValueError as e:  # a sound entry in another layout; the message lists what differs
@@ -125,9 +129,14 @@ def _cached_model(cached: Path, family, folder: Path, config, tokenizer, source:
         except checkpoints.CacheError as e:
             warn_once(str(cached), f"the conversion cache is damaged ({e}); converting again")
             checkpoints.remove(cached)
-    state = read_state_dict(folder)  # a PyTorch pickle: read whole (it cannot be read in parts)
-    check_finite(state, folder)
-    params = family.convert(state, config, source)
+    state = open_state_dict(folder)  # safetensors: each tensor in its own dtype; a pickle: read whole, float32
+    if not any(tensors.is_lazy(v) for v in state.values()):
+        check_finite(state, folder)
+    try:
+        params = tensors.realize(family.convert(state, config, source))
+    except tensors.NonFinite as e:
+        raise ConversionError(f"{source}: NaN or inf weights in {e}. Fix: download the checkpoint again, "
+                              "or fix the training run that wrote it") from None
     try:
         checkpoints.save_params(cached, params)
     except checkpoints.CacheError as e:
@@ -189,7 +198,7 @@ def load(name_or_path=None, *, tokenizer: bool = True, cache_dir=None, use_cache
     if use_cache:
         cached = Path(cache_dir or checkpoints.default_cache_dir()) / "converted" / \
             f"{model_type}-{checkpoints.source_key(files)}"
-        model, how = _cached_model(cached, family, folder, config, tokenizer, source)
+        model, how = _cached_model(cached, family, folder, config, tokenizer, source, mesh)
         if dtype is not None:
             nnx.update(model.module, jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating)
                                                   else x, model.params))
@@ -213,7 +222,7 @@ def streamed(family, config, folder: Path, tokenizer, source: str, mesh=None, dt
     tree = family.convert(state, config, source)
     where = None
     if mesh is not None:
-        specs = placement(wrap_config(family, config, tree), mesh)
+        specs = shardings(wrap_config(family, config, tree), mesh)
         where = lambda path: specs[path]  # noqa: E731
     total = tensors.count(tree)
     with tqdm(total=total, desc=f"loading {Path(source).name}", unit="tensor", leave=False,
@@ -238,7 +247,7 @@ def wrap_config(family, config, tree):
     return config if family.shape == "encoder-decoder" else encoder.with_heads(config, tree)
 
 
-def placement(config, mesh) -> dict:
+def shardings(config, mesh) -> dict:
     """Each parameter's ``NamedSharding`` on ``mesh`` by its partitioning metadata, keyed by its path
     in the converted tree (``jattn.nn.state.partition_specs``; a mesh axis that does not divide the
     heads or FFN columns is an error before anything is read)."""
