@@ -49,7 +49,7 @@ epochs on 1,000 sentences) + 520 s (10 + 10 LitBank documents) + 350 s (100 + 25
 40 min; MiniLM ≈ 13 min; ≈ 53 min in all (budget 75 min; at load 20 ≈ 1.7× that). Quick
 profile: 91 s of stage time at load 15 (MiniLM).
 
-Run: ``jattn reproduce clark`` (full profile, into ``experiments/results/``);
+Run: ``jattn reproduce clark --publish`` (full profile, into ``experiments/results/``; or ``--out FOLDER``);
 ``jattn reproduce clark --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 

@@ -15,7 +15,7 @@ folder. Per model and task, one claim: the dev metric (SST-2 accuracy, CoLA Matt
 on the in-domain dev set) as the mean over seeds with a Student-t interval, beside the majority
 class of the training split; the per-seed dev predictions are the claim's file.
 
-Run: ``jattn reproduce finetune`` (full profile, into ``experiments/results/``);
+Run: ``jattn reproduce finetune --publish`` (full profile, into ``experiments/results/``; or ``--out FOLDER``);
 ``jattn reproduce finetune --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 

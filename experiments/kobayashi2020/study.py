@@ -59,7 +59,7 @@ familiarity check on 1,000 Multi30k pairs) 406 s at load ~21. Full profile: ≈ 
 6-11 (MPNet ≈ 10 min + 2 min of claims, MiniLM ≈ 3 min + 2 min, alignment ≈ 3 min), ≈ 50 min
 at load ~20; the budget is 45 min. Quick profile: 91 s of stage time at load ~19 (23 s of CPU).
 
-Run: ``jattn reproduce kobayashi`` (full profile, into ``experiments/results/``);
+Run: ``jattn reproduce kobayashi --publish`` (full profile, into ``experiments/results/``; or ``--out FOLDER``);
 ``jattn reproduce kobayashi --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 

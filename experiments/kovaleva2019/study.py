@@ -51,7 +51,7 @@ profile: MiniLM, seeds 0-1, 12 dev sentences of ≤ 16 tokens per task for the s
 length bucket: one compile per program) and 24 for the maps, a 40-step CNN: 80 s of stage time
 at load average ~8, most of it compiling.
 
-Run: ``jattn reproduce kovaleva`` (full profile, into ``experiments/results/``);
+Run: ``jattn reproduce kovaleva --publish`` (full profile, into ``experiments/results/``; or ``--out FOLDER``);
 ``jattn reproduce kovaleva --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 

@@ -32,7 +32,7 @@ by every order) after 1,000 importance examples (forward + backward). MPNet: 4.3
 dev sentences) and 10.5 min (SST-2, 872) a seed; MiniLM 0.7 and 1.6 min a seed.
 Quick profile: MiniLM, 32 importance sentences, 64 dev sentences, 2 seeds.
 
-Run: ``jattn reproduce michel`` (full profile, into ``experiments/results/``);
+Run: ``jattn reproduce michel --publish`` (full profile, into ``experiments/results/``; or ``--out FOLDER``);
 ``jattn reproduce michel --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 

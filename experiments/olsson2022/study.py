@@ -61,7 +61,7 @@ seed costs minutes, and the rules below were left as they were):
 - path: reproduced when P's effect through I's keys has an interval below (more negative than) that
   of a random other head of the layers below I's through the same keys.
 
-Run: ``jattn reproduce induction`` (full profile, into ``experiments/results/``);
+Run: ``jattn reproduce induction --publish`` (full profile, into ``experiments/results/``; or ``--out FOLDER``);
 ``jattn reproduce induction --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 
@@ -136,7 +136,7 @@ def _scores(model, ids: np.ndarray, length: int, batch: int) -> dict[str, np.nda
     for start in range(0, len(ids), batch):
         rows = ids[start:start + batch]  # (b, n)
         weights = model.forward({"input_ids": rows, "attention_mask": np.ones_like(rows)},
-                                internals=("weights",)).attentions  # (L, b, H, n, n)
+                                internals=("weights",), heads=()).attentions  # (L, b, H, n, n); no logits
         out.append({k: np.asarray(v) for k, v in head_scores(weights, length, offset=1).items()})  # each (b, L, H)
     return {k: np.concatenate([o[k] for o in out]) for k in out[0]}
 

@@ -69,7 +69,7 @@ many as the GAP development rows give (2.1 min MiniLM, 19.3 min MPNet measured o
 nearest-name rule). Quick: 12 MiniLM pairs
 of ≤ 64 tokens.
 
-Run: ``jattn reproduce patching`` (full profile, into ``experiments/results/``);
+Run: ``jattn reproduce patching --publish`` (full profile, into ``experiments/results/``; or ``--out FOLDER``);
 ``jattn reproduce patching --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 

@@ -69,7 +69,7 @@ updates (the REPORT's table).
 Quick profile: a 1 + 1-layer, 2-head model trained in the work folder on 300 pairs, 2 λ, 20
 updates, 24 test sentences, beam 2: the pipeline end to end, not the paper's numbers.
 
-Run: ``jattn reproduce voita`` (full profile, into ``experiments/results/``);
+Run: ``jattn reproduce voita --publish`` (full profile, into ``experiments/results/``; or ``--out FOLDER``);
 ``jattn reproduce voita --quick`` (small subsets, into ``results/reproduce-quick/``).
 """
 
