@@ -78,7 +78,7 @@ def induction_scores(model, length: int = 24, count: int = 64, seed: int = 0, ba
     for start in range(0, count, batch_size):
         rows = ids[start:start + batch_size]  # (b, n)
         weights = model.forward({"input_ids": rows, "attention_mask": np.ones_like(rows)},
-                                internals=("weights",)).attentions  # (L, b, H, n, n)
+                                internals=("weights",), heads=()).attentions  # (L, b, H, n, n); no logits
         out.append(jax.tree.map(np.asarray, head_scores(weights, length, offset)))
     return {k: np.concatenate([o[k] for o in out]) for k in out[0]}
 

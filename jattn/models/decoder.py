@@ -63,8 +63,8 @@ class DecoderModel(EncoderModel):
             raise ValueError(f"max_new_tokens={max_new_tokens} and max_length={max_length} both given: they say the "
                              f"same (max_length = the prompt's {s} tokens + max_new_tokens). Fix: give one of them")
         if max_length is not None:
-            max_new_tokens = validate.number("max_length", max_length, low=s + 1, integer=True,
-                                             fix=f"pass max_length above the prompt's {s} tokens, or max_new_tokens") - s
+            fix = f"pass max_length above the prompt's {s} tokens, or max_new_tokens"
+            max_new_tokens = validate.number("max_length", max_length, low=s + 1, integer=True, fix=fix) - s
         elif max_new_tokens is None:
             max_new_tokens = max(1, min(20, positions - s))
         max_new_tokens = validate.number("max_new_tokens", max_new_tokens, low=1, integer=True)

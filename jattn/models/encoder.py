@@ -279,7 +279,8 @@ class EncoderModel(ModuleModel):
         (the last layer on [CLS] only), equal to ``forward(...).logits`` at less cost."""
         if not self.config.num_labels:
             raise ValueError(f"{self.source or 'this model'} has no classification head (num_labels = 0). Fix: "
-                             "load a fine-tuned classifier, or fine-tune one: jattn.finetune(model, task='sst2', out=FOLDER)")
+                             "load a fine-tuned classifier, or fine-tune one: jattn.finetune(model, task='sst2', "
+                             "out=FOLDER)")
         inputs = self.check_batch(batch)
         self.check_placement(inputs)
         return _classify(self.params, self.config, inputs, self.check_interventions(interventions,
