@@ -172,3 +172,44 @@ def test_bench_scale_measures_both_loaders_on_a_tiny_checkpoint(tmp_path):
     who = {r["who"] for r in result["rows"]}
     assert who == {"hf", "jattn", "orbax"} and result["shards"] > 1
     assert all(r["dtypes"] in (["bfloat16"], ["torch.bfloat16"]) for r in result["rows"])
+
+
+PROCESS_PROBE = r"""
+import json, sys, jax, numpy as np
+folder, address, n, i, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(address, num_processes=n, process_id=i)
+import jattn
+from flax import nnx
+mesh = jax.make_mesh((2, 2), ("data", "model"))  # 4 devices over 2 processes; 2 KV heads split by 2
+streamed = nnx.to_pure_dict(jattn.load(folder, tokenizer=False, mesh=mesh).params)
+whole = nnx.to_pure_dict(jattn.load(folder, tokenizer=False).params)  # this process's own full copy
+rows = []
+for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(streamed)[0], jax.tree.leaves(whole)):
+    y = np.asarray(y)
+    rows.append([jax.tree_util.keystr(path), len(x.sharding.device_set), len(x.addressable_shards),
+                 all(np.array_equal(np.asarray(s.data), y[s.index]) for s in x.addressable_shards)])
+json.dump(rows, open(f"{out}.{i}", "w"))
+jax.distributed.shutdown()
+"""
+
+
+def test_two_processes_each_place_their_own_slices(llama_bf16, tmp_path):
+    """Multi-host loading: two processes of 2 CPU devices each load onto one 2 x 2 mesh; each
+    process places only its devices' slices (its addressable shards), and they equal the same
+    slices of the whole parameter."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "PYTHONPATH": str(ROOT),
+           "JAX_PLATFORMS": "cpu"}
+    out = tmp_path / "rows"
+    procs = [subprocess.Popen([sys.executable, "-c", PROCESS_PROBE, str(llama_bf16), address, "2", str(i), str(out)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(log[-2000:] for log in logs)
+    for i in range(2):
+        rows = json.loads(Path(f"{out}.{i}").read_text())
+        assert rows and all(devices == 4 and local == 2 and same for _, devices, local, same in rows), rows
