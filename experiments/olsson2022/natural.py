@@ -9,14 +9,14 @@ head's rivals. Here the LMs (``induction-natural-attn-only[-s1..-s4]``, ``induct
 a planted repeat: every training sequence is a window of English running text (Multi30k captions,
 LitBank novels, GAP's Wikipedia paragraphs, the EWT web documents). They are scored, as in ``induction``,
 on repeated random tokens ("A A"), with heads named on selection sequences and measured on separate
-evaluation sequences (``study.sequences``, ``study.SELECT_SEED``, ``study.EVAL_SEED``).
+evaluation sequences (``lms.sequences``, ``lms.SELECT_SEED``, ``lms.EVAL_SEED``).
 
 Per model (stage ``induction-natural.<kind>-s<seed>``): I = the head of layers ≥ 1 with the largest
 mean induction score on the selection set, P = the head of the layers below I's with the largest mean
 previous-token score; the induction heads R = I and every head of layers ≥ 1 whose selection score is
 at least half of I's. Path patching (``jattn.sweeps.path_patching``): every sender's clean "B A" output
 reaches the keys of all heads of R in the "A A" run; the metric m is the second copy's mean next-token
-log-probability (``study.second_copy_logprob``); the whole in-context effect on m is m("B A") − m("A A")
+log-probability (``lms.second_copy_logprob``); the whole in-context effect on m is m("B A") − m("A A")
 per sequence (everything the first copy gives the second). The model's training curve (in-context drop
 on repeated tokens and the validation loss every 100 steps, ``training.json``) is kept with the result.
 
@@ -45,7 +45,8 @@ import json
 
 import numpy as np
 
-from experiments.olsson2022.study import EVAL_SEED, SELECT_SEED, _scores, second_copy_logprob, sequences
+from experiments.olsson2022.lms import (EVAL_SEED, SELECT_SEED, model_folder, scores, second_copy_logprob,
+                                        sequences)
 from jattn.io import manifest
 from jattn.reproduce import studies
 from jattn.reproduce.pipeline import Context, Profile, Stage
@@ -87,21 +88,6 @@ def induction_heads(chosen: np.ndarray, named: tuple[int, int]) -> list[tuple[in
                                     if chosen[l, h] >= bar})
 
 
-def _model_folder(ctx: Context, kind: str, seed: int):
-    """The trained model: its named artefact (full profile) or a few steps trained in the work folder (quick)."""
-    name = artefact(kind, seed)
-    if ctx.profile.name == "full":
-        from jattn.models.artefacts import make
-
-        return make(name, progress=ctx.progress)
-    from jattn.families.gpt2.train import InductionLMConfig, train_lm
-
-    out = ctx.work_root / "models" / name
-    if not (out / "DONE").is_file():
-        c = InductionLMConfig(attention_only=kind == "attn-only", seed=seed, **ctx.params["train"])
-        train_lm(out, ctx.work_root / "models" / f"{name}-work", c, data_dir=ctx.data_dir, progress=False)
-    return out
-
 
 def _measure_stage(kind: str, seed: int):
     def run(ctx: Context) -> dict:
@@ -112,7 +98,7 @@ def _measure_stage(kind: str, seed: int):
         from jattn.training.lm import repeat_losses
 
         p, t0 = ctx.params, time.perf_counter()
-        folder = _model_folder(ctx, kind, seed)
+        folder = model_folder(ctx, artefact(kind, seed), kind, seed)
         model = jattn.load(str(folder), tokenizer=False)
         c, T = model.config, p["length"]
         L, H = c.num_layers, c.num_heads
@@ -120,14 +106,14 @@ def _measure_stage(kind: str, seed: int):
             raise ValueError(f"{artefact(kind, seed)} has {L} layer: an induction head composes with a head of a "
                              "layer below it, so the study needs at least 2 layers")
         select = sequences(c.vocab_size, c.bos_token_id, T, p["selection"], SELECT_SEED)
-        chosen = {k: v.mean(0) for k, v in _scores(model, select["repeated"], T, p["batch"]).items()}  # (L, H)
+        chosen = {k: v.mean(0) for k, v in scores(model, select["repeated"], T, p["batch"]).items()}  # (L, H)
         li, hi = np.unravel_index(int(np.argmax(chosen["induction"][1:])), (L - 1, H))
         li += 1  # I: among the heads of layers ≥ 1
         lp, hp = np.unravel_index(int(np.argmax(chosen["previous_token"][:li])), (li, H))  # P: below I
         receivers = induction_heads(chosen["induction"], (int(li), int(hi)))
         s = sequences(c.vocab_size, c.bos_token_id, T, p["sequences"], EVAL_SEED)
-        scores = _scores(model, s["repeated"], T, p["batch"])  # each (N, L, H)
-        on_control = _scores(model, s["control"], T, p["batch"])["induction"]  # (N, L, H)
+        scored = scores(model, s["repeated"], T, p["batch"])  # each (N, L, H)
+        on_control = scores(model, s["control"], T, p["batch"])["induction"]  # (N, L, H)
         drop = repeat_losses(model.params, c, s["repeated"], T, offset=1)
         control = repeat_losses(model.params, c, s["control"], T, offset=1)
         N, n = s["repeated"].shape
@@ -150,7 +136,7 @@ def _measure_stage(kind: str, seed: int):
                 "selection": {k: np.round(v, 6).tolist() for k, v in chosen.items()},
                 "first": flat(drop["first"][:, None]), "second": flat(drop["second"][:, None]),
                 "control_first": flat(control["first"][:, None]), "control_second": flat(control["second"][:, None]),
-                **{k: flat(v) for k, v in scores.items()}, "induction_on_control": flat(on_control),
+                **{k: flat(v) for k, v in scored.items()}, "induction_on_control": flat(on_control),
                 "path_k": flat(path), "whole": flat((m["broken"] - m["repeated"])[:, None]),
                 "curve": [{k: pt[k] for k in ("step", "train_loss", "in_context_drop", "val_text_loss")}
                           for pt in training["curve"]],
@@ -164,7 +150,7 @@ def stages(profile: Profile) -> list[Stage]:
 
     sizes = profile.pick(FULL, QUICK)
     code = ("jattn.sweeps.path_patching", "jattn.sweeps.patching", "jattn.analyses.lm_heads", "jattn.training.lm",
-            "experiments.olsson2022.study")
+            "experiments.olsson2022.lms")
     params = {k: v for k, v in sizes.items() if k not in ("kinds", "seeds")}
     out = []
     for kind in sizes["kinds"]:

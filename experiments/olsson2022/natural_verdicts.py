@@ -26,9 +26,8 @@ from __future__ import annotations
 import sys
 
 from experiments import papers
-from experiments.olsson2022.verdicts import MIN_SEEDS, paired_over_seeds
+from experiments.olsson2022.verdicts import directional_over_seeds
 from jattn.reproduce import studies
-from jattn.reproduce import verdicts as V
 from jattn.reproduce.verdicts import Evidence, Verdict
 
 SIGN = {"icl": +1, "induction-head": +1, "induction-head-control": +1, "induction-head-chance": +1,
@@ -44,15 +43,7 @@ def _parts(claim: dict) -> tuple[str, str]:
 
 
 def judge(claim: dict, evidence: Evidence) -> Verdict:
-    what, rows = _parts(claim)[1], evidence.rows(claim)
-    seeds = sorted({r["seed"] for r in rows})
-    if len(seeds) < MIN_SEEDS:
-        return Verdict("inconclusive", "directional", f"{len(seeds)} training seed(s): no interval over seeds")
-    d = paired_over_seeds(rows, claim["measure"]["columns"]["value"], claim["baseline_measure"]["columns"]["value"])
-    per_seed = ", ".join(f"{v:+.3f}" for v in d["per_seed"].values())
-    verdict = V.directional(d["value"], d["ci"], sign=SIGN[what],
-                            what=f"Δ vs {claim['baseline']['name']} (t over {len(seeds)} seeds)")
-    return Verdict(verdict.status, "directional (seeds)", f"{verdict.reason}; per seed {per_seed}")
+    return directional_over_seeds(claim, evidence, SIGN[_parts(claim)[1]])
 
 
 _MODELS = ("2-layer, 8-head GPT-2s (attention-only and with MLPs, context 256) trained here, 5 seeds, on 1.9 M "

@@ -69,6 +69,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from experiments.olsson2022.lms import (EVAL_SEED, SELECT_SEED, model_folder, scores, second_copy_logprob,
+                                        sequences)
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
 
@@ -78,7 +80,6 @@ FULL = {"kinds": ("attn-only", "gpt2"), "seeds": (0, 1, 2, 3, 4), "length": 32, 
 QUICK = {"kinds": ("attn-only",), "seeds": (0, 1), "length": 8, "sequences": 12, "selection": 8, "batch": 12,
          "train": {"steps": 40, "warmup": 4, "batch_size": 8, "limit_text": 400, "d_model": 32, "ffn": 64,
                    "vocab_size": 400, "context": 32}}
-EVAL_SEED, SELECT_SEED = 20_000, 30_000  # the random draws of the evaluation and selection sequences
 
 
 def artefact(kind: str, seed: int) -> str:
@@ -87,58 +88,6 @@ def artefact(kind: str, seed: int) -> str:
 
 def _sizes(profile: Profile) -> dict:
     return profile.pick(FULL, QUICK)
-
-
-def _model_folder(ctx: Context, kind: str, seed: int):
-    """The trained model: its named artefact (full profile) or a few steps trained in the work folder (quick)."""
-    name = artefact(kind, seed)
-    if ctx.profile.name == "full":
-        from jattn.models.artefacts import make
-
-        return make(name, progress=ctx.progress)
-    from jattn.families.gpt2.train import InductionLMConfig, train_lm
-
-    out = ctx.work_root / "models" / name
-    if not (out / "DONE").is_file():
-        c = InductionLMConfig(attention_only=kind == "attn-only", seed=seed, **ctx.params["train"])
-        train_lm(out, ctx.work_root / "models" / f"{name}-work", c, data_dir=ctx.data_dir, progress=False)
-    return out
-
-
-def sequences(vocab: int, bos: int, length: int, count: int, seed: int) -> dict[str, np.ndarray]:
-    """"A A" (repeated), "A B" (control: a fresh second half) and "B A" (broken: a fresh first
-    copy), each (count, 1 + 2T) with BOS first."""
-    from jattn.analyses.lm_heads import repeated_tokens
-
-    repeated = repeated_tokens(vocab, length, count, seed=seed, first=bos)  # (N, 1 + 2T)
-    fresh = repeated_tokens(vocab, length, count, seed=seed + 1)[:, :length]  # (N, T)
-    control, broken = repeated.copy(), repeated.copy()
-    control[:, 1 + length:] = fresh
-    broken[:, 1: 1 + length] = fresh
-    return {"repeated": repeated, "control": control, "broken": broken}
-
-
-def second_copy_logprob(out, rows):
-    """m: the mean log-probability of the next token over the second copy's tokens 2..T (``rows``:
-    ``target`` (b, n) the next token at each position, ``used`` (b, n) the positions counted). -> (b,)"""
-    import jax
-    import jax.numpy as jnp
-
-    logp = jax.nn.log_softmax(out["lm_logits"].astype(jnp.float32), -1)  # (b, n, V)
-    picked = jnp.take_along_axis(logp, rows["target"][..., None], -1)[..., 0]  # (b, n)
-    return (picked * rows["used"]).sum(-1) / rows["used"].sum(-1)  # (b,)
-
-
-def _scores(model, ids: np.ndarray, length: int, batch: int) -> dict[str, np.ndarray]:
-    from jattn.analyses.lm_heads import head_scores
-
-    out = []
-    for start in range(0, len(ids), batch):
-        rows = ids[start:start + batch]  # (b, n)
-        weights = model.forward({"input_ids": rows, "attention_mask": np.ones_like(rows)},
-                                internals=("weights",), heads=()).attentions  # (L, b, H, n, n); no logits
-        out.append({k: np.asarray(v) for k, v in head_scores(weights, length, offset=1).items()})  # each (b, L, H)
-    return {k: np.concatenate([o[k] for o in out]) for k in out[0]}
 
 
 def _measure_stage(kind: str, seed: int):
@@ -150,11 +99,11 @@ def _measure_stage(kind: str, seed: int):
         from jattn.training.lm import repeat_losses
 
         p, t0 = ctx.params, time.perf_counter()
-        model = jattn.load(str(_model_folder(ctx, kind, seed)), tokenizer=False)
+        model = jattn.load(str(model_folder(ctx, artefact(kind, seed), kind, seed)), tokenizer=False)
         c, T = model.config, p["length"]
         L, H = c.num_layers, c.num_heads
         select = sequences(c.vocab_size, c.bos_token_id, T, p["selection"], SELECT_SEED)
-        chosen = {k: v.mean(0) for k, v in _scores(model, select["repeated"], T, p["batch"]).items()}  # (L, H)
+        chosen = {k: v.mean(0) for k, v in scores(model, select["repeated"], T, p["batch"]).items()}  # (L, H)
         if L < 2:
             raise ValueError(f"{artefact(kind, seed)} has {L} layer: an induction head composes with a head of a "
                              "layer below it, so the study needs at least 2 layers")
@@ -163,7 +112,7 @@ def _measure_stage(kind: str, seed: int):
         below = chosen["previous_token"][:li]  # (li, H) the candidates for I's keys
         lp, hp = np.unravel_index(int(np.argmax(below)), below.shape)
         s = sequences(c.vocab_size, c.bos_token_id, T, p["sequences"], EVAL_SEED)
-        scores = _scores(model, s["repeated"], T, p["batch"])  # each (N, L, H)
+        scores = scores(model, s["repeated"], T, p["batch"])  # each (N, L, H)
         drop = repeat_losses(model.params, c, s["repeated"], T, offset=1)
         control = repeat_losses(model.params, c, s["control"], T, offset=1)
         n = s["repeated"].shape[1]
@@ -192,7 +141,8 @@ def stages(profile: Profile) -> list[Stage]:
     from experiments.olsson2022 import claims as induction_claims
 
     sizes = _sizes(profile)
-    code = ("jattn.sweeps.path_patching", "jattn.sweeps.patching", "jattn.analyses.lm_heads", "jattn.training.lm")
+    code = ("jattn.sweeps.path_patching", "jattn.sweeps.patching", "jattn.analyses.lm_heads", "jattn.training.lm",
+            "experiments.olsson2022.lms")
     params = {k: v for k, v in sizes.items() if k not in ("kinds", "seeds")}
     data = ("multi30k/train.en", "multi30k/val.en")
     out = []

@@ -51,16 +51,22 @@ def paired_over_seeds(rows: list[dict], column: str, baseline: str) -> dict:
     return C.evaluate(diff, {"statistic": "mean", "columns": {"value": "value"}, "ci_method": "seeds"})
 
 
-def judge(claim: dict, evidence: Evidence) -> Verdict:
-    kind, rows = _kind(claim), evidence.rows(claim)
+def directional_over_seeds(claim: dict, evidence: Evidence, sign: int) -> Verdict:
+    """The claim's paired difference from its baseline, one value per training seed, judged
+    ``directional`` on its Student-t interval over the seeds (inconclusive under ``MIN_SEEDS``)."""
+    rows = evidence.rows(claim)
     seeds = sorted({r["seed"] for r in rows})
     if len(seeds) < MIN_SEEDS:
         return Verdict("inconclusive", "directional", f"{len(seeds)} training seed(s): no interval over seeds")
     d = paired_over_seeds(rows, claim["measure"]["columns"]["value"], claim["baseline_measure"]["columns"]["value"])
     per_seed = ", ".join(f"{v:+.3f}" for v in d["per_seed"].values())
-    verdict = V.directional(d["value"], d["ci"], sign=SIGN[kind],
+    verdict = V.directional(d["value"], d["ci"], sign=sign,
                             what=f"Δ vs {claim['baseline']['name']} (t over {len(seeds)} seeds)")
     return Verdict(verdict.status, "directional (seeds)", f"{verdict.reason}; per seed {per_seed}")
+
+
+def judge(claim: dict, evidence: Evidence) -> Verdict:
+    return directional_over_seeds(claim, evidence, SIGN[_kind(claim)])
 
 
 _MODELS = ("2-layer, 8-head GPT-2s (attention-only and with MLPs) trained here, 5 seeds, on captions with half "

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from jattn.reproduce import claims, pipeline
+from experiments.olsson2022 import lms
 from experiments.olsson2022 import study as induction
 from experiments.olsson2022 import claims as induction_claims
 
 
 def test_sequences_repeat_break_and_control_as_named():
-    s = induction.sequences(50, 0, 6, 4, seed=3)
+    s = lms.sequences(50, 0, 6, 4, seed=3)
     aa, ab, ba = s["repeated"], s["control"], s["broken"]
     assert aa.shape == ab.shape == ba.shape == (4, 13) and (aa[:, 0] == 0).all()
     assert (aa[:, 1:7] == aa[:, 7:]).all()  # A A
@@ -27,7 +28,7 @@ def test_metric_is_the_mean_log_probability_of_the_counted_next_tokens():
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(2, 5, 7)).astype(np.float32)
     rows = {"target": rng.integers(0, 7, (2, 5)), "used": np.array([[0, 1, 1, 0, 0], [1, 0, 0, 0, 1]], np.float32)}
-    got = np.asarray(induction.second_copy_logprob({"lm_logits": logits}, rows))
+    got = np.asarray(lms.second_copy_logprob({"lm_logits": logits}, rows))
     logp = np.asarray(jax.nn.log_softmax(logits.astype(np.float64), -1))
     want = [np.mean([logp[b, t, rows["target"][b, t]] for t in range(5) if rows["used"][b, t]]) for b in range(2)]
     np.testing.assert_allclose(got, want, rtol=1e-5)
