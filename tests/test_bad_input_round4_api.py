@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import jattn
+from tolerance import assert_close, model_terms
 from analysis_helpers import tiny_bert
 from tiny_encoders import save_tiny
 from tiny_lm import save_tiny_gpt2
@@ -220,6 +221,22 @@ def test_a_patch_value_of_the_wrong_width_is_refused_with_the_expected_shape(mlm
     iv = jattn.Interventions(patch={"ffn_output": (same, np.ones((L, b, n), bool))})
     np.testing.assert_array_equal(np.asarray(mlm.forward(batch, iv).last_hidden_state),
                                   np.asarray(right.last_hidden_state))
+
+
+@pytest.mark.parametrize("site", ["query_input", "key_input", "value_input"])
+def test_a_receiver_input_of_the_wrong_width_is_refused_with_the_expected_shape(mlm, site):
+    batch = mlm.batch(TEXTS[:2])
+    (b, n), L, H, D = batch["input_ids"].shape, mlm.config.num_layers, mlm.config.num_heads, mlm.config.hidden_size
+    where = np.zeros((L, b, H), bool)
+    where[0, :, 0] = True
+    wrong = jattn.Interventions(patch={site: (np.zeros((L, b, n, D + 3), np.float32), where)})
+    with pytest.raises(ValueError, match=rf"patch\['{site}'\].*\(L, {b}, {n}, {D}\).*last axis must be {D}, not {D + 3}"):
+        mlm.forward(batch, wrong)
+    plain = mlm.forward(batch)
+    own = np.asarray(plain.hidden_states[:-1])  # (L, b, n, D): each layer's input, the block's own
+    same = jattn.Interventions(patch={site: (own, where)})  # nothing changes
+    assert_close(mlm.forward(batch, same).last_hidden_state, plain.last_hidden_state,
+                 terms=model_terms(mlm.config, n))
 
 
 # ---------------------------------------------------------------- no pad token, empty input; the default length

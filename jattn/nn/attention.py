@@ -83,7 +83,7 @@ class MultiHeadAttention(nnx.Module):
         dt = x_q.dtype
         q = self.query(x_q)  # (b, q, H, d_h)
         if iv.patch is not None:
-            q, k, v = _receivers(self, q, k, v, iv.patch)
+            q, k, v = _receivers(self, q, k, v, iv, x_q.shape)
             v = iv.patched("values", v)  # (b, H, k, d_h)
         if isinstance(score_bias, LayerTerms):  # rotary q, k; a local window (jattn.nn.layer_terms)
             q, k, allowed, score_bias = score_bias.apply(q, k, allowed)  # allowed (b, 1 or q, k)
@@ -121,18 +121,21 @@ class MultiHeadAttention(nnx.Module):
         return out, internals
 
 
-def _receivers(attn: MultiHeadAttention, q, k, v, patch: dict):
-    """The heads marked in ``patch``'s ``query_input`` / ``key_input`` / ``value_input`` (each
-    (input (b, n, D), where (1|b, H))) compute q, k or v from that input instead of the block's."""
+def _receivers(attn: MultiHeadAttention, q, k, v, iv: Interventions, query_shape: tuple[int, ...]):
+    """The heads marked in ``iv.patch``'s ``query_input`` / ``key_input`` / ``value_input`` (each
+    (input (b, n, D), where (1|b, H))) compute q, k or v from that input instead of the block's,
+    whose shape (``query_shape`` (b, q, D); keys (b, k, D)) the input must have."""
+    patch = iv.patch
+    key_shape = (*query_shape[:1], k.shape[2], query_shape[-1])  # (b, k, D)
     if "query_input" in patch:
-        x, where = patch["query_input"]
+        x, where = iv.receiver("query_input", query_shape)
         q = blend(q, attn.query(x.astype(q.dtype)), where[:, None, :, None])  # (b, q, H, d_h)
     if "key_input" in patch:
-        x, where = patch["key_input"]
+        x, where = iv.receiver("key_input", key_shape)
         k = blend(k, attn.per_query_head(jnp.moveaxis(attn.key(x.astype(k.dtype)), 2, 1)),
                   where[:, :, None, None])  # (b, H, k, d_h)
     if "value_input" in patch:
-        x, where = patch["value_input"]
+        x, where = iv.receiver("value_input", key_shape)
         v = blend(v, attn.per_query_head(jnp.moveaxis(attn.value(x.astype(v.dtype)), 2, 1)),
                   where[:, :, None, None])  # (b, H, k, d_h)
     return q, k, v

@@ -125,6 +125,19 @@ class Interventions:
                              "model's internals (model.forward(batch).internals)")
         return blend(x, value, where[..., None])
 
+    def receiver(self, site: str, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
+        """``patch[site]`` of a receiver site (``query_input`` / ``key_input`` / ``value_input``): the
+        input (b, n, D) the marked heads read and where (1|b, H), the input's shape checked against the
+        ``shape`` the block's own input has (an error naming it, raised while tracing)."""
+        value, where = self.patch[site]
+        if value.shape != tuple(shape):
+            layout = PATCH_SITES[site][1]
+            raise ValueError(f"interventions.patch[{site!r}] value has shape (L, {', '.join(map(str, value.shape))}); "
+                             f"this model's {site} is (L, {', '.join(map(str, shape))}), {layout} per layer: the "
+                             f"last axis must be {shape[-1]}, not {value.shape[-1]}. Fix: take the value from this "
+                             "model's internals (model.forward(batch).internals)")
+        return value, where
+
     def take_rows(self, take) -> "Interventions":
         """One layer's view cut to a subset of the batch: ``take`` maps an array (b, ...) to its
         rows; fields without an example axis ((H,) gates or masks) or with a broadcast one (size
