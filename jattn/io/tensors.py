@@ -18,8 +18,7 @@ import mmap
 from pathlib import Path
 from typing import Callable
 
-import jax
-import jax.numpy as jnp
+import ml_dtypes  # numpy's bfloat16 (what JAX's is); jax itself is imported only to place arrays
 import numpy as np
 
 
@@ -60,7 +59,7 @@ def safetensors_state(path: Path) -> dict[str, Lazy]:
     return state
 
 
-_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": jnp.bfloat16, "I64": np.int64,
+_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "I64": np.int64,
            "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
 
 
@@ -84,7 +83,8 @@ def on_bits(move: Callable, *xs: np.ndarray) -> np.ndarray:
 
 def floating(dtype) -> bool:
     """Whether ``dtype`` is a float type, ml_dtypes' bfloat16 included (numpy calls its kind 'V')."""
-    return bool(jnp.issubdtype(dtype, jnp.floating))
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or dtype == np.dtype(ml_dtypes.bfloat16)
 
 
 def is_lazy(x) -> bool:
@@ -156,6 +156,8 @@ class NonFinite(ValueError):
 def _transformed_shape(p: Pending) -> tuple[int, ...]:
     """The shape ``p.transform`` gives, traced on a shape-only stand-in (the transforms are
     transposes, reshapes and pads: ``jax.eval_shape`` follows them with ``jnp`` semantics)."""
+    import jax
+
     probe = jax.ShapeDtypeStruct(p.tensor.shape, np.float32)
     try:
         return tuple(jax.eval_shape(p.transform, probe).shape)
@@ -173,9 +175,15 @@ def realize(tree):
     return _read(tree)
 
 
-@functools.partial(jax.jit, donate_argnums=0)
-def _write_layer(stack: jax.Array, layer: jax.Array, i: int) -> jax.Array:
-    return jax.lax.dynamic_update_index_in_dim(stack, layer, i, 0)  # (L, ...) with row i replaced, in place
+@functools.cache
+def _layer_writer():
+    """The jitted ``stack.at[i].set(layer)`` with the stack donated (written in place)."""
+    import jax
+
+    def write(stack, layer, i):
+        return jax.lax.dynamic_update_index_in_dim(stack, layer, i, 0)  # (L, ...) with row i replaced
+
+    return jax.jit(write, donate_argnums=0)
 
 
 def _aligned(shape: tuple[int, ...], dtype) -> np.ndarray:
@@ -201,6 +209,8 @@ def _target(x: np.ndarray, dtype):
 
 def _put(x: np.ndarray, sharding):
     """``x`` on its devices: each device receives only its slice of a sharded array."""
+    import jax
+
     if sharding is None:
         return jax.device_put(x)
     return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
@@ -211,6 +221,9 @@ def place(tree, dtype=None, sharding: Callable | None = None, progress: Callable
     a time. ``dtype``: floating parameters cast to it (None: the checkpoint's own). ``sharding``:
     ``path -> Sharding | None`` for each leaf (None: the default device). ``progress(n)`` is called
     after each tensor read."""
+
+    import jax
+    import jax.numpy as jnp
 
     def leaf(path: tuple, node):
         where = sharding(path) if sharding is not None else None
@@ -230,7 +243,7 @@ def place(tree, dtype=None, sharding: Callable | None = None, progress: Callable
             if on_host:
                 copy_into(host[i] if stacked else host, x)
             elif stacked:
-                stack = _write_layer(stack, _put(contiguous(x), _drop_leading(where)), i)
+                stack = _layer_writer()(stack, _put(contiguous(x), _drop_leading(where)), i)
             else:
                 stack = _put(contiguous(x), where)
             del x
@@ -296,7 +309,7 @@ def _read(node) -> np.ndarray:
 
 
 # A 2-byte float is NaN or inf exactly when its exponent bits are all ones.
-_EXPONENT = {np.dtype(jnp.bfloat16): 0x7F80, np.dtype(np.float16): 0x7C00}
+_EXPONENT = {np.dtype(ml_dtypes.bfloat16): 0x7F80, np.dtype(np.float16): 0x7C00}
 
 
 def nonfinite(x: np.ndarray) -> int:

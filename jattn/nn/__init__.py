@@ -1,4 +1,4 @@
 """Pure model math, family-agnostic: attention, stacked layers, the encoder, the encoder–decoder,
-decoding, interventions. Importing the package registers both model modules with ``state``."""
-
-from jattn.nn import encoder, seq2seq  # noqa: F401  (registers Encoder and Seq2Seq in state.MODULES)
+decoding, interventions. Importing the package imports nothing else (no JAX): the model modules
+register themselves with ``state`` when imported, and ``state.module_class`` imports them on first
+use."""

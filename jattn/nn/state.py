@@ -8,6 +8,7 @@ module is where those dicts become the modules' ``nnx.Param`` state.
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 
 import jax
@@ -18,11 +19,15 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 __all__ = ["auto_mesh", "on_auto_axes"]
 
 MODULES: dict[type, type] = {}  # config class -> NNX module class (each model module registers itself)
+MODEL_MODULES = ("jattn.nn.encoder", "jattn.nn.seq2seq")  # the model modules, imported on first use
 
 
 def module_class(config):
-    """The NNX module class of a config's model shape (``jattn.nn`` imports every model module,
-    which registers its class here)."""
+    """The NNX module class of a config's model shape (each model module registers its class here
+    when imported; both are imported on first use)."""
+    if type(config) not in MODULES:
+        for name in MODEL_MODULES:  # each registers its class when imported
+            importlib.import_module(name)
     if type(config) not in MODULES:
         raise TypeError(f"no jattn model for config type {type(config).__name__}")
     return MODULES[type(config)]

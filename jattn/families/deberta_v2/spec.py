@@ -16,7 +16,7 @@ from jattn.families.config_table import ENCODER, OPTIONAL, ConfigKey, eps, flag,
 from jattn.families.deberta_v2 import convert
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, DisentangledAttention, encoder_config
-from jattn.nn.layers import ACT
+from jattn.nn.config import ACTIVATIONS
 
 TERMS = ("c2p", "p2c")
 
@@ -82,9 +82,9 @@ def config_from_hf(hf: dict):
         raise ConfigError(f"config.json attention_head_size={hf['attention_head_size']} is not supported: jattn's "
                           "heads have hidden_size / num_attention_heads dimensions. Fix: remove it")
     act = hf["pooler_hidden_act"]
-    if act not in ACT and act != "tanh":
+    if act not in ACTIVATIONS and act != "tanh":
         raise ConfigError(f"config.json pooler_hidden_act {act!r} is not supported; supported: tanh, "
-                          f"{', '.join(ACT)}")
+                          f"{', '.join(ACTIVATIONS)}")
     return encoder_config(hf, positions="absolute", classifier="pooler", disentangled=disentangled(hf),
                           position_embeddings=hf["position_biased_input"], mask_embeddings=True,
                           pooler_activation=act, classifier_dropout=hf.get("cls_dropout"))
