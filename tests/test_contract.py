@@ -121,6 +121,7 @@ CONTRACT = {
     "attribution_patch_heads": "kernel patch_heads (its blend at t is the same patch)",
     "attributions": "kernel attributions",
     "data_path": "exempt: a path on the host",
+    "finetune": "exempt: trains and writes a model folder on the host (its step: the classifier loss's gradient under jit, tests/test_finetune.py)",
     "disable": "kernel disable",
     "importance": "kernel importance; registered method importance",
     "load": "exempt: reads a folder on the host",
