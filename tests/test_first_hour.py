@@ -15,20 +15,23 @@ import pytest
 from tolerance import assert_close, model_terms
 
 QUICK = [["--help"], ["data", "path", "sample"], ["data", "list"], ["data", "path"]]
+# jattn models list|path read the recipes, which the families' folders register: numpy, no JAX
+MODELS = [["models", "list"], ["models", "path"]]
 
 
-@pytest.mark.parametrize("argv", QUICK, ids=[" ".join(a) for a in QUICK])
-def test_quick_commands_import_no_jax(argv, tmp_path):
-    """``jattn --help`` and ``jattn data ...`` parse and answer without importing JAX (the README
-    nests ``$(jattn data path sample)`` in other commands): only the chosen command's module is
-    imported, and JAX only for a command that computes."""
+@pytest.mark.parametrize("argv, allowed", [(a, ()) for a in QUICK] + [(a, ("numpy",)) for a in MODELS],
+                         ids=[" ".join(a) for a in QUICK + MODELS])
+def test_quick_commands_import_no_jax(argv, allowed, tmp_path):
+    """``jattn --help``, ``jattn data ...`` and ``jattn models list|path`` parse and answer without
+    importing JAX (the README nests ``$(jattn data path sample)`` in other commands): only the
+    chosen command's module is imported, and JAX only for a command that computes."""
     code = ("import sys, jattn.cli\nsys.argv = ['jattn'] + sys.argv[1:]\ntry:\n    jattn.cli.main()\n"
             "except SystemExit as e:\n    assert not e.code, e.code\n"
             "print('imported:', sorted(m for m in ('jax', 'flax', 'transformers', 'numpy') if m in sys.modules))")
-    env = {**os.environ, "JATTN_DATA": str(tmp_path)}
+    env = {**os.environ, "JATTN_DATA": str(tmp_path), "JATTN_CACHE": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "imported: []", out.stdout
+    assert out.stdout.strip().splitlines()[-1] == f"imported: {sorted(allowed)}", out.stdout
 
 
 def test_help_says_what_a_user_does():

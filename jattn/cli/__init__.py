@@ -248,7 +248,8 @@ def _stopped(command: str, tail: str, e: KeyboardInterrupt, program: bool):
 def main(argv=None) -> None:
     """Run the command ``argv`` names (default: the program's arguments). Only that command's
     module is imported, after parsing (``build_parser``), and JAX only for a command that computes
-    (a module's ``USES_JAX``, default True): ``jattn --help`` and ``jattn data path`` stay fast.
+    (a module's ``USES_JAX``, default True, or a function of the parsed arguments): ``jattn --help``,
+    ``jattn data path`` and ``jattn models list|path`` stay fast.
 
     How a stop is handled: the handler (``_stop``) records the signal (``jattn.io.stops.record_stop``)
     and raises KeyboardInterrupt (``Terminated`` for SIGTERM) wherever the main thread is, so the
@@ -285,7 +286,8 @@ def main(argv=None) -> None:
         module = modules[args.command]
         command, resume = args.command, getattr(module, "RESUME", "")
         kept = KEPT if hasattr(args, "out") else ""  # jattn models and data write no --out
-        if getattr(module, "USES_JAX", True):  # the command owns its process: freed memory kept for XLA's next call
+        uses_jax = getattr(module, "USES_JAX", True)  # a flag, or a function of the parsed arguments
+        if uses_jax(args) if callable(uses_jax) else uses_jax:  # the command owns its process: freed memory kept for XLA
             with _deferred():
                 import jax  # noqa: F401
 

@@ -68,17 +68,24 @@ def _stderr(*lines) -> None:
     print(*lines, file=sys.stderr)
 
 
+def USES_JAX(args) -> bool:  # noqa: N802  (jattn.cli.main reads it): list and path read files only
+    return args.action in ("make", "fetch")
+
+
 def run(args) -> None:
+    import importlib
     import os
 
     from jattn.io import artefacts as A
-    from jattn.models.artefacts import make  # also registers the families' pretrained models
 
+    importlib.import_module("jattn.families")  # the families' folders register their recipes (no JAX)
     if args.action == "list":
         _list(args.cache_dir)
     elif args.action == "path":
         print(A.path(args.name, args.cache_dir) if args.name else A.models_dir(args.cache_dir))
     elif args.action in ("make", "fetch"):
+        from jattn.models.artefacts import make
+
         for name in args.names:
             r = A.recipe(name)  # every name known before anything runs
             if args.action == "fetch" and not r.fetched:

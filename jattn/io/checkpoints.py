@@ -20,9 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import jax
 import numpy as np
-from flax import nnx
 
 __all__ = ["restore_params", "save_params"]
 
@@ -95,7 +93,9 @@ def save_params(path: Path, params) -> None:
     """Save a module state (``nnx.State``) or a nested dict of arrays (a converter's output, the
     same layout) synchronously, then the format marker and the checksum. ``CacheError`` on any
     failure, with nothing partial left behind."""
+    import jax
     import orbax.checkpoint as ocp
+    from flax import nnx
 
     from jattn.nn import state
 
@@ -131,6 +131,7 @@ def restore_params(path: Path, config=None, placement=None):
     stored arrays' shapes (a nested dict of ``jax.ShapeDtypeStruct``), returns ``path -> Sharding``;
     orbax then reads each array straight onto its devices, each device its own slices, and the
     result holds jax arrays (the parameters of a model on a mesh, never whole on one device)."""
+    import jax
     import orbax.checkpoint as ocp
 
     from jattn.nn import state

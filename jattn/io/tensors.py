@@ -18,8 +18,7 @@ import mmap
 from pathlib import Path
 from typing import Callable
 
-import ml_dtypes  # numpy's bfloat16 (what JAX's is); jax itself is imported only to place arrays
-import numpy as np
+import numpy as np  # ml_dtypes (numpy's bfloat16, JAX's) and jax are imported where a tensor is read or placed
 
 
 class Lazy:
@@ -48,8 +47,10 @@ def safetensors_state(path: Path) -> dict[str, Lazy]:
     """Every tensor of the safetensors file ``path`` as a ``Lazy``: the header is read now, each
     tensor's bytes when it is read (only the slice asked for). Raises what ``safe_open`` raises on
     a damaged file."""
+    import ml_dtypes
     from safetensors import safe_open
 
+    _DTYPES.setdefault("BF16", ml_dtypes.bfloat16)
     state = {}
     with safe_open(str(path), framework="numpy") as f:
         for key in f.keys():
@@ -59,8 +60,8 @@ def safetensors_state(path: Path) -> dict[str, Lazy]:
     return state
 
 
-_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "I64": np.int64,
-           "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+           "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}  # and BF16 once a file is opened
 
 
 def _read_slice(path: str, key: str, index):
@@ -84,7 +85,7 @@ def on_bits(move: Callable, *xs: np.ndarray) -> np.ndarray:
 def floating(dtype) -> bool:
     """Whether ``dtype`` is a float type, ml_dtypes' bfloat16 included (numpy calls its kind 'V')."""
     dtype = np.dtype(dtype)
-    return dtype.kind == "f" or dtype == np.dtype(ml_dtypes.bfloat16)
+    return dtype.kind == "f" or dtype.name == "bfloat16"
 
 
 def is_lazy(x) -> bool:
@@ -309,13 +310,13 @@ def _read(node) -> np.ndarray:
 
 
 # A 2-byte float is NaN or inf exactly when its exponent bits are all ones.
-_EXPONENT = {np.dtype(ml_dtypes.bfloat16): 0x7F80, np.dtype(np.float16): 0x7C00}
+_EXPONENT = {"bfloat16": 0x7F80, "float16": 0x7C00}  # by dtype name
 
 
 def nonfinite(x: np.ndarray) -> int:
     """The count of NaN and inf values of a float array (2-byte floats read on their bits: numpy's
     ``isfinite`` on ml_dtypes' bfloat16 runs element by element)."""
-    mask = _EXPONENT.get(x.dtype)
+    mask = _EXPONENT.get(x.dtype.name)
     if mask is None:
         return 0 if np.isfinite(x).all() else int((~np.isfinite(x)).sum())
     bits = np.ascontiguousarray(x).view(np.uint16).reshape(-1)
