@@ -4,10 +4,11 @@ A safetensors shard's header gives each tensor's shape and dtype without reading
 holds that and reads the bytes (or a slice of them) only when asked. A converter's key table
 (``jattn.io.hf.apply_table``) applied to lazy tensors gives ``Pending`` leaves (a tensor and its
 transform) and ``Stacked`` leaves (the layers' ``Pending`` of one parameter), and ``place`` puts
-that tree on its devices leaf by leaf: a stacked parameter (L, ...) is allocated on its devices
-once and each layer written into it in place (a donated update), so the host holds about one
-tensor at a time and the devices the parameters, in the checkpoint's dtype unless ``dtype`` is
-given. With a ``sharding`` per parameter each device receives only its slice of each tensor
+that tree on its devices leaf by leaf: a stacked parameter (L, ...) is allocated once and each
+layer written into it in place (on one CPU device a huge-page host buffer that the device array
+then aliases; elsewhere a device array updated by a donated write), so the host holds about one
+tensor beyond the parameters, in the checkpoint's dtype unless ``dtype`` is given. With a
+``sharding`` per parameter each device receives only its slice of each tensor
 (``jax.make_array_from_callback``).
 """
 
@@ -98,6 +99,7 @@ def concat(parts: list, axis: int = 0):
         return np.concatenate(parts, axis=axis)
     shape = list(parts[0].shape)
     shape[axis] = sum(p.shape[axis] for p in parts)
+
     def read(index):
         whole = on_bits(lambda *xs: np.concatenate(xs, axis=axis), *(np.asarray(p) for p in parts))
         return whole if index is None else whole[index]
