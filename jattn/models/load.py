@@ -103,15 +103,19 @@ def check_finite(state: dict, source) -> None:
            if v.dtype.kind == "f" and not np.isfinite(v).all()]
     if bad:
         names = ", ".join(f"{k} ({n} values)" for k, n in bad[:5])
-        names += f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        raise ConversionError(f"{source}: NaN or inf weights in {names}. Fix: download the checkpoint again, "
-                              "or fix the training run that wrote it")
+        raise nonfinite(source, names + (f" and {len(bad) - 5} more" if len(bad) > 5 else ""))
+
+
+def nonfinite(source, names: str) -> ConversionError:
+    """The error of a checkpoint whose tensors ``names`` hold NaN or inf values."""
+    return ConversionError(f"{source}: NaN or inf weights in {names}. Fix: download the checkpoint again, "
+                           "or fix the training run that wrote it")
 
 
 def _cached_model(cached: Path, family, folder: Path, config, tokenizer, source: str, mesh=None):
     """The model from the cache entry ``cached`` if it is sound and holds this model's parameters
-    (restored with orbax straight onto its devices: ``mesh``'s, each its slices, else the default one), else
-    converted (and cached when the cache folder can be written). -> (model, how)."""
+    (restored with orbax straight onto its devices: ``mesh``'s, each its slices, else the default
+    one), else converted (and cached when the cache folder can be written). -> (model, how)."""
     if cached.exists():
         try:
             one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -135,8 +139,7 @@ def _cached_model(cached: Path, family, folder: Path, config, tokenizer, source:
     try:
         params = tensors.realize(family.convert(state, config, source))
     except tensors.NonFinite as e:
-        raise ConversionError(f"{source}: NaN or inf weights in {e}. Fix: download the checkpoint again, "
-                              "or fix the training run that wrote it") from None
+        raise nonfinite(source, str(e)) from None
     try:
         checkpoints.save_params(cached, params)
     except checkpoints.CacheError as e:
@@ -214,8 +217,8 @@ def streamed(family, config, folder: Path, tokenizer, source: str, mesh=None, dt
     """The model read tensor by tensor from its checkpoint onto its devices (``jattn.io.tensors``):
     each tensor converted on the host and placed where its partitioning metadata puts it on
     ``mesh`` (else on the default device), each layer written into its parameter's stack on the
-    devices; floating parameters in the checkpoint's dtype, or ``dtype``. Host memory above the
-    process's stays about one tensor (the CPU backend's devices are host memory too)."""
+    devices; floating parameters in the checkpoint's dtype, or ``dtype``. Host memory holds about one
+    tensor beyond what the devices hold (the CPU backend's devices are host memory)."""
     state = open_state_dict(folder)
     if not any(tensors.is_lazy(v) for v in state.values()):
         check_finite(state, folder)
@@ -230,8 +233,7 @@ def streamed(family, config, folder: Path, tokenizer, source: str, mesh=None, dt
         try:
             params = tensors.place(tree, dtype, where, bar.update)
         except tensors.NonFinite as e:
-            raise ConversionError(f"{source}: NaN or inf weights in {e}. Fix: download the checkpoint again, "
-                                  "or fix the training run that wrote it") from None
+            raise nonfinite(source, str(e)) from None
     return wrap(family, config, params, tokenizer, source)
 
 
