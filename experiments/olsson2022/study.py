@@ -112,7 +112,7 @@ def _measure_stage(kind: str, seed: int):
         below = chosen["previous_token"][:li]  # (li, H) the candidates for I's keys
         lp, hp = np.unravel_index(int(np.argmax(below)), below.shape)
         s = sequences(c.vocab_size, c.bos_token_id, T, p["sequences"], EVAL_SEED)
-        scores = scores(model, s["repeated"], T, p["batch"])  # each (N, L, H)
+        scored = scores(model, s["repeated"], T, p["batch"])  # each (N, L, H)
         drop = repeat_losses(model.params, c, s["repeated"], T, offset=1)
         control = repeat_losses(model.params, c, s["control"], T, offset=1)
         n = s["repeated"].shape[1]
@@ -131,7 +131,7 @@ def _measure_stage(kind: str, seed: int):
                 "selection": {k: np.round(v, 6).tolist() for k, v in chosen.items()},
                 "first": flat(drop["first"][:, None]), "second": flat(drop["second"][:, None]),
                 "control_first": flat(control["first"][:, None]), "control_second": flat(control["second"][:, None]),
-                **{k: flat(v) for k, v in scores.items()}, **{f"path_{r}": flat(v) for r, v in paths.items()},
+                **{k: flat(v) for k, v in scored.items()}, **{f"path_{r}": flat(v) for r, v in paths.items()},
                 "measured_s": round(time.perf_counter() - t0, 1)}
 
     return run
