@@ -202,7 +202,9 @@ def judge_coref(claim: dict, evidence: Evidence) -> Verdict:
     paper = effect(claim["id"]) if baseline != "nearest" else None
     what = f"head − {baseline.replace('_', ' ')} ({unit})"
     verdict = directional(strong["value"], strong["ci"], what=what, paper=paper)
-    if cluster and len({r["document"] for r in rows}) < FEW_CLUSTERS:
+    if cluster and len({r["document"] for r in rows}) < 2:
+        verdict = Verdict("inconclusive", verdict.rule, f"{verdict.reason}; one document: no interval over documents")
+    elif cluster and len({r["document"] for r in rows}) < FEW_CLUSTERS:
         value, ci, k = cluster_t([r["head"] - r[baseline] for r in rows], [r["document"] for r in rows])
         by_t = directional(value, ci, what=f"head − {baseline.replace('_', ' ')} (cluster-robust t, {k - 1} df)",
                            paper=paper)

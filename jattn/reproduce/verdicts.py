@@ -120,6 +120,8 @@ def cluster_t(values: Sequence[float], clusters: Sequence, level: float = 0.95) 
     v = np.asarray(values, np.float64)  # (n,)
     _, codes = np.unique(np.asarray([str(c) for c in clusters]), return_inverse=True)
     k, mean = int(codes.max()) + 1, float(v.mean())
+    if k < 2:
+        raise ValueError(f"a cluster-robust interval needs at least 2 clusters, got {k}")
     sums = np.bincount(codes, v - mean, minlength=k)  # (K,) each cluster's summed deviation
     se = float(np.sqrt(k / (k - 1) * (sums ** 2).sum()) / len(v))
     half = float(student.ppf((1 + level) / 2, k - 1)) * se

@@ -59,6 +59,11 @@ def test_the_cluster_robust_t_widens_with_few_clusters():
     assert k == 10 and value == pytest.approx(means.mean()) and ci == pytest.approx([value - half, value + half])
 
 
+
+def test_cluster_t_refuses_a_single_cluster():
+    with pytest.raises(ValueError, match="at least 2 clusters"):
+        verdicts.cluster_t([0.1, 0.2, 0.3], ["one", "one", "one"])
+
 def test_best_of_n_is_judged_against_the_maximum_of_n_null_effects_and_held_out_data():
     se = np.full(144, 0.02)
     maxima = (np.random.default_rng(0).standard_normal((4000, 144)) * se).max(1)  # (draws,) best of 144 null effects
