@@ -99,60 +99,49 @@ def check_shards(folder: Path, held: dict[Path, set[str]]) -> None:
 
 
 def read_state_dict(folder: Path) -> dict[str, np.ndarray]:
-    """All tensors of a HF checkpoint as float32/int numpy arrays (safetensors: no torch)."""
-    state: dict[str, np.ndarray] = {}
-    held: dict[Path, set[str]] = {}
-    for path in weight_files(folder):
-        if path.suffix == ".safetensors":
-            from safetensors import safe_open
-
-            try:
-                with safe_open(str(path), framework="numpy") as f:
-                    held[path] = set(f.keys())
-                    for k in f.keys():
-                        state[k] = f.get_tensor(k)
-            except Exception as e:  # SafetensorError, OSError, ...: truncated, empty or not safetensors
-                raise ConversionError(f"{path} cannot be read as safetensors ({_first_line(e)}): the file is "
-                                      "truncated, empty or damaged. Fix: download it again (or re-save the model "
-                                      "with save_pretrained)") from None
-        else:
-            try:
-                import torch
-            except ImportError as e:
-                raise ConversionError(f"{path} is a PyTorch pickle and reading it needs torch; "
-                                      "install torch or re-save the model as safetensors") from e
-            try:
-                sd = torch.load(path, map_location="cpu", weights_only=True)
-            except Exception as e:  # RuntimeError, EOFError, UnpicklingError on a truncated file
-                raise ConversionError(f"{path} cannot be read as a PyTorch checkpoint ({_first_line(e)}): the "
-                                      "file is truncated or damaged. Fix: download it again") from None
-            if not isinstance(sd, dict):
-                raise ConversionError(f"{path} holds a {type(sd).__name__}, not a state dict of tensors. Fix: "
-                                      "save model.state_dict() (or use save_pretrained)")
-            held[path] = set(sd)
-            state.update({k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in sd.items()})
-    check_shards(folder, held)
-    return {_renamed(k): v.astype(np.float32) if tensors.floating(v.dtype) else v for k, v in state.items()}
+    """All tensors of a HF checkpoint as float32/int numpy arrays (``open_state_dict``, read whole)."""
+    return {k: np.asarray(v).astype(np.float32) if tensors.floating(v.dtype) else np.asarray(v)
+            for k, v in open_state_dict(folder).items()}
 
 
 def open_state_dict(folder: Path) -> dict:
-    """The checkpoint's tensors as ``read_state_dict`` names them, without reading them: safetensors
-    shards as ``jattn.io.tensors.Lazy`` tensors in their own dtype (read when placed), a PyTorch
-    pickle (which cannot be read in parts) as ``read_state_dict``'s arrays."""
-    files = weight_files(folder)
-    if any(path.suffix != ".safetensors" for path in files):
-        return read_state_dict(folder)
-    state, held = {}, {}
-    for path in files:
-        try:
-            held[path] = set(shard := tensors.safetensors_state(path))
-            state.update(shard)
-        except Exception as e:  # SafetensorError, OSError, ...: truncated, empty or not safetensors
-            raise ConversionError(f"{path} cannot be read as safetensors ({_first_line(e)}): the file is truncated, "
-                                  "empty or damaged. Fix: download it again (or re-save the model with "
-                                  "save_pretrained)") from None
+    """The checkpoint's tensors without reading them: safetensors shards as ``jattn.io.tensors.Lazy``
+    tensors in their own dtype (read when placed), a PyTorch pickle (which cannot be read in parts)
+    as float32/int numpy arrays; the shards checked against their index (``check_shards``)."""
+    state: dict = {}
+    held: dict[Path, set[str]] = {}
+    for path in weight_files(folder):
+        shard = _safetensors(path) if path.suffix == ".safetensors" else _pickle(path)
+        held[path] = set(shard)
+        state.update(shard)
     check_shards(folder, held)
     return {_renamed(k): v for k, v in state.items()}
+
+
+def _safetensors(path: Path) -> dict:
+    try:
+        return tensors.safetensors_state(path)
+    except Exception as e:  # SafetensorError, OSError, ...: truncated, empty or not safetensors
+        raise ConversionError(f"{path} cannot be read as safetensors ({_first_line(e)}): the file is truncated, "
+                              "empty or damaged. Fix: download it again (or re-save the model with "
+                              "save_pretrained)") from None
+
+
+def _pickle(path: Path) -> dict[str, np.ndarray]:
+    try:
+        import torch
+    except ImportError as e:
+        raise ConversionError(f"{path} is a PyTorch pickle and reading it needs torch; "
+                              "install torch or re-save the model as safetensors") from e
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # RuntimeError, EOFError, UnpicklingError on a truncated file
+        raise ConversionError(f"{path} cannot be read as a PyTorch checkpoint ({_first_line(e)}): the "
+                              "file is truncated or damaged. Fix: download it again") from None
+    if not isinstance(sd, dict):
+        raise ConversionError(f"{path} holds a {type(sd).__name__}, not a state dict of tensors. Fix: "
+                              "save model.state_dict() (or use save_pretrained)")
+    return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in sd.items()}
 
 
 def _renamed(key: str) -> str:
