@@ -3,8 +3,8 @@
 A ``Stage`` is one resumable step of a study (fine-tune a classifier, disable every head, train
 the probe, ...). Its *key* is a hash of everything its result depends on: its parameters (the
 profile's sizes), the sha256 of the data files it reads (from the data manifest), the recipes of
-the artefacts it uses, the code of the modules it names (their source without docstrings and
-comments: ``code_text``), and the keys of the stages it reads.
+the artefacts it uses, the code of the modules it names (their syntax trees without docstrings:
+``code_text``), and the keys of the stages it reads.
 ``run`` executes stages in order and skips one whose record ``<out>/stages/<name>.json`` holds
 the same key, so that a rerun after a kill continues where it stopped and a stage whose inputs
 and code did not change is not rerun. The claims' statistics (``jattn.reproduce.claims``) are
@@ -30,18 +30,16 @@ import errno
 import hashlib
 import importlib
 import inspect
-import io
 import json
 import os
 import shutil
 import sys
-import tokenize
-import traceback
 from pathlib import Path
 from typing import Callable
 
 from jattn.io import manifest
 from jattn.reproduce import records
+from jattn.reproduce.failures import describe_failure
 
 __all__ = ["Context", "plan", "Profile", "PROFILES", "repository_root", "run", "Stage", "StageError", "stale"]
 
@@ -79,23 +77,26 @@ class Stage:
 
 
 def code_text(source: str) -> str:
-    """``source`` without docstrings, comments and blank lines: the part of a module a result
-    depends on, so that editing prose reruns nothing. Spans come from the syntax tree (docstrings)
-    and the tokenizer (comments), so the text is the same under every Python version."""
-    lines = source.splitlines()
-    cut: list[tuple[int, int, int, int]] = []  # (first line, column, last line, end column); lines 1-based
-    for node in ast.walk(ast.parse(source)):
+    """``source``'s syntax tree without docstrings, written out: the part of a module a result
+    depends on, so that editing prose (docstrings, comments) or the layout (line breaks, quotes,
+    brackets: a formatter's work) reruns nothing. Empty fields are left out, so the text is the
+    same under every Python version whose trees differ only by new, empty fields."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             doc = node.body[0]
             if isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str):
-                end = len(lines[doc.end_lineno - 1].encode()[:doc.end_col_offset].decode())  # bytes -> characters
-                cut.append((doc.lineno, doc.col_offset, doc.end_lineno, end))
-    for token in tokenize.generate_tokens(io.StringIO(source).readline):
-        if token.type == tokenize.COMMENT:
-            cut.append((*token.start, *token.end))
-    for first, column, last, end in sorted(cut, reverse=True):  # later spans first: earlier ones keep their place
-        lines[first - 1:last] = [lines[first - 1][:column] + lines[last - 1][end:]]
-    return "\n".join(line.rstrip() for line in lines if line.strip())
+                node.body = node.body[1:]
+    return _tree_text(tree)
+
+
+def _tree_text(node) -> str:
+    if isinstance(node, list):
+        return "[" + ", ".join(map(_tree_text, node)) + "]"
+    if not isinstance(node, ast.AST):
+        return repr(node)
+    fields = [f"{k}={_tree_text(v)}" for k, v in ast.iter_fields(node) if v is not None and v != [] and k != "ctx"]
+    return f"{type(node).__name__}({', '.join(fields)})"
 
 
 def _source_hash(module_name: str) -> str:
@@ -144,7 +145,8 @@ class Context:
     key: str | None = None  # the running stage's key (``stage_key``)
     results: dict = dataclasses.field(default_factory=dict)  # stage name -> result
     progress: bool = True
-    not_run: dict = dataclasses.field(default_factory=dict)  # stage name -> why (an artefact not made)
+    not_run: dict = dataclasses.field(default_factory=dict)  # stage name -> why (an artefact or data not there)
+    lacking_data: set = dataclasses.field(default_factory=set)  # those of not_run that lack data (or need one that does)
 
     @property
     def params(self) -> dict:
@@ -291,21 +293,6 @@ class StageError(RuntimeError):
     the stage, why, and what is kept (the records before it: a rerun resumes at it). ``__cause__``: its error."""
 
 
-def describe_failure(e: BaseException) -> str:
-    """``e`` on one line: its type, its message's first line, and the file and line that raised it
-    (the innermost outside jattn and the installed packages, where there is one)."""
-    if isinstance(e, SyntaxError):
-        return f"SyntaxError: {e.msg} ({e.filename}, line {e.lineno})"
-    frames = traceback.extract_tb(e.__traceback__)
-    library = (str(Path(__file__).parents[1]), sys.prefix, sys.base_prefix)  # jattn, installed packages, Python
-    own = [f for f in frames if not f.filename.startswith(library)]
-    at = "".join(f" ({f.filename}, line {f.lineno})" for f in (own or frames)[-1:])
-    if isinstance(e, SystemExit):
-        return f"sys.exit({e.code!r}) was called{at}"
-    text = str(e).strip().splitlines()
-    return type(e).__name__ + (f": {text[0]}" if text else "") + at
-
-
 def _failed(stage: Stage, e: BaseException | None, why: str, fix: str, done: dict, ctx: Context) -> StageError:
     """The ``StageError`` of ``stage``, which failed ``why`` (by ``e``); ``done``: the records of the
     stages before it. ``fix`` unless a full disk is why, or ``e``'s message names its own fix."""
@@ -336,8 +323,9 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
     (its work folder) are discarded first, so that it computes everything again and its record
     times all of it. The models it reads are artefacts of the cache, kept (``jattn models``).
     Returns every stage's record. A stage that needs a named artefact not made
-    (``ArtefactNotMade``: the message names the command) does not run, nor do the stages that
-    need it; the others go on, and ``ctx.not_run`` says why each did not."""
+    (``ArtefactNotMade``: the message names the command) or a data file not in ``ctx.data_dir``
+    does not run, nor do the stages that need it; the others go on, and ``ctx.not_run`` says why
+    each did not (``ctx.lacking_data``: those for want of data, named with the fetch command)."""
     from jattn.io import artefacts, stops
     from jattn.io.artefacts import ArtefactNotMade
 
@@ -346,6 +334,8 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         stops.check_stop()  # a SIGINT/SIGTERM whose exception was dropped (jattn.cli)
         if missing := [n for n in stage.needs if n in ctx.not_run]:
             ctx.not_run[stage.name] = f"it needs {missing[0]}, which did not run"
+            if set(missing) <= ctx.lacking_data:
+                ctx.lacking_data.add(stage.name)
             log(f"[{i + 1}/{len(stages)}] {stage.name}: not run: {ctx.not_run[stage.name]}")
             continue
         old = records.read(ctx.out, stage.name)
@@ -360,6 +350,12 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
                 old = records.write(ctx.out, {**old, "claims_code": _claims_code()})
             done[stage.name] = old
             ctx.results[stage.name] = old["result"]
+            continue
+        if absent := sorted({f.split("/", 1)[0] for f in stage.data if not (ctx.data_dir / f).is_file()}):
+            ctx.not_run[stage.name] = (f"data set(s) {', '.join(absent)} not in {ctx.data_dir}. Fix: run `jattn data "
+                                       f"fetch {' '.join(absent)} --data-dir {ctx.data_dir}`")
+            ctx.lacking_data.add(stage.name)
+            log(f"[{i + 1}/{len(stages)}] {stage.name}: not run: {ctx.not_run[stage.name]}")
             continue
         log(f"[{i + 1}/{len(stages)}] {stage.name}: running ({why})")
         ctx.stage, ctx.key = stage, key

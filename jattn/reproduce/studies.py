@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Protocol, runtime_checkable
 
-from jattn.reproduce.pipeline import Profile, Stage, describe_failure, repository_root
+from jattn.reproduce.failures import describe_failure
+from jattn.reproduce.pipeline import Profile, Stage, repository_root
 from jattn.reproduce.verdicts import Evidence, Verdict
 
 __all__ = ["default_folder", "load", "names", "register", "register_rules", "Rules", "rules", "stages", "titles"]

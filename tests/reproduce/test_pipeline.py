@@ -204,12 +204,15 @@ class C:
 '''
 
 
-def test_code_text_drops_docstrings_comments_and_blank_lines_only():
+def test_code_text_drops_docstrings_comments_and_layout_only():
     text = pipeline.code_text(MODULE)
-    assert text == 'import os\nX = "# not a comment"\ndef f(a):\n    return a + 1\nclass C:\n    def g(self):'
+    assert "Doc of" not in text and "one more" not in text and "'# not a comment'" in text  # the string is code
     prose = MODULE.replace("Doc of f: α ≤ β.", "Other words, ≠").replace("# one more", "# changed")
     assert pipeline.code_text(prose) == text  # an edit of prose keeps the key
+    layout = MODULE.replace('"# not a comment"', "'# not a comment'").replace("return a + 1", "return (\n        a\n        + 1\n    )")
+    assert layout != MODULE and pipeline.code_text(layout) == text  # so does a formatter's (quotes, line breaks)
     assert pipeline.code_text(MODULE.replace("a + 1", "a + 2")) != text  # an edit of code changes it
+    assert pipeline.code_text(MODULE.replace('"""Only a docstring."""', "pass")) != text  # a body of code is code
 
 
 class _ToyRules:
@@ -290,6 +293,43 @@ def test_the_command_writes_the_report_then_exits_1_naming_what_did_not_run(tmp_
     with pytest.raises(SystemExit) as stop:
         main(["reproduce", "--quick", "--out", str(tmp_path / "out"), "--no-progress"])
     assert "1 stage(s) did not run" in str(stop.value) and "toy.unmade: artefact minilm-sst2" in str(stop.value)
+    assert (tmp_path / "out" / "REPORT.md").is_file() and (tmp_path / "out" / "stages" / "toy.double.json").is_file()
+
+
+def _reads_ud(ctx):
+    CALLS.append(ctx.stage.name)
+    return {"lines": len(ctx.data("ud-english-ewt/en_ewt-ud-dev.conllu").read_text().splitlines())}
+
+
+def _lacking_data_stages():
+    return [pipeline.Stage("toy.ud", _reads_ud, data=("ud-english-ewt/en_ewt-ud-dev.conllu",)),
+            pipeline.Stage("toy.after", _count, params={"n": 1}, needs=("toy.ud",)), *_toy()]
+
+
+def test_a_stage_whose_data_is_absent_is_skipped_naming_the_fetch_command_and_the_rest_runs(tmp_path):
+    CALLS.clear()
+    ctx = _ctx(tmp_path)
+    records = pipeline.run(_lacking_data_stages(), ctx, log=lambda *_: None)
+    assert CALLS == ["toy.count", "toy.double"] and set(records) == {"toy.count", "toy.double"}
+    assert f"jattn data fetch ud-english-ewt --data-dir {tmp_path / 'data'}" in ctx.not_run["toy.ud"]
+    assert ctx.not_run["toy.after"] == "it needs toy.ud, which did not run"
+    assert ctx.lacking_data == {"toy.ud", "toy.after"}
+    (tmp_path / "data" / "ud-english-ewt").mkdir(parents=True)  # fetched: it runs
+    (tmp_path / "data" / "ud-english-ewt" / "en_ewt-ud-dev.conllu").write_text("# sent_id = 1\n")
+    ctx = _ctx(tmp_path)
+    pipeline.run(_lacking_data_stages(), ctx, log=lambda *_: None)
+    assert CALLS[2:] == ["toy.ud", "toy.after"] and not ctx.not_run
+
+
+def test_the_command_passes_when_only_data_is_absent_and_names_the_fetch(tmp_path, monkeypatch, capsys):
+    from jattn.cli import main
+    from jattn.reproduce import studies
+
+    monkeypatch.setattr(studies, "stages", lambda profile, only=(): _lacking_data_stages())
+    main(["reproduce", "--quick", "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path / "data"),
+          "--no-progress"])  # no SystemExit: what has its data ran
+    err = capsys.readouterr().err
+    assert "2 stage(s) did not run" in err and "jattn data fetch ud-english-ewt" in err
     assert (tmp_path / "out" / "REPORT.md").is_file() and (tmp_path / "out" / "stages" / "toy.double.json").is_file()
 
 
