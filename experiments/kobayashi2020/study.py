@@ -69,7 +69,7 @@ import numpy as np
 
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
-from experiments.finetune import study as finetune
+from experiments import common
 from experiments.kobayashi2020.alignment_stage import alignment_stage
 from experiments.kobayashi2020.claims import paired
 
@@ -77,17 +77,10 @@ CLASSES = {"cls": "[CLS]", "sep": "[SEP]", "punct": '"." and ","', "other": "oth
 SEGMENTS = {"full": 512, "quick": 32}  # the paper: 992 Wikipedia segments
 
 
-def base_model(model: str) -> str | None:
-    """The pretrained model each fine-tuned classifier of ``model`` starts from (None: the embedded one)."""
-    from jattn.io import artefacts
-
-    return artefacts.recipe(finetune.artefact(model, "sst2", 0)).base
-
-
 def _load(model: str):
     import jattn
 
-    return jattn.load(base_model(model))
+    return jattn.load(common.base_model(model))
 
 
 def _class_claims(ctx: Context, model: str, rows: list[dict], tokenizer) -> list[dict]:
@@ -178,7 +171,7 @@ def _frequency_claim(ctx: Context, model: str, net, occ: dict) -> tuple[dict, tu
     from experiments.kobayashi2020.tokens import rank_table
 
     # the rank file counts the ids of bert-base-uncased's vocabulary, which the embedded model shares
-    reference = net.tokenizer if base_model(model) is None else jattn.load().tokenizer
+    reference = net.tokenizer if common.base_model(model) is None else jattn.load().tokenizer
     ranks, mapped = rank_table(net, reference, read_ranks(ctx.data("frequency/rank_count_ids.txt"),
                                                           len(reference.get_vocab())))
     rank = bottom_ranked(ranks)[np.asarray(occ["id"])]  # (N,) unranked ids at the bottom rank
@@ -252,15 +245,15 @@ def _token_stage(model: str):
 
 def stages(profile: Profile) -> list[Stage]:
     out = []
-    for model in finetune.models(profile):
-        base = base_model(model)
+    for model in common.models(profile):
+        base = common.base_model(model)
         out.append(Stage(f"kobayashi.{model}-tokens", _token_stage(model),
                          params={"segments": profile.pick(SEGMENTS["full"], SEGMENTS["quick"]),
                                  "batch_size": profile.pick(16, 32)},  # quick: one batch, one compile
                          data=("gap/gap-development.tsv", "frequency/rank_count_ids.txt"),
                          models=(base,) if base else (),
-                         code=("experiments.kobayashi2020.tokens", "experiments.kobayashi2020.figures",
-                               "experiments.kobayashi2020.claims",
+                         code=("experiments.common", "experiments.kobayashi2020.tokens",
+                               "experiments.kobayashi2020.figures", "experiments.kobayashi2020.claims",
                                "jattn.analyses.norms", "jattn.analyses.norm_occurrences")))
     out.append(alignment_stage(profile))
     return out

@@ -62,7 +62,7 @@ from pathlib import Path
 
 from jattn.reproduce.pipeline import Context, Profile, Stage, repository_root
 from jattn.reproduce import studies
-from experiments.finetune import study as finetune
+from experiments import common
 from experiments.kovaleva2019 import claims as KC
 from experiments.kovaleva2019.disabling import TASK_DATA, dev_examples as _dev, subset, sweep_stage
 
@@ -73,8 +73,8 @@ PAPER_MODEL = "BERT-base fine-tuned per GLUE task (MRPC, STS-B, SST-2, QQP, RTE,
 def sizes(profile: Profile) -> dict:
     """What each profile sweeps: per model the seeds and dev examples per task (0: all)."""
     return profile.pick(
-        full={"sweep": {"mpnet": {"seeds": finetune.seeds(profile), "dev": {"sst2": 400, "cola": 0}},
-                        "minilm": {"seeds": finetune.seeds(profile), "dev": {"sst2": 0, "cola": 0}}},
+        full={"sweep": {"mpnet": {"seeds": common.seeds(profile), "dev": {"sst2": 400, "cola": 0}},
+                        "minilm": {"seeds": common.seeds(profile), "dev": {"sst2": 0, "cola": 0}}},
               "chunk": 64, "maps_dev": 0, "cnn_steps": 600, "corpus_sentences": 250, "per_sentence": 8},
         quick={"sweep": {"minilm": {"seeds": (0, 1), "dev": {"sst2": 12, "cola": 12}}}, "max_tokens": 16,
                "chunk": 64, "maps_dev": 24, "cnn_steps": 40, "corpus_sentences": 20, "per_sentence": 4})
@@ -141,7 +141,7 @@ def _maps_stage(model: str, task: str, seeds: tuple[int, ...]):
         thresholds = Thresholds(vertical=t["vertical"], diagonal=t["diagonal"])
         base = jattn.load(PRETRAINED[model]) if PRETRAINED[model] else jattn.load()
         examples = [dev[i] for i in index]
-        runs = {seed: KM.dev_maps(base, jattn.load(finetune.classifier(ctx, model, task, seed)), examples, thresholds)
+        runs = {seed: KM.dev_maps(base, jattn.load(common.classifier(ctx, model, task, seed)), examples, thresholds)
                 for seed in seeds}
         protocol = (f"{model} fine-tuned on {task} (seeds {', '.join(map(str, seeds))}, each) against its pretrained "
                     "base, "
@@ -186,8 +186,8 @@ def stages(profile: Profile) -> list[Stage]:
                      code=("experiments.kovaleva2019.labels", "experiments.kovaleva2019.patterns",
                            "jattn.analyses.patterns",
                            "jattn.analyses.pattern_cnn")))
-    seeds = finetune.seeds(profile)
-    for model in finetune.models(profile):
+    seeds = common.seeds(profile)
+    for model in common.models(profile):
         for task in ("sst2", "cola"):
             out.append(Stage(f"kovaleva.maps-{model}-{task}", _maps_stage(model, task, seeds),
                              needs=(*(f"finetune.{model}-{task}-s{seed}" for seed in seeds), "kovaleva.labels"),

@@ -47,7 +47,7 @@ import numpy as np
 
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
-from experiments.finetune import study as finetune
+from experiments import common
 from experiments.michel2019 import curves as mc
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +82,7 @@ def models(profile: Profile) -> tuple[str, ...]:
 
 def seeds(profile: Profile, model: str) -> tuple[int, ...]:
     """Fine-tuning seeds analysed: every seed the fine-tuning stages train, for both models."""
-    return finetune.seeds(profile)
+    return common.seeds(profile)
 
 
 def params(profile: Profile) -> dict:
@@ -112,7 +112,7 @@ def _curves_stage(model: str, task: str, seed: int):
         from jattn.sweeps.pruning_curve import classification_predictions, flat_scores
 
         p, work = ctx.params, ctx.work()
-        net = jattn.load(finetune.classifier(ctx, model, task, seed))
+        net = jattn.load(common.classifier(ctx, model, task, seed))
         imp_examples, dev = _slices(task, p)
         shape = (net.config.num_layers, net.config.num_heads)
         seconds = {}
@@ -126,7 +126,7 @@ def _curves_stage(model: str, task: str, seed: int):
             seconds["importance"] = round(time.perf_counter() - start, 1)
             saved.write_text(json.dumps(imp.tolist()))
         orders = {"importance": flat_scores(net, imp)}
-        for r, scores in enumerate(mc.random_orders(imp.size, p["random_orders"], seed=seed)):
+        for r, scores in enumerate(common.random_orders(imp.size, p["random_orders"], seed=seed)):
             orders[f"random-{r}"] = scores
         start = time.perf_counter()
         predict = classification_predictions(net, [x for x, _ in dev], batch_size=p["batch_size"])
@@ -152,8 +152,8 @@ def stages(profile: Profile) -> list[Stage]:
                 curves.append(stage)
                 out.append(Stage(stage, _curves_stage(model, name, seed), params=p, data=task.data,
                                  needs=(f"finetune.{model}-{name}-s{seed}",),
-                                 code=("experiments.michel2019.curves", "jattn.sweeps.importance",
-                                       "jattn.sweeps.pruning_curve")))
+                                 code=("experiments.common", "experiments.michel2019.curves",
+                                       "jattn.sweeps.importance", "jattn.sweeps.pruning_curve")))
             out.append(Stage(f"michel.{model}-{name}", michel_claims.claims_stage(model, task, curves, TOLERANCE,
                                                                                   AT_PRUNE, AT_RANDOM),
                              needs=tuple(curves), params={"tolerance": TOLERANCE, "at": [AT_PRUNE, AT_RANDOM]},

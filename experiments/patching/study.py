@@ -79,12 +79,10 @@ import numpy as np
 
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
-from experiments.finetune import study as finetune
-from experiments.clark2019.coref import gap_pages
+from experiments import common
 from experiments.patching import gender, sentiment
 from experiments.patching.resampling import resample_weights
-from experiments.voita2019 import runs
-from experiments.patching.pairs import GAP_FILE, base_model, pairs_stage, sweep_stage
+from experiments.patching.pairs import GAP_FILE, pairs_stage, sweep_stage
 
 # pairs per model: "small" the embedded MiniLM, "base" the 144-head model (≈ 11 × its cost per pair)
 FULL = {"max_tokens": 96, "batch": 8, "pairs": {"small": 160, "base": 160}, "sst2_pairs": 160, "gender_pairs": 160}
@@ -213,11 +211,11 @@ def _claims_stage(model: str, sweep: str):
         clean, corr, nearest = (np.asarray(r[k], float) for k in ("clean", "corrupted", "nearest"))
         exact, attribution, clark = (np.asarray(r[k], float).reshape(len(clean), L * H)
                                      for k in ("exact", "attribution", "clark"))
-        n, pages = len(clean), gap_pages(ctx.data(GAP_FILE))
+        n, pages = len(clean), common.gap_pages(ctx.data(GAP_FILE))
         documents = [pages[i] for i in r["ids"]]  # the Wikipedia page of each pair's paragraph
         where = (f"{n} GAP development pairs (≤ {ctx.params['max_tokens']} tokens); clean = the paragraph, corrupted = "
                  "the coreferent name's mention replaced by an other-gender GAP name of equal word pieces; "
-                 f"model {base_model(model) or 'the embedded all-MiniLM-L6-v2'} ({L}×{H} heads). Deviations: "
+                 f"model {common.base_model(model) or 'the embedded all-MiniLM-L6-v2'} ({L}×{H} heads). Deviations: "
                  "sentence-embedding checkpoints without a masked-LM head (jattn.load: with_mlm_head False), so the "
                  "metric reads final hidden states; GAP instead of CoNLL-2012; no selection, so no held-out split; "
                  f"intervals resample the {len(set(documents))} Wikipedia pages the pairs come from")
@@ -268,7 +266,7 @@ def _sentiment_claims_stage(model: str, sweep: str):
                  f"word swapped for its antonym (equal word pieces); model {model}'s SST-2 classifier (seed 0, "
                  f"{L}×{H} heads); output-head metric m = logit of the gold label − the other logit; no selection, "
                  "so no held-out split")
-        majority = finetune.train_majority("sst2")
+        majority = common.train_majority("sst2")
         rows = [{"index": i, "gold": int(y), "pred": int(y if m > 0 else 1 - y), "majority": majority}
                 for i, (y, m) in enumerate(zip(labels, clean))]
         behaviour = ctx.claim(
@@ -323,7 +321,7 @@ def _gender_claims_stage(ctx: Context) -> dict:
     where = (f"{n} Multi30k test_2016_flickr captions whose French source names one man, woman, boy or girl (or "
              "their plurals); corrupted = that noun and the determiner or adjective agreeing with it swapped for the "
              "other gender's (equal source pieces), the reference the target of both runs (teacher forcing); "
-             f"model {runs.MODEL if ctx.profile.name == 'full' else 'the quick profile’s tiny fr→en model'} "
+             f"model {common.MODEL if ctx.profile.name == 'full' else 'the quick profile’s tiny fr→en model'} "
              f"({' + '.join(f'{sizes[k]} {k}' for k in gender.KINDS)} heads); metric m = logit "
              "of the reference's word − logit of its other-gender counterpart at the position predicting it; no "
              "selection, so no held-out split")
@@ -384,27 +382,29 @@ def _table(model, maps, holm, clean, corr, exact, clark, seconds) -> str:
 
 def stages(profile: Profile) -> list[Stage]:
     sizes = _sizes(profile)
-    models = finetune.models(profile)
-    common = {"max_tokens": sizes["max_tokens"]}
+    models = common.models(profile)
+    shared = {"max_tokens": sizes["max_tokens"]}
     code = ("jattn.sweeps.patching", "jattn.analyses.coref", "jattn.io.labels")
     tests = ("experiments.patching.resampling",)  # the claims stages' bootstrap resamples
-    scale = {m: "small" if base_model(m) is None else "base" for m in models}
-    out = [Stage("patching.pairs", pairs_stage(models), params={**common, "pairs": max(sizes["pairs"].values()),
+    scale = {m: "small" if common.base_model(m) is None else "base" for m in models}
+    out = [Stage("patching.pairs", pairs_stage(models), params={**shared, "pairs": max(sizes["pairs"].values()),
                                                                  "models": list(models)},
-                 data=(GAP_FILE,), models=tuple(b for m in models if (b := base_model(m))), code=code)]
+                 data=(GAP_FILE,), models=tuple(b for m in models if (b := common.base_model(m))),
+                 code=(*code, "experiments.common"))]
     for model in models:
-        base = tuple(b for b in (base_model(model),) if b)
-        params = {**common, "batch": sizes["batch"], "pairs": sizes["pairs"][scale[model]]}
+        base = tuple(b for b in (common.base_model(model),) if b)
+        params = {**shared, "batch": sizes["batch"], "pairs": sizes["pairs"][scale[model]]}
         out.append(Stage(f"patching.{model}-sweep", sweep_stage(model, "patching.pairs"), params=params,
-                         needs=("patching.pairs",), data=(GAP_FILE,), models=base, code=code))
+                         needs=("patching.pairs",), data=(GAP_FILE,), models=base,
+                         code=(*code, "experiments.common")))
         out.append(Stage(f"patching.{model}", _claims_stage(model, f"patching.{model}-sweep"), params=params,
                          needs=(f"patching.{model}-sweep",), data=(GAP_FILE,), models=base,
-                         code=(*tests, "experiments.clark2019.coref")))
-    classifiers = {m: (finetune.artefact(m, "sst2", 0),) if profile.name == "full" else () for m in models}
+                         code=(*tests, "experiments.common")))
+    classifiers = {m: (common.artefact(m, "sst2", 0),) if profile.name == "full" else () for m in models}
     sst2 = {"pairs": sizes["sst2_pairs"], "batch": 16}
     out.append(Stage("patching.sst2-pairs", sentiment.pairs_stage(models), params={**sst2, "models": list(models)},
                      data=(sentiment.DEV_FILE,), models=sum(classifiers.values(), ()),
-                     code=("experiments.finetune.study",)))
+                     code=("experiments.common",)))
     for model in models:
         out.append(Stage(f"patching.{model}-sst2-sweep", sentiment.sweep_stage(model, "patching.sst2-pairs"),
                          params=sst2, needs=("patching.sst2-pairs",), models=classifiers[model],
@@ -412,8 +412,8 @@ def stages(profile: Profile) -> list[Stage]:
         out.append(Stage(f"patching.{model}-sst2", _sentiment_claims_stage(model, f"patching.{model}-sst2-sweep"),
                          params=sst2, needs=(f"patching.{model}-sst2-sweep",), data=("sst2/train.tsv",), code=tests))
     translation = {"data": tuple(f"multi30k/{split}.{side}" for split, side in (
-        (runs.TEST, "fr"), (runs.TEST, "en"), ("train", "en"))),
-        "models": (runs.MODEL,) if profile.name == "full" else ()}
+        (common.TEST, "fr"), (common.TEST, "en"), ("train", "en"))),
+        "models": (common.MODEL,) if profile.name == "full" else ()}
     gender_sizes = {"pairs": sizes["gender_pairs"], "batch": 16}
     out += [Stage("patching.gender-pairs", gender.pairs_stage, params=gender_sizes, **translation),
             Stage("patching.gender-sweep", gender.sweep_stage, params=gender_sizes, needs=("patching.gender-pairs",),
