@@ -35,6 +35,25 @@ PAPER = {  # what the papers report for the fine-tuned base models (dev sets)
 }
 
 
+def stages(profile: Profile) -> list[Stage]:
+    out = []
+    data = {"sst2": ("sst2/train.tsv", "sst2/dev.tsv"), "cola": ("cola/in_domain_train.tsv", "cola/in_domain_dev.tsv")}
+    for model in models(profile):
+        for task in TASKS:
+            names = []
+            for seed in seeds(profile):
+                name = f"finetune.{model}-{task}-s{seed}"
+                names.append(name)
+                out.append(Stage(name, _train_stage(model, task, seed), data=data[task],
+                                 params={"quick_train": QUICK_TRAIN} if profile.name == "quick" else {},
+                                 models=(artefact(model, task, seed),) if profile.name == "full" else (),
+                                 code=("experiments.common", "jattn.training.finetune",
+                                       "jattn.sweeps.pruning_curve")))
+            out.append(Stage(f"finetune.{model}-{task}", _claim_stage(model, task, names), needs=tuple(names),
+                             data=data[task], code=("experiments.common",)))
+    return out
+
+
 def _train_stage(model: str, task: str, seed: int):
     def run(ctx: Context) -> dict:
         import jattn
@@ -70,25 +89,6 @@ def _claim_stage(model: str, task: str, names: list[str]):
         return {"claims": [claim]}
 
     return run
-
-
-def stages(profile: Profile) -> list[Stage]:
-    out = []
-    data = {"sst2": ("sst2/train.tsv", "sst2/dev.tsv"), "cola": ("cola/in_domain_train.tsv", "cola/in_domain_dev.tsv")}
-    for model in models(profile):
-        for task in TASKS:
-            names = []
-            for seed in seeds(profile):
-                name = f"finetune.{model}-{task}-s{seed}"
-                names.append(name)
-                out.append(Stage(name, _train_stage(model, task, seed), data=data[task],
-                                 params={"quick_train": QUICK_TRAIN} if profile.name == "quick" else {},
-                                 models=(artefact(model, task, seed),) if profile.name == "full" else (),
-                                 code=("experiments.common", "jattn.training.finetune",
-                                       "jattn.sweeps.pruning_curve")))
-            out.append(Stage(f"finetune.{model}-{task}", _claim_stage(model, task, names), needs=tuple(names),
-                             data=data[task], code=("experiments.common",)))
-    return out
 
 
 studies.register('finetune', stages,

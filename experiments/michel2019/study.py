@@ -91,19 +91,26 @@ def params(profile: Profile) -> dict:
             "estimator": "token", "shares": list(mc.SHARES), "batch_size": 32}
 
 
-def _seeded_slice(rows: list, n: int) -> list:
-    """``n`` of ``rows`` drawn with seed 0, in their order (all of them when n is 0 or ≥ len)."""
-    if not n or n >= len(rows):
-        return list(rows)
-    return [rows[i] for i in np.sort(np.random.default_rng(0).choice(len(rows), n, replace=False))]
+def stages(profile: Profile) -> list[Stage]:
+    from experiments.michel2019 import claims as michel_claims
 
-
-def _slices(task: str, p: dict) -> tuple[list, list]:
-    """(importance examples: a seeded slice of the train split, dev examples: of the dev split)."""
-    from jattn.io import glue
-
-    return (_seeded_slice(glue.read_task(task, "train"), p["importance_examples"]),
-            _seeded_slice(glue.read_task(task, "dev"), p["dev_examples"]))
+    out = []
+    for model in models(profile):
+        for name, task in _tasks().items():
+            p, curves = params(profile), []
+            for seed in seeds(profile, model):
+                stage = f"michel.curves-{model}-{name}-s{seed}"
+                curves.append(stage)
+                out.append(Stage(stage, _curves_stage(model, name, seed), params=p, data=task.data,
+                                 needs=(f"finetune.{model}-{name}-s{seed}",),
+                                 code=("experiments.common", "experiments.michel2019.curves",
+                                       "jattn.sweeps.importance", "jattn.sweeps.pruning_curve")))
+            out.append(Stage(f"michel.{model}-{name}", michel_claims.claims_stage(model, task, curves, TOLERANCE,
+                                                                                  AT_PRUNE, AT_RANDOM),
+                             needs=tuple(curves), params={"tolerance": TOLERANCE, "at": [AT_PRUNE, AT_RANDOM]},
+                             code=("experiments.michel2019.study", "experiments.michel2019.curves",
+                                   "experiments.michel2019.claims")))
+    return out
 
 
 def _curves_stage(model: str, task: str, seed: int):
@@ -140,26 +147,19 @@ def _curves_stage(model: str, task: str, seed: int):
     return run
 
 
-def stages(profile: Profile) -> list[Stage]:
-    from experiments.michel2019 import claims as michel_claims
+def _seeded_slice(rows: list, n: int) -> list:
+    """``n`` of ``rows`` drawn with seed 0, in their order (all of them when n is 0 or ≥ len)."""
+    if not n or n >= len(rows):
+        return list(rows)
+    return [rows[i] for i in np.sort(np.random.default_rng(0).choice(len(rows), n, replace=False))]
 
-    out = []
-    for model in models(profile):
-        for name, task in _tasks().items():
-            p, curves = params(profile), []
-            for seed in seeds(profile, model):
-                stage = f"michel.curves-{model}-{name}-s{seed}"
-                curves.append(stage)
-                out.append(Stage(stage, _curves_stage(model, name, seed), params=p, data=task.data,
-                                 needs=(f"finetune.{model}-{name}-s{seed}",),
-                                 code=("experiments.common", "experiments.michel2019.curves",
-                                       "jattn.sweeps.importance", "jattn.sweeps.pruning_curve")))
-            out.append(Stage(f"michel.{model}-{name}", michel_claims.claims_stage(model, task, curves, TOLERANCE,
-                                                                                  AT_PRUNE, AT_RANDOM),
-                             needs=tuple(curves), params={"tolerance": TOLERANCE, "at": [AT_PRUNE, AT_RANDOM]},
-                             code=("experiments.michel2019.study", "experiments.michel2019.curves",
-                                   "experiments.michel2019.claims")))
-    return out
+
+def _slices(task: str, p: dict) -> tuple[list, list]:
+    """(importance examples: a seeded slice of the train split, dev examples: of the dev split)."""
+    from jattn.io import glue
+
+    return (_seeded_slice(glue.read_task(task, "train"), p["importance_examples"]),
+            _seeded_slice(glue.read_task(task, "dev"), p["dev_examples"]))
 
 
 studies.register('michel', stages,

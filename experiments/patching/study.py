@@ -35,7 +35,8 @@ Data, metric and weight-based score: ``experiments.patching.pairs`` (its docstri
   (``jattn.attribution_patch_heads``) and exact patching.
 
 Every interval of these four claims resamples the Wikipedia pages the GAP pairs come from (the
-document, ``experiments.patching.resampling``), the per-head tests too.
+document, ``experiments.patching.resampling``), the per-head tests too. The maps figure and the table of the
+largest effects: ``experiments.patching.report``.
 
 Behaviour read from an output head, beside the hidden-state metric (the coreference pairs have
 none, the models having no MLM head): ``experiments.patching.sentiment`` (the fine-tuned SST-2
@@ -81,6 +82,7 @@ from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
 from experiments import common
 from experiments.patching import gender, sentiment
+from experiments.patching.report import figure, table
 from experiments.patching.resampling import resample_weights
 from experiments.patching.pairs import GAP_FILE, pairs_stage, sweep_stage
 
@@ -108,100 +110,51 @@ PAPER = {
 }
 
 
-def _spearman(x, y) -> float:
-    from scipy.stats import spearmanr
-
-    return float(spearmanr(x, y).statistic)
-
-
 def _sizes(profile: Profile) -> dict:
     return profile.pick(FULL, QUICK)
 
 
-def _head_rows(a, b, key_a: str, key_b: str, perm: np.ndarray, documents=None) -> list[dict]:
-    """Rows (one per pair) of two (N, K) per-head arrays, and ``b`` with its heads permuted (with
-    each pair's ``documents`` where its intervals resample them)."""
-    return [{"index": i, **({"document": documents[i]} if documents else {}), key_a: x.tolist(), key_b: y.tolist(),
-             f"{key_b}_shuffled": y[perm].tolist()} for i, (x, y) in enumerate(zip(a, b))]
-
-
-def _cluster(documents) -> dict:
-    """The spec entry that resamples documents, when the rows carry them."""
-    return {"cluster": "document"} if documents else {}
-
-
-def _association(ctx: Context, *, id: str, claim: str, paper: str, x: np.ndarray, y: np.ndarray, names: tuple,
-                 protocol: str, seeds: int = 0, documents=None) -> dict:
-    """A head_spearman claim of x against y (N, K) with the shuffled-heads baseline and the
-    permutation interval over heads (the verdict is ``experiments.patching.verdicts``'); intervals
-    resample the pairs' ``documents`` when given, else the pairs."""
-    from jattn import stats
-
-    perm = np.random.default_rng(0).permutation(x.shape[1])
-    rows = _head_rows(np.round(x, 6), np.round(y, 6), *names, perm, documents)
-    _, band = stats.permutation_interval(_spearman, x.mean(0), y.mean(0))
-    out = ctx.claim(id=id, claim=claim, paper=paper, unit="spearman", rows=rows, n=len(rows), seeds=seeds,
-                    measure={"statistic": "head_spearman", "columns": {"x": names[0], "y": names[1]},
-                             "ci_method": "bootstrap", **_cluster(documents)},
-                    baseline={"name": "ρ with the heads of the second map shuffled",
-                              "columns": {"x": names[0], "y": f"{names[1]}_shuffled"}, **_cluster(documents)},
-                    protocol=protocol, permutation_interval=list(band), heads=int(x.shape[1]))
-    out["note"] = (f"ρ = {out['value']:.3f}; the permutation interval over {x.shape[1]} heads "
-                   f"[{band[0]:.3f}, {band[1]:.3f}]")
+def stages(profile: Profile) -> list[Stage]:
+    sizes = _sizes(profile)
+    models = common.models(profile)
+    shared = {"max_tokens": sizes["max_tokens"]}
+    code = ("jattn.sweeps.patching", "jattn.analyses.coref", "jattn.io.labels")
+    tests = ("experiments.patching.resampling",)  # the claims stages' bootstrap resamples
+    scale = {m: "small" if common.base_model(m) is None else "base" for m in models}
+    out = [Stage("patching.pairs", pairs_stage(models), params={**shared, "pairs": max(sizes["pairs"].values()),
+                                                                 "models": list(models)},
+                 data=(GAP_FILE,), models=tuple(b for m in models if (b := common.base_model(m))),
+                 code=(*code, "experiments.common"))]
+    for model in models:
+        base = tuple(b for b in (common.base_model(model),) if b)
+        params = {**shared, "batch": sizes["batch"], "pairs": sizes["pairs"][scale[model]]}
+        out.append(Stage(f"patching.{model}-sweep", sweep_stage(model, "patching.pairs"), params=params,
+                         needs=("patching.pairs",), data=(GAP_FILE,), models=base,
+                         code=(*code, "experiments.common")))
+        out.append(Stage(f"patching.{model}", _claims_stage(model, f"patching.{model}-sweep"), params=params,
+                         needs=(f"patching.{model}-sweep",), data=(GAP_FILE,), models=base,
+                         code=(*tests, "experiments.common", "experiments.patching.report")))
+    classifiers = {m: (common.artefact(m, "sst2", 0),) if profile.name == "full" else () for m in models}
+    sst2 = {"pairs": sizes["sst2_pairs"], "batch": 16}
+    out.append(Stage("patching.sst2-pairs", sentiment.pairs_stage(models), params={**sst2, "models": list(models)},
+                     data=(sentiment.DEV_FILE,), models=sum(classifiers.values(), ()),
+                     code=("experiments.common",)))
+    for model in models:
+        out.append(Stage(f"patching.{model}-sst2-sweep", sentiment.sweep_stage(model, "patching.sst2-pairs"),
+                         params=sst2, needs=("patching.sst2-pairs",), models=classifiers[model],
+                         code=("jattn.sweeps.patching", "experiments.patching.pairs")))
+        out.append(Stage(f"patching.{model}-sst2", _sentiment_claims_stage(model, f"patching.{model}-sst2-sweep"),
+                         params=sst2, needs=(f"patching.{model}-sst2-sweep",), data=("sst2/train.tsv",), code=tests))
+    translation = {"data": tuple(f"multi30k/{split}.{side}" for split, side in (
+        (common.TEST, "fr"), (common.TEST, "en"), ("train", "en"))),
+        "models": (common.MODEL,) if profile.name == "full" else ()}
+    gender_sizes = {"pairs": sizes["gender_pairs"], "batch": 16}
+    out += [Stage("patching.gender-pairs", gender.pairs_stage, params=gender_sizes, **translation),
+            Stage("patching.gender-sweep", gender.sweep_stage, params=gender_sizes, needs=("patching.gender-pairs",),
+                  code=("jattn.sweeps.patching", "experiments.patching.pairs"), **translation),
+            Stage("patching.gender", _gender_claims_stage, params=gender_sizes,
+                  needs=("patching.gender-pairs", "patching.gender-sweep"), code=tests)]
     return out
-
-
-def _corruption(ctx: Context, *, id: str, claim: str, paper: str, unit: str, clean, corrupted, protocol: str,
-                seeds: int = 0, documents=None) -> dict:
-    """Δ = mean m(clean) − mean m(corrupted), paired over the pairs (their ``documents`` resampled
-    when given), beside Δ = 0. ``seeds``: the training seeds of the model (0: a pretrained model,
-    none trained here)."""
-    rows = [{"index": i, **({"document": documents[i]} if documents else {}), "clean": round(float(c), 6),
-             "corrupted": round(float(d), 6)} for i, (c, d) in enumerate(zip(clean, corrupted))]
-    out = ctx.claim(id=id, claim=claim, paper=paper, unit=unit, rows=rows, n=len(rows), seeds=seeds,
-                    measure={"statistic": "mean", "columns": {"value": "clean"}, "against": {"value": "corrupted"},
-                             "ci_method": "paired", **_cluster(documents)},
-                    baseline={"name": "no change (Δ = 0: clean against itself)", "columns": {"value": "clean"},
-                              "against": {"value": "clean"}, **_cluster(documents)}, protocol=protocol)
-    out["note"] = f"paired bootstrap p = {out['p']:.3g}"
-    return out
-
-
-def _holm_heads(effects: np.ndarray, documents=None) -> tuple[np.ndarray, np.ndarray]:
-    """Per head (L, H): the paired bootstrap p-value of mean effect ≠ 0 (resampling the pairs, or
-    their ``documents``), and Holm's rejections."""
-    from jattn import stats
-
-    n, L, H = effects.shape
-    w = resample_weights(n, documents).astype(np.float64)  # (B, n): paired_bootstrap's resamples without documents
-    deltas = (w @ effects.reshape(n, L * H)) / w.sum(1, keepdims=True)  # (B, L·H) every head on the same resample
-    p = np.minimum(1.0, 2 * np.minimum((deltas <= 0).mean(0), (deltas >= 0).mean(0)))  # (L·H,)
-    return p.reshape(L, H), stats.holm(p).reshape(L, H)
-
-
-def _figure(ctx: Context, model: str, maps: dict, rho: float) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
-    for ax, (title, m, cmap) in zip(axes, (("exact patching effect (mean Δm)", maps["exact"], "RdBu_r"),
-                                          ("attribution patching estimate", maps["attribution"], "RdBu_r"),
-                                          ("Clark: share pronoun → right name", maps["clark"], "viridis"))):
-        lim = np.abs(m).max() or 1.0
-        im = ax.imshow(m, cmap=cmap, aspect="auto", **({"vmin": -lim, "vmax": lim} if cmap == "RdBu_r" else {}))
-        ax.set(title=title, xlabel="head (0-based)", ylabel="layer (0-based)")
-        fig.colorbar(im, ax=ax)
-    axes[3].scatter(maps["clark"].ravel(), maps["exact"].ravel(), s=12)
-    axes[3].set(title=f"per head: Spearman ρ = {rho:.2f}", xlabel="Clark weight-based score",
-                ylabel="exact patching effect")
-    fig.suptitle(f"{model}: head patching vs weight-based coreference heads (GAP pairs)")
-    fig.tight_layout()
-    path = ctx.figure(f"{model}_maps.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return str(path.relative_to(ctx.out))
 
 
 def _claims_stage(model: str, sweep: str):
@@ -245,9 +198,10 @@ def _claims_stage(model: str, sweep: str):
         maps = {k: v.mean(0).reshape(L, H) for k, v in (("exact", exact), ("attribution", attribution),
                                                         ("clark", clark))}
         _, holm = _holm_heads(exact.reshape(n, L, H), documents)
-        figure = _figure(ctx, model, maps, clark_claim["value"])
-        return {"claims": [behaviour, corruption, clark_claim, agree], "figures": [figure],
-                "table": _table(model, maps, holm, clean, corr, exact, clark, r["measured_s"])}
+        drawn = figure(ctx, model, maps, clark_claim["value"])
+        return {"claims": [behaviour, corruption, clark_claim, agree], "figures": [drawn],
+                "table": table(model, maps, holm, clean, corr, _spearman(np.abs(exact.mean(0)), clark.mean(0)),
+                               r["measured_s"])}
 
     return run
 
@@ -363,64 +317,71 @@ def _gender_claims_stage(ctx: Context) -> dict:
     return {"claims": [behaviour, corruption, agree], "table": "\n".join(lines)}
 
 
-def _table(model, maps, holm, clean, corr, exact, clark, seconds) -> str:
-    L, H = maps["exact"].shape
-    order = np.argsort(-np.abs(maps["exact"]).ravel())[:5]  # the largest effects of either sign
-    best = np.unravel_index(int(np.argmax(maps["clark"])), (L, H))
-    lines = [f"{model}: {len(clean)} pairs, mean m clean {clean.mean():.3f}, corrupted {corr.mean():.3f}; "
-             f"sweeps measured {seconds:.0f} s. Heads whose exact effect ≠ 0 after Holm–Bonferroni over {L * H} "
-             f"heads (paired bootstrap, GAP pages resampled): {int(holm.sum())}. ρ(|effect|, Clark score) = "
-             f"{_spearman(np.abs(exact.mean(0)), clark.mean(0)):.3f}. Clark's best head "
-             f"{best[0]}-{best[1]}: score {maps['clark'][best]:.2f}, effect {maps['exact'][best]:.3f}.", "",
-             "| head (layer-head, 0-based) | exact effect | attribution | Clark score | Holm |", "|---|---|---|---|---|"]
-    for k in order:
-        l, h = divmod(int(k), H)
-        lines.append(f"| {l}-{h} | {maps['exact'][l, h]:.3f} | {maps['attribution'][l, h]:.3f} | "
-                     f"{maps['clark'][l, h]:.2f} | {'yes' if holm[l, h] else 'no'} |")
-    return "\n".join(lines)
+def _spearman(x, y) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y).statistic)
 
 
-def stages(profile: Profile) -> list[Stage]:
-    sizes = _sizes(profile)
-    models = common.models(profile)
-    shared = {"max_tokens": sizes["max_tokens"]}
-    code = ("jattn.sweeps.patching", "jattn.analyses.coref", "jattn.io.labels")
-    tests = ("experiments.patching.resampling",)  # the claims stages' bootstrap resamples
-    scale = {m: "small" if common.base_model(m) is None else "base" for m in models}
-    out = [Stage("patching.pairs", pairs_stage(models), params={**shared, "pairs": max(sizes["pairs"].values()),
-                                                                 "models": list(models)},
-                 data=(GAP_FILE,), models=tuple(b for m in models if (b := common.base_model(m))),
-                 code=(*code, "experiments.common"))]
-    for model in models:
-        base = tuple(b for b in (common.base_model(model),) if b)
-        params = {**shared, "batch": sizes["batch"], "pairs": sizes["pairs"][scale[model]]}
-        out.append(Stage(f"patching.{model}-sweep", sweep_stage(model, "patching.pairs"), params=params,
-                         needs=("patching.pairs",), data=(GAP_FILE,), models=base,
-                         code=(*code, "experiments.common")))
-        out.append(Stage(f"patching.{model}", _claims_stage(model, f"patching.{model}-sweep"), params=params,
-                         needs=(f"patching.{model}-sweep",), data=(GAP_FILE,), models=base,
-                         code=(*tests, "experiments.common")))
-    classifiers = {m: (common.artefact(m, "sst2", 0),) if profile.name == "full" else () for m in models}
-    sst2 = {"pairs": sizes["sst2_pairs"], "batch": 16}
-    out.append(Stage("patching.sst2-pairs", sentiment.pairs_stage(models), params={**sst2, "models": list(models)},
-                     data=(sentiment.DEV_FILE,), models=sum(classifiers.values(), ()),
-                     code=("experiments.common",)))
-    for model in models:
-        out.append(Stage(f"patching.{model}-sst2-sweep", sentiment.sweep_stage(model, "patching.sst2-pairs"),
-                         params=sst2, needs=("patching.sst2-pairs",), models=classifiers[model],
-                         code=("jattn.sweeps.patching", "experiments.patching.pairs")))
-        out.append(Stage(f"patching.{model}-sst2", _sentiment_claims_stage(model, f"patching.{model}-sst2-sweep"),
-                         params=sst2, needs=(f"patching.{model}-sst2-sweep",), data=("sst2/train.tsv",), code=tests))
-    translation = {"data": tuple(f"multi30k/{split}.{side}" for split, side in (
-        (common.TEST, "fr"), (common.TEST, "en"), ("train", "en"))),
-        "models": (common.MODEL,) if profile.name == "full" else ()}
-    gender_sizes = {"pairs": sizes["gender_pairs"], "batch": 16}
-    out += [Stage("patching.gender-pairs", gender.pairs_stage, params=gender_sizes, **translation),
-            Stage("patching.gender-sweep", gender.sweep_stage, params=gender_sizes, needs=("patching.gender-pairs",),
-                  code=("jattn.sweeps.patching", "experiments.patching.pairs"), **translation),
-            Stage("patching.gender", _gender_claims_stage, params=gender_sizes,
-                  needs=("patching.gender-pairs", "patching.gender-sweep"), code=tests)]
+def _head_rows(a, b, key_a: str, key_b: str, perm: np.ndarray, documents=None) -> list[dict]:
+    """Rows (one per pair) of two (N, K) per-head arrays, and ``b`` with its heads permuted (with
+    each pair's ``documents`` where its intervals resample them)."""
+    return [{"index": i, **({"document": documents[i]} if documents else {}), key_a: x.tolist(), key_b: y.tolist(),
+             f"{key_b}_shuffled": y[perm].tolist()} for i, (x, y) in enumerate(zip(a, b))]
+
+
+def _cluster(documents) -> dict:
+    """The spec entry that resamples documents, when the rows carry them."""
+    return {"cluster": "document"} if documents else {}
+
+
+def _association(ctx: Context, *, id: str, claim: str, paper: str, x: np.ndarray, y: np.ndarray, names: tuple,
+                 protocol: str, seeds: int = 0, documents=None) -> dict:
+    """A head_spearman claim of x against y (N, K) with the shuffled-heads baseline and the
+    permutation interval over heads (the verdict is ``experiments.patching.verdicts``'); intervals
+    resample the pairs' ``documents`` when given, else the pairs."""
+    from jattn import stats
+
+    perm = np.random.default_rng(0).permutation(x.shape[1])
+    rows = _head_rows(np.round(x, 6), np.round(y, 6), *names, perm, documents)
+    _, band = stats.permutation_interval(_spearman, x.mean(0), y.mean(0))
+    out = ctx.claim(id=id, claim=claim, paper=paper, unit="spearman", rows=rows, n=len(rows), seeds=seeds,
+                    measure={"statistic": "head_spearman", "columns": {"x": names[0], "y": names[1]},
+                             "ci_method": "bootstrap", **_cluster(documents)},
+                    baseline={"name": "ρ with the heads of the second map shuffled",
+                              "columns": {"x": names[0], "y": f"{names[1]}_shuffled"}, **_cluster(documents)},
+                    protocol=protocol, permutation_interval=list(band), heads=int(x.shape[1]))
+    out["note"] = (f"ρ = {out['value']:.3f}; the permutation interval over {x.shape[1]} heads "
+                   f"[{band[0]:.3f}, {band[1]:.3f}]")
     return out
+
+
+def _corruption(ctx: Context, *, id: str, claim: str, paper: str, unit: str, clean, corrupted, protocol: str,
+                seeds: int = 0, documents=None) -> dict:
+    """Δ = mean m(clean) − mean m(corrupted), paired over the pairs (their ``documents`` resampled
+    when given), beside Δ = 0. ``seeds``: the training seeds of the model (0: a pretrained model,
+    none trained here)."""
+    rows = [{"index": i, **({"document": documents[i]} if documents else {}), "clean": round(float(c), 6),
+             "corrupted": round(float(d), 6)} for i, (c, d) in enumerate(zip(clean, corrupted))]
+    out = ctx.claim(id=id, claim=claim, paper=paper, unit=unit, rows=rows, n=len(rows), seeds=seeds,
+                    measure={"statistic": "mean", "columns": {"value": "clean"}, "against": {"value": "corrupted"},
+                             "ci_method": "paired", **_cluster(documents)},
+                    baseline={"name": "no change (Δ = 0: clean against itself)", "columns": {"value": "clean"},
+                              "against": {"value": "clean"}, **_cluster(documents)}, protocol=protocol)
+    out["note"] = f"paired bootstrap p = {out['p']:.3g}"
+    return out
+
+
+def _holm_heads(effects: np.ndarray, documents=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per head (L, H): the paired bootstrap p-value of mean effect ≠ 0 (resampling the pairs, or
+    their ``documents``), and Holm's rejections."""
+    from jattn import stats
+
+    n, L, H = effects.shape
+    w = resample_weights(n, documents).astype(np.float64)  # (B, n): paired_bootstrap's resamples without documents
+    deltas = (w @ effects.reshape(n, L * H)) / w.sum(1, keepdims=True)  # (B, L·H) every head on the same resample
+    p = np.minimum(1.0, 2 * np.minimum((deltas <= 0).mean(0), (deltas >= 0).mean(0)))  # (L·H,)
+    return p.reshape(L, H), stats.holm(p).reshape(L, H)
 
 
 studies.register('patching', stages,
