@@ -3,7 +3,9 @@
 Each folder is one study: ``study.py`` holds its ``stages(profile)``, registers them with
 ``jattn.reproduce.studies.register`` and states in its docstring the paper, its protocol, where
 jattn's protocol differs and the command that runs it; the other files of the folder are its
-parts, ``verdicts.py`` its decision rules (registered after every study). ``jattn reproduce``
+parts, ``verdicts.py`` its decision rules (registered after every study). A study imports no
+other study: what several read (the fine-tuned classifiers, the translation model, GAP's pages)
+is ``experiments/common.py``, the papers' numbers ``experiments/papers.py``. ``jattn reproduce``
 imports this package; the imports below are the run order (a study's stages may read an earlier
 one's results: the classifiers of ``finetune`` are read by Kovaleva's and Michel's).
 """

@@ -306,3 +306,39 @@ def test_the_docs_name_public_things_only(doc):
         if module not in public or (name and not name.startswith("__") and name not in public[module]):
             bad.append(ref)
     assert not bad, f"{doc} names private things:\n" + "\n".join(bad)
+
+
+def experiments_named(path: Path) -> set[str]:
+    """The ``experiments`` modules a file imports (``from experiments import common`` is
+    ``experiments.common``; a relative import out of its folder is ``experiments.<..>``) or names
+    in a string, as a Stage's ``code`` does."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level > 1:
+            out.add("experiments.<..>")
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            out |= ({f"experiments.{a.name}" for a in node.names} if node.module == "experiments" else {node.module})
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out |= set(re.findall(r"^experiments(?:\.\w+)+$", node.value))
+    return {m for m in out if m.split(".")[0] == "experiments"}
+
+
+def test_no_study_imports_another(tmp_path):
+    planted = tmp_path / "s.py"
+    planted.write_text('from experiments import common, finetune\nfrom ..x import y\ncode = ("experiments.a.b",)\n'
+                       "def f():\n    import experiments.c.d\n")
+    assert experiments_named(planted) == {"experiments.common", "experiments.finetune", "experiments.<..>",
+                                          "experiments.a.b", "experiments.c.d"}
+    folders = sorted(p.parent for p in EXPERIMENTS.glob("*/study.py"))
+    assert len(folders) >= 8
+    bad = [f"{path.relative_to(EXPERIMENTS)} names {m}" for folder in folders for path in sorted(folder.rglob("*.py"))
+           for m in sorted(experiments_named(path)) if m not in ("experiments.common", "experiments.papers")
+           and m.split(".")[:2] != ["experiments", folder.name]]
+    assert not bad, "a study uses another (what studies share goes to experiments/common.py):\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*/study.py")), ids=lambda p: p.parent.name)
+def test_study_size(path):
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES

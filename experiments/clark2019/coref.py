@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.common import gap_pages
+
 TYPES = ("pronoun", "proper", "nominal")
 
 
@@ -104,16 +106,6 @@ def gap_queries(model, examples: list, max_length: int = 256, batch_size: int = 
     base = [gap_baselines(x) for x in examples]
     return {"correct": correct, "nearest": np.asarray([b["nearest"] for b in base]),
             "first": np.asarray([b["first"] for b in base]), "id": np.asarray([x.id for x in examples])}
-
-
-def gap_pages(path: Path) -> dict[str, str]:
-    """GAP row id -> its Wikipedia page (the URL column): GAP takes up to a few paragraphs from one
-    page (the first 250 usable test rows come from 233 pages), so the page is the document an
-    interval resamples (``STATISTICS.md`` §"Resampling unit")."""
-    import csv
-
-    with open(path, encoding="utf-8", newline="") as f:
-        return {r["ID"]: r["URL"] for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)}
 
 
 def best_head(correct: np.ndarray) -> tuple[int, int]:

@@ -103,7 +103,7 @@ def stages(profile: Profile) -> list[Stage]:
                   data=tuple(select_files + report_files), models=artefact, code=CODE + ("jattn.analyses.coref",)),
             Stage(f"clark.{model}-gap", clark_coref.gap_stage(model), pick("gap_select", "gap_report"),
                   data=(clark_coref.GAP_VAL, clark_coref.GAP_TEST), models=artefact,
-                  code=CODE + ("jattn.analyses.coref",)),
+                  code=CODE + ("jattn.analyses.coref", "experiments.common")),
         ]
     return out
 

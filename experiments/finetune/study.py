@@ -11,9 +11,10 @@ are not public), ≥ 2 training seeds with a Student-t interval (``STATISTICS.md
 Full profile: the named artefacts ``<model>-<task>[-s1|-s2]`` (``jattn.io.artefacts``: MiniLM and
 all-mpnet-base-v2 on SST-2 and CoLA, training seeds 0-4), made into the cache (resumable).
 Quick profile: MiniLM on 96 training sentences of each task, seeds 0 and 1, into the run's work
-folder. Per model and task, one claim: the dev metric (SST-2 accuracy, CoLA Matthews correlation
-on the in-domain dev set) as the mean over seeds with a Student-t interval, beside the majority
-class of the training split; the per-seed dev predictions are the claim's file.
+folder (the other studies read the same classifiers through ``experiments.common``). Per model
+and task, one claim: the dev metric (SST-2 accuracy, CoLA Matthews correlation on the in-domain
+dev set) as the mean over seeds with a Student-t interval, beside the majority class of the
+training split; the per-seed dev predictions are the claim's file.
 
 Run: ``jattn reproduce finetune --publish`` (full profile, into ``experiments/results/``; or ``--out FOLDER``);
 ``jattn reproduce finetune --quick`` (small subsets, into ``results/reproduce-quick/``).
@@ -21,60 +22,36 @@ Run: ``jattn reproduce finetune --publish`` (full profile, into ``experiments/re
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from jattn.io.artefacts import CLASSIFIER_SEEDS
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
+from experiments.common import QUICK_TRAIN, artefact, classifier, dev_examples, models, seeds, train_majority
 
 TASKS = {"sst2": ("accuracy", "accuracy"), "cola": ("MCC", "mcc")}  # task -> (unit, claims statistic)
 PAPER = {  # what the papers report for the fine-tuned base models (dev sets)
     "sst2": "BERT-base 93.5 accuracy (Devlin et al. 2019, test); Kovaleva: BERT-base fine-tuned per GLUE task",
     "cola": "BERT-base 52.1 MCC (Devlin et al. 2019, test); Kovaleva: BERT-base, 3 epochs",
 }
-QUICK_TRAIN = 96  # training sentences per quick run
 
 
-def models(profile: Profile) -> tuple[str, ...]:
-    return profile.pick(("minilm", "mpnet"), ("minilm",))
-
-
-def seeds(profile: Profile) -> tuple[int, ...]:
-    return profile.pick(tuple(range(CLASSIFIER_SEEDS)), (0, 1))
-
-
-def artefact(model: str, task: str, seed: int) -> str:
-    """The artefact name of a classifier (seed 0 has the bare name)."""
-    return f"{model}-{task}" + (f"-s{seed}" if seed else "")
-
-
-def classifier(ctx: Context, model: str, task: str, seed: int) -> Path:
-    """The folder of a fine-tuned classifier: made (or found made) by its recipe in the full
-    profile, trained on ``QUICK_TRAIN`` sentences into the work folder in the quick profile."""
-    if ctx.profile.name == "full":
-        from jattn.models.artefacts import make
-
-        return make(artefact(model, task, seed), progress=ctx.progress)
-    from jattn.training.finetune import FinetuneConfig, finetune_task
-
-    out = ctx.work_root / "models" / artefact(model, task, seed)
-    finetune_task(task, out, fc=FinetuneConfig(epochs=1, seed=seed, train_examples=QUICK_TRAIN), progress=False)
+def stages(profile: Profile) -> list[Stage]:
+    out = []
+    data = {"sst2": ("sst2/train.tsv", "sst2/dev.tsv"), "cola": ("cola/in_domain_train.tsv", "cola/in_domain_dev.tsv")}
+    for model in models(profile):
+        for task in TASKS:
+            names = []
+            for seed in seeds(profile):
+                name = f"finetune.{model}-{task}-s{seed}"
+                names.append(name)
+                out.append(Stage(name, _train_stage(model, task, seed), data=data[task],
+                                 params={"quick_train": QUICK_TRAIN} if profile.name == "quick" else {},
+                                 models=(artefact(model, task, seed),) if profile.name == "full" else (),
+                                 code=("experiments.common", "jattn.training.finetune",
+                                       "jattn.sweeps.pruning_curve")))
+            out.append(Stage(f"finetune.{model}-{task}", _claim_stage(model, task, names), needs=tuple(names),
+                             data=data[task], code=("experiments.common",)))
     return out
-
-
-def dev_examples(task: str) -> list[tuple[str, int]]:
-    from jattn.io import glue
-
-    return glue.read_task(task, "dev")
-
-
-def train_majority(task: str) -> int:
-    from jattn.io import glue
-
-    labels = np.asarray([y for _, y in glue.read_task(task, "train")])
-    return int(np.bincount(labels).argmax())
 
 
 def _train_stage(model: str, task: str, seed: int):
@@ -112,24 +89,6 @@ def _claim_stage(model: str, task: str, names: list[str]):
         return {"claims": [claim]}
 
     return run
-
-
-def stages(profile: Profile) -> list[Stage]:
-    out = []
-    data = {"sst2": ("sst2/train.tsv", "sst2/dev.tsv"), "cola": ("cola/in_domain_train.tsv", "cola/in_domain_dev.tsv")}
-    for model in models(profile):
-        for task in TASKS:
-            names = []
-            for seed in seeds(profile):
-                name = f"finetune.{model}-{task}-s{seed}"
-                names.append(name)
-                out.append(Stage(name, _train_stage(model, task, seed), data=data[task],
-                                 params={"quick_train": QUICK_TRAIN} if profile.name == "quick" else {},
-                                 models=(artefact(model, task, seed),) if profile.name == "full" else (),
-                                 code=("jattn.training.finetune", "jattn.sweeps.pruning_curve")))
-            out.append(Stage(f"finetune.{model}-{task}", _claim_stage(model, task, names), needs=tuple(names),
-                             data=data[task]))
-    return out
 
 
 studies.register('finetune', stages,

@@ -69,7 +69,7 @@ import numpy as np
 
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
-from experiments.finetune import study as finetune
+from experiments import common
 from experiments.kobayashi2020.alignment_stage import alignment_stage
 from experiments.kobayashi2020.claims import paired
 
@@ -77,17 +77,43 @@ CLASSES = {"cls": "[CLS]", "sep": "[SEP]", "punct": '"." and ","', "other": "oth
 SEGMENTS = {"full": 512, "quick": 32}  # the paper: 992 Wikipedia segments
 
 
-def base_model(model: str) -> str | None:
-    """The pretrained model each fine-tuned classifier of ``model`` starts from (None: the embedded one)."""
-    from jattn.io import artefacts
+def stages(profile: Profile) -> list[Stage]:
+    out = []
+    for model in common.models(profile):
+        base = common.base_model(model)
+        out.append(Stage(f"kobayashi.{model}-tokens", _token_stage(model),
+                         params={"segments": profile.pick(SEGMENTS["full"], SEGMENTS["quick"]),
+                                 "batch_size": profile.pick(16, 32)},  # quick: one batch, one compile
+                         data=("gap/gap-development.tsv", "frequency/rank_count_ids.txt"),
+                         models=(base,) if base else (),
+                         code=("experiments.common", "experiments.kobayashi2020.tokens",
+                               "experiments.kobayashi2020.figures", "experiments.kobayashi2020.claims",
+                               "jattn.analyses.norms", "jattn.analyses.norm_occurrences")))
+    out.append(alignment_stage(profile))
+    return out
 
-    return artefacts.recipe(finetune.artefact(model, "sst2", 0)).base
 
+def _token_stage(model: str):
+    def run(ctx: Context) -> dict:
+        from jattn.io.readers import read
+        from experiments.kobayashi2020 import figures as kobayashi_figures
+        from experiments.kobayashi2020 import tokens as kobayashi_tokens
 
-def _load(model: str):
-    import jattn
+        net = _load(model)
+        segments = list(read(ctx.data("gap/gap-development.tsv"), "gap"))[:ctx.params["segments"]]
+        m = kobayashi_tokens.measure(net, segments, ctx.work(), batch_size=ctx.params["batch_size"],
+                                     key=f"{model}:{net.source}", progress=ctx.progress)
+        claims = _class_claims(ctx, model, m["rows"], net.tokenizer)
+        claims.append(_mixing_claim(ctx, model, m["rows"]))
+        frequency, per_type = _frequency_claim(ctx, model, net, m["occurrences"])
+        claims.append(frequency)
+        figures = [kobayashi_figures.class_shares(ctx.figure(f"{model}-classes.png"), model, m["layers"], m["rows"]),
+                   kobayashi_figures.frequency(ctx.figure(f"{model}-frequency.png"), model, *per_type, frequency)]
+        return {"claims": claims, "figures": [str(f.relative_to(ctx.out)) for f in figures],
+                "table": _token_table(model, m["rows"], m["layers"], claims),
+                "layers": {k: np.asarray(v).tolist() for k, v in m["layers"].items()}}
 
-    return jattn.load(base_model(model))
+    return run
 
 
 def _class_claims(ctx: Context, model: str, rows: list[dict], tokenizer) -> list[dict]:
@@ -132,6 +158,69 @@ def _mixing_claim(ctx: Context, model: str, rows: list[dict]) -> dict:
         delta=delta)
 
 
+def _frequency_claim(ctx: Context, model: str, net, occ: dict) -> tuple[dict, tuple]:
+    """The claim, and (rank, mean ‖f(x)‖) per token type for the figure."""
+    import jattn
+    from jattn.analyses.norm_occurrences import bottom_ranked
+    from jattn.analyses.norm_stats import read_ranks
+    from experiments.kobayashi2020.tokens import rank_table
+
+    # the rank file counts the ids of bert-base-uncased's vocabulary, which the embedded model shares
+    reference = net.tokenizer if common.base_model(model) is None else jattn.load().tokenizer
+    ranks, mapped = rank_table(net, reference, read_ranks(ctx.data("frequency/rank_count_ids.txt"),
+                                                          len(reference.get_vocab())))
+    rank = bottom_ranked(ranks)[np.asarray(occ["id"])]  # (N,) unranked ids at the bottom rank
+    fnorm = np.round(np.asarray(occ["fnorm"]), 5)
+    shuffled = np.random.default_rng(0).permutation(rank)
+    rows = [{"segment": s, "id": i, "fnorm": f, "rank": int(r), "rank_shuffled": int(p)}
+            for s, i, f, r, p in zip(occ["segment"], occ["id"], fnorm.tolist(), rank, shuffled)]
+    claim = ctx.claim(
+        id=f"kobayashi-{model}-frequency", claim=f"{model}: Spearman ρ(‖f(x)‖, frequency rank) over token occurrences",
+        unit="spearman", rows=rows, n=len(rows),
+        measure={"statistic": "spearman", "columns": {"x": "fnorm", "y": "rank"}, "ci_method": "bootstrap",
+                 "cluster": "id"},
+        baseline={"name": "ρ with the rank shuffled over occurrences", "columns": {"x": "fnorm", "y": "rank_shuffled"}},
+        protocol=f"{len(rows)} occurrences in {len(set(occ['segment']))} segments, each its own ‖f(x)‖ (mean over "
+                 f"heads and layers), specials included, ids absent from the rank file at the bottom rank; "
+                 f"{mapped} of the model's {len(net.tokenizer.get_vocab())} vocabulary ids found a ranked-vocabulary "
+                 "id by token string (specials by role). Bootstrap over token types (each type's occurrences "
+                 "together: the unit a frequency claim generalises over); over segments in ci_segments.",
+        ci_segments=segment_bootstrap(fnorm, rank, np.asarray(occ["segment"])), vocabulary_mapped=mapped)
+    types, where = np.unique(np.asarray(occ["id"]), return_inverse=True)
+    mean_fnorm = np.bincount(where, fnorm) / np.bincount(where)  # (types,) mean ‖f(x)‖ per token type
+    return claim, (bottom_ranked(ranks)[types], mean_fnorm)
+
+
+def _load(model: str):
+    import jattn
+
+    return jattn.load(common.base_model(model))
+
+
+def _token_table(model: str, rows: list[dict], layers: dict, claims: list[dict]) -> str:
+    by_id = {c["id"]: c for c in claims}
+    lines = [f"**{model}**, {len(rows)} segments: shares averaged over query rows, heads, layers and segments "
+             "(bootstrap CIs in the claims table); mean ‖f(x)‖ and mean α received (row mean) over the class's tokens.",
+             "", "| class | uniform | α | ‖αf‖ | Δ ‖αf‖ − α (95 % CI) | mean ‖f(x)‖ | mean α received |",
+             "|---|---|---|---|---|---|---|"]
+    for k, (c, label) in enumerate(CLASSES.items()):
+        w, n = by_id[f"kobayashi-{model}-weight-{c}"], by_id[f"kobayashi-{model}-norm-{c}"]
+        d = n["delta"]
+        lines.append(f"| {label} | {w['baseline']['value']:.3f} | {w['value']:.3f} | {n['value']:.3f} | "
+                     f"{d['value']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] | "
+                     f"{np.mean(np.asarray(layers['fnorm'])[:, k]):.3f} | {np.mean(np.asarray(layers['received'])[:, k]):.4f} |")
+    mix = {k: np.mean([r[f"mixing_{k}"] for r in rows]) for k in ("attn_w", "attn_n", "attnres_w", "attnres_n",
+                                                                   "attnresln_n")}
+    lines += ["", "Mixing ratios (2021; mean over tokens, layers, segments; unmasked): " +
+              ", ".join(f"{k} {v:.3f}" for k, v in mix.items())]
+    f = by_id[f"kobayashi-{model}-frequency"]
+    ci = lambda v: f"[{v[0]:.3f}, {v[1]:.3f}]"
+    lines += ["", f"ρ(‖f(x)‖, frequency rank) = {f['value']:.3f} over {f['n']} occurrences: {ci(f['ci'])} resampling "
+              f"token types, {ci(f['ci_segments'])} resampling segments; shuffled-rank baseline "
+              f"{f['baseline']['value']:.3f}."]
+    return "\n".join(lines)
+
+
 class WeightedSpearman:
     """Spearman ρ of (x, y) over the multiset where occurrence i appears w[i] times, i.e. exactly
     ``spearmanr(np.repeat(x, w), np.repeat(y, w))``, in O(n) per weight vector: x and y are sorted
@@ -168,102 +257,6 @@ def segment_bootstrap(x: np.ndarray, y: np.ndarray, segment: np.ndarray, b: int 
     rng = np.random.default_rng(seed)
     values = [rho(np.bincount(rng.integers(0, n, n), minlength=n)[where]) for _ in range(b)]
     return [float(v) for v in np.quantile(values, [0.025, 0.975])]
-
-
-def _frequency_claim(ctx: Context, model: str, net, occ: dict) -> tuple[dict, tuple]:
-    """The claim, and (rank, mean ‖f(x)‖) per token type for the figure."""
-    import jattn
-    from jattn.analyses.norm_occurrences import bottom_ranked
-    from jattn.analyses.norm_stats import read_ranks
-    from experiments.kobayashi2020.tokens import rank_table
-
-    # the rank file counts the ids of bert-base-uncased's vocabulary, which the embedded model shares
-    reference = net.tokenizer if base_model(model) is None else jattn.load().tokenizer
-    ranks, mapped = rank_table(net, reference, read_ranks(ctx.data("frequency/rank_count_ids.txt"),
-                                                          len(reference.get_vocab())))
-    rank = bottom_ranked(ranks)[np.asarray(occ["id"])]  # (N,) unranked ids at the bottom rank
-    fnorm = np.round(np.asarray(occ["fnorm"]), 5)
-    shuffled = np.random.default_rng(0).permutation(rank)
-    rows = [{"segment": s, "id": i, "fnorm": f, "rank": int(r), "rank_shuffled": int(p)}
-            for s, i, f, r, p in zip(occ["segment"], occ["id"], fnorm.tolist(), rank, shuffled)]
-    claim = ctx.claim(
-        id=f"kobayashi-{model}-frequency", claim=f"{model}: Spearman ρ(‖f(x)‖, frequency rank) over token occurrences",
-        unit="spearman", rows=rows, n=len(rows),
-        measure={"statistic": "spearman", "columns": {"x": "fnorm", "y": "rank"}, "ci_method": "bootstrap",
-                 "cluster": "id"},
-        baseline={"name": "ρ with the rank shuffled over occurrences", "columns": {"x": "fnorm", "y": "rank_shuffled"}},
-        protocol=f"{len(rows)} occurrences in {len(set(occ['segment']))} segments, each its own ‖f(x)‖ (mean over "
-                 f"heads and layers), specials included, ids absent from the rank file at the bottom rank; "
-                 f"{mapped} of the model's {len(net.tokenizer.get_vocab())} vocabulary ids found a ranked-vocabulary "
-                 "id by token string (specials by role). Bootstrap over token types (each type's occurrences "
-                 "together: the unit a frequency claim generalises over); over segments in ci_segments.",
-        ci_segments=segment_bootstrap(fnorm, rank, np.asarray(occ["segment"])), vocabulary_mapped=mapped)
-    types, where = np.unique(np.asarray(occ["id"]), return_inverse=True)
-    mean_fnorm = np.bincount(where, fnorm) / np.bincount(where)  # (types,) mean ‖f(x)‖ per token type
-    return claim, (bottom_ranked(ranks)[types], mean_fnorm)
-
-
-def _token_table(model: str, rows: list[dict], layers: dict, claims: list[dict]) -> str:
-    by_id = {c["id"]: c for c in claims}
-    lines = [f"**{model}**, {len(rows)} segments: shares averaged over query rows, heads, layers and segments "
-             "(bootstrap CIs in the claims table); mean ‖f(x)‖ and mean α received (row mean) over the class's tokens.",
-             "", "| class | uniform | α | ‖αf‖ | Δ ‖αf‖ − α (95 % CI) | mean ‖f(x)‖ | mean α received |",
-             "|---|---|---|---|---|---|---|"]
-    for k, (c, label) in enumerate(CLASSES.items()):
-        w, n = by_id[f"kobayashi-{model}-weight-{c}"], by_id[f"kobayashi-{model}-norm-{c}"]
-        d = n["delta"]
-        lines.append(f"| {label} | {w['baseline']['value']:.3f} | {w['value']:.3f} | {n['value']:.3f} | "
-                     f"{d['value']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] | "
-                     f"{np.mean(np.asarray(layers['fnorm'])[:, k]):.3f} | {np.mean(np.asarray(layers['received'])[:, k]):.4f} |")
-    mix = {k: np.mean([r[f"mixing_{k}"] for r in rows]) for k in ("attn_w", "attn_n", "attnres_w", "attnres_n",
-                                                                   "attnresln_n")}
-    lines += ["", "Mixing ratios (2021; mean over tokens, layers, segments; unmasked): " +
-              ", ".join(f"{k} {v:.3f}" for k, v in mix.items())]
-    f = by_id[f"kobayashi-{model}-frequency"]
-    ci = lambda v: f"[{v[0]:.3f}, {v[1]:.3f}]"
-    lines += ["", f"ρ(‖f(x)‖, frequency rank) = {f['value']:.3f} over {f['n']} occurrences: {ci(f['ci'])} resampling "
-              f"token types, {ci(f['ci_segments'])} resampling segments; shuffled-rank baseline "
-              f"{f['baseline']['value']:.3f}."]
-    return "\n".join(lines)
-
-
-def _token_stage(model: str):
-    def run(ctx: Context) -> dict:
-        from jattn.io.readers import read
-        from experiments.kobayashi2020 import figures as kobayashi_figures
-        from experiments.kobayashi2020 import tokens as kobayashi_tokens
-
-        net = _load(model)
-        segments = list(read(ctx.data("gap/gap-development.tsv"), "gap"))[:ctx.params["segments"]]
-        m = kobayashi_tokens.measure(net, segments, ctx.work(), batch_size=ctx.params["batch_size"],
-                                     key=f"{model}:{net.source}", progress=ctx.progress)
-        claims = _class_claims(ctx, model, m["rows"], net.tokenizer)
-        claims.append(_mixing_claim(ctx, model, m["rows"]))
-        frequency, per_type = _frequency_claim(ctx, model, net, m["occurrences"])
-        claims.append(frequency)
-        figures = [kobayashi_figures.class_shares(ctx.figure(f"{model}-classes.png"), model, m["layers"], m["rows"]),
-                   kobayashi_figures.frequency(ctx.figure(f"{model}-frequency.png"), model, *per_type, frequency)]
-        return {"claims": claims, "figures": [str(f.relative_to(ctx.out)) for f in figures],
-                "table": _token_table(model, m["rows"], m["layers"], claims),
-                "layers": {k: np.asarray(v).tolist() for k, v in m["layers"].items()}}
-
-    return run
-
-
-def stages(profile: Profile) -> list[Stage]:
-    out = []
-    for model in finetune.models(profile):
-        base = base_model(model)
-        out.append(Stage(f"kobayashi.{model}-tokens", _token_stage(model),
-                         params={"segments": profile.pick(SEGMENTS["full"], SEGMENTS["quick"]),
-                                 "batch_size": profile.pick(16, 32)},  # quick: one batch, one compile
-                         data=("gap/gap-development.tsv", "frequency/rank_count_ids.txt"),
-                         models=(base,) if base else (),
-                         code=("experiments.kobayashi2020.tokens", "experiments.kobayashi2020.figures",
-                               "experiments.kobayashi2020.claims",
-                               "jattn.analyses.norms", "jattn.analyses.norm_occurrences")))
-    out.append(alignment_stage(profile))
-    return out
 
 
 studies.register('kobayashi', stages,

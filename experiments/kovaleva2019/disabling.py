@@ -54,15 +54,15 @@ def short(tokenizer, dev: list[tuple[str, int]], max_tokens: int | None) -> np.n
 
 
 def sweep_stage(model: str, task: str, seed: int):
-    """The sweep of one classifier (``finetune.classifier``) on ``ctx.params["dev"]`` dev examples
+    """The sweep of one classifier (``experiments.common.classifier``) on ``ctx.params["dev"]`` dev examples
     (0: all): the examples' indices and labels, the unmodified predictions and, per head
     (l·H + h) and per layer, the examples whose prediction flips."""
     def run(ctx) -> dict:
         import jattn
-        from experiments.finetune import study as finetune
+        from experiments import common
 
         dev = dev_examples(ctx, task)
-        folder = finetune.classifier(ctx, model, task, seed)
+        folder = common.classifier(ctx, model, task, seed)
         net = jattn.load(folder)
         index = subset(len(dev), ctx.params["dev"], short(net.tokenizer, dev, ctx.params.get("max_tokens")))
         files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(folder).iterdir() if p.is_file())

@@ -62,7 +62,7 @@ from pathlib import Path
 
 from jattn.reproduce.pipeline import Context, Profile, Stage, repository_root
 from jattn.reproduce import studies
-from experiments.finetune import study as finetune
+from experiments import common
 from experiments.kovaleva2019 import claims as KC
 from experiments.kovaleva2019.disabling import TASK_DATA, dev_examples as _dev, subset, sweep_stage
 
@@ -73,20 +73,49 @@ PAPER_MODEL = "BERT-base fine-tuned per GLUE task (MRPC, STS-B, SST-2, QQP, RTE,
 def sizes(profile: Profile) -> dict:
     """What each profile sweeps: per model the seeds and dev examples per task (0: all)."""
     return profile.pick(
-        full={"sweep": {"mpnet": {"seeds": finetune.seeds(profile), "dev": {"sst2": 400, "cola": 0}},
-                        "minilm": {"seeds": finetune.seeds(profile), "dev": {"sst2": 0, "cola": 0}}},
+        full={"sweep": {"mpnet": {"seeds": common.seeds(profile), "dev": {"sst2": 400, "cola": 0}},
+                        "minilm": {"seeds": common.seeds(profile), "dev": {"sst2": 0, "cola": 0}}},
               "chunk": 64, "maps_dev": 0, "cnn_steps": 600, "corpus_sentences": 250, "per_sentence": 8},
         quick={"sweep": {"minilm": {"seeds": (0, 1), "dev": {"sst2": 12, "cola": 12}}}, "max_tokens": 16,
                "chunk": 64, "maps_dev": 24, "cnn_steps": 40, "corpus_sentences": 20, "per_sentence": 4})
 
 
-def _protocol(model: str, task: str, seeds: tuple, n: int, n_all: int, max_tokens: int | None) -> str:
-    part = "all" if n == n_all else f"a fixed random {n} of the {n_all}"
-    part += " dev examples" + (f" (drawn among those of ≤ {max_tokens} tokens)" if max_tokens else "")
-    return (f"{model} fine-tuned on {task} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}), "
-            f"{part}; a head disabled as in the paper (its attention uniform over the real tokens); "
-            f"deviations: model ({'12 × 12' if model == 'mpnet' else '6 × 12'} heads, not BERT-base), "
-            f"task{' (CoLA is not among the paper’s tasks)' if task == 'cola' else ''}")
+def stages(profile: Profile) -> list[Stage]:
+    size = sizes(profile)
+    sweep_code = ("jattn.sweeps.disable",)  # the sweep's run lives in experiments.kovaleva2019.disabling: edits here keep it
+    claim_code = ("experiments.kovaleva2019.disabling", "experiments.kovaleva2019.claims")
+    out = []
+    for model, plan in size["sweep"].items():
+        for task in ("sst2", "cola"):
+            names = []
+            for seed in plan["seeds"]:
+                name = f"kovaleva.sweep-{model}-{task}-s{seed}"
+                out.append(Stage(name, sweep_stage(model, task, seed), needs=(f"finetune.{model}-{task}-s{seed}",),
+                                 params={"dev": plan["dev"][task], "chunk": size["chunk"],
+                                         **({"max_tokens": size["max_tokens"]} if "max_tokens" in size else {})},
+                                 data=TASK_DATA[task],
+                                 code=sweep_code))
+                names.append(name)
+            out.append(Stage(f"kovaleva.disabling-{model}-{task}", _disabling_stage(model, task, names),
+                             needs=tuple(names), data=TASK_DATA[task], code=claim_code,
+                             params={"max_tokens": size["max_tokens"]} if "max_tokens" in size else {}))
+    out.append(Stage("kovaleva.labels", _labels_stage, data=("sst2/dev.tsv", "sst2/train.tsv"),
+                     params={"hand_sha256": _hand_sha256(), **{k: size[k] for k in
+                                                                ("cnn_steps", "corpus_sentences", "per_sentence")}},
+                     code=("experiments.kovaleva2019.labels", "experiments.kovaleva2019.patterns",
+                           "jattn.analyses.patterns",
+                           "jattn.analyses.pattern_cnn")))
+    seeds = common.seeds(profile)
+    for model in common.models(profile):
+        for task in ("sst2", "cola"):
+            out.append(Stage(f"kovaleva.maps-{model}-{task}", _maps_stage(model, task, seeds),
+                             needs=(*(f"finetune.{model}-{task}-s{seed}" for seed in seeds), "kovaleva.labels"),
+                             data=TASK_DATA[task],
+                             params={"dev": size["maps_dev"]},
+                             models=(PRETRAINED[model],) if PRETRAINED[model] and profile.name == "full" else (),
+                             code=("experiments.kovaleva2019.maps", "experiments.kovaleva2019.patterns",
+                                   "jattn.analyses.patterns")))
+    return out
 
 
 def _disabling_stage(model: str, task: str, names: list[str]):
@@ -141,7 +170,7 @@ def _maps_stage(model: str, task: str, seeds: tuple[int, ...]):
         thresholds = Thresholds(vertical=t["vertical"], diagonal=t["diagonal"])
         base = jattn.load(PRETRAINED[model]) if PRETRAINED[model] else jattn.load()
         examples = [dev[i] for i in index]
-        runs = {seed: KM.dev_maps(base, jattn.load(finetune.classifier(ctx, model, task, seed)), examples, thresholds)
+        runs = {seed: KM.dev_maps(base, jattn.load(common.classifier(ctx, model, task, seed)), examples, thresholds)
                 for seed in seeds}
         protocol = (f"{model} fine-tuned on {task} (seeds {', '.join(map(str, seeds))}, each) against its pretrained "
                     "base, "
@@ -152,6 +181,15 @@ def _maps_stage(model: str, task: str, seeds: tuple[int, ...]):
     return run
 
 
+def _protocol(model: str, task: str, seeds: tuple, n: int, n_all: int, max_tokens: int | None) -> str:
+    part = "all" if n == n_all else f"a fixed random {n} of the {n_all}"
+    part += " dev examples" + (f" (drawn among those of ≤ {max_tokens} tokens)" if max_tokens else "")
+    return (f"{model} fine-tuned on {task} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}), "
+            f"{part}; a head disabled as in the paper (its attention uniform over the real tokens); "
+            f"deviations: model ({'12 × 12' if model == 'mpnet' else '6 × 12'} heads, not BERT-base), "
+            f"task{' (CoLA is not among the paper’s tasks)' if task == 'cola' else ''}")
+
+
 def _hand_sha256() -> str:
     from experiments.kovaleva2019.labels import hand_files
 
@@ -159,44 +197,6 @@ def _hand_sha256() -> str:
     if root is None:
         return "no checkout"
     return hashlib.sha256(b"".join(p.read_bytes() for p in hand_files(root))).hexdigest()
-
-
-def stages(profile: Profile) -> list[Stage]:
-    size = sizes(profile)
-    sweep_code = ("jattn.sweeps.disable",)  # the sweep's run lives in experiments.kovaleva2019.disabling: edits here keep it
-    claim_code = ("experiments.kovaleva2019.disabling", "experiments.kovaleva2019.claims")
-    out = []
-    for model, plan in size["sweep"].items():
-        for task in ("sst2", "cola"):
-            names = []
-            for seed in plan["seeds"]:
-                name = f"kovaleva.sweep-{model}-{task}-s{seed}"
-                out.append(Stage(name, sweep_stage(model, task, seed), needs=(f"finetune.{model}-{task}-s{seed}",),
-                                 params={"dev": plan["dev"][task], "chunk": size["chunk"],
-                                         **({"max_tokens": size["max_tokens"]} if "max_tokens" in size else {})},
-                                 data=TASK_DATA[task],
-                                 code=sweep_code))
-                names.append(name)
-            out.append(Stage(f"kovaleva.disabling-{model}-{task}", _disabling_stage(model, task, names),
-                             needs=tuple(names), data=TASK_DATA[task], code=claim_code,
-                             params={"max_tokens": size["max_tokens"]} if "max_tokens" in size else {}))
-    out.append(Stage("kovaleva.labels", _labels_stage, data=("sst2/dev.tsv", "sst2/train.tsv"),
-                     params={"hand_sha256": _hand_sha256(), **{k: size[k] for k in
-                                                                ("cnn_steps", "corpus_sentences", "per_sentence")}},
-                     code=("experiments.kovaleva2019.labels", "experiments.kovaleva2019.patterns",
-                           "jattn.analyses.patterns",
-                           "jattn.analyses.pattern_cnn")))
-    seeds = finetune.seeds(profile)
-    for model in finetune.models(profile):
-        for task in ("sst2", "cola"):
-            out.append(Stage(f"kovaleva.maps-{model}-{task}", _maps_stage(model, task, seeds),
-                             needs=(*(f"finetune.{model}-{task}-s{seed}" for seed in seeds), "kovaleva.labels"),
-                             data=TASK_DATA[task],
-                             params={"dev": size["maps_dev"]},
-                             models=(PRETRAINED[model],) if PRETRAINED[model] and profile.name == "full" else (),
-                             code=("experiments.kovaleva2019.maps", "experiments.kovaleva2019.patterns",
-                                   "jattn.analyses.patterns")))
-    return out
 
 
 studies.register('kovaleva', stages,

@@ -50,12 +50,6 @@ def masks_for(scores, shape: tuple[int, int], shares: Sequence[float] = SHARES) 
     return out
 
 
-def random_orders(n_heads: int, count: int, seed: int = 0) -> list[np.ndarray]:
-    """``count`` random pruning orders (scores uniform on [0, 1), one generator seeded ``seed``)."""
-    rng = np.random.default_rng(seed)
-    return [rng.random(n_heads) for _ in range(count)]
-
-
 def predictions_along(predict: Callable, orders: dict[str, np.ndarray], shape: tuple[int, int], folder: Path,
                       shares: Sequence[float] = SHARES, log=None) -> dict[str, list[list]]:
     """{order name: [per-example predictions at each share]} with ``predict(mask) -> (n,)``.

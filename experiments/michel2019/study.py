@@ -47,7 +47,7 @@ import numpy as np
 
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
-from experiments.finetune import study as finetune
+from experiments import common
 from experiments.michel2019 import curves as mc
 
 @dataclasses.dataclass(frozen=True)
@@ -82,13 +82,69 @@ def models(profile: Profile) -> tuple[str, ...]:
 
 def seeds(profile: Profile, model: str) -> tuple[int, ...]:
     """Fine-tuning seeds analysed: every seed the fine-tuning stages train, for both models."""
-    return finetune.seeds(profile)
+    return common.seeds(profile)
 
 
 def params(profile: Profile) -> dict:
     """A curve stage's sizes; ``dev_examples`` 0 = the whole dev split."""
     return {"importance_examples": profile.pick(1000, 32), "dev_examples": profile.pick(0, 64), "random_orders": 5,
             "estimator": "token", "shares": list(mc.SHARES), "batch_size": 32}
+
+
+def stages(profile: Profile) -> list[Stage]:
+    from experiments.michel2019 import claims as michel_claims
+
+    out = []
+    for model in models(profile):
+        for name, task in _tasks().items():
+            p, curves = params(profile), []
+            for seed in seeds(profile, model):
+                stage = f"michel.curves-{model}-{name}-s{seed}"
+                curves.append(stage)
+                out.append(Stage(stage, _curves_stage(model, name, seed), params=p, data=task.data,
+                                 needs=(f"finetune.{model}-{name}-s{seed}",),
+                                 code=("experiments.common", "experiments.michel2019.curves",
+                                       "jattn.sweeps.importance", "jattn.sweeps.pruning_curve")))
+            out.append(Stage(f"michel.{model}-{name}", michel_claims.claims_stage(model, task, curves, TOLERANCE,
+                                                                                  AT_PRUNE, AT_RANDOM),
+                             needs=tuple(curves), params={"tolerance": TOLERANCE, "at": [AT_PRUNE, AT_RANDOM]},
+                             code=("experiments.michel2019.study", "experiments.michel2019.curves",
+                                   "experiments.michel2019.claims")))
+    return out
+
+
+def _curves_stage(model: str, task: str, seed: int):
+    def run(ctx: Context) -> dict:
+        import jattn
+        from jattn.sweeps.pruning_curve import classification_predictions, flat_scores
+
+        p, work = ctx.params, ctx.work()
+        net = jattn.load(common.classifier(ctx, model, task, seed))
+        imp_examples, dev = _slices(task, p)
+        shape = (net.config.num_layers, net.config.num_heads)
+        seconds = {}
+        saved = work / "importance.json"
+        if saved.is_file():
+            imp = np.asarray(json.loads(saved.read_text()))
+        else:
+            start = time.perf_counter()
+            imp = np.asarray(jattn.importance(net, imp_examples, estimator=p["estimator"], batch_size=p["batch_size"],
+                                              progress=ctx.progress)["encoder"])  # (L, H)
+            seconds["importance"] = round(time.perf_counter() - start, 1)
+            saved.write_text(json.dumps(imp.tolist()))
+        orders = {"importance": flat_scores(net, imp)}
+        for r, scores in enumerate(common.random_orders(imp.size, p["random_orders"], seed=seed)):
+            orders[f"random-{r}"] = scores
+        start = time.perf_counter()
+        predict = classification_predictions(net, [x for x, _ in dev], batch_size=p["batch_size"])
+        preds = mc.predictions_along(predict, orders, shape, work / "predictions", p["shares"])
+        seconds["evaluation"] = round(time.perf_counter() - start, 1)
+        return {"model": model, "task": task, "seed": seed, "heads": int(imp.size), "importance": imp.tolist(),
+                "importance_examples": len(imp_examples), "gold": mc.digits([y for _, y in dev]),
+                "shares": p["shares"], "orders": {k: [mc.digits(x) for x in v] for k, v in preds.items()},
+                "seconds": seconds}
+
+    return run
 
 
 def _seeded_slice(rows: list, n: int) -> list:
@@ -104,62 +160,6 @@ def _slices(task: str, p: dict) -> tuple[list, list]:
 
     return (_seeded_slice(glue.read_task(task, "train"), p["importance_examples"]),
             _seeded_slice(glue.read_task(task, "dev"), p["dev_examples"]))
-
-
-def _curves_stage(model: str, task: str, seed: int):
-    def run(ctx: Context) -> dict:
-        import jattn
-        from jattn.sweeps.pruning_curve import classification_predictions, flat_scores
-
-        p, work = ctx.params, ctx.work()
-        net = jattn.load(finetune.classifier(ctx, model, task, seed))
-        imp_examples, dev = _slices(task, p)
-        shape = (net.config.num_layers, net.config.num_heads)
-        seconds = {}
-        saved = work / "importance.json"
-        if saved.is_file():
-            imp = np.asarray(json.loads(saved.read_text()))
-        else:
-            start = time.perf_counter()
-            imp = np.asarray(jattn.importance(net, imp_examples, estimator=p["estimator"], batch_size=p["batch_size"],
-                                              progress=ctx.progress)["encoder"])  # (L, H)
-            seconds["importance"] = round(time.perf_counter() - start, 1)
-            saved.write_text(json.dumps(imp.tolist()))
-        orders = {"importance": flat_scores(net, imp)}
-        for r, scores in enumerate(mc.random_orders(imp.size, p["random_orders"], seed=seed)):
-            orders[f"random-{r}"] = scores
-        start = time.perf_counter()
-        predict = classification_predictions(net, [x for x, _ in dev], batch_size=p["batch_size"])
-        preds = mc.predictions_along(predict, orders, shape, work / "predictions", p["shares"])
-        seconds["evaluation"] = round(time.perf_counter() - start, 1)
-        return {"model": model, "task": task, "seed": seed, "heads": int(imp.size), "importance": imp.tolist(),
-                "importance_examples": len(imp_examples), "gold": mc.digits([y for _, y in dev]),
-                "shares": p["shares"], "orders": {k: [mc.digits(x) for x in v] for k, v in preds.items()},
-                "seconds": seconds}
-
-    return run
-
-
-def stages(profile: Profile) -> list[Stage]:
-    from experiments.michel2019 import claims as michel_claims
-
-    out = []
-    for model in models(profile):
-        for name, task in _tasks().items():
-            p, curves = params(profile), []
-            for seed in seeds(profile, model):
-                stage = f"michel.curves-{model}-{name}-s{seed}"
-                curves.append(stage)
-                out.append(Stage(stage, _curves_stage(model, name, seed), params=p, data=task.data,
-                                 needs=(f"finetune.{model}-{name}-s{seed}",),
-                                 code=("experiments.michel2019.curves", "jattn.sweeps.importance",
-                                       "jattn.sweeps.pruning_curve")))
-            out.append(Stage(f"michel.{model}-{name}", michel_claims.claims_stage(model, task, curves, TOLERANCE,
-                                                                                  AT_PRUNE, AT_RANDOM),
-                             needs=tuple(curves), params={"tolerance": TOLERANCE, "at": [AT_PRUNE, AT_RANDOM]},
-                             code=("experiments.michel2019.study", "experiments.michel2019.curves",
-                                   "experiments.michel2019.claims")))
-    return out
 
 
 studies.register('michel', stages,

@@ -133,25 +133,25 @@ KEYS = ("clean", "corrupted", *(f"{what}_{k}" for what in ("exact", "attribution
 
 def _model(ctx):
     import jattn
-    from experiments.voita2019 import runs
+    from experiments.common import translation_model
 
-    return jattn.load(runs.translation_model(ctx), use_cache=False)
+    return jattn.load(translation_model(ctx), use_cache=False)
 
 
 def pairs_stage(ctx) -> dict:
     from collections import Counter
 
+    from experiments.common import TEST, read_multi30k
     from experiments.patching.pairs import kept_table
-    from experiments.voita2019 import runs
 
     model = _model(ctx)
-    src, refs = (runs.read(ctx, runs.TEST, side, model) for side in ("fr", "en"))
+    src, refs = (read_multi30k(ctx, TEST, side, model) for side in ("fr", "en"))
     pairs, skipped = make_pairs(src, refs, model.tokenizer, limit=ctx.params["pairs"])
-    words = Counter(_bare(w) for line in runs.read(ctx, "train", "en", model) for w in line.split())  # training
+    words = Counter(_bare(w) for line in read_multi30k(ctx, "train", "en", model) for w in line.split())  # training
     counts = {"male": sum(words[ENGLISH[n]] for n in MALE),
               "female": sum(words[ENGLISH[n]] for n in NOUNS.keys() - MALE)}
     first = pairs[0]
-    lines = [*kept_table(f"{runs.TEST} captions", pairs, skipped), "",
+    lines = [*kept_table(f"{TEST} captions", pairs, skipped), "",
              f"First pair (caption {first['index']}): “{first['clean']}” → “{first['corrupted']}”; the metric reads "
              f"“{first['word']}” against “{_same_case(OTHER[_bare(first['word'])], first['word'])}” in "
              f"“{first['target']}”."]

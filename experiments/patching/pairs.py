@@ -158,16 +158,9 @@ def measure(model, pairs: list[dict], pad_to: int, batch_size: int) -> dict:
 GAP_FILE = "gap/gap-development.tsv"
 
 
-def base_model(model: str) -> str | None:
-    """The pretrained model ``model`` names (None: the embedded one), as the fine-tuning recipes say."""
-    from jattn.io import artefacts
-    from experiments.finetune import study as finetune
-
-    return artefacts.recipe(finetune.artefact(model, "sst2", 0)).base
-
-
 def load(model: str):
     import jattn
+    from experiments.common import base_model
 
     base = base_model(model)
     return jattn.load() if base is None else jattn.load(base)

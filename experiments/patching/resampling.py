@@ -2,7 +2,7 @@
 
 GAP takes up to a few paragraphs from one page, and a pair is one paragraph, so the page is the
 document an interval resamples (``STATISTICS.md`` §"Resampling unit"; the Clark study's GAP claims
-resample the same pages, ``experiments.clark2019.coref.gap_pages``). The SST-2 and translation
+resample the same pages, ``experiments.common.gap_pages``). The SST-2 and translation
 pairs are one sentence each and are resampled as pairs.
 """
 

@@ -105,11 +105,11 @@ KEYS = ("clean", "corrupted", "hidden_clean", "hidden_corrupted", "exact", "hidd
 def pairs_stage(models: tuple[str, ...]):
     def run(ctx) -> dict:
         import jattn
-        from experiments.finetune import study as finetune
+        from experiments import common
         from experiments.patching.pairs import kept_table
 
-        examples = finetune.dev_examples("sst2")
-        tokenizers = [jattn.load(finetune.classifier(ctx, m, "sst2", 0)).tokenizer for m in models]
+        examples = common.dev_examples("sst2")
+        tokenizers = [jattn.load(common.classifier(ctx, m, "sst2", 0)).tokenizer for m in models]
         pairs, skipped = make_pairs(examples, tokenizers, limit=ctx.params["pairs"])
         first = pairs[0]
         lines = [*kept_table("SST-2 dev sentences", pairs, skipped), "",
@@ -124,11 +124,11 @@ def sweep_stage(model: str, pairs_name: str):
     """Per pair (``measure``) with ``model``'s SST-2 classifier (seed 0), in chunks of ``batch``."""
     def run(ctx) -> dict:
         import jattn
-        from experiments.finetune import study as finetune
+        from experiments import common
         from experiments.patching.pairs import in_chunks
 
         pairs = ctx.result(pairs_name)["pairs"][:ctx.params["pairs"]]
-        net, size = jattn.load(finetune.classifier(ctx, model, "sst2", 0)), ctx.params["batch"]
+        net, size = jattn.load(common.classifier(ctx, model, "sst2", 0)), ctx.params["batch"]
         joined, seconds = in_chunks(ctx, pairs, size, lambda chunk: measure(net, chunk, size), KEYS)
         return {"model": model, "shape": [net.config.num_layers, net.config.num_heads],
                 "labels": [p["label"] for p in pairs], "measured_s": round(seconds, 1),

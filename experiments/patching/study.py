@@ -35,7 +35,8 @@ Data, metric and weight-based score: ``experiments.patching.pairs`` (its docstri
   (``jattn.attribution_patch_heads``) and exact patching.
 
 Every interval of these four claims resamples the Wikipedia pages the GAP pairs come from (the
-document, ``experiments.patching.resampling``), the per-head tests too.
+document, ``experiments.patching.resampling``), the per-head tests too. The maps figure and the table of the
+largest effects: ``experiments.patching.report``.
 
 Behaviour read from an output head, beside the hidden-state metric (the coreference pairs have
 none, the models having no MLM head): ``experiments.patching.sentiment`` (the fine-tuned SST-2
@@ -79,12 +80,11 @@ import numpy as np
 
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
-from experiments.finetune import study as finetune
-from experiments.clark2019.coref import gap_pages
+from experiments import common
 from experiments.patching import gender, sentiment
+from experiments.patching.report import figure, table
 from experiments.patching.resampling import resample_weights
-from experiments.voita2019 import runs
-from experiments.patching.pairs import GAP_FILE, base_model, pairs_stage, sweep_stage
+from experiments.patching.pairs import GAP_FILE, pairs_stage, sweep_stage
 
 # pairs per model: "small" the embedded MiniLM, "base" the 144-head model (≈ 11 × its cost per pair)
 FULL = {"max_tokens": 96, "batch": 8, "pairs": {"small": 160, "base": 160}, "sst2_pairs": 160, "gender_pairs": 160}
@@ -110,14 +110,217 @@ PAPER = {
 }
 
 
+def _sizes(profile: Profile) -> dict:
+    return profile.pick(FULL, QUICK)
+
+
+def stages(profile: Profile) -> list[Stage]:
+    sizes = _sizes(profile)
+    models = common.models(profile)
+    shared = {"max_tokens": sizes["max_tokens"]}
+    code = ("jattn.sweeps.patching", "jattn.analyses.coref", "jattn.io.labels")
+    tests = ("experiments.patching.resampling",)  # the claims stages' bootstrap resamples
+    scale = {m: "small" if common.base_model(m) is None else "base" for m in models}
+    out = [Stage("patching.pairs", pairs_stage(models), params={**shared, "pairs": max(sizes["pairs"].values()),
+                                                                 "models": list(models)},
+                 data=(GAP_FILE,), models=tuple(b for m in models if (b := common.base_model(m))),
+                 code=(*code, "experiments.common"))]
+    for model in models:
+        base = tuple(b for b in (common.base_model(model),) if b)
+        params = {**shared, "batch": sizes["batch"], "pairs": sizes["pairs"][scale[model]]}
+        out.append(Stage(f"patching.{model}-sweep", sweep_stage(model, "patching.pairs"), params=params,
+                         needs=("patching.pairs",), data=(GAP_FILE,), models=base,
+                         code=(*code, "experiments.common")))
+        out.append(Stage(f"patching.{model}", _claims_stage(model, f"patching.{model}-sweep"), params=params,
+                         needs=(f"patching.{model}-sweep",), data=(GAP_FILE,), models=base,
+                         code=(*tests, "experiments.common", "experiments.patching.report")))
+    classifiers = {m: (common.artefact(m, "sst2", 0),) if profile.name == "full" else () for m in models}
+    sst2 = {"pairs": sizes["sst2_pairs"], "batch": 16}
+    out.append(Stage("patching.sst2-pairs", sentiment.pairs_stage(models), params={**sst2, "models": list(models)},
+                     data=(sentiment.DEV_FILE,), models=sum(classifiers.values(), ()),
+                     code=("experiments.common",)))
+    for model in models:
+        out.append(Stage(f"patching.{model}-sst2-sweep", sentiment.sweep_stage(model, "patching.sst2-pairs"),
+                         params=sst2, needs=("patching.sst2-pairs",), models=classifiers[model],
+                         code=("jattn.sweeps.patching", "experiments.patching.pairs")))
+        out.append(Stage(f"patching.{model}-sst2", _sentiment_claims_stage(model, f"patching.{model}-sst2-sweep"),
+                         params=sst2, needs=(f"patching.{model}-sst2-sweep",), data=("sst2/train.tsv",), code=tests))
+    translation = {"data": tuple(f"multi30k/{split}.{side}" for split, side in (
+        (common.TEST, "fr"), (common.TEST, "en"), ("train", "en"))),
+        "models": (common.MODEL,) if profile.name == "full" else ()}
+    gender_sizes = {"pairs": sizes["gender_pairs"], "batch": 16}
+    out += [Stage("patching.gender-pairs", gender.pairs_stage, params=gender_sizes, **translation),
+            Stage("patching.gender-sweep", gender.sweep_stage, params=gender_sizes, needs=("patching.gender-pairs",),
+                  code=("jattn.sweeps.patching", "experiments.patching.pairs"), **translation),
+            Stage("patching.gender", _gender_claims_stage, params=gender_sizes,
+                  needs=("patching.gender-pairs", "patching.gender-sweep"), code=tests)]
+    return out
+
+
+def _claims_stage(model: str, sweep: str):
+    def run(ctx: Context) -> dict:
+        r = ctx.result(sweep)
+        L, H = r["shape"]
+        clean, corr, nearest = (np.asarray(r[k], float) for k in ("clean", "corrupted", "nearest"))
+        exact, attribution, clark = (np.asarray(r[k], float).reshape(len(clean), L * H)
+                                     for k in ("exact", "attribution", "clark"))
+        n, pages = len(clean), common.gap_pages(ctx.data(GAP_FILE))
+        documents = [pages[i] for i in r["ids"]]  # the Wikipedia page of each pair's paragraph
+        where = (f"{n} GAP development pairs (≤ {ctx.params['max_tokens']} tokens); clean = the paragraph, corrupted = "
+                 "the coreferent name's mention replaced by an other-gender GAP name of equal word pieces; "
+                 f"model {common.base_model(model) or 'the embedded all-MiniLM-L6-v2'} ({L}×{H} heads). Deviations: "
+                 "sentence-embedding checkpoints without a masked-LM head (jattn.load: with_mlm_head False), so the "
+                 "metric reads final hidden states; GAP instead of CoNLL-2012; no selection, so no held-out split; "
+                 f"intervals resample the {len(set(documents))} Wikipedia pages the pairs come from")
+        rows = [{"index": i, "document": page, "right": 1, "metric": int(c > 0), "corrupted_metric": int(d > 0),
+                 "nearest": int(b)} for i, (page, c, d, b) in enumerate(zip(documents, clean, corr, nearest))]
+        behaviour = ctx.claim(
+            id=f"patching-{model}-behaviour", claim=f"{model}: the pronoun's final vector leans to the coreferent name "
+            "(m > 0) on clean GAP paragraphs", paper=PAPER["behaviour"], unit="accuracy", rows=rows, n=n,
+            measure={"statistic": "accuracy", "columns": {"gold": "right", "pred": "metric"}, "ci_method": "bootstrap",
+                     **_cluster(documents)},
+            baseline={"name": "nearest name", "columns": {"gold": "right", "pred": "nearest"}, **_cluster(documents)},
+            protocol=where)
+        behaviour["note"] = f"on the corrupted paragraphs m > 0 for {np.mean(corr > 0):.1%} of pairs"
+        corruption = _corruption(
+            ctx, id=f"patching-{model}-corruption", claim=f"{model}: the corruption lowers the metric (Δ mean m, "
+            "clean − corrupted)", paper=PAPER["corruption"], unit="metric (dot product)", clean=clean, corrupted=corr,
+            protocol=where, documents=documents)
+        clark_claim = _association(
+            ctx, id=f"patching-{model}-clark", claim=f"{model}: heads with a larger exact patching effect are Clark's "
+            "weight-based coreference heads (Spearman over heads)", paper=PAPER["clark"], x=exact, y=clark,
+            names=("effect", "clark"), protocol=where + "; ρ of the two maps' means over the same pairs, bootstrap "
+            "over pages recomputing both means", documents=documents)
+        agree = _association(
+            ctx, id=f"patching-{model}-attribution", claim=f"{model}: attribution patching ranks heads like exact "
+            "patching (Spearman over heads)", paper=PAPER["attribution"], x=attribution, y=exact,
+            names=("attribution", "effect"), protocol=where, documents=documents)
+        maps = {k: v.mean(0).reshape(L, H) for k, v in (("exact", exact), ("attribution", attribution),
+                                                        ("clark", clark))}
+        _, holm = _holm_heads(exact.reshape(n, L, H), documents)
+        drawn = figure(ctx, model, maps, clark_claim["value"])
+        return {"claims": [behaviour, corruption, clark_claim, agree], "figures": [drawn],
+                "table": table(model, maps, holm, clean, corr, _spearman(np.abs(exact.mean(0)), clark.mean(0)),
+                               r["measured_s"])}
+
+    return run
+
+
+def _sentiment_claims_stage(model: str, sweep: str):
+    """The output-head claims of ``model``'s SST-2 classifier (``experiments.patching.sentiment``)."""
+    def run(ctx: Context) -> dict:
+        r = ctx.result(sweep)
+        L, H = r["shape"]
+        labels = np.asarray(r["labels"])
+        clean, corr = (np.asarray(r[k], float) for k in ("clean", "corrupted"))
+        exact, hidden, attribution = (np.asarray(r[k], float).reshape(len(clean), L * H)
+                                      for k in ("exact", "hidden", "attribution"))
+        n, name = len(clean), f"{model}-sst2"
+        where = (f"{n} SST-2 development sentences with one sentiment word of a fixed antonym list; corrupted = that "
+                 f"word swapped for its antonym (equal word pieces); model {model}'s SST-2 classifier (seed 0, "
+                 f"{L}×{H} heads); output-head metric m = logit of the gold label − the other logit; no selection, "
+                 "so no held-out split")
+        majority = common.train_majority("sst2")
+        rows = [{"index": i, "gold": int(y), "pred": int(y if m > 0 else 1 - y), "majority": majority}
+                for i, (y, m) in enumerate(zip(labels, clean))]
+        behaviour = ctx.claim(
+            id=f"patching-{name}-behaviour", claim=f"{model} SST-2 classifier: the clean sentences are classified "
+            "right (m > 0)", paper=PAPER["sst2-behaviour"], unit="accuracy", rows=rows, n=n, seeds=1,
+            measure={"statistic": "accuracy", "columns": {"gold": "gold", "pred": "pred"}, "ci_method": "bootstrap"},
+            baseline={"name": "majority class of train", "columns": {"gold": "gold", "pred": "majority"}},
+            protocol=where)
+        behaviour["note"] = f"on the corrupted sentences m > 0 for {np.mean(corr > 0):.1%} of pairs"
+        corruption = _corruption(
+            ctx, id=f"patching-{name}-corruption", claim=f"{model} SST-2 classifier: the antonym lowers the logit "
+            "difference (Δ mean m, clean − corrupted)", paper=PAPER["sst2-corruption"], unit="logit difference",
+            clean=clean, corrupted=corr, protocol=where, seeds=1)
+        agree = _association(
+            ctx, id=f"patching-{name}-attribution", claim=f"{model} SST-2 classifier: attribution patching ranks heads "
+            "like exact patching, both on the output head's logit difference (Spearman over heads)",
+            paper=PAPER["attribution"], x=attribution, y=exact, names=("attribution", "effect"), protocol=where,
+            seeds=1)
+        proxy = _association(
+            ctx, id=f"patching-{name}-hidden", claim=f"{model} SST-2 classifier: a hidden-state metric (the first "
+            "position's final vector on the clean − corrupted direction) ranks heads like the output head's logit "
+            "difference (Spearman over heads, exact patching under each)", paper=PAPER["sst2-hidden"], x=hidden,
+            y=exact, names=("hidden_effect", "effect"), protocol=where + "; both maps from the same pairs, bootstrap "
+            "over pairs recomputing both means", seeds=1)
+        maps = {k: v.mean(0).reshape(L, H) for k, v in (("exact", exact), ("attribution", attribution),
+                                                        ("hidden", hidden))}
+        _, holm = _holm_heads(exact.reshape(n, L, H))
+        order = np.argsort(-np.abs(maps["exact"]).ravel())[:5]
+        lines = [f"{name}: {n} pairs, mean m clean {clean.mean():.3f}, corrupted {corr.mean():.3f}; sweeps measured "
+                 f"{r['measured_s']:.0f} s. Heads whose exact effect ≠ 0 after Holm–Bonferroni over {L * H} heads "
+                 f"(paired bootstrap): {int(holm.sum())}. ρ(|effect| under the two metrics) = "
+                 f"{_spearman(np.abs(maps['hidden']).ravel(), np.abs(maps['exact']).ravel()):.3f}.", "",
+                 "| head (layer-head, 0-based) | exact effect (logit difference) | attribution | exact effect "
+                 "(hidden-state metric) | Holm |", "|---|---|---|---|---|"]
+        for k in order:
+            l, h = divmod(int(k), H)
+            lines.append(f"| {l}-{h} | {maps['exact'][l, h]:.3f} | {maps['attribution'][l, h]:.3f} | "
+                         f"{maps['hidden'][l, h]:.3f} | {'yes' if holm[l, h] else 'no'} |")
+        return {"claims": [behaviour, corruption, agree, proxy], "table": "\n".join(lines)}
+
+    return run
+
+
+def _gender_claims_stage(ctx: Context) -> dict:
+    """The translation model's output-layer claims (``experiments.patching.gender``)."""
+    r, made = ctx.result("patching.gender-sweep"), ctx.result("patching.gender-pairs")
+    clean, corr = (np.asarray(r[k], float) for k in ("clean", "corrupted"))
+    n = len(clean)
+    exact, attribution = (np.concatenate([np.asarray(r[f"{what}_{k}"], float).reshape(n, -1) for k in gender.KINDS], 1)
+                          for what in ("exact", "attribution"))  # (n, K) every head of the three types
+    sizes = {k: int(np.prod(r["shapes"][k])) for k in gender.KINDS}
+    where = (f"{n} Multi30k test_2016_flickr captions whose French source names one man, woman, boy or girl (or "
+             "their plurals); corrupted = that noun and the determiner or adjective agreeing with it swapped for the "
+             "other gender's (equal source pieces), the reference the target of both runs (teacher forcing); "
+             f"model {common.MODEL if ctx.profile.name == 'full' else 'the quick profile’s tiny fr→en model'} "
+             f"({' + '.join(f'{sizes[k]} {k}' for k in gender.KINDS)} heads); metric m = logit "
+             "of the reference's word − logit of its other-gender counterpart at the position predicting it; no "
+             "selection, so no held-out split")
+    majority = int(made["train_counts"]["male"] >= made["train_counts"]["female"])  # 1: male words are more frequent
+    rows = [{"index": i, "right": 1, "metric": int(m > 0), "majority": int(male == majority)}
+            for i, (m, male) in enumerate(zip(clean, r["male"]))]
+    behaviour = ctx.claim(
+        id="patching-translation-gender-behaviour", claim="translation model: on the clean sources the output prefers "
+        "the English word of the source's gender (m > 0)", paper=PAPER["gender-behaviour"], unit="accuracy",
+        rows=rows, n=n, seeds=1, measure={"statistic": "accuracy", "columns": {"gold": "right", "pred": "metric"},
+                                          "ci_method": "bootstrap"},
+        baseline={"name": "the gender more frequent in the training captions", "columns": {"gold": "right",
+                                                                                           "pred": "majority"}},
+        protocol=where)
+    behaviour["note"] = f"on the corrupted sources m > 0 for {np.mean(corr > 0):.1%} of pairs"
+    corruption = _corruption(
+        ctx, id="patching-translation-gender-corruption", claim="translation model: the other gender's noun in the "
+        "source lowers the logit difference (Δ mean m, clean − corrupted)", paper=PAPER["gender-corruption"],
+        unit="logit difference", clean=clean, corrupted=corr, protocol=where, seeds=1)
+    agree = _association(
+        ctx, id="patching-translation-gender-attribution", claim="translation model: attribution patching ranks the "
+        "encoder, decoder and cross-attention heads like exact patching, on the output's logit difference (Spearman "
+        "over heads)", paper=PAPER["attribution"], x=attribution, y=exact, names=("attribution", "effect"),
+        protocol=where, seeds=1)
+    means = exact.mean(0)  # (K,)
+    _, holm = _holm_heads(exact[:, :, None])  # (K, 1) per head
+    lines = [f"{n} pairs, mean m clean {clean.mean():.3f}, corrupted {corr.mean():.3f}; sweeps measured "
+             f"{r['measured_s']:.0f} s. ρ(|attribution|, |exact|) = "
+             f"{_spearman(np.abs(attribution.mean(0)), np.abs(means)):.3f}.", "",
+             "| attention type | heads | Σ mean effect | Σ |mean effect| | largest (layer-head, 0-based: effect) | "
+             "heads ≠ 0 after Holm over all |", "|---|---|---|---|---|---|"]
+    start = 0
+    for kind in gender.KINDS:
+        part, H = slice(start, start + sizes[kind]), r["shapes"][kind][1]
+        k = int(np.argmax(np.abs(means[part])))
+        lines.append(f"| {kind} | {sizes[kind]} | {means[part].sum():.3f} | {np.abs(means[part]).sum():.3f} | "
+                     f"{k // H}-{k % H}: {means[part][k]:.3f} | {int(holm[part].sum())} |")
+        start += sizes[kind]
+    return {"claims": [behaviour, corruption, agree], "table": "\n".join(lines)}
+
+
 def _spearman(x, y) -> float:
     from scipy.stats import spearmanr
 
     return float(spearmanr(x, y).statistic)
-
-
-def _sizes(profile: Profile) -> dict:
-    return profile.pick(FULL, QUICK)
 
 
 def _head_rows(a, b, key_a: str, key_b: str, perm: np.ndarray, documents=None) -> list[dict]:
@@ -179,248 +382,6 @@ def _holm_heads(effects: np.ndarray, documents=None) -> tuple[np.ndarray, np.nda
     deltas = (w @ effects.reshape(n, L * H)) / w.sum(1, keepdims=True)  # (B, L·H) every head on the same resample
     p = np.minimum(1.0, 2 * np.minimum((deltas <= 0).mean(0), (deltas >= 0).mean(0)))  # (L·H,)
     return p.reshape(L, H), stats.holm(p).reshape(L, H)
-
-
-def _figure(ctx: Context, model: str, maps: dict, rho: float) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
-    for ax, (title, m, cmap) in zip(axes, (("exact patching effect (mean Δm)", maps["exact"], "RdBu_r"),
-                                          ("attribution patching estimate", maps["attribution"], "RdBu_r"),
-                                          ("Clark: share pronoun → right name", maps["clark"], "viridis"))):
-        lim = np.abs(m).max() or 1.0
-        im = ax.imshow(m, cmap=cmap, aspect="auto", **({"vmin": -lim, "vmax": lim} if cmap == "RdBu_r" else {}))
-        ax.set(title=title, xlabel="head (0-based)", ylabel="layer (0-based)")
-        fig.colorbar(im, ax=ax)
-    axes[3].scatter(maps["clark"].ravel(), maps["exact"].ravel(), s=12)
-    axes[3].set(title=f"per head: Spearman ρ = {rho:.2f}", xlabel="Clark weight-based score",
-                ylabel="exact patching effect")
-    fig.suptitle(f"{model}: head patching vs weight-based coreference heads (GAP pairs)")
-    fig.tight_layout()
-    path = ctx.figure(f"{model}_maps.png")
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return str(path.relative_to(ctx.out))
-
-
-def _claims_stage(model: str, sweep: str):
-    def run(ctx: Context) -> dict:
-        r = ctx.result(sweep)
-        L, H = r["shape"]
-        clean, corr, nearest = (np.asarray(r[k], float) for k in ("clean", "corrupted", "nearest"))
-        exact, attribution, clark = (np.asarray(r[k], float).reshape(len(clean), L * H)
-                                     for k in ("exact", "attribution", "clark"))
-        n, pages = len(clean), gap_pages(ctx.data(GAP_FILE))
-        documents = [pages[i] for i in r["ids"]]  # the Wikipedia page of each pair's paragraph
-        where = (f"{n} GAP development pairs (≤ {ctx.params['max_tokens']} tokens); clean = the paragraph, corrupted = "
-                 "the coreferent name's mention replaced by an other-gender GAP name of equal word pieces; "
-                 f"model {base_model(model) or 'the embedded all-MiniLM-L6-v2'} ({L}×{H} heads). Deviations: "
-                 "sentence-embedding checkpoints without a masked-LM head (jattn.load: with_mlm_head False), so the "
-                 "metric reads final hidden states; GAP instead of CoNLL-2012; no selection, so no held-out split; "
-                 f"intervals resample the {len(set(documents))} Wikipedia pages the pairs come from")
-        rows = [{"index": i, "document": page, "right": 1, "metric": int(c > 0), "corrupted_metric": int(d > 0),
-                 "nearest": int(b)} for i, (page, c, d, b) in enumerate(zip(documents, clean, corr, nearest))]
-        behaviour = ctx.claim(
-            id=f"patching-{model}-behaviour", claim=f"{model}: the pronoun's final vector leans to the coreferent name "
-            "(m > 0) on clean GAP paragraphs", paper=PAPER["behaviour"], unit="accuracy", rows=rows, n=n,
-            measure={"statistic": "accuracy", "columns": {"gold": "right", "pred": "metric"}, "ci_method": "bootstrap",
-                     **_cluster(documents)},
-            baseline={"name": "nearest name", "columns": {"gold": "right", "pred": "nearest"}, **_cluster(documents)},
-            protocol=where)
-        behaviour["note"] = f"on the corrupted paragraphs m > 0 for {np.mean(corr > 0):.1%} of pairs"
-        corruption = _corruption(
-            ctx, id=f"patching-{model}-corruption", claim=f"{model}: the corruption lowers the metric (Δ mean m, "
-            "clean − corrupted)", paper=PAPER["corruption"], unit="metric (dot product)", clean=clean, corrupted=corr,
-            protocol=where, documents=documents)
-        clark_claim = _association(
-            ctx, id=f"patching-{model}-clark", claim=f"{model}: heads with a larger exact patching effect are Clark's "
-            "weight-based coreference heads (Spearman over heads)", paper=PAPER["clark"], x=exact, y=clark,
-            names=("effect", "clark"), protocol=where + "; ρ of the two maps' means over the same pairs, bootstrap "
-            "over pages recomputing both means", documents=documents)
-        agree = _association(
-            ctx, id=f"patching-{model}-attribution", claim=f"{model}: attribution patching ranks heads like exact "
-            "patching (Spearman over heads)", paper=PAPER["attribution"], x=attribution, y=exact,
-            names=("attribution", "effect"), protocol=where, documents=documents)
-        maps = {k: v.mean(0).reshape(L, H) for k, v in (("exact", exact), ("attribution", attribution),
-                                                        ("clark", clark))}
-        _, holm = _holm_heads(exact.reshape(n, L, H), documents)
-        figure = _figure(ctx, model, maps, clark_claim["value"])
-        return {"claims": [behaviour, corruption, clark_claim, agree], "figures": [figure],
-                "table": _table(model, maps, holm, clean, corr, exact, clark, r["measured_s"])}
-
-    return run
-
-
-def _sentiment_claims_stage(model: str, sweep: str):
-    """The output-head claims of ``model``'s SST-2 classifier (``experiments.patching.sentiment``)."""
-    def run(ctx: Context) -> dict:
-        r = ctx.result(sweep)
-        L, H = r["shape"]
-        labels = np.asarray(r["labels"])
-        clean, corr = (np.asarray(r[k], float) for k in ("clean", "corrupted"))
-        exact, hidden, attribution = (np.asarray(r[k], float).reshape(len(clean), L * H)
-                                      for k in ("exact", "hidden", "attribution"))
-        n, name = len(clean), f"{model}-sst2"
-        where = (f"{n} SST-2 development sentences with one sentiment word of a fixed antonym list; corrupted = that "
-                 f"word swapped for its antonym (equal word pieces); model {model}'s SST-2 classifier (seed 0, "
-                 f"{L}×{H} heads); output-head metric m = logit of the gold label − the other logit; no selection, "
-                 "so no held-out split")
-        majority = finetune.train_majority("sst2")
-        rows = [{"index": i, "gold": int(y), "pred": int(y if m > 0 else 1 - y), "majority": majority}
-                for i, (y, m) in enumerate(zip(labels, clean))]
-        behaviour = ctx.claim(
-            id=f"patching-{name}-behaviour", claim=f"{model} SST-2 classifier: the clean sentences are classified "
-            "right (m > 0)", paper=PAPER["sst2-behaviour"], unit="accuracy", rows=rows, n=n, seeds=1,
-            measure={"statistic": "accuracy", "columns": {"gold": "gold", "pred": "pred"}, "ci_method": "bootstrap"},
-            baseline={"name": "majority class of train", "columns": {"gold": "gold", "pred": "majority"}},
-            protocol=where)
-        behaviour["note"] = f"on the corrupted sentences m > 0 for {np.mean(corr > 0):.1%} of pairs"
-        corruption = _corruption(
-            ctx, id=f"patching-{name}-corruption", claim=f"{model} SST-2 classifier: the antonym lowers the logit "
-            "difference (Δ mean m, clean − corrupted)", paper=PAPER["sst2-corruption"], unit="logit difference",
-            clean=clean, corrupted=corr, protocol=where, seeds=1)
-        agree = _association(
-            ctx, id=f"patching-{name}-attribution", claim=f"{model} SST-2 classifier: attribution patching ranks heads "
-            "like exact patching, both on the output head's logit difference (Spearman over heads)",
-            paper=PAPER["attribution"], x=attribution, y=exact, names=("attribution", "effect"), protocol=where,
-            seeds=1)
-        proxy = _association(
-            ctx, id=f"patching-{name}-hidden", claim=f"{model} SST-2 classifier: a hidden-state metric (the first "
-            "position's final vector on the clean − corrupted direction) ranks heads like the output head's logit "
-            "difference (Spearman over heads, exact patching under each)", paper=PAPER["sst2-hidden"], x=hidden,
-            y=exact, names=("hidden_effect", "effect"), protocol=where + "; both maps from the same pairs, bootstrap "
-            "over pairs recomputing both means", seeds=1)
-        maps = {k: v.mean(0).reshape(L, H) for k, v in (("exact", exact), ("attribution", attribution),
-                                                        ("hidden", hidden))}
-        _, holm = _holm_heads(exact.reshape(n, L, H))
-        order = np.argsort(-np.abs(maps["exact"]).ravel())[:5]
-        lines = [f"{name}: {n} pairs, mean m clean {clean.mean():.3f}, corrupted {corr.mean():.3f}; sweeps measured "
-                 f"{r['measured_s']:.0f} s. Heads whose exact effect ≠ 0 after Holm–Bonferroni over {L * H} heads "
-                 f"(paired bootstrap): {int(holm.sum())}. ρ(|effect| under the two metrics) = "
-                 f"{_spearman(np.abs(maps['hidden']).ravel(), np.abs(maps['exact']).ravel()):.3f}.", "",
-                 "| head (layer-head, 0-based) | exact effect (logit difference) | attribution | exact effect "
-                 "(hidden-state metric) | Holm |", "|---|---|---|---|---|"]
-        for k in order:
-            l, h = divmod(int(k), H)
-            lines.append(f"| {l}-{h} | {maps['exact'][l, h]:.3f} | {maps['attribution'][l, h]:.3f} | "
-                         f"{maps['hidden'][l, h]:.3f} | {'yes' if holm[l, h] else 'no'} |")
-        return {"claims": [behaviour, corruption, agree, proxy], "table": "\n".join(lines)}
-
-    return run
-
-
-def _gender_claims_stage(ctx: Context) -> dict:
-    """The translation model's output-layer claims (``experiments.patching.gender``)."""
-    r, made = ctx.result("patching.gender-sweep"), ctx.result("patching.gender-pairs")
-    clean, corr = (np.asarray(r[k], float) for k in ("clean", "corrupted"))
-    n = len(clean)
-    exact, attribution = (np.concatenate([np.asarray(r[f"{what}_{k}"], float).reshape(n, -1) for k in gender.KINDS], 1)
-                          for what in ("exact", "attribution"))  # (n, K) every head of the three types
-    sizes = {k: int(np.prod(r["shapes"][k])) for k in gender.KINDS}
-    where = (f"{n} Multi30k test_2016_flickr captions whose French source names one man, woman, boy or girl (or "
-             "their plurals); corrupted = that noun and the determiner or adjective agreeing with it swapped for the "
-             "other gender's (equal source pieces), the reference the target of both runs (teacher forcing); "
-             f"model {runs.MODEL if ctx.profile.name == 'full' else 'the quick profile’s tiny fr→en model'} "
-             f"({' + '.join(f'{sizes[k]} {k}' for k in gender.KINDS)} heads); metric m = logit "
-             "of the reference's word − logit of its other-gender counterpart at the position predicting it; no "
-             "selection, so no held-out split")
-    majority = int(made["train_counts"]["male"] >= made["train_counts"]["female"])  # 1: male words are more frequent
-    rows = [{"index": i, "right": 1, "metric": int(m > 0), "majority": int(male == majority)}
-            for i, (m, male) in enumerate(zip(clean, r["male"]))]
-    behaviour = ctx.claim(
-        id="patching-translation-gender-behaviour", claim="translation model: on the clean sources the output prefers "
-        "the English word of the source's gender (m > 0)", paper=PAPER["gender-behaviour"], unit="accuracy",
-        rows=rows, n=n, seeds=1, measure={"statistic": "accuracy", "columns": {"gold": "right", "pred": "metric"},
-                                          "ci_method": "bootstrap"},
-        baseline={"name": "the gender more frequent in the training captions", "columns": {"gold": "right",
-                                                                                           "pred": "majority"}},
-        protocol=where)
-    behaviour["note"] = f"on the corrupted sources m > 0 for {np.mean(corr > 0):.1%} of pairs"
-    corruption = _corruption(
-        ctx, id="patching-translation-gender-corruption", claim="translation model: the other gender's noun in the "
-        "source lowers the logit difference (Δ mean m, clean − corrupted)", paper=PAPER["gender-corruption"],
-        unit="logit difference", clean=clean, corrupted=corr, protocol=where, seeds=1)
-    agree = _association(
-        ctx, id="patching-translation-gender-attribution", claim="translation model: attribution patching ranks the "
-        "encoder, decoder and cross-attention heads like exact patching, on the output's logit difference (Spearman "
-        "over heads)", paper=PAPER["attribution"], x=attribution, y=exact, names=("attribution", "effect"),
-        protocol=where, seeds=1)
-    means = exact.mean(0)  # (K,)
-    _, holm = _holm_heads(exact[:, :, None])  # (K, 1) per head
-    lines = [f"{n} pairs, mean m clean {clean.mean():.3f}, corrupted {corr.mean():.3f}; sweeps measured "
-             f"{r['measured_s']:.0f} s. ρ(|attribution|, |exact|) = "
-             f"{_spearman(np.abs(attribution.mean(0)), np.abs(means)):.3f}.", "",
-             "| attention type | heads | Σ mean effect | Σ |mean effect| | largest (layer-head, 0-based: effect) | "
-             "heads ≠ 0 after Holm over all |", "|---|---|---|---|---|---|"]
-    start = 0
-    for kind in gender.KINDS:
-        part, H = slice(start, start + sizes[kind]), r["shapes"][kind][1]
-        k = int(np.argmax(np.abs(means[part])))
-        lines.append(f"| {kind} | {sizes[kind]} | {means[part].sum():.3f} | {np.abs(means[part]).sum():.3f} | "
-                     f"{k // H}-{k % H}: {means[part][k]:.3f} | {int(holm[part].sum())} |")
-        start += sizes[kind]
-    return {"claims": [behaviour, corruption, agree], "table": "\n".join(lines)}
-
-
-def _table(model, maps, holm, clean, corr, exact, clark, seconds) -> str:
-    L, H = maps["exact"].shape
-    order = np.argsort(-np.abs(maps["exact"]).ravel())[:5]  # the largest effects of either sign
-    best = np.unravel_index(int(np.argmax(maps["clark"])), (L, H))
-    lines = [f"{model}: {len(clean)} pairs, mean m clean {clean.mean():.3f}, corrupted {corr.mean():.3f}; "
-             f"sweeps measured {seconds:.0f} s. Heads whose exact effect ≠ 0 after Holm–Bonferroni over {L * H} "
-             f"heads (paired bootstrap, GAP pages resampled): {int(holm.sum())}. ρ(|effect|, Clark score) = "
-             f"{_spearman(np.abs(exact.mean(0)), clark.mean(0)):.3f}. Clark's best head "
-             f"{best[0]}-{best[1]}: score {maps['clark'][best]:.2f}, effect {maps['exact'][best]:.3f}.", "",
-             "| head (layer-head, 0-based) | exact effect | attribution | Clark score | Holm |", "|---|---|---|---|---|"]
-    for k in order:
-        l, h = divmod(int(k), H)
-        lines.append(f"| {l}-{h} | {maps['exact'][l, h]:.3f} | {maps['attribution'][l, h]:.3f} | "
-                     f"{maps['clark'][l, h]:.2f} | {'yes' if holm[l, h] else 'no'} |")
-    return "\n".join(lines)
-
-
-def stages(profile: Profile) -> list[Stage]:
-    sizes = _sizes(profile)
-    models = finetune.models(profile)
-    common = {"max_tokens": sizes["max_tokens"]}
-    code = ("jattn.sweeps.patching", "jattn.analyses.coref", "jattn.io.labels")
-    tests = ("experiments.patching.resampling",)  # the claims stages' bootstrap resamples
-    scale = {m: "small" if base_model(m) is None else "base" for m in models}
-    out = [Stage("patching.pairs", pairs_stage(models), params={**common, "pairs": max(sizes["pairs"].values()),
-                                                                 "models": list(models)},
-                 data=(GAP_FILE,), models=tuple(b for m in models if (b := base_model(m))), code=code)]
-    for model in models:
-        base = tuple(b for b in (base_model(model),) if b)
-        params = {**common, "batch": sizes["batch"], "pairs": sizes["pairs"][scale[model]]}
-        out.append(Stage(f"patching.{model}-sweep", sweep_stage(model, "patching.pairs"), params=params,
-                         needs=("patching.pairs",), data=(GAP_FILE,), models=base, code=code))
-        out.append(Stage(f"patching.{model}", _claims_stage(model, f"patching.{model}-sweep"), params=params,
-                         needs=(f"patching.{model}-sweep",), data=(GAP_FILE,), models=base,
-                         code=(*tests, "experiments.clark2019.coref")))
-    classifiers = {m: (finetune.artefact(m, "sst2", 0),) if profile.name == "full" else () for m in models}
-    sst2 = {"pairs": sizes["sst2_pairs"], "batch": 16}
-    out.append(Stage("patching.sst2-pairs", sentiment.pairs_stage(models), params={**sst2, "models": list(models)},
-                     data=(sentiment.DEV_FILE,), models=sum(classifiers.values(), ()),
-                     code=("experiments.finetune.study",)))
-    for model in models:
-        out.append(Stage(f"patching.{model}-sst2-sweep", sentiment.sweep_stage(model, "patching.sst2-pairs"),
-                         params=sst2, needs=("patching.sst2-pairs",), models=classifiers[model],
-                         code=("jattn.sweeps.patching", "experiments.patching.pairs")))
-        out.append(Stage(f"patching.{model}-sst2", _sentiment_claims_stage(model, f"patching.{model}-sst2-sweep"),
-                         params=sst2, needs=(f"patching.{model}-sst2-sweep",), data=("sst2/train.tsv",), code=tests))
-    translation = {"data": tuple(f"multi30k/{split}.{side}" for split, side in (
-        (runs.TEST, "fr"), (runs.TEST, "en"), ("train", "en"))),
-        "models": (runs.MODEL,) if profile.name == "full" else ()}
-    gender_sizes = {"pairs": sizes["gender_pairs"], "batch": 16}
-    out += [Stage("patching.gender-pairs", gender.pairs_stage, params=gender_sizes, **translation),
-            Stage("patching.gender-sweep", gender.sweep_stage, params=gender_sizes, needs=("patching.gender-pairs",),
-                  code=("jattn.sweeps.patching", "experiments.patching.pairs"), **translation),
-            Stage("patching.gender", _gender_claims_stage, params=gender_sizes,
-                  needs=("patching.gender-pairs", "patching.gender-sweep"), code=tests)]
-    return out
 
 
 studies.register('patching', stages,

@@ -21,6 +21,7 @@ import numpy as np
 
 from jattn import stats
 from jattn.reproduce.pipeline import Context
+from experiments.common import TEST
 from experiments.voita2019 import head_claims as voita_head_claims
 from experiments.voita2019 import runs as V
 
@@ -61,7 +62,7 @@ def claims_stage(gate_stages: list[str], michel_stages: list[str]):
         for r in runs:
             text[_system(r)] = V.read_translations(ctx, r["translations"])
         text[NO_ENCODER] = V.read_translations(ctx, ctx.result("voita.no-encoder-attention")["translations"])
-        protocol = (f"test {V.TEST} ({n} sentences), beam {ctx.params['beams']}; paired bootstrap over sentences "
+        protocol = (f"test {TEST} ({n} sentences), beam {ctx.params['beams']}; paired bootstrap over sentences "
                     "(B = 1000); one model seed; Multi30k fr-en, width 256 (module voita: deviations)")
         claims = [ctx.claim(
             id="voita-unpruned-bleu", claim="the converged 6+6 x 8 model's test BLEU", paper=V.PAPER, unit="BLEU",

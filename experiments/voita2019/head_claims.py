@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from jattn.reproduce.pipeline import Context
+from experiments.common import TEST
 from experiments.voita2019 import runs as V
 
 PAPER_CONFIDENCE = ("Voita et al. 2019, §4.1 and Fig. 1 (WMT en-ru encoder): the heads LRP finds most relevant are "
@@ -21,7 +22,7 @@ PAPER_KEPT = ("Voita et al. 2019, §6, Fig. 8: the heads left by L0 pruning are 
 
 def claims(ctx: Context, heads: dict, runs: list[dict]) -> list[dict]:
     rows, n = heads["rows"], len(heads["rows"])
-    protocol = (f"test {V.TEST} ({n} sentences) teacher-forced on the references; unpruned model; per sentence each "
+    protocol = (f"test {TEST} ({n} sentences) teacher-forced on the references; unpruned model; per sentence each "
                 "encoder head's confidence (mean max weight over non-EOS rows) and relevance of the top-1 logit at "
                 "every target position, each layer's heads scaled to sum to 1; the ρ over heads resamples the "
                 "heads (B = 2000), a difference of means the sentences (B = 1000)")

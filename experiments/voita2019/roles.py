@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from jattn.reproduce.pipeline import Context
+from experiments.common import TEST, read_multi30k
 from experiments.voita2019 import runs as V
 
 
@@ -27,7 +28,7 @@ def parse_stage(ctx: Context) -> dict:
     from jattn.io.parse import parse_to_conllu
 
     s = V.Setup.load(ctx)
-    sources = V.read(ctx, V.TEST, "fr", s.model)[: len(s.test_src)]
+    sources = read_multi30k(ctx, TEST, "fr", s.model)[: len(s.test_src)]
     path = V.translations_file(ctx, "source").with_suffix(".conllu")
     start = time.perf_counter()
     meta = parse_to_conllu(sources, path)
@@ -44,11 +45,11 @@ def _labelled_pairs(ctx: Context, s: V.Setup) -> tuple[list, dict]:
     from jattn.io.readers import Example
 
     tok, p = s.model.tokenizer, ctx.params
-    sources = V.read(ctx, V.TEST, "fr", s.model)[: len(s.test_src)]
+    sources = read_multi30k(ctx, TEST, "fr", s.model)[: len(s.test_src)]
     trees = list(read_conllu_trees(V.repository_path(ctx, ctx.result("voita.parse")["parse"])))
     if len(trees) != len(sources):
         raise ValueError(f"the parse has {len(trees)} sentences, the test set {len(sources)}: rerun voita.parse")
-    train = encode(tok, V.read(ctx, "train", "fr", s.model)[: p["train_pairs"] or None], 10**6)
+    train = encode(tok, read_multi30k(ctx, "train", "fr", s.model)[: p["train_pairs"] or None], 10**6)
     rank = roles.frequency_rank([x[:-1] for x in train], s.model.config.vocab_size)
     examples, mapped, rare = [], 0, 0
     for k, (text, ids, tree) in enumerate(zip(sources, s.test_src, trees)):
@@ -56,7 +57,7 @@ def _labelled_pairs(ctx: Context, s: V.Setup) -> tuple[list, dict]:
         labels = roles.token_labels(words, tree.heads, tree.relations, ids, rank, p["rare_top"])
         mapped += words is not None
         rare += int(labels["rarest"].any())
-        examples.append(Example(text, s.test_refs[k], source=f"{V.TEST}:{k + 1}", labels=labels))
+        examples.append(Example(text, s.test_refs[k], source=f"{TEST}:{k + 1}", labels=labels))
     return examples, {"sentences": len(sources), "mapped_to_tokens": mapped, "rare_word_sentences": rare}
 
 

@@ -16,56 +16,21 @@ from pathlib import Path
 import numpy as np
 
 from jattn.reproduce.pipeline import Context
+from experiments.common import (TEST, made_translation, quick_model_config, random_orders, read_multi30k,
+                                translation_model)
 
-MODEL = "multi30k-fr-en-6x8"
 CONTROL = "multi30k-fr-en-6x8-no-encoder-attention"  # MODEL's recipe with no encoder self-attention
 SETTINGS = {"encoder": ("encoder",), "all": ("encoder", "decoder", "cross")}  # setting -> gated attention types
-TEST = "test_2016_flickr"
 PAPER = ("Voita et al. 2019: Transformer-base (6+6 x 8 heads) on WMT en-ru; 38 of 48 encoder heads pruned for "
          "-0.15 BLEU; gates trained jointly with the model from convergence")
 DATA = tuple(f"multi30k/{split}.{side}" for split in ("train", "val", TEST) for side in ("fr", "en"))
 
 
-def quick_model_config():
-    from jattn.families.marian.train import TranslationConfig
-
-    return TranslationConfig(limit_train=300, limit_eval=24, vocab_size=400, layers=1, heads=2, d_model=32, ffn=64,
-                             epochs=2, patience=0, max_len=24, test_beams=2, val_pairs=24)
-
-
-def translation_model(ctx: Context) -> Path:
-    """The model's folder: the made artefact (full profile), or the quick profile's tiny model
-    trained into the work folder."""
-    return _made(ctx, MODEL, "tiny-fr-en", quick_model_config())
-
-
 def control_model(ctx: Context) -> Path:
     """The control's folder: the same recipe with no encoder self-attention, trained from scratch
     (full profile: the made artefact ``CONTROL``; quick: the tiny model's settings without it)."""
-    return _made(ctx, CONTROL, "tiny-fr-en-no-encoder-attention",
-                 dataclasses.replace(quick_model_config(), encoder_self_attention=False))
-
-
-COMMITTED = Path(__file__).resolve().parents[2] / "checkpoints"  # the checkout's committed models
-
-
-def _made(ctx: Context, artefact: str, tiny: str, config) -> Path:
-    """Full profile: the copy of ``artefact`` committed in ``checkpoints/`` (made by its recipe), else
-    the artefact made in jattn's cache (``jattn models make``); quick: ``config`` trained here."""
-    from jattn.io.artefacts import DONE
-
-    if ctx.profile.name == "full":
-        from jattn.models.artefacts import make
-
-        committed = COMMITTED / artefact
-        return committed if (committed / DONE).is_file() else make(artefact, progress=ctx.progress)
-    from jattn.families.marian.train import train_translation
-
-    out = ctx.work_root / "models" / tiny
-    if not (out / DONE).is_file():
-        train_translation(out, ctx.work_root / "models" / f"{tiny}-work", config, data_dir=ctx.data_dir,
-                          progress=False)
-    return out
+    return made_translation(ctx, CONTROL, "tiny-fr-en-no-encoder-attention",
+                            dataclasses.replace(quick_model_config(), encoder_self_attention=False))
 
 
 def lam_name(lam: float) -> str:
@@ -88,7 +53,7 @@ class Setup:
         from jattn.io.parallel import encode
 
         model = jattn.load(folder or translation_model(ctx), use_cache=False)
-        src, refs = (read(ctx, TEST, side, model) for side in ("fr", "en"))
+        src, refs = (read_multi30k(ctx, TEST, side, model) for side in ("fr", "en"))
         n = ctx.params["test_sentences"] or len(src)
         return cls(model, encode(model.tokenizer, src[:n], model.config.max_length), refs[:n], ctx.params)
 
@@ -103,10 +68,6 @@ class Setup:
         from flax import nnx
 
         return nnx.to_pure_dict(self.model.params)
-
-
-def read(ctx: Context, split: str, side: str, model) -> list[str]:
-    return model.prepare_texts(ctx.data(f"multi30k/{split}.{side}").read_text(encoding="utf-8").splitlines())
 
 
 def translations_file(ctx: Context, system: str) -> Path:
@@ -138,7 +99,7 @@ def unpruned_stage(ctx: Context) -> dict:
     s = Setup.load(ctx)
     start = time.perf_counter()
     hyps = s.translate(s.pure_params())
-    sources = read(ctx, TEST, "fr", s.model)[: len(hyps)]
+    sources = read_multi30k(ctx, TEST, "fr", s.model)[: len(hyps)]
     return {"translations": write_translations(ctx, "unpruned", hyps), "refs": s.test_refs, "sources": sources,
             "heads": {k: int(L * H) for k, (L, H) in s.model.head_shapes.items()},
             "seconds": {"decode": round(time.perf_counter() - start, 1)}}
@@ -163,8 +124,8 @@ def _training_batches(ctx: Context, s: Setup, p: dict):
     from jattn.training.nmt import device_batch
 
     tok, c, n = s.model.tokenizer, s.model.config, p["train_pairs"] or None
-    src = encode(tok, read(ctx, "train", "fr", s.model)[:n], p["max_len"], truncate=True)
-    tgt = encode(tok, read(ctx, "train", "en", s.model)[:n], p["max_len"], target=True, truncate=True)
+    src = encode(tok, read_multi30k(ctx, "train", "fr", s.model)[:n], p["max_len"], truncate=True)
+    tgt = encode(tok, read_multi30k(ctx, "train", "en", s.model)[:n], p["max_len"], target=True, truncate=True)
     return lambda epoch: [device_batch(b) for b in token_batches(src, tgt, p["max_tokens"], c.pad_token_id,
                                                                  c.decoder_start_token_id,
                                                                  np.random.default_rng(1000 + epoch))]
@@ -240,7 +201,7 @@ def importance_stage(ctx: Context) -> dict:
     import jattn
 
     p, s = ctx.params, Setup.load(ctx)
-    src, tgt = read(ctx, "val", "fr", s.model), read(ctx, "val", "en", s.model)
+    src, tgt = read_multi30k(ctx, "val", "fr", s.model), read_multi30k(ctx, "val", "en", s.model)
     pick = np.sort(np.random.default_rng(0).choice(len(src), min(p["importance_pairs"], len(src)), replace=False))
     start = time.perf_counter()
     scores = jattn.importance(s.model, [(src[i], tgt[i]) for i in pick], estimator="token", batch_size=32,
@@ -268,14 +229,13 @@ def michel_stage(setting: str, gate_stages: tuple[str, ...]):
     """The converged model pruned to each gate run's open-head count (of ``setting``'s types) by
     importance and by random orders; every system translates the test set."""
     def run(ctx: Context) -> dict:
-        from experiments.michel2019 import curves as mc
         from jattn.training.l0 import fold_gates
 
         p, s = ctx.params, Setup.load(ctx)
         kinds, shapes = SETTINGS[setting], s.model.head_shapes
         n = sum(int(np.prod(shapes[t])) for t in kinds)
         orders = {"importance": ctx.result("voita.importance")["importance"]}
-        for r, scores in enumerate(mc.random_orders(n, p["random_orders"], seed=0)):
+        for r, scores in enumerate(random_orders(n, p["random_orders"], seed=0)):
             parts = np.split(scores, np.cumsum([int(np.prod(shapes[t])) for t in kinds])[:-1])
             orders[f"random-{r}"] = {t: part.reshape(shapes[t]) for t, part in zip(kinds, parts)}
         counts = sorted({sum(ctx.result(g)["open_heads"][t] for t in kinds) for g in gate_stages})

@@ -80,7 +80,8 @@ from jattn.reproduce import studies
 from experiments.voita2019 import claims as voita_claims
 from experiments.voita2019 import roles as voita_roles
 from experiments.voita2019 import runs as R
-from experiments.voita2019.runs import DATA, MODEL, SETTINGS, lam_name
+from experiments.common import MODEL
+from experiments.voita2019.runs import DATA, SETTINGS, lam_name
 
 def params(profile: Profile) -> dict:
     """Sizes: λ sweep, joint-training updates, decoding, the Michel baseline (0: all sentences)."""
@@ -98,7 +99,7 @@ def params(profile: Profile) -> dict:
 def stages(profile: Profile) -> list[Stage]:
     p = params(profile)
     # a run reads its own λ (in its name) and the sizes, not the sweep: another grid keeps finished runs
-    code = ("jattn.training.l0", "jattn.nn.gates", "jattn.families.marian.train")
+    code = ("experiments.common", "jattn.training.l0", "jattn.nn.gates", "jattn.families.marian.train")
     models = (MODEL,) if profile.name == "full" else ()
     common = dict(params={k: v for k, v in p.items() if k != "lams"}, data=DATA, models=models, code=code)
     out = [Stage("voita.unpruned", R.unpruned_stage, **common)]

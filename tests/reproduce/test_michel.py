@@ -14,6 +14,7 @@ from sklearn.metrics import matthews_corrcoef
 from jattn import stats
 from jattn.models.base import ModuleModel
 from jattn.reproduce import claims, pipeline
+from experiments import common
 from experiments.michel2019 import study as michel
 from experiments.michel2019 import claims as michel_claims
 from experiments.michel2019 import curves as mc
@@ -182,7 +183,7 @@ def test_curves_stage_on_a_tiny_classifier(tiny_classifier, tmp_path, monkeypatc
     from jattn.sweeps.pruning_curve import classification_predictions
 
     data_set("sst2")
-    monkeypatch.setattr(michel.finetune, "classifier", lambda ctx, model, task, seed: tiny_classifier)
+    monkeypatch.setattr(common, "classifier", lambda ctx, model, task, seed: tiny_classifier)
     p = {**michel.params(pipeline.PROFILES["quick"]), "importance_examples": 6, "dev_examples": 10}
     stage = pipeline.Stage("michel.curves-tiny-sst2-s0", michel._curves_stage("tiny", "sst2", 0), params=p)
     ctx = pipeline.Context(pipeline.PROFILES["quick"], tmp_path, tmp_path / "work", tmp_path, stage=stage,
@@ -192,7 +193,7 @@ def test_curves_stage_on_a_tiny_classifier(tiny_classifier, tmp_path, monkeypatc
     imp_examples, dev = michel._slices("sst2", p)
     np.testing.assert_array_equal(result["importance"], jattn.importance(net, imp_examples, progress=False)["encoder"])
     predict = classification_predictions(net, [x for x, _ in dev])
-    for name, scores in [("importance", np.ravel(result["importance"])), ("random-2", mc.random_orders(8, 5)[2])]:
+    for name, scores in [("importance", np.ravel(result["importance"])), ("random-2", common.random_orders(8, 5)[2])]:
         for share, mask, got in zip(mc.SHARES, mc.masks_for(scores, (2, 4)), result["orders"][name]):
             assert got == mc.digits(predict(mask)), (name, share)
     assert result["gold"] == mc.digits([y for _, y in dev]) and len(result["orders"]) == 6

@@ -128,10 +128,10 @@ def test_pairs_align_token_by_token_and_flip_the_antecedents_gender(minilm, data
 
 
 def test_sentiment_pairs_swap_one_word_for_its_antonym_of_equal_pieces(minilm, data_set):
-    from experiments.finetune import study as finetune
+    from experiments import common
 
     data_set("sst2")
-    examples = finetune.dev_examples("sst2")
+    examples = common.dev_examples("sst2")
     pairs, skipped = sentiment.make_pairs(examples, [minilm.tokenizer], limit=30)
     assert len(pairs) == 30 and sum(skipped.values()) + len(pairs) == pairs[-1]["index"] + 1
     for p in pairs:
@@ -212,12 +212,12 @@ def test_sentiment_stages_on_four_pairs(tmp_path, monkeypatch, data_set):
     quick profile's: every claim recomputes from its rows; the sweep's maps are (pairs, L, H) under
     both metrics, and the clean metric is the classifier's own logit difference."""
     import jattn
-    from experiments.finetune import study as finetune
+    from experiments import common
     from tiny_encoders import save_tiny
 
     data_set("sst2")
     folder = save_tiny(tmp_path / "classifier", "bert-2x4", head="cls")
-    monkeypatch.setattr(finetune, "classifier", lambda ctx, model, task, seed: folder)
+    monkeypatch.setattr(common, "classifier", lambda ctx, model, task, seed: folder)
     ctx, records = _run(tmp_path, monkeypatch, {**patching.QUICK, "sst2_pairs": 4}, which="sst2")
     result = records["patching.minilm-sst2"]["result"]
     assert [c["id"] for c in result["claims"]] == [f"patching-minilm-sst2-{k}" for k in

@@ -15,6 +15,7 @@ import pytest
 import sacrebleu
 
 from jattn.reproduce import claims, pipeline
+from experiments import common
 from experiments.voita2019 import claims as voita_claims
 from experiments.voita2019 import runs as voita_runs
 
@@ -262,7 +263,7 @@ COMMITTED = Path(__file__).resolve().parents[2] / "experiments" / "results"
 def test_committed_bleu_is_sacrebleu_of_the_committed_translations(data_set):
     """Every committed Voita BLEU, and every Δ against the unpruned model, is sacreBLEU of the
     committed translation files against the test references as the data set distributes them."""
-    refs = (data_set("multi30k") / f"{voita_runs.TEST}.en").read_text(encoding="utf-8").splitlines()
+    refs = (data_set("multi30k") / f"{common.TEST}.en").read_text(encoding="utf-8").splitlines()
     record = lambda name: json.loads((COMMITTED / "stages" / f"{name}.json").read_text())["result"]  # noqa: E731
     bleu = lambda file: sacrebleu.corpus_bleu(  # noqa: E731
         (COMMITTED.parents[1] / file).read_text(encoding="utf-8").split("\n")[:-1], [refs]).score
