@@ -8,7 +8,7 @@ fine-tuned per GLUE task); differences: MiniLM and all-mpnet-base-v2 (the encode
 offline) instead of BERT-base, SST-2 and CoLA only, scored on the dev sets (the GLUE test labels
 are not public), ≥ 2 training seeds with a Student-t interval (``STATISTICS.md``) instead of one run.
 
-Full profile: the named artefacts ``<model>-<task>[-s1|-s2]`` (``jattn.io.artefacts``: MiniLM and
+Full profile: the named artefacts ``<model>-<task>[-s1|-s2]`` (``jattn.artefacts``: MiniLM and
 all-mpnet-base-v2 on SST-2 and CoLA, training seeds 0-4), made into the cache (resumable).
 Quick profile: MiniLM on 96 training sentences of each task, seeds 0 and 1, into the run's work
 folder. Per model and task, one claim: the dev metric (SST-2 accuracy, CoLA Matthews correlation
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jattn.io.artefacts import CLASSIFIER_SEEDS
+from jattn.artefacts import CLASSIFIER_SEEDS
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from jattn.reproduce import studies
 
@@ -54,7 +54,7 @@ def classifier(ctx: Context, model: str, task: str, seed: int) -> Path:
     """The folder of a fine-tuned classifier: made (or found made) by its recipe in the full
     profile, trained on ``QUICK_TRAIN`` sentences into the work folder in the quick profile."""
     if ctx.profile.name == "full":
-        from jattn.models.artefacts import make
+        from jattn.artefacts.making import make
 
         return make(artefact(model, task, seed), progress=ctx.progress)
     from jattn.training.finetune import FinetuneConfig, finetune_task
@@ -107,7 +107,7 @@ def _claim_stage(model: str, task: str, names: list[str]):
             unit=unit, rows=rows, n=len(rows) // len(names), seeds=len(names),
             measure={"statistic": statistic, "columns": {"gold": "gold", "pred": "pred"}, "ci_method": "seeds"},
             baseline={"name": "majority class of train", "columns": {"gold": "gold", "pred": "majority"}},
-            protocol=f"dev split ({len(rows) // len(names)} sentences), recipes in jattn.io.artefacts "
+            protocol=f"dev split ({len(rows) // len(names)} sentences), recipes in jattn.artefacts "
                      f"({artefact(model, task, 0)} …); mean over seeds with a t-interval")
         return {"claims": [claim]}
 

@@ -79,7 +79,7 @@ SEGMENTS = {"full": 512, "quick": 32}  # the paper: 992 Wikipedia segments
 
 def base_model(model: str) -> str | None:
     """The pretrained model each fine-tuned classifier of ``model`` starts from (None: the embedded one)."""
-    from jattn.io import artefacts
+    from jattn import artefacts
 
     return artefacts.recipe(finetune.artefact(model, "sst2", 0)).base
 

@@ -160,7 +160,7 @@ GAP_FILE = "gap/gap-development.tsv"
 
 def base_model(model: str) -> str | None:
     """The pretrained model ``model`` names (None: the embedded one), as the fine-tuning recipes say."""
-    from jattn.io import artefacts
+    from jattn import artefacts
     from experiments.finetune import study as finetune
 
     return artefacts.recipe(finetune.artefact(model, "sst2", 0)).base

@@ -27,7 +27,7 @@ DATA = tuple(f"multi30k/{split}.{side}" for split in ("train", "val", TEST) for 
 
 
 def quick_model_config():
-    from jattn.families.marian.train import TranslationConfig
+    from jattn.artefacts.translation import TranslationConfig
 
     return TranslationConfig(limit_train=300, limit_eval=24, vocab_size=400, layers=1, heads=2, d_model=32, ffn=64,
                              epochs=2, patience=0, max_len=24, test_beams=2, val_pairs=24)
@@ -55,11 +55,11 @@ def _made(ctx: Context, artefact: str, tiny: str, config) -> Path:
     from jattn.io.artefacts import DONE
 
     if ctx.profile.name == "full":
-        from jattn.models.artefacts import make
+        from jattn.artefacts.making import make
 
         committed = COMMITTED / artefact
         return committed if (committed / DONE).is_file() else make(artefact, progress=ctx.progress)
-    from jattn.families.marian.train import train_translation
+    from jattn.artefacts.translation import train_translation
 
     out = ctx.work_root / "models" / tiny
     if not (out / DONE).is_file():
