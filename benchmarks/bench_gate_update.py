@@ -38,8 +38,8 @@ def main() -> None:
     import jax
     import jax.numpy as jnp
 
-    from jattn.families.marian.tokenizer import train_sentencepiece
-    from jattn.families.marian.train import RECIPE, TranslationConfig, _read, model_config
+    from jattn.artefacts.vocabulary import train_sentencepiece
+    from jattn.artefacts.translation import RECIPE, TranslationConfig, _read, model_config
     from jattn.io.manifest import data_path
     from jattn.io.parallel import encode
     from jattn.runner.batcher import token_batches

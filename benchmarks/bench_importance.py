@@ -216,9 +216,10 @@ def hf_child(args) -> dict:
 # ---- driver ---------------------------------------------------------------------------------------
 
 def classifier_folder(tmp: Path) -> tuple[str, str]:
-    from jattn.io import artefacts
+    from jattn import artefacts
+    from jattn.io.artefacts import is_made
 
-    if artefacts.is_made("minilm-sst2"):
+    if is_made("minilm-sst2"):
         return str(artefacts.path("minilm-sst2")), "minilm-sst2 (fine-tuned)"
     import jattn
     jattn.host_memory.keep_freed_memory()  # as the recorded numbers were measured

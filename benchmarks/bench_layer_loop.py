@@ -32,14 +32,13 @@ def models():
     when made."""
     import jattn
     jattn.host_memory.keep_freed_memory()  # as the recorded numbers were measured
-    from jattn.io import artefacts
-    from jattn.models import artefacts as makers  # registers the families' recipes
+    from jattn import artefacts
+    from jattn.io.artefacts import is_made
 
-    assert makers.MAKERS
     yield "all-MiniLM-L6-v2", jattn.load(), 32, 128
-    if artefacts.is_made("all-mpnet-base-v2"):
+    if is_made("all-mpnet-base-v2"):
         yield "all-mpnet-base-v2", jattn.load(artefacts.path("all-mpnet-base-v2"), tokenizer=False), 8, 128
-    if artefacts.is_made("multi30k-fr-en-6x8"):
+    if is_made("multi30k-fr-en-6x8"):
         yield "multi30k-fr-en-6x8", jattn.load(artefacts.path("multi30k-fr-en-6x8")), 32, 32
 
 

@@ -36,11 +36,10 @@ NAME = "all-mpnet-base-v2"
 
 def model_folder(tmp: Path) -> tuple[Path, str]:
     """The fetched all-mpnet-base-v2, else a random MPNet of its shape saved weights-only."""
-    from jattn.io import artefacts
-    from jattn.models import artefacts as makers  # registers the families' recipes
+    from jattn import artefacts
+    from jattn.io.artefacts import is_made
 
-    assert makers.MAKERS
-    if artefacts.is_made(NAME):
+    if is_made(NAME):
         return artefacts.path(NAME), NAME
     import torch
     from transformers import MPNetConfig, MPNetModel

@@ -103,7 +103,7 @@ def main():
     from nnsight import NNsight
     from transformers import AutoModel
 
-    from jattn.io import artefacts
+    from jattn import artefacts
     from jattn.models.load import default_model_path
     from jattn.nn import encoder
     from jattn.nn.engine import layer_views

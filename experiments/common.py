@@ -4,7 +4,7 @@ pages and random pruning orders.
 - **The classifiers** (``models``, ``seeds``, ``artefact``, ``classifier``, ...): the SST-2 and
   CoLA classifiers that ``finetune`` makes and scores, and that ``kovaleva``, ``michel``,
   ``kobayashi`` and ``patching`` analyse. Full profile: the named artefacts
-  ``<model>-<task>[-s1|-s2]`` (``jattn.io.artefacts``); quick profile: MiniLM trained on
+  ``<model>-<task>[-s1|-s2]`` (``jattn.artefacts``); quick profile: MiniLM trained on
   ``QUICK_TRAIN`` sentences into the run's work folder.
 - **The translation model** (``MODEL``, ``translation_model``, ``read_multi30k``): the Multi30k
   fr→en model that ``voita`` prunes and ``patching`` patches (full profile: the committed or made
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jattn.io.artefacts import CLASSIFIER_SEEDS
+from jattn.artefacts import CLASSIFIER_SEEDS
 from jattn.reproduce.pipeline import Context, Profile
 
 # ---------------------------------------------------------------- the fine-tuned classifiers
@@ -49,7 +49,7 @@ def artefact(model: str, task: str, seed: int) -> str:
 def base_model(model: str) -> str | None:
     """The pretrained model each fine-tuned classifier of ``model`` starts from (None: the embedded one),
     as the fine-tuning recipes say."""
-    from jattn.io import artefacts
+    from jattn import artefacts
 
     return artefacts.recipe(artefact(model, "sst2", 0)).base
 
@@ -58,7 +58,7 @@ def classifier(ctx: Context, model: str, task: str, seed: int) -> Path:
     """The folder of a fine-tuned classifier: made (or found made) by its recipe in the full
     profile, trained on ``QUICK_TRAIN`` sentences into the work folder in the quick profile."""
     if ctx.profile.name == "full":
-        from jattn.models.artefacts import make
+        from jattn.artefacts.making import make
 
         return make(artefact(model, task, seed), progress=ctx.progress)
     from jattn.training.finetune import FinetuneConfig, finetune_task
@@ -90,7 +90,7 @@ COMMITTED = Path(__file__).resolve().parents[1] / "checkpoints"  # the checkout'
 
 def quick_model_config():
     """The quick profile's tiny fr→en model."""
-    from jattn.families.marian.train import TranslationConfig
+    from jattn.artefacts.translation import TranslationConfig
 
     return TranslationConfig(limit_train=300, limit_eval=24, vocab_size=400, layers=1, heads=2, d_model=32, ffn=64,
                              epochs=2, patience=0, max_len=24, test_beams=2, val_pairs=24)
@@ -108,11 +108,11 @@ def made_translation(ctx: Context, artefact: str, tiny: str, config) -> Path:
     from jattn.io.artefacts import DONE
 
     if ctx.profile.name == "full":
-        from jattn.models.artefacts import make
+        from jattn.artefacts.making import make
 
         committed = COMMITTED / artefact
         return committed if (committed / DONE).is_file() else make(artefact, progress=ctx.progress)
-    from jattn.families.marian.train import train_translation
+    from jattn.artefacts.translation import train_translation
 
     out = ctx.work_root / "models" / tiny
     if not (out / DONE).is_file():

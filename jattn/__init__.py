@@ -15,7 +15,7 @@ from jattn import host_memory  # keep_freed_memory(): for a program that owns it
 
 # The public functions, imported on first use (PEP 562): ``import jattn`` itself reads no JAX, so
 # the command line starts in a fraction of a second and takes Ctrl-C cleanly from its first moment.
-_PUBLIC = {"Interventions": "jattn.nn.interventions", "data_path": "jattn.io.manifest", "load": "jattn.models.load",
+_PUBLIC = {"Interventions": "jattn.nn.interventions", "data_path": "jattn.io.manifest", "load": "jattn.artefacts",
            "attributions": "jattn.analyses.attribution", "disable": "jattn.sweeps.disable",
            "importance": "jattn.sweeps.importance", "norms": "jattn.analyses.norms", "finetune": "jattn.training.finetune",
            "attribution_patch_heads": "jattn.sweeps.patching", "patch_heads": "jattn.sweeps.patching",

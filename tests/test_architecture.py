@@ -123,7 +123,8 @@ def test_family_checker_sees_a_branch(tmp_path):
 
 
 def test_no_family_named_outside_families():
-    hits = [h for name, path in modules().items() if not name.startswith("jattn.families")
+    hits = [h for name, path in modules().items()
+            if not name.startswith(("jattn.families", "jattn.artefacts"))  # a recipe names the model it makes
             for h in family_mentions(path)]
     assert not hits, "family names or branches outside jattn/families:\n" + "\n".join(hits)
 
@@ -342,3 +343,59 @@ def test_no_study_imports_another(tmp_path):
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*/study.py")), ids=lambda p: p.parent.name)
 def test_study_size(path):
     assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES
+
+
+# A family is one folder and nothing else: its spec and key table; trainers and recipes live in
+# jattn/artefacts/, and tables several families share are named by layout (jattn/families/layouts/).
+FAMILY_FILES = {"__init__.py", "spec.py", "convert.py"}
+
+
+def family_folders() -> tuple[str, ...]:
+    """The family folders, as the registry lists them (``jattn.families.FOLDERS``)."""
+    return tuple(importlib.import_module("jattn.families").FOLDERS)
+
+
+def family_of(module: str, folders) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["jattn", "families"] and parts[2] in folders else None
+
+
+def cross_family_imports(edges: dict[str, set[str]], folders) -> list[str]:
+    """"a -> b" for each import from one family's folder into another's."""
+    return sorted(f"{a} -> {b}" for a, targets in edges.items() for b in targets
+                  if family_of(a, folders) and family_of(b, folders) not in (None, family_of(a, folders)))
+
+
+def test_cross_family_finder_sees_a_planted_import():
+    edges = {"jattn.families.x.convert": {"jattn.families.y.convert", "jattn.families.layouts.seq2seq"},
+             "jattn.families.y.spec": {"jattn.families.y.convert", "jattn.families.spec"}}
+    assert cross_family_imports(edges, ("x", "y")) == ["jattn.families.x.convert -> jattn.families.y.convert"]
+
+
+def test_the_registry_names_every_family_folder():
+    folders = family_folders()
+    assert len(folders) >= 20 and "bert" in folders and "layouts" not in folders
+    on_disk = {p.name for p in (ROOT / "families").iterdir() if p.is_dir() and p.name not in ("__pycache__", "layouts")}
+    assert on_disk == set(folders), f"family folders the registry does not list, or listed without a folder: " \
+                                    f"{sorted(on_disk ^ set(folders))}"
+
+
+def test_no_family_imports_another():
+    bad = cross_family_imports(graph(), family_folders())
+    assert not bad, "imports from one family into another (import a table of jattn/families/layouts/):\n" + \
+        "\n".join(bad)
+
+
+def test_no_trainer_or_recipe_under_families():
+    folders = family_folders()
+    extra = sorted(f"{name}/{p.name}" for name in folders for p in (ROOT / "families" / name).glob("*.py")
+                   if p.name not in FAMILY_FILES)
+    assert not extra, f"a family folder holds only {sorted(FAMILY_FILES)} (trainers and recipes: jattn/artefacts/):" \
+                      f" {extra}"
+    edges = graph()
+    bad = sorted(f"{a} -> {b}" for a, targets in edges.items() if a.startswith("jattn.families")
+                 for b in targets if folder(b) in ("artefacts", "training"))
+    assert not bad, "families import a trainer or a recipe:\n" + "\n".join(bad)
+    named = [f"{path.relative_to(ROOT)}:{line}" for name, path in modules().items() if name.startswith("jattn.families")
+             for line, text in code_tokens(path) if text in ("Recipe", "seeded", "RECIPES")]
+    assert not named, f"recipes under families/: {named}"

@@ -20,8 +20,9 @@ import pytest
 from safetensors.numpy import save
 
 import jattn
-from jattn.io import artefacts
-from jattn.models import artefacts as maker
+from jattn import artefacts
+from jattn.artefacts import making
+from jattn.io import artefacts as folders
 from test_artefacts import cli
 from test_pip_parts import _wheel, offline
 
@@ -78,32 +79,32 @@ def same_files(folder: Path) -> bool:
 @pytest.mark.parametrize("how, command", [("truncate", "fetch"), ("flip", "make")])
 def test_damage_is_listed_refused_and_repaired(served, capsys, how, command):
     folder = fetched(capsys)
-    assert (folder / artefacts.MANIFEST).is_file() and listed(capsys)[0].split()[1] == "made"
+    assert (folder / folders.MANIFEST).is_file() and listed(capsys)[0].split()[1] == "made"
     damage(folder / WEIGHTS, how)
     row, out = listed(capsys)
     assert "corrupted" in row and WEIGHTS in row
     assert f"`jattn models fetch {NAME}` repairs it" in out
     for use in (lambda: jattn.load(NAME), lambda: artefacts.path(NAME)):
-        with pytest.raises(artefacts.ArtefactCorrupted, match=f"{WEIGHTS}.*Fix: run `jattn models fetch {NAME}`"):
+        with pytest.raises(folders.ArtefactCorrupted, match=f"{WEIGHTS}.*Fix: run `jattn models fetch {NAME}`"):
             use()
     code, out, err = cli(["models", command, NAME, "--no-progress"], capsys)
     assert code == 0, err
     said = out + err
     assert f"{NAME} is corrupted" in said and WEIGHTS in said and "removing" in said and f"{NAME} repaired" in said
     assert same_files(folder) and listed(capsys)[0].split()[1] == "made"
-    assert artefacts.path(NAME) == folder and not artefacts.work_folder(NAME).exists()
+    assert artefacts.path(NAME) == folder and not folders.work_folder(NAME).exists()
 
 
 def test_a_touched_but_intact_file_is_hashed_once_and_still_made(served, capsys):
     folder = fetched(capsys)
     os.utime(folder / WEIGHTS, ns=(1, 1))  # a new mtime, the same bytes (a copy without -p)
-    assert artefacts.status(NAME) == "made"
-    assert artefacts.manifest(folder)[WEIGHTS]["mtime_ns"] == 1  # recorded: not hashed on the next list
+    assert folders.status(NAME) == "made"
+    assert folders.manifest(folder)[WEIGHTS]["mtime_ns"] == 1  # recorded: not hashed on the next list
 
 
 def test_old_style_done_is_accepted_and_upgraded_without_downloading(served, capsys):
     folder = fetched(capsys)
-    (folder / artefacts.MANIFEST).unlink()  # as made before manifests
+    (folder / folders.MANIFEST).unlink()  # as made before manifests
     row, out = listed(capsys)
     assert "made (unverified)" in row and "without making it again" in out
     assert artefacts.path(NAME) == folder and artefacts.find(NAME) == folder
@@ -111,20 +112,20 @@ def test_old_style_done_is_accepted_and_upgraded_without_downloading(served, cap
     code, out, err = cli(["models", "fetch", NAME, "--no-progress"], capsys)
     assert code == 0, err
     assert out.strip() == str(folder) and "recorded the size and sha256" in err
-    assert set(json.loads((folder / artefacts.MANIFEST).read_text())["files"]) == set(FILES)
+    assert set(json.loads((folder / folders.MANIFEST).read_text())["files"]) == set(FILES)
     assert same_files(folder) and listed(capsys)[0].split()[1] == "made"
 
 
 def test_old_style_with_torn_weights_or_a_known_hash_mismatch_is_fetched_again(served, capsys, monkeypatch):
     folder = fetched(capsys)
-    (folder / artefacts.MANIFEST).unlink()
+    (folder / folders.MANIFEST).unlink()
     damage(folder / WEIGHTS, "truncate")  # the safetensors header says more bytes than there are
     code, out, err = cli(["models", "fetch", NAME, "--no-progress"], capsys)
     assert code == 0 and "is corrupted" in err and WEIGHTS in err and same_files(folder)
     recipe = artefacts.RECIPES[NAME]  # a recipe that knows its weights' sha256 checks them without a manifest
     monkeypatch.setitem(artefacts.RECIPES, NAME, artefacts.Recipe(
         **{**recipe.__dict__, "file_sha256": ((WEIGHTS, hashlib.sha256(FILES[WEIGHTS]).hexdigest()),)}))
-    (folder / artefacts.MANIFEST).unlink()
+    (folder / folders.MANIFEST).unlink()
     damage(folder / WEIGHTS, "flip")
     code, out, err = cli(["models", "fetch", NAME, "--no-progress"], capsys)
     assert code == 0 and "is corrupted" in err and "sha256" in err and same_files(folder)
@@ -138,19 +139,19 @@ def test_a_computed_artefact_is_remade_by_make(tmp_path, monkeypatch, capsys):
         runs.append(out)
         out.mkdir(parents=True)
         (out / "weights.bin").write_bytes(b"\x01" * 100)
-        (out / artefacts.DONE).write_text("made\n")
+        (out / folders.DONE).write_text("made\n")
 
-    monkeypatch.setitem(maker.MAKERS, "fake", fake_maker)
+    monkeypatch.setitem(making.MAKERS, "fake", fake_maker)
     monkeypatch.setitem(artefacts.RECIPES, "tiny-made", artefacts.Recipe("tiny-made", "fake", "instant", kind="fake"))
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    out = maker.make("tiny-made", log=None)
-    assert artefacts.status("tiny-made") == "made" and maker.make("tiny-made", log=None) == out and len(runs) == 1
+    out = making.make("tiny-made", log=None)
+    assert folders.status("tiny-made") == "made" and making.make("tiny-made", log=None) == out and len(runs) == 1
     damage(out / "weights.bin", "flip")
-    assert artefacts.status("tiny-made").startswith("corrupted (weights.bin: sha256")
-    with pytest.raises(artefacts.ArtefactNotMade, match="jattn models make tiny-made"):
+    assert folders.status("tiny-made").startswith("corrupted (weights.bin: sha256")
+    with pytest.raises(folders.ArtefactNotMade, match="jattn models make tiny-made"):
         artefacts.path("tiny-made")
     code, said, err = cli(["models", "make", "tiny-made"], capsys)
     assert code == 0, err
     assert "tiny-made is corrupted" in said and "tiny-made repaired" in said and len(runs) == 2
-    assert (out / "weights.bin").read_bytes() == b"\x01" * 100 and artefacts.status("tiny-made") == "made"
+    assert (out / "weights.bin").read_bytes() == b"\x01" * 100 and folders.status("tiny-made") == "made"

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 import jattn
+from jattn import artefacts
+from jattn.artefacts import making
 from jattn.cli import main
-from jattn.io import artefacts, checkpoints, glue
-from jattn.models import artefacts as maker
+from jattn.io import artefacts as folders, checkpoints, glue
 from jattn.training import finetune
 
 WORDS = ["red", "green", "blue", "small", "large", "old", "new", "warm"]
@@ -75,12 +76,12 @@ def test_default_cache_is_jattn_cache_else_the_user_cache(monkeypatch, tmp_path)
     assert checkpoints.default_cache_dir() == Path(platformdirs.user_cache_dir("jattn"))
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "c"))
     assert checkpoints.default_cache_dir() == tmp_path / "c"
-    assert artefacts.models_dir() == tmp_path / "c" / "models"
-    assert artefacts.models_dir(tmp_path / "other") == tmp_path / "other" / "models"
+    assert folders.models_dir() == tmp_path / "c" / "models"
+    assert folders.models_dir(tmp_path / "other") == tmp_path / "other" / "models"
 
 
 def test_make_by_name_then_load_by_name(cache, tiny_recipe, capsys, monkeypatch):
-    with pytest.raises(artefacts.ArtefactNotMade) as err:
+    with pytest.raises(folders.ArtefactNotMade) as err:
         jattn.load("tiny-sst2")
     assert "jattn models make tiny-sst2" in str(err.value) and str(cache / "models" / "tiny-sst2") in str(err.value)
 
@@ -105,8 +106,8 @@ def test_make_by_name_then_load_by_name(cache, tiny_recipe, capsys, monkeypatch)
     def must_not_run(*a, **k):
         raise AssertionError("a made artefact was made again")
 
-    monkeypatch.setitem(maker.MAKERS, "finetune", must_not_run)
-    assert maker.make("tiny-sst2", log=None) == folder
+    monkeypatch.setitem(making.MAKERS, "finetune", must_not_run)
+    assert making.make("tiny-sst2", log=None) == folder
 
 
 def test_interrupted_make_resumes(cache, tiny_recipe, capsys, monkeypatch):
@@ -122,8 +123,8 @@ def test_interrupted_make_resumes(cache, tiny_recipe, capsys, monkeypatch):
     monkeypatch.setattr(finetune.ClassifierTrainer, "fit", fit_then_interrupt)
     code, _, err = cli(["models", "make", "tiny-sst2", "--no-progress"], capsys)
     assert code == 130 and "jattn models make tiny-sst2" in err, err
-    assert artefacts.status("tiny-sst2") == "partly made"
-    with pytest.raises(artefacts.ArtefactNotMade, match="resume it"):
+    assert folders.status("tiny-sst2") == "partly made"
+    with pytest.raises(folders.ArtefactNotMade, match="resume it"):
         jattn.load("tiny-sst2")
 
     starts = []
@@ -136,7 +137,7 @@ def test_interrupted_make_resumes(cache, tiny_recipe, capsys, monkeypatch):
     code, out, err = cli(["models", "make", "tiny-sst2", "--no-progress"], capsys)
     assert code == 0 and "resuming tiny-sst2" in out, err
     assert starts == [2]  # from the saved state, not from scratch
-    assert artefacts.status("tiny-sst2") == "made"
+    assert folders.status("tiny-sst2") == "made"
     history = json.loads((cache / "models" / "tiny-sst2" / "finetune.json").read_text())["history"]
     assert history[-1]["micro_step"] == 4  # 32 sentences in batches of 8: one epoch, not more
 
@@ -168,14 +169,14 @@ def test_a_hub_id_still_goes_to_the_hugging_face_cache(cache, monkeypatch):
     for name in ("no-such-org/no-such-model", "no-such-model"):  # with and without an owner
         with pytest.raises(FileNotFoundError) as err:
             jattn.load(name)
-        assert not isinstance(err.value, artefacts.ArtefactNotMade)
+        assert not isinstance(err.value, folders.ArtefactNotMade)
         assert "local Hugging Face cache" in str(err.value)
 
 
 def test_make_rejects_unknown_names_before_running_any(cache, tiny_recipe, capsys):
     code, _, err = cli(["models", "make", "tiny-sst2", "no-such-artefact"], capsys)
     assert code == 1 and "unknown artefact 'no-such-artefact'" in err and "minilm-sst2" in err
-    assert artefacts.status("tiny-sst2") == "not made"
+    assert folders.status("tiny-sst2") == "not made"
 
 
 def test_recipes_follow_the_glue_finetuning_protocol():

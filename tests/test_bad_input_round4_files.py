@@ -212,8 +212,8 @@ def test_a_full_disk_writing_the_view_page_is_one_line(bert, tmp_path, monkeypat
 MAKE = '''
 import sys, time
 
+from jattn.artefacts import making
 from jattn.cli import main
-from jattn.models import artefacts
 from jattn.training.trainer import stop_requests
 
 
@@ -230,7 +230,7 @@ def plain(recipe, out, work, progress):
     time.sleep(120)
 
 
-artefacts.MAKERS["finetune"] = {"trainer": trainer, "plain": plain}[sys.argv[1]]
+making.MAKERS["finetune"] = {"trainer": trainer, "plain": plain}[sys.argv[1]]
 sys.argv = ["jattn", "models", "make", "minilm-sst2", "--cache-dir", sys.argv[2], "--no-progress"]
 main()
 '''

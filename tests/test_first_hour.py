@@ -15,7 +15,7 @@ import pytest
 from tolerance import assert_close, model_terms
 
 QUICK = [["--help"], ["data", "path", "sample"], ["data", "list"], ["data", "path"]]
-# jattn models list|path read the recipes, which the families' folders register: numpy, no JAX
+# jattn models list|path read the recipes (jattn.artefacts): numpy, no JAX
 MODELS = [["models", "list"], ["models", "path"]]
 
 

@@ -1,4 +1,4 @@
-"""The induction LMs trained on natural text only (``jattn.families.gpt2.recipes``: the
+"""The induction LMs trained on natural text only (``jattn.artefacts.induction``: the
 ``induction-natural-*`` recipes): they register with nothing planted, every training sequence is a
 window of the documents' running text (the check fails on a planted mixture), copies between
 documents are dropped while repeats inside one stay, and an unknown text is refused by name."""
@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jattn.families.gpt2.train import TEXTS, InductionLMConfig, Sampler, distinct_documents, documents
+from jattn.artefacts.induction import TEXTS, InductionLMConfig, Sampler, distinct_documents, documents
 
 NAMES = [f"induction-natural-{kind}{f'-s{s}' if s else ''}" for kind in ("attn-only", "gpt2") for s in range(5)]
 
 
 def test_natural_recipes_register_with_nothing_planted():
-    from jattn.io import artefacts
+    from jattn import artefacts
 
     for name in NAMES:
         r = artefacts.recipe(name)
@@ -34,7 +34,7 @@ def _is_window(row: np.ndarray, stream: np.ndarray) -> bool:
 def test_every_natural_sequence_is_a_window_of_the_text(data_set, tmp_path, share, windows):
     """With ``random_share=0`` each row after BOS is a run of the documents' token stream, so no
     sequence holds a planted repeated segment; a planted mixture (0.5) fails the same check."""
-    from jattn.families.gpt2.train import _stream, train_tokenizer
+    from jattn.artefacts.induction import _stream, train_tokenizer
 
     for name in TEXTS:
         data_set(name)

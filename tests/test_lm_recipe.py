@@ -1,4 +1,4 @@
-"""The induction language models' recipe (``jattn.families.gpt2.train``, ``jattn.training.lm``):
+"""The induction language models' recipe (``jattn.artefacts.induction``, ``jattn.training.lm``):
 the exported folder reads alike in HF and jattn, an attention-only model's feed-forward blocks stay
 exactly zero, a run stopped and resumed ends where an uninterrupted one does, the in-context
 measure against a loop, and ``jattn models make`` on a recipe of kind ``language_model``."""
@@ -15,7 +15,7 @@ TINY = dict(layers=2, heads=2, d_model=16, ffn=32, context=24, vocab_size=300, b
 
 
 def _train(root, data_dir, **fields):
-    from jattn.families.gpt2.train import InductionLMConfig, train_lm
+    from jattn.artefacts.induction import InductionLMConfig, train_lm
 
     c = InductionLMConfig(**{**TINY, **fields})
     return train_lm(root / "out", root / "work", c, data_dir=data_dir, progress=False)
@@ -64,7 +64,7 @@ def test_stop_and_resume_ends_where_one_run_does(tmp_path):
 
     import jax
 
-    from jattn.families.gpt2.train import InductionLMConfig, Sampler, model_config, train_tokenizer
+    from jattn.artefacts.induction import InductionLMConfig, Sampler, model_config, train_tokenizer
     from jattn.training.lm import LMTrainConfig, Trainer
 
     c = InductionLMConfig(**TINY)
@@ -122,18 +122,20 @@ def test_repeat_losses_equal_a_loop(attention_only):
 
 
 def test_models_make_runs_a_language_model_recipe(tmp_path, data_set, monkeypatch):
-    """A recipe of kind ``language_model`` made by ``jattn.models.artefacts.make`` into a cache:
+    """A recipe of kind ``language_model`` made by ``jattn.artefacts.making.make`` into a cache:
     the folder with DONE, its training time recorded, the work folder gone, ``jattn.load`` by name."""
     import jattn
-    from jattn.io import artefacts
-    from jattn.models.artefacts import make, training_seconds
+    from jattn import artefacts
+    from jattn.artefacts.induction import make as train
+    from jattn.artefacts.making import make, training_seconds
+    from jattn.io.artefacts import work_folder
 
     monkeypatch.setenv("JATTN_DATA", str(data_set("multi30k").parent))
     recipe = artefacts.Recipe("tiny-induction-test", "a tiny induction LM", "seconds", kind="language_model",
-                              maker="jattn.families.gpt2.train", options=tuple(TINY.items()), needs=("multi30k",))
+                              maker=train, options=tuple(TINY.items()), needs=("multi30k",))
     monkeypatch.setitem(artefacts.RECIPES, recipe.name, recipe)
     folder = make(recipe.name, cache_dir=tmp_path, progress=False, log=None)
-    assert (folder / "DONE").is_file() and not artefacts.work_folder(recipe.name, tmp_path).exists()
+    assert (folder / "DONE").is_file() and not work_folder(recipe.name, tmp_path).exists()
     assert training_seconds(recipe.name, tmp_path) > 0
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path))
     assert jattn.load(recipe.name).config.causal

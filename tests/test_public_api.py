@@ -558,7 +558,8 @@ def test_file_path_places_an_entry_in_its_data_set_folder(tmp_path, monkeypatch)
 
 
 def test_made_elsewhere_lists_done_folders_no_recipe_names(tmp_path):
-    from jattn.io.artefacts import DONE, RECIPES, made_elsewhere, models_dir
+    from jattn.artefacts import RECIPES, made_elsewhere
+    from jattn.io.artefacts import DONE, models_dir
 
     assert made_elsewhere(tmp_path) == []  # no models folder yet
     root = models_dir(tmp_path)

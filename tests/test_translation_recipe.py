@@ -1,4 +1,4 @@
-"""The translation recipe (``jattn.families.marian.train``): BLEU with a bootstrap interval,
+"""The translation recipe (``jattn.artefacts.translation``): BLEU with a bootstrap interval,
 training to convergence, a cased model that both readers of its folder translate alike."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_bleu_of_resampled_statistics_is_sacrebleu_of_the_resampled_corpus():
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory, data_set):
     """A 1+1-layer model trained cased for a few updates on 120 Multi30k pairs, with patience 1."""
-    from jattn.families.marian.train import TranslationConfig, train_translation
+    from jattn.artefacts.translation import TranslationConfig, train_translation
 
     data_set("multi30k")
     root = tmp_path_factory.mktemp("translation")
@@ -93,7 +93,7 @@ def test_the_committed_model_translates_a_capitalised_sentence():
     from transformers import MarianMTModel, MarianTokenizer
 
     import jattn
-    from jattn.families.marian.train import RECIPE
+    from jattn.artefacts.translation import RECIPE
 
     tok = MarianTokenizer.from_pretrained(str(COMMITTED))
     assert tok.unk_token_id not in tok([CAPITALISED])["input_ids"][0]
@@ -152,7 +152,7 @@ def test_the_committed_control_is_the_recipe_without_encoder_self_attention():
     same width and depth, and every encoder self-attention weight zero while the decoder's are not."""
     from safetensors.numpy import load_file
 
-    from jattn.families.marian.train import NO_ENCODER_ATTENTION, RECIPE
+    from jattn.artefacts.translation import NO_ENCODER_ATTENTION, RECIPE
 
     ours, control = (json.loads((f / "training.json").read_text())["settings"] for f in (COMMITTED, CONTROL))
     assert {k: control[k] for k, _ in NO_ENCODER_ATTENTION.options} == dict(NO_ENCODER_ATTENTION.options)

@@ -28,7 +28,7 @@ def sentences(n: int, seed: int = 0) -> list[str]:
 
 
 def marian_tokenizer(folder: Path, vocab_size: int = 80):
-    from jattn.families.marian.tokenizer import train_sentencepiece
+    from jattn.artefacts.vocabulary import train_sentencepiece
 
     return train_sentencepiece(sentences(400), folder, vocab_size)
 

@@ -8,7 +8,7 @@ fine-tuned per GLUE task); differences: MiniLM and all-mpnet-base-v2 (the encode
 offline) instead of BERT-base, SST-2 and CoLA only, scored on the dev sets (the GLUE test labels
 are not public), ≥ 2 training seeds with a Student-t interval (``STATISTICS.md``) instead of one run.
 
-Full profile: the named artefacts ``<model>-<task>[-s1|-s2]`` (``jattn.io.artefacts``: MiniLM and
+Full profile: the named artefacts ``<model>-<task>[-s1|-s2]`` (``jattn.artefacts``: MiniLM and
 all-mpnet-base-v2 on SST-2 and CoLA, training seeds 0-4), made into the cache (resumable).
 Quick profile: MiniLM on 96 training sentences of each task, seeds 0 and 1, into the run's work
 folder (the other studies read the same classifiers through ``experiments.common``). Per model
@@ -84,7 +84,7 @@ def _claim_stage(model: str, task: str, names: list[str]):
             unit=unit, rows=rows, n=len(rows) // len(names), seeds=len(names),
             measure={"statistic": statistic, "columns": {"gold": "gold", "pred": "pred"}, "ci_method": "seeds"},
             baseline={"name": "majority class of train", "columns": {"gold": "gold", "pred": "majority"}},
-            protocol=f"dev split ({len(rows) // len(names)} sentences), recipes in jattn.io.artefacts "
+            protocol=f"dev split ({len(rows) // len(names)} sentences), recipes in jattn.artefacts "
                      f"({artefact(model, task, 0)} …); mean over seeds with a t-interval")
         return {"claims": [claim]}
 

@@ -15,10 +15,10 @@ def model_folder(ctx: Context, name: str, kind: str, seed: int):
     """The trained model ``name``: its named artefact (full profile) or a few steps trained in the
     work folder (quick: ``ctx.params["train"]``, attention-only for ``kind`` "attn-only")."""
     if ctx.profile.name == "full":
-        from jattn.models.artefacts import make
+        from jattn.artefacts.making import make
 
         return make(name, progress=ctx.progress)
-    from jattn.families.gpt2.train import InductionLMConfig, train_lm
+    from jattn.artefacts.induction import InductionLMConfig, train_lm
 
     out = ctx.work_root / "models" / name
     if not (out / "DONE").is_file():

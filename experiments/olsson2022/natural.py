@@ -5,7 +5,7 @@ Why: the study ``induction`` (``experiments.olsson2022.study``) reads LMs traine
 repeated random segments, so their drop on repeated random tokens is the training objective; and its
 random-head baseline mixed layer-0 heads (which cannot match a prefix) into the pool of the induction
 head's rivals. Here the LMs (``induction-natural-attn-only[-s1..-s4]``, ``induction-natural-gpt2[-s1..-s4]``,
-``jattn.families.gpt2.recipes``: the same 2 layers x 8 heads, d 128; context 256; 3,000 steps) never see
+``jattn.artefacts.induction``: the same 2 layers x 8 heads, d 128; context 256; 3,000 steps) never see
 a planted repeat: every training sequence is a window of English running text (Multi30k captions,
 LitBank novels, GAP's Wikipedia paragraphs, the EWT web documents). They are scored, as in ``induction``,
 on repeated random tokens ("A A"), with heads named on selection sequences and measured on separate
@@ -159,7 +159,7 @@ def stages(profile: Profile) -> list[Stage]:
             name = f"induction-natural.{kind}-s{seed}"
             models = (artefact(kind, seed),) if profile.name == "full" else ()
             out.append(Stage(name, _measure_stage(kind, seed), params=params, data=DATA, models=models,
-                             code=code + (() if models else ("jattn.families.gpt2.train",))))
+                             code=code + (() if models else ("jattn.artefacts.induction",))))
             measured.append(name)
         out.append(Stage(f"induction-natural.{kind}", natural_claims.claims_stage(kind, tuple(measured)),
                          params={"seeds": list(sizes["seeds"]), "share": SHARE}, needs=tuple(measured),

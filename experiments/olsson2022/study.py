@@ -12,7 +12,7 @@ heads found by their attention on repeated random tokens, K-composition read fro
 
 Differences here: the models are trained here (no released checkpoints offline) on captions with
 half their training sequences repeated random segments (the papers trained on natural text;
-``jattn.families.gpt2.train``); the in-context drop is read on repeated
+``jattn.artefacts.induction``); the in-context drop is read on repeated
 random tokens against a non-repeating control; heads are named on selection sequences and measured
 on separate evaluation sequences; K-composition is measured by path patching (Wang et al. 2022,
 "Interpretability in the Wild") against a random head; intervals are over the training seeds (5 in the full profile).
@@ -21,7 +21,7 @@ finding can fail: LMs trained on natural text only, each head against the other 
 own score on the control sequences and uniform attention's, and the previous-token head's path into all
 induction heads' keys against the whole in-context effect.
 
-Models (``jattn.families.gpt2.train``): a 2-layer attention-only GPT-2 and a 2-layer GPT-2 with
+Models (``jattn.artefacts.induction``): a 2-layer attention-only GPT-2 and a 2-layer GPT-2 with
 MLPs, 8 heads each, trained on English captions mixed with repeated random tokens; seeds 0-4
 (full profile: the named artefacts ``induction-attn-only[-s1..-s4]`` and ``induction-gpt2[-s1..-s4]``;
 quick: the attention-only model, seeds 0 and 1, trained for a few steps in the work folder).
@@ -152,7 +152,7 @@ def stages(profile: Profile) -> list[Stage]:
             name = f"induction.{kind}-s{seed}"
             models = (artefact(kind, seed),) if profile.name == "full" else ()
             out.append(Stage(name, _measure_stage(kind, seed), params=params, data=data, models=models,
-                             code=code + (() if models else ("jattn.families.gpt2.train",))))
+                             code=code + (() if models else ("jattn.artefacts.induction",))))
             measured.append(name)
         out.append(Stage(f"induction.{kind}", induction_claims.claims_stage(kind, tuple(measured)),
                          params={"seeds": list(sizes["seeds"])}, needs=tuple(measured)))

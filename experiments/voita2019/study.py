@@ -10,7 +10,7 @@ heads), mainly on WMT and OpenSubtitles en→ru, gates on the encoder self-atten
 attention types, BLEU against the number of open heads.
 
 jattn's protocol (``STATISTICS.md`` §2, §4, §6). The model is the artefact ``multi30k-fr-en-6x8``
-(``jattn.families.marian.train``: Multi30k fr→en, cased, trained until validation BLEU stops
+(``jattn.artefacts.translation``: Multi30k fr→en, cased, trained until validation BLEU stops
 improving). For each λ of the sweep and each setting — gates on the encoder self-attention
 only, and on all three attention types — hard-concrete gates (``jattn.nn.gates``) are trained
 *jointly with every parameter* from the converged model (``jattn.training.l0.GateTrainer`` with
@@ -99,7 +99,7 @@ def params(profile: Profile) -> dict:
 def stages(profile: Profile) -> list[Stage]:
     p = params(profile)
     # a run reads its own λ (in its name) and the sizes, not the sweep: another grid keeps finished runs
-    code = ("experiments.common", "jattn.training.l0", "jattn.nn.gates", "jattn.families.marian.train")
+    code = ("experiments.common", "jattn.training.l0", "jattn.nn.gates", "jattn.artefacts.translation")
     models = (MODEL,) if profile.name == "full" else ()
     common = dict(params={k: v for k, v in p.items() if k != "lams"}, data=DATA, models=models, code=code)
     out = [Stage("voita.unpruned", R.unpruned_stage, **common)]

@@ -7,14 +7,14 @@ numbers. The fewest-heads and kept-confidence claims are judged instead on a set
 encoder's self-attention is needed: the control loses more than ``BLEU_THRESHOLD`` BLEU, its
 interval over ≥ 3 seeds wholly below −``BLEU_THRESHOLD``.
 
-The setting. The synthetic clause language (``jattn.families.marian.synthetic``, corpus
+The setting. The synthetic clause language (``jattn.artefacts.synthetic``, corpus
 "clauses": generated from fixed seeds, 40,000 / 1,000 / 1,000 pairs, 10-40 source tokens): each
 target dependent's form depends on the class of its clause's head (the nearest noun to its left)
 and its order on the clause marker (the nearest marker to its right), so a target word is no
 function of its source token and position (``tests/test_synthetic_translation.py``). Models:
 ``MODELS`` (3 + 3 layers × 8 heads, d 128: 24 encoder heads; seeds 0-2) and ``CONTROLS`` (the
 same recipes with no encoder self-attention), made by ``jattn models make`` (recipes in
-``jattn.families.marian.train``: settings, pilot numbers, times). Test set: all 1,000 test
+``jattn.artefacts.translation``: settings, pilot numbers, times). Test set: all 1,000 test
 sentences, beam 4, sacreBLEU as for Multi30k.
 
 Fixed now (before any gate run on this setting):
@@ -48,7 +48,7 @@ Fixed now (before any gate run on this setting):
    planted "syntactic" heads (each dependent attending to its clause head, the generator's gold
    structure, which replaces spaCy's parse on this language); the tests must find exactly those.
 
-Stop-loss (compute, not a verdict). The pilot (``jattn.families.marian.train``, the recipes'
+Stop-loss (compute, not a verdict). The pilot (``jattn.artefacts.translation``, the recipes'
 comment: 450 updates) left both models untrained, the control ahead (test BLEU 1.81 vs 0.62), so
 it does not show that this setting needs the encoder. The recipes are made in the order model s0,
 control s0, model s1, control s1, model s2, control s2; once the seed-0 pair is made, if the

@@ -45,15 +45,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _list(cache_dir) -> None:
-    from jattn.io import artefacts as A
+    from jattn import artefacts as A
+    from jattn.io.artefacts import models_dir, status
 
     rows = [("name", "made", "takes", "what")]
-    rows += [(n, A.status(n, cache_dir), r.takes, r.what) for n, r in A.RECIPES.items()]
-    rows += [(n, A.status(n, cache_dir), "-", "(no recipe: placed there by hand)") for n in A.made_elsewhere(cache_dir)]
+    rows += [(n, status(n, cache_dir), r.takes, r.what) for n, r in A.RECIPES.items()]
+    rows += [(n, status(n, cache_dir), "-", "(no recipe: placed there by hand)") for n in A.made_elsewhere(cache_dir)]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[3])
-    print(f"models folder: {A.models_dir(cache_dir)}, each artefact in its NAME/ (`jattn models make NAME` makes "
+    print(f"models folder: {models_dir(cache_dir)}, each artefact in its NAME/ (`jattn models make NAME` makes "
           "one; jattn.load(NAME) loads a made one)")
     for n, state, *_ in rows[1:]:
         if state.startswith("corrupted"):
@@ -73,18 +74,17 @@ def USES_JAX(args) -> bool:  # noqa: N802  (jattn.cli.main reads it): list and p
 
 
 def run(args) -> None:
-    import importlib
     import os
 
-    from jattn.io import artefacts as A
+    from jattn import artefacts as A
+    from jattn.io.artefacts import models_dir, work_folder
 
-    importlib.import_module("jattn.families")  # the families' folders register their recipes (no JAX)
     if args.action == "list":
         _list(args.cache_dir)
     elif args.action == "path":
-        print(A.path(args.name, args.cache_dir) if args.name else A.models_dir(args.cache_dir))
+        print(A.path(args.name, args.cache_dir) if args.name else models_dir(args.cache_dir))
     elif args.action in ("make", "fetch"):
-        from jattn.models.artefacts import make
+        from jattn.artefacts.making import make
 
         for name in args.names:
             r = A.recipe(name)  # every name known before anything runs
@@ -99,6 +99,6 @@ def run(args) -> None:
                               log=print if args.action == "make" else _stderr)  # fetch: stdout is the folder
             except KeyboardInterrupt as e:  # jattn.cli ends the command: 130 (SIGINT) or 143 (SIGTERM)
                 e.resume = (f"; `{A.make_command(name, args.cache_dir)}` resumes {name} from "
-                            f"{A.work_folder(name, args.cache_dir)}")
+                            f"{work_folder(name, args.cache_dir)}")
                 raise
             print(folder if args.action == "fetch" else f"{name}: {folder}")

@@ -2,7 +2,8 @@
 Hugging Face ``model_type``. This package is the only place that names a family.
 
 Adding a family: a folder ``families/<name>/`` with ``spec.py`` (and ``convert.py`` for its key
-table), and its name in ``FOLDERS`` below.
+table), and its name in ``FOLDERS`` below. A family imports no other family: rows several families
+share are a table of ``layouts/``, named by layout.
 """
 
 import importlib

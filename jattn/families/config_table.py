@@ -248,7 +248,7 @@ SEQ2SEQ = (
     ConfigKey("jattn_pruned_heads", dict, default=OPTIONAL, meaning="jattn's record of physically pruned heads"),
 )
 
-# the keys the Llama-layout decoders read (jattn.families.llama.spec.config_from_hf), LlamaConfig's defaults
+# the keys the Llama-layout decoders read (jattn.families.layouts.rotary_decoder.config_from_hf), LlamaConfig's defaults
 ROTARY_DECODER = (
     size("vocab_size", "rows of the word-embedding table"), size("hidden_size", "the model width D"),
     size("num_hidden_layers", "layers"), size("num_attention_heads", "query heads per layer"),

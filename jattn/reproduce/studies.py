@@ -127,8 +127,6 @@ def load(folder: Path | None = None) -> tuple[str, ...]:
 def stages(profile: Profile, only: tuple[str, ...] = ()) -> list[Stage]:
     """The stages of ``only`` (study names, or single stages' names such as ``finetune.minilm-sst2-s3``;
     default: every registered study) and of the stages they need, in run order."""
-    from jattn.models import artefacts  # noqa: F401  (the families' model recipes, which studies read, registered)
-
     for name in only:
         if name not in _REGISTERED and name.split(".")[0] not in _REGISTERED:
             raise ValueError(f"unknown study {name!r}. Fix: pass some of {', '.join(_REGISTERED)} (or none for all), "

@@ -267,7 +267,7 @@ def test_an_edit_of_the_claims_module_reruns_only_stages_whose_numbers_it_change
 
 
 def _unmade(ctx):
-    from jattn.io import artefacts
+    from jattn import artefacts
 
     CALLS.append(ctx.stage.name)
     raise artefacts.not_made("minilm-sst2", ctx.work_root / "cache")
@@ -793,9 +793,9 @@ def test_a_second_run_into_the_same_folder_is_refused_while_the_first_writes(tmp
     assert CALLS and not (out / LOCK).exists()
 
 
-def test_the_list_in_a_new_process_knows_the_families_model_recipes(tmp_path):
+def test_the_list_in_a_new_process_knows_the_model_recipes(tmp_path):
     """``jattn reproduce --list`` as a user runs it (a new process, nothing imported before): the
-    Kobayashi study reads the recipe of mpnet-sst2, which the MPNet family's folder registers."""
+    Kobayashi study reads the recipe of mpnet-sst2 (``jattn.artefacts``)."""
     import os
     import subprocess
     import sys

@@ -7,7 +7,7 @@ ALBERT stores G = ``num_hidden_groups`` layers (``encoder.albert_layer_groups.g.
 layer shared by all). jattn stacks its L layers on a leading axis and scans them, so the
 converter writes each group's tensors into every layer that uses it: L copies, each layer's
 internals, gates and interventions then its own. The layer rows are BERT's
-(``jattn.families.bert.convert.encoder_entries``) under ALBERT's names. The embedding tables and
+(``jattn.families.layouts.post_ln_encoder.encoder_entries``) under ALBERT's names. The embedding tables and
 their LayerNorm have width E = ``embedding_size`` < D, followed by
 ``encoder.embedding_hidden_mapping_in`` (E -> D). Heads: the pooler (``pooler``, dense + tanh);
 the classifier on it (``classifier``); the masked-LM head (``predictions.dense`` D -> E, the
@@ -28,7 +28,7 @@ import re
 
 import numpy as np
 
-from jattn.families.bert.convert import encoder_entries as bert_entries, mlm_state
+from jattn.families.layouts.post_ln_encoder import encoder_entries as bert_entries, mlm_state
 from jattn.io.hf import ConversionError, Entry, apply_table, linear, to_state_dict
 from jattn.nn.config import EncoderConfig
 

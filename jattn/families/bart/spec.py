@@ -11,11 +11,11 @@ A "bart" config asking for pre-LayerNorm blocks or final LayerNorms (``normalize
 "mbart") are ``jattn.families.mbart``'s."""
 
 from jattn.families.bart import convert
+from jattn.families.layouts.seq2seq import POSITION_OFFSET
 from jattn.families.config_table import SEQ2SEQ, reads, size
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, seq2seq_config
 
-POSITION_OFFSET = 2  # HF BartLearnedPositionalEmbedding.offset: rows 0 and 1 are never read
 CONFIG_KEYS = (*SEQ2SEQ, size("vocab_size", "rows of the shared token table"))  # BartConfig's keys and defaults
 
 

@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from jattn.families.bert.convert import _dense, _ln, mlm_state
+from jattn.families.layouts.post_ln_encoder import _dense, _ln, mlm_state
 from jattn.io.hf import Entry, apply_table, split_heads_bias, split_heads_in, split_heads_out, to_state_dict
 from jattn.nn.config import EncoderConfig
 

@@ -3,7 +3,7 @@
 
 The blocks are BERT's under other names (``transformer.layer.N.attention.{q,k,v,out}_lin``,
 ``sa_layer_norm``, ``ffn.lin1`` / ``ffn.lin2``, ``output_layer_norm``): the table is BERT's
-(``jattn.families.bert.convert.encoder_entries``, pruned layers included) with the keys renamed,
+(``jattn.families.layouts.post_ln_encoder.encoder_entries``, pruned layers included) with the keys renamed,
 without the token-type table. A task model keeps the encoder under ``distilbert.``; its
 masked-LM head (``vocab_transform`` D -> D, the activation, ``vocab_layer_norm``,
 ``vocab_projector`` tied to the word embeddings unless ``tie_word_embeddings`` is false) becomes
@@ -19,7 +19,7 @@ import dataclasses
 
 import numpy as np
 
-from jattn.families.bert.convert import encoder_entries as bert_entries
+from jattn.families.layouts.post_ln_encoder import encoder_entries as bert_entries
 from jattn.io.hf import ConversionError, Entry, apply_table, check_tied, linear, to_state_dict
 from jattn.nn.config import EncoderConfig
 

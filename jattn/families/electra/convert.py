@@ -1,7 +1,7 @@
 """Key table for ELECTRA checkpoints (``ElectraModel``, ``ElectraForPreTraining``, and the
 generator ``ElectraForMaskedLM``) -> jattn encoder params.
 
-The layers are BERT's (``jattn.families.bert.convert``: the same keys); the embedding tables and
+The layers are BERT's (``jattn.families.layouts.post_ln_encoder``: the same keys); the embedding tables and
 their LayerNorm have width E = ``embedding_size``, followed by ``embeddings_project`` (E -> D)
 when E != D. ``ElectraForPreTraining`` keeps the encoder under ``electra.``; its replaced-token
 detection head (``discriminator_predictions.dense`` D -> D, ``.dense_prediction`` D -> 1) becomes
@@ -22,7 +22,7 @@ import dataclasses
 import numpy as np
 
 from jattn.families.spec import encoder_hf_config
-from jattn.families.bert.convert import encoder_entries as bert_entries
+from jattn.families.layouts.post_ln_encoder import encoder_entries as bert_entries
 from jattn.io.hf import ConversionError, Entry, apply_table, check_tied, linear, to_state_dict
 from jattn.nn.config import EncoderConfig
 

@@ -1,6 +1,6 @@
 """Key table for Hugging Face ``FSMTForConditionalGeneration`` (fairseq WMT19) checkpoints.
 
-Blocks share Marian's names (``jattn.families.marian.convert.layer_rows``); FSMT has separate source
+Blocks share Marian's names (``jattn.families.layouts.seq2seq.layer_rows``); FSMT has separate source
 and target tables, an untied ``output_projection`` and no ``final_logits_bias``.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from jattn.nn.config import Seq2SeqConfig
 from jattn.io.hf import Entry, apply_table, to_state_dict
-from jattn.families.marian.convert import layer_rows
+from jattn.families.layouts.seq2seq import layer_rows
 
 # The saved sinusoid tables are recomputed (``jattn.nn.seq2seq.sinusoid_table``).
 IGNORED = (r"model\.(encoder|decoder)\.embed_positions\.weight",)

@@ -1,5 +1,5 @@
 """Gemma 2 (Gemma Team 2024, "Gemma 2: Improving Open Language Models at a Practical Size", §2):
-Llama's causal block (``jattn.families.llama``: rotary positions, GeGLU with the tanh GELU,
+Llama's causal block (``jattn.families.layouts.rotary_decoder``: rotary positions, GeGLU with the tanh GELU,
 grouped-query attention, a ``head_dim`` of its own) with RMSNorm scaling by 1 + γ
 (``RMSNorm(offset=1)``), a norm on each sublayer's input *and* output (x -> h = x +
 N_post(Attn(N_pre(x))) -> h + N_post'(FFN(N_pre'(h)))), scores q·k / sqrt(``query_pre_attn_scalar``)
@@ -17,7 +17,7 @@ import numpy as np
 from jattn.families.config_table import (LAYER_TYPES, ROTARY_DECODER, TOKEN_IDS, ConfigKey, activation, flag, reads,
                                          size, with_defaults)
 from jattn.families.gemma2 import convert
-from jattn.families.llama.spec import config_from_hf as llama_config
+from jattn.families.layouts import rotary_decoder
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError
 
@@ -58,7 +58,8 @@ def config_from_hf(hf: dict):
         raise ConfigError(f"config.json layer_types must give 'sliding_attention' or 'full_attention' for each of the "
                           f"{L} layers, got {types!r}")
     window = hf["sliding_window"]
-    config = llama_config({**hf, "hidden_act": hf["hidden_activation"], "mlp_bias": False, "pretraining_tp": 1})
+    config = rotary_decoder.config_from_hf({**hf, "hidden_act": hf["hidden_activation"], "mlp_bias": False,
+                                            "pretraining_tp": 1})
     soft = (lambda key: float(hf[key] or 0.0))  # null: none (jattn's 0)
     return dataclasses.replace(
         config, norm_offset=1.0, sublayer_post_norm=True, attention_softcap=soft("attn_logit_softcapping"),

@@ -12,7 +12,7 @@ HF's numbering when no ``position_ids`` are given."""
 
 from __future__ import annotations
 
-from jattn.families.gpt2 import convert, recipes  # noqa: F401  (recipes registers the induction models)
+from jattn.families.gpt2 import convert
 from jattn.families.config_table import ConfigKey, activation, eps, flag, rate, reads, size, token
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, encoder_config

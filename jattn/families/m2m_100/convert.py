@@ -1,9 +1,9 @@
 """Key table for Hugging Face ``M2M100ForConditionalGeneration`` / ``M2M100Model`` checkpoints
 (M2M-100, NLLB-200 dense) <-> jattn seq2seq params.
 
-The blocks share Marian's names (``jattn.families.marian.convert.layer_rows``; in a pre-LayerNorm
+The blocks share Marian's names (``jattn.families.layouts.seq2seq.layer_rows``; in a pre-LayerNorm
 block each ``*_layer_norm`` normalises its sublayer's input), the final LayerNorm of each stack is
-mBART's (``jattn.families.mbart.convert.final_norm_rows``), one shared token table, no
+mBART's (``jattn.families.layouts.seq2seq.final_norm_rows``), one shared token table, no
 ``final_logits_bias``. The sinusoidal position tables are recomputed, never read
 (``jattn.nn.seq2seq_embeddings.sinusoid_table``). A bare ``M2M100Model`` checkpoint (keys without
 ``model.``) is read as ``M2M100ForConditionalGeneration.from_pretrained`` reads it. The exporter
@@ -16,9 +16,8 @@ import dataclasses
 
 import numpy as np
 
+from jattn.families.layouts.seq2seq import TIED, TIED_FIX, final_norm_rows, layer_rows
 from jattn.families.spec import seq2seq_hf_config
-from jattn.families.marian.convert import TIED_FIX, layer_rows
-from jattn.families.mbart.convert import TIED, final_norm_rows
 from jattn.io.hf import Entry, apply_table, check_tied, to_state_dict
 from jattn.nn.config import Seq2SeqConfig
 

@@ -1,6 +1,6 @@
 """Key table for Hugging Face ``MarianMTModel`` (Opus-MT) checkpoints <-> jattn seq2seq params.
 
-The layer tables (``layer_rows``) are shared with FSMT, whose blocks use the same names.
+The layer tables are the seq2seq layout's (``jattn.families.layouts.seq2seq.layer_rows``).
 Each row carries its inverse so a jattn model trained here can be exported as a Marian folder
 that ``MarianMTModel.from_pretrained`` loads (``to_hf_state_dict``).
 """
@@ -11,83 +11,24 @@ import dataclasses
 
 import numpy as np
 
+from jattn.families.layouts.seq2seq import TIED_FIX, layer_rows, row
 from jattn.nn.config import Seq2SeqConfig
-from jattn.io.hf import (Entry, apply_table, check_tied, split_heads_bias, split_heads_in, split_heads_out,
-                         to_state_dict)
+from jattn.io.hf import Entry, apply_table, check_tied, to_state_dict
 
 __all__ = ["save_marian_folder"]
-
-# (suffix, kind): kind picks the shape, transform and inverse of a row.
-_ATTN = ("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value")
-
-
-def _row(key, path, kind, n_in, n_out):
-    """(Entry, inverse) for one tensor. kinds: linear, vector, table."""
-    table = {
-        "linear": ((n_out, n_in), lambda w: w.T, lambda k: k.T),
-        "vector": ((n_out,), lambda v: v, lambda v: v),
-        "table": ((n_in, n_out), lambda t: t, lambda t: t),
-    }
-    shape, fn, inv = table[kind]
-    return Entry(key, path, shape, fn), inv
-
-
-def _attention_rows(key, path, D, heads, d_h, slots) -> list:
-    """(Entry, inverse) rows of one attention block's projections: ``heads`` heads of width d_h
-    stored, held in ``slots`` head slots (more than ``heads`` in a physically pruned layer)."""
-    rows = []
-    for proj, ours in _ATTN:
-        for suffix, leaf, (shape, fn, inv) in (("weight", "kernel", split_heads_in(D, heads, d_h, slots)),
-                                              ("bias", "bias", split_heads_bias(heads, d_h, slots))):
-            rows.append((Entry(f"{key}.{proj}.{suffix}", path + (ours, leaf), shape, fn), inv))
-    shape, fn, inv = split_heads_out(D, heads, d_h, slots)
-    return rows + [(Entry(f"{key}.out_proj.weight", path + ("out", "kernel"), shape, fn), inv)]
-
-
-def layer_rows(config: Seq2SeqConfig, prefix: str, side: str) -> list:
-    """Rows for every layer of the ``side`` ("encoder" | "decoder") stack under ``prefix``."""
-    D = config.d_model
-    H = config.encoder_heads if side == "encoder" else config.decoder_heads
-    d_h = config.encoder_head_dim if side == "encoder" else config.decoder_head_dim
-    F = config.encoder_ffn_dim if side == "encoder" else config.decoder_ffn_dim
-    n = config.encoder_layers if side == "encoder" else config.decoder_layers
-    # (HF name, ours, heads stored per layer): a pruned model stores fewer than its H slots
-    pruned = dict(zip(("encoder", "decoder", "cross"), config.pruned)) if config.pruned else {}
-    counts = {kind: pruned[kind].counts if kind in pruned else (H,) * n for kind in ("encoder", "decoder", "cross")}
-    blocks = [("self_attn", "self_attn", counts[side])]
-    if side == "decoder":
-        blocks.append(("encoder_attn", "cross_attn", counts["cross"]))
-    rows = []
-    for i in range(n):
-        k, p = f"{prefix}{side}.layers.{i}", (side, "layers", i)
-        for hf_name, name, heads in blocks:
-            rows += _attention_rows(f"{k}.{hf_name}", p + (name,), D, heads[i], d_h, H)
-            rows += [_row(f"{k}.{hf_name}.out_proj.bias", p + (name, "out", "bias"), "vector", D, D),
-                     _row(f"{k}.{hf_name}_layer_norm.weight", p + (f"{name}_ln", "scale"), "vector", D, D),
-                     _row(f"{k}.{hf_name}_layer_norm.bias", p + (f"{name}_ln", "bias"), "vector", D, D)]
-        rows += [_row(f"{k}.fc1.weight", p + ("ffn_in", "kernel"), "linear", D, F),
-                 _row(f"{k}.fc1.bias", p + ("ffn_in", "bias"), "vector", D, F),
-                 _row(f"{k}.fc2.weight", p + ("ffn_out", "kernel"), "linear", F, D),
-                 _row(f"{k}.fc2.bias", p + ("ffn_out", "bias"), "vector", F, D),
-                 _row(f"{k}.final_layer_norm.weight", p + ("ffn_ln", "scale"), "vector", D, D),
-                 _row(f"{k}.final_layer_norm.bias", p + ("ffn_ln", "bias"), "vector", D, D)]
-    return rows
-
 
 def rows(config: Seq2SeqConfig) -> list:
     D = config.d_model
     if config.shared_embeddings:
-        emb = [_row("model.shared.weight", ("embeddings", "shared"), "table", config.src_vocab_size, D)]
+        emb = [row("model.shared.weight", ("embeddings", "shared"), "table", config.src_vocab_size, D)]
     else:
-        emb = [_row("model.encoder.embed_tokens.weight", ("embeddings", "source"), "table", config.src_vocab_size, D),
-               _row("model.decoder.embed_tokens.weight", ("embeddings", "target"), "table", config.tgt_vocab_size, D)]
+        emb = [row("model.encoder.embed_tokens.weight", ("embeddings", "source"), "table", config.src_vocab_size, D),
+               row("model.decoder.embed_tokens.weight", ("embeddings", "target"), "table", config.tgt_vocab_size, D)]
     bias = (Entry("final_logits_bias", ("final_logits_bias",), (1, config.tgt_vocab_size), lambda b: b[0]),
             lambda b: b[None])
     return emb + [bias] + layer_rows(config, "model.", "encoder") + layer_rows(config, "model.", "decoder")
 
 
-TIED_FIX = ("load it with transformers (which uses the table it ties to) and save_pretrained it, or export it "
-            "again from the model it was trained as")
 # Known tensors jattn does not read: recomputed sinusoids, copies of tied tables (check_tied).
 IGNORED = (
     r"model\.(encoder|decoder)\.embed_positions\.weight",

@@ -5,12 +5,11 @@ mask that attends everywhere (the start token is the pad id). jattn's ``inputs_e
 HF Marian's ``inputs_embeds`` are those, but it scales ``decoder_inputs_embeds`` by sqrt(d_model)
 itself (pass HF the embeddings divided by sqrt(d_model))."""
 
-from jattn.families.marian import convert, train
+from jattn.families.marian import convert
 from jattn.families.config_table import SEQ2SEQ, ConfigKey, flag, reads, size, token, with_defaults
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, seq2seq_config
 
-TRAINED = (train.RECIPE.name,)  # made by name: jattn models make NAME, then jattn.load(NAME)
 # MarianConfig's keys and defaults
 CONFIG_KEYS = (
     *with_defaults(SEQ2SEQ, pad_token_id=token("pad_token_id", 58100, "the padding token", nullable=False),

@@ -1,11 +1,11 @@
 """Key table for Hugging Face ``MBartForConditionalGeneration`` / ``MBartModel`` checkpoints <->
 jattn seq2seq params.
 
-mBART's tensors are BART's (``jattn.families.bart.convert.entries``: the shared table, one
-learned position table and one ``layernorm_embedding`` per side, the blocks under BART's names,
-where in a pre-LayerNorm block ``self_attn_layer_norm`` / ``encoder_attn_layer_norm`` /
+mBART's tensors are BART's (``jattn.families.layouts.seq2seq.learned_position_entries``: the
+shared table, one learned position table and one ``layernorm_embedding`` per side, the blocks under
+BART's names, where in a pre-LayerNorm block ``self_attn_layer_norm`` / ``encoder_attn_layer_norm`` /
 ``final_layer_norm`` normalise each sublayer's input) plus the final LayerNorm of each stack,
-``model.{encoder,decoder}.layer_norm`` (``final_norm_rows``, shared with M2M100). A bare
+``model.{encoder,decoder}.layer_norm`` (``jattn.families.layouts.seq2seq.final_norm_rows``). A bare
 ``MBartModel`` checkpoint (keys without ``model.``) and a checkpoint without
 ``final_logits_bias`` are read as ``MBartForConditionalGeneration.from_pretrained`` reads them:
 the bias is zero. The exporter writes the ``MBartForConditionalGeneration`` layout.
@@ -15,26 +15,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from jattn.families.bart.convert import IGNORED, entries as bart_entries
+from jattn.families.layouts.seq2seq import (SHARED_COPIES, TIED, TIED_FIX, final_norm_rows,
+                                            learned_position_entries)
 from jattn.families.spec import seq2seq_hf_config
-from jattn.families.marian.convert import TIED_FIX
 from jattn.io.hf import Entry, apply_table, check_tied, to_state_dict
 from jattn.nn.config import Seq2SeqConfig
-
-TIED = ("lm_head.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
-
-
-def final_norm_rows(config: Seq2SeqConfig, prefix: str = "model.") -> list[Entry]:
-    """The final LayerNorm of each stack: ``{prefix}{encoder,decoder}.layer_norm`` <->
-    ``{encoder,decoder}.final_ln``."""
-    D = config.d_model
-    return [Entry(f"{prefix}{side}.layer_norm.{hf}", (side, "final_ln", ours), (D,))
-            for side in ("encoder", "decoder") for hf, ours in (("weight", "scale"), ("bias", "bias"))]
 
 
 def entries(config: Seq2SeqConfig) -> list[Entry]:
     """The key table (``MBartForConditionalGeneration`` names), each row with its inverse."""
-    return bart_entries(config) + final_norm_rows(config)
+    return learned_position_entries(config) + final_norm_rows(config)
 
 
 def convert(state: dict[str, np.ndarray], config: Seq2SeqConfig, source: str = "checkpoint") -> dict:
@@ -44,7 +34,7 @@ def convert(state: dict[str, np.ndarray], config: Seq2SeqConfig, source: str = "
     if "final_logits_bias" not in state:  # MBartForConditionalGeneration: _keys_to_ignore_on_load_missing
         state = dict(state, final_logits_bias=np.zeros((1, config.tgt_vocab_size), np.float32))
     check_tied(state, {k: "model.shared.weight" for k in TIED}, source, TIED_FIX)
-    return apply_table(state, entries(config), IGNORED, source)
+    return apply_table(state, entries(config), SHARED_COPIES, source)
 
 
 def to_hf_state_dict(params, config: Seq2SeqConfig) -> dict[str, np.ndarray]:

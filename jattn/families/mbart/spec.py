@@ -15,7 +15,7 @@ config.json / generation_config.json or per call: ``jattn.nn.decode.generate``).
 ``inputs_embeds`` / ``decoder_inputs_embeds`` are HF's: the scaled token embeddings
 (``jattn.nn.seq2seq.word_embeddings``)."""
 
-from jattn.families.bart.spec import POSITION_OFFSET
+from jattn.families.layouts.seq2seq import POSITION_OFFSET
 from jattn.families.mbart import convert
 from jattn.families.config_table import SEQ2SEQ, reads, size, with_defaults
 from jattn.families.spec import FamilySpec, register

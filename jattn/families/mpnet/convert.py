@@ -19,7 +19,7 @@ import dataclasses
 
 import numpy as np
 
-from jattn.families.bert.convert import mlm_output_entries, mlm_state, untied_bias
+from jattn.families.layouts.post_ln_encoder import mlm_output_entries, mlm_state, untied_bias
 from jattn.families.spec import encoder_hf_config
 from jattn.io.hf import (Entry, apply_table, linear, split_heads_bias, split_heads_in, split_heads_out,
                          to_state_dict)

@@ -8,12 +8,11 @@ numbers every position then: the same on a right-padded batch's real tokens)."""
 import dataclasses
 
 from jattn.families.config_table import ENCODER, ConfigKey, reads, token, with_defaults
-from jattn.families.mpnet import convert, pretrained
+from jattn.families.mpnet import convert
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import ConfigError, encoder_config
 
 PADDING_IDX = 1  # Hugging Face's MPNetEmbeddings number positions after id 1 whatever the config says
-PRETRAINED = (pretrained.RECIPE.name,)  # fetched by name: jattn models fetch NAME, then jattn.load(NAME)
 BUCKETS, MAX_DISTANCE = 32, 128  # MPNetEncoder.compute_position_bias's num_buckets and max_distance
 # MPNetConfig has no token types; its padding id 1
 CONFIG_KEYS = (*(k for k in with_defaults(ENCODER, pad_token_id=token("pad_token_id", PADDING_IDX, "the padding "

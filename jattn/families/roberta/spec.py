@@ -3,7 +3,7 @@ padding, a dense–tanh classification head on h_<s>. Keys as BERT's under ``rob
 ``inputs_embeds``, positions count the tokens ``attention_mask`` marks real (HF numbers every
 position then: the same on a right-padded batch's real tokens)."""
 
-from jattn.families.bert import convert
+from jattn.families.layouts import post_ln_encoder
 from jattn.families.config_table import ENCODER, reads, token, with_defaults
 from jattn.families.spec import FamilySpec, register
 from jattn.nn.config import encoder_config
@@ -17,6 +17,7 @@ SPEC = register(FamilySpec(
     # HF's RobertaLMHead applies exact GELU whatever hidden_act says
     config_from_hf=reads(CONFIG_KEYS)(lambda hf: encoder_config(hf, positions="after_padding", classifier="dense_tanh",
                                              mlm_activation="gelu")),
-    convert=convert.convert, to_hf_state_dict=convert.to_hf_state_dict, to_hf_config=convert.to_hf_config,
+    convert=post_ln_encoder.convert, to_hf_state_dict=post_ln_encoder.to_hf_state_dict,
+    to_hf_config=post_ln_encoder.to_hf_config,
     tokenizer_files=(("tokenizer.json",), ("vocab.json", "merges.txt")), special_tokens=("cls", "sep", "pad"),
 ))

@@ -1,7 +1,7 @@
 """Key table for RoBERTa-PreLayerNorm checkpoints (``RobertaPreLayerNormModel``,
 ``...ForMaskedLM``, ``...ForSequenceClassification``) -> jattn encoder params.
 
-RoBERTa's tables (``jattn.families.bert.convert``) under ``roberta_prelayernorm.``, with the
+RoBERTa's tables (``jattn.families.layouts.post_ln_encoder``) under ``roberta_prelayernorm.``, with the
 LayerNorms where a pre-LN block reads them: a block's attention LayerNorm is
 ``attention.LayerNorm`` (before the attention), its feed-forward LayerNorm
 ``intermediate.LayerNorm`` (before ``intermediate.dense``), and the final LayerNorm on the last
@@ -14,7 +14,7 @@ import re
 
 import numpy as np
 
-from jattn.families.bert import convert as bert
+from jattn.families.layouts import post_ln_encoder
 from jattn.families.spec import encoder_hf_config
 from jattn.io.hf import Entry, apply_table, to_state_dict
 from jattn.nn.config import EncoderConfig
@@ -29,7 +29,7 @@ MOVED = ((re.compile(r"(encoder\.layer\.\d+\.attention)\.output\.LayerNorm"), r"
 
 def entries(c: EncoderConfig, prefix: str) -> list[Entry]:
     rows = []
-    for e in bert.encoder_entries(c, prefix) + bert.head_entries(c, prefix):
+    for e in post_ln_encoder.encoder_entries(c, prefix) + post_ln_encoder.head_entries(c, prefix):
         key = e.key
         for pattern, repl in MOVED:
             key = pattern.sub(repl, key)
@@ -44,8 +44,8 @@ def convert(state: dict[str, np.ndarray], config: EncoderConfig, source: str = "
     prefix = PREFIX if any(k.startswith(f"{PREFIX}embeddings.") for k in state) else ""
     config = dataclasses.replace(config, with_pooler=f"{prefix}pooler.dense.weight" in state,
                                  with_mlm_head=f"{MLM}.bias" in state,
-                                 num_labels=bert.num_labels(state, config.model_type))
-    state, unread = bert.mlm_state(state, config, MLM, f"{prefix}embeddings.word_embeddings.weight", source)
+                                 num_labels=post_ln_encoder.num_labels(state, config.model_type))
+    state, unread = post_ln_encoder.mlm_state(state, config, MLM, f"{prefix}embeddings.word_embeddings.weight", source)
     return apply_table(state, entries(config, prefix), IGNORED + unread, source)
 
 
@@ -53,7 +53,7 @@ def to_hf_state_dict(params, config: EncoderConfig) -> dict[str, np.ndarray]:
     """jattn encoder params -> a HF state dict, the inverse of ``convert`` (the task model's layout
     when ``config`` has a head)."""
     prefix = PREFIX if config.num_labels or config.with_mlm_head else ""
-    return bert.untied_bias(to_state_dict(params, entries(config, prefix)), config, MLM)
+    return post_ln_encoder.untied_bias(to_state_dict(params, entries(config, prefix)), config, MLM)
 
 
 def to_hf_config(config: EncoderConfig, label_names: list[str] | None = None) -> dict:

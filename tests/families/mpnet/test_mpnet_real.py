@@ -10,20 +10,20 @@ import numpy as np
 import pytest
 
 import jattn
-from jattn.io import artefacts
+from jattn import artefacts
+from jattn.artefacts import making
+from jattn.io.artefacts import is_made
 from tiny_encoders import hf_model, hf_run
 from tolerance import assert_close, model_terms
 
 NAME = "all-mpnet-base-v2"
-fetched = pytest.mark.skipif(not artefacts.is_made(NAME),
+fetched = pytest.mark.skipif(not is_made(NAME),
                              reason=f"{NAME} is not in jattn's cache: `jattn models fetch {NAME}` (or set JATTN_CACHE)")
 
 
 def test_recipe():
     """Five parts in order, the zip's hash; fetched, so its command is fetch (runs without the artefact)."""
-    from jattn.models import artefacts as makers  # importing it registers the families' recipes
-
-    assert makers.MAKERS["pip_parts"]
+    assert making.MAKERS["pip_parts"]
     r = artefacts.recipe(NAME)
     assert r.fetched and [p for p, _ in r.parts] == [f"{NAME}-pypi-part-{i:03d}" for i in range(1, 6)]
     assert [p for _, p in r.parts] == [f"input/{NAME}.zip.{i:03d}" for i in range(1, 6)]

@@ -1,6 +1,6 @@
 """A synthetic translation task that needs the encoder's self-attention: parallel text generated
 deterministically (no download), trained and scored by the same path as Multi30k
-(``jattn.families.marian.train``).
+(``jattn.artefacts.translation``).
 
 The source language is a sequence of clauses, each a head noun, one to five dependents and a
 clause marker::
@@ -22,7 +22,7 @@ translation.py`` shows one dependent at one position with different target forms
 The words are pseudo-words drawn once from a fixed seed (``WORD_SEED``), so every split of every
 task is the same on every machine; a split is drawn from its own seed, so the test set does not
 depend on the size of the training set. Private: the corpus is read through
-``jattn.families.marian.train.splits``.
+``jattn.artefacts.translation.splits``.
 """
 
 from __future__ import annotations

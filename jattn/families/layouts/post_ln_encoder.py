@@ -1,5 +1,8 @@
-"""Key table for BERT and RoBERTa checkpoints (``BertModel``, ``BertForMaskedLM``,
-``BertForPreTraining``, ``RobertaModel``, ``RobertaForMaskedLM``, ...) -> jattn encoder params.
+"""The post-LN encoder layout: the key table of BERT and RoBERTa checkpoints (``BertModel``,
+``BertForMaskedLM``, ``BertForPreTraining``, ``RobertaModel``, ``RobertaForMaskedLM``, ...) -> jattn
+encoder params, and its rows (``encoder_entries``, ``head_entries``, the masked-LM head's
+``mlm_output_entries`` / ``mlm_state``) that the encoder families keeping BERT's block names read
+under their own keys (ALBERT, DeBERTa-v2, DistilBERT, ELECTRA, MPNet, RoBERTa-PreLayerNorm, XLM-R).
 
 Converted: the encoder, the pooler, the masked-LM head (its decoder matrix too when config.json
 says ``tie_word_embeddings: false``) and the sequence-classification head

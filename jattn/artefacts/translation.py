@@ -1,6 +1,6 @@
 """A Marian translation model trained on Multi30k (Elliott et al. 2016) and exported as a Hugging
 Face Marian folder: what ``jattn models make`` runs for a recipe of kind ``translation`` (``make``),
-and the recipe of the translation studies' model (``RECIPE``).
+and the recipes of the translation studies' models (``RECIPE``, its controls, the synthetic setting).
 
 Steps, each resumable in the work folder: a joint unigram SentencePiece vocabulary on the
 training text (``tokenizer/``); training with ``jattn.training.nmt.Trainer`` (``train/``: orbax
@@ -16,7 +16,7 @@ Text is NFKC-normalised with collapsed blanks (``jattn.io.parallel.normalize``) 
 the corpus runner prepare new text the same way.
 
 The corpus is Multi30k (``c.src``, ``c.tgt``, ``c.test_split``) or a synthetic task generated
-here (``c.corpus``: a name of ``jattn.families.marian.synthetic.TASKS``, its own train, val and
+here (``c.corpus``: a name of ``jattn.artefacts.synthetic.TASKS``, its own train, val and
 test splits, no download).
 """
 
@@ -27,8 +27,8 @@ import json
 import time
 from pathlib import Path
 
-
-from jattn.io.artefacts import DONE, Recipe, register, seeded
+from jattn.artefacts.base import Recipe, seeded
+from jattn.io.artefacts import DONE
 from jattn.stats import bleu_ci
 
 __all__ = ["splits", "train_translation", "TranslationConfig"]
@@ -39,7 +39,7 @@ class TranslationConfig:
     """Model and training settings (Vaswani et al. 2017's post-LayerNorm Transformer in Marian's
     layout: tied embeddings, sinusoidal positions, ReLU)."""
 
-    corpus: str = "multi30k"  # or a synthetic task (jattn.families.marian.synthetic.TASKS)
+    corpus: str = "multi30k"  # or a synthetic task (jattn.artefacts.synthetic.TASKS)
     src: str = "fr"  # Multi30k's languages and test split; a synthetic task has its own
     tgt: str = "en"
     cased: bool = True
@@ -75,7 +75,7 @@ def splits(c: TranslationConfig, data_dir=None) -> tuple[tuple[list[str], list[s
     from jattn.io.parallel import normalize, read_parallel
 
     if c.corpus != "multi30k":
-        from jattn.families.marian import synthetic
+        from jattn.artefacts import synthetic
 
         made = synthetic.splits(c.corpus)
         return tuple(([normalize(x, not c.cased) for x in s], [normalize(x, not c.cased) for x in t])
@@ -105,8 +105,8 @@ def train_translation(out, work, c: TranslationConfig, data_dir=None, progress: 
     ``out`` with ``training.json``, ``test.hyp`` and ``DONE``; return what ``training.json`` holds."""
     from transformers import MarianTokenizer
 
+    from jattn.artefacts.vocabulary import train_sentencepiece
     from jattn.families.marian.convert import save_marian_folder
-    from jattn.families.marian.tokenizer import train_sentencepiece
     from jattn.io.parallel import encode
     from jattn.models.seq2seq import record_normalization
     from jattn.training.nmt import TrainConfig, Trainer, translations
@@ -159,9 +159,9 @@ def train_translation(out, work, c: TranslationConfig, data_dir=None, progress: 
 
 def make(recipe: Recipe, out: Path, work: Path, progress: bool) -> dict:
     """The maker of ``kind="translation"`` recipes: ``task`` "<src>-<tgt>" (Multi30k) or a synthetic
-    task's name (``jattn.families.marian.synthetic.TASKS``), ``epochs`` and ``options`` (further
+    task's name (``jattn.artefacts.synthetic.TASKS``), ``epochs`` and ``options`` (further
     ``TranslationConfig`` fields)."""
-    from jattn.families.marian.synthetic import TASKS
+    from jattn.artefacts.synthetic import TASKS
 
     corpus = {"corpus": recipe.task} if recipe.task in TASKS else dict(zip(("src", "tgt"), recipe.task.split("-")))
     return train_translation(out, work, TranslationConfig(**corpus, epochs=recipe.epochs, **dict(recipe.options)),
@@ -181,25 +181,25 @@ def make(recipe: Recipe, out: Path, work: Path, progress: bool) -> dict:
 # stopped only after 10 epochs without a better BLEU (at most 40) was still gaining under a point an
 # epoch at epoch 12 (48.66 greedy) and would take 3-5 hours on 2 CPU cores; the control below has the
 # same budget, so the two are compared at equal training.
-RECIPE = register(Recipe(
+RECIPE = Recipe(
     "multi30k-fr-en-6x8", "a 6+6-layer, 8-head Transformer (d 256, FFN 1024, dropout 0.3, DS-Init) trained on "
     "Multi30k fr->en, cased, for 14 epochs, the checkpoint with the best validation BLEU kept", "about 1 1/2 h on 2 "
     "CPU cores (81 min of training measured, shared with other jobs)",
-    kind="translation", maker=__name__, task="fr-en", epochs=14,
-    options=(("dropout", 0.3), ("depth_scaled_init", True)), needs=("multi30k",)))
+    kind="translation", maker=make, task="fr-en", epochs=14,
+    options=(("dropout", 0.3), ("depth_scaled_init", True)), needs=("multi30k",))
 
 # The control of the Voita and Michel claims on this data: the same recipe with no encoder self-attention
 # (its projections zero and frozen), trained from scratch. On short, near-monotone captions an encoder may
 # translate nearly as well without it; the pruning claims are judged against this model's BLEU.
-NO_ENCODER_ATTENTION = register(Recipe(
+NO_ENCODER_ATTENTION = Recipe(
     "multi30k-fr-en-6x8-no-encoder-attention", "multi30k-fr-en-6x8's recipe with no encoder self-attention "
     "(its projections zero and frozen), trained from scratch: the control of the pruning claims", "about 1 h on 2 "
     "CPU cores (53 min of training measured)",
-    kind="translation", maker=__name__, task="fr-en", epochs=14,
-    options=(("dropout", 0.3), ("depth_scaled_init", True), ("encoder_self_attention", False)), needs=("multi30k",)))
+    kind="translation", maker=make, task="fr-en", epochs=14,
+    options=(("dropout", 0.3), ("depth_scaled_init", True), ("encoder_self_attention", False)), needs=("multi30k",))
 
 # The Voita setting where the encoder's self-attention is needed (experiments/voita2019/synthetic_plan.py):
-# the synthetic clause language (jattn.families.marian.synthetic), 3 + 3 layers x 8 heads (24 encoder heads),
+# the synthetic clause language (jattn.artefacts.synthetic), 3 + 3 layers x 8 heads (24 encoder heads),
 # d 128, FFN 512, dropout 0.1, seeds 0-2 of the model and of its control without encoder self-attention, the
 # same fixed budget of 6 epochs (about 900 updates each), the checkpoint with the best validation BLEU kept.
 # Words are one syllable, 1.7 SentencePiece pieces on average (the unigram vocabulary stops at 113 pieces on
@@ -215,12 +215,12 @@ NO_ENCODER_ATTENTION = register(Recipe(
 SYNTHETIC_OPTIONS = (("layers", 3), ("heads", 8), ("d_model", 128), ("ffn", 512), ("dropout", 0.1),
                      ("vocab_size", 128), ("max_len", 128), ("warmup", 500), ("peak_lr", 1e-3))
 TAKES = "about 40 min on 2 idle CPU cores (estimated, not yet measured; 2-4 h when the cores are shared)"
-SYNTHETIC = [register(r) for r in seeded(
+SYNTHETIC = seeded(
     "clauses-3x8", "a 3+3-layer, 8-head Transformer (d 128, FFN 512) trained on the synthetic clause language",
-    TAKES, seeds=3, kind="translation", maker=__name__, task="clauses", epochs=6,
-    options=SYNTHETIC_OPTIONS)]
-SYNTHETIC_CONTROL = [register(r) for r in seeded(
+    TAKES, seeds=3, kind="translation", maker=make, task="clauses", epochs=6,
+    options=SYNTHETIC_OPTIONS)
+SYNTHETIC_CONTROL = seeded(
     "clauses-3x8-no-encoder-attention", "clauses-3x8's recipe with no encoder self-attention (its projections "
     "zero and frozen), trained from scratch: the control of the pruning claims on this setting", TAKES,
-    seeds=3, kind="translation", maker=__name__, task="clauses", epochs=6,
-    options=(*SYNTHETIC_OPTIONS, ("encoder_self_attention", False)))]
+    seeds=3, kind="translation", maker=make, task="clauses", epochs=6,
+    options=(*SYNTHETIC_OPTIONS, ("encoder_self_attention", False)))
