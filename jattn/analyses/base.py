@@ -112,8 +112,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-CLS, SEP, PUNCT, OTHER = 0, 1, 2, 3
-CLASS_NAMES = ("cls", "sep", "punct", "other")
+from jattn.nn.token_classes import CLASS_NAMES
 
 
 @dataclasses.dataclass

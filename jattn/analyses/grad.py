@@ -23,7 +23,8 @@ import jax.numpy as jnp
 
 from jattn.nn.interventions import Interventions
 from jattn.training.losses import mask_tokens, mlm_loss
-from jattn.analyses.base import CLASS_NAMES, HostBatch, Method, Statistic, StepContext, ratio, segment_mean
+from jattn.nn.token_classes import CLASS_NAMES
+from jattn.analyses.base import HostBatch, Method, Statistic, StepContext, ratio, segment_mean
 from jattn.analyses.registry import register
 
 

@@ -36,8 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.analyses.base import CLASS_NAMES, CLS, SEP, HostBatch, Method, Statistic, StepContext, class_sums, ratio, \
-    segment_mean
+from jattn.nn.token_classes import CLASS_NAMES, CLS, SEP
+from jattn.analyses.base import HostBatch, Method, Statistic, StepContext, class_sums, ratio, segment_mean
 from jattn.analyses.norms import over_layers, residual_norms, transformed_norm
 from jattn.analyses.registry import register, require_rank_file
 
@@ -55,7 +55,7 @@ def _f_norms(internals, view) -> jax.Array:
 class NormClassAttention(Method):
     """Weight- vs norm-based attention to token classes per (layer, head) (Kobayashi et al. 2020);
     on a translation model per attention type (queries × keys: source × source, target ×
-    target, target × source), the classes those of ``jattn.analyses.base``."""
+    target, target × source), the classes those of ``jattn.nn.token_classes``."""
 
     name = "norms"
     layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan

@@ -18,7 +18,8 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from jattn.analyses.base import CLASS_NAMES, CLS, SEP, Method, Statistic, StepContext, class_sums, ratio, segment_mean
+from jattn.nn.token_classes import CLASS_NAMES, CLS, SEP
+from jattn.analyses.base import Method, Statistic, StepContext, class_sums, ratio, segment_mean
 from jattn.analyses.registry import register
 
 __all__ = ["ClassAttention", "Entropy", "word_level"]

@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jattn.analyses.base import CLASS_NAMES, StepContext, TranslationHostBatch
+from jattn.nn.token_classes import CLASS_NAMES
+from jattn.analyses.base import StepContext, TranslationHostBatch
 from jattn.nn import seq2seq, state
 from jattn.runner.batcher import pad_pairs
 

@@ -32,7 +32,7 @@ def mask_tokens(batch, mask_token_id: int, rate: float, seed: int) -> dict[str, 
     so they do not depend on batching. Returns masked ``input_ids`` (b, n), ``positions`` /
     ``labels`` (b, M) (-1 = unused; M = ⌈rate·n⌉ + 1 depends only on the padded length) and the
     model-side ``token_class`` (a masked token counts as OTHER)."""
-    from jattn.analyses.base import CLS, OTHER, SEP
+    from jattn.nn.token_classes import CLS, OTHER, SEP
 
     b, n = batch.input_ids.shape
     M = math.ceil(rate * n) + 1
