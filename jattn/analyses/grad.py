@@ -5,7 +5,7 @@ c ∈ {[CLS], [SEP], punctuation, other}. ∂L/∂α is the gradient w.r.t. a ze
 perturbation of α (``Interventions.weights_delta``). L_s is the loss of
 sequence s; the batch loss is Σ_s L_s, so one backward pass gives every sequence's own gradient.
 
-Loss: the masked-LM loss for a checkpoint with an MLM head (``jattn.training.losses.mask_tokens`` /
+Loss: the masked-LM loss for a checkpoint with an MLM head (``jattn.nn.losses.mask_tokens`` /
 ``mlm_loss``, shared with head importance: 15% of the real non-special tokens of each sequence,
 at least one, replaced by [MASK]; L_s = mean cross-entropy over them; masked positions drawn
 with a generator seeded by (seed, corpus index), so the result does not depend on batching),
@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from jattn.nn.interventions import Interventions
-from jattn.training.losses import mask_tokens, mlm_loss
+from jattn.nn.losses import mask_tokens, mlm_loss
 from jattn.nn.token_classes import CLASS_NAMES
 from jattn.analyses.base import HostBatch, Method, Statistic, StepContext, ratio, segment_mean
 from jattn.analyses.registry import register

@@ -22,7 +22,7 @@ gradient there), then per layer I[l] /= ‖I[l]‖₂ + 1e-20. Under a head mask
 exactly 0 for pruned heads. The mask reaches the jitted step as data, so a new mask never
 recompiles.
 
-Losses (``jattn.training.losses``): a classifier checkpoint's cross-entropy (examples carry labels), the
+Losses (``jattn.nn.losses``): a classifier checkpoint's cross-entropy (examples carry labels), the
 masked-LM loss of an MLM checkpoint (15 % masked, seeded per corpus index), a causal LM's
 next-token cross-entropy (mean over each sequence's predicted positions), and for a
 translation model the teacher-forced token cross-entropy summed over target tokens (examples
@@ -41,7 +41,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from jattn.io import validate
-from jattn.training import losses
+from jattn.nn import losses
 from jattn.nn.interventions import Interventions
 from jattn.analyses.base import HostBatch, Method, Statistic, StepContext
 from jattn.analyses.registry import register
