@@ -12,7 +12,7 @@ import pytest
 
 import jattn
 from jattn.analyses import base
-from jattn.analyses.base import StepContext
+from jattn.runner.protocol import StepContext
 from jattn.analyses.lm_attention import LMAttention
 from jattn.nn import encoder
 from jattn.nn.interventions import Interventions

@@ -10,7 +10,7 @@ from norms_testing import assert_close, brute_force, internals_np, terms, tiny_b
 
 from jattn.analyses import norm_stats as NS
 from jattn.nn.token_classes import CLASS_NAMES
-from jattn.analyses.base import HostBatch
+from jattn.runner.protocol import HostBatch
 from jattn.runner import run_corpus, token_classes
 
 CORPUS = [  # all ≤ 16 tokens: one padded bucket, one compile of the runner's step

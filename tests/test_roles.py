@@ -11,7 +11,7 @@ import pytest
 
 from jattn.analyses import lrp, roles
 from jattn.nn.token_classes import OTHER, SEP
-from jattn.analyses.base import StepContext
+from jattn.runner.protocol import StepContext
 from jattn.analyses.syntax import OFFSETS
 
 

@@ -33,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jattn.nn.token_classes import CLASS_NAMES
-from jattn.analyses.base import Method, Statistic, StepContext, class_sums
+from jattn.runner.protocol import Method, Statistic, StepContext
+from jattn.analyses.base import class_sums
 from jattn.analyses.norms import (check_decomposable, diagonal_sum, head_gram, layer_major, layer_norm_map, over_layers,
                                   quadratic_norm)
 from jattn.analyses.registry import register

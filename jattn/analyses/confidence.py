@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from jattn.nn.token_classes import SEP
-from jattn.analyses.base import Method, Statistic, StepContext
+from jattn.runner.protocol import Method, Statistic, StepContext
 from jattn.analyses.registry import register
 
 __all__ = ["HeadConfidence", "per_example"]

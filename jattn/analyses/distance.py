@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.analyses.base import Method, Statistic, StepContext
+from jattn.runner.protocol import Method, Statistic, StepContext
 from jattn.analyses.registry import register
 
 JS_SMOOTHING = 1e-3  # A' = 0.999 A + 0.001 / n  (Clark's released code)

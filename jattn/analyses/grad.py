@@ -24,7 +24,8 @@ import jax.numpy as jnp
 from jattn.nn.interventions import Interventions
 from jattn.nn.losses import mask_tokens, mlm_loss
 from jattn.nn.token_classes import CLASS_NAMES
-from jattn.analyses.base import HostBatch, Method, Statistic, StepContext, ratio, segment_mean
+from jattn.runner.protocol import HostBatch, Method, Statistic, StepContext
+from jattn.analyses.base import ratio, segment_mean
 from jattn.analyses.registry import register
 
 

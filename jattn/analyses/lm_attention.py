@@ -29,7 +29,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jattn.analyses.base import Method, Statistic, StepContext, over_query_blocks, ratio, segment_mean
+from jattn.runner.protocol import Method, Statistic, StepContext
+from jattn.analyses.base import over_query_blocks, ratio, segment_mean
 from jattn.analyses.registry import register
 
 SHARES = {"lm_first_token": "α[i, 0] (first token, the attention sink; Xiao et al. 2024)",

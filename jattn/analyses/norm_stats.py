@@ -1,5 +1,5 @@
 """Corpus statistics of the norm-based analysis, as methods of the streaming runner
-(``jattn.analyses.base`` protocol; CLI ``jattn analyze --methods norms,norm-freq,mixing``).
+(``jattn.runner.protocol``; CLI ``jattn analyze --methods norms,norm-freq,mixing``).
 
 * ``NormClassAttention`` ("norms", Kobayashi et al. 2020, §4.2, Fig. 2-4): per (layer, head)
   and token class ([CLS], [SEP], "."/",", other), the weight-based attention Σ_{j∈c} α[h,i,j],
@@ -37,7 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jattn.nn.token_classes import CLASS_NAMES, CLS, SEP
-from jattn.analyses.base import HostBatch, Method, Statistic, StepContext, class_sums, ratio, segment_mean
+from jattn.runner.protocol import HostBatch, Method, Statistic, StepContext
+from jattn.analyses.base import class_sums, ratio, segment_mean
 from jattn.analyses.norms import over_layers, residual_norms, transformed_norm
 from jattn.analyses.registry import register, require_rank_file
 

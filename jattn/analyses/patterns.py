@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jattn.nn.token_classes import CLASS_NAMES, CLS, SEP
-from jattn.analyses.base import Method, Statistic, StepContext
+from jattn.runner.protocol import Method, Statistic, StepContext
 from jattn.analyses.registry import register
 from jattn.nn.layers import safe_sqrt
 

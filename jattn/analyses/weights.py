@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 
 from jattn.nn.token_classes import CLASS_NAMES, CLS, SEP
-from jattn.analyses.base import Method, Statistic, StepContext, class_sums, ratio, segment_mean
+from jattn.runner.protocol import Method, Statistic, StepContext
+from jattn.analyses.base import class_sums, ratio, segment_mean
 from jattn.analyses.registry import register
 
 __all__ = ["ClassAttention", "Entropy", "word_level"]
@@ -102,7 +103,7 @@ class ClassAttention(LevelStatistic):
     """Attention to [CLS], [SEP], punctuation ("." ","), other; [SEP]→[SEP], non-[SEP]→[SEP];
     previous/self/next token (Clark et al. 2019, Fig. 1-2, §3.1-3.2).
 
-    On a translation model, per attention type (``jattn.analyses.base``): [SEP] is ``</s>``,
+    On a translation model, per attention type (``jattn.runner.protocol``): [SEP] is ``</s>``,
     [CLS] the decoder's start token; cross-attention (target rows, source keys) has the class
     statistics only, prev/self/next being positions of one sequence.
 

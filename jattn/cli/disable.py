@@ -70,7 +70,7 @@ def run(args) -> None:
     import shutil
 
     import jattn
-    from jattn.analyses.base import Statistic
+    from jattn.runner.protocol import Statistic
     from jattn.cli.common import cached, check_work, max_length_for, work_folder
     from jattn.cli.disable_report import figures, noise, report, units
     from jattn.cli.reporting import SCALE, metric_name

@@ -46,7 +46,7 @@ def run(args) -> None:
     import jattn
     from jattn.viz import plots
     from jattn.io import results
-    from jattn.analyses.base import Statistic
+    from jattn.runner.protocol import Statistic
     from jattn.runner.loop import RunResult
 
     with results.Output(args.out, overwrite=args.overwrite) as output:

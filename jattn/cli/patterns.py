@@ -33,7 +33,7 @@ def run(args) -> None:
     from jattn.cli.common import max_length_for
     from jattn.io import results, validate
     from jattn.io.readers import Corpus
-    from jattn.analyses.base import Statistic
+    from jattn.runner.protocol import Statistic
     from jattn.analyses.patterns import PatternTypes, finetune_change
     from jattn.analyses.weights import ClassAttention
     from jattn.runner.loop import run_corpus

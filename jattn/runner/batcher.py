@@ -18,7 +18,7 @@ from typing import Iterable
 import numpy as np
 
 from jattn.nn.token_classes import CLS, OTHER, PUNCT, SEP
-from jattn.analyses.base import HostBatch, TranslationHostBatch
+from jattn.runner.protocol import HostBatch, TranslationHostBatch
 from jattn.io import validate
 from jattn.io.readers import Example, as_example
 from jattn.io.tokenize import SequenceTooLongError, tokenize

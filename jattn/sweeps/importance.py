@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 from jattn.io import validate
 from jattn.nn import losses
 from jattn.nn.interventions import Interventions
-from jattn.analyses.base import HostBatch, Method, Statistic, StepContext
+from jattn.runner.protocol import HostBatch, Method, Statistic, StepContext
 from jattn.analyses.registry import register
 from jattn.runner.inputs import Tokens, corpus, default_length
 from jattn.nn import encoder
