@@ -85,14 +85,5 @@ class AttentionGradient(Method):
                 for c in CLASS_NAMES}
 
 
-def grad_figures(stats: dict, num_layers: int, folder) -> list:
-    """Σ|∂L/∂α| by key class per layer (Clark et al. 2019, Fig. 3)."""
-    from jattn.viz import plots
-
-    labels = {f"grad_to_{c}": label for c, label in zip(CLASS_NAMES, ("[CLS]", "[SEP]", '"." or ","', "other"))}
-    return [plots.per_layer(stats, labels, "Gradient of the loss with respect to attention, by key class and layer",
-                            "mean Σ |∂L/∂α|", folder / "grad_by_class.png")]
-
-
 register("grad", "|dL/d attention| per key class (masked-LM loss; needs an MLM head; Clark et al. 2019)",
-         lambda model, options: AttentionGradient(model), grad_figures)
+         lambda model, options: AttentionGradient(model))

@@ -218,14 +218,5 @@ def synthetic_map(kind: int, n: int, rng: np.random.Generator, pair: bool = Fals
     return (A / A.sum(1, keepdims=True)).astype(np.float32), cls
 
 
-def _figures(stats: dict, num_layers: int, folder) -> list:
-    from jattn.viz import plots
-
-    share = stats["pattern_share"]  # (L, H, 5)
-    return [plots.heatmap(share[..., k], f"Share of each head's attention maps of type '{name}' (Kovaleva et al. 2019)",
-                          folder / f"pattern_{k}_{name}.png", vmin=0.0, vmax=1.0, label="share of maps (0-1)")
-            for k, name in enumerate(TYPES)]
-
-
 register("patterns", "Kovaleva et al. pattern types per head (vertical/diagonal/mixed/block/heterogeneous)",
-         lambda model, options: PatternTypes(), figures=_figures)
+         lambda model, options: PatternTypes())

@@ -104,6 +104,7 @@ def figure_caption(path: Path) -> str:
 def run(args) -> None:
     import jattn
     from jattn.io import results
+    from jattn.viz.results import write_files
     from jattn.io.readers import Corpus
     from jattn.analyses.registry import make_methods
     from jattn.runner.loop import run_corpus
@@ -125,8 +126,8 @@ def run(args) -> None:
         result = run_corpus(model, examples, make_methods(model, METHODS), batch_size=args.batch_size)
 
         def fill(out: Path) -> list[Path]:
-            figures = results.write_files(result, out, model.config.num_layers,
-                                          results.run_meta(input=corpus, methods=METHODS))
+            figures = write_files(result, out, model.config.num_layers,
+                                  results.run_meta(input=corpus, methods=METHODS))
             stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
             maps = []
             for k in range(args.maps):

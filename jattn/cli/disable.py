@@ -75,6 +75,7 @@ def run(args) -> None:
     from jattn.cli.disable_report import figures, noise, report, units
     from jattn.cli.reporting import SCALE, metric_name
     from jattn.io import results, validate
+    from jattn.viz.results import write_files
     from jattn.runner.loop import RunResult
     from jattn.sweeps.disable import MODES, UNITS, heads_metric, metric_function
 
@@ -125,7 +126,7 @@ def run(args) -> None:
                                 hurting={f"{u}_{m}": units(r, noises[u, m], -1) for (u, m), r in sweeps.items()})
 
         def fill(folder):
-            results.write_files(RunResult(stats, {}, {}), folder, 0, meta)
+            write_files(RunResult(stats, {}, {}), folder, 0, meta)
             paths = figures(sweeps, noises, name, folder / "figures")
             report(folder, sweeps, noises, name, meta, extra, paths)
             return paths

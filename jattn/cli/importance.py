@@ -46,6 +46,7 @@ def run(args) -> None:
     import jattn
     from jattn.viz import plots
     from jattn.io import results
+    from jattn.viz.results import write_files
     from jattn.runner.protocol import Statistic
     from jattn.runner.loop import RunResult
 
@@ -64,7 +65,7 @@ def run(args) -> None:
         result = RunResult(stats, {}, {})
 
         def fill(folder):
-            results.write_files(result, folder, 0, meta)
+            write_files(result, folder, 0, meta)
             figures = folder / "figures"
             figures.mkdir(exist_ok=True)
             paths = [plots.heatmap(s.value, f"Head importance ({name}, Michel et al. 2019 Eq. 2)",

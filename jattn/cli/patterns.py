@@ -32,6 +32,7 @@ def run(args) -> None:
     import jattn
     from jattn.cli.common import max_length_for
     from jattn.io import results, validate
+    from jattn.viz.results import write_files
     from jattn.io.readers import Corpus
     from jattn.runner.protocol import Statistic
     from jattn.analyses.patterns import PatternTypes, finetune_change
@@ -58,7 +59,7 @@ def run(args) -> None:
         def fill(folder):
             from jattn.cli.reporting import statistics_lines, write_report
 
-            paths = results.write_files(result, folder, model.config.num_layers, meta)
+            paths = write_files(result, folder, model.config.num_layers, meta)
             lines = [f"Model: {model.source}" + (f", compared with --before {args.before}" if args.before else "")
                      + f". Corpus: {args.input}, {result.meta['segments']} segments. Pattern types of Kovaleva et "
                      "al. (2019) per head; heads are 0-based layer-head.", "", *statistics_lines(result.statistics)]

@@ -99,8 +99,8 @@ A minimal method (mean attention weight on the diagonal, per layer and head)::
 
 To plug a method into the runner: ``jattn.runner.loop.run_corpus(model, examples, [MyMethod(...)])``;
 to expose it on the command line, register it at the bottom of its module with
-``jattn.analyses.registry.register(name, help, factory, figures)`` (``jattn analyze --methods``
-then lists it; ``name`` equals the method's ``name``).
+``jattn.analyses.registry.register(name, help, factory)`` (``jattn analyze --methods``
+then lists it; ``name`` equals the method's ``name``) and its figures, if any, in ``jattn.viz.figures``.
 """
 
 from __future__ import annotations
