@@ -114,7 +114,7 @@ def run(args) -> None:
     init_distributed(args)
     import jax
 
-    import jattn
+    from jattn.models import load
     from jattn.io import results
     from jattn.io.readers import Corpus
     from jattn.analyses.registry import Options, make_methods
@@ -126,7 +126,7 @@ def run(args) -> None:
     inputs = args.input[0] if len(args.input) == 1 else args.input
     with output:
         corpus = Corpus(inputs, args.format, encoding=args.encoding)
-        model = jattn.load(args.model)
+        model = load(args.model)
         options = Options(rank_file=args.rank_file, min_count=args.min_count)
         methods = make_methods(model, names, options)
         if any(getattr(m, "level", "token") == "word" for m in methods):  # formats with labels read as words (gap)

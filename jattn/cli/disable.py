@@ -69,7 +69,7 @@ def sweep(model, examples, metric, m, u, args, work):
 def run(args) -> None:
     import shutil
 
-    import jattn
+    from jattn.models import load
     from jattn.runner.protocol import Statistic
     from jattn.cli.common import cached, check_work, max_length_for, work_folder
     from jattn.cli.disable_report import figures, noise, report, units
@@ -90,7 +90,7 @@ def run(args) -> None:
 
             examples, metric = read_labelled(args.input), args.metric or "accuracy"
         name, fn = metric_name(metric), metric_function(metric)[1]
-        model = jattn.load(args.model)
+        model = load(args.model)
         validate.model_kind(model, "classifier", "jattn disable")
         heads = validate.heads(args.heads, model.config.num_layers, model.config.num_heads) if args.heads else None
         work = work_folder(output)

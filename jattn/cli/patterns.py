@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    import jattn
+    from jattn.models import load
     from jattn.cli.common import max_length_for
     from jattn.io import results, validate
     from jattn.viz.results import write_files
@@ -41,9 +41,9 @@ def run(args) -> None:
 
     with results.Output(args.out, overwrite=args.overwrite) as output:
         corpus = Corpus(args.input, "text" if args.format == "text" else args.format)
-        model = jattn.load(args.model)
+        model = load(args.model)
         validate.model_kind(model, "encoder", "jattn patterns (Kovaleva's pattern types read [CLS]/[SEP] maps)")
-        before = jattn.load(args.before) if args.before else None
+        before = load(args.before) if args.before else None
         if before is not None:
             validate.model_kind(before, "encoder", "jattn patterns --before", "--before")
         result = run_corpus(model, corpus, [PatternTypes(), ClassAttention()], batch_size=args.batch_size,
