@@ -41,6 +41,13 @@ A method is any object with:
     internals, parameter view and batch fields (below); each type's totals are finalized
     alone and its statistics named ``<kind>_<name>`` (``cross_attn_to_sep``).
 
+``joint: bool`` (optional, default False)
+    On a translation model, a method that needs every attention type at once (head importance:
+    one backward pass through the gates of all three) declares ``joint = True``: ``reduce`` is
+    then called once per batch with ``ctx.kind == "all"``, ``ctx.internals`` every type's
+    internals by type and ``ctx.view`` None, its totals are finalized once, and ``finalize``
+    names the statistics itself (``<kind>_<name>``, as the runner names the others).
+
 ``records(ctx) -> dict[str, jax.Array]`` (optional) and ``record_axes: dict[str, tuple[int, ...]]``
     Per-example records (leading axis the batch), traced in the step beside ``reduce``, which
     ``run_corpus(..., records=folder)`` cuts to each example's length along ``record_axes[name]``
@@ -192,6 +199,7 @@ class Method:
     families: ClassVar[tuple[str, ...]] = ("encoder",)
     needs: ClassVar[str] = ""  # why other families are refused, e.g. "[CLS] and [SEP] tokens"
     kinds: ClassVar[tuple[str, ...]] = ("encoder", "decoder", "cross")  # attention types read on a seq2seq model
+    joint: ClassVar[bool] = False  # on a seq2seq model: one reduce over every attention type at once
 
     def prepare(self, batch: HostBatch) -> dict[str, np.ndarray]:
         return {}

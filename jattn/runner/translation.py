@@ -69,6 +69,10 @@ def make_step(config, methods: tuple, mesh):
         module = seq2seq.module(params, config)
         stats = {}
         for m in methods:
+            if getattr(m, "joint", False):  # every attention type at once (``Method.joint``)
+                stats[m.name] = m.reduce(StepContext(params, config, batch, features[m.name], outputs, internals,
+                                                     forward, None, "all"))
+                continue
             for kind in kinds_of(m):
                 ctx = StepContext(params, config, dict(batch, **attention_fields(batch, kind)), features[m.name],
                                   outputs, internals[kind], forward, module.view(kind), kind)
@@ -131,6 +135,9 @@ def finalize(methods, totals: dict, meta: dict) -> dict:
     described in the translation model's own terms (``LABELS``)."""
     out = {}
     for m in methods:
+        if getattr(m, "joint", False):  # its statistics named by itself (``Method.joint``)
+            out.update(m.finalize(totals[m.name], meta))
+            continue
         for kind in kinds_of(m):
             for name, stat in m.finalize(totals[f"{kind}-{m.name}"], dict(meta, kind=kind)).items():
                 text = stat.description
