@@ -139,15 +139,19 @@ def test_module_size(path):
     assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_LINES
 
 
-# The public API and the allowed imports between folders, as docs/ARCHITECTURE.md tables them.
+# The public API and the import layers, as docs/ARCHITECTURE.md lists them.
 DOC = ROOT.parent / "docs" / "ARCHITECTURE.md"
 EXPERIMENTS = ROOT.parent / "experiments"
 
 
+def doc_section(heading: str) -> str:
+    """The text under ``## heading`` in ARCHITECTURE.md, up to the next heading."""
+    return DOC.read_text(encoding="utf-8").split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
 def doc_table(heading: str) -> list[list[str]]:
     """The rows (cells) of the table under ``## heading`` in ARCHITECTURE.md, header left out."""
-    section = DOC.read_text(encoding="utf-8").split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in doc_section(heading).splitlines()
             if line.startswith("| ")]
     return rows[1:]
 
@@ -161,10 +165,9 @@ def public_api() -> dict[str, tuple[str, ...]]:
     return out
 
 
-def allowed_imports() -> dict[str, set[str]]:
-    """Folder -> the folders it may import (parenthesised reasons left out)."""
-    return {row[0].strip("`"): set(re.findall(r"`(\w+)`", re.sub(r"\([^)]*\)", "", row[1])))
-            for row in doc_table("Allowed imports")}
+def layers() -> list[str]:
+    """The folders in their import order, bottom first (the numbered list under ``## Import layers``)."""
+    return re.findall(r"^\d+\. `(\w+)`", doc_section("Import layers"), re.M)
 
 
 def folder(module: str) -> str:
@@ -172,28 +175,54 @@ def folder(module: str) -> str:
     return parts[0] if len(parts) == 1 else parts[1]
 
 
+def between_folders(edges: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importing folder, imported folder) of every import between two folders."""
+    return {(folder(a), folder(b)) for a, bs in edges.items() for b in bs if folder(a) != folder(b)}
+
+
+def climbs(edges: dict[str, set[str]], order: list[str]) -> list[str]:
+    """The imports of ``edges`` from a folder to one at or above it in ``order``."""
+    rank = {f: i for i, f in enumerate(order)}
+    return sorted(f"{a} -> {b}" for a, bs in edges.items() for b in bs
+                  if folder(a) != folder(b) and rank[folder(b)] > rank[folder(a)])
+
+
 def test_the_tables_parse():
-    public, allowed = public_api(), allowed_imports()
+    public, order = public_api(), layers()
     assert len(public) > 40 and "jattn.stats" in public and "jattn.runner.batcher" not in public
-    assert allowed["nn"] == set() and "nn" in allowed["runner"] and "jattn" in allowed["cli"]
+    assert order[:3] == ["stats", "host_memory", "nn"] and order[-2:] == ["cli", "jattn"]
+    assert len(order) == len(set(order))
 
 
-def test_imports_between_folders_follow_the_table():
-    allowed = allowed_imports()
+def test_the_climb_finder_sees_a_planted_climb():
+    order = ["nn", "runner", "analyses"]
+    edges = {"jattn.runner.loop": {"jattn.analyses.base", "jattn.nn.encoder"}, "jattn.analyses.base": {"jattn.nn.x"}}
+    assert climbs(edges, order) == ["jattn.runner.loop -> jattn.analyses.base"]
+    assert climbs({"jattn.analyses.base": {"jattn.runner.loop"}}, order) == []
+
+
+def test_imports_only_go_down_the_layers():
+    order = layers()
     edges = graph()
-    assert {folder(m) for m in edges} <= set(allowed), "a folder without a row in ARCHITECTURE.md's table"
-    bad = sorted(f"{a} -> {b}" for a, bs in edges.items() for b in bs
-                 if folder(a) != folder(b) and folder(b) not in allowed[folder(a)])
-    assert not bad, "imports ARCHITECTURE.md's table does not allow:\n" + "\n".join(bad)
+    assert {folder(m) for m in edges} <= set(order), "a folder not in ARCHITECTURE.md's import layers"
+    bad = climbs(edges, order)
+    assert not bad, "imports that climb ARCHITECTURE.md's import layers:\n" + "\n".join(bad)
 
 
-def test_the_table_keeps_the_rules():
+def test_no_two_folders_import_each_other():
+    pairs = between_folders(graph())
+    mutual = sorted({tuple(sorted(p)) for p in pairs if p[::-1] in pairs})
+    assert mutual == [], f"{len(mutual)} pairs of folders import each other: {mutual}"
+
+
+def test_the_layers_keep_the_rules():
     """nn knows no family and no method; analyses import no sweep and no command line; only the
     command line imports cli and reproduce."""
-    allowed = allowed_imports()
-    assert allowed["nn"] == set()
-    assert not {"sweeps", "cli"} & allowed["analyses"] and "cli" not in allowed["sweeps"]
-    assert [f for f, targets in allowed.items() if {"cli", "reproduce"} & targets] == ["cli"]
+    rank = {f: i for i, f in enumerate(layers())}
+    assert rank["nn"] < min(rank["families"], rank["runner"], rank["analyses"], rank["models"])
+    assert rank["analyses"] < min(rank["sweeps"], rank["cli"]) and rank["sweeps"] < rank["cli"]
+    importers = {a for a, b in between_folders(graph()) if b in ("cli", "reproduce")}
+    assert importers <= {"cli"}, f"folders importing cli or reproduce: {sorted(importers)}"
 
 
 def is_module(name: str) -> bool:

@@ -426,8 +426,9 @@ def test_demo_bad_input(case, argv, status, needles, files, tmp_path, capsys, mo
 
 
 def test_non_finite_totals_are_an_error_naming_layer_and_head(tmp_path):
-    from jattn.analyses.base import Statistic
-    from jattn.io.results import NonFiniteError, write_files
+    from jattn.runner.protocol import Statistic
+    from jattn.io.results import NonFiniteError
+    from jattn.viz.results import write_files
     from jattn.runner import RunResult
 
     total = np.ones((2, 3))

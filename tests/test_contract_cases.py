@@ -120,7 +120,7 @@ def test_a_statistic_name_clash_is_reported_before_the_corpus_runs(bert):
     after the whole corpus had run."""
     import dataclasses
 
-    from jattn.analyses.base import Method, Statistic
+    from jattn.runner.protocol import Method, Statistic
     from jattn.analyses.weights import Entropy
 
     @dataclasses.dataclass(frozen=True)

@@ -124,18 +124,18 @@ def synthetic(L: int = 3, H: int = 4, seed: int = 0) -> dict:
 
 def test_method_figures(tmp_path, saved):
     """The registered methods' own figures (those the demo does not draw too) and the syntax role map."""
-    from jattn.analyses import distance, grad, lm_attention, patterns, syntax, weights
+    from jattn.viz import figures
 
     stats, L = synthetic(), 3
-    paths = weights.class_figures("word_")(stats, L, tmp_path) + weights.entropy_figures("")(stats, L, tmp_path)
-    paths += grad.grad_figures(stats, L, tmp_path) + lm_attention.figures(stats, L, tmp_path)
-    paths += patterns._figures(stats, L, tmp_path) + distance.mds_figures({"js_mds": stats["js_mds"]}, L, tmp_path)
+    paths = figures.class_figures("word_")(stats, L, tmp_path) + figures.entropy_figures("")(stats, L, tmp_path)
+    paths += figures.grad_figures(stats, L, tmp_path) + figures.lm_attention_figures(stats, L, tmp_path)
+    paths += figures.pattern_figures(stats, L, tmp_path) + figures.mds_figures({"js_mds": stats["js_mds"]}, L, tmp_path)
     paths.append(plots.heatmap(stats["word_attn_prev"], words.title("word_attn_prev"), tmp_path / "h.png",
                                label=words.unit("word_attn_prev")))
     roles = {"role": np.array([["other", "positional"], ["syntactic", "positional+syntactic"]], dtype=object),
              "positional": np.array([["", "prev"], ["", "next"]], dtype=object),
              "relation": np.array([["", ""], ["nsubj", "det"]], dtype=object)}
-    paths.append(syntax.role_map(roles, tmp_path / "roles.png"))
+    paths.append(figures.role_map(roles, tmp_path / "roles.png"))
     assert len(saved) == len(paths) == 13
     bad = {path.rsplit("/", 1)[-1]: p for fig, path in saved if (p := problems(fig))}
     assert not bad, bad

@@ -94,7 +94,7 @@ def test_length_batches_cover_each_example_once():
 def test_padded_rows_weigh_nothing(tiny):
     """A last, short batch padded with empty rows gives the loss of the real rows alone."""
     from jattn.training.finetune import _model_inputs
-    from jattn.training.losses import classification_loss
+    from jattn.nn.losses import classification_loss
     from jattn.nn import encoder
 
     model = with_classifier(tiny, 2)

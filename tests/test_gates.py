@@ -111,7 +111,7 @@ def test_gradient_reaches_log_alpha(classifier):
 
 def test_lambda_zero_gates_open_equals_plain_training(classifier, tmp_path):
     """Gates held open with λ = 0 and the model trained: the same parameters as a plain optax loop."""
-    from jattn.training.losses import classification_loss
+    from jattn.nn.losses import classification_loss
 
     config, params, batches = classifier
     gc = l0.GateConfig(lam=0.0, fixed_open=True, model_lr=1e-2, steps=6, save_every=1000)

@@ -371,7 +371,7 @@ def lm_cases(model):
 
 
 def lm_loss(hf, case, gates):
-    """The mean next-token cross-entropy of one sequence (jattn.training.losses.lm_loss)."""
+    """The mean next-token cross-entropy of one sequence (jattn.nn.losses.lm_loss)."""
     inputs, _, _ = case
     with gated(hf, gates):
         logits = hf(**inputs).logits[0]  # (n, V)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jattn
-from jattn.analyses.base import StepContext
+from jattn.runner.protocol import StepContext
 from jattn.analyses.lm_attention import LMAttention
 from jattn.analyses.weights import ClassAttention, Entropy
 from jattn.cli import main

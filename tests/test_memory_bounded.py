@@ -12,11 +12,11 @@ import pytest
 
 import jattn
 from jattn.analyses import base
-from jattn.analyses.base import StepContext
+from jattn.runner.protocol import StepContext
 from jattn.analyses.lm_attention import LMAttention
 from jattn.nn import encoder
 from jattn.nn.interventions import Interventions
-from jattn.training import losses
+from jattn.nn import losses
 from tiny_lm import save_tiny_gpt2
 from tolerance import assert_close, model_terms
 

@@ -9,7 +9,8 @@ import pytest
 from norms_testing import assert_close, brute_force, internals_np, terms, tiny_bert
 
 from jattn.analyses import norm_stats as NS
-from jattn.analyses.base import CLASS_NAMES, HostBatch
+from jattn.nn.token_classes import CLASS_NAMES
+from jattn.runner.protocol import HostBatch
 from jattn.runner import run_corpus, token_classes
 
 CORPUS = [  # all ≤ 16 tokens: one padded bucket, one compile of the runner's step

@@ -588,11 +588,9 @@ def test_run_meta_records_fields_and_the_utc_time():
 
 
 def test_write_figures_draws_every_layer_head_statistic_and_the_methods_figures(tmp_path, monkeypatch):
-    from jattn.analyses import registry
-    from jattn.io.results import write_figures
+    from jattn.viz.figures import FIGURES
+    from jattn.viz.results import write_figures
 
-    # every method module imported first: none registers into the copy, to be lost with it
-    monkeypatch.setattr(registry, "_ENTRIES", dict(registry.entries()))
     drawn = {}
 
     def figures(stats, num_layers, folder, labels=None):
@@ -601,8 +599,7 @@ def test_write_figures_draws_every_layer_head_statistic_and_the_methods_figures(
         path.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 200)
         return [path]
 
-    registry.register("zz_public_api_figures", "figures", lambda model, options: None, figures=figures)
-    registry.register("zz_public_api_nofig", "no figures", lambda model, options: None)
+    monkeypatch.setitem(FIGURES, "zz_public_api_figures", figures)  # a method without figures: no entry
     stats = {"a": np.arange(6.0).reshape(2, 3), "b": np.ones((3, 3)), "c": np.ones(2), "d": np.zeros((2, 1))}
     folder = tmp_path / "figs"
     paths = write_figures(stats, 2, folder, methods=("zz_public_api_figures", "zz_public_api_nofig", "unknown"),

@@ -11,7 +11,7 @@ import pytest
 
 import jattn
 from jattn.analyses import registry
-from jattn.analyses.base import Method, Statistic
+from jattn.runner.protocol import Method, Statistic
 from jattn.analyses.grad import AttentionGradient
 from jattn.analyses.weights import ClassAttention, Entropy
 from tiny_encoders import save_tiny

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from jattn.analyses import lrp, roles
-from jattn.analyses.base import OTHER, SEP, StepContext
+from jattn.nn.token_classes import OTHER, SEP
+from jattn.runner.protocol import StepContext
 from jattn.analyses.syntax import OFFSETS
 
 

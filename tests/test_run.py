@@ -167,7 +167,7 @@ def test_labels_and_per_example_records(model, tmp_path):
     import jax.numpy as jnp
 
     from jattn.io.readers import Example
-    from jattn.analyses.base import Method
+    from jattn.runner.protocol import Method
     from jattn.analyses.weights import word_level
     from jattn.analyses.word_attention import word_attention
     from jattn.io.records import read_records

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import jattn
-import jattn.analyses.base
+import jattn.runner.protocol
 from jattn.analyses.distance import JSDistance
-from jattn.analyses.base import Method
+from jattn.runner.protocol import Method
 from jattn.analyses.norm_stats import NormClassAttention
 from jattn.analyses.weights import ClassAttention, Entropy
 from jattn.runner import run_corpus
@@ -166,7 +166,7 @@ def test_gold_alignment_links_reach_the_methods(marian, tmp_path):
             return {"n": (ctx.batch["labels"]["links"] == 2).sum()}  # sure links, on the devices
 
         def finalize(self, totals, meta):
-            return {"sure": jattn.analyses.base.Statistic(totals["n"], "() sure links")}
+            return {"sure": jattn.runner.protocol.Statistic(totals["n"], "() sure links")}
 
     got = run_corpus(marian, corpus, [Links()], batch_size=2, max_length=32, progress=False)
     assert got.statistics["encoder_sure"].value == 4 and (seen[0][:3, :3] == first).all()

@@ -8,7 +8,7 @@ import pytest
 import jattn
 from analysis_helpers import (SENTENCES, WORDS, brute_class_attention, brute_entropy, brute_js, reference_maps,
                               tiny_bert, torch_model, word_maps)
-from jattn.analyses.base import OTHER
+from jattn.nn.token_classes import OTHER
 from jattn.analyses.distance import JSDistance
 from jattn.analyses.grad import AttentionGradient
 from jattn.analyses.weights import ClassAttention, Entropy

@@ -2,7 +2,7 @@
 
 Per segment (``[CLS] A [SEP] B [SEP]``, ≤ 128 tokens; on a model whose specials are ``<s>``/``</s>``
 those take the [CLS]/[SEP] roles, as ``jattn.runner.token_classes`` assigns them), for
-each token class c of ``jattn.analyses.base.CLASS_NAMES`` ([CLS], [SEP], "."/",", other):
+each token class c of ``jattn.analyses.CLASS_NAMES`` ([CLS], [SEP], "."/",", other):
 
 - ``weight_<c>``: Σ_{j∈c} α[h,i,j], averaged over real query rows i, heads h and layers
   (Kobayashi et al. 2020, §4.2, weight-based);

@@ -1,6 +1,6 @@
 """Attention analyses: one file per method, each registered under its command-line name (``registry``)."""
 
-from jattn.analyses.base import CLASS_NAMES, Method, Statistic
+from jattn.nn.token_classes import CLASS_NAMES
 from jattn.analyses.registry import Options, entries, make_methods, register
 
-__all__ = ["CLASS_NAMES", "entries", "make_methods", "Method", "Options", "register", "Statistic"]
+__all__ = ["CLASS_NAMES", "entries", "make_methods", "Options", "register"]

@@ -32,7 +32,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.analyses.base import CLASS_NAMES, Method, Statistic, StepContext, class_sums
+from jattn.nn.token_classes import CLASS_NAMES
+from jattn.runner.protocol import Method, Statistic, StepContext
+from jattn.analyses.base import class_sums
 from jattn.analyses.norms import (check_decomposable, diagonal_sum, head_gram, layer_major, layer_norm_map, over_layers,
                                   quadratic_norm)
 from jattn.analyses.registry import register

@@ -15,7 +15,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jattn.analyses.base import SEP, Method, Statistic, StepContext
+from jattn.nn.token_classes import SEP
+from jattn.runner.protocol import Method, Statistic, StepContext
 from jattn.analyses.registry import register
 
 __all__ = ["HeadConfidence", "per_example"]

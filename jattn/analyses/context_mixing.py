@@ -28,7 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jattn.analyses.attribution import _pair_mask, alti_layer, rollout, row_normalize
-from jattn.analyses.base import CLASS_NAMES, Method, Statistic, StepContext, class_sums
+from jattn.nn.token_classes import CLASS_NAMES
+from jattn.runner.protocol import Method, Statistic, StepContext
+from jattn.analyses.base import class_sums
 from jattn.analyses.norms import layer_major, layer_norm_map, over_layers
 from jattn.analyses.registry import register
 from jattn.nn import state

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jattn.io.labels import GapExample, Mention
-from jattn.analyses.base import HostBatch, Method, Statistic, StepContext
+from jattn.runner.protocol import HostBatch, Method, Statistic, StepContext
 from jattn.analyses.registry import register
 from jattn.analyses.weights import word_level
 

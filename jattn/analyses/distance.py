@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.analyses.base import Method, Statistic, StepContext
+from jattn.runner.protocol import Method, Statistic, StepContext
 from jattn.analyses.registry import register
 
 JS_SMOOTHING = 1e-3  # A' = 0.999 A + 0.001 / n  (Clark's released code)
@@ -118,15 +118,5 @@ class JSDistance(Method):
         }
 
 
-def mds_figures(stats: dict, num_layers: int, folder) -> list:
-    """The MDS map of heads (Clark et al. 2019, Fig. 6), coloured by behaviour when the
-    'weights' and 'entropy' statistics are there too."""
-    from jattn.viz import plots
-
-    needed = ["entropy", "attn_prev", "attn_next", "attn_self", "attn_to_cls", "attn_to_sep", "attn_to_punct"]
-    labels = plots.behaviours(stats) if all(k in stats for k in needed) else None
-    return [plots.mds_scatter(stats["js_mds"], num_layers, folder / "mds_heads.png", labels)]
-
-
 register("js", "Jensen-Shannon distance between all heads + MDS (Clark et al. 2019)",
-         lambda model, options: JSDistance(), mds_figures)
+         lambda model, options: JSDistance())

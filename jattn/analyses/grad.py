@@ -5,7 +5,7 @@ c ∈ {[CLS], [SEP], punctuation, other}. ∂L/∂α is the gradient w.r.t. a ze
 perturbation of α (``Interventions.weights_delta``). L_s is the loss of
 sequence s; the batch loss is Σ_s L_s, so one backward pass gives every sequence's own gradient.
 
-Loss: the masked-LM loss for a checkpoint with an MLM head (``jattn.training.losses.mask_tokens`` /
+Loss: the masked-LM loss for a checkpoint with an MLM head (``jattn.nn.losses.mask_tokens`` /
 ``mlm_loss``, shared with head importance: 15% of the real non-special tokens of each sequence,
 at least one, replaced by [MASK]; L_s = mean cross-entropy over them; masked positions drawn
 with a generator seeded by (seed, corpus index), so the result does not depend on batching),
@@ -22,8 +22,10 @@ import jax
 import jax.numpy as jnp
 
 from jattn.nn.interventions import Interventions
-from jattn.training.losses import mask_tokens, mlm_loss
-from jattn.analyses.base import CLASS_NAMES, HostBatch, Method, Statistic, StepContext, ratio, segment_mean
+from jattn.nn.losses import mask_tokens, mlm_loss
+from jattn.nn.token_classes import CLASS_NAMES
+from jattn.runner.protocol import HostBatch, Method, Statistic, StepContext
+from jattn.analyses.base import ratio, segment_mean
 from jattn.analyses.registry import register
 
 
@@ -83,14 +85,5 @@ class AttentionGradient(Method):
                 for c in CLASS_NAMES}
 
 
-def grad_figures(stats: dict, num_layers: int, folder) -> list:
-    """Σ|∂L/∂α| by key class per layer (Clark et al. 2019, Fig. 3)."""
-    from jattn.viz import plots
-
-    labels = {f"grad_to_{c}": label for c, label in zip(CLASS_NAMES, ("[CLS]", "[SEP]", '"." or ","', "other"))}
-    return [plots.per_layer(stats, labels, "Gradient of the loss with respect to attention, by key class and layer",
-                            "mean Σ |∂L/∂α|", folder / "grad_by_class.png")]
-
-
 register("grad", "|dL/d attention| per key class (masked-LM loss; needs an MLM head; Clark et al. 2019)",
-         lambda model, options: AttentionGradient(model), grad_figures)
+         lambda model, options: AttentionGradient(model))

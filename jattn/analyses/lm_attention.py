@@ -29,7 +29,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from jattn.analyses.base import Method, Statistic, StepContext, over_query_blocks, ratio, segment_mean
+from jattn.runner.protocol import Method, Statistic, StepContext
+from jattn.analyses.base import over_query_blocks, ratio, segment_mean
 from jattn.analyses.registry import register
 
 SHARES = {"lm_first_token": "α[i, 0] (first token, the attention sink; Xiao et al. 2024)",
@@ -113,15 +114,5 @@ class LMAttention(Method):
         return stats
 
 
-def figures(stats: dict, num_layers: int, folder) -> list:
-    """Per layer, each head's and the mean share of the first, previous, own and other keys."""
-    from jattn.viz import plots, words
-
-    labels = {"lm_first_token": "first token", "lm_previous_token": "previous token", "lm_self": "self",
-              "lm_other": "other"}
-    return [plots.per_layer(stats, labels, "Where a causal LM's attention goes, by layer", words.SHARE,
-                            folder / "lm_attention.png")]
-
-
 register("lm-attention", "causal LM: first-token (sink), previous-token, self and other shares, row entropy vs "
-         "log(i+1) (Xiao et al. 2024; Olsson et al. 2022)", lambda model, options: LMAttention(), figures)
+         "log(i+1) (Xiao et al. 2024; Olsson et al. 2022)", lambda model, options: LMAttention())

@@ -1,5 +1,5 @@
 """Corpus statistics of the norm-based analysis, as methods of the streaming runner
-(``jattn.analyses.base`` protocol; CLI ``jattn analyze --methods norms,norm-freq,mixing``).
+(``jattn.runner.protocol``; CLI ``jattn analyze --methods norms,norm-freq,mixing``).
 
 * ``NormClassAttention`` ("norms", Kobayashi et al. 2020, §4.2, Fig. 2-4): per (layer, head)
   and token class ([CLS], [SEP], "."/",", other), the weight-based attention Σ_{j∈c} α[h,i,j],
@@ -36,8 +36,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.analyses.base import CLASS_NAMES, CLS, SEP, HostBatch, Method, Statistic, StepContext, class_sums, ratio, \
-    segment_mean
+from jattn.nn.token_classes import CLASS_NAMES, CLS, SEP
+from jattn.runner.protocol import HostBatch, Method, Statistic, StepContext
+from jattn.analyses.base import class_sums, ratio, segment_mean
 from jattn.analyses.norms import over_layers, residual_norms, transformed_norm
 from jattn.analyses.registry import register, require_rank_file
 
@@ -55,7 +56,7 @@ def _f_norms(internals, view) -> jax.Array:
 class NormClassAttention(Method):
     """Weight- vs norm-based attention to token classes per (layer, head) (Kobayashi et al. 2020);
     on a translation model per attention type (queries × keys: source × source, target ×
-    target, target × source), the classes those of ``jattn.analyses.base``."""
+    target, target × source), the classes those of ``jattn.nn.token_classes``."""
 
     name = "norms"
     layerwise = True  # each layer's statistics from that layer alone: reduced inside the scan

@@ -42,7 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.analyses.base import CLASS_NAMES, CLS, SEP, Method, Statistic, StepContext
+from jattn.nn.token_classes import CLASS_NAMES, CLS, SEP
+from jattn.runner.protocol import Method, Statistic, StepContext
 from jattn.analyses.registry import register
 from jattn.nn.layers import safe_sqrt
 
@@ -61,7 +62,7 @@ class Thresholds:
 
 def map_statistics(A: jax.Array, token_class: jax.Array) -> dict[str, jax.Array]:
     """Per-map masses V, D, B and the pair flag. A (..., b, H, n, n) attention weights,
-    token_class (b, n) (``jattn.analyses.base``: CLS 0, SEP 1, -1 on padding) -> each (..., b, H),
+    token_class (b, n) (``jattn.nn.token_classes``: CLS 0, SEP 1, -1 on padding) -> each (..., b, H),
     and ``pair`` (b,) bool, ``rows`` (b,) number of body rows (0: no statistic)."""
     real = token_class >= 0  # (b, n)
     special = (token_class == CLS) | (token_class == SEP)  # (b, n)
@@ -217,14 +218,5 @@ def synthetic_map(kind: int, n: int, rng: np.random.Generator, pair: bool = Fals
     return (A / A.sum(1, keepdims=True)).astype(np.float32), cls
 
 
-def _figures(stats: dict, num_layers: int, folder) -> list:
-    from jattn.viz import plots
-
-    share = stats["pattern_share"]  # (L, H, 5)
-    return [plots.heatmap(share[..., k], f"Share of each head's attention maps of type '{name}' (Kovaleva et al. 2019)",
-                          folder / f"pattern_{k}_{name}.png", vmin=0.0, vmax=1.0, label="share of maps (0-1)")
-            for k, name in enumerate(TYPES)]
-
-
 register("patterns", "Kovaleva et al. pattern types per head (vertical/diagonal/mixed/block/heterogeneous)",
-         lambda model, options: PatternTypes(), figures=_figures)
+         lambda model, options: PatternTypes())

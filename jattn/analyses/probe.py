@@ -31,7 +31,7 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from jattn.analyses.base import HostBatch, Method, StepContext
+from jattn.runner.protocol import HostBatch, Method, StepContext
 from jattn.analyses.weights import word_level
 
 __all__ = ["batches", "scores", "sentence_features", "train", "word_embedding_table", "word_embeddings",

@@ -2,16 +2,14 @@
 
 A method module registers each method at its bottom::
 
-    register("weights", "attention to [CLS]/[SEP]/...", lambda model, options: ClassAttention(),
-             figures=class_figures)
+    register("weights", "attention to [CLS]/[SEP]/...", lambda model, options: ClassAttention())
 
 ``name`` is the CLI name and equals the method object's ``name`` (the key of its totals).
 ``factory(model, options)`` builds the method for a loaded model (``options``: ``Options``,
-what the command line passes to every factory). ``figures(stats, num_layers, folder)`` draws
-the method's own figures from the finished statistics (numpy arrays by statistic name) and
-returns the PNG paths; ``jattn.io.results.write_figures`` calls it after the generic per-head
-heatmaps. Adding a method is one module in ``jattn/methods/`` that calls ``register``: every
-module of the package is imported before the registry is read.
+what the command line passes to every factory). A method's own figures are drawn by
+``jattn.viz.figures``, under the same name. Adding a method is one module in
+``jattn/analyses/`` that calls ``register``: every module of the package is imported before the
+registry is read.
 
 Library errors are exceptions (``ValueError``); the command line turns them into messages.
 """
@@ -23,8 +21,6 @@ import importlib
 import pkgutil
 from pathlib import Path
 from typing import Callable
-
-import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,15 +37,14 @@ class Entry:
     name: str  # CLI name == method.name
     help: str  # one line for ``jattn analyze --help``
     factory: Callable  # (model, Options) -> Method
-    figures: Callable[[dict[str, np.ndarray], int, Path], list[Path]] | None = None
 
 
 _ENTRIES: dict[str, Entry] = {}
 
 
-def register(name: str, help: str, factory: Callable, figures: Callable | None = None) -> Entry:
+def register(name: str, help: str, factory: Callable) -> Entry:
     """Declare a method under its CLI name (called at import of the method's module)."""
-    entry = Entry(name, help, factory, figures)
+    entry = Entry(name, help, factory)
     if name in _ENTRIES and _ENTRIES[name].factory.__module__ != factory.__module__:
         raise ValueError(f"two modules register a method named {name!r}: "
                          f"{_ENTRIES[name].factory.__module__} and {factory.__module__}")

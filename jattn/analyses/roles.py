@@ -32,7 +32,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.analyses.base import Method, Statistic, StepContext
+from jattn.runner.protocol import Method, Statistic, StepContext
 from jattn.analyses.confidence import scored_rows
 from jattn.analyses.syntax import OFFSETS, DependencyCounts, head_roles
 

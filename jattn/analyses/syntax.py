@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jattn.analyses.base import HostBatch, Method, Statistic, StepContext
+from jattn.runner.protocol import HostBatch, Method, Statistic, StepContext
 from jattn.analyses.registry import register
 from jattn.analyses.weights import word_level
 
@@ -177,50 +177,6 @@ def write_table(rows: dict, folder) -> tuple[Path, Path]:
     return folder / "dependency.json", folder / "dependency.md"
 
 
-def figures(counts: DependencyCounts, folder, min_count: int = MIN_COUNT) -> list[Path]:
-    """A layer × head heatmap of the better-direction accuracy per tabulated relation, and the
-    head-role map."""
-    from jattn.viz import plots
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    acc, _, total = counts.accuracy()
-    names = counts.relations + ("all",)
-    paths = []
-    for r in np.flatnonzero(total >= min_count):
-        safe = names[r].replace(":", "_")
-        paths.append(plots.heatmap(acc[:, :, :, r].max(0), f"{names[r]}: dependency accuracy (%) of each head, "
-                                   f"better direction (n={int(total[r])})", folder / f"dependency_{safe}.png",
-                                   label="dependency accuracy (%)"))
-    paths.append(role_map(head_roles(counts, min_count), folder / "head_roles.png"))
-    return paths
-
-
-def role_map(roles: dict, path) -> Path:
-    """One layer × head grid coloured by role, each cell labelled (prev/next, relation)."""
-    import matplotlib.pyplot as plt
-
-    from jattn.viz import plots
-
-    kinds = ["other", "positional", "syntactic", "positional+syntactic"]
-    code = np.vectorize(kinds.index)(roles["role"])  # (L, H)
-    L, H = code.shape
-    fig, ax = plt.subplots(figsize=(0.8 * H + 2, 0.55 * L + 1.5))
-    cmap = plt.get_cmap("Set2", len(kinds))
-    ax.imshow(code, cmap=cmap, vmin=-0.5, vmax=len(kinds) - 0.5, aspect="auto")
-    for l in range(L):
-        for h in range(H):
-            label = "\n".join(x for x in (roles["positional"][l, h][:4], roles["relation"][l, h]) if x)
-            ax.text(h, l, label, ha="center", va="center", fontsize=5)
-    for i, k in enumerate(kinds):
-        ax.scatter([], [], color=cmap(i), marker="s", label=f"{k} ({int((code == i).sum())})")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    ax.set(xlabel=plots.HEAD, ylabel=plots.LAYER, xticks=range(H), yticks=range(L),
-           title="Head roles (Voita et al. 2019): positional ≥ 90% prev/next word; "
-                 "syntactic ≥ 10 points over the best offset")
-    return plots.save(fig, path)
-
-
 # ---------------------------------------------------------------- the same counts through the runner
 
 def _word_rows(word_map: jax.Array) -> jax.Array:
@@ -308,11 +264,9 @@ class DependencyHeads(Method):
         return DependencyCounts(self.relations, *(get(f.name) for f in dataclasses.fields(DependencyCounts)[1:]))
 
     def write_report(self, stats: dict, folder) -> list[Path]:
-        """Table 1 (``dependency.json`` / ``.md``, best head chosen in-sample as Clark did), the
-        per-relation heatmaps and the head-role map (``figures/``)."""
-        c = self.counts(stats)
-        paths = list(write_table(table(c, self.min_count), folder))
-        return paths + figures(c, Path(folder) / "figures", self.min_count)
+        """Table 1 (``dependency.json`` / ``.md``, best head chosen in-sample as Clark did); its
+        figures, the per-relation heatmaps and the head-role map, are ``jattn.viz.figures``'."""
+        return list(write_table(table(self.counts(stats), self.min_count), folder))
 
 
 register("syntax", "per-head dependency accuracy per relation, best offsets, head roles (Clark et al. 2019 Table 1, "

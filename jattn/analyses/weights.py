@@ -18,7 +18,9 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from jattn.analyses.base import CLASS_NAMES, CLS, SEP, Method, Statistic, StepContext, class_sums, ratio, segment_mean
+from jattn.nn.token_classes import CLASS_NAMES, CLS, SEP
+from jattn.runner.protocol import Method, Statistic, StepContext
+from jattn.analyses.base import class_sums, ratio, segment_mean
 from jattn.analyses.registry import register
 
 __all__ = ["ClassAttention", "Entropy", "word_level"]
@@ -101,7 +103,7 @@ class ClassAttention(LevelStatistic):
     """Attention to [CLS], [SEP], punctuation ("." ","), other; [SEP]→[SEP], non-[SEP]→[SEP];
     previous/self/next token (Clark et al. 2019, Fig. 1-2, §3.1-3.2).
 
-    On a translation model, per attention type (``jattn.analyses.base``): [SEP] is ``</s>``,
+    On a translation model, per attention type (``jattn.runner.protocol``): [SEP] is ``</s>``,
     [CLS] the decoder's start token; cross-attention (target rows, source keys) has the class
     statistics only, prev/self/next being positions of one sequence.
 
@@ -196,51 +198,11 @@ class Entropy(LevelStatistic):
         return {k: s for k, s in stats.items() if s is not None}
 
 
-def class_figures(prefix: str):
-    """Figures of ``ClassAttention`` at one level: attention to token classes, positional.
-    ``labels`` renames the classes ({"[CLS]": ..., "[SEP]": ...}: a translation model's terms);
-    classes and positions without a statistic (absent from an attention type) are left out."""
-
-    def figures(stats: dict, num_layers: int, folder, labels: dict | None = None) -> list:
-        from jattn.viz import plots, words
-
-        level, own = (" (word level)" if prefix else ""), labels or {}
-        classes = {"attn_to_cls": "[CLS]", "attn_to_sep": "[SEP]", "attn_to_punct": '"." or ","',
-                   "attn_to_other": "other"}
-        classes = {k: own.get(v, v) for k, v in classes.items() if prefix + k in stats}
-        positional = {k: v for k, v in {"attn_prev": "previous token", "attn_self": "self",
-                                        "attn_next": "next token"}.items() if prefix + k in stats}
-        paths = [plots.per_layer({k: stats[prefix + k] for k in classes}, classes,
-                                 f"Attention to each class of key token, by layer{level}", words.SHARE,
-                                 folder / f"{prefix}class_attention.png")]
-        if positional:
-            paths.append(plots.per_layer({k: stats[prefix + k] for k in positional}, positional,
-                                         f"Attention to the previous token, itself and the next token, by layer"
-                                         f"{level}", words.SHARE,
-                                         folder / f"{prefix}positional.png"))
-        return paths
-    return figures
-
-
-def entropy_figures(prefix: str):
-    """Figure of ``Entropy`` at one level: mean row entropy per layer vs the uniform reference
-    (and the [CLS] row's, where there is one; ``labels`` as ``class_figures``)."""
-
-    def figures(stats: dict, num_layers: int, folder, labels: dict | None = None) -> list:
-        from jattn.viz import plots
-
-        cls = (labels or {}).get("[CLS]", "[CLS]")
-        return [plots.entropy_plot(stats[prefix + "entropy"], stats.get(prefix + "entropy_cls"),
-                                   float(stats[prefix + "entropy_uniform"]), folder / f"{prefix}entropy.png",
-                                   f"{cls} row")]
-    return figures
-
-
 register("weights", "attention to [CLS]/[SEP]/punctuation/other, SEP->SEP, prev/self/next (Clark et al. 2019)",
-         lambda model, options: ClassAttention(), class_figures(""))
+         lambda model, options: ClassAttention())
 register("entropy", "mean row entropy, [CLS]-row entropy, uniform reference (Clark et al. 2019)",
-         lambda model, options: Entropy(), entropy_figures(""))
+         lambda model, options: Entropy())
 register("word-weights", "'weights' on the word-level map (needs --format conllu)",
-         lambda model, options: ClassAttention("word"), class_figures("word_"))
+         lambda model, options: ClassAttention("word"))
 register("word-entropy", "'entropy' on the word-level map (needs --format conllu)",
-         lambda model, options: Entropy("word"), entropy_figures("word_"))
+         lambda model, options: Entropy("word"))

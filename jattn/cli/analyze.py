@@ -10,7 +10,7 @@ without ``</s>``) are left out (listed in ``meta.left_out``).
 
 Streams the corpus through ``jattn.runner.loop.run_corpus`` with the methods of the registry
 (``jattn.analyses.registry``) and writes ``DIR/results.json``, ``DIR/results.npz``,
-``DIR/report.md`` and ``DIR/figures/*.png`` (``jattn.io.results``), replacing DIR as a whole once everything is
+``DIR/report.md`` and ``DIR/figures/*.png`` (``jattn.viz.results``), replacing DIR as a whole once everything is
 written. Several processes: start one per host with ``--coordinator HOST:PORT
 --num-processes N --process-id I``; each reads its own shard, process 0 writes the outputs.
 """
@@ -114,7 +114,7 @@ def run(args) -> None:
     init_distributed(args)
     import jax
 
-    import jattn
+    from jattn.models import load
     from jattn.io import results
     from jattn.io.readers import Corpus
     from jattn.analyses.registry import Options, make_methods
@@ -126,7 +126,7 @@ def run(args) -> None:
     inputs = args.input[0] if len(args.input) == 1 else args.input
     with output:
         corpus = Corpus(inputs, args.format, encoding=args.encoding)
-        model = jattn.load(args.model)
+        model = load(args.model)
         options = Options(rank_file=args.rank_file, min_count=args.min_count)
         methods = make_methods(model, names, options)
         if any(getattr(m, "level", "token") == "word" for m in methods):  # formats with labels read as words (gap)
@@ -163,9 +163,10 @@ def own_terms(result):
 
 
 def write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
-    """``jattn.io.results.write_files``, then each labelled method's report (``write_report``:
-    tables and figures, e.g. Clark's Table 1); for a translation model the figures per attention
-    type, each in ``figures/<type>/`` (heatmaps, and the methods' own figures for self-attention)."""
+    """``jattn.viz.results.write_files``, then each labelled method's report (``write_report``:
+    tables, e.g. Clark's Table 1, and their figures, ``jattn.viz.figures.REPORTS``); for a
+    translation model the figures per attention type, each in ``figures/<type>/`` (heatmaps, and
+    the methods' own figures for self-attention)."""
     paths = _write(result, folder, model, meta, methods)
     report(result, folder, meta, paths)
     return paths
@@ -183,9 +184,10 @@ def report(result, folder: Path, meta: dict, paths: list[Path]) -> Path:
 
 
 def _write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
-    from jattn.io import results
     from jattn.nn.config import Seq2SeqConfig
     from jattn.runner.translation import LABELS
+    from jattn.viz import results
+    from jattn.viz.figures import REPORTS
 
     config = model.config
     if not isinstance(config, Seq2SeqConfig):
@@ -194,6 +196,8 @@ def _write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
         for m in methods:
             if hasattr(m, "write_report"):
                 paths += m.write_report(stats, folder)
+            if m.name in REPORTS:
+                paths += REPORTS[m.name](m, stats, folder / "figures")
         return paths
     paths = results.write_files(result, folder, 0, meta)  # 0 layers: no generic figures, drawn per type below
     layers = {"encoder": config.encoder_layers, "decoder": config.decoder_layers, "cross": config.decoder_layers}

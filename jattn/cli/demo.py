@@ -102,8 +102,10 @@ def figure_caption(path: Path) -> str:
 
 
 def run(args) -> None:
-    import jattn
+    from jattn.models import load
+    from jattn.viz.view import view
     from jattn.io import results
+    from jattn.viz.results import write_files
     from jattn.io.readers import Corpus
     from jattn.analyses.registry import make_methods
     from jattn.runner.loop import run_corpus
@@ -120,13 +122,13 @@ def run(args) -> None:
         raise ValueError(f"--maps {args.maps}: {corpus} has {len(sentences)} sentences. Fix: --maps "
                          f"{len(sentences)} or fewer")
     with results.Output(args.out, overwrite=args.overwrite) as output:  # checked and locked before any work
-        model = jattn.load(args.model)
+        model = load(args.model)
         name = "all-MiniLM-L6-v2 (embedded default)" if args.model is None else str(args.model)
         result = run_corpus(model, examples, make_methods(model, METHODS), batch_size=args.batch_size)
 
         def fill(out: Path) -> list[Path]:
-            figures = results.write_files(result, out, model.config.num_layers,
-                                          results.run_meta(input=corpus, methods=METHODS))
+            figures = write_files(result, out, model.config.num_layers,
+                                  results.run_meta(input=corpus, methods=METHODS))
             stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
             maps = []
             for k in range(args.maps):
@@ -137,7 +139,7 @@ def run(args) -> None:
                 plots.attention_grid(weights, tokens, maps[-1], f"Attention maps of every head on sample sentence {k}, "
                                      f"{name}")
             page = out / "attention_view.html"  # interactive head/model views, weights vs norms
-            page.write_text(jattn.view(model, sentences[0]), encoding="utf-8")
+            page.write_text(view(model, sentences[0]), encoding="utf-8")
             figures = maps + [page] + sorted(figures)
             (out / "report.md").write_text(report(stats, result.meta, name, figures, out, corpus))
             return figures

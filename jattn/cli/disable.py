@@ -69,12 +69,13 @@ def sweep(model, examples, metric, m, u, args, work):
 def run(args) -> None:
     import shutil
 
-    import jattn
-    from jattn.analyses.base import Statistic
+    from jattn.models import load
+    from jattn.runner.protocol import Statistic
     from jattn.cli.common import cached, check_work, max_length_for, work_folder
     from jattn.cli.disable_report import figures, noise, report, units
     from jattn.cli.reporting import SCALE, metric_name
     from jattn.io import results, validate
+    from jattn.viz.results import write_files
     from jattn.runner.loop import RunResult
     from jattn.sweeps.disable import MODES, UNITS, heads_metric, metric_function
 
@@ -89,7 +90,7 @@ def run(args) -> None:
 
             examples, metric = read_labelled(args.input), args.metric or "accuracy"
         name, fn = metric_name(metric), metric_function(metric)[1]
-        model = jattn.load(args.model)
+        model = load(args.model)
         validate.model_kind(model, "classifier", "jattn disable")
         heads = validate.heads(args.heads, model.config.num_layers, model.config.num_heads) if args.heads else None
         work = work_folder(output)
@@ -125,7 +126,7 @@ def run(args) -> None:
                                 hurting={f"{u}_{m}": units(r, noises[u, m], -1) for (u, m), r in sweeps.items()})
 
         def fill(folder):
-            results.write_files(RunResult(stats, {}, {}), folder, 0, meta)
+            write_files(RunResult(stats, {}, {}), folder, 0, meta)
             paths = figures(sweeps, noises, name, folder / "figures")
             report(folder, sweeps, noises, name, meta, extra, paths)
             return paths

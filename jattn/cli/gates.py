@@ -159,7 +159,7 @@ def export(model, point: dict, folder: Path) -> Path:
 
 
 def run(args) -> None:
-    import jattn
+    from jattn.models import load
     from flax import nnx
 
     from jattn.cli.gates_report import write
@@ -174,7 +174,7 @@ def run(args) -> None:
         if exported is not None and exported.out == output.out:
             raise ValueError("--export and --out are one folder. Fix: give the pruned model a folder of its own")
         train, dev = read_examples(args.input, args.format), read_examples(args.dev, args.format)
-        model = jattn.load(args.model)
+        model = load(args.model)
         check_family(model, args.format, "jattn gates")
         max_length = max_length_for(args, model)
         shapes = l0.gate_shapes(model.config)

@@ -43,18 +43,20 @@ def report(folder, stats: dict, args, model, examples: int, paths) -> None:
 
 
 def run(args) -> None:
-    import jattn
+    from jattn.models import load
+    from jattn.sweeps.importance import importance
     from jattn.viz import plots
     from jattn.io import results
-    from jattn.analyses.base import Statistic
+    from jattn.viz.results import write_files
+    from jattn.runner.protocol import Statistic
     from jattn.runner.loop import RunResult
 
     with results.Output(args.out, overwrite=args.overwrite) as output:
         examples = read_examples(args.input, args.format)
-        model = jattn.load(args.model)
+        model = load(args.model)
         check_family(model, args.format, "jattn importance")
-        imp = jattn.importance(model, examples, estimator=args.estimator, normalize=not args.no_normalize,
-                               batch_size=args.batch_size, max_length=max_length_for(args, model))
+        imp = importance(model, examples, estimator=args.estimator, normalize=not args.no_normalize,
+                         batch_size=args.batch_size, max_length=max_length_for(args, model))
         what = f"(L, H) head importance E|dL/dξ|, {args.estimator} estimator (Michel et al. 2019)"
         single = len(imp) == 1  # an encoder's one attention type keeps the plain name
         stats = {"importance" if single else f"{k}_importance": Statistic(np.asarray(v), what) for k, v in imp.items()}
@@ -64,7 +66,7 @@ def run(args) -> None:
         result = RunResult(stats, {}, {})
 
         def fill(folder):
-            results.write_files(result, folder, 0, meta)
+            write_files(result, folder, 0, meta)
             figures = folder / "figures"
             figures.mkdir(exist_ok=True)
             paths = [plots.heatmap(s.value, f"Head importance ({name}, Michel et al. 2019 Eq. 2)",

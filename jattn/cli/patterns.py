@@ -29,20 +29,21 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> None:
-    import jattn
+    from jattn.models import load
     from jattn.cli.common import max_length_for
     from jattn.io import results, validate
+    from jattn.viz.results import write_files
     from jattn.io.readers import Corpus
-    from jattn.analyses.base import Statistic
+    from jattn.runner.protocol import Statistic
     from jattn.analyses.patterns import PatternTypes, finetune_change
     from jattn.analyses.weights import ClassAttention
     from jattn.runner.loop import run_corpus
 
     with results.Output(args.out, overwrite=args.overwrite) as output:
         corpus = Corpus(args.input, "text" if args.format == "text" else args.format)
-        model = jattn.load(args.model)
+        model = load(args.model)
         validate.model_kind(model, "encoder", "jattn patterns (Kovaleva's pattern types read [CLS]/[SEP] maps)")
-        before = jattn.load(args.before) if args.before else None
+        before = load(args.before) if args.before else None
         if before is not None:
             validate.model_kind(before, "encoder", "jattn patterns --before", "--before")
         result = run_corpus(model, corpus, [PatternTypes(), ClassAttention()], batch_size=args.batch_size,
@@ -58,7 +59,7 @@ def run(args) -> None:
         def fill(folder):
             from jattn.cli.reporting import statistics_lines, write_report
 
-            paths = results.write_files(result, folder, model.config.num_layers, meta)
+            paths = write_files(result, folder, model.config.num_layers, meta)
             lines = [f"Model: {model.source}" + (f", compared with --before {args.before}" if args.before else "")
                      + f". Corpus: {args.input}, {result.meta['segments']} segments. Pattern types of Kovaleva et "
                      "al. (2019) per head; heads are 0-based layer-head.", "", *statistics_lines(result.statistics)]

@@ -54,7 +54,7 @@ def curve_figure(curve: list, baseline: float, tolerance: float, ylabel: str, pa
 
 
 def run(args) -> None:
-    import jattn
+    from jattn.models import load
     from jattn.cli.reporting import metric_name, table, write_report
     from jattn.io import results
     from jattn.sweeps.pruning import by_original_head
@@ -66,7 +66,7 @@ def run(args) -> None:
     with results.Output(args.out, overwrite=args.overwrite) as output, exporting as exported:
         examples = read_examples(args.input, args.format)
         dev = read_examples(args.dev, args.format)
-        model = jattn.load(args.model)
+        model = load(args.model)
         check_family(model, args.format, "jattn prune")
         heads = int(held(model).sum())  # a model pruned before: its heads, not its padding slots
         pruned_before = getattr(model.config, "pruned", None) is not None

@@ -63,11 +63,11 @@ def write(html: str, out) -> Path:
 
 
 def run(args) -> None:
-    import jattn
+    from jattn.models import load
 
     check_out(args.out)  # before loading anything
-    model = jattn.load(args.model)
-    compare = None if args.compare_model is None else jattn.load(args.compare_model)
+    model = load(args.model)
+    compare = None if args.compare_model is None else load(args.compare_model)
     html = view(model, args.text, args.pair, args.target, compare=compare, max_length=args.max_length,
                 truncate=args.truncate, num_beams=args.num_beams)
     out = write(html, args.out)

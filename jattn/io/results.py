@@ -1,11 +1,8 @@
-"""A run's results as files a person can open, published as a whole.
+"""A run's results folder, published as a whole (its files and figures: ``jattn.viz.results``).
 
-``write_files(result, folder, num_layers, meta)`` writes ``results.json`` (every statistic:
-nested-list value, shape, description; plus ``meta``), ``results.npz`` and ``figures/*.png``
-(a heatmap of every (L, H) statistic, then each registered method's own figures,
-``jattn.analyses.registry``). Totals that are not finite (a NaN or inf produced by the model)
-are an error naming the method, the total and the layer/head, never written as ``null``,
-which the format reserves for "no contributing sequence".
+``check_finite`` refuses totals that are not finite (a NaN or inf produced by the model): an
+error naming the method, the total and the layer/head, never written as ``null``, which
+``to_json`` reserves for "no contributing sequence".
 
 ``Output(out)`` owns an output folder for one run: it checks ``out`` before any work (not an
 existing file, a writable parent, not a foreign non-empty folder unless ``overwrite``), holds
@@ -43,7 +40,7 @@ import numpy as np
 from jattn.io import locks
 from jattn.io.stops import check_stop
 
-__all__ = ["acquire_lock", "Output", "release_lock", "run_meta", "write_figures", "write_files"]
+__all__ = ["acquire_lock", "Output", "release_lock", "run_meta"]
 
 class OutputError(ValueError):
     """An output folder that cannot be used, or writing into it failed."""
@@ -89,46 +86,6 @@ def check_finite(result, num_layers: int) -> None:
         raise NonFiniteError("the run produced non-finite numbers (" + "; ".join(problems[:3])
                              + (f"; {len(problems) - 3} more" if len(problems) > 3 else "") + "). Fix: check "
                              "the model's weights (jattn.load refuses non-finite ones) and its compute dtype")
-
-
-def write_files(result, folder: Path, num_layers: int, meta: dict | None = None) -> list[Path]:
-    """Write results.json, results.npz and figures/ into ``folder``; returns the figure paths."""
-    check_finite(result, num_layers)
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
-    doc = {k: {"value": to_json(v), "shape": list(v.shape), "description": result.statistics[k].description}
-           for k, v in stats.items()}
-    doc["meta"] = {**result.meta, **(meta or {}), "complete": True}
-    with open(folder / "results.npz", "wb") as f:
-        np.savez(f, **stats)
-    figures = write_figures(stats, num_layers, folder / "figures", [m for m in result.totals if m != "_meta"])
-    (folder / "results.json").write_text(json.dumps(doc, indent=1))
-    return figures
-
-
-def write_figures(stats: dict[str, np.ndarray], num_layers: int, folder: Path, methods=(),
-                  labels: dict | None = None) -> list[Path]:
-    """A heatmap of every (L, H) statistic, then the figures of each registered method in
-    ``methods`` (method names) whose statistics are all there. ``labels``: names of token classes
-    in the model's own terms ({"[CLS]": ..., "[SEP]": ...}), for the figures that take them."""
-    import inspect
-
-    from jattn.viz import plots, words
-    from jattn.analyses.registry import entries
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = [plots.heatmap(v, words.title(k), folder / f"heatmap_{k}.png", label=words.unit(k))
-             for k, v in stats.items()
-             if v.ndim == 2 and v.shape[0] == num_layers]
-    registered = entries()
-    for name in methods:
-        entry = registered.get(name)
-        if entry is not None and entry.figures is not None:
-            named = labels and "labels" in inspect.signature(entry.figures).parameters
-            paths += entry.figures(stats, num_layers, folder, **({"labels": labels} if named else {}))
-    return paths
 
 
 def run_meta(**fields) -> dict:
@@ -337,12 +294,3 @@ def _replace(new: Path, out: Path) -> None:
         os.rename(out, old / "previous")
         os.rename(new, out)
         os.rename(old, new)
-
-
-def write_results(result, out, num_layers: int, meta: dict | None = None) -> list[Path]:
-    """Write a run's results folder ``out`` as a whole (``Output`` + ``write_files``),
-    replacing what was there: for scripts whose ``out`` is their own folder."""
-    with Output(out, overwrite=True) as output:
-        paths = output.write(lambda folder: [p.relative_to(folder) for p in
-                                             write_files(result, folder, num_layers, meta)])
-        return [output.out / p for p in paths]

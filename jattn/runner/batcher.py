@@ -17,7 +17,8 @@ from typing import Iterable
 
 import numpy as np
 
-from jattn.analyses.base import CLS, OTHER, PUNCT, SEP, HostBatch, TranslationHostBatch
+from jattn.nn.token_classes import CLS, OTHER, PUNCT, SEP
+from jattn.runner.protocol import HostBatch, TranslationHostBatch
 from jattn.io import validate
 from jattn.io.readers import Example, as_example
 from jattn.io.tokenize import SequenceTooLongError, tokenize

@@ -8,7 +8,7 @@ per attention type (``jattn.runner.translation``). A method says which families 
 ``run_corpus(model, examples, methods)`` reads examples in chunks, tokenizes them, sorts each
 chunk by length and cuts it into batches of ``batch_size`` rows padded to the smallest of a
 few bucket lengths (bounding recompiles to one per bucket). One jitted step per batch runs the
-encoder and every method's ``reduce`` (``jattn.analyses.base``), returning additive statistics
+encoder and every method's ``reduce`` (``jattn.runner.protocol``), returning additive statistics
 of a fixed shape; the host adds them in float64. Nothing of shape (examples, ..., n, n) is
 kept, so memory does not grow with the corpus.
 
@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from jattn.runner import translation as run_translation
 from jattn.nn.config import Seq2SeqConfig
-from jattn.analyses.base import HostBatch, Statistic, StepContext
+from jattn.runner.protocol import HostBatch, Statistic, StepContext
 from jattn.runner.batcher import batches
 from jattn.runner.inputs import corpus, default_length, pad_token
 from jattn.nn import encoder, state
@@ -54,7 +54,7 @@ class RunResult:
 
 
 def self_attention_fields(batch: dict, causal: bool) -> dict:
-    """The attention-type fields of ``jattn.analyses.base`` for an encoder's self-attention; a
+    """The attention-type fields of ``jattn.runner.protocol`` for an encoder's self-attention; a
     causal LM's (``causal``) real query i may attend the real keys j ≤ i only."""
     real = batch["attention_mask"] > 0  # (b, n)
     allowed = real[:, :, None] & real[:, None, :]  # (b, n, n)
@@ -187,7 +187,7 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
     ``max_length``: the longest example, in tokens (default 128, or the model's positions where fewer).
     ``skip_too_long``: skip (and count in ``meta``) examples over ``max_length`` tokens, and
     labelled word lists whose labels cannot be placed, instead of raising — never cut.
-    Examples' ``labels`` reach the methods padded (``jattn.analyses.base.HostBatch``).
+    Examples' ``labels`` reach the methods padded (``jattn.runner.protocol.HostBatch``).
     ``records``: a folder for the per-example records of methods that define ``records``
     (``jattn.io.records``: npz shards of ``records_shard_size`` examples, one folder per method).
     """

@@ -9,7 +9,7 @@ predicts the next target id (``target_ids``). Source and target are padded to on
 (the smallest that fits both), so each bucket compiles once, as for an encoder. Filler rows (``example == -1``) see one source token so no softmax
 row is empty; every mask of theirs is zero, so they contribute nothing.
 
-Per attention type the methods see (``jattn.analyses.base``): ``encoder`` — source queries ×
+Per attention type the methods see (``jattn.runner.protocol``): ``encoder`` — source queries ×
 source keys; ``decoder`` — target queries × target keys, causal; ``cross`` — target queries ×
 source keys.
 """
@@ -23,13 +23,14 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jattn.analyses.base import CLASS_NAMES, StepContext, TranslationHostBatch
+from jattn.nn.token_classes import CLASS_NAMES
+from jattn.runner.protocol import StepContext, TranslationHostBatch
 from jattn.nn import seq2seq, state
 from jattn.runner.batcher import pad_pairs
 
 INPUT_KEYS = ("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
 def attention_fields(batch: dict, kind: str) -> dict:
-    """The attention-type fields of ``jattn.analyses.base`` for ``kind``, from a translation batch."""
+    """The attention-type fields of ``jattn.runner.protocol`` for ``kind``, from a translation batch."""
     real_src = (batch["attention_mask"] > 0) & (batch["example"] >= 0)[:, None]  # (b, s)
     real_tgt = batch["decoder_attention_mask"] > 0  # (b, t)
     query, key, q_class, k_class = {
@@ -68,6 +69,10 @@ def make_step(config, methods: tuple, mesh):
         module = seq2seq.module(params, config)
         stats = {}
         for m in methods:
+            if getattr(m, "joint", False):  # every attention type at once (``Method.joint``)
+                stats[m.name] = m.reduce(StepContext(params, config, batch, features[m.name], outputs, internals,
+                                                     forward, None, "all"))
+                continue
             for kind in kinds_of(m):
                 ctx = StepContext(params, config, dict(batch, **attention_fields(batch, kind)), features[m.name],
                                   outputs, internals[kind], forward, module.view(kind), kind)
@@ -130,6 +135,9 @@ def finalize(methods, totals: dict, meta: dict) -> dict:
     described in the translation model's own terms (``LABELS``)."""
     out = {}
     for m in methods:
+        if getattr(m, "joint", False):  # its statistics named by itself (``Method.joint``)
+            out.update(m.finalize(totals[m.name], meta))
+            continue
         for kind in kinds_of(m):
             for name, stat in m.finalize(totals[f"{kind}-{m.name}"], dict(meta, kind=kind)).items():
                 text = stat.description

@@ -22,7 +22,7 @@ gradient there), then per layer I[l] /= ‖I[l]‖₂ + 1e-20. Under a head mask
 exactly 0 for pruned heads. The mask reaches the jitted step as data, so a new mask never
 recompiles.
 
-Losses (``jattn.training.losses``): a classifier checkpoint's cross-entropy (examples carry labels), the
+Losses (``jattn.nn.losses``): a classifier checkpoint's cross-entropy (examples carry labels), the
 masked-LM loss of an MLM checkpoint (15 % masked, seeded per corpus index), a causal LM's
 next-token cross-entropy (mean over each sequence's predicted positions), and for a
 translation model the teacher-forced token cross-entropy summed over target tokens (examples
@@ -32,18 +32,16 @@ are (source, target) pairs; importance per attention type: encoder self, decoder
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
 from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from jattn.io import validate
-from jattn.training import losses
+from jattn.nn import losses
 from jattn.nn.interventions import Interventions
-from jattn.analyses.base import HostBatch, Method, Statistic, StepContext
+from jattn.runner.protocol import HostBatch, Method, Statistic, StepContext
 from jattn.analyses.registry import register
 from jattn.runner.inputs import Tokens, corpus, default_length
 from jattn.nn import encoder
@@ -263,11 +261,18 @@ def importance(model, examples: Sequence, *, loss: Callable | None = None, estim
     mask = {} if mask is None else model.per_type(mask, "mask")
     kind = "custom" if loss is not None else losses.default_loss(model)
     examples = corpus(model, examples, kind == "classification")  # a tokenized batch: a ``Tokens`` per row
-    if hasattr(model.config, "decoder_layers"):
-        return seq2seq_importance(model, examples, loss=loss, estimator=estimator, normalize=normalize, mask=mask,
-                                  batch_size=batch_size, max_length=max_length, progress=progress)
     from jattn.runner.loop import run_corpus
 
+    if hasattr(model.config, "decoder_layers"):
+        if not any(isinstance(x, Tokens) for x in examples):
+            check_pairs(examples)
+        if not len(examples):
+            raise ValueError("no translation pairs given: importance needs at least one (source, target) pair")
+        method = TranslationImportance(loss, estimator=estimator, normalize=normalize, masks=mask,
+                                       shapes=model.head_shapes)
+        result = run_corpus(model, examples, [method], batch_size=batch_size, max_length=max_length,
+                            progress=progress)
+        return {kind: result.statistics[f"{kind}_importance"].value for kind in KINDS}
     inputs, labels = split_labels(examples, kind)
     if labels is not None:
         validate.labels("labels", labels, model.config.num_labels)
@@ -280,30 +285,72 @@ def importance(model, examples: Sequence, *, loss: Callable | None = None, estim
 KINDS = ("encoder", "decoder", "cross")
 
 
-@partial(jax.jit, static_argnames=("config", "estimator", "loss"))
-def _seq2seq_step(params, config, batch: dict, masks: dict, estimator: str, loss):
-    """One batch of translation pairs -> ({kind: (L, H)} sums, counts)."""
-    from jattn.nn import seq2seq
+@dataclasses.dataclass(frozen=True)
+class TranslationImportance(Method):
+    """A translation model's head importance through the corpus runner (``jattn.runner.translation``):
+    the teacher-forced token cross-entropy summed over target tokens (or ``loss``), one backward
+    pass per batch through the gates of all three attention types (``joint``), additive (L, H)
+    sums and counts per type. ``masks`` {type: (L, H)} (missing types: all kept) reach the step
+    as per-row data through ``prepare``, left out of equality like ``HeadImportance``'s."""
 
-    rows = batch["label_mask"].sum(1) > 0  # (b,)
-    source = (batch["attention_mask"] > 0) & rows[:, None]  # (b, s)
-    target = batch["label_mask"] > 0  # (b, t)
-    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "decoder_input_ids")}
+    loss: Callable | None = None  # fn(params, config, outputs, batch) -> (b,); None = the model's own
+    _: dataclasses.KW_ONLY
+    estimator: str = "token"
+    normalize: bool = True
+    masks: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    shapes: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)  # {type: (L, H)}
+    name = "importance"
+    families = ("seq2seq",)
+    joint = True
 
-    if loss is not None:  # a user's loss never sees a filler row (``fill_rows``)
-        batch = fill_rows(batch, rows)
-        inputs = {k: batch[k] for k in inputs}
+    def prepare(self, batch) -> dict:
+        b = batch.input_ids.shape[0]
+        return {kind: head_mask_rows(self.masks.get(kind), b, *self.shapes[kind]) for kind in KINDS}
 
-    def total_loss(gates):
-        iv = {kind: Interventions(head_gates=g) for kind, g in gates.items()}
-        outputs, _ = seq2seq.forward(params, config, inputs, iv, internals=None)
-        per = (losses.translation_loss(outputs["logits"], batch["labels"], batch["label_mask"]) if loss is None
-               else loss(params, config, outputs, batch))  # (b,)
-        return jnp.where(rows, per, 0.0).sum()
+    def reduce(self, ctx: StepContext) -> dict:
+        """One batch of translation pairs -> {type: (L, H)} sums and counts."""
+        from jattn.nn import seq2seq
 
-    sums = gate_sums(total_loss, masks, {"encoder": source, "decoder": target, "cross": target}, rows, estimator)
-    counts = {"encoder": source.sum(), "decoder": target.sum(), "cross": target.sum(), "examples": rows.sum()}
-    return sums, counts
+        b = ctx.batch  # the training batch's fields: labels padded as the decoder input, their mask
+        batch = {"input_ids": b["input_ids"], "attention_mask": b["attention_mask"],
+                 "decoder_input_ids": b["decoder_input_ids"],
+                 "labels": jnp.where(b["target_ids"] >= 0, b["target_ids"], ctx.config.pad_token_id),
+                 "label_mask": b["decoder_attention_mask"]}
+        rows = batch["label_mask"].sum(1) > 0  # (b,)
+        source = (batch["attention_mask"] > 0) & rows[:, None]  # (b, s)
+        target = batch["label_mask"] > 0  # (b, t)
+        if self.loss is not None:  # a user's loss never sees a filler row (``fill_rows``)
+            batch = fill_rows(batch, rows)
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "decoder_input_ids")}
+
+        def total_loss(gates):
+            iv = {kind: Interventions(head_gates=g) for kind, g in gates.items()}
+            outputs, _ = seq2seq.forward(ctx.params, ctx.config, inputs, iv, internals=None)
+            per = (losses.translation_loss(outputs["logits"], batch["labels"], batch["label_mask"])
+                   if self.loss is None else self.loss(ctx.params, ctx.config, outputs, batch))  # (b,)
+            return jnp.where(rows, per, 0.0).sum()
+
+        queries = {"encoder": source, "decoder": target, "cross": target}
+        sums = gate_sums(total_loss, ctx.features, queries, rows, self.estimator)
+        counts = {"encoder": source.sum(), "decoder": target.sum(), "cross": target.sum(), "examples": rows.sum()}
+        return {"sums": sums, "counts": {k: c.astype(jnp.float32) for k, c in counts.items()}}
+
+    def finalize(self, totals, meta):
+        norm = ", per-layer L2 normalised" if self.normalize else ""
+        counts = totals["counts"]
+        return {f"{kind}_importance": Statistic(
+            finish(totals["sums"][kind], counts[kind] if self.estimator == "token" else counts["examples"],
+                   self.normalize),
+            f"{kind} attention: (L, H) head importance E|dL/dξ| ({self.estimator} estimator, "
+            f"{'translation' if self.loss is None else 'custom'} loss{norm}; Michel et al. 2019)") for kind in KINDS}
+
+
+def check_pairs(pairs: Sequence) -> None:
+    """(source, target) text pairs, each side a non-empty string; else a ValueError naming the first other."""
+    for i, x in enumerate(pairs):
+        if not (isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(t, str) and t.strip() for t in x)):
+            raise ValueError(f"example {i}: a translation model's importance needs (source, target) text pairs, "
+                             f"got {str(x)[:80]!r}")
 
 
 def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int):
@@ -314,10 +361,8 @@ def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int
     from jattn.runner.batcher import make_batch, round_up
 
     given = [x for x in pairs if isinstance(x, Tokens)]  # a tokenized batch's rows: no text to encode
-    for i, x in enumerate([] if given else pairs):
-        if not (isinstance(x, (tuple, list)) and len(x) == 2 and all(isinstance(t, str) and t.strip() for t in x)):
-            raise ValueError(f"example {i}: a translation model's importance needs (source, target) text pairs, "
-                             f"got {str(x)[:80]!r}")
+    if not given:
+        check_pairs(pairs)
     c, prepare = model.config, getattr(model, "prepare_texts", list)  # the model's own text normalisation
     if given:
         src, tgt = [x.ids for x in given], [x.target for x in given]
@@ -333,32 +378,6 @@ def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int
         n = round_up(max(max(len(src[i]), len(tgt[i])) for i in idx), 16)
         yield make_batch([src[i] for i in idx], [tgt[i] for i in idx], c.pad_token_id, c.decoder_start_token_id,
                          rows=batch_size, length=n), idx
-
-
-def seq2seq_importance(model, pairs: Sequence, *, loss=None, estimator="token", normalize=True, mask=None,
-                       batch_size=32, max_length=128, progress=True) -> dict[str, np.ndarray]:
-    """``importance`` for a translation model: {"encoder", "decoder", "cross"}: (L, H); ``mask``
-    {type: (L, H)} (missing types: all kept)."""
-    shapes = model.head_shapes
-    if max_length > model.config.max_length:
-        raise ValueError(f"max_length={max_length} exceeds the model's {model.config.max_length} positions")
-    masks = {kind: head_mask_rows(mask.get(kind), batch_size, *shapes[kind]) for kind in KINDS}
-    sums = {kind: np.zeros(shapes[kind]) for kind in KINDS}
-    counts = dict.fromkeys((*KINDS, "examples"), 0.0)
-    bar = tqdm(total=len(pairs), unit="pair", desc="importance", disable=not progress, dynamic_ncols=True)
-    for batch, idx in translation_batches(model, pairs, batch_size, max_length):
-        arrays = {k: jnp.asarray(v) for k, v in dataclasses.asdict(batch).items()}
-        s, c = _seq2seq_step(model.params, model.config, arrays, masks, estimator, loss)
-        for kind in KINDS:
-            sums[kind] += np.asarray(s[kind], np.float64)
-        for key in counts:
-            counts[key] += float(c[key])
-        bar.update(len(idx))
-    bar.close()
-    if counts["examples"] == 0:
-        raise ValueError("no translation pairs given: importance needs at least one (source, target) pair")
-    return {kind: finish(sums[kind], counts[kind] if estimator == "token" else counts["examples"], normalize)
-            for kind in KINDS}
 
 
 register("importance", "head importance |dL/d gate| (token estimator; the model's own loss; Michel et al. 2019)",

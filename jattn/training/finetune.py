@@ -28,7 +28,7 @@ import numpy as np
 import optax
 
 from jattn.io import validate
-from jattn.training.losses import classification_loss
+from jattn.nn.losses import classification_loss
 from jattn.nn import encoder
 from jattn.nn import state as nn_state
 from jattn.training.batches import encode, length_batches, pad_batch  # noqa: F401  (public here)

@@ -90,7 +90,7 @@ def fold_gates(params: dict, config, gate_values: dict) -> dict:
 def task_loss(config, params, batch: dict, interventions, key, gc: GateConfig) -> jax.Array:
     """Token-mean cross-entropy (translation) or example-mean cross-entropy (classifier)."""
     if isinstance(config, EncoderConfig):
-        from jattn.training.losses import classification_loss
+        from jattn.nn.losses import classification_loss
 
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         outputs, _ = encoder.forward(params, config, inputs, interventions, dropout_rng=key, internals=None)

@@ -1,5 +1,5 @@
 """Causal language-model training from scratch with optax: next-token cross-entropy
-(``jattn.training.losses.lm_loss``), AdamW with linear warm-up and cosine decay, global-norm
+(``jattn.nn.losses.lm_loss``), AdamW with linear warm-up and cosine decay, global-norm
 clipping, parameter groups kept at their initial values (``frozen``: e.g. an attention-only model's
 zeroed feed-forward blocks), orbax checkpoints for resuming and a tqdm bar with the loss.
 
@@ -28,7 +28,7 @@ import optax
 from jattn.nn import encoder
 from jattn.nn import state as nn_state
 from jattn.nn.config import EncoderConfig
-from jattn.training.losses import lm_loss
+from jattn.nn.losses import lm_loss
 from jattn.training.trainer import Checkpointed, Resumable, stop_requests
 
 __all__ = ["init_params", "LMTrainConfig", "repeat_losses", "token_losses", "Trainer"]

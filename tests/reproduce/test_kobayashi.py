@@ -12,7 +12,7 @@ import pytest
 from tolerance import assert_close
 
 from jattn.analyses import alignment as AL
-from jattn.analyses.base import CLASS_NAMES
+from jattn.nn.token_classes import CLASS_NAMES
 from jattn.analyses.norm_stats import MIXING
 from jattn.reproduce import claims, pipeline
 from experiments.kobayashi2020 import study as K

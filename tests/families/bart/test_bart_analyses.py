@@ -20,7 +20,7 @@ import jattn
 import seq2seq_family_analyses as analyses
 import seq2seq_family_parity as parity
 from jattn import Interventions
-from jattn.analyses.base import Method
+from jattn.runner.protocol import Method
 from jattn.analyses.confidence import HeadConfidence
 from jattn.analyses.distance import JSDistance
 from jattn.analyses.norm_stats import NormClassAttention

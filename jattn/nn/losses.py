@@ -27,12 +27,12 @@ def example_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
 
 def mask_tokens(batch, mask_token_id: int, rate: float, seed: int) -> dict[str, np.ndarray]:
     """Masked-LM input (Devlin et al. 2019, §3.1, without the 80/10/10 replacement): choose ⌊rate·m⌉
-    (≥ 1) of the m real non-special tokens of each row of a ``jattn.analyses.base.HostBatch`` and
+    (≥ 1) of the m real non-special tokens of each row of a ``jattn.runner.protocol.HostBatch`` and
     replace them by [MASK]. Positions are drawn with a generator seeded by (seed, corpus index),
     so they do not depend on batching. Returns masked ``input_ids`` (b, n), ``positions`` /
     ``labels`` (b, M) (-1 = unused; M = ⌈rate·n⌉ + 1 depends only on the padded length) and the
     model-side ``token_class`` (a masked token counts as OTHER)."""
-    from jattn.analyses.base import CLS, OTHER, SEP
+    from jattn.nn.token_classes import CLS, OTHER, SEP
 
     b, n = batch.input_ids.shape
     M = math.ceil(rate * n) + 1
