@@ -45,7 +45,7 @@ def _sentences():
 
 # experiment scale (12 layers × 12 heads on the real weights): the same MPNet forward and relative bias run fast on
 # the tiny random config in the twin (padded pairs, every attention weight, the tolerance of tests/tolerance.py)
-@pytest.mark.slow(twin="tests/families/mpnet/test_mpnet.py::test_outputs_and_attention")
+@pytest.mark.slow(twin="tests/families/test_conformance_encoder.py::test_check[mpnet-outputs]")
 @fetched
 @pytest.mark.parametrize("pairs", [False, True])
 def test_real_weights_parity(real, pairs):
