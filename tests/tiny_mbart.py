@@ -7,19 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tiny_bart_layout import boost_eos, randomize, save
+from tiny_bart_layout import MAIN, SECOND, boost_eos, randomize, save
 from tiny_seq2seq import WORDS
 
 SRC_LANG, TGT_LANG = "fr_XX", "en_XX"
-# Shapes and options that differ between the cases: head counts, layer counts, activations,
+# The cases: the layout's two shapes (``tiny_bart_layout``) with other activations,
 # embedding scaling, how decoding starts.
 CONFIGS = {
-    "mbart-cc25": dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-                       decoder_attention_heads=2, encoder_ffn_dim=40, decoder_ffn_dim=48,
-                       activation_function="gelu", scale_embedding=True),
-    "mbart-50": dict(d_model=24, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-                     decoder_attention_heads=4, encoder_ffn_dim=36, decoder_ffn_dim=28,
-                     activation_function="relu", scale_embedding=False),
+    "mbart-cc25": dict(MAIN, activation_function="gelu", scale_embedding=True),
+    "mbart-50": dict(SECOND, activation_function="relu", scale_embedding=False),
 }
 FORCED_BOS = {"mbart-cc25": False, "mbart-50": True}  # generation_config.json forced_bos_token_id = the target's code
 # EOS logit boosts under which the seed-1 models' hypotheses end at different lengths (the decoding
@@ -73,7 +69,8 @@ def save_tiny(folder: Path, kind: str = "mbart-cc25", seed: int = 0, eos_boost: 
     return save(model, folder, tgt_code if FORCED_BOS[kind] and not bare else None)
 
 
-def hf_model(folder: Path, bare: bool = False):
+def hf_model(folder: Path, kind: str | None = None, bare: bool = False):
+    """The HF oracle of a saved folder (``kind``, the case, changes nothing: every case is one class)."""
     from transformers import MBartForConditionalGeneration, MBartModel
 
     cls = MBartModel if bare else MBartForConditionalGeneration

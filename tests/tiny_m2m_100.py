@@ -7,19 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tiny_bart_layout import randomize, save
+from tiny_bart_layout import MAIN, SECOND, randomize, save
 from tiny_seq2seq import WORDS
 
 SRC_LANG, TGT_LANG, OTHER_LANG = "fra_Latn", "eng_Latn", "deu_Latn"
-# Shapes and options that differ between the cases: head counts, layer counts, activations,
+# The cases: the layout's two shapes (``tiny_bart_layout``) with other activations,
 # embedding scaling, a forced first token in generation.
 CONFIGS = {
-    "m2m_100": dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-                    decoder_attention_heads=2, encoder_ffn_dim=40, decoder_ffn_dim=48,
-                    activation_function="relu", scale_embedding=True),
-    "m2m_100-gelu": dict(d_model=24, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-                         decoder_attention_heads=4, encoder_ffn_dim=36, decoder_ffn_dim=28,
-                         activation_function="gelu", scale_embedding=False),
+    "m2m_100": dict(MAIN, activation_function="relu", scale_embedding=True),
+    "m2m_100-gelu": dict(SECOND, activation_function="gelu", scale_embedding=False),
 }
 FORCED_BOS = {"m2m_100": True, "m2m_100-gelu": False}  # generation_config.json forced_bos_token_id = eng_Latn
 # EOS logit boosts under which the seed-1 models' hypotheses end at different lengths (the decoding
@@ -115,7 +111,8 @@ def save_tiny(folder: Path, kind: str = "m2m_100", seed: int = 0, eos_boost: flo
     return save(model, folder, code if FORCED_BOS[kind] and not bare else None)
 
 
-def hf_model(folder: Path, bare: bool = False):
+def hf_model(folder: Path, kind: str | None = None, bare: bool = False):
+    """The HF oracle of a saved folder (``kind``, the case, changes nothing: every case is one class)."""
     from transformers import M2M100ForConditionalGeneration, M2M100Model
 
     cls = M2M100Model if bare else M2M100ForConditionalGeneration

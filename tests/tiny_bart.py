@@ -5,18 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tiny_bart_layout import boost_eos, randomize, save
+from tiny_bart_layout import MAIN, SECOND, boost_eos, randomize, save
 from tiny_seq2seq import sentences
 
-# Shapes and options that differ between the cases: head counts, layer counts, activations,
+# The cases: the layout's two shapes (``tiny_bart_layout``) with other activations,
 # embedding scaling, a forced first token in generation.
 CONFIGS = {
-    "bart": dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
-                 decoder_attention_heads=2, encoder_ffn_dim=40, decoder_ffn_dim=48,
-                 activation_function="gelu", scale_embedding=False),
-    "bart-scaled": dict(d_model=24, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-                        decoder_attention_heads=4, encoder_ffn_dim=36, decoder_ffn_dim=28,
-                        activation_function="relu", scale_embedding=True),
+    "bart": dict(MAIN, activation_function="gelu", scale_embedding=False),
+    "bart-scaled": dict(SECOND, activation_function="relu", scale_embedding=True),
 }
 FORCED_BOS = {"bart": True, "bart-scaled": False}  # generation_config.json forced_bos_token_id = <s>
 # EOS logit boosts under which the seed-1 models' hypotheses end at different lengths (the decoding
@@ -68,7 +64,8 @@ def save_tiny(folder: Path, kind: str = "bart", seed: int = 0, eos_boost: float 
     return save(model, folder, tok.bos_token_id if FORCED_BOS[kind] and not bare else None)
 
 
-def hf_model(folder: Path, bare: bool = False):
+def hf_model(folder: Path, kind: str | None = None, bare: bool = False):
+    """The HF oracle of a saved folder (``kind``, the case, changes nothing: every case is one class)."""
     from transformers import BartForConditionalGeneration, BartModel
 
     cls = BartModel if bare else BartForConditionalGeneration

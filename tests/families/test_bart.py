@@ -1,25 +1,27 @@
-"""Loading BART folders with their byte-level BPE tokenizer (tokenizer.json, or vocab.json +
-merges.txt), the export HF -> jattn -> HF (state dict and config.json that
-``BartForConditionalGeneration`` loads), and the pruned export (``jattn.sweeps.pruning``)."""
+"""BART's quirks (``jattn/families/bart``): its byte-level BPE tokenizer (tokenizer.json, or vocab.json +
+merges.txt), refused when missing or foreign. The rest of BART's checks (the analyses that run on the Marian
+model among them): the conformance table."""
 
 from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
 import jattn
-import seq2seq_family_parity as parity
+from family_pairs import tiny_fixture
 from jattn.nn.config import ConfigError
-from tiny_bart import hf_model, save_tiny
 
 TOKENIZER_ONLY = ("tokenizer.json", "tokenizer_config.json")
 BPE_ONLY = ("vocab.json", "merges.txt")
 TEXTS = ["un homme court sur la plage.", "the dog, a ball"]
+tiny = tiny_fixture("bart", "bart")
 
-folder, model = parity.one_case(save_tiny, "bart")
+
+@pytest.fixture(scope="module")
+def folder(tiny):
+    return tiny[1]
 
 
 def copy_without(folder, target, drop):
@@ -57,24 +59,3 @@ def test_missing_or_foreign_tokenizer_refused(folder, tmp_path):
     (wrong / "config.json").write_text(json.dumps(dict(cfg, pad_token_id=3)))
     with pytest.raises(ConfigError, match="pad_token_id 1 but config.json says 3"):
         jattn.load(wrong, use_cache=False)
-
-
-def test_state_dict_round_trip(folder, model):
-    parity.check_state_dict_round_trip(folder, model)
-
-
-def test_export_loads_in_hf(folder, model, tmp_path):
-    """Also the BPE files (vocab.json + merges.txt) copied beside tokenizer.json."""
-    parity.check_export(folder, model, tmp_path / "export", hf_model, BPE_ONLY + TOKENIZER_ONLY)
-
-
-KEEP = {"encoder": [[1, 0, 0, 1], [0, 1, 0, 0]], "decoder": [[1, 0], [0, 0], [0, 1]],
-        "cross": [[0, 1], [1, 0], [1, 1]]}  # the "bart" case: encoder 2 x 4 heads, decoder 3 x 2
-
-
-# > 30 s: the same export runs fast in the mBART folder and on Marian (tests/test_pruning.py)
-@pytest.mark.slow
-def test_pruned_export_equals_masked(model, tmp_path):
-    """Also: the pruned folder's weights are smaller than the source's."""
-    pruned = parity.check_pruned_export(model, KEEP, tmp_path / "pruned")
-    assert (pruned / "model.safetensors").stat().st_size < (Path(model.source) / "model.safetensors").stat().st_size
