@@ -12,7 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # on its own), and most of its time is XLA compiling them. Two settings of the CPU backend's code
 # generation make that faster; the programs compute the same operations, and what changes is the
 # rounding the tests' float32 tolerances bound (tests/tolerance.py, which also hold without FMA):
-#   * LLVM's passes at level 0: about a fifth faster (tests/families/bart/test_bart_analyses.py and
+#   * LLVM's passes at level 0: about a fifth faster (BART's analyses, now in tests/families, and
 #     tests/test_train_nmt.py: 103 s -> 82 s);
 #   * fusions emitted by the older elemental emitter instead of XLA's fusion emitters: about a quarter
 #     less CPU time (tests/test_norms.py, a BART parity test and an eager norms kernel: 38 s -> 27 s).

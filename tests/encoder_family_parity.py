@@ -3,8 +3,8 @@ a random HF model saved weights-only, loaded with ``jattn.load(folder, tokenizer
 last hidden state, every hidden state and attention weight, the pooler; head gates per head, per
 example and per token (HF: forward pre-hooks on the output projection, ``hf_head_gates``); heads
 disabled as Kovaleva et al. do it; the [CLS]-only ``classify`` path, the disabling sweep's layer
-suffix and a pruned model (gates = the keep mask), all on padded sentence pairs. Also the random
-checkpoints and the module fixtures (``pair``, ``batch``) the family test files share."""
+suffix and a pruned model (gates = the keep mask), all on padded sentence pairs (DeBERTa's real query rows
+alone: ``rows``). Also the random checkpoints the family tests share (tests/families/conformance_table.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import jattn
 from jattn import Interventions
@@ -72,36 +71,34 @@ def pair_batch(config, lengths, seed: int = 0, types: bool = True) -> dict:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": tt}
 
 
-def pair_fixtures(save, lengths: list[int], seed: int, types: bool = True):
-    """A test file's module fixtures ``pair`` (``load_pair`` of the base checkpoint ``save(folder)``
-    writes) and ``batch`` (``pair_batch`` of its config with ``lengths``, ``seed``, ``types``)."""
-
-    @pytest.fixture(scope="module")
-    def pair(tmp_path_factory):
-        return load_pair(save(tmp_path_factory.mktemp(save.__name__)))
-
-    @pytest.fixture(scope="module")
-    def batch(pair):
-        return pair_batch(pair[0].config, lengths, seed=seed, types=types)
-
-    return pair, batch
-
-
 def hf_inputs(batch: dict, types: bool) -> dict:
     return batch if types else {k: v for k, v in batch.items() if k != "token_type_ids"}
 
 
-def check_outputs(model, oracle, batch: dict, types: bool = True) -> None:
-    """Last and every hidden state, every layer's attention weights, the pooler."""
+def rows(x, batch: dict, axis: int, real: bool):
+    """``x``, or with ``real`` its padding query rows (along ``axis``, the query axis) set to 0: HF masks
+    DeBERTa's attention by m_i·m_j, so that a padding query attends uniformly to every key, padding included,
+    where jattn's padding rows attend to the real keys as in every other family (real rows read no padding)."""
+    if not real:
+        return x
+    m = np.asarray(batch["attention_mask"], bool)  # (b, n)
+    shape = [1] * np.ndim(x)
+    shape[0], shape[axis] = m.shape
+    return np.where(m.reshape(shape), np.asarray(x, np.float64), 0.0)
+
+
+def check_outputs(model, oracle, batch: dict, types: bool = True, real_rows: bool = False) -> None:
+    """Last and every hidden state, every layer's attention weights, the pooler (``real_rows``: ``rows``)."""
     n = batch["input_ids"].shape[1]
     ours, ref = model.forward(batch), hf_run(oracle, hf_inputs(batch, types))
     terms = model_terms(model.config, n)  # jattn vs PyTorch: other float32 kernels
-    assert_close(ours.last_hidden_state, ref.last_hidden_state, terms=terms)
+    r = lambda x, axis=1: rows(x, batch, axis, real_rows)  # noqa: E731
+    assert_close(r(ours.last_hidden_state), r(ref.last_hidden_state), terms=terms)
     assert len(ref.attentions) == model.config.num_layers
     for layer, att in enumerate(ref.attentions):
-        assert_close(ours.attentions[layer], att, terms=terms, err_msg=f"attention of layer {layer}")
+        assert_close(r(ours.attentions[layer], 2), r(att, 2), terms=terms, err_msg=f"attention of layer {layer}")
     for layer, h in enumerate(ref.hidden_states):
-        assert_close(ours.hidden_states[layer], h, terms=terms, err_msg=f"hidden state {layer}")
+        assert_close(r(ours.hidden_states[layer]), r(h), terms=terms, err_msg=f"hidden state {layer}")
     if getattr(ref, "pooler_output", None) is not None:
         assert_close(ours.pooler_output, ref.pooler_output, terms=terms)
 
@@ -116,8 +113,8 @@ def gate_cases(config, batch: dict, seed: int = 0) -> dict[str, np.ndarray]:
             "token": rng.uniform(0, 1.5, (L, b, H, n)).astype(np.float32)}
 
 
-def check_gates(model, oracle, batch: dict, types: bool = True) -> None:
-    """Every kind of head gate against HF with the same gates applied by hooks."""
+def check_gates(model, oracle, batch: dict, types: bool = True, real_rows: bool = False) -> None:
+    """Every kind of head gate against HF with the same gates applied by hooks (``real_rows``: ``rows``)."""
     import torch
 
     terms = model_terms(model.config, batch["input_ids"].shape[1])
@@ -125,20 +122,23 @@ def check_gates(model, oracle, batch: dict, types: bool = True) -> None:
         ours = model.forward(batch, Interventions(head_gates=jnp.asarray(g)), internals=("weights",))
         with gated(oracle, {"encoder": torch.tensor(g)}):
             ref = hf_run(oracle, hf_inputs(batch, types))
-        assert_close(ours.last_hidden_state, ref.last_hidden_state, terms=terms, err_msg=f"gates per {kind}")
+        r = lambda x, axis=1: rows(x, batch, axis, real_rows)  # noqa: E731
+        assert_close(r(ours.last_hidden_state), r(ref.last_hidden_state), terms=terms, err_msg=f"gates per {kind}")
         for layer, att in enumerate(ref.attentions):  # α below a gated layer depends on the gates above
-            assert_close(ours.attentions[layer], att, terms=terms, err_msg=f"gates per {kind}, layer {layer}")
+            assert_close(r(ours.attentions[layer], 2), r(att, 2), terms=terms,
+                         err_msg=f"gates per {kind}, layer {layer}")
 
 
-def check_disabled(model, oracle, batch: dict, types: bool = True, seed: int = 1) -> None:
-    """Disabled heads (uniform attention over the real keys) against HF's value/output hooks."""
+def check_disabled(model, oracle, batch: dict, types: bool = True, seed: int = 1, real_rows: bool = False) -> None:
+    """Disabled heads (uniform attention over the real keys) against HF's value/output hooks (``real_rows``:
+    ``rows``)."""
     rng = np.random.default_rng(seed)
     heads = rng.random((model.config.num_layers, model.config.num_heads)) < 0.5
     heads[0, 0] = True
     ours = model.forward(batch, Interventions(disabled_heads=jnp.asarray(heads)), internals=None)
-    with disabled(oracle, heads):
+    with disabled(oracle, heads, getattr(model.config, "attention_radius", None) or ()):  # ModernBERT's windows
         ref = hf_run(oracle, hf_inputs(batch, types))
-    assert_close(ours.last_hidden_state, ref.last_hidden_state,
+    assert_close(rows(ours.last_hidden_state, batch, 1, real_rows), rows(ref.last_hidden_state, batch, 1, real_rows),
                  terms=model_terms(model.config, batch["input_ids"].shape[1]))
 
 

@@ -1,6 +1,7 @@
 """What each newly added encoder family's tests run besides parity (``encoder_family_parity``):
 tiny tokenizers to make a random checkpoint a complete model folder (a SentencePiece-style
-Unigram vocabulary for XLM-R and ALBERT, MiniLM's WordPiece files for DistilBERT); the masked-LM
+Unigram vocabulary for XLM-R and ALBERT, MiniLM's WordPiece files for DistilBERT, a word-level tokenizer.json for
+ModernBERT); the masked-LM
 logits against Hugging Face's; the HF round trip (``to_hf_state_dict`` ∘ convert is the identity
 on the checkpoint's tensors, and HF builds from ``to_hf_config`` a model that agrees); ``jattn
 analyze`` from the command line (attention weights, entropy, norms, value zeroing: the encoder's
@@ -50,6 +51,23 @@ def unigram_tokenizer(folder: Path, kind: str) -> int:
     return len(tok)
 
 
+def wordlevel_tokenizer(folder: Path, size: int = 80) -> int:
+    """Save a word-level ``tokenizer.json`` with [CLS] A [SEP] (B [SEP]) templates into ``folder``: [CLS] [PAD]
+    [SEP] at 0, 1, 2 (ModernBERT's cls / pad / sep ids), ``WORDS``, then made-up words up to ``size`` tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tokens = ["[CLS]", "[PAD]", "[SEP]", "[UNK]", "[MASK]", *dict.fromkeys(WORDS)]
+    tokens += [f"w{i}" for i in range(size - len(tokens))]
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(tokens)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace()])
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                                                       special_tokens=[("[CLS]", 0), ("[SEP]", 2)])
+    PreTrainedTokenizerFast(tokenizer_object=tok, cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
+                            unk_token="[UNK]", mask_token="[MASK]").save_pretrained(folder)
+    return size
+
+
 def wordpiece_tokenizer(folder: Path) -> int:
     """Copy MiniLM's WordPiece tokenizer files (30522 tokens) into ``folder``; returns the size."""
     from jattn.models.load import default_model_path
@@ -59,20 +77,25 @@ def wordpiece_tokenizer(folder: Path) -> int:
     return 30522
 
 
-def check_mlm_logits(model, oracle, batch: dict, types: bool = True) -> None:
-    """``forward(heads=("mlm_logits",))`` against HF's ``*ForMaskedLM`` logits."""
+def check_mlm_logits(model, oracle, batch: dict, types: bool = True, transform: bool = True,
+                     real_rows: bool = False) -> None:
+    """``forward(heads=("mlm_logits",))`` against HF's ``*ForMaskedLM`` logits (``real_rows``:
+    ``encoder_family_parity.rows``); ``transform``: the tolerance counts the transform's sum over D."""
+    from encoder_family_parity import rows
+
     inputs = batch if types else {k: v for k, v in batch.items() if k != "token_type_ids"}
     ours = model.forward(batch, internals=None, heads=("mlm_logits",)).mlm_logits
     n = batch["input_ids"].shape[1]
-    terms = model_terms(model.config, n) + model.config.hidden_size  # the transform: one more sum over D
-    assert_close(ours, hf_run(oracle, inputs).logits, terms=terms)
+    terms = model_terms(model.config, n) + (model.config.hidden_size if transform else 0)  # one more sum over D
+    assert_close(rows(ours, batch, 1, real_rows), rows(hf_run(oracle, inputs).logits, batch, 1, real_rows), terms=terms)
 
 
 def check_round_trip(model, oracle, head: str, batch: dict, folder: Path, types: bool = True,
-                     same_keys: bool = True) -> None:
-    """The export of a loaded model: with ``same_keys`` its tensors are the checkpoint's, bit for
-    bit; HF loads the folder written from ``to_hf_state_dict`` and ``to_hf_config`` and computes
-    what the source computes (HF's own output compared exactly), and jattn reads it back."""
+                     same_keys: bool = True, drop: tuple = ("position_ids", "token_type_ids")) -> None:
+    """The export of a loaded model: with ``same_keys`` its tensors are the checkpoint's (but for the keys
+    containing a string of ``drop``, which the export leaves out), bit for bit; HF loads the folder written
+    from ``to_hf_state_dict`` and ``to_hf_config`` and computes what the source computes (HF's own output
+    compared exactly), and jattn reads it back."""
     from safetensors.numpy import save_file
 
     from jattn.io.hf import read_state_dict
@@ -82,7 +105,7 @@ def check_round_trip(model, oracle, head: str, batch: dict, folder: Path, types:
     state = model.family.to_hf_state_dict(to_arrays(model.params), model.config)
     if same_keys:
         original = {k: v for k, v in read_state_dict(model.source).items()
-                    if not k.endswith(("position_ids", "token_type_ids"))}
+                    if not any(d in k for d in drop)}
         assert set(state) == set(original)
         for k, v in state.items():
             np.testing.assert_array_equal(v, original[k], err_msg=k)

@@ -115,10 +115,11 @@ def gated(hf_model, gates: dict):
 
 
 @contextlib.contextmanager
-def disabled(hf_model, heads):
+def disabled(hf_model, heads, radius=()):
     """Run an encoder ``hf_model`` (``value_and_output`` layouts) with the heads in ``heads`` (L, H) bool disabled as
     Kovaleva et al. (2019) disable them: uniform attention over the sequence's real tokens, so
-    the head's context is the mean of its value vectors over real keys, Σ_j m_j v_j / Σ_j m_j.
+    the head's context is the mean of its value vectors over real keys, Σ_j m_j v_j / Σ_j m_j; in a local
+    layer (``radius[l]`` > 0: ModernBERT's) over the real keys with |i − j| ≤ radius[l] (none: a zero context).
     Hooks: the model's forward pre-hook reads ``attention_mask``; each layer's value projection
     leaves its output v (b, n, H·d_h); the output projection's pre-hook replaces the disabled
     heads' slices of the context. The oracle of tests/test_disable.py and the original study's
@@ -146,10 +147,17 @@ def disabled(hf_model, heads):
         x = args[0]  # (b, q, H·d_h)
         b, q, D = x.shape
         H = off.shape[0]
-        m = seen["mask"]  # (b, n)
-        mean = torch.einsum("bn,bnd->bd", m, seen[layer]) / m.sum(1, keepdim=True)  # (b, H·d_h)
+        m, v = seen["mask"], seen[layer]  # (b, n), (b, n, H·d_h)
+        if v.shape[-1] == 3 * D:  # a fused query/key/value projection (ModernBERT's Wqkv): the values last
+            v = v[..., 2 * D:]
+        if radius and radius[layer]:  # a local layer: the keys within the window
+            i = torch.arange(q)
+            m = m[:, None, :] * ((i[:, None] - i[None]).abs() <= radius[layer])[None].float()  # (b, q, k)
+            mean = torch.einsum("bqk,bkd->bqd", m, v) / m.sum(-1, keepdim=True).clamp(min=1)  # (b, q, H·d_h)
+        else:
+            mean = (torch.einsum("bn,bnd->bd", m, v) / m.sum(1, keepdim=True))[:, None]  # (b, 1, H·d_h)
         x = x.view(b, q, H, D // H)
-        x = torch.where(off[None, None, :, None], mean.view(b, 1, H, D // H), x)  # (b, q, H, d_h)
+        x = torch.where(off[None, None, :, None], mean.view(b, -1, H, D // H), x)  # (b, q, H, d_h)
         return (x.reshape(b, q, D),)
 
     for value, layers in by_module([value_and_output(block)[0] for block in blocks]).items():

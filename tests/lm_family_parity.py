@@ -20,6 +20,17 @@ from hf_head_gates import encoder_layers, gated, value_and_output
 from tolerance import assert_close, model_terms
 
 
+GPT2 = dict(vocab_size=80, n_embd=32, n_layer=3, n_head=4, n_positions=64, n_inner=48, bos_token_id=0, eos_token_id=1,
+            pad_token_id=2)  # the tiny GPT-2 of the conformance table (tests/families) and the tests that run one
+
+
+def save_gpt2(folder, seed: int = 0, **fields) -> Path:
+    """A random GPT-2 (``GPT2LMHeadModel`` of ``GPT2`` and ``fields``) saved weights-only to ``folder``."""
+    from encoder_family_parity import new_hf, save_random
+
+    return save_random(new_hf("GPT2Config", "GPT2LMHeadModel", {**GPT2, **fields}, seed), folder, seed)
+
+
 def load_lm_pair(folder: Path):
     """(jattn model, HF causal LM oracle in eval mode with eager attention) of a saved folder."""
     from transformers import AutoModelForCausalLM

@@ -17,11 +17,6 @@ from seq2seq_family_parity import shapes
 from tiny_seq2seq import padded_batch
 from tolerance import assert_close, model_terms
 
-# length penalties are the beam search's own arithmetic (jattn.nn.decode), the same for every family: fast on BART
-# (test_bart_decode.py); greedy and beam search with a family's cache stay in the default suite
-SLOW_PENALTIES = [pytest.param(4, 0.6, 10, marks=pytest.mark.slow), pytest.param(4, 2.0, 14, marks=pytest.mark.slow)]
-
-
 def hf_generate(hf, batch, **kw) -> np.ndarray:
     with torch.no_grad():
         return hf.generate(input_ids=torch.tensor(batch["input_ids"]),

@@ -1,11 +1,10 @@
-"""The parity checks the encoder–decoder families' tests (BART, mBART, M2M100, T5) run against
-Hugging Face PyTorch (the oracle), on a tiny random checkpoint (``tests/families/<family>/tiny_*.py``):
+"""The parity checks the encoder–decoder families' conformance tests (tests/families) run against
+Hugging Face PyTorch (the oracle), on a tiny random checkpoint (``tests/tiny_<family>.py``):
 logits, hidden states and every attention weight of the three attention types on padded batches;
 the embedding pipeline; the block identities of the internals (pre-LN ones too); head gates
 (``hf_head_gates``) and disabled heads (``hf_seq2seq_hooks``) per attention type; ``inputs_embeds``;
 bare checkpoints; conversion errors; the exporter (state dict round trip, an exported folder HF
-loads, the pruned export). Also the module fixtures and slow-case marks the family test files
-share. Generation: ``seq2seq_family_generate``; the analyses: ``seq2seq_family_analyses``."""
+loads, the pruned export). Generation: ``seq2seq_family_generate``; the analyses: ``seq2seq_family_analyses``."""
 
 from __future__ import annotations
 
@@ -28,42 +27,6 @@ from tolerance import assert_close, model_terms
 
 KINDS = ("encoder", "decoder", "cross")
 ISSUE_BOUND = 1e-5  # the largest |α_jattn - α_HF| a family must reach on random configs (issue 29)
-
-
-def tiny_cases(builder, decoding: bool = False):
-    """The module fixture ``tiny`` of a family's test file: per case of the builder module's ``CONFIGS``
-    (sorted; ``tests/families/<family>/tiny_*.py``), (case, folder, jattn model, HF model) of the
-    checkpoint ``builder.save_tiny`` saves; for ``decoding`` with seed 1 and the case's ``EOS_BOOST``."""
-
-    @pytest.fixture(scope="module", params=sorted(builder.CONFIGS))
-    def tiny(request, tmp_path_factory):
-        kind = request.param
-        seeded = {"seed": 1, "eos_boost": builder.EOS_BOOST[kind]} if decoding else {}
-        folder = builder.save_tiny(tmp_path_factory.mktemp(kind), kind, **seeded)
-        return kind, folder, jattn.load(folder, use_cache=False), builder.hf_model(folder)
-
-    return tiny
-
-
-def one_case(save_tiny, kind: str):
-    """A test file's module fixtures ``folder`` (the ``kind`` checkpoint ``save_tiny`` saves) and
-    ``model`` (it, loaded)."""
-
-    @pytest.fixture(scope="module")
-    def folder(tmp_path_factory):
-        return save_tiny(tmp_path_factory.mktemp(kind) / "model", kind)
-
-    @pytest.fixture(scope="module")
-    def model(folder):
-        return jattn.load(folder, use_cache=False)
-
-    return folder, model
-
-
-def slow_case(fast: str, slow: str, twin: str):
-    """Parametrize the ``tiny`` fixture with the cases ``fast`` and ``slow``, the latter marked slow
-    with the fast twin ``twin``."""
-    return pytest.mark.parametrize("tiny", [fast, pytest.param(slow, marks=pytest.mark.slow(twin=twin))], indirect=True)
 
 
 def terms(model, batch) -> int:
@@ -155,6 +118,14 @@ def _ln(x, scale, bias, eps):
     return (x - mu) / np.sqrt(var + eps) * np.asarray(scale, np.float64) + np.asarray(bias, np.float64)
 
 
+def _norm(c, x, scale, bias):
+    """The config's norm in float64: LayerNorm (``_ln``) or T5's RMSNorm x / sqrt(mean(x²) + eps) · γ (no β)."""
+    if c.norm == "rms":
+        x = np.asarray(x, np.float64)
+        return x / np.sqrt(np.square(x).mean(-1, keepdims=True) + c.layer_norm_eps) * np.asarray(scale, np.float64)
+    return _ln(x, scale, bias, c.layer_norm_eps)
+
+
 def check_internals(model) -> tuple[dict, object]:
     """Every attention type's internals, one row per layer, (L, b, H, …) weights, and the block output
     ``output`` Σ_h Σ_j α f_h(x_j) + b_O (Kobayashi et al. 2020, Eq. 5). -> (batch, the output)."""
@@ -177,7 +148,7 @@ def check_pre_ln_internals(model) -> None:
     ``check_internals``; ``pre_ln`` is the block input x = ``residual``, ``attention_ln_out``
     LN(x), the FFN's ``ffn_pre_ln`` h = x + output (a decoder layer's cross-attention reads h of its
     self-attention), the next layer's input h + ``ffn_output``, and each stack's output the final
-    LayerNorm of the last layer's."""
+    LayerNorm of the last layer's. RMSNorm blocks (T5) alike, with no β and no b_O."""
     c = model.config
     batch, out = check_internals(model)
     ints, params = out.internals, nnx.to_pure_dict(model.params)
@@ -186,7 +157,8 @@ def check_pre_ln_internals(model) -> None:
         it, view = ints[kind], model.module.view(kind)
         np.testing.assert_array_equal(it["pre_ln"], it["residual"], err_msg=kind)
         scale, bias = (np.asarray(view[k])[:, None, None] for k in ("ln_scale", "ln_bias"))  # (L, 1, 1, D)
-        ln = _ln(it["residual"], scale, bias, c.layer_norm_eps)
+        assert c.norm != "rms" or not (bias.any() or np.asarray(view["out_bias"]).any()), kind
+        ln = _norm(c, it["residual"], scale, bias)
         assert_close(it["attention_ln_out"], ln, terms=2 * c.d_model, err_msg=kind)
     enc, dec, cross = ints["encoder"], ints["decoder"], ints["cross"]
     h = np.asarray(enc["residual"]) + np.asarray(enc["output"])  # (L, b, s, D)
@@ -201,7 +173,7 @@ def check_pre_ln_internals(model) -> None:
             "decoder": cross["ffn_pre_ln"][-1] + cross["ffn_output"][-1]}  # (b, n, D) each stack's last layer output
     for side, got in (("encoder", out.encoder_last_hidden_state), ("decoder", out.decoder_last_hidden_state)):
         final = params[side]["final_ln"]
-        assert_close(got, _ln(last[side], final["scale"], final["bias"], c.layer_norm_eps), terms=T, err_msg=side)
+        assert_close(got, _norm(c, last[side], final["scale"], final.get("bias")), terms=T, err_msg=side)
 
 
 def check_gates(model, hf) -> None:

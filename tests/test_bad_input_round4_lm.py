@@ -7,21 +7,15 @@ that is not a language code, naming the argument."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "families" / "gpt2"))
-sys.path.insert(0, str(Path(__file__).parent / "families" / "m2m_100"))
-import jattn  # noqa: E402
-from jattn import Interventions  # noqa: E402
-from lm_family_parity import left_padded, load_lm_pair  # noqa: E402
-from test_gpt2 import save_gpt2  # noqa: E402
-from tolerance import assert_close, model_terms  # noqa: E402
+import jattn
+from jattn import Interventions
+from lm_family_parity import left_padded, load_lm_pair, save_gpt2
+from tolerance import assert_close, model_terms
 
 LENGTHS = [7, 4, 2]  # left-padded prompts; row 0 unpadded
 

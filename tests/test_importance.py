@@ -16,7 +16,7 @@ from hf_head_gates import gated
 from jattn.io.parallel import encode
 from jattn.nn.interventions import Interventions
 from jattn.sweeps.importance import ESTIMATORS, importance
-from jattn.sweeps.pruning_curve import bleu_metric, choose, classification_metric, prunable_fraction, prune
+from jattn.sweeps.pruning_curve import choose, classification_metric, prunable_fraction, prune
 from tiny_encoders import hf_model, save_tiny
 from tolerance import assert_close, model_terms
 
@@ -147,20 +147,9 @@ def test_token_estimator_does_not_depend_on_batching(classifier):
 @pytest.mark.parametrize("estimator", [e if e != "batch" else pytest.param(e, marks=pytest.mark.slow(
     twin="tests/test_importance.py::test_classifier_importance_equals_hf[batch]")) for e in ESTIMATORS])
 def test_translation_importance_equals_hf(marian, estimator):
-    model, hf = marian
-    pairs = list(zip(tiny_seq2seq.sentences(4, 1), tiny_seq2seq.sentences(4, 2)))
-    cases = translation_cases(model, pairs)
-    c = model.config
-    shapes = {"encoder": (c.encoder_layers, c.encoder_heads), "decoder": (c.decoder_layers, c.decoder_heads),
-              "cross": (c.decoder_layers, c.decoder_heads)}
-    mask = {"cross": np.ones(shapes["cross"], np.float32)}
-    mask["cross"][1, 0] = 0.0
-    got = importance(model, pairs, estimator=estimator, normalize=False, mask=mask, batch_size=4, progress=False)
-    sums = reference(hf, cases, translation_loss, shapes, estimator, mask)
-    for kind in shapes:
-        count = sum(case[2][kind] for case in cases) if estimator == "token" else len(cases)
-        assert_close(got[kind], sums[kind] / count, terms=grad_terms(model, len(cases)), err_msg=kind)
-    assert got["cross"][1, 0] == 0.0
+    import seq2seq_family_analyses as analyses
+
+    analyses.check_importance(*marian, estimator)
 
 
 def test_mlm_loss_by_default_and_errors(tmp_path):
@@ -266,36 +255,15 @@ def test_choose_and_prunable_fraction():
 
 
 def test_translation_curve_ranks_all_attention_types_together(marian):
-    model, _ = marian
-    pairs = list(zip(tiny_seq2seq.sentences(3, 1), tiny_seq2seq.sentences(3, 2)))
-    history, seen = [], []
-    metric = lambda m: seen.append({k: np.array(v) for k, v in m.items()}) or 0.0
-    prune(model, pairs, metric, estimator="token", step=0.1, history=history, batch_size=4)
-    flat = np.concatenate([history[0][k].ravel() for k in ("encoder", "decoder", "cross")])
-    N, k = len(flat), max(1, round(0.1 * len(flat)))
-    masks = np.stack([np.concatenate([m[kind].ravel() for kind in ("encoder", "decoder", "cross")]) for m in seen])
-    first = np.argsort(flat, kind="stable")[:k]
-    assert masks[1].sum() == N - k and (masks[1][first] == 0).all()
+    import seq2seq_family_analyses as analyses
+
+    analyses.check_pruning_curve(marian[0], list(zip(tiny_seq2seq.sentences(3, 1), tiny_seq2seq.sentences(3, 2))))
 
 
 def test_bleu_metric_equals_sentence_by_sentence_decoding(marian):
-    import sacrebleu
+    import seq2seq_family_analyses as analyses
 
-    model, _ = marian
-    pairs = list(zip(tiny_seq2seq.sentences(3, 3), tiny_seq2seq.sentences(3, 4)))
-    c = model.config
-    rng = np.random.default_rng(0)
-    mask = {"encoder": rng.integers(0, 2, (c.encoder_layers, c.encoder_heads)).astype(np.float32),
-            "decoder": np.ones((c.decoder_layers, c.decoder_heads), np.float32),
-            "cross": rng.integers(0, 2, (c.decoder_layers, c.decoder_heads)).astype(np.float32)}
-    got = bleu_metric(model, pairs, batch_size=2, max_length=12)(mask)
-    iv = {k: Interventions(head_gates=v) for k, v in mask.items()}
-    hyps = []
-    for src, _ in pairs:
-        enc = model.tokenizer([src], return_tensors="np")
-        out = model.generate(enc["input_ids"], enc["attention_mask"], max_length=12, interventions=iv).sequences
-        hyps += model.tokenizer.batch_decode(out.tolist(), skip_special_tokens=True)
-    assert got == pytest.approx(sacrebleu.corpus_bleu(hyps, [[t for _, t in pairs]]).score, abs=1e-9)
+    analyses.check_bleu_metric(marian[0], list(zip(tiny_seq2seq.sentences(3, 3), tiny_seq2seq.sentences(3, 4))))
 
 
 def test_cli_importance_and_prune(classifier, marian, tmp_path):

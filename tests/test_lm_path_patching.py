@@ -6,7 +6,6 @@ inputs (``metric_inputs``: a target token per row) and the effects come per exam
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import jax.numpy as jnp
@@ -14,11 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent / "families" / "gpt2"))
-from test_gpt2 import save_gpt2  # noqa: E402
-from hf_head_gates import sender_pass  # noqa: E402
-from lm_family_parity import load_lm_pair  # noqa: E402
-from tolerance import assert_close, model_terms  # noqa: E402
+from hf_head_gates import sender_pass
+from lm_family_parity import load_lm_pair, save_gpt2
+from tolerance import assert_close, model_terms
 
 ROLE_SLICE = {"q": 0, "k": 1, "v": 2}  # c_attn's columns: q, k, v
 

@@ -224,7 +224,7 @@ def test_electra_pretraining_round_trip(electra, tmp_path):
 
 def test_electra_classifier_is_refused(tmp_path):
     """ELECTRA's classification head (W_o·gelu(W_d·h + b_d) + b_o) is not implemented: refused by
-    name (the generator, ElectraForMaskedLM, loads: tests/families/electra)."""
+    name (the generator, ElectraForMaskedLM, loads: tests/families/test_electra.py)."""
     from transformers import ElectraConfig, ElectraForSequenceClassification
 
     folder = save_random(ElectraForSequenceClassification(ElectraConfig(**SHAPE, embedding_size=16)), tmp_path)

@@ -6,18 +6,14 @@ sees (no [CLS] share of 0 in a Marian source, no NaN start-token entropy); BART'
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import jattn
 from jattn.cli import main
+from tiny_bart import save_tiny as save_bart
 from tiny_seq2seq import sentences
-
-sys.path.insert(0, str(Path(__file__).parent / "families" / "bart"))
-from tiny_bart import save_tiny as save_bart  # noqa: E402
 
 
 def analyze(model_folder, tmp_path, name) -> dict:

@@ -1,11 +1,18 @@
 """What the tiny random checkpoints of the families with BART's layout share
-(``tests/families/{bart,mbart,m2m_100}/tiny_*.py``): weights larger than HF's init, a random
+(``tests/tiny_{bart,mbart,m2m_100}.py``): weights larger than HF's init, a random
 ``final_logits_bias`` with EOS's logit raised, the saved folder with the first token generation forces."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+# The two shapes of the cases of every family with BART's layout (each case adds its activation and embedding
+# scaling): the main one (encoder 2 x 4 heads, decoder 3 x 2) and a second with other head and layer counts.
+MAIN = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=2,
+            encoder_ffn_dim=40, decoder_ffn_dim=48)
+SECOND = dict(d_model=24, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=4,
+              encoder_ffn_dim=36, decoder_ffn_dim=28)
 
 
 def randomize(model) -> None:
