@@ -156,13 +156,34 @@ def doc_table(heading: str) -> list[list[str]]:
     return rows[1:]
 
 
-def public_api() -> dict[str, tuple[str, ...]]:
-    """Public module -> its public names (``__all__``)."""
+GUIDE = ROOT.parent / "docs" / "GUIDE.md"
+MAX_RESEARCHER_NAMES = 100
+
+
+def kit() -> dict[str, tuple[str, ...]]:
+    """Study-kit module -> its kit names: the row's backticked names, or the module's whole
+    ``__all__`` where the row says ``all``."""
     out = {}
-    for row in doc_table("Public API"):
+    for row in doc_table("Study kit"):
         name = row[0].strip("`")
-        out[name] = tuple(getattr(importlib.import_module(name), "__all__", ()))
+        whole = row[1] == "all" or row[1].startswith("all:")
+        out[name] = (tuple(getattr(importlib.import_module(name), "__all__", ())) if whole
+                     else tuple(re.findall(r"`(\w+)`", row[1])))
     return out
+
+
+def researcher_api() -> dict[str, tuple[str, ...]]:
+    """Researcher's module -> its researcher names: its ``__all__`` less its kit names."""
+    kit_names = kit()
+    return {name: tuple(n for n in getattr(importlib.import_module(name), "__all__", ())
+                        if n not in kit_names.get(name, ()))
+            for name in (row[0].strip("`") for row in doc_table("Researcher's API"))}
+
+
+def public_api() -> dict[str, tuple[str, ...]]:
+    """Public module (either tier) -> its public names (``__all__``)."""
+    modules = [row[0].strip("`") for row in doc_table("Researcher's API") + doc_table("Study kit")]
+    return {name: tuple(getattr(importlib.import_module(name), "__all__", ())) for name in modules}
 
 
 def layers() -> list[str]:
@@ -190,6 +211,8 @@ def climbs(edges: dict[str, set[str]], order: list[str]) -> list[str]:
 def test_the_tables_parse():
     public, order = public_api(), layers()
     assert len(public) > 40 and "jattn.stats" in public and "jattn.runner.batcher" not in public
+    assert "jattn.reproduce.pipeline" in kit() and "pad_rows" in kit()["jattn.runner"]
+    assert "run_corpus" in researcher_api()["jattn.runner"] and "pad_rows" not in researcher_api()["jattn.runner"]
     assert order[:3] == ["stats", "host_memory", "nn"] and order[-2:] == ["cli", "jattn"]
     assert len(order) == len(set(order))
 
@@ -309,6 +332,33 @@ def test_public_modules_declare_their_names_and_only_they_do():
         assert [n for n in names if not hasattr(mod, n)] == [], module
     declaring = [name for name, path in modules().items() if re.search(r"^__all__ =", path.read_text(), re.M)]
     assert sorted(set(declaring) - set(public)) == [], "an __all__ in a module ARCHITECTURE.md does not list"
+
+
+def test_each_public_name_is_in_one_tier():
+    """A module is listed once per table; a kit row names only names of its module's ``__all__``;
+    every name of a public module's ``__all__`` is in exactly one tier."""
+    rows = [row[0] for row in doc_table("Researcher's API")] + [row[0] for row in doc_table("Study kit")]
+    researcher_rows = [row[0] for row in doc_table("Researcher's API")]
+    assert len(set(researcher_rows)) == len(researcher_rows) and len(set(rows)) == len(rows) - len(
+        set(researcher_rows) & {row[0] for row in doc_table("Study kit")}), "a module listed twice in one table"
+    public, researcher, kit_names = public_api(), researcher_api(), kit()
+    stray = [f"{m}.{n}" for m, names in kit_names.items() for n in names if n not in public[m]]
+    assert not stray, "study-kit names not in their module's __all__:\n" + "\n".join(stray)
+    for module, names in public.items():
+        tiers = [(n in researcher.get(module, ())) + (n in kit_names.get(module, ())) for n in names]
+        assert tiers == [1] * len(names), f"{module}: a name in no tier or in both"
+    assert not [m for m in researcher if m in kit_names and not researcher[m]], "a researcher module left empty"
+
+
+def test_the_researcher_tier_is_small_and_in_the_guide():
+    """At most 100 names, each with its line in the GUIDE's researcher's API (``module.name``)."""
+    researcher = researcher_api()
+    count = sum(map(len, researcher.values()))
+    assert 50 <= count <= MAX_RESEARCHER_NAMES, f"{count} names in the researcher's API"
+    section = GUIDE.read_text(encoding="utf-8").split("## The researcher's API\n", 1)[1].split("\n## ", 1)[0]
+    missing = [f"{m}.{n}" for m, names in researcher.items() for n in names
+               if not re.search(rf"^- `{re.escape(m)}\.{re.escape(n)}`", section, re.M)]
+    assert not missing, "researcher names without their GUIDE line:\n" + "\n".join(missing)
 
 
 def test_every_public_name_is_named_in_a_test():

@@ -92,7 +92,7 @@ def test_one_generate_for_both_model_kinds(induction, tmp_path):
     """``generate`` takes ``max_new_tokens`` (or HF's ``max_length``, with HF's meaning) on a causal
     LM and on a translation model and returns a ``Generation`` from both, attentions when asked."""
     import jattn
-    from jattn.models import Generation
+    from jattn.models.seq2seq import Generation
     from tiny_seq2seq import padded_batch, save_tiny
 
     lm = induction[0]

@@ -42,7 +42,7 @@ from jattn.nn import state
 from jattn.nn.attention import transformed_vectors
 from jattn.nn.layers import ln_sigma, safe_norm
 
-__all__ = ["attention_flow", "attributions"]
+__all__ = ["attention_flow"]
 
 
 def _pair_mask(mask: jax.Array) -> jax.Array:

@@ -28,7 +28,7 @@ from jattn.artefacts.classifiers import CLASSIFIER_SEEDS
 from jattn.artefacts.base import Recipe
 from jattn.io import artefacts as folders
 
-__all__ = ["CLASSIFIER_SEEDS", "load", "made_elsewhere", "make_command", "path", "recipe", "Recipe", "RECIPES"]
+__all__ = ["CLASSIFIER_SEEDS", "path", "recipe", "RECIPES"]
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     *classifiers.MINILM, classifiers.MPNET, *classifiers.MPNET_CLASSIFIERS,

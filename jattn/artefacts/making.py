@@ -27,7 +27,7 @@ from jattn.artefacts.base import Recipe
 from jattn import artefacts
 from jattn.io import artefacts as folders, locks
 
-__all__ = ["make", "training_seconds"]
+__all__ = ["make"]
 
 
 def _finetune(recipe: Recipe, out: Path, work: Path, progress: bool) -> dict:

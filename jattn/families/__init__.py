@@ -15,4 +15,4 @@ FOLDERS = ("bert", "roberta", "electra", "mpnet", "marian", "fsmt", "bart", "rob
 for _folder in FOLDERS:
     importlib.import_module(f"jattn.families.{_folder}.spec")
 
-__all__ = ["FamilySpec", "get", "names"]
+__all__ = ["get"]

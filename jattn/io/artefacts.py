@@ -29,7 +29,7 @@ from pathlib import Path
 
 from jattn.io import atomic
 
-__all__ = ["ArtefactCorrupted", "DONE", "models_dir", "status", "work_folder"]
+__all__ = ["DONE"]
 
 DONE = "DONE"  # written last into a made artefact's folder
 MANIFEST = "MANIFEST.json"  # beside DONE: {"files": {path: {"size", "mtime_ns", "sha256"}}} of the made folder

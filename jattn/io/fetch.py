@@ -30,8 +30,6 @@ from pathlib import Path
 from jattn.io import locks
 from jattn.io.manifest import FileEntry, data_dir, datasets, file_path, files, kind, obstacle
 
-__all__ = ["fetch", "verify"]
-
 TIMEOUT = 30.0  # seconds, for connecting and for each read
 LOCK_TIMEOUT = 900.0  # seconds to wait for another fetch of the same data set
 _STALE = re.compile(r"^(tmp[a-z0-9_]{8}|\..+\.part)$")  # pooch's and our temporary names

@@ -24,7 +24,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["data_dir", "data_path", "datasets", "file_path", "files", "missing", "obstacle"]
+__all__ = ["data_dir", "data_path", "files"]
 
 MANIFEST = Path(__file__).with_name("manifest.json")
 SAMPLE = "sample"  # the bundled sample's name for data_path; no data set of the manifest may take it

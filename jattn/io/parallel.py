@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["encode", "read_parallel"]
+__all__ = ["encode"]
 
 
 def normalize(line: str, lowercase: bool) -> str:

@@ -38,7 +38,7 @@ import numpy as np
 
 from jattn.io.lines import Lines, conllu_sentences
 
-__all__ = ["Corpus", "Example", "FORMATS", "parse_links", "read", "read_labelled"]
+__all__ = ["Corpus", "Example", "read"]
 
 FORMATS = ("text", "conllu", "gap", "parallel")
 

@@ -40,8 +40,6 @@ import numpy as np
 from jattn.io import locks
 from jattn.io.stops import check_stop
 
-__all__ = ["acquire_lock", "Output", "release_lock", "run_meta"]
-
 class OutputError(ValueError):
     """An output folder that cannot be used, or writing into it failed."""
 

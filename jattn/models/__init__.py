@@ -2,9 +2,8 @@
 ``EncoderModel``, a ``Seq2SeqModel`` or a ``DecoderModel``; ``artefacts`` makes the named ones."""
 
 from jattn.models.decoder import DecoderModel
-from jattn.models.encoder import EncoderModel, EncoderResult
+from jattn.models.encoder import EncoderModel
 from jattn.models.load import load
-from jattn.models.seq2seq import Generation, Seq2SeqModel, Seq2SeqResult, record_normalization
+from jattn.models.seq2seq import Seq2SeqModel
 
-__all__ = ["DecoderModel", "EncoderModel", "EncoderResult", "Generation", "load", "record_normalization",
-           "Seq2SeqModel", "Seq2SeqResult"]
+__all__ = ["DecoderModel", "EncoderModel", "Seq2SeqModel"]

@@ -19,8 +19,6 @@ from flax import nnx
 from jattn.nn import state
 from jattn.nn.interventions import Interventions
 
-__all__ = ["chunk_rows", "over_chunks"]
-
 CPU_CHUNK_ROWS = 1024  # token rows a layer processes at once on CPU (see ``chunk_count``)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jattn.io import atomic
 
-__all__ = ["load", "read", "replace_text", "write"]
+__all__ = ["load", "read", "write"]
 
 
 def path(out: Path, name: str) -> Path:

@@ -31,7 +31,7 @@ from jattn.nn import decode, seq2seq
 from jattn.nn.seq2seq import Seq2Seq
 from jattn.training.trainer import Checkpointed, Resumable, stop_requests
 
-__all__ = ["bleu", "device_batch", "TrainConfig", "Trainer", "translate_ids", "translations"]
+__all__ = ["device_batch", "TrainConfig", "Trainer", "translations"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,8 +20,6 @@ from jattn.analyses.syntax import MIN_COUNT, DependencyCounts, head_roles
 from jattn.nn.token_classes import CLASS_NAMES
 from jattn.viz import plots, words
 
-__all__ = ["FIGURES"]
-
 
 def mds_figures(stats: dict, num_layers: int, folder) -> list:
     """The MDS map of heads (Clark et al. 2019, Fig. 6), coloured by behaviour when the

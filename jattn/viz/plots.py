@@ -15,9 +15,6 @@ from pathlib import Path
 
 import matplotlib
 
-
-__all__ = ["attention_grid", "caption", "heatmap", "save", "signed_bars", "signed_heatmap"]
-
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402

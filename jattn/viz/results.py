@@ -19,8 +19,6 @@ from jattn.io.results import Output, check_finite, to_json
 from jattn.viz import plots, words
 from jattn.viz.figures import FIGURES
 
-__all__ = ["write_figures", "write_files"]
-
 
 def write_files(result, folder: Path, num_layers: int, meta: dict | None = None) -> list[Path]:
     """Write results.json, results.npz and figures/ into ``folder``; returns the figure paths."""

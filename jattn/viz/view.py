@@ -37,8 +37,6 @@ import numpy as np
 
 from jattn.viz.view_codes import ERROR_BOUND, FORMAT, decode_measure, encode_view
 
-__all__ = ["read_page", "view"]
-
 NORM_KEYS = {"norm": "weighted_norm", "summed": "summed_norm", "attnres": "attnres_norm",
              "attnresln": "attnresln_norm"}
 ATTRIBUTION_KEYS = {"rollout": "rollout", "globenc": "globenc", "alti": "alti"}

@@ -15,8 +15,6 @@ from jattn.families.layouts.seq2seq import TIED_FIX, layer_rows, row
 from jattn.nn.config import Seq2SeqConfig
 from jattn.io.hf import Entry, apply_table, check_tied, to_state_dict
 
-__all__ = ["save_marian_folder"]
-
 def rows(config: Seq2SeqConfig) -> list:
     D = config.d_model
     if config.shared_embeddings:
