@@ -138,6 +138,7 @@ ENCODERS = {
         expect=dict(config=dict(model_type="xlm-roberta", positions="after_padding", classifier="dense_tanh",
                                 mlm_activation="gelu", max_length=38),
                     classifier=dict(num_labels=3, classifier_dropout=0.3), trip=dict(model_type="xlm-roberta")),
+        holds=dict(config=lambda m, hf: m.family.model_type == "xlm-roberta"),
         kw=dict(classifier=dict(classifier_dropout=0.3)), trips=("base", "cls", "mlm"),
         text=("xlm-roberta", "base", {})),
     "electra": Row(
