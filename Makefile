@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-all test-fast test-no-fma reproduce reproduce-quick setup setup-test clean
+.PHONY: demo lint test test-all test-fast test-no-fma reproduce reproduce-quick setup setup-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ reproduce-quick: $(VENV)/.setup-reproduce
 # one GPU, --tiny on a CPU). No setup prerequisite: on an accelerator image torch is the image's own.
 device-check:
 	$(BIN)/python benchmarks/device_check.py --out benchmarks/results/device_check.json
+
+# The formatter's layout and the linter's checks (pyproject.toml [tool.ruff]); `ruff format .` applies the layout.
+lint: setup-test
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
 
 test: setup-test
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15

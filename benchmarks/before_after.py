@@ -28,8 +28,18 @@ def _encoder(d: dict) -> dict:
     out = {}
     for r in d["results"]:
         tag = "MiniLM" if "MiniLM" in r["name"] else "bert-base"
-        for key in ("ratio_forward", "ratio_jit", "ratio_weights", "ratio_lean", "weights_over_lean_seconds",
-                    "weights_recycled_over_lean_seconds", "bound_torch_gemms", "bound_xla_gemms", "lean_of_torch_bound", "lean_of_xla_bound"):
+        for key in (
+            "ratio_forward",
+            "ratio_jit",
+            "ratio_weights",
+            "ratio_lean",
+            "weights_over_lean_seconds",
+            "weights_recycled_over_lean_seconds",
+            "bound_torch_gemms",
+            "bound_xla_gemms",
+            "lean_of_torch_bound",
+            "lean_of_xla_bound",
+        ):
             if key in r:
                 out[f"encoder {tag}: {key}"] = r[key]
     return out

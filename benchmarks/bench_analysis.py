@@ -210,7 +210,10 @@ def main(argv=None):
               f"(after loading {r['base_mb']:.0f} MB)", flush=True)
     print("\n| mode | segments | seconds | examples/s | peak RSS (MB) |\n|---|---|---|---|---|")
     for mode, r in results.items():
-        print(f"| {mode} | {args.segments} | {r['seconds']:.1f} | {args.segments / r['seconds']:.1f} | {r['peak_mb']:.0f} |")
+        print(
+            f"| {mode} | {args.segments} | {r['seconds']:.1f} | {args.segments / r['seconds']:.1f} "
+            f"| {r['peak_mb']:.0f} |"
+        )
     if "overhead" in results:
         o = results["overhead"]
         print(f"\nstatistics without JS over the plain forward, alternated in one process ({args.rounds} rounds, "

@@ -142,16 +142,28 @@ def run(args, tmp: str) -> None:
     disagree = sum(int((np.asarray(hf["predictions"][r.unit]).reshape(r.predictions.shape) != r.predictions).sum())
                    for r in outputs["batched"])
     best = {k: min(v) for k, v in runs.items()}
-    record = {"model": name, "examples": len(dev), "heads": 72, "layers": 6, "mode": "uniform",
-              "batch_size": args.batch_size, "compile_seconds_both_warmup": round(compile_s, 1),
-              "batched_seconds": round(best["batched"][0], 2), "loop_seconds": round(best["loop"][0], 2),
-              "ratio_loop_over_batched": round(best["loop"][0] / best["batched"][0], 2),
-              "batched_peak_delta_mb": round(max(m for _, m in runs["batched"]), 1),
-              "loop_peak_delta_mb": round(max(m for _, m in runs["loop"]), 1),
-              "hf_loop_seconds": round(hf["seconds"], 2), "hf_loop_peak_delta_mb": round(hf["peak_mb"], 1),
-              "ratio_hf_loop_over_batched": round(hf["seconds"] / best["batched"][0], 2),
-              "hf_predictions_differing": disagree, "predictions_compared": 78 * len(dev),
-              "torch_threads": hf["torch_threads"], "all_runs": runs, "baseline_accuracy": outputs["batched"][0].baseline}
+    record = {
+        "model": name,
+        "examples": len(dev),
+        "heads": 72,
+        "layers": 6,
+        "mode": "uniform",
+        "batch_size": args.batch_size,
+        "compile_seconds_both_warmup": round(compile_s, 1),
+        "batched_seconds": round(best["batched"][0], 2),
+        "loop_seconds": round(best["loop"][0], 2),
+        "ratio_loop_over_batched": round(best["loop"][0] / best["batched"][0], 2),
+        "batched_peak_delta_mb": round(max(m for _, m in runs["batched"]), 1),
+        "loop_peak_delta_mb": round(max(m for _, m in runs["loop"]), 1),
+        "hf_loop_seconds": round(hf["seconds"], 2),
+        "hf_loop_peak_delta_mb": round(hf["peak_mb"], 1),
+        "ratio_hf_loop_over_batched": round(hf["seconds"] / best["batched"][0], 2),
+        "hf_predictions_differing": disagree,
+        "predictions_compared": 78 * len(dev),
+        "torch_threads": hf["torch_threads"],
+        "all_runs": runs,
+        "baseline_accuracy": outputs["batched"][0].baseline,
+    }
     out = REPO / "benchmarks" / "results" / "disable.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"\n| sweep ({len(dev)} SST-2 dev, 72 heads + 6 layers) | seconds | Δ peak RSS MB |\n|---|---|---|\n"

@@ -230,15 +230,17 @@ def main() -> None:
                 for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
                     (base / f).write_bytes((default_model_path() / f).read_bytes())
             r = {"name": name, **bench(folder, args.batch_size, args.length, args.repeats)}
-            print(f"{name:20s} HF eager {r['hf_tokens_per_s']:6.0f} tok/s | jattn Model.forward "
-                  f"{r['jattn_forward_tokens_per_s']:6.0f} ({r['ratio_forward']:.2f}x) | jattn jit "
-                  f"{r['jattn_jit_tokens_per_s']:6.0f} ({r['ratio_jit']:.2f}x) | the forward's GEMMs alone: "
-                  f"XLA {r['xla_gemm_gflops']:.0f}, torch {r['torch_gemm_gflops']:.0f} GFLOP/s -> no implementation "
-                  f"exceeds {r['bound_torch_gemms']:.2f}x HF at torch's GEMM speed, {r['bound_xla_gemms']:.2f}x at XLA's"
-                  f" | internals=('weights',) {r['ratio_weights']:.2f}x, lean {r['ratio_lean']:.2f}x "
-                  f"(weights/lean time {r['weights_over_lean_seconds']:.3f}, recycled "
-                  f"{r['weights_recycled_over_lean_seconds']:.3f}); lean at {r['lean_of_torch_bound']:.0%} "
-                  f"of the torch-GEMM bound, of the XLA-GEMM bound {bound_share(r)}")
+            print(
+                f"{name:20s} HF eager {r['hf_tokens_per_s']:6.0f} tok/s | jattn Model.forward "
+                f"{r['jattn_forward_tokens_per_s']:6.0f} ({r['ratio_forward']:.2f}x) | jattn jit "
+                f"{r['jattn_jit_tokens_per_s']:6.0f} ({r['ratio_jit']:.2f}x) | the forward's GEMMs alone: "
+                f"XLA {r['xla_gemm_gflops']:.0f}, torch {r['torch_gemm_gflops']:.0f} GFLOP/s -> no implementation "
+                f"exceeds {r['bound_torch_gemms']:.2f}x HF at torch's GEMM speed, {r['bound_xla_gemms']:.2f}x at XLA's"
+                f" | internals=('weights',) {r['ratio_weights']:.2f}x, lean {r['ratio_lean']:.2f}x "
+                f"(weights/lean time {r['weights_over_lean_seconds']:.3f}, recycled "
+                f"{r['weights_recycled_over_lean_seconds']:.3f}); lean at {r['lean_of_torch_bound']:.0%} "
+                f"of the torch-GEMM bound, of the XLA-GEMM bound {bound_share(r)}"
+            )
             results.append(r)
     meta = {"threads": args.threads, "cpu": cpu_model(), "repeats": args.repeats,
             "freed_memory_kept": jattn.host_memory.KEPT,

@@ -7,8 +7,9 @@ of the Voita study's cost (``experiments.voita2019.study``).
 Model: the shape of the recipe ``multi30k-fr-en-6x8`` (6 + 6 layers × 8 heads, d 256, FFN 1024,
 dropout 0.3, DS-Init), random parameters (the cost does not depend on their values), a
 SentencePiece vocabulary of 8,000 trained on the Multi30k training text, batches from its first
-4,000 pairs (needs the data set: ``jattn data fetch multi30k``). Batches: 2,048 tokens per side, sentences cut to 64 tokens, as both
-the recipe and the study make them. Timed in alternated rounds of ``--updates`` updates each:
+4,000 pairs (needs the data set: ``jattn data fetch multi30k``). Batches: 2,048 tokens per
+side, sentences cut to 64 tokens, as both the recipe and the study make them. Timed in
+alternated rounds of ``--updates`` updates each:
 
 * a training update (``jattn.training.nmt.train_step``: label-smoothed loss, Adam, clipping);
 * a joint gate update as the study runs it (``jattn.training.l0.train_step``: gates on all three
@@ -74,8 +75,15 @@ def main() -> None:
             return out["loss"]
 
         def gate(i):
-            state["gate"], out = l0.train_step(state["gate"], batches[i], jax.random.fold_in(key, i), jnp.float32(gc.lam),
-                                               config=config, gc=gates.static_gc, optimizer=gates.optimizer)
+            state["gate"], out = l0.train_step(
+                state["gate"],
+                batches[i],
+                jax.random.fold_in(key, i),
+                jnp.float32(gc.lam),
+                config=config,
+                gc=gates.static_gc,
+                optimizer=gates.optimizer,
+            )
             return out["loss"]
 
         runs = {"train": train, "gate": gate}

@@ -43,7 +43,9 @@ def main() -> None:
                 jax.block_until_ready(fn(p, batch))
                 times[key].append(time.perf_counter() - start)
         ms = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
-        print(f"{name} {b}x{n}: erfc {ms['erfc']:.1f} ms, erf {ms['erf']:.1f} ms, erfc/erf {ms['erfc'] / ms['erf']:.3f}")
+        print(
+            f"{name} {b}x{n}: erfc {ms['erfc']:.1f} ms, erf {ms['erf']:.1f} ms, erfc/erf {ms['erfc'] / ms['erf']:.3f}"
+        )
 
 
 if __name__ == "__main__":

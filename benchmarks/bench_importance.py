@@ -230,9 +230,26 @@ def classifier_folder(tmp: Path) -> tuple[str, str]:
 
 
 def child(side: str, part: str, folder: str, args) -> dict:
-    cmd = [sys.executable, __file__, "--child", side, "--part", part, "--folder", folder, "--sentences",
-           str(args.sentences), "--length", str(args.length), "--curve-sentences", str(args.curve_sentences), "--batch", str(args.batch),
-           "--step", str(args.step)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        side,
+        "--part",
+        part,
+        "--folder",
+        folder,
+        "--sentences",
+        str(args.sentences),
+        "--length",
+        str(args.length),
+        "--curve-sentences",
+        str(args.curve_sentences),
+        "--batch",
+        str(args.batch),
+        "--step",
+        str(args.step),
+    ]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 

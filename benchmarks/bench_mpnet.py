@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_encoder import alternate, bound_share, cpu_model, gemm_bound  # benchmarks/ (the scripts run from their folder)
+# benchmarks/ (the scripts run from their folder)
+from bench_encoder import alternate, bound_share, cpu_model, gemm_bound
 
 NAME = "all-mpnet-base-v2"
 

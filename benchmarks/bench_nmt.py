@@ -114,10 +114,16 @@ def bench(name: str, repeats: int, max_length: int) -> dict:
     med = {k: statistics.median(v) for k, v in times.items()}
     target_tokens = int(batch["decoder_input_ids"].size)
     res = {
-        "config": CONFIGS[name], "batch": list(batch["input_ids"].shape), "target_length": target_tokens // 16,
-        "forward_tokens_per_s": {"jattn": target_tokens / med["jattn_forward"], "hf": target_tokens / med["hf_forward"]},
+        "config": CONFIGS[name],
+        "batch": list(batch["input_ids"].shape),
+        "target_length": target_tokens // 16,
+        "forward_tokens_per_s": {
+            "jattn": target_tokens / med["jattn_forward"],
+            "hf": target_tokens / med["hf_forward"],
+        },
         "beam4_generated_tokens_per_s": {"jattn": generated / med["jattn_beam4"], "hf": generated / med["hf_beam4"]},
-        "beam4_same_ids_as_hf": same, "median_s": med,
+        "beam4_same_ids_as_hf": same,
+        "median_s": med,
     }
     res["forward_ratio"] = med["hf_forward"] / med["jattn_forward"]
     res["beam4_ratio"] = med["hf_beam4"] / med["jattn_beam4"]

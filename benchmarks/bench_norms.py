@@ -129,8 +129,16 @@ def child_original(model_path: str, length: int, seqs: int) -> list[dict]:
         sec, mb, _ = measure(lambda: original(ids[k:k + 1]))
         times.append(sec)
         peaks.append(mb)
-    return [{"kind": "original", "batch": 1, "seq_per_s": len(times) / sum(times), "sec_per_call": sum(times) / len(times),
-             "delta_peak_mb": max(peaks), "xla_temp_mb": float("nan")}]
+    return [
+        {
+            "kind": "original",
+            "batch": 1,
+            "seq_per_s": len(times) / sum(times),
+            "sec_per_call": sum(times) / len(times),
+            "delta_peak_mb": max(peaks),
+            "xla_temp_mb": float("nan"),
+        }
+    ]
 
 
 def main() -> None:

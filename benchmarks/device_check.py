@@ -154,9 +154,13 @@ def encoder(folder, S, dev, gemm) -> tuple[dict, object, dict]:
         "disabled": P.check(intervened(np.ones_like(gates), off)[real], host(ref_off)[real], terms),
     }
     extra = {"hidden_default_precision": None if default is None else P.check(np.asarray(default)[real], hidden, terms)}
-    fns = {"jattn_forward": lambda: done(model.forward(jb)), "jattn_lean": lambda: done(model.forward(jb, internals=None)),
-           "hf_eager": hf_call(hf["eager"], tb, dev, output_attentions=True),
-           "hf_eager_lean": hf_call(hf["eager"], tb, dev), "hf_sdpa": hf_call(hf["sdpa"], tb, dev)}
+    fns = {
+        "jattn_forward": lambda: done(model.forward(jb)),
+        "jattn_lean": lambda: done(model.forward(jb, internals=None)),
+        "hf_eager": hf_call(hf["eager"], tb, dev, output_attentions=True),
+        "hf_eager_lean": hf_call(hf["eager"], tb, dev),
+        "hf_sdpa": hf_call(hf["sdpa"], tb, dev),
+    }
     r = {"model": f"BERT L={L} H={H} D={c.hidden_size} F={c.intermediate_size}", "batch": [b, n],
          "parity": parity, "parity_info": extra,
          **speed(fns, S["repeats"], P.forward_gflop(L, c.hidden_size, c.intermediate_size, b * n, n, b), gemm)}
@@ -195,10 +199,13 @@ def seq2seq(folder, S, dev, gemm) -> dict:
         ref_gated = hf_call(hf["eager"], tb, dev, use_cache=False)().logits
     ivs = {k: jattn.Interventions(head_gates=g) for k, g in gates.items()}
     parity["gated"] = P.check(model.forward(jb, ivs, internals=None).logits, host(ref_gated), terms)
-    fns = {"jattn_forward": lambda: done(model.forward(jb)), "jattn_lean": lambda: done(model.forward(jb, internals=None)),
-           "hf_eager": hf_call(hf["eager"], tb, dev, output_attentions=True, use_cache=False),
-           "hf_eager_lean": hf_call(hf["eager"], tb, dev, use_cache=False),
-           "hf_sdpa": hf_call(hf["sdpa"], tb, dev, use_cache=False)}
+    fns = {
+        "jattn_forward": lambda: done(model.forward(jb)),
+        "jattn_lean": lambda: done(model.forward(jb, internals=None)),
+        "hf_eager": hf_call(hf["eager"], tb, dev, output_attentions=True, use_cache=False),
+        "hf_eager_lean": hf_call(hf["eager"], tb, dev, use_cache=False),
+        "hf_sdpa": hf_call(hf["sdpa"], tb, dev, use_cache=False),
+    }
     D, F, L, V = s["d_model"], s["ffn"], s["layers"], s["vocab"]
     gflop = (P.forward_gflop(L, D, F, b * src, src, b) + L * (2 * b * tgt * (8 * D * D + 2 * D * F)
              + 4 * b * tgt * (tgt + src) * D) / 1e9 + 2 * b * tgt * D * V / 1e9)
@@ -268,8 +275,15 @@ def sweeps(folder, model, hf, S, dev) -> dict:
     P.hf_importance(hf["eager"], batches, L, H)  # warm-up
     hf_s, theirs = timed(lambda: P.hf_importance(hf["eager"], batches, L, H))
     grad_terms = 2 * (P.model_terms(c, 64) + c.num_labels) + len(data)  # as tests/test_importance.grad_terms
-    importance = {"sentences": len(data), "batch": B, "jattn_first_call_seconds": first, "jattn_seconds": ours_s,
-                  "hf_seconds": hf_s, "ratio": hf_s / ours_s, "parity": {"importance": P.check(ours, theirs, grad_terms)}}
+    importance = {
+        "sentences": len(data),
+        "batch": B,
+        "jattn_first_call_seconds": first,
+        "jattn_seconds": ours_s,
+        "hf_seconds": hf_s,
+        "ratio": hf_s / ours_s,
+        "parity": {"importance": P.check(ours, theirs, grad_terms)},
+    }
 
     kw = dict(mode="uniform", unit="head", batch_size=B, progress=False)
     jattn.disable(model, data, "accuracy", **kw), sweep_by_loop(model, data, "accuracy", **kw)  # compiles
@@ -380,9 +394,12 @@ def report(r: dict) -> None:
         ratios = ", ".join(f"{k} {v:.2f}" for k, v in m["ratios"].items() if v is not None)
         print(f"{m['model']}: parity {'ok' if all(p['ok'] for p in m['parity'].values()) else 'FAILED'} (worst "
               f"{worst[0]} {worst[1]['max_abs_err']:.2e} / tol {worst[1]['tolerance']:.2e}); {ratios}")
-    print(f"importance {r['importance']['ratio']:.2f}x HF; disable batched {r['disable']['ratio_hf_loop_over_batched']:.2f}x "
-          f"the HF loop; patching {r['patching']['ratio_exact_vs_hooks']:.2f}x hooks, attribution "
-          f"{r['patching']['ratio_attribution_vs_hooks']:.2f}x; all parity ok: {r['ok']}")
+    print(
+        f"importance {r['importance']['ratio']:.2f}x HF; disable batched "
+        f"{r['disable']['ratio_hf_loop_over_batched']:.2f}x "
+        f"the HF loop; patching {r['patching']['ratio_exact_vs_hooks']:.2f}x hooks, attribution "
+        f"{r['patching']['ratio_attribution_vs_hooks']:.2f}x; all parity ok: {r['ok']}"
+    )
 
 
 if __name__ == "__main__":

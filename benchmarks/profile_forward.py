@@ -154,10 +154,15 @@ def programs(model, batch: dict, oracle, tiny: bool):
 
     jattn_programs = {
         "jattn lean": (lambda p, x, iv: _forward(p, c, x, iv, jnp.float32, ()), (model.forward_params(), x, iv)),
-        "jattn all internals": (lambda p, x, iv: _forward(p, c, x, iv, jnp.float32, "all"),
-                                (model.forward_params(), x, iv)),
+        "jattn all internals": (
+            lambda p, x, iv: _forward(p, c, x, iv, jnp.float32, "all"),
+            (model.forward_params(), x, iv),
+        ),
         "jattn importance": (importance, (model.params, x)),
-        "jattn attribution": (lambda v, a, b: _attribution(v, c, a, b, metric, None), (model.layer_views(), x, corrupted)),
+        "jattn attribution": (
+            lambda v, a, b: _attribution(v, c, a, b, metric, None),
+            (model.layer_views(), x, corrupted),
+        ),
     }
     tb = {k: torch.tensor(np.asarray(v), dtype=torch.long) for k, v in batch.items()}
 

@@ -160,9 +160,10 @@ class Hlo:
         """The group of instruction ``name``'s time, by what it computes, in this order: GEMM (a dot,
         a convolution, a YNNPACK / oneDNN / matmul custom call); internals written (``written``);
         softmax (exp, or a max-reduce); normalisation (rsqrt); activation (erf, tanh, logistic);
-        copies/transposes (data movement only; scalar index arithmetic aside); then an element-wise or reduce fusion XLA split
-        off one of these (a softmax's row sum, a LayerNorm's mean) by the source line its root came
-        from; else other element-wise. None for control flow (its body's events hold its time)."""
+        copies/transposes (data movement only; scalar index arithmetic aside); then an element-wise
+        or reduce fusion XLA split off one of these (a softmax's row sum, a LayerNorm's mean) by
+        the source line its root came from; else other element-wise. None for control flow (its
+        body's events hold its time)."""
         i = self.ins.get(name)
         if i is None or i["op"] in CONTROL:
             return None
@@ -222,7 +223,9 @@ class Hlo:
             us = users[p["name"]]
             if any(u["op"] == "dynamic-update-slice" and u["operands"][0] == p["name"] for u in us):
                 continue  # the buffer written in place: its update counts below
-            if us and all(u["op"] in ("dynamic-slice", "slice", "gather") and u["operands"][0] == p["name"] for u in us):
+            if us and all(
+                u["op"] in ("dynamic-slice", "slice", "gather") and u["operands"][0] == p["name"] for u in us
+            ):
                 total += sum(nbytes(u["shape"]) for u in us)
             else:
                 total += nbytes(p["shape"])

@@ -11,15 +11,25 @@ functions carry the names of the command-line commands that run them (``jattn di
 import importlib as _importlib
 import warnings as _warnings
 
-from jattn import host_memory  # keep_freed_memory(): for a program that owns its process (the CLI does)
+from jattn import host_memory as host_memory  # keep_freed_memory(): for a program that owns its process (the CLI does)
 
 # The public functions, imported on first use (PEP 562): ``import jattn`` itself reads no JAX, so
 # the command line starts in a fraction of a second and takes Ctrl-C cleanly from its first moment.
-_PUBLIC = {"Interventions": "jattn.nn.interventions", "data_path": "jattn.io.manifest", "load": "jattn.artefacts",
-           "attributions": "jattn.analyses.attribution", "disable": "jattn.sweeps.disable",
-           "importance": "jattn.sweeps.importance", "norms": "jattn.analyses.norms", "finetune": "jattn.training.finetune",
-           "attribution_patch_heads": "jattn.sweeps.patching", "patch_heads": "jattn.sweeps.patching",
-           "prune": "jattn.sweeps.pruning_curve", "run_corpus": "jattn.runner.loop", "view": "jattn.viz.view"}
+_PUBLIC = {
+    "Interventions": "jattn.nn.interventions",
+    "data_path": "jattn.io.manifest",
+    "load": "jattn.artefacts",
+    "attributions": "jattn.analyses.attribution",
+    "disable": "jattn.sweeps.disable",
+    "importance": "jattn.sweeps.importance",
+    "norms": "jattn.analyses.norms",
+    "finetune": "jattn.training.finetune",
+    "attribution_patch_heads": "jattn.sweeps.patching",
+    "patch_heads": "jattn.sweeps.patching",
+    "prune": "jattn.sweeps.pruning_curve",
+    "run_corpus": "jattn.runner.loop",
+    "view": "jattn.viz.view",
+}
 
 __all__ = sorted(_PUBLIC, key=str.lower)
 

@@ -82,8 +82,9 @@ def runner(folders) -> dict:
     pool = [ex for ex in read_conllu(sample) if 3 <= len(ex.a) <= 12][:8]
     ranks = Path(folders[0]) / "ranks.txt"
     ranks.write_text("".join(f"{r} {1000 - r} {i}\n" for r, i in enumerate([1996, 4937, 1012, 1010, 1997], 1)))
-    options = registry.Options(rank_file=ranks, relations=tuple(sorted({r for ex in pool for r in ex.labels["relations"]})),
-                               min_count=1)
+    options = registry.Options(
+        rank_file=ranks, relations=tuple(sorted({r for ex in pool for r in ex.labels["relations"]})), min_count=1
+    )
     encoder = jattn.load(folders[0], use_cache=False)
     families = {n: getattr(e.factory(encoder, options), "families", ("encoder",)) for n, e in registry.entries().items()
                 if n != "coref"}
@@ -110,7 +111,9 @@ def sweeps(folders) -> dict:
         cls = jattn.load(folders[1], use_cache=False, mesh=mesh)
         marian = jattn.load(folders[2], use_cache=False, mesh=mesh)
         labelled = list(zip(TEXTS, LABELS))
-        out[f"{name}/importance-mlm"] = jattn.importance(mlm, TEXTS, batch_size=8, max_length=32, progress=False)["encoder"]
+        out[f"{name}/importance-mlm"] = jattn.importance(mlm, TEXTS, batch_size=8, max_length=32, progress=False)[
+            "encoder"
+        ]
         out[f"{name}/importance-cls"] = jattn.importance(cls, labelled, batch_size=8, max_length=32,
                                                          progress=False)["encoder"]
         for kind, v in jattn.importance(marian, PAIRS, batch_size=8, max_length=32, progress=False).items():

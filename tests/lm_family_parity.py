@@ -178,5 +178,6 @@ def check_generate(model, oracle, lengths, num_beams: int, max_new_tokens: int =
     stopping = DecoderModel(dataclasses.replace(model.config, eos_token_id=eos), model.params, model.tokenizer)
     want = _hf_generate(model, oracle, ids, mask, num_beams, max_new_tokens, eos)
     assert num_beams > 1 or (want[:, ids.shape[1]:] == eos).any(), "the EOS run should stop a row"
-    np.testing.assert_array_equal(stopping.generate(ids, mask, max_new_tokens=max_new_tokens, num_beams=num_beams).sequences,
-                                  want)
+    np.testing.assert_array_equal(
+        stopping.generate(ids, mask, max_new_tokens=max_new_tokens, num_beams=num_beams).sequences, want
+    )

@@ -51,7 +51,8 @@ def internals_np(model, batch, layer: int) -> dict:
     float64 numpy: ``weights`` α, ``values`` (value projection output, bias included),
     ``out_kernel`` W_O split by head (H, d_h, D), ``out_bias``, ``output`` (attention dense
     output), ``residual`` (the layer input), ``pre_ln`` (the attention LayerNorm's input),
-    ``ln_scale`` γ, ``ln_bias`` β, ``attention_ln_out``. Nothing here comes from jattn, so the norms are checked against HF."""
+    ``ln_scale`` γ, ``ln_bias`` β, ``attention_ln_out``. Nothing here comes from jattn, so the
+    norms are checked against HF."""
     import torch
     from transformers import AutoModel
 

@@ -68,7 +68,8 @@ def check_generate_language(model, hf, code: int) -> None:
         np.testing.assert_array_equal(ours, ref)
         assert (ref[:, 1] == code).all()
         np.testing.assert_array_equal(model.generate(batch["input_ids"], batch["attention_mask"], num_beams=beams,
-                                                     max_length=10, forced_bos_token_id=code).sequences, ref)  # the model's
+                                                     # the model's
+                                                     max_length=10, forced_bos_token_id=code).sequences, ref)
     with pytest.raises(ValueError, match="forced_bos_token_id=.* is not a target token id"):
         decode.generate(model.params, model.config, batch["input_ids"], batch["attention_mask"], max_length=10,
                         forced_bos_token_id=model.config.tgt_vocab_size)

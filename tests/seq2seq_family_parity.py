@@ -323,6 +323,8 @@ def check_pruned_export(model, keep: dict, out: Path) -> Path:
     assert_close(got.logits, ref.logits, terms=terms(model, batch))  # fewer heads: other float32 orders
     ids, mask = batch["input_ids"], batch["attention_mask"]
     for beams in (1, 4):
-        np.testing.assert_array_equal(loaded.generate(ids, mask, num_beams=beams, max_length=8).sequences,
-                                      model.generate(ids, mask, num_beams=beams, max_length=8, interventions=masked).sequences)
+        np.testing.assert_array_equal(
+            loaded.generate(ids, mask, num_beams=beams, max_length=8).sequences,
+            model.generate(ids, mask, num_beams=beams, max_length=8, interventions=masked).sequences,
+        )
     return pruned

@@ -190,8 +190,23 @@ def test_analyze_cli_on_a_translation_model(tmp_path, monkeypatch, tiny_marian_f
     assert [(e.a, e.b) for e in Corpus([one], "parallel")] == [(e.a, e.b) for e in Corpus(files, "parallel")] \
         == list(zip(src, tgt))
     with pytest.raises(SystemExit, match="word-level"):
-        main(["analyze", "--model", str(folder), "--format", "parallel", "--input", str(one), "--methods", "word-weights",
-              "--max-length", "32", "--out", str(tmp_path / "o3")])
+        main(
+            [
+                "analyze",
+                "--model",
+                str(folder),
+                "--format",
+                "parallel",
+                "--input",
+                str(one),
+                "--methods",
+                "word-weights",
+                "--max-length",
+                "32",
+                "--out",
+                str(tmp_path / "o3"),
+            ]
+        )
     with pytest.raises(SystemExit, match="not line-aligned"):
         main(["analyze", "--model", str(folder), "--format", "parallel", "--input", str(files[0]),
               str(_write(tmp_path / "short.en", "a\n")), "--max-length", "32", "--out", str(tmp_path / "o4")])

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "jattn"
-FAMILY_WORDS = re.compile(r"bert|roberta|electra|mpnet|marian|fsmt|bart|albert|deberta|xlm|m2m|nllb|\bt5\b|mt5|gpt|llama|qwen|gemma", re.I)
+FAMILY_WORDS = re.compile(
+    r"bert|roberta|electra|mpnet|marian|fsmt|bart|albert|deberta|xlm|m2m|nllb|\bt5\b|mt5|gpt|llama|qwen|gemma", re.I
+)
 MAX_LINES = 400
 
 
@@ -41,7 +43,9 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             for a in node.names:
                 found.add(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base)
     return {m for m in found if m in known and m != name}
@@ -96,7 +100,11 @@ def code_tokens(path: Path) -> list[tuple[int, str]]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 docstrings.add(first.lineno)
     out = []
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -117,7 +125,9 @@ def family_mentions(path: Path, root: Path = ROOT.parent) -> list[str]:
 
 def test_family_checker_sees_a_branch(tmp_path):
     planted = tmp_path / "m.py"
-    planted.write_text('"""Docs may cite BERT."""\n# so may comments: Marian\nif config.model_type == "marian":\n    pass\n')
+    planted.write_text(
+        '"""Docs may cite BERT."""\n# so may comments: Marian\nif config.model_type == "marian":\n    pass\n'
+    )
     hits = family_mentions(planted, tmp_path)
     assert len(hits) == 2 and all(h.startswith("m.py:3:") for h in hits), hits  # the string and the ==, not the prose
 
@@ -292,8 +302,11 @@ def _jattn_uses(path: Path) -> set[tuple[str, str]]:
 def private_uses(path: Path, public: dict[str, tuple[str, ...]]) -> list[str]:
     uses = _jattn_uses(path)
     out = sorted({f"{path.name}: {module} (a private module)" for module, _ in uses if module not in public})
-    return out + sorted(f"{path.name}: {module}.{name} (not in {module}.__all__)" for module, name in uses
-                        if module in public and name and name not in public[module] and f"{module}.{name}" not in public)
+    return out + sorted(
+        f"{path.name}: {module}.{name} (not in {module}.__all__)"
+        for module, name in uses
+        if module in public and name and name not in public[module] and f"{module}.{name}" not in public
+    )
 
 
 def test_the_private_use_finder_sees_each_form(tmp_path):

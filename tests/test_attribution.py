@@ -16,7 +16,12 @@ def setup(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny_bert_attr")
     model = tiny_bert(path)
     batch = model.tokenize(SENTENCES)
-    return model, batch, jattn.attributions(model, batch)["encoder"], [hf_reference(path, batch, k) for k in range(len(SENTENCES))]
+    return (
+        model,
+        batch,
+        jattn.attributions(model, batch)["encoder"],
+        [hf_reference(path, batch, k) for k in range(len(SENTENCES))],
+    )
 
 
 def hf_reference(path, batch, k: int) -> dict:

@@ -445,7 +445,9 @@ def test_heads_metric_equals_an_independent_forward(models):
     c = model.config
     gates = np.ones((c.num_layers, c.num_heads), np.float32)
     gates[0, 1] = gates[1, 3] = 0.0
-    logits = model.forward(model.tokenize([t for t, _ in data], max_length=32), jattn.Interventions(head_gates=gates)).logits
+    logits = model.forward(
+        model.tokenize([t for t, _ in data], max_length=32), jattn.Interventions(head_gates=gates)
+    ).logits
     expected = float(np.mean(np.asarray(logits).argmax(-1) == [y for _, y in data]))
     assert heads_metric(model, data, "1:3,0:1", mode="zero", max_length=32) == expected
 
@@ -527,8 +529,13 @@ def test_cache_on_a_full_disk_warns_once_and_loads(tmp_path):
         with open(disk / "filler", "wb") as f:  # leave ~8 kB: too little for the converted parameters
             f.write(b"\0" * max(0, shutil.disk_usage(disk).free - 8 * 1024))
         env = dict(os.environ, JATTN_CACHE=str(disk / "cache"), HF_HUB_OFFLINE="1")
-        proc = subprocess.run([sys.executable, "-c", f"import jattn; print(jattn.load({str(model)!r}).config.num_layers)"],
-                              env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", f"import jattn; print(jattn.load({str(model)!r}).config.num_layers)"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert proc.returncode == 0 and proc.stdout.strip() == "2", proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(warnings) == 1 and "not caching" in warnings[0] and "Fix" in warnings[0], proc.stderr

@@ -230,7 +230,9 @@ def test_a_receiver_input_of_the_wrong_width_is_refused_with_the_expected_shape(
     where = np.zeros((L, b, H), bool)
     where[0, :, 0] = True
     wrong = jattn.Interventions(patch={site: (np.zeros((L, b, n, D + 3), np.float32), where)})
-    with pytest.raises(ValueError, match=rf"patch\['{site}'\].*\(L, {b}, {n}, {D}\).*last axis must be {D}, not {D + 3}"):
+    with pytest.raises(
+        ValueError, match=rf"patch\['{site}'\].*\(L, {b}, {n}, {D}\).*last axis must be {D}, not {D + 3}"
+    ):
         mlm.forward(batch, wrong)
     plain = mlm.forward(batch)
     own = np.asarray(plain.hidden_states[:-1])  # (L, b, n, D): each layer's input, the block's own

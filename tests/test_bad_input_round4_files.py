@@ -12,8 +12,6 @@ from __future__ import annotations
 import errno
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -253,6 +251,8 @@ def test_sigterm_stops_models_make_with_143(maker, tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 143, err
-    assert err.strip().splitlines()[-1] == (f"jattn models: terminated; `jattn models make minilm-sst2 --cache-dir "
-                                            f"{cache}` resumes minilm-sst2 from {cache / 'models' / 'minilm-sst2-work'}")
+    assert err.strip().splitlines()[-1] == (
+        f"jattn models: terminated; `jattn models make minilm-sst2 --cache-dir "
+        f"{cache}` resumes minilm-sst2 from {cache / 'models' / 'minilm-sst2-work'}"
+    )
     assert "Traceback" not in err and not (cache / "models" / ".locks" / "minilm-sst2.lock").exists()

@@ -105,7 +105,9 @@ def loss_of(model):
         batch["decoder_input_ids"] = jnp.asarray(ids[:, ::-1])
 
         def loss(gates, batch):
-            return (model.forward(batch, {"decoder": Interventions(head_gates=gates)}, internals=None).logits ** 2).sum()
+            return (
+                model.forward(batch, {"decoder": Interventions(head_gates=gates)}, internals=None).logits ** 2
+            ).sum()
 
         return loss, (c.decoder_layers, c.decoder_heads), batch
     read = (lambda r: r.logits) if c.causal else (lambda r: r.last_hidden_state)

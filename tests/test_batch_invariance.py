@@ -8,7 +8,8 @@ pad the others to a larger bucket), the runner's totals with every example alone
 totals are the same per-example terms, summed in another order and computed on other shapes.
 Corpus indices are the same in both runs, so methods that draw per example (seeded by index) draw
 the same. The batched runs take the chunked layer (fixture ``chunked_layers``). Every registered
-method runs, on a tiny model of each family it reads (a BERT, a Marian, a GPT-2); methods that need labels get them from CoNLL-U words (the bundled UD sample), GAP-style labels where asked."""
+method runs, on a tiny model of each family it reads (a BERT, a Marian, a GPT-2); methods that
+need labels get them from CoNLL-U words (the bundled UD sample), GAP-style labels where asked."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def seq2seq_setup(tiny_marian, encoder_setup):
 
     entries, families = registry.entries(), encoder_setup[3]
     methods = [m for m in (entries[n].factory(tiny_marian, registry.Options()) for n in families
-                           if "seq2seq" in families[n]) if getattr(m, "level", "token") == "token"]  # word level: encoders
+                           # word level: encoders
+                           if "seq2seq" in families[n]) if getattr(m, "level", "token") == "token"]
     pool = sorted(zip(sentences(10, seed=4), sentences(10, seed=5)), key=lambda p: len(p[0]))
     return tiny_marian, pool, methods
 
@@ -97,7 +99,8 @@ corpora = st.lists(st.integers(0, 11), min_size=2, max_size=4, unique=True).flat
     lambda picks: st.tuples(st.permutations(picks), st.sampled_from([2, 4])))
 
 
-@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))  # each draw compiles every method anew
+# each draw compiles every method anew
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
 @given(corpora)
 def test_every_encoder_analysis_is_batch_invariant(encoder_setup, drawn):
     model, pool, methods, _ = encoder_setup
@@ -106,7 +109,8 @@ def test_every_encoder_analysis_is_batch_invariant(encoder_setup, drawn):
     compare(model, corpus, methods, batch_size, n=64)
 
 
-@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))  # each draw compiles every method anew
+# each draw compiles every method anew
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
 @given(corpora)
 def test_every_translation_analysis_is_batch_invariant(seq2seq_setup, drawn):
     model, pool, methods = seq2seq_setup
@@ -115,7 +119,8 @@ def test_every_translation_analysis_is_batch_invariant(seq2seq_setup, drawn):
     compare(model, corpus, methods, batch_size, n=32)
 
 
-@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))  # each draw compiles every method anew
+# each draw compiles every method anew
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
 @given(corpora)
 def test_every_causal_lm_analysis_is_batch_invariant(decoder_setup, drawn):
     model, pool, methods = decoder_setup

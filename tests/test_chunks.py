@@ -106,7 +106,8 @@ def test_each_chunk_draws_its_own_dropout(tiny):
     x = jnp.broadcast_to(jax.random.normal(jax.random.key(1), (1, 10, D)), (4, 10, D))  # (b, n, D)
     allowed = jnp.ones((4, 1, 10), bool)
     run = engine.chunked(4, 10, 10)  # one sequence a chunk
-    train, _, _ = run(layer, x, allowed, Interventions(), jax.random.key(0), lambda y, ints, take: (y, {}), None)  # (4, n, D)
+    # (4, n, D)
+    train, _, _ = run(layer, x, allowed, Interventions(), jax.random.key(0), lambda y, ints, take: (y, {}), None)
     ev, _, _ = run(layer, x, allowed, Interventions(), None, lambda y, ints, take: (y, {}), None)
     assert all(not np.allclose(train[0], train[i]) for i in (1, 2, 3))
     np.testing.assert_array_equal(ev[1:], jnp.broadcast_to(ev[:1], (3, 10, D)))  # one scan body, identical rows
@@ -200,7 +201,9 @@ def test_layer_views_are_the_layers_without_copies(tiny, tiny_marian, monkeypatc
             return forward(p, cfg, b, None, internals=None, unroll=True)[0]  # the outputs
 
         program = jax.jit(run, static_argnums=2)
-        for got, want in zip(*(jax.tree.leaves(program(*a, batch, v)) for a, v in (((views,), True), ((params,), False)))):
+        for got, want in zip(
+            *(jax.tree.leaves(program(*a, batch, v)) for a, v in (((views,), True), ((params,), False)))
+        ):
             np.testing.assert_array_equal(got, want)
         assert _weight_copies(program, views, batch, True) == 0
         assert _weight_copies(program, params, batch, False) > 0  # the stacked arguments: each layer's slices

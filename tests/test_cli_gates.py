@@ -122,9 +122,14 @@ def test_export_removes_closed_heads_and_folds_fractional_ones(data, tmp_path, t
                  terms=model_terms(bert.config, 9))
     c = tiny_marian.config
     rng = np.random.default_rng(0)
-    gates = {k: np.where(rng.random((L, H)) < 0.3, 0.0, rng.choice([0.5, 1.0], (L, H))).astype(np.float32)
-             for k, (L, H) in {"encoder": (c.encoder_layers, c.encoder_heads), "decoder": (c.decoder_layers, c.decoder_heads),
-                               "cross": (c.decoder_layers, c.decoder_heads)}.items()}
+    gates = {
+        k: np.where(rng.random((L, H)) < 0.3, 0.0, rng.choice([0.5, 1.0], (L, H))).astype(np.float32)
+        for k, (L, H) in {
+            "encoder": (c.encoder_layers, c.encoder_heads),
+            "decoder": (c.decoder_layers, c.decoder_heads),
+            "cross": (c.decoder_layers, c.decoder_heads),
+        }.items()
+    }
     pruned = jattn.load(export(tiny_marian, {"gates": {k: v.tolist() for k, v in gates.items()}}, tmp_path / "mt"),
                         use_cache=False)
     batch = padded_batch(c, seed=4)

@@ -64,7 +64,9 @@ def test_value_zeroing_equals_hf_loop(bert):
         layer_terms = model_terms(model.config, n)
         assert_close(got["value_zeroing_layers"][:, k, :n, :n], want, terms=layer_terms, ulps=64, scale=scale,
                      err_msg=f"example {k}")
-        assert (got["value_zeroing_layers"][:, k, n:] == 0).all() and (got["value_zeroing_layers"][:, k, :, n:] == 0).all()
+        assert (got["value_zeroing_layers"][:, k, n:] == 0).all() and (
+            got["value_zeroing_layers"][:, k, :, n:] == 0
+        ).all()
         rolled = want[0]
         for l in range(1, len(want)):
             rolled = want[l] @ rolled
@@ -137,7 +139,9 @@ def hf_alti_plus(hf, ids: dict) -> np.ndarray:
         new = np.zeros((t, s + t))
         for i in range(t):
             parts = [ln_map(cap[f"dy{l}"][i], gamma, sigma[i])]  # the residual: the self-attention output
-            parts += [ln_map(sum(alpha[h, i, j] * v[j, h] @ w_o[h] for h in range(H)), gamma, sigma[i]) for j in range(s)]
+            parts += [
+                ln_map(sum(alpha[h, i, j] * v[j, h] @ w_o[h] for h in range(H)), gamma, sigma[i]) for j in range(s)
+            ]
             c = alti_row(cap[f"cy{l}"][i], parts)
             new[i, :s] = c[1:]
             new[i] += c[0] * (S[i] @ acc)

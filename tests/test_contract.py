@@ -89,7 +89,9 @@ def _gate_gradient(p, c, x):
 def _disabled(p, c, x):
     """The model with head (0, 1) made uniform (Kovaleva et al.) and head (1, 0) zeroed (Michel et al.)."""
     L, H = c.num_layers, c.num_heads
-    iv = Interventions(head_gates=jnp.ones((L, H)).at[1, 0].set(0.0), disabled_heads=jnp.zeros((L, H), bool).at[0, 1].set(True))
+    iv = Interventions(
+        head_gates=jnp.ones((L, H)).at[1, 0].set(0.0), disabled_heads=jnp.zeros((L, H), bool).at[0, 1].set(True)
+    )
     return _forward(c)(p, c, x, iv, internals=None)[0]["last_hidden_state"]
 
 
@@ -121,7 +123,8 @@ CONTRACT = {
     "attribution_patch_heads": "kernel patch_heads (its blend at t is the same patch)",
     "attributions": "kernel attributions",
     "data_path": "exempt: a path on the host",
-    "finetune": "exempt: trains and writes a model folder on the host (its step: the classifier loss's gradient under jit, tests/test_finetune.py)",
+    "finetune": "exempt: trains and writes a model folder on the host (its step: the classifier loss's gradient "
+    "under jit, tests/test_finetune.py)",
     "disable": "kernel disable",
     "importance": "kernel importance; registered method importance",
     "load": "exempt: reads a folder on the host",
@@ -131,9 +134,27 @@ CONTRACT = {
     "run_corpus": "the registered methods' steps",
     "view": "exempt: an HTML page of kernel norms' and kernel attributions' numbers",
     # registered analyses: the runner's step
-    **{name: "runner" for name in ("confidence", "value-zeroing", "alti-plus", "weights", "entropy", "word-weights",
-                                   "word-entropy", "alti", "js", "grad", "norms", "norm-freq", "mixing", "patterns", "syntax",
-                                   "lm-attention")},
+    **{
+        name: "runner"
+        for name in (
+            "confidence",
+            "value-zeroing",
+            "alti-plus",
+            "weights",
+            "entropy",
+            "word-weights",
+            "word-entropy",
+            "alti",
+            "js",
+            "grad",
+            "norms",
+            "norm-freq",
+            "mixing",
+            "patterns",
+            "syntax",
+            "lm-attention",
+        )
+    },
     "coref": "runner (GAP labels: tests/test_coref.py); its reduce reads α as 'weights' does",
 }
 

@@ -72,5 +72,8 @@ def test_eight_devices_equal_one(folders, tmp_path, part):
 
 @pytest.mark.slow
 def test_every_sweep_on_eight_devices_equals_one(folders, tmp_path):
-    result = {**worker(folders, tmp_path / "one.npz", "sweeps", 1), **worker(folders, tmp_path / "many.npz", "sweeps", 8)}
+    result = {
+        **worker(folders, tmp_path / "one.npz", "sweeps", 1),
+        **worker(folders, tmp_path / "many.npz", "sweeps", 8),
+    }
     compare(folders, result)

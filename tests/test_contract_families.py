@@ -161,5 +161,7 @@ def test_every_kernel_has_finite_gradients(family, request):
                 fn(params, config, inputs)
             continue
         value, grad = weighted_sum(fn, model, inputs)(params)
-        bad = [jax.tree_util.keystr(p) for p, g in jax.tree_util.tree_leaves_with_path(grad) if not jnp.isfinite(g).all()]
+        bad = [
+            jax.tree_util.keystr(p) for p, g in jax.tree_util.tree_leaves_with_path(grad) if not jnp.isfinite(g).all()
+        ]
         assert np.isfinite(float(value)) and not bad, f"{config.model_type} {name}: non-finite gradients at {bad}"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from jattn.cli import main
-from test_data_fetch import TOY, assert_nothing_bad_kept, serve, toy, tree  # noqa: F401  (toy: a fixture)
+from test_data_fetch import TOY, assert_nothing_bad_kept, serve, toy as toy, tree  # noqa: F401  (toy: a fixture)
 
 NOWHERE = "http://127.0.0.1:9"  # the discard port: never answers; every test here fails before a download
 

@@ -22,7 +22,9 @@ def tiny(request, tmp_path_factory):
 @pytest.mark.parametrize("num_beams,length_penalty,max_length", [(1, 1.0, 12), (3, 1.0, 12), (4, 0.6, 10)])
 def test_generate_matches_hf(tiny, num_beams, length_penalty, max_length):
     kind, model, hf = tiny
-    ref = generation.check_same_ids(model, hf, num_beams=num_beams, max_length=max_length, length_penalty=length_penalty)
+    ref = generation.check_same_ids(
+        model, hf, num_beams=num_beams, max_length=max_length, length_penalty=length_penalty
+    )
     if kind == "marian":  # EOS boosted (see save_tiny): hypotheses finish at different lengths
         generation.check_ends_differ(ref, model.config.eos_token_id)
 
@@ -42,8 +44,10 @@ def test_cached_steps_match_teacher_forcing(tiny):
     padded = batch["decoder_attention_mask"] == 0  # fill: fairseq numbers pad tokens' positions differently
     batch["decoder_input_ids"][padded] = rng.integers(4, c.tgt_vocab_size - 1, padded.sum())
     batch["decoder_attention_mask"][:] = 1
-    given = {k: Interventions(head_gates=rng.uniform(0, 2, s).astype(np.float32), disabled_heads=rng.uniform(size=s) < 0.3)
-             for k, s in parity.shapes(c).items()}
+    given = {
+        k: Interventions(head_gates=rng.uniform(0, 2, s).astype(np.float32), disabled_heads=rng.uniform(size=s) < 0.3)
+        for k, s in parity.shapes(c).items()
+    }
     generation.check_steps(model, batch, given, jit=True)
 
 

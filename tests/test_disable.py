@@ -221,7 +221,9 @@ def test_command_line(model, tmp_path, capsys):
     examples = [(s, i % 3) for i, s in enumerate(SENTENCES)]
     want = disable.disable(jattn.load(folder), examples, mode="zero", max_length=32, progress=False)
     np.testing.assert_allclose(doc["delta_head_zero"]["value"], 100 * want.delta, atol=1e-9)
-    assert doc["meta"]["metric"] == "accuracy (%)" and len(doc["disable_layer_zero"]["value"]) == model.config.num_layers
+    assert (
+        doc["meta"]["metric"] == "accuracy (%)" and len(doc["disable_layer_zero"]["value"]) == model.config.num_layers
+    )
     labels = np.array([y for _, y in examples])
     p = np.ones(want.delta.shape)
     for l, h in np.ndindex(*want.delta.shape):

@@ -170,7 +170,12 @@ def test_dropout_only_with_rng(tiny, batch):
 
 
 BAD = {  # (batch edit, interventions, compute dtype) -> the phrase the error must contain
-    "gate shape": (None, Interventions(head_gates=np.ones((3, 9), np.float32)), None, r"head_gates .*axis 0 \(layer\) is 3, not 2. Fix"),
+    "gate shape": (
+        None,
+        Interventions(head_gates=np.ones((3, 9), np.float32)),
+        None,
+        r"head_gates .*axis 0 \(layer\) is 3, not 2. Fix",
+    ),
     "NaN gate": (None, Interventions(head_gates=np.full((2, 4), np.nan, np.float32)), None, "NaN"),
     "int gate": (None, Interventions(head_gates=np.ones((2, 4), int)), None, "float array"),
     "half-disabled": (None, Interventions(disabled_heads=np.full((2, 4), 0.5)), None, "boolean"),

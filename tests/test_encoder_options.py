@@ -82,7 +82,10 @@ def test_score_bias_enters_every_layers_scores():
     d_h = config.head_dim
     for layer in range(config.num_layers):
         x = np.asarray(ints["residual"][layer], np.float64)  # (b, n, D)
-        q = np.einsum("bnd,dhe->bhne", x, att["query"]["kernel"][layer]) + np.asarray(att["query"]["bias"][layer])[:, None]
+        q = (
+            np.einsum("bnd,dhe->bhne", x, att["query"]["kernel"][layer])
+            + np.asarray(att["query"]["bias"][layer])[:, None]
+        )
         k = np.einsum("bnd,dhe->bhne", x, att["key"]["kernel"][layer]) + np.asarray(att["key"]["bias"][layer])[:, None]
         s = np.einsum("bhie,bhje->bhij", q, k) / math.sqrt(d_h)  # (b, H, n, n)
         for i in range(n):

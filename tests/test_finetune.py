@@ -13,7 +13,14 @@ import pytest
 
 import jattn
 from jattn.io import glue
-from jattn.training.finetune import ClassifierTrainer, FinetuneConfig, finetune, length_batches, pad_batch, with_classifier
+from jattn.training.finetune import (
+    ClassifierTrainer,
+    FinetuneConfig,
+    finetune,
+    length_batches,
+    pad_batch,
+    with_classifier,
+)
 from tiny_encoders import save_tiny
 from tolerance import assert_close, model_terms
 

@@ -203,7 +203,9 @@ def marian(tmp_path_factory):
 def _gate_values(shapes, seed):
     """Gates with exact zeros, exact ones and values in between (a half-trained state)."""
     rng = np.random.default_rng(seed)
-    return {k: np.asarray(G.deterministic(jnp.asarray(rng.normal(0.5, 3.0, s), jnp.float32))) for k, s in shapes.items()}
+    return {
+        k: np.asarray(G.deterministic(jnp.asarray(rng.normal(0.5, 3.0, s), jnp.float32))) for k, s in shapes.items()
+    }
 
 
 def test_fold_gates_equals_interventions_seq2seq(marian):
@@ -211,8 +213,9 @@ def test_fold_gates_equals_interventions_seq2seq(marian):
     values = _gate_values(shapes, 0)
     batch = marian.check_batch(padded_batch(marian.config, seed=2))
     params = nnx.to_pure_dict(marian.params)
-    ref, _ = seq2seq.forward(params, marian.config, batch, G.interventions({k: jnp.asarray(v) for k, v in values.items()}),
-                             internals=None)
+    ref, _ = seq2seq.forward(
+        params, marian.config, batch, G.interventions({k: jnp.asarray(v) for k, v in values.items()}), internals=None
+    )
     folded = l0.fold_gates(params, marian.config, values)
     got, _ = seq2seq.forward(folded, marian.config, batch, internals=None)
     # gates folded into W_O round differently than gates applied to the context
@@ -220,7 +223,8 @@ def test_fold_gates_equals_interventions_seq2seq(marian):
 
 
 # the same fold_gates + export_pruned against the gated model, with 0, fractional and 1 gates
-# (translation model, gates of every type), as jattn gates --export runs them: test_export_removes_closed_heads_and_folds_fractional_ones
+# (translation model, gates of every type), as jattn gates --export runs them:
+# test_export_removes_closed_heads_and_folds_fractional_ones
 @pytest.mark.slow(twin="tests/test_cli_gates.py::test_export_removes_closed_heads_and_folds_fractional_ones")
 def test_pruned_export_equals_gated_evaluation_seq2seq(marian, tmp_path):
     from jattn.sweeps.pruning import export_pruned

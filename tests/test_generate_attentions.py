@@ -32,9 +32,15 @@ def generated(tiny):
     batch = padded_batch(model.config, seed=2, b=5)
     ours = model.generate(batch["input_ids"], batch["attention_mask"], max_length=MAX_LENGTH, return_attentions=True)
     with torch.no_grad():
-        ref = hf.generate(input_ids=torch.tensor(batch["input_ids"]),
-                          attention_mask=torch.tensor(batch["attention_mask"]), do_sample=False, num_beams=1, max_length=MAX_LENGTH, output_attentions=True,
-                          return_dict_in_generate=True)
+        ref = hf.generate(
+            input_ids=torch.tensor(batch["input_ids"]),
+            attention_mask=torch.tensor(batch["attention_mask"]),
+            do_sample=False,
+            num_beams=1,
+            max_length=MAX_LENGTH,
+            output_attentions=True,
+            return_dict_in_generate=True,
+        )
     return batch, ours, ref
 
 

@@ -190,7 +190,9 @@ def test_pruning_curve_equals_explicit_loop(classifier, schedule):
     scores = None
     while mask.any():
         if scores is None or schedule == "reestimate":
-            scores = importance(model, examples, estimator="example", mask=mask, batch_size=8, progress=False)["encoder"]
+            scores = importance(model, examples, estimator="example", mask=mask, batch_size=8, progress=False)[
+                "encoder"
+            ]
         order = [i for i in np.argsort(scores.ravel(), kind="stable") if mask.ravel()[i]]
         mask.ravel()[order[:2]] = 0.0
         want.append([1 - mask.mean(), explicit_accuracy(model, mask)])

@@ -230,7 +230,9 @@ def mismatches(got: dict, recorded: dict, where: str) -> list[str]:
     def close(a, b):
         return abs(a - b) <= TOLERANCE * max(1.0, abs(a), abs(b))
 
-    out = [f"{where}: {key} recorded on one side only" for key in ("p", "per_seed") if (key in got) != (key in recorded)]
+    out = [
+        f"{where}: {key} recorded on one side only" for key in ("p", "per_seed") if (key in got) != (key in recorded)
+    ]
     pairs = [("value", got["value"], recorded["value"])]
     pairs += [(f"ci[{j}]", g, r) for j, (g, r) in enumerate(zip(got["ci"], recorded["ci"], strict=True))]
     if "p" in got and "p" in recorded:

@@ -109,7 +109,10 @@ def test_rows_pair_each_head_with_the_baselines_of_its_layer():
     assert rows["induction-head"][7]["baseline"] == pytest.approx(ind[7, [4, 5, 7]].mean())  # layer 1 without 1-2
     assert rows["previous-token-head"][7]["baseline"] == pytest.approx(prev[7, [0, 1, 2]].mean())  # layer 0 only
     assert rows["induction-head-control"][7]["baseline"] == r["induction_on_control"][7][6]
-    assert rows["induction-head-chance"][7]["baseline"] == 0.05 and rows["previous-token-head-chance"][0]["baseline"] == 0.1
+    assert (
+        rows["induction-head-chance"][7]["baseline"] == 0.05
+        and rows["previous-token-head-chance"][0]["baseline"] == 0.1
+    )
     assert rows["path"][7] == {"seed": 3, "index": 7, "named": r["path_k"][7][3], "baseline": 0.5 * r["whole"][7][0]}
     assert rows["icl"][7]["named"] == pytest.approx(r["first"][7][0] - r["second"][7][0])
 

@@ -158,8 +158,11 @@ def test_confidence_equals_loop(bert_cls):
     sep = bert_cls.tokenizer.sep_token_id
     want, count = 0.0, 0
     for ids in enc["input_ids"]:
-        a = np.asarray(bert_cls.forward({"input_ids": np.asarray([ids]), "attention_mask": np.ones((1, len(ids)), np.int32)})
-                       .internals["weights"])[:, 0]  # (L, H, n, n)
+        a = np.asarray(
+            bert_cls.forward(
+                {"input_ids": np.asarray([ids]), "attention_mask": np.ones((1, len(ids)), np.int32)}
+            ).internals["weights"]
+        )[:, 0]  # (L, H, n, n)
         rows = [i for i, t in enumerate(ids) if t != sep]
         want = want + a[:, :, rows].max(-1).mean(-1)
         count += 1

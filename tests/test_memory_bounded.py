@@ -47,7 +47,8 @@ def test_remat_gradient_equals_plain(lm, unroll):
     plain, gates = gate_gradient(lm, batch, False, unroll)
     remat, _ = gate_gradient(lm, batch, True, unroll)
     want = np.asarray(plain(gates, lm.params, batch))
-    assert_close(remat(gates, lm.params, batch), want, terms=2 * model_terms(lm.config, 24))  # a gradient: twice the reductions
+    # a gradient: twice the reductions
+    assert_close(remat(gates, lm.params, batch), want, terms=2 * model_terms(lm.config, 24))
 
 
 def test_remat_keeps_one_layer(lm):

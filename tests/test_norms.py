@@ -164,8 +164,12 @@ def test_seq2seq_all_attention_types_against_explicit_tensor(tmp_path):
                 a = it["weights"] * (q_mask[:, None, :, None] * k_mask[:, None, None, :])
                 f = np.einsum("bhnd,hde->bhne", it["values"], it["out_kernel"])  # (b, H, s, D)
                 af = a[..., None] * f[:, :, None]  # (b, H, t, s, D)
-                want = {"f_norm": np.linalg.norm(f, axis=-1) * k_mask[:, None], "weighted_norm": np.linalg.norm(af, axis=-1), "summed_norm": np.linalg.norm(af.sum(1), axis=-1),
-                        "weights": a}
+                want = {
+                    "f_norm": np.linalg.norm(f, axis=-1) * k_mask[:, None],
+                    "weighted_norm": np.linalg.norm(af, axis=-1),
+                    "summed_norm": np.linalg.norm(af.sum(1), axis=-1),
+                    "weights": a,
+                }
             else:
                 want = brute_force(it, q_mask, eps)
             for key in [k for k in got[kind] if k in want]:

@@ -118,7 +118,9 @@ def assert_complete(files: dict, methods: str) -> None:
     assert doc["meta"]["complete"] is True and doc["meta"]["methods"] == methods.split(",")
     figures = {k.removeprefix("figures/") for k in files if k.startswith("figures/")}
     assert figures == set().union(*(FIGURES[m] for m in methods.split(","))), figures
-    assert set(files) == {"results.json", "results.npz", "report.md", ".jattn-files"} | {"figures/" + f for f in figures}
+    assert set(files) == {"results.json", "results.npz", "report.md", ".jattn-files"} | {
+        "figures/" + f for f in figures
+    }
     assert set(files[".jattn-files"].decode().splitlines()) == set(files) - {".jattn-files"}  # what jattn wrote
     assert all(files[f"figures/{f}"].startswith(b"\x89PNG") for f in figures)
     import io

@@ -36,7 +36,9 @@ def rule_labels(maps, size: int = 48):
         A[i, :n, :n], cls[i, :n] = m, c
         A[i, n:] = np.random.default_rng(i).random((size - n, size))
     stats = P.map_statistics(jnp.asarray(A)[:, None], jnp.asarray(cls))  # each (N, 1)
-    return np.asarray(P.classify(stats))[:, 0], {k: np.asarray(v).reshape(len(maps), -1)[:, 0] for k, v in stats.items()}
+    return np.asarray(P.classify(stats))[:, 0], {
+        k: np.asarray(v).reshape(len(maps), -1)[:, 0] for k, v in stats.items()
+    }
 
 
 def rule_label(A, cls):

@@ -151,8 +151,13 @@ def test_features_through_the_runner_equal_the_per_sentence_path(tiny_bert_folde
         for r in word_attention(model, [t.words for t in trees], batch_size=2):
             t = trees[r.index]
             pair, root = probe.sentence_features(r.maps)
-            yield {"pair": pair, "root": root, "emb": probe.word_embeddings(table, r.input_ids, r.word_ids, len(t.words)),
-                   "heads": t.heads, "punct": np.array([p == "PUNCT" for p in t.upos])}
+            yield {
+                "pair": pair,
+                "root": root,
+                "emb": probe.word_embeddings(table, r.input_ids, r.word_ids, len(t.words)),
+                "heads": t.heads,
+                "punct": np.array([p == "PUNCT" for p in t.upos]),
+            }
 
     probe.write_shards(old(), tmp_path / "old")
     run_corpus(model, Corpus(tmp_path / "t.conllu", "conllu"), [probe.ProbeFeatures(table)], batch_size=2,
@@ -164,7 +169,9 @@ def test_features_through_the_runner_equal_the_per_sentence_path(tiny_bert_folde
     for a, b in zip(old_s, new_s):
         for k in ("pair", "root", "emb"):
             # stored as float16: float32 rounding across one of its rounding boundaries is 1 ulp (≤ 2**-10)
-            np.testing.assert_allclose(b[k].astype(np.float32), a[k].astype(np.float32), rtol=2e-3, atol=1e-4, err_msg=k)
+            np.testing.assert_allclose(
+                b[k].astype(np.float32), a[k].astype(np.float32), rtol=2e-3, atol=1e-4, err_msg=k
+            )
         assert (a["heads"] == b["heads"]).all() and (a["punct"] == b["punct"]).all()
 
 

@@ -288,7 +288,9 @@ def test_a_step_is_whole_heads_and_a_step_under_half_a_head_is_refused():
     from jattn.sweeps.pruning_curve import heads_per_step
 
     assert (heads_per_step(0.1, 144), heads_per_step(0.05, 72), heads_per_step(1.0, 6)) == (14, 4, 6)
-    with pytest.raises(ValueError, match=r"step 0.003 of 144 heads is 0.43 of a head per step. Fix: pass step ≥ 0.0069"):
+    with pytest.raises(
+        ValueError, match=r"step 0.003 of 144 heads is 0.43 of a head per step. Fix: pass step ≥ 0.0069"
+    ):
         heads_per_step(0.003, 144)
 
 

@@ -643,7 +643,9 @@ def test_default_folder_is_the_experiments_package_of_the_checkout(tmp_path, mon
     # a checkout without an experiments package: the one jattn is installed from, if any
     (checkout / "experiments" / "__init__.py").unlink()
     installed = repository_root(Path(jattn.__file__).resolve().parent)
-    expected = installed / "experiments" if installed and (installed / "experiments" / "__init__.py").is_file() else None
+    expected = (
+        installed / "experiments" if installed and (installed / "experiments" / "__init__.py").is_file() else None
+    )
     assert default_folder() == expected
 
 

@@ -96,7 +96,10 @@ def test_a_method_defined_in_one_place_reaches_the_command_line(model, capsys, t
     import json
 
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert doc["token_count"]["value"] == doc["meta"]["tokens"] == 11 and doc["meta"]["methods"] == ["token-count", "weights"]
+    assert doc["token_count"]["value"] == doc["meta"]["tokens"] == 11 and doc["meta"]["methods"] == [
+        "token-count",
+        "weights",
+    ]
 
 
 def test_rank_file_is_required_and_checked(model, tmp_path):

@@ -104,7 +104,9 @@ def test_token_roles_counts_equal_loops():
     cls[np.arange(b), np.array(lengths) - 1] = SEP
     batch = {"allowed": jnp.asarray(mask[:, :, None] & mask[:, None, :]), "query_mask": jnp.asarray(mask.astype(int)),
              "key_mask": jnp.asarray(mask.astype(int)), "query_class": jnp.asarray(cls)}
-    features = {k: jnp.asarray(v) for k, v in dict(word=word, dep_head=dep_head, dep_rel=dep_rel, rarest=rarest).items()}
+    features = {
+        k: jnp.asarray(v) for k, v in dict(word=word, dep_head=dep_head, dep_rel=dep_rel, rarest=rarest).items()
+    }
     ctx = StepContext(None, None, batch, features, {}, {"weights": jnp.asarray(W, jnp.float32)}, None, {}, "encoder")
     got = jax.tree.map(np.asarray, roles.TokenRoles().reduce(ctx))
     want = _reference(np.asarray(W, np.float32), lengths, word, dep_head, dep_rel, rarest)

@@ -113,7 +113,9 @@ def test_layerwise_reduction_inside_the_scan_equals_reduction_of_the_stack(model
 
 def test_too_long_is_an_error_naming_the_example_unless_truncate(model):
     long = "word " * 80
-    with pytest.raises(SequenceTooLongError, match="example 1: 82 tokens, more than max_length=64.*truncate=True.*skip_too_long=True"):
+    with pytest.raises(
+        SequenceTooLongError, match="example 1: 82 tokens, more than max_length=64.*truncate=True.*skip_too_long=True"
+    ):
         run_corpus(model, ["short one", long], [ClassAttention()], batch_size=2, max_length=64, progress=False)
     res = run_corpus(model, ["short one", long], [ClassAttention()], batch_size=2, max_length=64, truncate=True,
                      progress=False)

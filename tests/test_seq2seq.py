@@ -94,7 +94,9 @@ def test_causality(tiny):
     batch = padded_batch(model.config, b=2)
     batch["decoder_attention_mask"][:] = 1
     changed = {k: v.copy() for k, v in batch.items()}
-    changed["decoder_input_ids"][:, 4] = (changed["decoder_input_ids"][:, 4] + 7) % (model.config.tgt_vocab_size - 5) + 4
+    changed["decoder_input_ids"][:, 4] = (changed["decoder_input_ids"][:, 4] + 7) % (
+        model.config.tgt_vocab_size - 5
+    ) + 4
     a, b = model.forward(batch), model.forward(changed)
     assert _err(np.asarray(a.logits)[:, :4], np.asarray(b.logits)[:, :4]) == 0.0
     assert _err(np.asarray(a.decoder_attentions)[:, :, :, :4], np.asarray(b.decoder_attentions)[:, :, :, :4]) == 0.0
@@ -120,7 +122,8 @@ def test_interventions_per_kind(tiny):
     assert _err(gated.internals["encoder"]["context"], base.internals["encoder"]["context"]) == 0.0
     dis = np.zeros((c.decoder_layers, c.decoder_heads), bool)
     dis[0, 0] = True
-    uniform = model.forward(batch, {"decoder": Interventions(disabled_heads=dis)}).decoder_attentions[0, :, 0]  # (b, t, t)
+    # (b, t, t)
+    uniform = model.forward(batch, {"decoder": Interventions(disabled_heads=dis)}).decoder_attentions[0, :, 0]
     expected = np.tril(np.ones(uniform.shape[1:])) * batch["decoder_attention_mask"][:, None, :]
     expected = expected / expected.sum(-1, keepdims=True)
     assert _err(uniform, expected) <= 1e-6
@@ -243,6 +246,8 @@ def test_layerdrop_is_refused_in_training_only(tiny):
     config = dataclasses.replace(model.config, layerdrop=(0.1, 0.0))
     batch = padded_batch(model.config)
     out, _ = seq2seq.forward(model.params, config, batch, internals=None)
-    np.testing.assert_array_equal(out["logits"], seq2seq.forward(model.params, model.config, batch, internals=None)[0]["logits"])
+    np.testing.assert_array_equal(
+        out["logits"], seq2seq.forward(model.params, model.config, batch, internals=None)[0]["logits"]
+    )
     with pytest.raises(ValueError, match="LayerDrop .* training.*Fix: train with dataclasses.replace"):
         seq2seq.forward(model.params, config, batch, dropout_rng=jax.random.key(0), internals=None)

@@ -120,9 +120,18 @@ def mesh_params(test: str) -> list:
     return [pytest.param(name, id=name, marks=() if name == DEFAULT_MESH else twin) for name in MESHES]
 SPLIT = {  # parameter -> the axis a model axis splits (heads; FFN columns; a token table's width); every other
     # one is replicated
-    "embeddings.word": 1, "layers.attention.query.kernel": 2, "layers.attention.key.kernel": 2, "layers.attention.value.kernel": 2,
-    "layers.attention.query.bias": 1, "layers.attention.key.bias": 1, "layers.attention.value.bias": 1,
-    "layers.attention.out.kernel": 1, "layers.ffn_in.kernel": 2, "layers.ffn_in.bias": 1, "layers.ffn_out.kernel": 1}
+    "embeddings.word": 1,
+    "layers.attention.query.kernel": 2,
+    "layers.attention.key.kernel": 2,
+    "layers.attention.value.kernel": 2,
+    "layers.attention.query.bias": 1,
+    "layers.attention.key.bias": 1,
+    "layers.attention.value.bias": 1,
+    "layers.attention.out.kernel": 1,
+    "layers.ffn_in.kernel": 2,
+    "layers.ffn_in.bias": 1,
+    "layers.ffn_out.kernel": 1,
+}
 
 
 @pytest.fixture(scope="module")

@@ -36,8 +36,11 @@ def test_a_target_word_is_not_a_function_of_its_source_token_and_position():
     noun_b = next(n for n in lex["nouns"] if lex["class"][n] != lex["class"][noun_a])
     d, e = lex["dependents"][:2]
     for head in (noun_a, noun_b):  # dependent d at position 1 in both
-        assert SMALL.translate([head, d, e, "ta"], lex) == [lex["form"][d, lex["class"][head]],
-                                                            lex["form"][e, lex["class"][head]], lex["noun_target"][head]]
+        assert SMALL.translate([head, d, e, "ta"], lex) == [
+            lex["form"][d, lex["class"][head]],
+            lex["form"][e, lex["class"][head]],
+            lex["noun_target"][head],
+        ]
     assert lex["form"][d, lex["class"][noun_a]] != lex["form"][d, lex["class"][noun_b]]
     assert SMALL.translate([noun_a, d, e, "ru"], lex)[:2] == SMALL.translate([noun_a, d, e, "ta"], lex)[1::-1]
     forms = defaultdict(set)  # (dependent, source position) -> its target forms

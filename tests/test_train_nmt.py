@@ -16,11 +16,31 @@ V, PAD, EOS = 24, 23, 0
 
 
 def tiny_config(**kw) -> Seq2SeqConfig:
-    base = dict(model_type="marian", src_vocab_size=V, tgt_vocab_size=V, d_model=32, encoder_layers=1,
-                decoder_layers=1, encoder_heads=2, decoder_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                activation="relu", max_position_embeddings=32, scale_embedding=True, shared_embeddings=True,
-                tie_output=True, positions="vaswani", final_logits_bias=True, decoder_mask="all", pad_token_id=PAD, eos_token_id=EOS,
-                decoder_start_token_id=PAD, forced_eos_token_id=EOS, dropout=0.1)
+    base = dict(
+        model_type="marian",
+        src_vocab_size=V,
+        tgt_vocab_size=V,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_heads=2,
+        decoder_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        activation="relu",
+        max_position_embeddings=32,
+        scale_embedding=True,
+        shared_embeddings=True,
+        tie_output=True,
+        positions="vaswani",
+        final_logits_bias=True,
+        decoder_mask="all",
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=PAD,
+        forced_eos_token_id=EOS,
+        dropout=0.1,
+    )
     return Seq2SeqConfig(**dict(base, **kw))
 
 
@@ -66,7 +86,9 @@ def test_depth_scaled_init_scales_layer_l_by_one_over_sqrt_l(tmp_path):
     config = tiny_config(encoder_layers=3, decoder_layers=4)
     plain, scaled = (init_params(config, jax.random.key(5), depth_scaled=d) for d in (False, True))
     kernels = 0
-    for (path, a), (_, b) in zip(jax.tree_util.tree_leaves_with_path(plain), jax.tree_util.tree_leaves_with_path(scaled)):
+    for (path, a), (_, b) in zip(
+        jax.tree_util.tree_leaves_with_path(plain), jax.tree_util.tree_leaves_with_path(scaled)
+    ):
         names = [k.key for k in path]
         if "layers" in names and names[-1] == "kernel":
             kernels += 1

@@ -360,7 +360,9 @@ def test_compare_translation_models(tiny_marian, tiny_marian_b):
     model's three views equal its forward / norms on that batch."""
     data = read_page(jattn.view(tiny_marian, SOURCE, target=TARGET, compare=tiny_marian_b))
     check_translation_views(tiny_marian, data["views"], teacher_forced_batch(tiny_marian, SOURCE, TARGET))
-    check_translation_views(tiny_marian_b, data["compare"]["views"], teacher_forced_batch(tiny_marian_b, SOURCE, TARGET))
+    check_translation_views(
+        tiny_marian_b, data["compare"]["views"], teacher_forced_batch(tiny_marian_b, SOURCE, TARGET)
+    )
     own = read_page(jattn.view(tiny_marian, SOURCE, num_beams=2, compare=tiny_marian_b))
     src = np.asarray(tiny_marian.tokenizer([SOURCE])["input_ids"])  # (1, s)
     ids = np.asarray(tiny_marian.generate(src, np.ones_like(src), num_beams=2).sequences)[0]

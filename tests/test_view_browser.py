@@ -305,10 +305,14 @@ def test_browser_thumbnails_and_screenshot_at_128_tokens(browser, minilm, tmp_pa
     boxes = [[int(np.ceil(v)) if k < 2 else int(v) for k, v in enumerate(b)] for b in boxes]
     drawn_share = browser.execute_script(  # what the page drew: the non-white share of the visible maps' pixels
         "let on = 0, all = 0; for (const c of document.querySelectorAll('canvas')) {"
-        "  const r = c.getBoundingClientRect(); if (c.id === 'diff-bar' || r.bottom <= 0 || r.top >= innerHeight) continue;"
-        "  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data, w = r.width * r.height / (c.width * c.height);"
-        "  for (let p = 0; p < d.length; p += 4) { all += w; if (d[p] < 255 || d[p + 1] < 255 || d[p + 2] < 255) on += w; } }"
-        "return on / all")
+        "  const r = c.getBoundingClientRect();"
+        " if (c.id === 'diff-bar' || r.bottom <= 0 || r.top >= innerHeight) continue;"
+        "  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data,"
+        " w = r.width * r.height / (c.width * c.height);"
+        "  for (let p = 0; p < d.length; p += 4) { all += w;"
+        " if (d[p] < 255 || d[p + 1] < 255 || d[p + 2] < 255) on += w; } }"
+        "return on / all"
+    )
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTEFACTS / "view_minilm_128.png"
     assert browser.save_screenshot(str(shot))
@@ -384,7 +388,9 @@ def test_browser_translation_page(browser, tmp_path):
     Select(browser.find_element(By.ID, "kind")).select_by_visible_text("cross-attention (target → source)")
     for p in (0, 1):
         wait_for(browser, p, view="cross")
-        labels = lambda side: [e.text for e in browser.find_elements(By.CSS_SELECTOR, f"#panel-{p} .head-svg text.{side}")]
+        labels = lambda side: [
+            e.text for e in browser.find_elements(By.CSS_SELECTOR, f"#panel-{p} .head-svg text.{side}")
+        ]
         assert labels("q") == tokens["target"] and labels("k") == tokens["source"]
         assert len(browser.find_elements(By.CSS_SELECTOR, f"#panel-{p} .grid canvas")) == 3 * 2  # layers × heads
     check_difference(browser, cross["norm"]["share"][0, 0], cross["alpha"]["share"][0, 0])

@@ -41,7 +41,9 @@ def fsmt_tokenizer(folder: Path):
     specials = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
     letters = list(string.ascii_lowercase)
     src = dict(specials, **{t: 4 + i for i, t in enumerate(letters + [c + "</w>" for c in letters] + ["un</w>"])})
-    tgt = dict(specials, **{t: 4 + i for i, t in enumerate(letters + [c + "</w>" for c in letters] + ["th", "the</w>"])})
+    tgt = dict(
+        specials, **{t: 4 + i for i, t in enumerate(letters + [c + "</w>" for c in letters] + ["th", "the</w>"])}
+    )
     (folder / "vocab-src.json").write_text(json.dumps(src))
     (folder / "vocab-tgt.json").write_text(json.dumps(tgt))
     (folder / "merges.txt").write_text("u n</w>\nt h\nth e</w>\n")

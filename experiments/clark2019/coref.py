@@ -142,13 +142,23 @@ def litbank_stage(model: str, select_files: list[str], report_files: list[str]):
         sel, rep = get(select_files), get(report_files)
         l, h = best_head(sel["correct"])
         li, hi = best_head(rep["correct"])
-        rows = [{"index": i, "document": str(rep["document"][i]), "type": str(rep["type"][i]),
-                 "head": int(rep["correct"][i, l, h]), "in_sample": int(rep["correct"][i, li, hi]),
-                 **{k: int(rep[k][i]) for k in ("nearest", "same_head_word", "same_type")}} for i in range(len(rep["type"]))]
-        protocol = (f"LitBank: head {l}-{h} (0-based) chosen on {len(select_files)} documents ({len(sel['type'])} queries), "
-                    f"reported on {len(report_files)} others; segments of whole sentences ≤ {p['litbank_budget']} "
-                    "tokens, a mention's head its last word, mention type from the head word (pronoun list, capital "
-                    "letter, else nominal). Clark: CoNLL-2012, parsed heads.")
+        rows = [
+            {
+                "index": i,
+                "document": str(rep["document"][i]),
+                "type": str(rep["type"][i]),
+                "head": int(rep["correct"][i, l, h]),
+                "in_sample": int(rep["correct"][i, li, hi]),
+                **{k: int(rep[k][i]) for k in ("nearest", "same_head_word", "same_type")},
+            }
+            for i in range(len(rep["type"]))
+        ]
+        protocol = (
+            f"LitBank: head {l}-{h} (0-based) chosen on {len(select_files)} documents ({len(sel['type'])} queries), "
+            f"reported on {len(report_files)} others; segments of whole sentences ≤ {p['litbank_budget']} "
+            "tokens, a mention's head its last word, mention type from the head word (pronoun list, capital "
+            "letter, else nominal). Clark: CoNLL-2012, parsed heads."
+        )
         claims = []
         for kind in ("all",) + TYPES:
             mine = [r for r in rows if kind in ("all", r["type"])]
@@ -167,8 +177,11 @@ def litbank_stage(model: str, select_files: list[str], report_files: list[str]):
                 **note(f"head − same head word {said(test, 'documents')}; − nearest "
                          f"{said(floor, 'documents')}; head chosen on these queries (Clark's way): "
                          f"{np.mean([r['in_sample'] for r in mine]):.3f}")))
-        lines = ["| mentions | queries | head (chosen on other documents) | in-sample head | nearest | same head word | "
-                 "most recent of the same type |", "|---|---:|---:|---:|---:|---:|---:|"]
+        lines = [
+            "| mentions | queries | head (chosen on other documents) | in-sample head | nearest | same head word | "
+            "most recent of the same type |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for kind in ("all",) + TYPES:
             mine = [r for r in rows if kind in ("all", r["type"])]
             if mine:
@@ -202,16 +215,26 @@ def gap_stage(model: str):
                  "first": int(rep["first"][i])} for i in range(len(rep["id"]))]
         test = mean_deltas([r["head"] - r["nearest"] for r in rows], [r["document"] for r in rows])[""]
         claim = ctx.claim(
-            id=f"clark-{model}-coref-gap", claim=f"{model}: coreference head {l}-{h} (0-based), GAP pronoun -> the "
-            "right one of two names", unit="accuracy", rows=rows,
+            id=f"clark-{model}-coref-gap",
+            claim=f"{model}: coreference head {l}-{h} (0-based), GAP pronoun -> the right one of two names",
+            unit="accuracy",
+            rows=rows,
             protocol=f"head chosen on the first {len(sel['id'])} GAP validation rows with exactly one coreferent name, "
-                     f"reported on the first {len(rows)} such test rows (≤ {n} tokens); a head is right when the pronoun's "
-                     "word attends more to the coreferent name's words.",
-            measure={"statistic": "mean", "columns": {"value": "head"}, "ci_method": "bootstrap", "cluster": "document"},
+            f"reported on the first {len(rows)} such test rows (≤ {n} tokens); a head is right when the pronoun's "
+            "word attends more to the coreferent name's words.",
+            measure={
+                "statistic": "mean",
+                "columns": {"value": "head"},
+                "ci_method": "bootstrap",
+                "cluster": "document",
+            },
             baseline={"name": "nearest name", "columns": {"value": "nearest"}, "cluster": "document"},
-            **note(f"head − nearest name {said(test, 'documents')}; first name "
-                     f"{np.mean([r['first'] for r in rows]):.3f}; in-sample head {li}-{hi}: "
-                     f"{np.mean([r['in_sample'] for r in rows]):.3f}"))
+            **note(
+                f"head − nearest name {said(test, 'documents')}; first name "
+                f"{np.mean([r['first'] for r in rows]):.3f}; in-sample head {li}-{hi}: "
+                f"{np.mean([r['in_sample'] for r in rows]):.3f}"
+            ),
+        )
         return {"claims": [claim], "head": [l, h]}
 
     return run

@@ -66,11 +66,13 @@ def stage(model: str):
         cols["right_branching"] = predictions(shards["dev_b"])["pred"]
         rows = [{"index": i, "sentence": int(sentence[i]), "gold": int(g), **{c: int(v[i]) for c, v in cols.items()}}
                 for i, g in enumerate(gold)]
-        protocol = (f"trained on {syntax['sentences']['select']} EWT train sentences, Adam {p['probe_lr']} (Clark's code: 0.002; "
-                    "raised so that the probes converge within the budget), batch 32, at most "
-                    f"{p['probe_epochs']} epochs, early stopping (patience {p['patience']}) on the dev UAS of "
-                    f"{syntax['sentences']['dev_a']} EWT dev sentences; UAS on the other {syntax['sentences']['dev_b']}, "
-                    "punctuation excluded; the model's input embeddings for GloVe (Clark: PTB, GloVe).")
+        protocol = (
+            f"trained on {syntax['sentences']['select']} EWT train sentences, Adam {p['probe_lr']} "
+            "(Clark's code: 0.002; raised so that the probes converge within the budget), batch 32, at most "
+            f"{p['probe_epochs']} epochs, early stopping (patience {p['patience']}) on the dev UAS of "
+            f"{syntax['sentences']['dev_a']} EWT dev sentences; UAS on the other {syntax['sentences']['dev_b']}, "
+            "punctuation excluded; the model's input embeddings for GloVe (Clark: PTB, GloVe)."
+        )
         claims = []
         for kind, base, base_name in (("attn+emb", "dist_emb", "distances + embeddings probe"),
                                       ("attn", "right_branching", "right-branching")):

@@ -134,7 +134,10 @@ def stage(model: str):
         for key, (c, first, last) in CLAIMS.items():
             layers = region(L, first, last)
             value = share[:, layers][..., c].mean((1, 2))  # (s,) per segment: mean over the region's heads
-            rows = [{"index": i, "share": float(v), "uniform": float(u)} for i, (v, u) in enumerate(zip(value, uniform[:, c]))]
+            rows = [
+                {"index": i, "share": float(v), "uniform": float(u)}
+                for i, (v, u) in enumerate(zip(value, uniform[:, c]))
+            ]
             claims.append(ctx.claim(
                 id=f"clark-{model}-{key}", claim=f"{model}: attention share to {ROLES[c]} in layers "
                 f"{layers[0] + 1}-{layers[-1] + 1} (1-based)", unit="share", rows=rows,

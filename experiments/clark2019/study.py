@@ -74,12 +74,37 @@ def models(profile: Profile) -> tuple[str, ...]:
 def sizes(profile: Profile) -> dict:
     """The profile's sizes (every stage's params are the ones it reads)."""
     return profile.pick(
-        full={"segments": 200, "select_sentences": 1000, "report_sentences": None, "stop_sentences": 400,
-              "min_count": 100, "probe_epochs": 20, "probe_lr": 0.01, "patience": 3, "litbank_documents": 10, "litbank_budget": 256,
-              "litbank_segments": None, "gap_select": 100, "gap_report": 250},
-        quick={"segments": 16, "select_sentences": 32, "report_sentences": 40, "stop_sentences": 16, "min_count": 10,
-               "probe_epochs": 2, "probe_lr": 0.01, "patience": 2, "litbank_documents": 1, "litbank_budget": 128,
-               "litbank_segments": 3, "gap_select": 8, "gap_report": 12})
+        full={
+            "segments": 200,
+            "select_sentences": 1000,
+            "report_sentences": None,
+            "stop_sentences": 400,
+            "min_count": 100,
+            "probe_epochs": 20,
+            "probe_lr": 0.01,
+            "patience": 3,
+            "litbank_documents": 10,
+            "litbank_budget": 256,
+            "litbank_segments": None,
+            "gap_select": 100,
+            "gap_report": 250,
+        },
+        quick={
+            "segments": 16,
+            "select_sentences": 32,
+            "report_sentences": 40,
+            "stop_sentences": 16,
+            "min_count": 10,
+            "probe_epochs": 2,
+            "probe_lr": 0.01,
+            "patience": 2,
+            "litbank_documents": 1,
+            "litbank_budget": 128,
+            "litbank_segments": 3,
+            "gap_select": 8,
+            "gap_report": 12,
+        },
+    )
 
 
 def stages(profile: Profile) -> list[Stage]:

@@ -60,8 +60,13 @@ def split_pass(model, trees, shards: Path, table: np.ndarray, max_length: int = 
             t = trees[r.index]
             pred[r.index] = np.moveaxis(predicted_heads(r.maps), -1, 0).astype(np.int16)  # (w, 2, L, H)
             pair, root = probe.sentence_features(r.maps)
-            yield {"pair": pair, "root": root, "emb": probe.word_embeddings(table, r.input_ids, r.word_ids, len(t.words)),
-                   "heads": t.heads, "punct": np.asarray([u == "PUNCT" for u in t.upos])}
+            yield {
+                "pair": pair,
+                "root": root,
+                "emb": probe.word_embeddings(table, r.input_ids, r.word_ids, len(t.words)),
+                "heads": t.heads,
+                "punct": np.asarray([u == "PUNCT" for u in t.upos]),
+            }
 
     probe.write_shards(records(), shards, shard_size=500)
     return {"pred": np.concatenate(pred), "gold": np.concatenate([t.heads for t in trees]).astype(np.int32),
@@ -189,15 +194,26 @@ def stage(model: str):
         measure = {"statistic": "accuracy", "columns": {"gold": "gold", "pred": "head"}, "ci_method": "bootstrap"}
         claims = []
         for r in [x for x in CLARK_TABLE1 if x in relations] + [ALL]:
-            what = f"UD {r} (Clark's {CLARK_TABLE1[r]})" if r != ALL else "every UD relation but list (one head for all)"
-            claims.append(ctx.claim(
-                id=f"clark-{model}-syntax-{r.replace(':', '-')}", claim=f"{model}: best head for {what} "
-                f"({head_name(chosen[r]['head'])}, 0-based) vs the best offset ({chosen[r]['offset']:+d})",
-                unit="accuracy", rows=found[r], protocol=protocol, measure=measure,
-                baseline={"name": "best fixed offset", "columns": {"gold": "gold", "pred": "offset"}},
-                **note(f"head − offset {said(tests[r], 'sentences')}"
-                         + (", Holm over the relations" if r in holm else "")
-                         + f"; head chosen on the dev words themselves (Clark's way): {rate(found[r], 'in_sample'):.3f}")))
+            what = (
+                f"UD {r} (Clark's {CLARK_TABLE1[r]})" if r != ALL else "every UD relation but list (one head for all)"
+            )
+            claims.append(
+                ctx.claim(
+                    id=f"clark-{model}-syntax-{r.replace(':', '-')}",
+                    claim=f"{model}: best head for {what} "
+                    f"({head_name(chosen[r]['head'])}, 0-based) vs the best offset ({chosen[r]['offset']:+d})",
+                    unit="accuracy",
+                    rows=found[r],
+                    protocol=protocol,
+                    measure=measure,
+                    baseline={"name": "best fixed offset", "columns": {"gold": "gold", "pred": "offset"}},
+                    **note(
+                        f"head − offset {said(tests[r], 'sentences')}"
+                        + (", Holm over the relations" if r in holm else "")
+                        + f"; head chosen on the dev words themselves (Clark's way): {rate(found[r], 'in_sample'):.3f}"
+                    ),
+                )
+            )
         if pooled:
             test = sentence_tests(pooled, stats.B)[""]
             claims.append(ctx.claim(
@@ -214,10 +230,12 @@ def stage(model: str):
                  "resampled) | Holm | "
                  "in-sample head | accuracy |", "|---|---:|---|---:|---:|---:|---|---|---|---:|"]
         for r in relations + apart + [ALL]:
-            lines.append(f"| {r}{' (apart)' if r in apart else ''} | {len(found[r])} | {head_name(chosen[r]['head'])} | "
-                         f"{rate(found[r], 'head'):.3f} | {chosen[r]['offset']:+d} | {rate(found[r], 'offset'):.3f} | "
-                         f"{tests[r]['value']:+.3f} ({p_text(tests[r])}) | {'yes' if holm.get(r) else '–'} | "
-                         f"{head_name(in_sample[r]['head'])} | {rate(found[r], 'in_sample'):.3f} |")
+            lines.append(
+                f"| {r}{' (apart)' if r in apart else ''} | {len(found[r])} | {head_name(chosen[r]['head'])} | "
+                f"{rate(found[r], 'head'):.3f} | {chosen[r]['offset']:+d} | {rate(found[r], 'offset'):.3f} | "
+                f"{tests[r]['value']:+.3f} ({p_text(tests[r])}) | {'yes' if holm.get(r) else '–'} | "
+                f"{head_name(in_sample[r]['head'])} | {rate(found[r], 'in_sample'):.3f} |"
+            )
         return {"claims": claims, "figures": [str(path.relative_to(ctx.out))], "table": "\n".join(lines),
                 "shards": {name: str(work / name / "shards") for name in SPLITS},
                 "sentences": {name: len(trees[name]) for name in SPLITS}}

@@ -109,7 +109,9 @@ def judge_share(claim: dict, evidence: Evidence) -> Verdict:
     if key != "sep-middle" or above.status != "reproduced":
         return above
     lo, hi = claim["ci"]
-    said = f"{above.reason}; share {claim['value']:.3f} [{lo:.3f}, {hi:.3f}] against the paper's 'more than {MAJORITY:g}'"
+    said = (
+        f"{above.reason}; share {claim['value']:.3f} [{lo:.3f}, {hi:.3f}] against the paper's 'more than {MAJORITY:g}'"
+    )
     if lo > MAJORITY:
         return Verdict("reproduced", "directional + threshold", said)
     if hi < MAJORITY:
@@ -152,9 +154,12 @@ def judge_relation(claim: dict, evidence: Evidence) -> Verdict:
     family = relation_family(evidence, _model(claim))
     t = family[relation]
     p = f"= {t['p']:.3g}" if t["p"] > 0 else f"< {2 / FAMILY_RESAMPLES:g}"  # bootstrap p in steps of 2 / B
-    said = (f"head − offset Δ = {t['value']:+.3g} [{t['ci'][0]:+.3g}, {t['ci'][1]:+.3g}] held out, sentences "
-            f"resampled, p {p}; Holm over {len(family)} relations "
-            f"{'rejects' if t['holm'] else 'keeps'} Δ = 0; in-sample head (Clark's way) {_hits(rows, 'in_sample').mean():.3f}")
+    said = (
+        f"head − offset Δ = {t['value']:+.3g} [{t['ci'][0]:+.3g}, {t['ci'][1]:+.3g}] held out, sentences "
+        f"resampled, p {p}; Holm over {len(family)} relations "
+        f"{'rejects' if t['holm'] else 'keeps'} Δ = 0; in-sample head (Clark's way) "
+        f"{_hits(rows, 'in_sample').mean():.3f}"
+    )
     if t["holm"] and t["value"] > 0:
         return Verdict("reproduced", "directional + Holm", said)
     mde = detectable(standard_error(t["ci"]), tests=len(family))
@@ -241,22 +246,22 @@ JUDGES = {"shares": judge_share, "syntax": judge_relation, "syntax-overall": jud
           "probe": judge_probe, "coref-litbank": judge_coref, "coref-gap": judge_coref}
 
 DIFFERS = {
-    "shares": "{model} (a contrastively fine-tuned sentence encoder without an MLM head{distilled}) instead of bert-base; "
-              "200 GAP Wikipedia paragraphs as segment pairs of ≤ 128 tokens instead of 992 Wikipedia segments; "
-              "BERT-base's layers mapped by relative depth (set by hand), the tokenizer's <s>/</s> as [CLS]/[SEP].",
-    "syntax": "{model} instead of bert-base; EWT with UD relations instead of PTB WSJ with Stanford Dependencies (dobj → "
-              "obj, poss → nmod:poss, pobj → case reversed); head and offset chosen on 1,000 EWT train sentences and "
-              "scored on EWT dev (Clark chose and scored on the same data).",
+    "shares": "{model} (a contrastively fine-tuned sentence encoder without an MLM head{distilled}) instead of "
+    "bert-base; 200 GAP Wikipedia paragraphs as segment pairs of ≤ 128 tokens instead of 992 Wikipedia segments; "
+    "BERT-base's layers mapped by relative depth (set by hand), the tokenizer's <s>/</s> as [CLS]/[SEP].",
+    "syntax": "{model} instead of bert-base; EWT with UD relations instead of PTB WSJ with Stanford Dependencies "
+    "(dobj → obj, poss → nmod:poss, pobj → case reversed); head and offset chosen on 1,000 EWT train sentences and "
+    "scored on EWT dev (Clark chose and scored on the same data).",
     "syntax-overall": "{model} instead of bert-base; EWT/UD instead of PTB/Stanford Dependencies; heads and offsets "
-                      "chosen on EWT train and scored on EWT dev (Clark: the same data); UD list left out.",
+    "chosen on EWT train and scored on EWT dev (Clark: the same data); UD list left out.",
     "probe": "{model} instead of bert-base; EWT/UD instead of PTB WSJ; the model's input embeddings instead of GloVe; "
-             "trained on 1,000 EWT train sentences, early-stopped on 400 dev sentences, scored on the other dev "
-             "sentences; Adam lr .01 (Clark .002), at most 20 epochs.",
+    "trained on 1,000 EWT train sentences, early-stopped on 400 dev sentences, scored on the other dev "
+    "sentences; Adam lr .01 (Clark .002), at most 20 epochs.",
     "coref-litbank": "{model} instead of bert-base; LitBank (10 novels to choose the head, 10 others to score it) "
-                     "instead of CoNLL-2012; mention heads are last words and mention types come from the head word; "
-                     "Clark chose and scored the head on the same data.",
+    "instead of CoNLL-2012; mention heads are last words and mention types come from the head word; "
+    "Clark chose and scored the head on the same data.",
     "coref-gap": "not in the paper: {model} on GAP (a pronoun and two same-gender names), head chosen on 100 "
-                 "validation rows and scored on 250 test rows, beside the nearest name (Clark: CoNLL-2012).",
+    "validation rows and scored on 250 test rows, beside the nearest name (Clark: CoNLL-2012).",
 }
 
 

@@ -176,8 +176,10 @@ def alignment_stage(profile: Profile, model: str = TRANSLATION_MODEL) -> Stage:
         fits = {"hansards": KA.fit(net, items, ctx.params["batch_size"]),
                 "multi30k": KA.fit(net, own_items, ctx.params["batch_size"])}
         eflomal_own = _eflomal(ctx, net, own, "eflomal-in-domain.json")
-        silver = KA.rows([(set(links), set(links)) for links in eflomal_own],
-                         KA.model_links(net, own_items, ctx.params["batch_size"]) | {"diagonal": KA.diagonal_links(own)})
+        silver = KA.rows(
+            [(set(links), set(links)) for links in eflomal_own],
+            KA.model_links(net, own_items, ctx.params["batch_size"]) | {"diagonal": KA.diagonal_links(own)},
+        )
         layers = net.config.decoder_layers
         claims, chosen = _alignment_claims(ctx, net, tag, table, familiarity_note(fits))
         silver_claims, silver_chosen = _alignment_claims(

@@ -206,9 +206,11 @@ def _token_table(model: str, rows: list[dict], layers: dict, claims: list[dict])
     for k, (c, label) in enumerate(CLASSES.items()):
         w, n = by_id[f"kobayashi-{model}-weight-{c}"], by_id[f"kobayashi-{model}-norm-{c}"]
         d = n["delta"]
-        lines.append(f"| {label} | {w['baseline']['value']:.3f} | {w['value']:.3f} | {n['value']:.3f} | "
-                     f"{d['value']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] | "
-                     f"{np.mean(np.asarray(layers['fnorm'])[:, k]):.3f} | {np.mean(np.asarray(layers['received'])[:, k]):.4f} |")
+        lines.append(
+            f"| {label} | {w['baseline']['value']:.3f} | {w['value']:.3f} | {n['value']:.3f} | "
+            f"{d['value']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}] | "
+            f"{np.mean(np.asarray(layers['fnorm'])[:, k]):.3f} | {np.mean(np.asarray(layers['received'])[:, k]):.4f} |"
+        )
     mix = {k: np.mean([r[f"mixing_{k}"] for r in rows]) for k in ("attn_w", "attn_n", "attnres_w", "attnres_n",
                                                                    "attnresln_n")}
     lines += ["", "Mixing ratios (2021; mean over tokens, layers, segments; unmasked): " +

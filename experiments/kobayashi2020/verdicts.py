@@ -29,9 +29,10 @@ Claim type → test → verdict (α = .05 two-sided intervals; ``jattn.reproduce
   id): ρ over the remaining occurrences has its type-cluster interval above 0 too (a
   correlation carried by a few very frequent types is not "rarer tokens, larger norms", and a
   point estimate near 0 keeps its sign by chance); not reproduced otherwise. The reason also
-  gives the type-level ρ (mean ‖f(x)‖ per type against its rank). The stage's former test, the occurrence-bootstrap interval outside the
-  permutation band of a shuffled rank, is retired: with ≈ 48,000 occurrences that band is
-  ±0.01 wide, so any correlation at all passes it, however few types carry it.
+  gives the type-level ρ (mean ‖f(x)‖ per type against its rank). The stage's former test, the
+  occurrence-bootstrap interval outside the permutation band of a shuffled rank, is retired:
+  with ≈ 48,000 occurrences that band is ±0.01 wide, so any correlation at all passes it,
+  however few types carry it.
 - ``kobayashi-align*-{AWO,AWI}-norms-vs-{weights,diagonal}`` (Table 4: norm-based alignments beat
   weight-based ones and the trivial diagonal): directional on the paired Δ AER (norms − the
   other, one resample of the reported pairs for both), reproduced when its interval lies below 0.
@@ -83,8 +84,12 @@ def _ci(ci) -> str:
 def _paired(claim: dict, evidence: Evidence, columns: dict | None = None, against: dict | None = None) -> dict:
     """The paired-bootstrap Δ of the claim's statistic (``claims.evaluate``, ci_method "paired") on
     ``columns`` (default: the measure's) against ``against`` (default: the baseline's columns)."""
-    spec = {"statistic": claim["measure"]["statistic"], "ci_method": "paired",
-            "columns": columns or claim["measure"]["columns"], "against": against or claim["baseline_measure"]["columns"]}
+    spec = {
+        "statistic": claim["measure"]["statistic"],
+        "ci_method": "paired",
+        "columns": columns or claim["measure"]["columns"],
+        "against": against or claim["baseline_measure"]["columns"],
+    }
     key = (str(evidence.root), claim["predictions"], json.dumps(spec, sort_keys=True))
     if key not in _MEMO:
         _MEMO[key] = C.evaluate(evidence.rows(claim), spec)

@@ -163,5 +163,7 @@ def figures(ctx, model: str, task: str, L: int, H: int, heads: dict, layers: dic
     bx.errorbar(range(L), dl, yerr=[dl - ci[:, 0], ci[:, 1] - dl], fmt="o", capsize=3)
     bx.axhline(0, color="k", lw=0.8)
     bx.set(xlabel="layer disabled", ylabel=f"Δ{unit} (95 % paired CI)", xticks=range(L), title="whole layer")
-    fig.suptitle(f"{model} {task}, seed {heads['seed']}: Kovaleva et al. Fig. 9-10 with paired tests", fontsize=9, y=1.03)
+    fig.suptitle(
+        f"{model} {task}, seed {heads['seed']}: Kovaleva et al. Fig. 9-10 with paired tests", fontsize=9, y=1.03
+    )
     return [ctx.save_figure(fig, f"{model}-{task}-disabling.png", dpi=100)]

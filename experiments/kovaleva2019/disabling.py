@@ -72,9 +72,17 @@ def sweep_stage(model: str, task: str, seed: int):
         r = sweep(net, [dev[i] for i in index], ctx.work(), chunk=ctx.params["chunk"], progress=ctx.progress,
                   identity=repr(files))
         L, H = net.config.num_layers, net.config.num_heads
-        return {"model": model, "task": task, "seed": seed, "index": index.tolist(), "heads_per_layer": H,
-                "gold": [dev[i][1] for i in index], "base": r["base"].tolist(),
-                "head_flips": flips(r["base"], r["heads"].reshape(L * H, -1)), "layer_flips": flips(r["base"], r["layers"])}
+        return {
+            "model": model,
+            "task": task,
+            "seed": seed,
+            "index": index.tolist(),
+            "heads_per_layer": H,
+            "gold": [dev[i][1] for i in index],
+            "base": r["base"].tolist(),
+            "head_flips": flips(r["base"], r["heads"].reshape(L * H, -1)),
+            "layer_flips": flips(r["base"], r["layers"]),
+        }
 
     return run
 

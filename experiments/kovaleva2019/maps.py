@@ -31,7 +31,8 @@ def _step(params_a, config_a, params_b, config_b, batch, token_class, thresholds
     B = forward(params_b, config_b, batch, None, internals=("weights",))[1]["weights"]  # (L, b, H, n, n)
     real = batch["attention_mask"].astype(A.dtype)  # (b, n)
     n = real.shape[-1]
-    U = jnp.broadcast_to((real / real.sum(-1, keepdims=True))[:, None, None, :], (real.shape[0], 1, n, n))  # (b, 1, n, n)
+    # (b, 1, n, n)
+    U = jnp.broadcast_to((real / real.sum(-1, keepdims=True))[:, None, None, :], (real.shape[0], 1, n, n))
     stats_u = map_statistics(U, token_class)
     types = jnp.stack([classify(map_statistics(M, token_class), thresholds) for M in (A, B)])  # (2, L, b, H)
     return map_cosine(A, B, batch["attention_mask"]), types, classify(stats_u, thresholds)[:, 0], stats_u["rows"]

@@ -52,16 +52,25 @@ def labels_result(ctx, model, root, dev: list, train: list) -> dict:
                 "other fold only (cross-fitting); deviations: model, 72 maps not 400, one annotator")
     out = []
     for name, column, paper, extra in (
-            ("rules", "rule", "the paper uses no rules (hand labels and a CNN)",
-             f"thresholds (V, R) on a grid, fitted per fold: {[(t['vertical'], t['diagonal']) for t in rules['thresholds']]}; "
-             f"fitted and scored on all {len(rows)} maps (the old, in-sample protocol): "
-             f"({t_all.vertical}, {t_all.diagonal}) agreeing on {agree_all:.3f}"),
-            ("cnn", "cnn", "a CNN (8 convolutional layers) trained on 400 hand-labelled BERT-base maps labels the "
-             "five types (Fig. 2)",
-             f"2 conv layers, {p['cnn_steps']} Adam steps on the fitting fold's hand maps plus "
-             f"{cnn['corpus_maps'] - cnn['corpus_held_out']} maps of SST-2 train sentences labelled by that fold's rules; "
-             f"agreement with the rules on {cnn['corpus_held_out']} held-out such maps: "
-             f"{', '.join(f'{a:.3f}' for a in cnn['corpus_agreement_with_rules'])} (per fold)")):
+        (
+            "rules",
+            "rule",
+            "the paper uses no rules (hand labels and a CNN)",
+            f"thresholds (V, R) on a grid, fitted per fold: "
+            f"{[(t['vertical'], t['diagonal']) for t in rules['thresholds']]}; "
+            f"fitted and scored on all {len(rows)} maps (the old, in-sample protocol): "
+            f"({t_all.vertical}, {t_all.diagonal}) agreeing on {agree_all:.3f}",
+        ),
+        (
+            "cnn",
+            "cnn",
+            "a CNN (8 convolutional layers) trained on 400 hand-labelled BERT-base maps labels the five types (Fig. 2)",
+            f"2 conv layers, {p['cnn_steps']} Adam steps on the fitting fold's hand maps plus "
+            f"{cnn['corpus_maps'] - cnn['corpus_held_out']} maps of SST-2 train sentences labelled by that fold's "
+            f"rules; agreement with the rules on {cnn['corpus_held_out']} held-out such maps: "
+            f"{', '.join(f'{a:.3f}' for a in cnn['corpus_agreement_with_rules'])} (per fold)",
+        ),
+    ):
         claim = ctx.claim(id=f"kovaleva-{name}-held-out", claim=f"pattern types by the {name}: agreement with "
                           "hand labels on held-out maps", paper=paper, unit="accuracy", rows=rows,
                           measure={"statistic": "accuracy", "columns": {"gold": "hand", "pred": column},
@@ -78,8 +87,10 @@ def labels_result(ctx, model, root, dev: list, train: list) -> dict:
     table = ["Hand label (rows) against the held-out label of the rules | the CNN (columns, same order):", "",
              "| hand \\ predicted | " + " | ".join(TYPES) + " | | " + " | ".join(TYPES) + " |",
              "|---" * (2 * len(TYPES) + 2) + "|"]
-    table += [f"| {t} | " + " | ".join(map(str, confusion[0, k])) + " | | " + " | ".join(map(str, confusion[1, k])) + " |"
-              for k, t in enumerate(TYPES)]
+    table += [
+        f"| {t} | " + " | ".join(map(str, confusion[0, k])) + " | | " + " | ".join(map(str, confusion[1, k])) + " |"
+        for k, t in enumerate(TYPES)
+    ]
     return {"claims": out, "table": "\n".join(table),
             "thresholds": {"vertical": t_all.vertical, "diagonal": t_all.diagonal, "block": t_all.block}}
 

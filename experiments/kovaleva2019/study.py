@@ -82,7 +82,8 @@ def sizes(profile: Profile) -> dict:
 
 def stages(profile: Profile) -> list[Stage]:
     size = sizes(profile)
-    sweep_code = ("jattn.sweeps.disable",)  # the sweep's run lives in experiments.kovaleva2019.disabling: edits here keep it
+    # the sweep's run lives in experiments.kovaleva2019.disabling: edits here keep it
+    sweep_code = ("jattn.sweeps.disable",)
     claim_code = ("experiments.kovaleva2019.disabling", "experiments.kovaleva2019.claims")
     out = []
     for model, plan in size["sweep"].items():

@@ -189,24 +189,24 @@ JUDGES = {"best-head-insample": _insample, "best-head-heldout": _heldout, "heads
 
 DIFFERS = {
     "best-head-insample": "all-mpnet-base-v2 (12 × 12 heads) or MiniLM (6 × 12) fine-tuned on SST-2 / CoLA with "
-                          "{seeds} seeds, not BERT-base on seven GLUE tasks; best of 144 / 72 heads per seed on the same dev "
-                          "examples as the paper (MPNet SST-2: 400 of the 872 dev sentences).",
+    "{seeds} seeds, not BERT-base on seven GLUE tasks; best of 144 / 72 heads per seed on the same dev "
+    "examples as the paper (MPNet SST-2: 400 of the 872 dev sentences).",
     "best-head-heldout": "Not in the paper: the head is selected on one fixed half of dev and scored on the other; "
-                         "MPNet / MiniLM on SST-2 / CoLA, {seeds} seeds, not BERT-base on GLUE.",
+    "MPNet / MiniLM on SST-2 / CoLA, {seeds} seeds, not BERT-base on GLUE.",
     "heads-holm": "The paper reports Δs without a test; here paired bootstrap p per head and Holm over all heads × "
-                  "{seeds} seeds, on MPNet / MiniLM fine-tuned on SST-2 / CoLA, not BERT-base on GLUE.",
+    "{seeds} seeds, on MPNet / MiniLM fine-tuned on SST-2 / CoLA, not BERT-base on GLUE.",
     "layers-holm": "The paper reports Δs without a test; here paired bootstrap p per layer and Holm over all layers × "
-                   "{seeds} seeds, on MPNet / MiniLM fine-tuned on SST-2 / CoLA, not BERT-base on GLUE.",
+    "{seeds} seeds, on MPNet / MiniLM fine-tuned on SST-2 / CoLA, not BERT-base on GLUE.",
     "structured-share": "Types by threshold rules fitted on 72 maps of pretrained MiniLM labelled by one annotator, "
-                        "not the paper's 400 hand-labelled BERT-base maps and CNN; MPNet / MiniLM classifiers on "
-                        "SST-2 / CoLA ({seeds} seeds).",
+    "not the paper's 400 hand-labelled BERT-base maps and CNN; MPNet / MiniLM classifiers on "
+    "SST-2 / CoLA ({seeds} seeds).",
     "finetune-change": "Cosine over real tokens only (the released code included padding), MPNet / MiniLM "
-                       "classifiers on SST-2 / CoLA ({seeds} seeds) against their sentence-encoder bases, not "
-                       "BERT-base on GLUE.",
-    "rules-held-out": "The paper uses no rules; here threshold rules cross-fitted on two folds of 72 maps of pretrained "
-                      "MiniLM labelled by one annotator.",
+    "classifiers on SST-2 / CoLA ({seeds} seeds) against their sentence-encoder bases, not "
+    "BERT-base on GLUE.",
+    "rules-held-out": "The paper uses no rules; here threshold rules cross-fitted on two folds of 72 maps of "
+    "pretrained MiniLM labelled by one annotator.",
     "cnn-held-out": "A 2-layer CNN cross-fitted on two folds of 72 maps of pretrained MiniLM (one annotator) plus "
-                    "rule-labelled maps, not the paper's CNN on 400 hand-labelled BERT-base maps.",
+    "rule-labelled maps, not the paper's CNN on 400 hand-labelled BERT-base maps.",
 }
 
 

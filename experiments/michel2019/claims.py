@@ -121,18 +121,32 @@ def claims_stage(model: str, task, names: list[str], tolerance: float, at_prune:
             baseline={"name": f"{len(randoms)} random orders (mean), Δ vs unpruned",
                       "columns": {"gold": "gold", "pred": "random", "reference": "unpruned"}},
             **({"within_seed": _within_seeds(prune, measure)} if k >= 2 else {}))
-        one["note"] = (f"Δ {_pts(one['value'])} points. Prunable share (rule in prunable_share): importance {prunable['importance']}, random "
-                       f"orders {prunable['random']}")
-        measure = {"statistic": task.statistic, "columns": {"gold": "gold", "pred": "importance", "reference": "random"},
-                   "ci_method": method}
+        one["note"] = (
+            f"Δ {_pts(one['value'])} points. Prunable share (rule in prunable_share): importance "
+            f"{prunable['importance']}, random orders {prunable['random']}"
+        )
+        measure = {
+            "statistic": task.statistic,
+            "columns": {"gold": "gold", "pred": "importance", "reference": "random"},
+            "ci_method": method,
+        }
         two = ctx.claim(
-            id=f"michel-{model}-{task.name}-vs-random50", rows=versus, n=n, seeds=k, unit=f"Δ {task.unit}",
-            claim=f"{model} {task.name}: at {at_random:.0%} pruned, importance order vs random orders, Δ dev {task.unit}",
+            id=f"michel-{model}-{task.name}-vs-random50",
+            rows=versus,
+            n=n,
+            seeds=k,
+            unit=f"Δ {task.unit}",
+            claim=f"{model} {task.name}: at {at_random:.0%} pruned, importance order vs random orders, "
+                  f"Δ dev {task.unit}",
             paper=f"{task.paper}: pruning by importance (random orders are not in the paper; STATISTICS §4's baseline)",
-            measure=measure, protocol=protocol,
-            baseline={"name": "random order 0 vs the other random orders",
-                      "columns": {"gold": "gold", "pred": "random0", "reference": "random_others"}},
-            **({"within_seed": _within_seeds(versus, measure)} if k >= 2 else {}))
+            measure=measure,
+            protocol=protocol,
+            baseline={
+                "name": "random order 0 vs the other random orders",
+                "columns": {"gold": "gold", "pred": "random0", "reference": "random_others"},
+            },
+            **({"within_seed": _within_seeds(versus, measure)} if k >= 2 else {}),
+        )
         two["note"] = f"Δ {_pts(two['value'])} points."
         figure = _figure(ctx, model, task, curves, sums)
         return {"claims": [one, two], "figures": [figure], "curves": ctx.relative(path),

@@ -92,7 +92,8 @@ def step_deltas(metric: Callable, gold, curve: Sequence, unpruned) -> list[dict]
 
 
 def digits(pred) -> str:
-    """Per-example classes 0-9 as one string, a character each (compact rows; ``jattn.reproduce.statistics._systems``)."""
+    """Per-example classes 0-9 as one string, a character each (compact rows;
+    ``jattn.reproduce.statistics._systems``)."""
     pred = np.asarray(pred)
     if pred.size and (pred.min() < 0 or pred.max() > 9):
         raise ValueError("digit strings hold classes 0-9 only")

@@ -64,9 +64,18 @@ def _claim(ctx: Context, kind: str, what: str, rows: list[dict], seeds: int, pro
                      "second copy's mean next-token log-probability ('B A' → 'A A')", "nats", "named", "random",
                      "a random other head of the layers below the induction head, through the same keys", -1)}
     claim, unit, col, base, base_name, sign = spec[what]
-    out = ctx.claim(id=f"induction-{kind}-{what}", claim=f"{TITLE[kind]}: {claim}", paper=PAPER[what], unit=unit, rows=rows, n=len(rows),
-                    seeds=seeds, measure={"statistic": "mean", "columns": {"value": col}, "ci_method": "seeds"},
-                    baseline={"name": base_name, "columns": {"value": base}}, protocol=protocol)
+    out = ctx.claim(
+        id=f"induction-{kind}-{what}",
+        claim=f"{TITLE[kind]}: {claim}",
+        paper=PAPER[what],
+        unit=unit,
+        rows=rows,
+        n=len(rows),
+        seeds=seeds,
+        measure={"statistic": "mean", "columns": {"value": col}, "ci_method": "seeds"},
+        baseline={"name": base_name, "columns": {"value": base}},
+        protocol=protocol,
+    )
     out["note"] = f"the paper's direction: {'above' if sign > 0 else 'below'} the baseline (t over {seeds} seeds)"
     return out
 

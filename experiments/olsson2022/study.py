@@ -159,5 +159,8 @@ def stages(profile: Profile) -> list[Stage]:
     return out
 
 
-studies.register('induction', stages,
-                 'Olsson et al. 2022: induction heads in small language models trained here, confirmed by path patching')
+studies.register(
+    "induction",
+    stages,
+    "Olsson et al. 2022: induction heads in small language models trained here, confirmed by path patching",
+)

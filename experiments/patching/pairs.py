@@ -168,9 +168,11 @@ def load(model: str):
 
 def kept_table(what: str, pairs: list, skipped: dict) -> list[str]:
     """A Markdown table (lines) of how many of ``what`` were read, kept as pairs and skipped, by reason."""
-    return ["| " + " | ".join([f"{what} read", "pairs kept", *(f"skipped: {k}" for k in skipped)]) + " |",
-            "|---" * (2 + len(skipped)) + "|",
-            "| " + " | ".join(str(v) for v in (sum(skipped.values()) + len(pairs), len(pairs), *skipped.values())) + " |"]
+    return [
+        "| " + " | ".join([f"{what} read", "pairs kept", *(f"skipped: {k}" for k in skipped)]) + " |",
+        "|---" * (2 + len(skipped)) + "|",
+        "| " + " | ".join(str(v) for v in (sum(skipped.values()) + len(pairs), len(pairs), *skipped.values())) + " |",
+    ]
 
 
 def pairs_stage(models: tuple[str, ...]):

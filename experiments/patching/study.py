@@ -90,23 +90,23 @@ from experiments.patching.pairs import GAP_FILE, pairs_stage, sweep_stage
 FULL = {"max_tokens": 96, "batch": 8, "pairs": {"small": 160, "base": 160}, "sst2_pairs": 160, "gender_pairs": 160}
 QUICK = {"max_tokens": 64, "batch": 12, "pairs": {"small": 12}, "sst2_pairs": 12, "gender_pairs": 8}
 PAPER = {
-    "behaviour": "Clark et al. 2019 §4.3 (their 144-head base model, CoNLL-2012): the best attention head picks an antecedent "
-                 "≈65 % of the time vs ≈27 % for the nearest mention; read from attention weights, no intervention",
+    "behaviour": "Clark et al. 2019 §4.3 (their 144-head base model, CoNLL-2012): the best attention head picks "
+    "an antecedent ≈65 % of the time vs ≈27 % for the nearest mention; read from attention weights, no intervention",
     "corruption": "no paper number: the corruption (the antecedent's name swapped for one of the other gender) must "
-                  "move the metric for patching to measure anything",
+    "move the metric for patching to measure anything",
     "clark": "Clark et al. 2019 name coreference heads by their attention weights only; whether those heads cause "
-             "the behaviour is not tested there (activation patching: Vig et al. 2020, Wang et al. 2022)",
+    "the behaviour is not tested there (activation patching: Vig et al. 2020, Wang et al. 2022)",
     "attribution": "Nanda 2023; Syed et al. 2023: attribution patching is the first-order approximation of "
-                   "activation patching, close for most sites, poor where the effect is non-linear",
+    "activation patching, close for most sites, poor where the effect is non-linear",
     "sst2-behaviour": "no paper number: the classifier must get the clean sentences right for its logit difference "
-                      "to measure the behaviour",
+    "to measure the behaviour",
     "sst2-corruption": "no paper number: the antonym must move the logit difference for patching to measure anything",
     "gender-behaviour": "no paper number: the model must prefer the English word of the source's gender for the "
-                        "logit difference to measure the behaviour",
+    "logit difference to measure the behaviour",
     "gender-corruption": "no paper number: the other gender's noun must move the logit difference for patching to "
-                         "measure anything",
+    "measure anything",
     "sst2-hidden": "Heimersheim & Nanda 2024 and Zhang & Nanda 2024 advise a metric read from the model's output "
-                   "(they compare probability, logit difference and KL); a hidden-state metric is not among them",
+    "(they compare probability, logit difference and KL); a hidden-state metric is not among them",
 }
 
 

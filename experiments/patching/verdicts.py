@@ -139,10 +139,12 @@ def judge_clark(claim: dict, evidence: Evidence) -> Verdict:
     p = permutation_p(signed, null, sign=PREDICTED_SIGN)
     p_abs = permutation_p(absolute, head_rho_null(np.abs(mean_effect), mean_score), sign=PREDICTED_SIGN)
     ci_abs = head_rho_bootstrap(effect, score, np.abs, clusters(claim, rows))
-    said = (f"signed effect: ρ = {signed:+.3f} [{claim['ci'][0]:+.3f}, {claim['ci'][1]:+.3f}] "
-            f"({resampled(claim, evidence)}), one-sided permutation p = {p:.3g} over {effect.shape[1]} heads (predicted "
-            f"ρ > 0); |effect| (not judged): ρ = {absolute:+.3f} [{ci_abs[0]:+.3f}, {ci_abs[1]:+.3f}], permutation "
-            f"p = {p_abs:.3g}")
+    said = (
+        f"signed effect: ρ = {signed:+.3f} [{claim['ci'][0]:+.3f}, {claim['ci'][1]:+.3f}] "
+        f"({resampled(claim, evidence)}), one-sided permutation p = {p:.3g} over {effect.shape[1]} heads (predicted "
+        f"ρ > 0); |effect| (not judged): ρ = {absolute:+.3f} [{ci_abs[0]:+.3f}, {ci_abs[1]:+.3f}], permutation "
+        f"p = {p_abs:.3g}"
+    )
     if p < ALPHA:
         return Verdict("reproduced", "permutation", said)
     return powered(Verdict("not reproduced", "permutation", said), null_mde(null))

@@ -215,9 +215,14 @@ def _fewest_claim(ctx, runs: list[dict], text: dict, m: dict, refs: list[str], p
     (``heads``: the roles stage's result)."""
     runs = sorted(runs, key=_open)
     counts, n = [_open(r) for r in runs] + [m["heads"]], len(refs)
-    rows = _rows(refs, index=index, gated=_per_row([text[_system(r)] for r in runs] + [text["unpruned"]]),
-                 importance=_per_row([text[f"michel-encoder-{_open(r)}-importance"] for r in runs] + [text["unpruned"]]),
-                 heads=[counts] * n, unpruned=text["unpruned"])
+    rows = _rows(
+        refs,
+        index=index,
+        gated=_per_row([text[_system(r)] for r in runs] + [text["unpruned"]]),
+        importance=_per_row([text[f"michel-encoder-{_open(r)}-importance"] for r in runs] + [text["unpruned"]]),
+        heads=[counts] * n,
+        unpruned=text["unpruned"],
+    )
     spec = lambda systems: {"statistic": "fewest_heads_within_1_bleu", "ci_method": "bootstrap",  # noqa: E731
                             "columns": {"ref": "ref", "systems": systems, "heads": "heads", "reference": "unpruned"}}
     c = ctx.claim(id=f"voita-encoder-fewest-heads{suffix}", unit="heads", rows=rows, n=n, seeds=1,
@@ -226,8 +231,13 @@ def _fewest_claim(ctx, runs: list[dict], text: dict, m: dict, refs: list[str], p
                   baseline={"name": "the same rule over Michel importance pruning at the same counts",
                             **spec("importance")})
     specialised = int((np.asarray(heads["roles"]) != "other").sum())
-    c["note"] = fewest_note(c["value"], m["heads"], runs,
-                            lambda name: stats.bleu_from_statistics(stats.bleu_statistics(text[name], refs)), specialised)
+    c["note"] = fewest_note(
+        c["value"],
+        m["heads"],
+        runs,
+        lambda name: stats.bleu_from_statistics(stats.bleu_statistics(text[name], refs)),
+        specialised,
+    )
     return c
 
 

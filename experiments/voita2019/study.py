@@ -40,9 +40,10 @@ heads each λ keeps against those it closes.
 
 Deviations from the paper: Multi30k fr→en (29k pairs, a data set a model can be trained on here)
 instead of WMT / OpenSubtitles en→ru, a model of width 256 and dropout 0.3 (the papers' 512 and
-0.1: the data set is small and the machine two CPU cores) initialised with DS-Init (Zhang et al. 2019; the deep post-LN stack learns slowly
-from plain Xavier initialisation), one training seed of the model, 600-3,600 joint updates per λ
-(until no evaluation gate is fractional, rather than the paper's training schedule).
+0.1: the data set is small and the machine two CPU cores) initialised with DS-Init (Zhang et al.
+2019; the deep post-LN stack learns slowly from plain Xavier initialisation), one training seed
+of the model, 600-3,600 joint updates per λ (until no evaluation gate is fractional, rather than
+the paper's training schedule).
 
 Costs, from measured parts (AMD EPYC, 2 cores): a joint gate update (the model trained, dropout
 on) costs 0.91-1.12× a training update in alternated rounds (``benchmarks/bench_gate_update.py``)

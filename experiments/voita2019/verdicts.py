@@ -32,9 +32,9 @@ verdict:
   heads with mean confidence ≥ the kept heads'}) / (1 + ``SUBSETS``), one-sided; reproduced when
   p < .05, not reproduced otherwise; under the fewest-heads precondition above (which heads gates
   keep says nothing where the encoder's self-attention may not be needed at all). The λ runs
-  are nested runs of one model: one finding, its λ runs counted "k of n" under it. (For a fixed size, kept − closed is monotone in the kept
-  mean, so this is the test of the claim's Δ; the stage's baseline, one seeded random subset, is
-  one draw of this null.)
+  are nested runs of one model: one finding, its λ runs counted "k of n" under it. (For a fixed
+  size, kept − closed is monotone in the kept mean, so this is the test of the claim's Δ; the
+  stage's baseline, one seeded random subset, is one draw of this null.)
 """
 
 from __future__ import annotations

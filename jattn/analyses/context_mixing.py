@@ -138,7 +138,8 @@ def alti_plus_maps(internals: dict, views: dict, batch: dict, eps: float, norm_p
     the residual. ``norm_position``: the blocks' ("post" | "pre", see ``alti_layer``)."""
     src = batch["attention_mask"].astype(jnp.float32)  # (b, s)
     tgt = batch["decoder_attention_mask"].astype(jnp.float32)  # (b, t)
-    enc_layers = over_layers(alti_layer, internals["encoder"], views["encoder"], src, eps, norm_position)  # (L_enc, b, s, s)
+    # (L_enc, b, s, s)
+    enc_layers = over_layers(alti_layer, internals["encoder"], views["encoder"], src, eps, norm_position)
     enc_rolled = rollout(enc_layers)  # (L_enc, b, s, s)
     enc = enc_rolled[-1]  # (b, s, s)
     self_maps = over_layers(alti_layer, internals["decoder"], views["decoder"], tgt, eps, norm_position)  # (L, b, t, t)
@@ -197,9 +198,13 @@ class ValueZeroing(Method):
 
     def finalize(self, totals, meta):
         n = max(float(totals["n"]), 1.0)
-        return {"value_zeroing_class": Statistic(totals["class"] / n, f"(L, {len(CLASS_NAMES)}) mean value-zeroing "
-                                                 f"share to {'/'.join(CLASS_NAMES)} (Mohebbi et al. 2023)"),
-                "value_zeroing_self": Statistic(totals["self"] / n, "(L,) mean value-zeroing share to the token itself")}
+        return {
+            "value_zeroing_class": Statistic(
+                totals["class"] / n,
+                f"(L, {len(CLASS_NAMES)}) mean value-zeroing share to {'/'.join(CLASS_NAMES)} (Mohebbi et al. 2023)",
+            ),
+            "value_zeroing_self": Statistic(totals["self"] / n, "(L,) mean value-zeroing share to the token itself"),
+        }
 
 
 @dataclasses.dataclass(frozen=True)

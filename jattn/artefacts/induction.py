@@ -223,7 +223,8 @@ def train_lm(out, work, c: InductionLMConfig, data_dir=None, progress: bool = Tr
     bos = config.bos_token_id
     stream, val_stream = _stream(tokenizer, train_text, bos), _stream(tokenizer, val_text, bos)
     val_ids = np.stack([np.concatenate([[bos], val_stream[i: i + c.context - 1]])
-                        for i in range(0, len(val_stream) - c.context, c.context)][:64]).astype(np.int32)  # (≤64, context)
+                        # (≤64, context)
+                        for i in range(0, len(val_stream) - c.context, c.context)][:64]).astype(np.int32)
     length = (c.context - 1) // 2
     held_out = repeated_tokens(config.vocab_size, length, 64, seed=10_000 + c.seed, first=bos)  # (64, 1 + 2T)
 
@@ -242,13 +243,23 @@ def train_lm(out, work, c: InductionLMConfig, data_dir=None, progress: bool = Tr
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], **hf_config(c, tokenizer)},
                                                 indent=2) + "\n")
-    save_file(to_hf_state_dict(trainer.state["params"], config), str(out / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        to_hf_state_dict(trainer.state["params"], config), str(out / "model.safetensors"), metadata={"format": "pt"}
+    )
     tokenizer.save_pretrained(str(out))
-    result = {"final": curve[-1], "steps": trainer.meta["step"], "train_time_min": round(trainer.meta["train_time_s"] / 60, 2),
-              "wall_time_this_run_min": round((time.time() - t_start) / 60, 1), "train_tokens": int(len(stream)),
-              "settings": dataclasses.asdict(c), "curve": curve}
+    result = {
+        "final": curve[-1],
+        "steps": trainer.meta["step"],
+        "train_time_min": round(trainer.meta["train_time_s"] / 60, 2),
+        "wall_time_this_run_min": round((time.time() - t_start) / 60, 1),
+        "train_tokens": int(len(stream)),
+        "settings": dataclasses.asdict(c),
+        "curve": curve,
+    }
     (out / "training.json").write_text(json.dumps(result, indent=1))
-    (out / DONE).write_text(f"in-context drop {curve[-1]['in_context_drop']:.3f} nats after {trainer.meta['step']} steps\n")
+    (out / DONE).write_text(
+        f"in-context drop {curve[-1]['in_context_drop']:.3f} nats after {trainer.meta['step']} steps\n"
+    )
     return result
 
 

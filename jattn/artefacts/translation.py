@@ -140,7 +140,9 @@ def train_translation(out, work, c: TranslationConfig, data_dir=None, progress: 
     hyps = translations(params, config, tokenizer, test_src, num_beams=c.test_beams, max_length=decode_length)
     test_time = time.time() - t0
     out.mkdir(parents=True, exist_ok=True)
-    save_marian_folder(out, params, config, tok_dir, generation={"num_beams": c.test_beams, "max_length": decode_length})
+    save_marian_folder(
+        out, params, config, tok_dir, generation={"num_beams": c.test_beams, "max_length": decode_length}
+    )
     record_normalization(out, lowercase=not c.cased)
     (out / "test.hyp").write_text("\n".join(hyps) + "\n", encoding="utf-8")
     m = trainer.meta

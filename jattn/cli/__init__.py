@@ -287,7 +287,8 @@ def main(argv=None) -> None:
         command, resume = args.command, getattr(module, "RESUME", "")
         kept = KEPT if hasattr(args, "out") else ""  # jattn models and data write no --out
         uses_jax = getattr(module, "USES_JAX", True)  # a flag, or a function of the parsed arguments
-        if uses_jax(args) if callable(uses_jax) else uses_jax:  # the command owns its process: freed memory kept for XLA
+        # the command owns its process: freed memory kept for XLA
+        if uses_jax(args) if callable(uses_jax) else uses_jax:
             with _deferred():
                 import jax  # noqa: F401
 

@@ -51,7 +51,9 @@ def add_arguments(parser) -> None:
                              "jattn data fetch frequency; default: none, the other methods run without it)")
     parser.add_argument("--min-count", type=positive_int, default=100,
                         help="syntax: relations with fewer scored words stay out of Table 1 (words; 100 as Clark)")
-    parser.add_argument("--coordinator", help="HOST:PORT of process 0, for a multi-process run (default: none, one process)")
+    parser.add_argument(
+        "--coordinator", help="HOST:PORT of process 0, for a multi-process run (default: none, one process)"
+    )
     parser.add_argument("--num-processes", type=positive_int, default=None,
                         help="processes of a multi-process run, with --coordinator (default: none, one process)")
     parser.add_argument("--process-id", type=nonnegative_int, default=None,

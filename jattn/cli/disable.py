@@ -29,8 +29,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", required=True, help="a fine-tuned sequence classifier (HF folder)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--input", help="labelled examples, 'text<TAB>label' per line (this or --task is required)")
-    source.add_argument("--task", choices=("sst2", "cola"),
-                        help="a GLUE dev set from the data folder (jattn data fetch) instead of --input (this or --input is required)")
+    source.add_argument(
+        "--task",
+        choices=("sst2", "cola"),
+        help="a GLUE dev set from the data folder (jattn data fetch) instead of --input (this or --input is required)",
+    )
     parser.add_argument("--metric", default=None, choices=("accuracy", "matthews_corr"),
                         help="default: the task's (CoLA: matthews_corr), else accuracy")
     parser.add_argument("--mode", default="uniform,zero", help=f"comma-separated, from {', '.join(MODES)}")

@@ -20,9 +20,17 @@ def add_arguments(parser) -> None:
     from jattn.cli.common import finite, positive_int
 
     parser.add_argument("--model", default=None, help="HF folder or hub id (default: embedded all-MiniLM-L6-v2)")
-    parser.add_argument("--task", choices=("sst2", "cola"), help="a GLUE task from the data folder (jattn data fetch; $JATTN_DATA); this or --train is required")
-    parser.add_argument("--train", type=Path, help="instead of --task: 'text<TAB>label' training file (default: none, --task)")
-    parser.add_argument("--dev", type=Path, help="with --train: 'text<TAB>label' dev file (default: none; required with --train)")
+    parser.add_argument(
+        "--task",
+        choices=("sst2", "cola"),
+        help="a GLUE task from the data folder (jattn data fetch; $JATTN_DATA); this or --train is required",
+    )
+    parser.add_argument(
+        "--train", type=Path, help="instead of --task: 'text<TAB>label' training file (default: none, --task)"
+    )
+    parser.add_argument(
+        "--dev", type=Path, help="with --train: 'text<TAB>label' dev file (default: none; required with --train)"
+    )
     parser.add_argument("--metric", choices=("accuracy", "matthews_corr"), default="accuracy",
                         help="dev metric with --train (--task picks its own)")
     parser.add_argument("--out", required=True, type=Path, help="output HF folder (resume state in OUT-work)")
@@ -69,7 +77,9 @@ def report(folder: Path, record: dict) -> None:
 
 def run(args) -> None:
     if (args.task is None) == (args.train is None):
-        raise ValueError("give either --task or --train (with --dev). Fix: e.g. --task sst2, or --train FILE --dev FILE")
+        raise ValueError(
+            "give either --task or --train (with --dev). Fix: e.g. --task sst2, or --train FILE --dev FILE"
+        )
     if args.train is not None and args.dev is None:
         raise ValueError("--train needs --dev (the dev metric is reported per epoch). Fix: add --dev FILE "
                          "('text<TAB>label' lines)")

@@ -113,9 +113,12 @@ def counts(gates: dict[str, np.ndarray]) -> dict:
 def summary_line(points: list[dict], kinds, metric: str) -> str:
     """Each λ's heads kept of the gated attention types (an ungated type keeps all its heads and is
     not counted), fractional gates and metric, as the command prints them."""
-    return "; ".join(f"λ {p['lambda']:g}: heads kept " + ", ".join(
-        f"{k} {p['counts'][k]['kept']}/{p['counts'][k]['heads']}" for k in kinds)
-        + f" ({sum(p['counts'][k]['fractional'] for k in kinds)} fractional), {metric} {p['metric']:.2f}" for p in points)
+    return "; ".join(
+        f"λ {p['lambda']:g}: heads kept "
+        + ", ".join(f"{k} {p['counts'][k]['kept']}/{p['counts'][k]['heads']}" for k in kinds)
+        + f" ({sum(p['counts'][k]['fractional'] for k in kinds)} fractional), {metric} {p['metric']:.2f}"
+        for p in points
+    )
 
 
 def train_point(model, params, batches, gc, folder: Path, metric_fn, progress: bool) -> dict:

@@ -37,11 +37,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("names", nargs="+", metavar="NAME", help="artefacts (see jattn models list)")
             p.add_argument("--no-progress", action="store_true", help="no progress output")
         if action == "fetch":
-            p.add_argument("--index-url", default=None, help="the package index pip downloads from (default: $PIP_INDEX_URL, else pip's own)")
+            p.add_argument(
+                "--index-url",
+                default=None,
+                help="the package index pip downloads from (default: $PIP_INDEX_URL, else pip's own)",
+            )
             p.add_argument("--find-links", default=None, help="a folder or page of wheels pip looks in first "
                            "(default: $PIP_FIND_LINKS, else none)")
         if action == "path":
-            p.add_argument("name", nargs="?", metavar="NAME", help="an artefact (must be made; default: none, the models folder itself)")
+            p.add_argument(
+                "name",
+                nargs="?",
+                metavar="NAME",
+                help="an artefact (must be made; default: none, the models folder itself)",
+            )
 
 
 def _list(cache_dir) -> None:

@@ -22,8 +22,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--input", required=True, help="corpus file")
     parser.add_argument("--format", default="text", choices=FORMATS,
                         help="text: a segment per line, 'A<TAB>B' for a pair; conllu; gap (GAP tsv)")
-    parser.add_argument("--before", default=None,
-                        help="a second model (e.g. the pretrained one) to compare each head's maps with (default: none, no comparison)")
+    parser.add_argument(
+        "--before",
+        default=None,
+        help="a second model (e.g. the pretrained one) to compare each head's maps with (default: none, no comparison)",
+    )
     add_output_arguments(parser)
     parser.add_argument("--truncate", action="store_true", help="cut over-long segments instead of failing")
 

@@ -6,10 +6,11 @@ self- and cross-attention heads together), and the metric is taken on ``--dev`` 
 accuracy (%) or Matthews correlation ×100 of a classifier (``--dev`` 'text<TAB>label' lines), or BLEU
 of greedy translations (``--dev SRC_FILE REF_FILE`` or one 'source ||| reference' file). Writes
 ``DIR/results.json`` (curve, the fraction prunable within ``--tolerance`` points, the head mask of
-every step, by each head's index before any pruning), ``DIR/report.md``, ``DIR/figures/curve.png``; ``--export FOLDER`` writes the model pruned at that
-fraction with the heads physically removed (``jattn.sweeps.pruning.export_pruned``). The curve
-is saved after every point in ``DIR-work/`` (removed when done): a stopped run (Ctrl-C, a kill)
-started again with the same arguments resumes there.
+every step, by each head's index before any pruning), ``DIR/report.md``,
+``DIR/figures/curve.png``; ``--export FOLDER`` writes the model pruned at that fraction with the
+heads physically removed (``jattn.sweeps.pruning.export_pruned``). The curve is saved after every
+point in ``DIR-work/`` (removed when done): a stopped run (Ctrl-C, a kill) started again with the
+same arguments resumes there.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import json
 
 import numpy as np
 
-RESUME = "; run the same command again to resume from its checkpoint"
-
 from jattn.cli.common import add_common, check_family, described, finite, max_length_for, read_examples
+
+RESUME = "; run the same command again to resume from its checkpoint"
 
 
 def add_arguments(parser) -> None:
@@ -31,13 +32,27 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dev", required=True, nargs="+", help="evaluation data, in --format's layout")
     parser.add_argument("--schedule", default="once", choices=SCHEDULES,
                         help="importance once, or re-estimated under the current mask before every step")
-    parser.add_argument("--step", type=finite(low=0, high=1, low_open=True), default=0.1, help="share of all heads masked per step, a fraction in (0, 1]")
+    parser.add_argument(
+        "--step",
+        type=finite(low=0, high=1, low_open=True),
+        default=0.1,
+        help="share of all heads masked per step, a fraction in (0, 1]",
+    )
     parser.add_argument("--keep-one-per-layer", action="store_true", help="never mask a layer's last head")
     parser.add_argument("--metric", default="accuracy", choices=("accuracy", "matthews_corr"),
                         help="a classifier's metric (a translation model: BLEU)")
-    parser.add_argument("--tolerance", type=finite(low=0), default=1.0, help="metric points a prunable step may lose (accuracy/MCC points ×100, or BLEU points)")
-    parser.add_argument("--export", default=None,
-                        help="write the model pruned at the prunable fraction, heads removed, to this folder (default: none, no export)")
+    parser.add_argument(
+        "--tolerance",
+        type=finite(low=0),
+        default=1.0,
+        help="metric points a prunable step may lose (accuracy/MCC points ×100, or BLEU points)",
+    )
+    parser.add_argument(
+        "--export",
+        default=None,
+        help="write the model pruned at the prunable fraction, heads removed, to this folder "
+             "(default: none, no export)",
+    )
 
 
 def curve_figure(curve: list, baseline: float, tolerance: float, ylabel: str, path):
@@ -73,7 +88,10 @@ def run(args) -> None:
         per_step = heads_per_step(args.step, heads, "--step")  # before any work
         max_length = max_length_for(args, model)
         if args.format == "parallel":
-            metric, name = bleu_metric(model, dev, batch_size=args.batch_size, max_length=max_length), metric_name("bleu")
+            metric, name = (
+                bleu_metric(model, dev, batch_size=args.batch_size, max_length=max_length),
+                metric_name("bleu"),
+            )
         elif args.format == "labelled":
             metric = classification_metric(model, dev, args.metric, args.batch_size, max_length)
             name = metric_name(args.metric)
@@ -103,14 +121,21 @@ def run(args) -> None:
             (folder / "results.json").write_text(json.dumps(doc, indent=1))
             (folder / "figures").mkdir()
             path = curve_figure(curve, curve[0][1], args.tolerance, name, folder / "figures" / "curve.png")
-            lines = [f"Model: {model.source}. Importance |dL/dξ| ({args.estimator} estimator, schedule "
-                     f"{args.schedule}) on {len(examples)} examples ({' '.join(args.input)}); heads masked globally, "
-                     f"{per_step} of the {heads} heads ({per_step / heads:.1%}) per step (Michel et al. 2019). Metric: {name} on {len(dev)} dev "
-                     f"examples ({' '.join(args.dev)}).", "",
-                     *table(["% of heads masked", name, f"Δ {name}"],
-                            [[f"{100 * f:.0f}", float(v), float(v - curve[0][1])] for f, v in curve]), "",
-                     f"Prunable within {args.tolerance:g} points of the unpruned model: {prunable:.0%} of the heads"
-                     + (f" (exported to {args.export})." if args.export else ".")]
+            lines = [
+                f"Model: {model.source}. Importance |dL/dξ| ({args.estimator} estimator, schedule "
+                f"{args.schedule}) on {len(examples)} examples ({' '.join(args.input)}); heads masked globally, "
+                f"{per_step} of the {heads} heads ({per_step / heads:.1%}) per step (Michel et al. 2019). "
+                f"Metric: {name} on {len(dev)} dev "
+                f"examples ({' '.join(args.dev)}).",
+                "",
+                *table(
+                    ["% of heads masked", name, f"Δ {name}"],
+                    [[f"{100 * f:.0f}", float(v), float(v - curve[0][1])] for f, v in curve],
+                ),
+                "",
+                f"Prunable within {args.tolerance:g} points of the unpruned model: {prunable:.0%} of the heads"
+                + (f" (exported to {args.export})." if args.export else "."),
+            ]
             write_report(folder, "Pruning curve by head importance", lines, [path])
             return path
 
@@ -123,5 +148,8 @@ def run(args) -> None:
 
             keep = {k: np.asarray(v) > 0.5 for k, v in keep.items()}  # {type: (L, H) bool}
             exported.write(lambda folder: export_pruned(model, keep, folder))
-    print(f"jattn prune: {described(examples, args.input)}; dev: {described(dev, args.dev)}; {prunable:.1%} of heads prunable within {args.tolerance:g} points -> {args.out}"
-          + (f"; pruned model in {args.export}" if args.export else ""))
+    print(
+        f"jattn prune: {described(examples, args.input)}; dev: {described(dev, args.dev)}; "
+        f"{prunable:.1%} of heads prunable within {args.tolerance:g} points -> {args.out}"
+        + (f"; pruned model in {args.export}" if args.export else "")
+    )

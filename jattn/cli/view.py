@@ -17,7 +17,9 @@ def add_arguments(parser) -> None:
                         help="a second model (HF folder, made artefact or hub id) to compare with --model, e.g. its "
                              "fine-tuned version; it must tokenize the text the same way (default: none)")
     parser.add_argument("--text", required=True, help="the sentence to look at (the source, for a translation model)")
-    parser.add_argument("--pair", default=None, help="second segment of a sentence pair, for encoders (default: none, a single text)")
+    parser.add_argument(
+        "--pair", default=None, help="second segment of a sentence pair, for encoders (default: none, a single text)"
+    )
     parser.add_argument("--target", default=None,
                         help="translation models: the target text to teacher-force (default: the model's own "
                              "translation)")

@@ -8,10 +8,30 @@ share are a table of ``layouts/``, named by layout.
 
 import importlib
 
-from jattn.families.spec import FamilySpec, get, names
+from jattn.families.spec import FamilySpec as FamilySpec, get, names as names
 
-FOLDERS = ("bert", "roberta", "electra", "mpnet", "marian", "fsmt", "bart", "roberta_prelayernorm", "mbart", "m2m_100", "t5", "deberta_v2",
-           "xlm_roberta", "distilbert", "albert", "modernbert", "gpt2", "llama", "qwen2", "gemma2")
+FOLDERS = (
+    "bert",
+    "roberta",
+    "electra",
+    "mpnet",
+    "marian",
+    "fsmt",
+    "bart",
+    "roberta_prelayernorm",
+    "mbart",
+    "m2m_100",
+    "t5",
+    "deberta_v2",
+    "xlm_roberta",
+    "distilbert",
+    "albert",
+    "modernbert",
+    "gpt2",
+    "llama",
+    "qwen2",
+    "gemma2",
+)
 for _folder in FOLDERS:
     importlib.import_module(f"jattn.families.{_folder}.spec")
 

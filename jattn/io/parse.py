@@ -2,9 +2,10 @@
 a source side without a treebank (Multi30k's French).
 
 The parser is spaCy's French pipeline ``fr_core_news_md`` (UD French labels; the attachment
-scores the package reports in its ``meta.json`` are recorded beside every parse). Parses are written as CoNLL-U (one sentence per input line, its
-words the parser's tokens, exact substrings of the line), so every number computed from them can
-be recomputed with ``jattn.io.labels.read_conllu_trees`` and no parser installed.
+scores the package reports in its ``meta.json`` are recorded beside every parse). Parses are
+written as CoNLL-U (one sentence per input line, its words the parser's tokens, exact substrings
+of the line), so every number computed from them can be recomputed with
+``jattn.io.labels.read_conllu_trees`` and no parser installed.
 """
 
 from __future__ import annotations

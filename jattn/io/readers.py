@@ -301,7 +301,9 @@ class Labelled(list):
     path = ""
 
     def describe(self) -> str:
-        return f"{len(self)} labelled examples read from {self.path}" + (" (header line skipped)" if self.header else "")
+        return f"{len(self)} labelled examples read from {self.path}" + (
+            " (header line skipped)" if self.header else ""
+        )
 
 
 def read_labelled(path) -> Labelled:

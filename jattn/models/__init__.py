@@ -3,7 +3,7 @@
 
 from jattn.models.decoder import DecoderModel
 from jattn.models.encoder import EncoderModel
-from jattn.models.load import load
+from jattn.models.load import load as load
 from jattn.models.seq2seq import Seq2SeqModel
 
 __all__ = ["DecoderModel", "EncoderModel", "Seq2SeqModel"]

@@ -227,8 +227,10 @@ class EncoderModel(ModuleModel):
             return NONE
         if isinstance(interventions, dict):  # the per-attention-type form every model takes
             if unknown := sorted(set(interventions) - set(self.head_shapes)):
-                raise ValueError(f"interventions must be a jattn.Interventions or {{attention type: "
-                                 f"jattn.Interventions}} over {tuple(self.head_shapes)}; got a dict with keys {unknown}")
+                raise ValueError(
+                    f"interventions must be a jattn.Interventions or {{attention type: "
+                    f"jattn.Interventions}} over {tuple(self.head_shapes)}; got a dict with keys {unknown}"
+                )
             interventions = interventions.get("encoder", NONE)
         if not isinstance(interventions, Interventions):
             raise ValueError(f"interventions must be a jattn.Interventions, got {type(interventions).__name__}")

@@ -171,8 +171,8 @@ def load(name_or_path=None, *, tokenizer: bool = True, cache_dir=None, use_cache
 
     ``mesh``: a ``jax.sharding.Mesh`` to place the parameters on by their partitioning metadata
     (heads, FFN columns and the token tables' width over its ``model`` axis, the rest replicated),
-    as ``model.shard(mesh)`` would: a safetensors checkpoint is read tensor by tensor straight onto the mesh (``streamed``),
-    each device receiving only its slices.
+    as ``model.shard(mesh)`` would: a safetensors checkpoint is read tensor by tensor straight
+    onto the mesh (``streamed``), each device receiving only its slices.
 
     ``dtype``: the floating parameters' dtype; None keeps the checkpoint's (a bfloat16 checkpoint
     stays bfloat16, as Hugging Face's ``dtype="auto"``). The forward's arithmetic is chosen apart

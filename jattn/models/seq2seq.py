@@ -290,8 +290,10 @@ class Seq2SeqModel(ModuleModel):
         if forced_bos_token_id is not None:
             forced_bos_token_id = self.check_language_code(forced_bos_token_id)
         if np.ndim(input_ids) == 3:
-            raise ValueError(f"input_ids has shape {np.shape(input_ids)} (embeddings?): generate translates token "
-                             "ids (batch, length). Fix: pass the sources' token ids, model.tokenizer(texts)['input_ids']")
+            raise ValueError(
+                f"input_ids has shape {np.shape(input_ids)} (embeddings?): generate translates token "
+                "ids (batch, length). Fix: pass the sources' token ids, model.tokenizer(texts)['input_ids']"
+            )
         ids, mask = self._check_ids("input_ids", input_ids, attention_mask, self.config.src_vocab_size)
         self.check_placement({"input_ids": ids, "attention_mask": mask})
         for kind, one in (interventions or {}).items() if isinstance(interventions, dict) else ():

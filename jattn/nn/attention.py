@@ -146,9 +146,9 @@ def post_ln_attention(attn: MultiHeadAttention, ln: LayerNorm, x, kv, allowed, i
     """h = LN(x + Attn(x, kv)), the post-LayerNorm attention sublayer (Vaswani et al. 2017, §3.1).
 
     ``kv`` is the keys' input (b, k, D), or already projected (keys, values) (b, H, k, d_h) as
-    cached decoding holds them; ``score_bias`` (H, q, k) or None is added to the scores. Returns (h (b, q, D), internals): the attention's, plus
-    ``residual`` x (b, q, D), ``pre_ln`` x + y (the vector the LayerNorm normalises) and
-    ``attention_ln_out`` h.
+    cached decoding holds them; ``score_bias`` (H, q, k) or None is added to the scores.
+    Returns (h (b, q, D), internals): the attention's, plus ``residual`` x (b, q, D),
+    ``pre_ln`` x + y (the vector the LayerNorm normalises) and ``attention_ln_out`` h.
     """
     r = split_rng(rng, 2)
     patched = iv.patched("residual", x)  # (b, q, D)

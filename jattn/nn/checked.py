@@ -2,8 +2,9 @@
 
 ``jattn.nn.encoder.forward`` and ``jattn.nn.seq2seq.forward`` do not check values: an id outside
 the vocabulary reads a valid row silently (JAX's indexing: an id ≥ V the last row, −V ≤ id < 0
-wrap as NumPy's, an id < −V the first), and a mask value other than 0/1 counts as 1. The models and the runner check their inputs
-in Python; a program built on the pure faces checks them with ``checked``::
+wrap as NumPy's, an id < −V the first), and a mask value other than 0/1 counts as 1. The models
+and the runner check their inputs in Python; a program built on the pure faces checks them with
+``checked``::
 
     err, (outputs, internals) = checked(forward)(params, config, batch)
     err.throw()  # a checkify.JaxRuntimeError naming the value, its position and the vocabulary

@@ -172,13 +172,14 @@ class Encoder(nnx.Module):
 
         Analyses that read a layer's internals while they are in cache, inside the scan, run on
         each chunk of the batch the layer is computed in (``config.chunk_rows``,
-        ``jattn.nn.engine.chunk_count``; the whole batch on GPU/TPU), with that chunk's internals (e.g. ``weights`` (b', H, n, n)), the
-        layer's parameter view (``EncoderLayer.view``) and ``take``, which cuts any other
-        per-example array (b, ...) to the chunk's rows (b', ...):
-        ``layer_rows(internals, view, take)`` returns per-example arrays (b', ...), written into
-        ``outputs["layer_rows"]`` (L, b, ...) (e.g. Kobayashi et al.'s norm maps);
-        ``layer_totals(internals, view, take)`` returns sums over the chunk's examples, added
-        over the chunks into ``outputs["layer_totals"]`` (L, ...) (the runner's methods).
+        ``jattn.nn.engine.chunk_count``; the whole batch on GPU/TPU), with that chunk's
+        internals (e.g. ``weights`` (b', H, n, n)), the layer's parameter view
+        (``EncoderLayer.view``) and ``take``, which cuts any other per-example array (b, ...)
+        to the chunk's rows (b', ...): ``layer_rows(internals, view, take)`` returns
+        per-example arrays (b', ...), written into ``outputs["layer_rows"]`` (L, b, ...) (e.g.
+        Kobayashi et al.'s norm maps); ``layer_totals(internals, view, take)`` returns sums
+        over the chunk's examples, added over the chunks into ``outputs["layer_totals"]``
+        (L, ...) (the runner's methods).
 
         outputs: ``last_hidden_state`` (b, n, D) (after the final LayerNorm, ``config.final_norm``),
         ``hidden_states`` (L+1, b, n, D) (the embeddings, each layer's output, the last one after the

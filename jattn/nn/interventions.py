@@ -156,7 +156,9 @@ class Interventions:
         """One layer's view for its first query row only ([CLS]): per-query gates (b, H, q) and
         weight deltas (b, H, q, k) cut to q = 1."""
         if self.patch is not None:
-            raise ValueError("a patch changes every query row: run model.forward, not classify, with interventions.patch")
+            raise ValueError(
+                "a patch changes every query row: run model.forward, not classify, with interventions.patch"
+            )
         gates, delta = self.head_gates, self.weights_delta
         return dataclasses.replace(self, head_gates=gates[..., :1] if gates is not None and gates.ndim == 3 else gates,
                                    weights_delta=None if delta is None else delta[:, :, :1])

@@ -70,7 +70,9 @@ class Dense(nnx.Module):
         lead = (None,) * len(stack)
         shape = (*stack, *in_shape, *out_shape)
         if std is None:
-            self.kernel = param(rngs, shape, "uniform", math.sqrt(6.0 / (fan_in + fan_out)), lead + in_names + out_names)
+            self.kernel = param(
+                rngs, shape, "uniform", math.sqrt(6.0 / (fan_in + fan_out)), lead + in_names + out_names
+            )
         else:
             self.kernel = param(rngs, shape, "normal", std, lead + in_names + out_names)
         # bias=False: y = x · kernel, no bias parameter (e.g. Warner et al. 2024's bias-free projections)
@@ -135,7 +137,9 @@ class RMSNorm(nnx.Module):
     def __call__(self, x: jax.Array, sigma: jax.Array | None = None) -> jax.Array:
         """``sigma`` (…, 1), optional, replaces sqrt(mean(x²) + eps) (e.g. a gradient-detached copy)."""
         x32 = x.astype(jnp.float32)
-        normed = x32 * jax.lax.rsqrt(jnp.square(x32).mean(-1, keepdims=True) + self.eps) if sigma is None else x32 / sigma
+        normed = (
+            x32 * jax.lax.rsqrt(jnp.square(x32).mean(-1, keepdims=True) + self.eps) if sigma is None else x32 / sigma
+        )
         return (normed * (self.offset + self.scale[...])).astype(x.dtype)
 
     def beta(self) -> jax.Array:

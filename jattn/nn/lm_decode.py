@@ -12,10 +12,10 @@ another; so a (batch, prompt length, beams, new tokens) combination compiles onc
 Prompts are left-padded (HF's convention for decoder-only generation): a real token's position is
 the count of real tokens before it (HF ``generate``'s ``position_ids = cumsum(mask) − 1``,
 ``jattn.nn.embeddings.counted``, what the forward of a model with learned positions numbers too:
-``positions="from_mask"``), the padding is a masked key. The search follows HF: greedy fills finished rows with ``pad_token_id``;
-beam search keeps 2·k candidates, scores a finished hypothesis by Σ log p / t^length_penalty
-with t the generated tokens, and stops with HF's heuristic (``jattn.nn.decode``, whose helpers it
-reuses)."""
+``positions="from_mask"``), the padding is a masked key. The search follows HF: greedy fills
+finished rows with ``pad_token_id``; beam search keeps 2·k candidates, scores a finished
+hypothesis by Σ log p / t^length_penalty with t the generated tokens, and stops with HF's
+heuristic (``jattn.nn.decode``, whose helpers it reuses)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ def step(params, config: EncoderConfig, tokens, t, positions, cache: dict, real,
         st, k_c, v_c, slices, radius = xs
         lay, one = nnx.merge(graphdef, st), iv.for_layer(*slices)
         near = (radius == 0) | (t - jnp.arange(T) <= radius)  # (T,) keys within the layer's window (buffer indices)
-        k_new, v_new = lay.attention.keys_values(lay.attention_ln(x) if c.norm_position == "pre" else x)  # (B, H, 1, d_h)
+        # (B, H, 1, d_h)
+        k_new, v_new = lay.attention.keys_values(lay.attention_ln(x) if c.norm_position == "pre" else x)
         if terms is not None:
             k_new = rotate(k_new, cos, sin)  # (B, H, 1, d_h) at the token's position
         k_c = jax.lax.dynamic_update_slice_in_dim(k_c, k_new.astype(k_c.dtype), t, axis=2)  # (B, H, T, d_h)

@@ -73,8 +73,9 @@ def norm(config: Seq2SeqConfig, stack: tuple = ()):
 
 def default_decoder_mask(config: Seq2SeqConfig, decoder_input_ids):
     """HF's default when no decoder mask is given: ``decoder_mask`` "all" attends to every target
-    position (a family whose start token is the pad id), "pad" masks pad tokens. (b, t) -> (b, t) int32, a numpy array for
-    numpy ids (the wrappers' host-side checks: no device round trip), else a jax array."""
+    position (a family whose start token is the pad id), "pad" masks pad tokens. (b, t) -> (b, t)
+    int32, a numpy array for numpy ids (the wrappers' host-side checks: no device round trip),
+    else a jax array."""
     xp = np if isinstance(decoder_input_ids, np.ndarray) else jnp
     if config.decoder_mask == "all":
         return xp.ones(decoder_input_ids.shape, xp.int32)
@@ -285,8 +286,9 @@ class Seq2Seq(nnx.Module):
         in some families and are scaled by sqrt(D) after it in others: the family specs say which.)
         ``interventions``: {"encoder"|"decoder"|"cross": Interventions} (missing = none).
         ``dropout_rng``: in training mode (``train()``) the key dropout draws from, a key or an
-        ``nnx.Rngs``; none in evaluation mode (``eval()``, the default). ``internals``: "all", None or names. ``unroll``:
-        the layers as straight-line code (``jattn.nn.engine.layer_loop``).
+        ``nnx.Rngs``; none in evaluation mode (``eval()``, the default). ``internals``: "all",
+        None or names. ``unroll``: the layers as straight-line code
+        (``jattn.nn.engine.layer_loop``).
 
         outputs: ``logits`` (b, t, V), ``encoder_last_hidden_state`` (b, s, D),
         ``decoder_last_hidden_state`` (b, t, D). internals: {"encoder", "decoder", "cross"}, each

@@ -191,12 +191,13 @@ def make(*, id: str, study: str, claim: str, unit: str, rows: list[dict], path: 
          protocol: str = "", note: str = "", **extra) -> dict:
     """Write ``rows`` to ``path`` and return the claim computed from them.
 
-    ``measure``: ``{"statistic", "columns", "ci_method"[, "against"]}``; ``baseline``: ``{"name", ...}`` with the same keys
-    for the trivial or control system (``"statistic"`` defaults to the measure's). ``relative``:
-    the path of the predictions file as the claim records it (relative to the repository).
-    ``paper``: the paper's number as the stage knows it (the REPORT's cell is the study's rules'
-    ``describe``, from ``experiments/papers.py``); ``note``: the values of the tests the stage ran.
-    A claim's verdict is not the stage's: the study's rules give it (``jattn.reproduce.verdicts``)."""
+    ``measure``: ``{"statistic", "columns", "ci_method"[, "against"]}``; ``baseline``:
+    ``{"name", ...}`` with the same keys for the trivial or control system (``"statistic"``
+    defaults to the measure's). ``relative``: the path of the predictions file as the claim
+    records it (relative to the repository). ``paper``: the paper's number as the stage knows it
+    (the REPORT's cell is the study's rules' ``describe``, from ``experiments/papers.py``);
+    ``note``: the values of the tests the stage ran. A claim's verdict is not the stage's: the
+    study's rules give it (``jattn.reproduce.verdicts``)."""
     write_rows(path, rows)
     ours = evaluate(rows, measure)
     base_spec = {"statistic": measure["statistic"], "ci_method": measure["ci_method"], **baseline}

@@ -146,7 +146,7 @@ class Context:
     results: dict = dataclasses.field(default_factory=dict)  # stage name -> result
     progress: bool = True
     not_run: dict = dataclasses.field(default_factory=dict)  # stage name -> why (an artefact or data not there)
-    lacking_data: set = dataclasses.field(default_factory=set)  # those of not_run that lack data (or need one that does)
+    lacking_data: set = dataclasses.field(default_factory=set)  # of not_run: for want of data (or of a stage)
 
     @property
     def params(self) -> dict:
@@ -380,10 +380,9 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         wall, *cpu = spent
         record = {"name": stage.name, "key": key, "needs": list(stage.needs), "profile": ctx.profile.name,
                   "params": stage.params, "runtime_s": round(wall, 1), **({"cpu_s": round(cpu[0], 1)} if cpu else {}),
-                  "models_s": records.models_seconds(made_before),
-                  "machine": records.machine(),
-                  "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f"), "python": sys.version.split()[0],
-                  "claims_code": _claims_code(), "result": result}
+                  "models_s": records.models_seconds(made_before), "machine": records.machine(),
+                  "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f"),
+                  "python": sys.version.split()[0], "claims_code": _claims_code(), "result": result}
         # the record last: a killed stage has none and reruns from its work folder
         try:
             done[stage.name] = records.write(ctx.out, record)

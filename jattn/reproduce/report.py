@@ -233,9 +233,12 @@ def report_markdown(records: dict[str, dict], claims: list[dict], profile: str, 
                 lines += [f"Decision rules: {provenance} (`docs/STATISTICS.md`, Provenance).", ""]
             lines += [claims_table(mine), ""]
         for c in mine:
-            parts = [c.get("protocol"), f"Differs from the paper: {c['differs']}" if c.get("differs") else "",
-                     f"Verdict ({c['rule']}{', post hoc rule' if c.get('provenance', '').startswith('post hoc') else ''}"
-                     f"): {c['reason']}."]
+            parts = [
+                c.get("protocol"),
+                f"Differs from the paper: {c['differs']}" if c.get("differs") else "",
+                f"Verdict ({c['rule']}{', post hoc rule' if c.get('provenance', '').startswith('post hoc') else ''}"
+                f"): {c['reason']}.",
+            ]
             lines += [f"- **{c['claim']}** ({c['id']}): " + " ".join(p for p in parts if p)]
         if mine:
             lines.append("")

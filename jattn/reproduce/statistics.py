@@ -179,7 +179,8 @@ def spearman_of_counts(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], n
     for v in (x, y):
         order = np.argsort(v, kind="stable")
         starts = np.flatnonzero(np.concatenate([[True], v[order][1:] != v[order][:-1]]))  # (groups,) first positions
-        sorts.append((order, starts, np.cumsum(np.isin(np.arange(len(v)), starts)) - 1))  # group of each sorted position
+        # group of each sorted position
+        sorts.append((order, starts, np.cumsum(np.isin(np.arange(len(v)), starts)) - 1))
 
     def ranks(w, order, starts, group):
         size = np.add.reduceat(w[:, order], starts, axis=1)  # (c, groups) copies per group of equal values

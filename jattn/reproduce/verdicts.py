@@ -175,11 +175,12 @@ def best_of_n(observed: float, maxima: np.ndarray, held_out: Verdict | None, *, 
               paper: float | None = None) -> Verdict:
     """A finding that the best of ``n`` candidates (a head, a layer) has an effect: its in-sample
     effect ``observed`` against the maxima of the null (the best of the candidates on each resample
-    of a joint Westfall–Young resampling centred at the observed effects, or a permutation), p = (1 + #{max ≥ observed}) / (1 + draws), which must resolve
-    below α (draws ≥ 1/α); reproduced only when p < .05 *and* the held-out confirmation (the same
-    candidate on other data) is reproduced. Not reproduced states the minimum detectable effect: the
-    null's 95th percentile plus z_{POWER} candidate standard errors ``se`` (a candidate with that
-    effect beats the critical value with 80 % power), beside ``paper``."""
+    of a joint Westfall–Young resampling centred at the observed effects, or a permutation),
+    p = (1 + #{max ≥ observed}) / (1 + draws), which must resolve below α (draws ≥ 1/α); reproduced
+    only when p < .05 *and* the held-out confirmation (the same candidate on other data) is
+    reproduced. Not reproduced states the minimum detectable effect: the null's 95th percentile
+    plus z_{POWER} candidate standard errors ``se`` (a candidate with that effect beats the
+    critical value with 80 % power), beside ``paper``."""
     maxima = np.asarray(maxima, np.float64)
     if 1 / (1 + len(maxima)) >= ALPHA:
         raise ValueError(f"{len(maxima)} null draws cannot resolve p below α = {ALPHA}: draw at least {int(1 / ALPHA)}")

@@ -31,10 +31,11 @@ BUCKETS = (16, 24, 32, 40, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512)
 
 def buckets(max_length: int) -> tuple[int, ...]:
     """Padded lengths used: ``BUCKETS`` below max_length, and it. Steps of at most 1.5× (at most
-    1.33× from 24 on) pad a batch longer than 16 tokens to under 1.5× its longest row while keeping the number of compiled
-    shapes small (9 up to 128). Halving the steps of the earlier 16/32/64/96/128 grid
-    cut warm gradient importance over SST-2 dev (MiniLM, batch 32) from 10.6 to 8.1 s: with
-    sentences of 10-60 tokens, most rows were padded to 32 or 64; every 8 tokens was 8.7 s."""
+    1.33× from 24 on) pad a batch longer than 16 tokens to under 1.5× its longest row while
+    keeping the number of compiled shapes small (9 up to 128). Halving the steps of the earlier
+    16/32/64/96/128 grid cut warm gradient importance over SST-2 dev (MiniLM, batch 32) from
+    10.6 to 8.1 s: with sentences of 10-60 tokens, most rows were padded to 32 or 64; every 8
+    tokens was 8.7 s."""
     return (*(s for s in BUCKETS if s < max_length), max_length)
 
 
@@ -111,8 +112,10 @@ def tokenize_segments(model, examples: list[tuple[int, Example]], max_length: in
     for (pair, split), group in itertools.groupby(sorted(examples, key=key), key=key):
         group = list(group)
         if words and not split:
-            raise ValueError(f"{group[0][1].source}: word-level methods need input pre-split into "
-                             "words. Fix: give lists of words (read_conllu; format=conllu or gap), or drop the word-level methods")
+            raise ValueError(
+                f"{group[0][1].source}: word-level methods need input pre-split into "
+                "words. Fix: give lists of words (read_conllu; format=conllu or gap), or drop the word-level methods"
+            )
         text = lambda ex: (ex.a, ex.b) if pair else ex.a  # noqa: E731
         if dropped is not None and not truncate:
             full = tokenize(model.tokenizer, [text(ex) for _, ex in group], max_length=10**9)
@@ -223,8 +226,10 @@ def tokenize_pairs(model, examples: list, max_length: int, truncate: bool) -> li
     texts = [(index, ex) for index, ex in examples if not isinstance(ex, Tokens)]
     for _, ex in texts:
         if not ex.is_pair or ex.is_words:
-            raise ValueError(f"{ex.source}: a translation model is run teacher-forced on (source, target) "
-                             "pairs of strings. Fix: give (source, target) pairs (format=parallel with a source and a target file)")
+            raise ValueError(
+                f"{ex.source}: a translation model is run teacher-forced on (source, target) "
+                "pairs of strings. Fix: give (source, target) pairs (format=parallel with a source and a target file)"
+            )
     given = [(index, ex, ex.ids, ex.target) for index, ex in examples if isinstance(ex, Tokens)]
     if texts:
         tok, prepare = model.tokenizer, getattr(model, "prepare_texts", list)  # the model's own text normalisation

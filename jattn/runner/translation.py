@@ -6,8 +6,9 @@ the runner's).
 A pair is tokenized as in training: source ids ending in ``</s>``, target ids (``text_target``)
 ending in ``</s>``; the decoder reads the start token + target[:-1] and each of its positions
 predicts the next target id (``target_ids``). Source and target are padded to one bucket length
-(the smallest that fits both), so each bucket compiles once, as for an encoder. Filler rows (``example == -1``) see one source token so no softmax
-row is empty; every mask of theirs is zero, so they contribute nothing.
+(the smallest that fits both), so each bucket compiles once, as for an encoder. Filler rows
+(``example == -1``) see one source token so no softmax row is empty; every mask of theirs is
+zero, so they contribute nothing.
 
 Per attention type the methods see (``jattn.runner.protocol``): ``encoder`` — source queries ×
 source keys; ``decoder`` — target queries × target keys, causal; ``cross`` — target queries ×

@@ -101,9 +101,11 @@ def _check(model, examples, mode: str, unit: str) -> list:
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
     if not getattr(model.config, "num_labels", 0):
-        raise ValueError("the disabling sweep needs a sequence classifier (config.num_labels > 0). Fix: load a "
-                         "fine-tuned classifier (e.g. `jattn models make minilm-sst2`, then jattn.load(\"minilm-sst2\")) "
-                         "or fine-tune one with jattn.training.finetune")
+        raise ValueError(
+            "the disabling sweep needs a sequence classifier (config.num_labels > 0). Fix: load a "
+            'fine-tuned classifier (e.g. `jattn models make minilm-sst2`, then jattn.load("minilm-sst2")) '
+            "or fine-tune one with jattn.training.finetune"
+        )
     examples = corpus(model, examples)
     if not examples:
         raise ValueError("no examples: the sweep needs (text, label) pairs")

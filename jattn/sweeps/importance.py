@@ -354,9 +354,9 @@ def check_pairs(pairs: Sequence) -> None:
 
 
 def translation_batches(model, pairs: Sequence, batch_size: int, max_length: int):
-    """(source, target) text pairs, or a tokenized batch's rows (``Tokens``) -> (length-sorted padded ``jattn.runner.batcher.TrainingBatch`` of
-    ``batch_size`` rows (filler rows fully masked), lengths rounded up to multiples of 16; the indices
-    of its real rows' pairs)."""
+    """(source, target) text pairs, or a tokenized batch's rows (``Tokens``) -> (length-sorted padded
+    ``jattn.runner.batcher.TrainingBatch`` of ``batch_size`` rows (filler rows fully masked), lengths
+    rounded up to multiples of 16; the indices of its real rows' pairs)."""
     from jattn.io.parallel import encode
     from jattn.runner.batcher import make_batch, round_up
 

@@ -332,4 +332,8 @@ def agreement(estimate, exact) -> dict:
 
     flat = lambda r: np.concatenate([np.ravel(r[k]) for k in sorted(r)]) if isinstance(r, dict) else np.ravel(r)  # noqa: E731
     x, y = flat(estimate), flat(exact)
-    return {"pearson": float(stats.pearsonr(x, y)[0]), "spearman": float(stats.spearmanr(x, y)[0]), "heads": int(x.size)}
+    return {
+        "pearson": float(stats.pearsonr(x, y)[0]),
+        "spearman": float(stats.spearmanr(x, y)[0]),
+        "heads": int(x.size),
+    }

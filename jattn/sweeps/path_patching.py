@@ -91,8 +91,9 @@ def _path_effects(params, config, clean, corrupted, senders, receivers, metric, 
                     stream = jnp.broadcast_to(out["encoder_last_hidden_state"], (stream.shape[0],
                                               *out["encoder_last_hidden_state"].shape))  # (L, b, s, D)
                 patches[kind][site] = (stream, where)
-        return metric_rows(metric, _forward(params, config, corrupted, patches, None)[0], corrupted["input_ids"].shape[0],
-                           rows)  # (b,)
+        return metric_rows(
+            metric, _forward(params, config, corrupted, patches, None)[0], corrupted["input_ids"].shape[0], rows
+        )  # (b,)
 
     return jax.lax.map(one, senders, batch_size=senders_per_step)  # (S, b)
 

@@ -87,8 +87,9 @@ def prune(model, examples: Sequence, metric_fn: Callable, *, estimator: str = "t
     ``examples``: what ``jattn.importance`` takes (the data importance is estimated on).
     ``metric_fn(mask) -> float`` with mask {attention type: (L, H) float {0, 1}} (as ``importance``
     returns them). ``scores``: a fixed ranking instead of importance (e.g. random: the baseline),
-    in the same form (an encoder's bare (L, H) too), only with ``schedule="once"``. ``history`` / ``masks_out``: if lists, the importance
-    used at each step / the head mask of each curve point are appended to them.
+    in the same form (an encoder's bare (L, H) too), only with ``schedule="once"``. ``history`` /
+    ``masks_out``: if lists, the importance used at each step / the head mask of each curve point
+    are appended to them.
 
     ``state_file``: a JSON file the curve is saved to after every point (written atomically), and
     resumed from when it exists: a run stopped anywhere (Ctrl-C, a kill) and started again with
@@ -129,9 +130,11 @@ def prune(model, examples: Sequence, metric_fn: Callable, *, estimator: str = "t
             masks_out.append(masks())
         value = float(metric_fn(masks()))
         if not np.isfinite(value):
-            raise ValueError(f"the metric is {value} with {1 - kept[real].mean():.1%} of the heads masked: a curve with a "
-                             "non-finite point cannot be read. Fix: check the dev data (enough examples for the "
-                             "metric) and the model's outputs (finite logits)")
+            raise ValueError(
+                f"the metric is {value} with {1 - kept[real].mean():.1%} of the heads masked: a curve with a "
+                "non-finite point cannot be read. Fix: check the dev data (enough examples for the "
+                "metric) and the model's outputs (finite logits)"
+            )
         return value
 
     settings = {"estimator": estimator, "schedule": schedule, "step": step, "keep_one_per_layer": keep_one_per_layer,
@@ -219,10 +222,11 @@ def prunable_fraction(curve: list, baseline: float, tolerance: float = 1.0, high
 
 def classification_predictions(model, texts: Sequence, batch_size: int = 64,
                                max_length: int | None = None) -> Callable:
-    """mask ({"encoder": (L, H)} or the bare (L, H)) -> the classifier's predicted class of each of ``texts`` (an int array, the
-    texts' order) with the heads where mask is 0 gated off. Batches are tokenized once (the
-    runner's batches, ``jattn.runner.batcher.model_batches``; an over-long input is an error, never
-    cut); the jitted forward takes the mask as an argument."""
+    """mask ({"encoder": (L, H)} or the bare (L, H)) -> the classifier's predicted class of
+    each of ``texts`` (an int array, the texts' order) with the heads where mask is 0 gated
+    off. Batches are tokenized once (the runner's batches,
+    ``jattn.runner.batcher.model_batches``; an over-long input is an error, never cut); the
+    jitted forward takes the mask as an argument."""
     if not getattr(model.config, "num_labels", 0):
         raise ValueError("a classifier checkpoint is needed (config.num_labels > 0)")
     max_length = min(128, model.config.max_length) if max_length is None else max_length
@@ -242,8 +246,9 @@ def classification_predictions(model, texts: Sequence, batch_size: int = 64,
 
 def classification_metric(model, examples: Sequence, metric: str = "accuracy", batch_size: int = 64,
                           max_length: int | None = None, scale: float = 100.0) -> Callable:
-    """mask ({"encoder": (L, H)} or the bare (L, H)) -> ``metric`` ("accuracy" | "matthews_corr") ×``scale`` of a classifier on
-    (input, label) ``examples`` (``classification_predictions`` scored against the labels)."""
+    """mask ({"encoder": (L, H)} or the bare (L, H)) -> ``metric`` ("accuracy" |
+    "matthews_corr") ×``scale`` of a classifier on (input, label) ``examples``
+    (``classification_predictions`` scored against the labels)."""
     from jattn.io.glue import accuracy, matthews_corr
 
     score = {"accuracy": accuracy, "matthews_corr": matthews_corr}.get(metric)

@@ -162,10 +162,13 @@ class ClassifierTrainer(Checkpointed):
         self.total_updates = fc.epochs * self.batches_per_epoch // fc.accumulation
         self.optimizer = make_optimizer(fc, self.total_updates)
         params = jax.tree.map(jnp.asarray, nn_state.to_arrays(model.params))
-        self.run = Resumable(workdir, {"params": params, "opt_state": self.optimizer.init(params)},
-                             {"micro_step": 0, "epoch": 0, "batch_in_epoch": 0, "train_seconds": 0.0, "history": []},
-                             {**dataclasses.asdict(fc), "train_examples": len(train), "labels": model.config.num_labels},
-                             extendable=("save_every", "save_every_s"))
+        self.run = Resumable(
+            workdir,
+            {"params": params, "opt_state": self.optimizer.init(params)},
+            {"micro_step": 0, "epoch": 0, "batch_in_epoch": 0, "train_seconds": 0.0, "history": []},
+            {**dataclasses.asdict(fc), "train_examples": len(train), "labels": model.config.num_labels},
+            extendable=("save_every", "save_every_s"),
+        )
 
     def save(self):
         self.meta["saved_at_s"] = self.meta["train_seconds"]

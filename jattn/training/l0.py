@@ -216,9 +216,15 @@ class GateTrainer(Checkpointed):
             batches = self.batches(m["epoch"])
             while m["step"] < gc.steps:
                 t0 = time.perf_counter()
-                self.state, out = train_step(self.state, batches[m["batch_in_epoch"]], jax.random.fold_in(key, m["step"]),
-                                             jnp.float32(gc.lam), config=self.config, gc=self.static_gc,
-                                             optimizer=self.optimizer)
+                self.state, out = train_step(
+                    self.state,
+                    batches[m["batch_in_epoch"]],
+                    jax.random.fold_in(key, m["step"]),
+                    jnp.float32(gc.lam),
+                    config=self.config,
+                    gc=self.static_gc,
+                    optimizer=self.optimizer,
+                )
                 window.append({k: float(v) for k, v in out.items()})
                 if not np.isfinite(window[-1]["loss"]):  # diverged: the last checkpoint stays as it was
                     raise ValueError(f"gate training diverged: the loss is {window[-1]['loss']} at update "

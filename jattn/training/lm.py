@@ -77,7 +77,9 @@ def make_optimizer(tc: LMTrainConfig, params_structure):
     def label(path, _):
         return "frozen" if {getattr(k, "key", None) for k in path} & set(tc.frozen) else "train"
 
-    labels = jax.tree_util.tree_map_with_path(label, jax.tree.unflatten(params_structure, [0] * params_structure.num_leaves))
+    labels = jax.tree_util.tree_map_with_path(
+        label, jax.tree.unflatten(params_structure, [0] * params_structure.num_leaves)
+    )
     return optax.multi_transform({"train": train, "frozen": optax.set_to_zero()}, labels)
 
 

@@ -281,8 +281,15 @@ class Trainer(Checkpointed):
                     rate = window["tokens"] / (now - window["t"])
                     bar.set_postfix(loss=f"{window['loss'] / window['n']:.3f}", tok_s=f"{rate:.0f}",
                                     epoch=m["epoch"], refresh=False)
-                    m["curve"].append({"step": m["step"], "epoch": m["epoch"], "train_loss": window["loss"] / window["n"],
-                                       "target_tokens_per_s": rate, "train_time_s": round(m["train_time_s"], 1)})
+                    m["curve"].append(
+                        {
+                            "step": m["step"],
+                            "epoch": m["epoch"],
+                            "train_loss": window["loss"] / window["n"],
+                            "target_tokens_per_s": rate,
+                            "train_time_s": round(m["train_time_s"], 1),
+                        }
+                    )
                     window = {"tokens": 0, "loss": 0.0, "n": 0, "t": now}
                 if tc.eval_every and m["step"] % tc.eval_every == 0:
                     self._validate(val_src, val_refs)

@@ -163,7 +163,9 @@ def write_data(folder: Path, model) -> None:
     (folder / "gap" / "gap-development.tsv").write_text(head + text)
     (folder / "frequency").mkdir()
     ids = model.tokenizer.convert_tokens_to_ids(["the", ",", ".", "cat", "he", "[CLS]"])
-    (folder / "frequency" / "rank_count_ids.txt").write_text("".join(f"{r + 1} {99 - r} {i}\n" for r, i in enumerate(ids)))
+    (folder / "frequency" / "rank_count_ids.txt").write_text(
+        "".join(f"{r + 1} {99 - r} {i}\n" for r, i in enumerate(ids))
+    )
     (folder / "alignment").mkdir()
     rng = np.random.default_rng(0)
     from tiny_seq2seq import WORDS
@@ -172,7 +174,9 @@ def write_data(folder: Path, model) -> None:
     for _ in range(12):
         en, fr = list(rng.choice(WORDS, rng.integers(2, 6))), list(rng.choice(WORDS, rng.integers(2, 6)))
         lines.append(f"{' '.join(en)} ||| {' '.join(fr)}\n")
-        gold.append(" ".join(f"{i + 1}{'-' if i % 2 == 0 else 'p'}{min(i, len(fr) - 1) + 1}" for i in range(len(en))) + "\n")
+        gold.append(
+            " ".join(f"{i + 1}{'-' if i % 2 == 0 else 'p'}{min(i, len(fr) - 1) + 1}" for i in range(len(en))) + "\n"
+        )
     (folder / "alignment" / "enfr.src-tgt").write_text("".join(lines))
     (folder / "multi30k").mkdir()
     for side in ("fr", "en"):
@@ -219,8 +223,12 @@ def test_stages_on_tiny_models(tiny, tiny_marian_folder, tmp_path, monkeypatch):
         check_recomputes(claim, tmp_path / "out")
         assert "status" not in claim  # the study's rules judge it
     freq = next(c for c in got if c["id"] == "kobayashi-minilm-frequency")
-    segments = claims.read_rows(tmp_path / "out" / next(c for c in got if c["id"] == "kobayashi-minilm-norm-sep")["predictions"])
-    assert freq["n"] == len(claims.read_rows(tmp_path / "out" / freq["predictions"])) == sum(r["tokens"] for r in segments)
+    segments = claims.read_rows(
+        tmp_path / "out" / next(c for c in got if c["id"] == "kobayashi-minilm-norm-sep")["predictions"]
+    )
+    assert (
+        freq["n"] == len(claims.read_rows(tmp_path / "out" / freq["predictions"])) == sum(r["tokens"] for r in segments)
+    )
     assert len(segments) == len(SEGMENTS) * 3
     for record in records.values():
         for fig in record["result"]["figures"]:

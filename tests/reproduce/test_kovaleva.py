@@ -80,7 +80,9 @@ def test_delta_statistics_over_seeds_are_a_t_interval_of_per_seed_changes(name, 
     rows = []
     for seed in range(3):
         gold, base, preds = _binary(n=80, seed=seed)
-        rows += [{"seed": seed, "gold": int(g), "pred": int(p), "base": int(b)} for g, p, b in zip(gold, preds[2], base)]
+        rows += [
+            {"seed": seed, "gold": int(g), "pred": int(p), "base": int(b)} for g, p, b in zip(gold, preds[2], base)
+        ]
     got = claims.evaluate(rows, {"statistic": name, "columns": {"gold": "gold", "pred": "pred", "reference": "base"},
                                  "ci_method": "seeds"})
     per = []
@@ -215,8 +217,16 @@ def test_the_disabling_stage_on_made_up_sweeps(tmp_path, monkeypatch, seeds):
         heads[2, wrong], heads[2, right] = gold[wrong], 1 - gold[right]  # head 0:2: 9 mistakes fixed, 1 made
         layers = np.stack([1 - base, base])  # layer 0 flips everything
         name = f"kovaleva.sweep-tiny-sst2-s{seed}"
-        results[name] = {"seed": seed, "task": "sst2", "index": list(range(n)), "heads_per_layer": H, "gold": gold.tolist(),
-                         "base": base.tolist(), "head_flips": D.flips(base, heads), "layer_flips": D.flips(base, layers)}
+        results[name] = {
+            "seed": seed,
+            "task": "sst2",
+            "index": list(range(n)),
+            "heads_per_layer": H,
+            "gold": gold.tolist(),
+            "base": base.tolist(),
+            "head_flips": D.flips(base, heads),
+            "layer_flips": D.flips(base, layers),
+        }
         names.append(name)
     monkeypatch.setattr(D, "B_FAMILY", 2000)
     monkeypatch.setattr(kovaleva, "_dev", lambda ctx, task: [("x", 0)] * n)
@@ -271,7 +281,10 @@ def test_the_patterns_stage_functions_on_a_tiny_model(tiny, tmp_path, monkeypatc
     np.testing.assert_allclose(runs[1]["cosine"], 1.0, rtol=1e-5)  # a model against itself has not changed
     stage = pipeline.Stage("kovaleva.maps-tiny-sst2", lambda ctx: {})
     out = KP.maps_result(_ctx(tmp_path, stage, {}), "tiny", "sst2", index, runs, Thresholds(), "made-up protocol")
-    assert [c["id"] for c in out["claims"]] == ["kovaleva-tiny-sst2-structured-share", "kovaleva-tiny-sst2-finetune-change"]
+    assert [c["id"] for c in out["claims"]] == [
+        "kovaleva-tiny-sst2-structured-share",
+        "kovaleva-tiny-sst2-finetune-change",
+    ]
     assert all("status" not in c and c["note"].endswith("(t over seeds).") for c in out["claims"])
     for c in out["claims"]:
         _recomputes(tmp_path, c)

@@ -59,7 +59,9 @@ def test_predictions_along_runs_each_mask_once_and_resumes(tmp_path):
         for pred, mask in zip(first[name], mc.masks_for(scores, (2, 4))):
             assert pred == predict(mask).tolist()
     calls.clear()
-    assert mc.predictions_along(lambda m: pytest.fail("resumed run recomputed a mask"), orders, (2, 4), tmp_path) == first
+    assert (
+        mc.predictions_along(lambda m: pytest.fail("resumed run recomputed a mask"), orders, (2, 4), tmp_path) == first
+    )
 
 
 def test_a_prunable_share_needs_every_interval_inside_the_margin():
@@ -106,7 +108,11 @@ def test_gain_statistics_against_a_loop(statistic, metric):
     one = rng.integers(0, 2, 40)  # a column of ints is one system
     assert fn(gold, one, ref) == pytest.approx(_loop_gain(metric, gold, one[:, None].tolist(), ref.tolist()))
     rows = [{"gold": int(g), "p": p, "r": r} for g, p, r in zip(gold, pred.tolist(), ref.tolist())]
-    spec = {"statistic": statistic, "columns": {"gold": "gold", "pred": "p", "reference": "r"}, "ci_method": "bootstrap"}
+    spec = {
+        "statistic": statistic,
+        "columns": {"gold": "gold", "pred": "p", "reference": "r"},
+        "ci_method": "bootstrap",
+    }
     columns = [gold, *pred.T, *ref.T]  # the same data as 1-D columns, one per system
     value, ci = stats.bootstrap_ci(lambda g, *c: fn(g, np.stack(c[:2], 1), np.stack(c[2:], 1)), *columns)
     assert claims.evaluate(rows, spec) == {"value": value, "ci": list(ci)}
@@ -226,5 +232,7 @@ def test_mcc_statistic_is_sklearns():
     for k, n in [(2, 9), (2, 527), (3, 300), (4, 50)]:
         gold, pred = rng.integers(0, k, n), rng.integers(0, k, n)
         assert mcc(gold, pred) == pytest.approx(matthews_corrcoef(gold, pred), rel=1e-12, abs=1e-15)
-    assert mcc(np.ones(20, int), rng.integers(0, 2, 20)) == 0.0 == matthews_corrcoef(np.ones(20, int), np.r_[0, [1] * 19])
+    assert (
+        mcc(np.ones(20, int), rng.integers(0, 2, 20)) == 0.0 == matthews_corrcoef(np.ones(20, int), np.r_[0, [1] * 19])
+    )
     assert mcc(gold, gold) == 1.0

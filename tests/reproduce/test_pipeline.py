@@ -209,7 +209,9 @@ def test_code_text_drops_docstrings_comments_and_layout_only():
     assert "Doc of" not in text and "one more" not in text and "'# not a comment'" in text  # the string is code
     prose = MODULE.replace("Doc of f: α ≤ β.", "Other words, ≠").replace("# one more", "# changed")
     assert pipeline.code_text(prose) == text  # an edit of prose keeps the key
-    layout = MODULE.replace('"# not a comment"', "'# not a comment'").replace("return a + 1", "return (\n        a\n        + 1\n    )")
+    layout = MODULE.replace('"# not a comment"', "'# not a comment'").replace(
+        "return a + 1", "return (\n        a\n        + 1\n    )"
+    )
     assert layout != MODULE and pipeline.code_text(layout) == text  # so does a formatter's (quotes, line breaks)
     assert pipeline.code_text(MODULE.replace("a + 1", "a + 2")) != text  # an edit of code changes it
     assert pipeline.code_text(MODULE.replace('"""Only a docstring."""', "pass")) != text  # a body of code is code
@@ -727,7 +729,9 @@ def test_the_resamples_a_claim_draws_are_the_documented_draws_written_out():
     assert np.array_equal(claims.resample_picks(4, 50), np.random.default_rng(0).integers(0, 4, (50, 4)))
     draw = np.random.default_rng(0)
     examples, seeds = claims.pigeonhole_picks(9, 3, 40)
-    assert np.array_equal(examples, draw.integers(0, 9, (40, 9))) and np.array_equal(seeds, draw.integers(0, 3, (40, 3)))
+    assert np.array_equal(examples, draw.integers(0, 9, (40, 9))) and np.array_equal(
+        seeds, draw.integers(0, 3, (40, 3))
+    )
     picks = claims.resample_picks(5, 30)
     assert claims.pick_counts(picks, 5).tolist() == [[list(p).count(j) for j in range(5)] for p in picks]
 
@@ -738,10 +742,12 @@ def test_a_study_headline_names_what_reproduces_what_does_not_and_what_is_not_co
     rows = (("x", "M", "reproduced"), ("y", "M", "not reproduced"), ("x", "N", "not applicable"),
             ("y", "M", "reproduced"), ("z", "M", "context"), ("x", "M2", "reproduced"))
     claims = [{"id": str(i), "finding": f, "on": on, "status": s} for i, (f, on, s) in enumerate(rows)]
-    assert report.headline(claims) == ("**Verdicts** (5 findings (6 claims): 2 reproduced, 1 not applicable, 1 context, "
-                                       "1 mixed). Reproduces: x (M, M2); y (M 1 of 2). Does not reproduce: y "
-                                       "(M 1 of 2). Not comparable here (a precondition absent): x (N). For context, "
-                                       "not judged: z (M).")
+    assert report.headline(claims) == (
+        "**Verdicts** (5 findings (6 claims): 2 reproduced, 1 not applicable, 1 context, "
+        "1 mixed). Reproduces: x (M, M2); y (M 1 of 2). Does not reproduce: y "
+        "(M 1 of 2). Not comparable here (a precondition absent): x (N). For context, "
+        "not judged: z (M)."
+    )
     assert report.headline(claims[4:5]) == ("**Verdicts** (1 findings (1 claims): 1 context). For context, not judged: "
                                             "z (M).")
     assert report.headline([{**claims[0], "stale": True}, claims[5]]).endswith(

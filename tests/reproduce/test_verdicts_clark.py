@@ -48,8 +48,10 @@ def test_mean_deltas_are_the_paired_intervals_of_evaluate():
 
 def _table(per_layer: np.ndarray) -> str:
     """The shares stage's table for per-layer shares (L, 4)."""
-    lines = ["| layer (1-based) | [CLS] (uniform 0.011) | [SEP] (uniform 0.030) | \".\" / \",\" (uniform 0.080) | other |",
-             "|---|---:|---:|---:|---:|"]
+    lines = [
+        '| layer (1-based) | [CLS] (uniform 0.011) | [SEP] (uniform 0.030) | "." / "," (uniform 0.080) | other |',
+        "|---|---:|---:|---:|---:|",
+    ]
     return "\n".join(lines + [f"| {l + 1} | " + " | ".join(f"{v:.3f}" for v in row) + " |"
                               for l, row in enumerate(per_layer)])
 
@@ -126,7 +128,9 @@ def test_relations_are_judged_with_holm_over_the_family(tmp_path):
     ev = _evidence(tmp_path, pooled, *per.values())
     win = clark.judge(per["det"], ev)
     assert win.status == "reproduced" and "Holm over 10 relations" in win.reason
-    assert clark.judge(per["obj"], ev).status == "not reproduced" and "offset wins" in clark.judge(per["obj"], ev).reason
+    assert (
+        clark.judge(per["obj"], ev).status == "not reproduced" and "offset wins" in clark.judge(per["obj"], ev).reason
+    )
     assert clark.judge(per["nsubj"], ev).status in NEGATIVE  # nothing detected: underpowered against Table 1's 0.13
     got = clark.judge(pooled, ev)
     assert "wins after Holm in 1 of 10" in got.reason

@@ -45,6 +45,8 @@ def test_icl_columns(tmp_path):
 
 
 def test_paired_over_seeds_is_per_seed_mean_difference():
-    rows = [{"seed": s, "a": a, "b": b} for s, a, b in [(0, 1, 0), (0, 3, 1), (1, 2, 2), (1, 4, 2), (2, 5, 1), (2, 1, 1)]]
+    rows = [
+        {"seed": s, "a": a, "b": b} for s, a, b in [(0, 1, 0), (0, 3, 1), (1, 2, 2), (1, 4, 2), (2, 5, 1), (2, 1, 1)]
+    ]
     d = IV.paired_over_seeds(rows, "a", "b")
     assert list(d["per_seed"].values()) == [1.5, 1.0, 2.0] and d["value"] == pytest.approx(1.5)

@@ -35,7 +35,10 @@ def test_behaviour_is_the_paired_difference_against_the_nearest_name(tmp_path):
     base = {"name": "nearest name", "columns": {"gold": "right", "pred": "nearest"}}
     for metric, want in (((rng.random(160) < 0.75).astype(int), "reproduced"), (nearest, "not reproduced"),
                          ((rng.random(160) < 0.2).astype(int), "not reproduced")):
-        rows = [{"index": i, "right": 1, "metric": int(m), "nearest": int(b)} for i, (m, b) in enumerate(zip(metric, nearest))]
+        rows = [
+            {"index": i, "right": 1, "metric": int(m), "nearest": int(b)}
+            for i, (m, b) in enumerate(zip(metric, nearest))
+        ]
         assert _judge(tmp_path, _claim(tmp_path, "patching-toy-behaviour", rows, measure, base)).status == want
 
 
@@ -57,8 +60,15 @@ def _maps(n: int, k: int, effect_of_score, seed: int = 0):
 def _clark_claim(root, effect, score):
     rows = [{"index": i, "effect": e.tolist(), "clark": s.tolist()} for i, (e, s) in enumerate(zip(effect, score))]
     measure = {"statistic": "head_spearman", "columns": {"x": "effect", "y": "clark"}, "ci_method": "bootstrap"}
-    return _claim(root, "patching-toy-clark", rows, measure, {"name": "shuffled", "columns": {"x": "effect", "y": "clark"}},
-                  value=patching._rho(effect.mean(0), score.mean(0)), ci=patching.head_rho_bootstrap(effect, score))
+    return _claim(
+        root,
+        "patching-toy-clark",
+        rows,
+        measure,
+        {"name": "shuffled", "columns": {"x": "effect", "y": "clark"}},
+        value=patching._rho(effect.mean(0), score.mean(0)),
+        ci=patching.head_rho_bootstrap(effect, score),
+    )
 
 
 def test_clark_association_is_judged_on_the_signed_effect_by_permutation(tmp_path):
@@ -111,7 +121,9 @@ def test_clustered_claims_are_judged_on_their_documents(tmp_path):
 
 def test_attribution_is_directional_on_its_interval(tmp_path):
     effect, score = _maps(30, 24, lambda s: s)
-    rows = [{"index": i, "attribution": e.tolist(), "effect": s.tolist()} for i, (e, s) in enumerate(zip(effect, score))]
+    rows = [
+        {"index": i, "attribution": e.tolist(), "effect": s.tolist()} for i, (e, s) in enumerate(zip(effect, score))
+    ]
     measure = {"statistic": "head_spearman", "columns": {"x": "attribution", "y": "effect"}, "ci_method": "bootstrap"}
     for value, ci, want in ((0.8, [0.6, 0.9], "reproduced"), (0.1, [-0.1, 0.3], "not reproduced")):
         c = _claim(tmp_path, "patching-toy-attribution", rows, measure, {"name": "s", "columns": measure["columns"]},

@@ -39,9 +39,11 @@ CONFIG_KEYS = (
 def _refuse(hf: dict) -> None:
     """What GPT-2's config may ask for that jattn does not compute as HF does."""
     if not hf["scale_attn_weights"] or hf["scale_attn_by_inverse_layer_idx"]:
-        raise ConfigError("config.json scale_attn_weights=False or scale_attn_by_inverse_layer_idx=True is not "
-                          "supported: jattn scales scores by 1/sqrt(d_h) (Vaswani et al. 2017) in every layer. "
-                          "Fix: use a checkpoint with scale_attn_weights true and scale_attn_by_inverse_layer_idx false")
+        raise ConfigError(
+            "config.json scale_attn_weights=False or scale_attn_by_inverse_layer_idx=True is not "
+            "supported: jattn scales scores by 1/sqrt(d_h) (Vaswani et al. 2017) in every layer. "
+            "Fix: use a checkpoint with scale_attn_weights true and scale_attn_by_inverse_layer_idx false"
+        )
     if hf["reorder_and_upcast_attn"]:
         raise ConfigError("config.json reorder_and_upcast_attn=True is not supported (jattn computes the scores in "
                           "the compute dtype and the softmax in float32). Fix: set it to false")
