@@ -88,3 +88,26 @@ def test_the_recipes_are_three_seeds_of_the_model_and_of_its_control():
         a, b = dict(model.options), dict(control.options)
         assert b.pop("encoder_self_attention") is False and "encoder_self_attention" not in a and a == b
     assert [dict(r.options)["seed"] for r in SYNTHETIC] == list(range(len(SYNTHETIC)))
+
+
+def test_the_committed_seed_0_model_scores_its_recorded_test_bleu():
+    """``checkpoints/clauses-3x8`` (what ``jattn models make clauses-3x8`` made): its beam-4 translations of the
+    test split (``test.hyp``) score the BLEU ``training.json`` records against the generated references, and
+    jattn reads the folder with the recorded shape."""
+    import json
+    from pathlib import Path
+
+    from sacrebleu.metrics import BLEU
+
+    import jattn
+    from jattn.artefacts.synthetic import splits
+
+    folder = Path(__file__).resolve().parents[1] / "checkpoints" / "clauses-3x8"
+    record = json.loads((folder / "training.json").read_text())["test"]
+    hyp = (folder / "test.hyp").read_text(encoding="utf-8").splitlines()
+    _, refs = splits("clauses")["test"]
+    assert len(hyp) == len(refs) == record["n"] == 1000
+    assert BLEU().corpus_score(hyp, [refs]).score == pytest.approx(record["bleu"], abs=1e-6)
+    model = jattn.load(folder, use_cache=False)
+    c = model.config
+    assert (c.encoder_layers, c.decoder_layers, c.encoder_heads, c.d_model) == (3, 3, 8, 128)
