@@ -170,18 +170,27 @@ def write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
     translation model the figures per attention type, each in ``figures/<type>/`` (heatmaps, and
     the methods' own figures for self-attention)."""
     paths = _write(result, folder, model, meta, methods)
-    report(result, folder, meta, paths)
+    report(result, folder, meta, paths, _names(model))
     return paths
 
 
-def report(result, folder: Path, meta: dict, paths: list[Path]) -> Path:
+def _names(model) -> dict:
+    """[CLS] and [SEP] as an encoder's tokenizer names them (``jattn.viz.words.special_names``); a
+    translation model's statistics are described in its terms already ({})."""
+    from jattn.nn.config import Seq2SeqConfig
+    from jattn.viz.words import special_names
+
+    return {} if isinstance(model.config, Seq2SeqConfig) else special_names(model.tokenizer)
+
+
+def report(result, folder: Path, meta: dict, paths: list[Path], labels: dict | None = None) -> Path:
     """report.md: the run (model, corpus, segments and tokens) and every statistic with its
-    definition, mean over heads and largest heads."""
+    definition (``labels``: [CLS] and [SEP] in the model's terms), mean over heads and largest heads."""
     from jattn.cli.reporting import statistics_lines, write_report
 
     lines = [f"Model: {result.meta['model']}. Corpus: {meta['input']} ({meta['format']}), {result.meta['segments']} "
              f"segments, {result.meta['tokens']} tokens. Methods: {', '.join(meta['methods'])}. Heads are 0-based "
-             "layer-head; every statistic is defined in its row.", "", *statistics_lines(result.statistics)]
+             "layer-head; every statistic is defined in its row.", "", *statistics_lines(result.statistics, labels)]
     return write_report(folder, "Corpus attention statistics", lines, [p for p in paths if p.suffix == ".png"])
 
 
@@ -193,7 +202,7 @@ def _write(result, folder: Path, model, meta: dict, methods=()) -> list[Path]:
 
     config = model.config
     if not isinstance(config, Seq2SeqConfig):
-        paths = results.write_files(result, folder, config.num_layers, meta)
+        paths = results.write_files(result, folder, config.num_layers, meta, _names(model))
         stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
         for m in methods:
             if hasattr(m, "write_report"):

@@ -55,10 +55,12 @@ def top_heads(stat: np.ndarray, k: int = 3) -> str:
 
 
 def report(stats: dict, meta: dict, name: str, figures: list[Path], out: Path,
-           corpus: str = "bundled UD English EWT sample") -> str:
-    """A short Markdown report of the per-head statistics (0-based layer-head)."""
+           corpus: str = "bundled UD English EWT sample", labels: dict | None = None) -> str:
+    """A short Markdown report of the per-head statistics (0-based layer-head); ``labels`` names
+    [CLS] and [SEP] in the model's own terms (``jattn.viz.words.special_names``)."""
+    cls, sep = ((labels or {}).get(c, c) for c in ("[CLS]", "[SEP]"))
     L = stats["attn_to_cls"].shape[0]
-    rows = ["| layer | [CLS] | [SEP] | . or , | other |", "|---|---|---|---|---|"]
+    rows = [f"| layer | {cls} | {sep} | . or , | other |", "|---|---|---|---|---|"]
     for l in range(L):
         rows.append(f"| {l} | " + " | ".join(f"{stats[k][l].mean():.3f}" for k in
                                               ("attn_to_cls", "attn_to_sep", "attn_to_punct", "attn_to_other")) + " |")
@@ -76,14 +78,14 @@ def report(stats: dict, meta: dict, name: str, figures: list[Path], out: Path,
         f"- previous token: {top_heads(stats['attn_prev'])}",
         f"- next token: {top_heads(stats['attn_next'])}",
         f"- self: {top_heads(stats['attn_self'])}",
-        f"- [SEP]: {top_heads(stats['attn_to_sep'])}",
+        f"- {sep}: {top_heads(stats['attn_to_sep'])}",
         f"- broadest (row entropy, nats; uniform would be {float(stats['entropy_uniform']):.2f}): "
         f"{top_heads(stats['entropy'])}",
     ]
     if "norm_share_to_sep" in stats:
         lines += ["", "## Weights vs vector norms (Kobayashi et al. 2020), mean over all heads", "",
                   "| key class | share by weight α | share by norm ‖αf(x)‖ |", "|---|---|---|"]
-        for c, label in (("cls", "[CLS]"), ("sep", "[SEP]"), ("punct", ". or ,"), ("other", "other")):
+        for c, label in (("cls", cls), ("sep", sep), ("punct", ". or ,"), ("other", "other")):
             lines.append(f"| {label} | {np.nanmean(stats['weight_to_' + c]):.3f} | "
                          f"{np.nanmean(stats['norm_share_to_' + c]):.3f} |")
     lines += ["", "## Figures", "", *[f"- [{p.name}]({p.relative_to(out)}): {figure_caption(p)}" for p in figures],
@@ -109,7 +111,7 @@ def run(args) -> None:
     from jattn.io.readers import Corpus
     from jattn.analyses.registry import make_methods
     from jattn.runner.loop import run_corpus
-    from jattn.viz import plots
+    from jattn.viz import plots, words
 
     if args.input is None:
         source, fmt, corpus = sample_path("en_ewt-ud-dev.sample.conllu"), "conllu", "bundled UD English EWT sample"
@@ -125,10 +127,11 @@ def run(args) -> None:
         model = load(args.model)
         name = "all-MiniLM-L6-v2 (embedded default)" if args.model is None else str(args.model)
         result = run_corpus(model, examples, make_methods(model, METHODS), batch_size=args.batch_size)
+        labels = words.special_names(model.tokenizer)  # [CLS] / [SEP] as the tokenizer names them
 
         def fill(out: Path) -> list[Path]:
             figures = write_files(result, out, model.config.num_layers,
-                                  results.run_meta(input=corpus, methods=METHODS))
+                                  results.run_meta(input=corpus, methods=METHODS), labels)
             stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
             maps = []
             for k in range(args.maps):
@@ -141,7 +144,7 @@ def run(args) -> None:
             page = out / "attention_view.html"  # interactive head/model views, weights vs norms
             page.write_text(view(model, sentences[0]), encoding="utf-8")
             figures = maps + [page] + sorted(figures)
-            (out / "report.md").write_text(report(stats, result.meta, name, figures, out, corpus))
+            (out / "report.md").write_text(report(stats, result.meta, name, figures, out, corpus, labels))
             return figures
 
         figures = output.write(fill)

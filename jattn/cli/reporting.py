@@ -7,6 +7,7 @@ output (results.json, report.md, figure axes, the line printed at the end) carri
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,9 @@ def write_report(folder: Path, title: str, lines: list[str], figures: list[Path]
     return path
 
 
+PER_HEAD = re.compile(r"\(L\w*, H\)")  # a per-head statistic's shape in its description: "(L, H)"
+
+
 def heads(cells: list[dict], keys=("layer", "head")) -> str:
     """[{'layer': 1, 'head': 2, ...}] -> '1-2, ...' (0-based layer-head)."""
     return ", ".join("-".join(str(c[k]) for k in keys if k in c) for c in cells) or "none"
@@ -50,14 +54,17 @@ def top_heads(stat: np.ndarray, k: int = 3) -> str:
     return ", ".join(f"{l}-{h} ({stat[l, h]:.3g})" for l, h in (np.unravel_index(i, stat.shape) for i in flat))
 
 
-def statistics_lines(statistics: dict) -> list[str]:
-    """A table of every statistic of a run (``Statistic`` objects): its description, and for a
-    per-head (L, H) one the mean over heads and the 3 largest heads; a scalar its value."""
+def statistics_lines(statistics: dict, labels: dict | None = None) -> list[str]:
+    """A table of every statistic of a run (``Statistic`` objects): its description ([CLS] and
+    [SEP] renamed by ``labels``), and for a per-head one (its description's shape "(L, H)") the mean
+    over heads and the 3 largest heads; for another array its shape, a scalar its value."""
+    from jattn.viz.words import rename
+
     rows = []
     for name, s in statistics.items():
         v = np.asarray(s.value, np.float64)
-        desc = s.description.replace("|", "/")
-        if v.ndim == 2:
+        desc = rename(s.description, labels).replace("|", "/")
+        if v.ndim == 2 and PER_HEAD.search(s.description):
             rows.append([name, desc, f"{np.nanmean(v):.3g}" if np.isfinite(v).any() else "-", top_heads(v)])
         elif v.ndim == 0:
             rows.append([name, desc, f"{float(v):.3g}", ""])

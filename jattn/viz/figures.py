@@ -3,7 +3,8 @@
 ``FIGURES[name](stats, num_layers, folder[, labels])`` draws a method's figures from the finished
 statistics (numpy arrays by statistic name) into ``folder`` and returns the PNG paths;
 ``jattn.viz.results.write_figures`` calls it after the generic per-head heatmaps. ``labels``
-(taken by the figures that name token classes) renames [CLS] / [SEP] in a model's own terms.
+(taken by the figures that name token classes) renames [CLS] / [SEP] in a model's own terms
+(``jattn.viz.words.special_names``).
 ``REPORTS[name](method, stats, folder)`` draws the figures of a method's report (its tables are
 the method's ``write_report``) from the method's settings and its statistics. A method without
 an entry draws no figures of its own.
@@ -21,17 +22,18 @@ from jattn.nn.token_classes import CLASS_NAMES
 from jattn.viz import plots, words
 
 
-def mds_figures(stats: dict, num_layers: int, folder) -> list:
+def mds_figures(stats: dict, num_layers: int, folder, labels: dict | None = None) -> list:
     """The MDS map of heads (Clark et al. 2019, Fig. 6), coloured by behaviour when the
-    'weights' and 'entropy' statistics are there too."""
+    'weights' and 'entropy' statistics are there too (``labels`` as ``class_figures``)."""
     needed = ["entropy", "attn_prev", "attn_next", "attn_self", "attn_to_cls", "attn_to_sep", "attn_to_punct"]
-    labels = plots.behaviours(stats) if all(k in stats for k in needed) else None
-    return [plots.mds_scatter(stats["js_mds"], num_layers, folder / "mds_heads.png", labels)]
+    kinds = plots.behaviours(stats, labels) if all(k in stats for k in needed) else None
+    return [plots.mds_scatter(stats["js_mds"], num_layers, folder / "mds_heads.png", kinds)]
 
 
-def grad_figures(stats: dict, num_layers: int, folder) -> list:
-    """Σ|∂L/∂α| by key class per layer (Clark et al. 2019, Fig. 3)."""
-    labels = {f"grad_to_{c}": label for c, label in zip(CLASS_NAMES, ("[CLS]", "[SEP]", '"." or ","', "other"))}
+def grad_figures(stats: dict, num_layers: int, folder, labels: dict | None = None) -> list:
+    """Σ|∂L/∂α| by key class per layer (Clark et al. 2019, Fig. 3; ``labels`` as ``class_figures``)."""
+    own = labels or {}
+    labels = {f"grad_to_{c}": own.get(w, w) for c, w in zip(CLASS_NAMES, ("[CLS]", "[SEP]", '"." or ","', "other"))}
     return [plots.per_layer(stats, labels, "Gradient of the loss with respect to attention, by key class and layer",
                             "mean Σ |∂L/∂α|", folder / "grad_by_class.png")]
 

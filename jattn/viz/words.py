@@ -6,7 +6,8 @@ The full definition of each statistic stays in its ``Statistic.description`` (wr
 ``results.json``); this is the short form. ``title(key)`` and ``unit(key)`` know the per-(layer,
 head) statistics of the registered methods, the ``word_`` prefix (word-level maps) and the
 ``encoder_``/``decoder_``/``cross_`` prefixes (translation models); an unknown key falls back to
-its words with the underscores spelled as spaces.
+its words with the underscores spelled as spaces. ``labels`` ({"[CLS]": "<s>", "[SEP]": "</s>"}:
+``special_names`` of a model's tokenizer) puts the names of [CLS] and [SEP] in a model's own terms.
 """
 
 from __future__ import annotations
@@ -48,6 +49,23 @@ _TITLES: dict[str, tuple[str, str]] = {  # key -> (title, unit of the colour bar
 _PREFIXES = {"word_": "word level", "encoder_": "encoder self-attention", "decoder_": "decoder self-attention",
              "cross_": "cross-attention"}
 
+def special_names(tokenizer) -> dict[str, str]:
+    """The model's own names of the classes [CLS] and [SEP]: its tokenizer's cls token (else its bos
+    token) and sep token (else its eos token), e.g. {"[CLS]": "<s>", "[SEP]": "</s>"} for MPNet; a
+    class without such a token keeps its name ({} without a tokenizer)."""
+    names = {}
+    for label, kinds in (("[CLS]", ("cls_token", "bos_token")), ("[SEP]", ("sep_token", "eos_token"))):
+        found = [str(t) for t in (getattr(tokenizer, k, None) for k in kinds) if t]
+        if found:
+            names[label] = found[0]
+    return names
+
+
+def rename(text: str, labels: dict | None) -> str:
+    """``text`` with each key of ``labels`` replaced by its value, in the dict's order."""
+    for theirs, own in (labels or {}).items():
+        text = text.replace(theirs, own)
+    return text
 
 
 def _split(key: str) -> tuple[list[str], str]:
@@ -63,11 +81,12 @@ def _split(key: str) -> tuple[list[str], str]:
     return where, key
 
 
-def title(key: str) -> str:
-    """``key`` in words: "Attention to [CLS]"; "Attention entropy ... (word level)"."""
+def title(key: str, labels: dict | None = None) -> str:
+    """``key`` in words: "Attention to [CLS]"; "Attention entropy ... (word level)"; [CLS] and
+    [SEP] renamed by ``labels`` ("Attention to <s>")."""
     where, rest = _split(key)
     text = _TITLES[rest][0] if rest in _TITLES else rest.replace("_", " ").capitalize()
-    return text + (f" ({', '.join(where)})" if where else "")
+    return rename(text, labels) + (f" ({', '.join(where)})" if where else "")
 
 
 def unit(key: str) -> str:
