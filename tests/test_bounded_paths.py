@@ -5,7 +5,11 @@ program holds the rematerialised layers (``remat2`` in the traced program), and 
 the same sweep's with ``remat`` off (the materialised path) to float32 tolerance. Covered: head
 importance (a classifier's [CLS] forward, a custom loss's full forward; a translation model's
 three attention types), attribution patching (encoder, translation), L0 gate training (encoder,
-translation, with dropout: the recomputed layer draws the same masks) and ``grad`` (∂L/∂α)."""
+translation, with dropout: the recomputed layer draws the same masks) and ``grad`` (∂L/∂α).
+
+And every ``layerwise`` registered analysis (reduced per layer and per chunk of the batch inside
+the layer loop, so every layer's α is never held) equals its reduction of the stacked (L, b, ...)
+internals (``ClassAttention`` / ``Entropy``: tests/test_run.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +30,11 @@ from jattn.runner.protocol import StepContext
 from jattn.sweeps import patching
 from jattn.sweeps.importance import KINDS, HeadImportance, TranslationImportance
 from jattn.training import l0
+from jattn.analyses.confidence import HeadConfidence
+from jattn.analyses.lm_attention import LMAttention
+from jattn.analyses.norm_stats import NormClassAttention
+from jattn.analyses.patterns import PatternTypes
+from jattn.runner import run_corpus
 from tiny_encoders import random_batch
 from tolerance import assert_close, model_terms
 
@@ -208,3 +217,47 @@ def test_attention_gradient_remat_equals_plain(params):
     batch["token_class"] = jnp.asarray(np.random.default_rng(3).integers(0, 4, (B, N)), jnp.int32)
     assert_bounded_equals_plain(method, params[ENCODER], ENCODER, batch, {}, 2 * B * model_terms(ENCODER, N),
                                 internals=("weights",))
+
+
+class Stacked:
+    """The same method reduced after the layer loop, on the stacked internals."""
+
+    layerwise = False
+
+    def __init__(self, method):
+        self.method, self.name = method, method.name
+
+    def __getattr__(self, attr):
+        return getattr(self.method, attr)
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    import jattn
+    from tiny_lm import save_tiny_gpt2
+
+    return jattn.load(save_tiny_gpt2(tmp_path_factory.mktemp("gpt2")), use_cache=False)
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder"])
+def test_layerwise_analyses_equal_the_stacked_reduction(tiny_bert_folder, tiny_lm, family, monkeypatch):
+    """Every layerwise method of the family (patterns, confidence, norms; lm-attention on a causal LM),
+    its layers on chunks of ≤ 16 token rows (one or two examples a chunk), vs the stacked internals."""
+    import jattn
+    from analysis_helpers import SENTENCES
+
+    monkeypatch.setenv("JATTN_CHUNK_ROWS", "16")
+    if family == "encoder":
+        model, inside = jattn.load(str(tiny_bert_folder), use_cache=False), [PatternTypes(), HeadConfidence(),
+                                                                               NormClassAttention()]
+    else:
+        model, inside = tiny_lm, [LMAttention(), HeadConfidence()]
+    assert all(m.layerwise for m in inside)
+    run = lambda methods: run_corpus(model, SENTENCES[:4], methods, batch_size=4, max_length=32, truncate=True,  # noqa: E731
+                                     progress=False)
+    a, b = run(inside), run([Stacked(m) for m in inside])
+    assert a.totals.keys() == b.totals.keys()
+    terms = model_terms(model.config, 32) + a.meta["tokens"]
+    for name, totals in b.totals.items():
+        for key, want in totals.items():
+            assert_close(a.totals[name][key], want, terms=terms, err_msg=f"{name}.{key}")
