@@ -74,6 +74,26 @@ def seq2seq_batch(seed: int = 0) -> dict:
     return {k: jnp.asarray(v, jnp.int32) for k, v in b.items()}
 
 
+@pytest.fixture(autouse=True)
+def remat_taken(monkeypatch):
+    """Every test here on the rematerialised path: at these tiny shapes ``engine.remat_pays`` (the
+    size rule, tested below) would keep the layers' residuals instead."""
+    monkeypatch.setattr(engine, "remat_pays", lambda step, carry, xs: True)
+
+
+def test_remat_is_taken_where_the_residuals_do_not_fit(monkeypatch):
+    """The size rule: L steps' residuals beyond their inputs against a quarter of the free memory."""
+    monkeypatch.undo()
+    step = lambda c, w: (jnp.tanh(c @ w), (c @ w).sum())  # noqa: E731  residuals beyond c, w: two (4, 8)
+    carry, xs = jnp.ones((4, 8)), jnp.ones((3, 8, 8))  # 3 steps x 2 x 4 x 8 floats = 768 bytes kept
+    monkeypatch.setattr(engine, "available_bytes", lambda: 4 * 768)
+    assert not engine.remat_pays(step, carry, xs)
+    monkeypatch.setattr(engine, "available_bytes", lambda: 4 * 768 - 4)
+    assert engine.remat_pays(step, carry, xs)
+    monkeypatch.setattr(engine, "available_bytes", lambda: None)  # unknown: bounded memory first
+    assert engine.remat_pays(step, carry, xs)
+
+
 def rematerialised(fn, *args) -> int:
     """How many rematerialised regions the traced program of ``fn(*args)`` holds (nested programs too)."""
     return str(jax.make_jaxpr(fn)(*args)).count("remat2[")
