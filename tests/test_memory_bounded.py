@@ -21,6 +21,15 @@ from tiny_lm import save_tiny_gpt2
 from tolerance import assert_close, model_terms
 
 
+@pytest.fixture(autouse=True)
+def remat_taken(monkeypatch):
+    """``remat=True`` rematerialises here whatever the size (``engine.remat_pays``'s rule is tested in
+    tests/test_bounded_paths.py)."""
+    from jattn.nn import engine
+
+    monkeypatch.setattr(engine, "remat_pays", lambda step, carry, xs: True)
+
+
 @pytest.fixture(scope="module")
 def lm(tmp_path_factory):
     return jattn.load(save_tiny_gpt2(tmp_path_factory.mktemp("gpt2")), use_cache=False)

@@ -40,6 +40,7 @@ class AttentionGradient(Method):
     seed: int = 0
     mask_token_id: int = dataclasses.field(init=False)
     name = "grad"
+    remat = True  # the gradient keeps one layer's activations at a time (``jattn.nn.engine.layer_loop``): exact
 
     def __post_init__(self, model):
         if not hasattr(model.config, "with_mlm_head"):
@@ -63,7 +64,8 @@ class AttentionGradient(Method):
         used = ctx.batch["example"] >= 0  # (b,)
 
         def total_loss(delta):
-            outputs, _ = ctx.forward(interventions=Interventions(weights_delta=delta), internals=None, **overrides)
+            outputs, _ = ctx.forward(interventions=Interventions(weights_delta=delta), internals=None,
+                                     remat=self.remat, **overrides)
             per_seq = (mlm_loss(ctx.params, ctx.config, outputs, f) if self.loss is None
                        else self.loss(ctx.params, ctx.config, outputs, ctx.batch))  # (b,)
             return jnp.where(used, per_seq, 0.0).sum()

@@ -44,7 +44,7 @@ from jattn.nn.attention import SUBLAYERS, MultiHeadAttention, block_view
 from jattn.nn import state
 from jattn.nn.relative import relative_position_bias
 from jattn.nn.positions import layer_scores, position_projections, relative_embeddings
-from jattn.nn.engine import chunk_rows, chunked, run_stack
+from jattn.nn.engine import chunk_rows, chunked, layer_loop, run_stack
 from jattn.nn.layer_terms import attention_norm, layer_terms
 from jattn.nn.embeddings import Embeddings
 from jattn.nn.heads import STD, ClassificationHead, LMHead, MLMHead, ReplacedTokenHead
@@ -222,12 +222,14 @@ class Encoder(nnx.Module):
             outputs["layer_totals"] = totals  # (L, ...)
         return outputs, kept
 
-    def classify(self, batch: dict, interventions: Interventions | None = None, *, compute_dtype=jnp.float32):
+    def classify(self, batch: dict, interventions: Interventions | None = None, *, compute_dtype=jnp.float32,
+                 remat=False):
         """The classification head's logits (b, C) in evaluation mode, computed the cheap way: the
         head reads the [CLS] position alone, so layers 0..L−2 run in full and the last layer for the
         [CLS] query only (its keys and values still from every token) — 1/n of the last layer's
         queries and FFN. Equals ``self(batch, interventions)[0]["logits"]``; per-query gates of
-        the last layer's other positions are unused there too (their gradient is exactly 0)."""
+        the last layer's other positions are unused there too (their gradient is exactly 0).
+        ``remat``: as ``__call__``'s (``jattn.nn.engine.layer_loop``)."""
         if self.classifier is None:
             raise ValueError("classify needs a classification head (config.num_labels > 0)")
         iv = NONE if interventions is None else interventions
@@ -246,7 +248,8 @@ class Encoder(nnx.Module):
                           lambda y, ints, take: (y, {}), None, score_bias=self.score_bias(l, n))  # (b, n, D)
             return y, None
 
-        x, _ = jax.lax.scan(step, x, (below(stacked), below(slices), jnp.arange(L - 1)))  # (b, n, D) last layer's input
+        xs = (below(stacked), below(slices), jnp.arange(L - 1))
+        x, _ = layer_loop(step, x, xs, remat=remat)  # (b, n, D) the last layer's input
         cls = nnx.merge(graphdef, last(stacked)).cls_row(x, allowed, iv.for_layer(*last(slices)).first_query(),
                                                          self.score_bias(L - 1, n))
         return self.head_logits(cls)  # (b, C)
@@ -363,10 +366,11 @@ def _batch_axis(path) -> int | None:
     return None if path[1].key == "layer_totals" else 0
 
 
-def classify(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None) -> jax.Array:
+def classify(params, config: EncoderConfig, batch: dict, interventions: Interventions | None = None,
+             remat: bool = False) -> jax.Array:
     """``Encoder.classify`` on ``params``: logits (b, C), the last layer on [CLS] only
-    (``jattn.nn.state.pure_call``: Explicit mesh axes run Auto)."""
-    return state.pure_call(params, config, batch, interventions, lambda path: 0, "classify")
+    (``jattn.nn.state.pure_call``: Explicit mesh axes run Auto); ``remat`` as ``forward``'s."""
+    return state.pure_call(params, config, batch, interventions, lambda path: 0, "classify", remat=remat)
 
 
 def mlm_logits(params, config: EncoderConfig, hidden: jax.Array) -> jax.Array:

@@ -123,7 +123,9 @@ def layer_loop(step, carry, xs, unroll: bool = False, remat: bool = False):
     ``remat``: each step under ``jax.checkpoint`` (Chen et al. 2016, "Training Deep Nets with
     Sublinear Memory Cost"): a gradient through the loop keeps each step's inputs only and
     recomputes one layer's activations at a time in the backward pass (one more forward's time),
-    so its memory is one layer's working set, not L layers'. Values are unchanged.
+    so its memory is one layer's working set, not L layers'. Values are unchanged. It is taken where
+    it pays (``remat_pays``): at small shapes the L layers' residuals fit and the recomputation
+    would only cost time.
 
     A loop compiles one layer and slices each layer's weights out of the stacks on every call.
     Unrolled on static slices of stacked weights, XLA:CPU copies them (~1.35× the time of a MiniLM
@@ -135,7 +137,7 @@ def layer_loop(step, carry, xs, unroll: bool = False, remat: bool = False):
     first and last layer: attribution patching (a forward, a second forward and its backward, with
     its weights from ``layer_views``) takes 3.1 forwards' time unrolled, 3.9 as loops (MiniLM;
     MPNet 2.8, ``benchmarks/bench_patching.py``, ``docs/BENCHMARKS.md``)."""
-    if remat:  # in a loop XLA cannot merge the recomputation with the forward: no CSE barrier needed
+    if remat and remat_pays(step, carry, xs):  # in a loop XLA cannot merge the recomputation with the forward
         step = jax.checkpoint(step, prevent_cse=unroll)
     if not unroll:
         return jax.lax.scan(step, carry, xs)
@@ -158,6 +160,20 @@ def available_bytes() -> int | None:
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
     except (OSError, StopIteration):
         return None
+
+
+def remat_pays(step, carry, xs) -> bool:
+    """Whether a gradient through ``layer_loop(step, carry, xs)`` should rematerialise: the residuals
+    its backward keeps for all L steps (one step's VJP residuals beyond its inputs, traced by
+    ``jax.eval_shape`` of ``jax.vjp``: no compute) exceed a quarter of ``available_bytes`` (always
+    where that is unknown)."""
+    spec = lambda a, lead=0: jax.ShapeDtypeStruct(a.shape[lead:], a.dtype)  # noqa: E731
+    one = jax.tree.map(lambda a: spec(a, 1), xs)  # one step's slice of the stacks
+    L = jax.tree.leaves(xs)[0].shape[0]
+    size = lambda tree: sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(tree))  # noqa: E731
+    residuals = jax.eval_shape(lambda c, x: jax.vjp(step, c, x)[1], jax.tree.map(spec, carry), one)
+    free = available_bytes()
+    return free is None or L * (size(residuals) - size(one) - size(carry)) > free / 4
 
 
 def check_fits(shapes, L: int, x0) -> None:

@@ -206,10 +206,10 @@ class Seq2Seq(nnx.Module):
         self.deterministic = True  # evaluation mode; train() / eval() set it (``jattn.nn.layers.dropout_key``)
 
     def encoder_stack(self, input_ids, attention_mask, iv: Interventions = NONE, rng=None, dtype=jnp.float32,
-               internals="all", unroll=False, inputs_embeds=None):
+               internals="all", unroll=False, inputs_embeds=None, remat=False):
         """Encoder stack. input_ids (or None and ``inputs_embeds`` (b, s, D)), attention_mask (b, s) ->
         the stack's output (b, s, D) (after the final LayerNorm, if any), internals (L_enc, ...);
-        ``unroll``: ``jattn.nn.engine.layer_loop``."""
+        ``unroll``, ``remat``: ``jattn.nn.engine.layer_loop``."""
         r = split_rng(rng, 2)
         x = self.embeddings.side_input(input_ids, inputs_embeds, attention_mask, "source", dtype, r[0])  # (b, s, D)
         allowed = attention_mask.astype(bool)[:, None, :]  # (b, 1, s)
@@ -225,16 +225,16 @@ class Seq2Seq(nnx.Module):
             out, ffn = layer.ffn(h, layer_iv, lr[1])  # (b, s, D)
             return out, select({**ints, **ffn}, internals)
 
-        x, ints = layer_loop(step, x, (stacked, iv.layer_slices(), layer_rngs), unroll)  # (b, s, D)
+        x, ints = layer_loop(step, x, (stacked, iv.layer_slices(), layer_rngs), unroll, remat)  # (b, s, D)
         return self.encoder.final(x), ints
 
     def decoder_stack(self, encoder_out, attention_mask, decoder_input_ids, decoder_attention_mask,
                iv: Mapping[str, Interventions], rng=None, dtype=jnp.float32, internals="all", unroll=False,
-               inputs_embeds=None):
+               inputs_embeds=None, remat=False):
         """Decoder stack with teacher forcing. encoder_out (b, s, D), decoder_input_ids (b, t) (or
         None and ``inputs_embeds`` (b, t, D)) -> the stack's output (b, t, D) (after the final
         LayerNorm, if any) and internals {"decoder": (L_dec, ...),
-        "cross": (L_dec, ...)}; ``unroll``: ``jattn.nn.engine.layer_loop``."""
+        "cross": (L_dec, ...)}; ``unroll``, ``remat``: ``jattn.nn.engine.layer_loop``."""
         r = split_rng(rng, 2)
         y = self.embeddings.side_input(decoder_input_ids, inputs_embeds, decoder_attention_mask, "target", dtype,
                                        r[0])  # (b, t, D)
@@ -258,7 +258,7 @@ class Seq2Seq(nnx.Module):
                          "cross": select({**cross_int, **ffn}, internals)}
 
         xs = (stacked, iv_self.layer_slices(), iv_cross.layer_slices(), layer_rngs)
-        y, ints = layer_loop(step, y, xs, unroll)  # (b, t, D)
+        y, ints = layer_loop(step, y, xs, unroll, remat)  # (b, t, D)
         return self.decoder.final(y), ints
 
     def logits(self, h: jax.Array) -> jax.Array:
@@ -274,7 +274,7 @@ class Seq2Seq(nnx.Module):
         return logits
 
     def __call__(self, batch: dict, interventions: Mapping[str, Interventions] | None = None, *,
-                 dropout_rng=None, compute_dtype=jnp.float32, internals="all", unroll=False):
+                 dropout_rng=None, compute_dtype=jnp.float32, internals="all", unroll=False, remat=False):
         """Teacher-forced encoder–decoder pass; returns (outputs, internals).
 
         batch: ``input_ids``, ``attention_mask`` (b, s); ``decoder_input_ids`` (b, t) and optional
@@ -288,7 +288,8 @@ class Seq2Seq(nnx.Module):
         ``dropout_rng``: in training mode (``train()``) the key dropout draws from, a key or an
         ``nnx.Rngs``; none in evaluation mode (``eval()``, the default). ``internals``: "all",
         None or names. ``unroll``: the layers as straight-line code
-        (``jattn.nn.engine.layer_loop``).
+        (``jattn.nn.engine.layer_loop``); ``remat``: a gradient keeps one layer's activations at a
+        time, recomputing them (Chen et al. 2016; ``layer_loop``; the gradient sweeps).
 
         outputs: ``logits`` (b, t, V), ``encoder_last_hidden_state`` (b, s, D),
         ``decoder_last_hidden_state`` (b, t, D). internals: {"encoder", "decoder", "cross"}, each
@@ -311,9 +312,9 @@ class Seq2Seq(nnx.Module):
             dec_mask = jnp.ones(dec_embeds.shape[:2], jnp.int32)  # (b, t)
         enc, enc_int = self.encoder_stack(batch.get("input_ids"), batch["attention_mask"], iv.get("encoder", NONE),
                                           r[0], compute_dtype, internals, unroll,
-                                          batch.get("inputs_embeds"))  # (b, s, D)
+                                          batch.get("inputs_embeds"), remat)  # (b, s, D)
         dec, dec_int = self.decoder_stack(enc, batch["attention_mask"], dec_ids, dec_mask, iv, r[1], compute_dtype,
-                                          internals, unroll, dec_embeds)  # (b, t, D)
+                                          internals, unroll, dec_embeds, remat)  # (b, t, D)
         outputs = {"logits": self.logits(dec), "encoder_last_hidden_state": enc, "decoder_last_hidden_state": dec}
         return outputs, {"encoder": enc_int, **dec_int}
 

@@ -157,6 +157,7 @@ class HeadImportance(Method):
     mask_token_id: int = dataclasses.field(init=False)
     name = "importance"
     families = ("encoder", "decoder")  # a causal LM: its next-token loss
+    remat = True  # the gradient keeps one layer's activations at a time (``jattn.nn.engine.layer_loop``): exact
 
     def __post_init__(self, model):
         check_estimator(self.estimator)
@@ -206,12 +207,12 @@ class HeadImportance(Method):
         def total_loss(gates):
             iv = Interventions(head_gates=gates["encoder"])
             if self.kind == "classification":  # the logits alone: the last layer on [CLS] only
-                outputs = {"logits": encoder.classify(ctx.params, ctx.config, ctx.batch, iv)}
+                outputs = {"logits": encoder.classify(ctx.params, ctx.config, ctx.batch, iv, remat=self.remat)}
             elif self.kind == "custom":  # on the filled rows
                 inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
-                outputs, _ = encoder.forward(ctx.params, ctx.config, inputs, iv, internals=None, remat=True)
+                outputs, _ = encoder.forward(ctx.params, ctx.config, inputs, iv, internals=None, remat=self.remat)
             else:
-                outputs, _ = ctx.forward(interventions=iv, internals=None, remat=True, **overrides)
+                outputs, _ = ctx.forward(interventions=iv, internals=None, remat=self.remat, **overrides)
             return jnp.where(rows, self.example_losses(ctx, outputs, batch), 0.0).sum()
 
         sums = gate_sums(total_loss, {"encoder": f["head_mask"]}, {"encoder": real}, rows, self.estimator)
@@ -302,6 +303,7 @@ class TranslationImportance(Method):
     name = "importance"
     families = ("seq2seq",)
     joint = True
+    remat = True  # as ``HeadImportance``'s: both stacks' layers recomputed one at a time in the backward pass
 
     def prepare(self, batch) -> dict:
         b = batch.input_ids.shape[0]
@@ -325,7 +327,7 @@ class TranslationImportance(Method):
 
         def total_loss(gates):
             iv = {kind: Interventions(head_gates=g) for kind, g in gates.items()}
-            outputs, _ = seq2seq.forward(ctx.params, ctx.config, inputs, iv, internals=None)
+            outputs, _ = seq2seq.forward(ctx.params, ctx.config, inputs, iv, internals=None, remat=self.remat)
             per = (losses.translation_loss(outputs["logits"], batch["labels"], batch["label_mask"])
                    if self.loss is None else self.loss(ctx.params, ctx.config, outputs, batch))  # (b,)
             return jnp.where(rows, per, 0.0).sum()

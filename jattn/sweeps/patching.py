@@ -283,12 +283,14 @@ def patch_heads(model, clean, corrupted, metric, *, per_position: bool = False, 
 
 # ---------------------------------------------------------------- attribution patching
 
-@partial(jax.jit, static_argnames=("config", "metric"))
-def _attribution(views, config, clean, corrupted, metric, rows):
+@partial(jax.jit, static_argnames=("config", "metric", "remat"))
+def _attribution(views, config, clean, corrupted, metric, rows, remat=True):
     """Σ over examples of ∂metric/∂t_{l,h} at t = 0, {kind: (L, H)}, from the parameters as
     ``Model.layer_views`` gives them (each layer's weights an argument of its own). Both
     passes unrolled (``jattn.nn.engine.layer_loop``): the backward reads the residuals where the
-    forward left them, and XLA drops the work no result needs (``docs/BENCHMARKS.md``)."""
+    forward left them, and XLA drops the work no result needs (``docs/BENCHMARKS.md``). ``remat``:
+    the differentiated pass keeps one layer's activations at a time (Chen et al. 2016), the same
+    values for one more forward's time."""
     params = stacked_layers(views)
     f = seq2seq.forward if isinstance(config, Seq2SeqConfig) else partial(encoder.forward, heads=metric_heads(config))
     _, ints = f(params, config, clean, None, internals=("context",), unroll=True)
@@ -298,7 +300,7 @@ def _attribution(views, config, clean, corrupted, metric, rows):
     def total(ts):
         patch = {k: Interventions(patch={"context": (contexts[k], t)}) for k, t in ts.items()}
         iv = patch if isinstance(config, Seq2SeqConfig) else patch["encoder"]
-        out, _ = f(params, config, corrupted, iv, internals=None, unroll=True)
+        out, _ = f(params, config, corrupted, iv, internals=None, unroll=True, remat=remat)
         return metric_rows(metric, out, corrupted["input_ids"].shape[0], rows).sum()
 
     ts = {k: jnp.zeros((*v.shape[:3], 1), v.dtype) for k, v in contexts.items()}  # (L, b, H, 1)

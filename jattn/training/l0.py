@@ -87,17 +87,19 @@ def fold_gates(params: dict, config, gate_values: dict) -> dict:
     return out
 
 
-def task_loss(config, params, batch: dict, interventions, key, gc: GateConfig) -> jax.Array:
-    """Token-mean cross-entropy (translation) or example-mean cross-entropy (classifier)."""
+def task_loss(config, params, batch: dict, interventions, key, gc: GateConfig, remat: bool = True) -> jax.Array:
+    """Token-mean cross-entropy (translation) or example-mean cross-entropy (classifier). ``remat``:
+    the gradient keeps one layer's activations at a time (``jattn.nn.engine.layer_loop``), exactly."""
     if isinstance(config, EncoderConfig):
         from jattn.nn.losses import classification_loss
 
         inputs = {k: v for k, v in batch.items() if k != "labels"}
-        outputs, _ = encoder.forward(params, config, inputs, interventions, dropout_rng=key, internals=None)
+        outputs, _ = encoder.forward(params, config, inputs, interventions, dropout_rng=key, internals=None,
+                                     remat=remat)
         return classification_loss(outputs["logits"], batch["labels"])
     from jattn.training.nmt import label_smoothed_loss
 
-    outputs, _ = seq2seq.forward(params, config, batch, interventions, dropout_rng=key, internals=None)
+    outputs, _ = seq2seq.forward(params, config, batch, interventions, dropout_rng=key, internals=None, remat=remat)
     loss, _ = label_smoothed_loss(outputs["logits"], batch["labels"], batch["label_mask"], gc.label_smoothing)
     return loss / jnp.maximum(batch["label_mask"].sum(), 1)
 
