@@ -292,9 +292,9 @@ NATURAL = (("context", 256), ("distinct", True), ("eval_every", 100), ("random_s
            ("text", TEXT))
 RECIPES += [
     *seeded("induction-natural-attn-only", "a 2-layer attention-only GPT-2 (8 heads, d 128, context 256) trained on "
-            "English natural text only (no repeated segments)", "about 13 min alone on 2 CPU cores (estimated: the "
-            "context-128 recipe's 0.11 s a step x 2.2 for context 256; 4.7 s a step measured over 120 steps while "
-            "the 2 cores ran about 12 other jobs)", kind="language_model", maker=make,
+            "English natural text only (no repeated segments)", "about 3 h on 2 CPU cores shared with one other "
+            "training (seed 0: 180 min of training for 3,000 steps, 3.6 s a step); 13 min alone estimated from the "
+            "context-128 recipe's 0.11 s a step x 2.2 for context 256, not measured", kind="language_model", maker=make,
             options=(("attention_only", True), *NATURAL), needs=TEXT, seeds=5),
     *seeded("induction-natural-gpt2", "a 2-layer GPT-2 with MLPs (8 heads, d 128, FFN 512, context 256) trained on "
             "English natural text only (no repeated segments)", "about 15 min alone on 2 CPU cores (estimated: the "
