@@ -10,12 +10,15 @@ tensor, and its first forward includes compiling it. Compare load + first forwar
 
     python benchmarks/bench_scale.py --shape 0.67b --mesh 1 8 --out benchmarks/results/bench_scale.json
 
-Shapes (``SHAPES``): ``0.67b`` is the model of the scale issue (hidden 2,048, 12 layers, 32 heads,
-8 KV heads, FFN 5,632, vocabulary 32,000; 1.34 GB in bfloat16, three shards); ``tiny`` runs in
-seconds (the test). Checkpoints are made once and kept under ``--cache``. ``orbax`` rows restore
-the same parameters from jattn's orbax conversion cache (``jattn.load(use_cache=True)``, made by
-a first call) straight onto the devices, beside the safetensors stream (``jattn`` rows). ``--mesh N`` loads onto
-an N-device mesh (``model`` axis N) of faked CPU devices (``--xla_force_host_platform_device_count``).
+Families and shapes (``SHAPES``, ``--family``): ``llama`` (a decoder LM; ``0.67b`` is the model of the scale
+issue: hidden 2,048, 12 layers, 32 heads, 8 KV heads, FFN 5,632, vocabulary 32,000; 1.34 GB in bfloat16,
+three shards), ``xlm-roberta`` (an encoder of XLM-R XL's proportions: width, heads, FFN 4x, its 250,002-token
+vocabulary at the larger sizes) and ``nllb`` (an M2M-100 translation model of NLLB's proportions: NLLB-600M's
+shape is ``0.6b``, NLLB-1.3B's ``1.3b``); ``tiny`` runs in seconds (the tests). Checkpoints are made once and
+kept under ``--cache``. ``orbax`` rows restore the same parameters from jattn's orbax conversion cache
+(``jattn.load(use_cache=True)``, made by a first call) straight onto the devices, beside the safetensors stream
+(``jattn`` rows). ``--mesh N`` loads onto an N-device mesh (``model`` axis N) of faked CPU devices
+(``--xla_force_host_platform_device_count``).
 """
 
 from __future__ import annotations
@@ -28,14 +31,36 @@ import subprocess
 import sys
 from pathlib import Path
 
+TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=8, intermediate_size=128, vocab_size=512,
+            shard="200KB")
 SHAPES = {
-    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
-                 intermediate_size=128, vocab_size=512, shard="200KB"),
-    "0.1b": dict(hidden_size=768, num_hidden_layers=8, num_attention_heads=12, num_key_value_heads=4,
-                 intermediate_size=2048, vocab_size=32000, shard="100MB"),
-    "0.67b": dict(hidden_size=2048, num_hidden_layers=12, num_attention_heads=32, num_key_value_heads=8,
-                  intermediate_size=5632, vocab_size=32000, shard="500MB"),
+    "llama": {
+        "tiny": dict(TINY, num_key_value_heads=4),
+        "0.1b": dict(hidden_size=768, num_hidden_layers=8, num_attention_heads=12, num_key_value_heads=4,
+                     intermediate_size=2048, vocab_size=32000, shard="100MB"),
+        "0.67b": dict(hidden_size=2048, num_hidden_layers=12, num_attention_heads=32, num_key_value_heads=8,
+                      intermediate_size=5632, vocab_size=32000, shard="500MB"),
+    },
+    "xlm-roberta": {  # XL: hidden 2,560, 36 layers, 32 heads, FFN 10,240, vocabulary 250,880
+        "tiny": TINY,
+        "0.1b": dict(hidden_size=768, num_hidden_layers=6, num_attention_heads=12, intermediate_size=3072,
+                     vocab_size=64000, shard="100MB"),
+        "0.5b": dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16, intermediate_size=4096,
+                     vocab_size=250002, shard="500MB"),
+        "1b": dict(hidden_size=2048, num_hidden_layers=12, num_attention_heads=32, intermediate_size=8192,
+                   vocab_size=250002, shard="1GB"),
+    },
+    "nllb": {  # NLLB-600M: d 1,024, 12 + 12 layers, 16 heads, FFN 4,096, vocabulary 256,206
+        "tiny": TINY,
+        "0.1b": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
+                     vocab_size=64000, shard="100MB"),
+        "0.6b": dict(hidden_size=1024, num_hidden_layers=12, num_attention_heads=16, intermediate_size=4096,
+                     vocab_size=256206, shard="500MB"),
+        "1.3b": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=8192,
+                     vocab_size=256206, shard="1GB"),
+    },
 }
+
 
 # Run in a fresh interpreter: imports, then the baseline resident set, then the load; prints JSON.
 PROBE = r"""
@@ -43,12 +68,13 @@ import json, resource, sys, time
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * resource.getpagesize()
-folder, who, devices = sys.argv[1], sys.argv[2], int(sys.argv[3])
+folder, who, devices, family = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if who == "hf":
     import torch, transformers
-    transformers.LlamaForCausalLM  # its modules imported before the clock starts, as jattn's below
+    auto = {"llama": transformers.AutoModelForCausalLM, "xlm-roberta": transformers.AutoModel,
+            "nllb": transformers.AutoModelForSeq2SeqLM}[family]
     base = rss(); t0 = time.perf_counter()
-    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
+    model = auto.from_pretrained(folder, dtype=torch.bfloat16)
     dtypes = sorted({str(p.dtype) for p in model.parameters()})
 else:
     import jax, jattn, jattn.models
@@ -61,13 +87,16 @@ seconds = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 ids = [[(7 * i) % 500 + 1 for i in range(128)]]  # one 128-token row: the first forward reads every weight
 t1 = time.perf_counter()
+seq2seq = {"decoder_input_ids": ids, "decoder_attention_mask": [[1] * 128]} if family == "nllb" else {}
 if who == "hf":
     with torch.no_grad():
-        model(input_ids=torch.tensor(ids)).logits.float().sum().item()
+        out = model(input_ids=torch.tensor(ids), **{k: torch.tensor(v) for k, v in seq2seq.items()})
+        out[0].float().sum().item()
 else:
     import numpy as np
-    batch = {"input_ids": np.array(ids, np.int32), "attention_mask": np.ones((1, 128), np.int32)}
-    jax.block_until_ready(model.forward(batch, internals=None).last_hidden_state)
+    batch = {"input_ids": np.array(ids, np.int32), "attention_mask": np.ones((1, 128), np.int32),
+             **{k: np.array(v, np.int32) for k, v in seq2seq.items()}}
+    jax.block_until_ready(jax.tree.leaves(model.forward(batch, internals=None)))
 forward = time.perf_counter() - t1
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 print(json.dumps({"seconds": seconds, "peak_above_baseline": peak - base, "dtypes": dtypes,
@@ -75,30 +104,38 @@ print(json.dumps({"seconds": seconds, "peak_above_baseline": peak - base, "dtype
 """
 
 
-def make_checkpoint(shape: str, cache: Path) -> Path:
-    """The random bfloat16 checkpoint of ``shape`` (made once): ``save_pretrained`` with shards."""
-    folder = cache / f"llama-{shape}-bf16"
+def make_checkpoint(shape: str, cache: Path, family: str = "llama") -> Path:
+    """The random bfloat16 checkpoint of ``family`` at ``shape`` (made once): ``save_pretrained`` with shards."""
+    folder = cache / f"{family}-{shape}-bf16"
     if (folder / "DONE").is_file():
         return folder
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers as T
 
-    spec = dict(SHAPES[shape])
+    spec = dict(SHAPES[family][shape])
     shard = spec.pop("shard")
     torch.manual_seed(0)
-    config = LlamaConfig(**spec, max_position_embeddings=8192, tie_word_embeddings=False)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(folder, max_shard_size=shard)
+    if family == "llama":
+        model = T.LlamaForCausalLM(T.LlamaConfig(**spec, max_position_embeddings=8192, tie_word_embeddings=False))
+    elif family == "xlm-roberta":
+        model = T.XLMRobertaModel(T.XLMRobertaConfig(**spec, max_position_embeddings=514), add_pooling_layer=False)
+    else:
+        d, L, H, F = (spec[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"))
+        config = T.M2M100Config(vocab_size=spec["vocab_size"], d_model=d, encoder_layers=L, decoder_layers=L,
+                                encoder_attention_heads=H, decoder_attention_heads=H, encoder_ffn_dim=F,
+                                decoder_ffn_dim=F, max_position_embeddings=1024, scale_embedding=True)
+        model = T.M2M100ForConditionalGeneration(config)
+    model.to(torch.bfloat16).save_pretrained(folder, max_shard_size=shard)
     (folder / "DONE").write_text("made by benchmarks/bench_scale.py\n")
     return folder
 
 
-def measure(folder: Path, who: str, devices: int = 1) -> dict:
+def measure(folder: Path, who: str, devices: int = 1, family: str = "llama") -> dict:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),  # this checkout's jattn
            "JATTN_CACHE": str(folder.parent / "jattn-cache")}  # the orbax conversion cache beside the checkpoint
     if devices > 1:
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
-    out = subprocess.run([sys.executable, "-c", PROBE, str(folder), who, str(devices)], env=env,
+    out = subprocess.run([sys.executable, "-c", PROBE, str(folder), who, str(devices), family], env=env,
                          capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"{who} load failed:\n{out.stderr[-3000:]}")
@@ -109,22 +146,22 @@ def checkpoint_bytes(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.glob("*.safetensors"))
 
 
-def run(shape: str, meshes: list[int], cache: Path, repeats: int = 1) -> dict:
-    folder = make_checkpoint(shape, cache)
+def run(shape: str, meshes: list[int], cache: Path, repeats: int = 1, family: str = "llama") -> dict:
+    folder = make_checkpoint(shape, cache, family)
     size = checkpoint_bytes(folder)
     rows = []
     for who, devices in [("hf", 1)] + [(w, d) for d in meshes for w in ("jattn", "orbax")]:
         if who == "orbax":  # the conversion cache made first (jattn.load(use_cache=True) converts and saves)
-            measure(folder, who, 1)
+            measure(folder, who, 1, family)
         for r in range(repeats):
-            m = measure(folder, who, devices)
+            m = measure(folder, who, devices, family)
             rows.append({"who": who, "devices": devices, "repeat": r, **m,
                          "memory_over_checkpoint": m["peak_above_baseline"] / size,
                          "load_and_forward_seconds": m["seconds"] + m["first_forward_seconds"]})
     hf = min(r["seconds"] for r in rows if r["who"] == "hf")
     for r in rows:
         r["seconds_over_hf"] = r["seconds"] / hf
-    return {"shape": shape, "config": SHAPES[shape], "checkpoint_bytes": size,
+    return {"family": family, "shape": shape, "config": SHAPES[family][shape], "checkpoint_bytes": size,
             "shards": len(list(folder.glob("*.safetensors"))), "cpu": _cpu(), "cores": os.cpu_count(),
             "rows": rows}
 
@@ -138,16 +175,20 @@ def _cpu() -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="0.67b")
+    parser.add_argument("--family", choices=sorted(SHAPES), default="llama")
+    parser.add_argument("--shape", default="0.67b", help="one of SHAPES[family]: " + "; ".join(
+        f"{f}: {', '.join(s)}" for f, s in SHAPES.items()))
     parser.add_argument("--mesh", type=int, nargs="+", default=[1, 8], help="device counts to load onto")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get("JATTN_CACHE", "~/.cache/jattn")).expanduser()
                         / "bench_scale")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    result = run(args.shape, args.mesh, args.cache, args.repeats)
-    print(f"{result['shape']}: {result['checkpoint_bytes'] / 2**30:.2f} GiB in {result['shards']} shards; "
-          f"{result['cpu']}, {result['cores']} cores")
+    if args.shape not in SHAPES[args.family]:
+        parser.error(f"--shape {args.shape} is not a shape of --family {args.family}: {', '.join(SHAPES[args.family])}")
+    result = run(args.shape, args.mesh, args.cache, args.repeats, args.family)
+    print(f"{result['family']} {result['shape']}: {result['checkpoint_bytes'] / 2**30:.2f} GiB in "
+          f"{result['shards']} shards; {result['cpu']}, {result['cores']} cores")
     for r in result["rows"]:
         print(f"{r['who']:6s} devices {r['devices']}: load {r['seconds']:6.1f} s ({r['seconds_over_hf']:.2f}x HF), "
               f"peak {r['peak_above_baseline'] / 2**30:.2f} GiB above baseline "

@@ -82,7 +82,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", choices=("lm-attention", "importance"), default="lm-attention")
     parser.add_argument("--tokens", type=int, default=4096)
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="0.67b")
+    parser.add_argument("--shape", choices=sorted(SHAPES["llama"]), default="0.67b")
     parser.add_argument("--compile", action="store_true", help="XLA's buffer sizes of the step, not run")
     parser.add_argument("--dtype", choices=("stored", "float32"), default="stored",
                         help="the parameters' dtype: the checkpoint's (bfloat16), or float32 (no per-program cast)")

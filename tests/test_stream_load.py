@@ -162,13 +162,16 @@ def test_mesh_load_places_each_parameter_as_shard_does(llama_bf16, tmp_path):
     assert any("kernel" in key and devices == 2 for _, key, *_, devices in rows)
 
 
-def test_bench_scale_measures_both_loaders_on_a_tiny_checkpoint(tmp_path):
+@pytest.mark.parametrize("family", ["llama", "xlm-roberta", "nllb"])
+def test_bench_scale_measures_both_loaders_on_a_tiny_checkpoint(tmp_path, family):
+    """A decoder LM, an encoder and a translation model: HF's loader and jattn's (stream and orbax
+    cache) each load the sharded bfloat16 checkpoint and run its first forward, keeping bfloat16."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import bench_scale
     finally:
         sys.path.pop(0)
-    result = bench_scale.run("tiny", [1], tmp_path)
+    result = bench_scale.run("tiny", [1], tmp_path, family=family)
     who = {r["who"] for r in result["rows"]}
     assert who == {"hf", "jattn", "orbax"} and result["shards"] > 1
     assert all(r["dtypes"] in (["bfloat16"], ["torch.bfloat16"]) for r in result["rows"])
