@@ -68,6 +68,9 @@ import json, resource, sys, time
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * resource.getpagesize()
+def hwm():  # this program's peak resident set (VmHWM): ru_maxrss would keep the parent's from before exec
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 folder, who, devices, family = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if who == "hf":
     import torch, transformers
@@ -84,7 +87,7 @@ else:
     jax.block_until_ready(jax.tree.leaves(model.params))
     dtypes = sorted({str(p.dtype) for p in jax.tree.leaves(model.params)})
 seconds = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = hwm()
 ids = [[(7 * i) % 500 + 1 for i in range(128)]]  # one 128-token row: the first forward reads every weight
 t1 = time.perf_counter()
 seq2seq = {"decoder_input_ids": ids, "decoder_attention_mask": [[1] * 128]} if family == "nllb" else {}
@@ -98,7 +101,7 @@ else:
              **{k: np.array(v, np.int32) for k, v in seq2seq.items()}}
     jax.block_until_ready(jax.tree.leaves(model.forward(batch, internals=None)))
 forward = time.perf_counter() - t1
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+after = hwm()
 print(json.dumps({"seconds": seconds, "peak_above_baseline": peak - base, "dtypes": dtypes,
                   "first_forward_seconds": forward, "peak_above_baseline_after_forward": after - base}))
 """

@@ -11,7 +11,7 @@ its own dtype (``--dtype float32``: widened as it loads). Each case runs in a fr
 (``PROBE``): the imports, the load, then the resident set as the baseline, then one random text of
 ``--tokens`` tokens through ``run_corpus`` with ``LMAttention`` (``lm-attention``) or through
 ``jattn.importance`` (``importance``: every head's gradient, the next-token loss); the peak
-(``ru_maxrss``) minus the baseline is reported. ``--compile`` reports instead XLA's buffer
+(``VmHWM``) minus the baseline is reported. ``--compile`` reports instead XLA's buffer
 assignment of the case's jitted step (``memory_analysis``: temporary bytes, without running it),
 quick to compare at a mid-size length. ``--shape tiny`` runs in seconds (the test).
 """
@@ -61,7 +61,8 @@ elif case == "lm-attention":
 else:
     jattn.importance(model, batch, batch_size=1, max_length=n, progress=False)
     out = {}
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+with open("/proc/self/status") as f:  # VmHWM, this program's peak: ru_maxrss keeps the parent's from before exec
+    peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
 c = model.config
 print(json.dumps({**out, "seconds": time.perf_counter() - t0, "peak_above_model": peak - base,
                   "layer_weights_bytes": c.num_heads * n * n * 4, "loaded_bytes": base}))
