@@ -47,13 +47,15 @@ def test_precondition_status(deltas, status):
     assert pre["status"] == status, pre
 
 
-def test_the_not_needed_side_uses_the_90_percent_interval():
-    """A Δ whose 90 % interval lies above −1 but whose 95 % one does not: not needed (one-sided)."""
+@pytest.mark.parametrize("centre, status", [(-0.5, "not needed"), (-1.5, "inconclusive")])
+def test_needed_reads_the_95_and_not_needed_the_90_percent_interval(centre, status):
+    """Δ whose 90 % interval lies on one side of −1 and whose 95 % one straddles it: above, not needed
+    (the one-sided test); below, not yet needed (the 95 % interval must lie below)."""
     for spread in np.linspace(0.05, 1.5, 300):
-        deltas = [-0.5 - spread, -0.5, -0.5 + spread]
+        deltas = [centre - spread, centre, centre + spread]
         ci95, ci90 = stats.t_interval(deltas, 0.95)[1], stats.t_interval(deltas, 0.90)[1]
-        if ci90[0] > -BLEU_THRESHOLD >= ci95[0]:
-            assert S.precondition([50.0] * 3, np.add(50.0, deltas))["status"] == "not needed"
+        if (ci90[0] > -BLEU_THRESHOLD >= ci95[0]) if centre > -1 else (ci90[1] < -BLEU_THRESHOLD <= ci95[1]):
+            assert S.precondition([50.0] * 3, np.add(50.0, deltas))["status"] == status
             return
     pytest.fail("no spread separates the two intervals")
 
@@ -190,11 +192,12 @@ FULL = pipeline.PROFILES["full"]
 
 
 def _tiny_params(monkeypatch) -> None:
+    """A few updates on a tiny corpus, the learning rates high enough that the runs' translations move."""
     full = SR.params(FULL)
     monkeypatch.setattr(SR, "params", lambda profile: {**full, "lams": [0.05, 0.5], "steps": 3, "max_steps": 4,
                                                         "beams": 1, "max_decode": 16, "max_len": 12,
                                                         "max_tokens": 512, "save_every": 10, "test_sentences": 6,
-                                                        "train_pairs": 48})
+                                                        "train_pairs": 48, "model_lr": 0.02, "gate_lr": 0.5})
 
 
 def _context(tmp_path) -> pipeline.Context:
@@ -236,6 +239,16 @@ def test_the_committed_seed_0_model_is_found_and_the_others_are_asked_for(tmp_pa
         SR.model_folder(CONTROLS[1])
 
 
+def _own_translations(folder, sources: list[str]) -> list[str]:
+    import jattn
+    from jattn.io.parallel import encode
+    from experiments.voita2019 import runs as R
+
+    model = jattn.load(folder, use_cache=False)
+    s = R.Setup(model, encode(model.tokenizer, sources, model.config.max_length), [], {"beams": 1, "max_decode": 16})
+    return s.translate(s.pure_params())
+
+
 def test_every_synthetic_stage_on_tiny_models(tmp_path, monkeypatch):
     """The stages on a tiny random Marian model (2 + 3 layers, 8 encoder heads) standing for the
     three seeds, the controls' recorded BLEU 30 below: the precondition, each seed's unpruned
@@ -253,7 +266,8 @@ def test_every_synthetic_stage_on_tiny_models(tmp_path, monkeypatch):
         (tmp_path / name / "training.json").write_text(json.dumps({"test": {"bleu": bleu}}))
     monkeypatch.setattr(SR, "model_folder", lambda name: tmp_path / name)
     src, tgt = sentences(48, seed=1), sentences(48, seed=2)
-    monkeypatch.setattr(SR, "corpus", lambda: {"train": (src, tgt), "test": (src[:6], tgt[:6])})
+    refs = _own_translations(tiny, src[:6])  # the unpruned model scores 100, a changed one less
+    monkeypatch.setattr(SR, "corpus", lambda: {"train": (src, tgt), "test": (src[:6], refs)})
     monkeypatch.setattr(pipeline, "release_compiled", lambda: None)
     _tiny_params(monkeypatch)
     stages, ctx = SR.stages(FULL), _context(tmp_path)
@@ -272,8 +286,9 @@ def test_every_synthetic_stage_on_tiny_models(tmp_path, monkeypatch):
         gated, unpruned = read(gates["translations"]), read(records[f"voita.synthetic-unpruned-s{r['seed']}"][
             "result"]["translations"])
         assert len(gated) == len(unpruned) == 6
-        bleu = lambda hyps: sacrebleu.corpus_bleu(hyps, [tgt[:6]]).score  # noqa: E731
+        bleu = lambda hyps: sacrebleu.corpus_bleu(hyps, [refs]).score  # noqa: E731
         assert r["delta"] == pytest.approx(bleu(gated) - bleu(unpruned), abs=1e-9) and r["ci"][0] <= r["delta"]
+    assert any(r["delta"] != 0 for r in result["runs"])  # so that a Δ of the wrong sign shows
     for seed in range(3):
         assert result["fewest"][seed] == S.fewest_heads([r for r in result["runs"] if r["seed"] == seed])
     assert result["verdicts"]["fewest-heads"] == dataclasses.asdict(S.fewest_verdict(result["fewest"], 8, pre))
