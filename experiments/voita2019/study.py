@@ -67,6 +67,11 @@ cross-attention gate (0.89) after 2,400: hence up to 3,600. On the committed mod
 gates keep 27, 13, 6, 2 and 1 heads over the grid, every gate closed or open after 600-2,100
 updates (the REPORT's table).
 
+The fewest-heads and kept-confidence claims again where the encoder's self-attention is needed: the
+synthetic clause language, three seeds of a 3 + 3 × 8 model and of its control without encoder
+self-attention, by rules fixed before any gate run (``experiments.voita2019.synthetic_plan``; the
+rules ``synthetic``, the stages ``synthetic_runs``, full profile only, run once the models are made).
+
 Quick profile: a 1 + 1-layer, 2-head model trained in the work folder on 300 pairs, 2 λ, 20
 updates, 24 test sentences, beam 2: the pipeline end to end, not the paper's numbers.
 
@@ -81,6 +86,7 @@ from jattn.reproduce import studies
 from experiments.voita2019 import claims as voita_claims
 from experiments.voita2019 import roles as voita_roles
 from experiments.voita2019 import runs as R
+from experiments.voita2019 import synthetic_runs
 from experiments.common import MODEL
 from experiments.voita2019.runs import DATA, SETTINGS, lam_name
 
@@ -127,7 +133,7 @@ def stages(profile: Profile) -> list[Stage]:
                             *gate_stages, *michel), params=p,
                      code=("experiments.voita2019.study", "experiments.voita2019.claims",
                            "experiments.voita2019.head_claims")))
-    return out
+    return out + synthetic_runs.stages(profile)  # the synthetic setting's, once its models are made
 
 
 studies.register('voita', stages,
