@@ -289,8 +289,9 @@ def _attribution(views, config, clean, corrupted, metric, rows, remat=True):
     ``Model.layer_views`` gives them (each layer's weights an argument of its own). Both
     passes unrolled (``jattn.nn.engine.layer_loop``): the backward reads the residuals where the
     forward left them, and XLA drops the work no result needs (``docs/BENCHMARKS.md``). ``remat``:
-    the differentiated pass keeps one layer's activations at a time (Chen et al. 2016), the same
-    values for one more forward's time."""
+    the differentiated pass keeps one layer's activations at a time (Chen et al. 2016) where the
+    layers' residuals would not fit (``jattn.nn.engine.remat_pays``), the same values for one more
+    forward's time."""
     params = stacked_layers(views)
     f = seq2seq.forward if isinstance(config, Seq2SeqConfig) else partial(encoder.forward, heads=metric_heads(config))
     _, ints = f(params, config, clean, None, internals=("context",), unroll=True)

@@ -89,7 +89,8 @@ def fold_gates(params: dict, config, gate_values: dict) -> dict:
 
 def task_loss(config, params, batch: dict, interventions, key, gc: GateConfig, remat: bool = True) -> jax.Array:
     """Token-mean cross-entropy (translation) or example-mean cross-entropy (classifier). ``remat``:
-    the gradient keeps one layer's activations at a time (``jattn.nn.engine.layer_loop``), exactly."""
+    the gradient keeps one layer's activations at a time where the layers' residuals would not fit
+    (``jattn.nn.engine.layer_loop``, ``remat_pays``), the same values."""
     if isinstance(config, EncoderConfig):
         from jattn.nn.losses import classification_loss
 
