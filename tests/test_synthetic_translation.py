@@ -90,8 +90,9 @@ def test_the_recipes_are_three_seeds_of_the_model_and_of_its_control():
     assert [dict(r.options)["seed"] for r in SYNTHETIC] == list(range(len(SYNTHETIC)))
 
 
-def test_the_committed_seed_0_model_scores_its_recorded_test_bleu():
-    """``checkpoints/clauses-3x8`` (what ``jattn models make clauses-3x8`` made): its beam-4 translations of the
+@pytest.mark.parametrize("name", ["clauses-3x8", "clauses-3x8-no-encoder-attention"])
+def test_the_committed_seed_0_model_scores_its_recorded_test_bleu(name):
+    """``checkpoints/<name>`` (what ``jattn models make <name>`` made): its beam-4 translations of the
     test split (``test.hyp``) score the BLEU ``training.json`` records against the generated references, and
     jattn reads the folder with the recorded shape."""
     import json
@@ -102,7 +103,7 @@ def test_the_committed_seed_0_model_scores_its_recorded_test_bleu():
     import jattn
     from jattn.artefacts.synthetic import splits
 
-    folder = Path(__file__).resolve().parents[1] / "checkpoints" / "clauses-3x8"
+    folder = Path(__file__).resolve().parents[1] / "checkpoints" / name
     record = json.loads((folder / "training.json").read_text())["test"]
     hyp = (folder / "test.hyp").read_text(encoding="utf-8").splitlines()
     _, refs = splits("clauses")["test"]
