@@ -13,6 +13,7 @@ statistics.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 
@@ -226,7 +227,8 @@ def test_demo_mds_names_heads_in_both_panels(demo_run):
 
 
 def test_demo_names_special_tokens_as_the_tokenizer_does(demo_run):
-    """The tokenizer's start token is <s> and its end token </s>: no figure and no report says [CLS] or [SEP]."""
+    """The tokenizer's start token is <s> and its end token </s>: no figure, no report and no description in
+    results.json says [CLS] or [SEP]."""
     out, saved, _ = demo_run
     said = {path.rsplit("/", 1)[-1]: [t.get_text() for t in fig.findobj(Text)
                                       if "[CLS]" in t.get_text() or "[SEP]" in t.get_text()] for fig, path in saved}
@@ -234,6 +236,8 @@ def test_demo_names_special_tokens_as_the_tokenizer_does(demo_run):
     report = (out / "report.md").read_text()
     assert "[CLS]" not in report and "[SEP]" not in report
     assert "| layer | <s> | </s> |" in report and "- </s>: " in report
+    described = [v["description"] for k, v in json.loads((out / "results.json").read_text()).items() if k != "meta"]
+    assert not [d for d in described if "[CLS]" in d or "[SEP]" in d] and any("<s>" in d for d in described)
     (entropy,) = [fig for fig, path in saved if path.endswith("/entropy.png")]
     assert "<s> row" in [t.get_text() for t in entropy.axes[0].get_legend().get_texts()]
 

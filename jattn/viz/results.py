@@ -26,13 +26,14 @@ from jattn.viz.figures import FIGURES
 def write_files(result, folder: Path, num_layers: int, meta: dict | None = None,
                 labels: dict | None = None) -> list[Path]:
     """Write results.json, results.npz and figures/ into ``folder``; returns the figure paths.
-    ``labels``: the model's names of [CLS] and [SEP] for the figures (``write_figures``)."""
+    ``labels``: the model's names of [CLS] and [SEP], for the figures (``write_figures``) and the
+    statistics' descriptions in results.json."""
     check_finite(result, num_layers)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     stats = {k: np.asarray(s.value) for k, s in result.statistics.items()}
-    doc = {k: {"value": to_json(v), "shape": list(v.shape), "description": result.statistics[k].description}
-           for k, v in stats.items()}
+    described = {k: words.rename(s.description, labels) for k, s in result.statistics.items()}
+    doc = {k: {"value": to_json(v), "shape": list(v.shape), "description": described[k]} for k, v in stats.items()}
     doc["meta"] = {**result.meta, **(meta or {}), "complete": True}
     with open(folder / "results.npz", "wb") as f:
         np.savez(f, **stats)
