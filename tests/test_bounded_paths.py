@@ -82,13 +82,13 @@ def remat_taken(monkeypatch):
 
 
 def test_remat_is_taken_where_the_residuals_do_not_fit(monkeypatch):
-    """The size rule: L steps' residuals beyond their inputs against a quarter of the free memory."""
+    """The size rule: L steps' residuals beyond their weights against a sixteenth of the free memory."""
     monkeypatch.undo()
-    step = lambda c, w: (jnp.tanh(c @ w), (c @ w).sum())  # noqa: E731  residuals beyond c, w: two (4, 8)
-    carry, xs = jnp.ones((4, 8)), jnp.ones((3, 8, 8))  # 3 steps x 2 x 4 x 8 floats = 768 bytes kept
-    monkeypatch.setattr(engine, "available_bytes", lambda: 4 * 768)
+    step = lambda c, w: (jnp.tanh(c @ w), (c @ w).sum())  # noqa: E731  residuals: c (4, 8), w, two (4, 8)
+    carry, xs = jnp.ones((4, 8)), jnp.ones((3, 8, 8))  # 3 steps x 3 x 4 x 8 floats = 1,152 bytes kept
+    monkeypatch.setattr(engine, "available_bytes", lambda: 16 * 1152)
     assert not engine.remat_pays(step, carry, xs)
-    monkeypatch.setattr(engine, "available_bytes", lambda: 4 * 768 - 4)
+    monkeypatch.setattr(engine, "available_bytes", lambda: 16 * 1152 - 16)
     assert engine.remat_pays(step, carry, xs)
     monkeypatch.setattr(engine, "available_bytes", lambda: None)  # unknown: bounded memory first
     assert engine.remat_pays(step, carry, xs)

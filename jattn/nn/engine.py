@@ -164,16 +164,19 @@ def available_bytes() -> int | None:
 
 def remat_pays(step, carry, xs) -> bool:
     """Whether a gradient through ``layer_loop(step, carry, xs)`` should rematerialise: the residuals
-    its backward keeps for all L steps (one step's VJP residuals beyond its inputs, traced by
-    ``jax.eval_shape`` of ``jax.vjp``: no compute) exceed a quarter of ``available_bytes`` (always
-    where that is unknown)."""
+    its backward keeps for all L steps exceed a sixteenth of ``available_bytes`` (always where that
+    is unknown). One step's residuals are its VJP's (``jax.eval_shape`` of ``jax.vjp``: no compute)
+    less its slice of ``xs`` (the layer's weights, held anyway); the carry's values a step saves
+    (its input x) count, since the loop keeps one per step. A sixteenth leaves the rest of the
+    memory to the parameters and one layer's working set while sparing small shapes (tiny models,
+    short batches) a recomputed forward they would not need."""
     spec = lambda a, lead=0: jax.ShapeDtypeStruct(a.shape[lead:], a.dtype)  # noqa: E731
     one = jax.tree.map(lambda a: spec(a, 1), xs)  # one step's slice of the stacks
     L = jax.tree.leaves(xs)[0].shape[0]
     size = lambda tree: sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(tree))  # noqa: E731
     residuals = jax.eval_shape(lambda c, x: jax.vjp(step, c, x)[1], jax.tree.map(spec, carry), one)
     free = available_bytes()
-    return free is None or L * (size(residuals) - size(one) - size(carry)) > free / 4
+    return free is None or L * (size(residuals) - size(one)) > free / 16
 
 
 def check_fits(shapes, L: int, x0) -> None:
