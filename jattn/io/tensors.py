@@ -15,6 +15,7 @@ tensor beyond the parameters, in the checkpoint's dtype unless ``dtype`` is give
 from __future__ import annotations
 
 import functools
+import json
 import mmap
 from pathlib import Path
 from typing import Callable
@@ -45,19 +46,21 @@ class Lazy:
 
 
 def safetensors_state(path: Path) -> dict[str, Lazy]:
-    """Every tensor of the safetensors file ``path`` as a ``Lazy``: the header is read now, each
-    tensor's bytes when it is read (only the slice asked for). Raises what ``safe_open`` raises on
-    a damaged file."""
+    """Every tensor of the safetensors file ``path`` as a ``Lazy``: the header is read (and checked
+    against the file's size by ``safe_open``) now, each tensor's bytes when it is read. Raises what
+    ``safe_open`` raises on a damaged file."""
     import ml_dtypes
     from safetensors import safe_open
 
     _DTYPES.setdefault("BF16", ml_dtypes.bfloat16)
+    spans = _data_spans(path)
     state = {}
     with safe_open(str(path), framework="numpy") as f:
         for key in f.keys():
             part = f.get_slice(key)
-            state[key] = Lazy(part.get_shape(), _DTYPES[part.get_dtype()],
-                              functools.partial(_read_slice, str(path), key), key)
+            dtype = _DTYPES[part.get_dtype()]
+            state[key] = Lazy(part.get_shape(), dtype, functools.partial(
+                _read_mapped, str(path), spans[key], tuple(part.get_shape()), dtype), key)
     return state
 
 
@@ -65,11 +68,31 @@ _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.in
            "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}  # and BF16 once a file is opened
 
 
-def _read_slice(path: str, key: str, index):
-    from safetensors import safe_open
+def _data_spans(path: Path) -> dict[str, tuple[int, int]]:
+    """Each tensor's byte range in the file: the format is an 8-byte little-endian header length,
+    a JSON header whose ``data_offsets`` count from the header's end, then the data."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    return {k: (8 + size + v["data_offsets"][0], 8 + size + v["data_offsets"][1])
+            for k, v in header.items() if k != "__metadata__"}
 
-    with safe_open(path, framework="numpy") as f:  # opened per read: the mapping is released at once
-        return f.get_tensor(key) if index is None else f.get_slice(key)[index]
+
+def _read_mapped(path: str, span: tuple[int, int], shape: tuple[int, ...], dtype, index):
+    """``tensor[index]`` as a read-only view of the file's pages, mapped for this read and
+    unmapped when the last view of it is dropped: the bytes go from the page cache straight to
+    where they are placed (a copy through ``safe_open`` first cost a third of a load's time).
+    The mapping is populated in one call (``MAP_POPULATE``), not page fault by page fault."""
+    start, end = span
+    if end == start:
+        x = np.zeros(shape, dtype)
+    else:
+        base = start - start % mmap.ALLOCATIONGRANULARITY  # a mapping starts on a granularity boundary
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        with open(path, "rb") as f:
+            pages = mmap.mmap(f.fileno(), end - base, flags=flags, prot=mmap.PROT_READ, offset=base)
+        x = np.frombuffer(pages, np.dtype(dtype), count=int(np.prod(shape)), offset=start - base).reshape(shape)
+    return x if index is None else x[index]
 
 
 def on_bits(move: Callable, *xs: np.ndarray) -> np.ndarray:
@@ -175,7 +198,7 @@ def realize(tree):
         return {k: realize(v) for k, v in tree.items()}
     if isinstance(tree, Stacked):
         return on_bits(lambda *xs: np.stack(xs), *(realize(x) for x in tree.items))
-    return _read(tree)
+    return np.array(_read(tree))  # a copy: a read is a view of the file's pages
 
 
 @functools.cache
