@@ -4,7 +4,6 @@ random models (``synthetic_runs``): run when the models are made, said not run w
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
