@@ -9,7 +9,11 @@ encoder's self-attention is "needed" (which takes every seed's model and control
   beam 4 on the 1,000 test sentences), rule 1 once all are made; else the missing models and the
   ``jattn models make`` command (``synthetic.models_missing``).
 - ``voita.synthetic-unpruned-s<seed>``: the unpruned model's test translations (as the gate runs
-  decode) and each encoder head's confidence on the test pairs (``jattn.analyses.confidence``).
+  decode), each encoder head's confidence on the test pairs (``jattn.analyses.confidence``) and
+  its role (``jattn.analyses.roles``: positional, rare-word, and syntactic against the generator's
+  gold structure, ``SyntheticTask.structure``, which replaces spaCy's parse on this language; the
+  detectors validated on planted heads first, plan rule 5:
+  ``tests/reproduce/test_voita_synthetic_roles.py``).
 - ``voita.synthetic-gates-s<seed>-lam<λ>``: hard-concrete gates on the encoder self-attention only,
   trained jointly with the model from its checkpoint as the Multi30k gate runs are (``runs``:
   ``steps``, then on by ``steps`` / 2 while an evaluation gate is fractional, up to
@@ -48,7 +52,8 @@ from experiments.voita2019.synthetic_plan import CONTROLS, LAMS, MODELS
 
 PRE, CLAIMS = "voita.synthetic-precondition", "voita.synthetic-claims"
 CODE = ("experiments.common", "experiments.voita2019.runs", "experiments.voita2019.synthetic_plan",
-        "jattn.training.l0", "jattn.nn.gates", "jattn.artefacts.synthetic", "jattn.artefacts.translation")
+        "jattn.training.l0", "jattn.nn.gates", "jattn.artefacts.synthetic", "jattn.artefacts.translation",
+        "jattn.analyses.roles")
 
 
 def params(profile: Profile) -> dict:
@@ -56,7 +61,7 @@ def params(profile: Profile) -> dict:
     128 cuts no sentence) and its test decoding (beam 4, up to ``max_len`` + 16 tokens)."""
     return {"lams": list(LAMS), "steps": 600, "max_steps": 3600, "gate_lr": 0.05, "model_lr": 1e-4,
             "max_tokens": 2048, "max_len": 128, "save_every": 100, "beams": 4, "max_decode": 144,
-            "test_sentences": 0, "train_pairs": 0}
+            "test_sentences": 0, "train_pairs": 0, "rare_top": 500, "min_relation_count": 100}
 
 
 def model_folder(name: str) -> Path:
@@ -120,21 +125,50 @@ def when_needed(run):
     return stage
 
 
+def _gold_labelled(s: R.Setup, sources: list[str], p: dict) -> list:
+    """The test pairs labelled for ``roles.TokenRoles`` by the generator's gold structure (each
+    dependent's head its clause's head noun: ``SyntheticTask.structure``, in place of a parse;
+    the detectors validated on planted heads first, plan rule 5) and the training split's token
+    frequencies (rare-word heads)."""
+    from jattn.analyses import roles
+    from jattn.artefacts.synthetic import CLAUSE, TASKS
+    from jattn.io.parallel import encode
+    from jattn.io.readers import Example
+
+    tok, task = s.model.tokenizer, TASKS["clauses"]
+    train = encode(tok, corpus()["train"][0][: p["train_pairs"] or None], 10**6)
+    rank = roles.frequency_rank([x[:-1] for x in train], s.model.config.vocab_size)
+    examples = []
+    for k, (text, ids, ref) in enumerate(zip(sources, s.test_src, s.test_refs)):
+        heads, relations = task.structure(text.split())
+        word = roles.token_words(tok, ids, text, text.split())
+        labels = roles.token_labels(word, np.asarray(heads), relations, ids, rank, p["rare_top"], known=(CLAUSE,))
+        examples.append(Example(text, ref, source=f"clauses test:{k + 1}", labels=labels))
+    return examples
+
+
 def unpruned_stage(seed: int):
+    """The unpruned model's test translations, each encoder head's confidence, and its role
+    (``jattn.analyses.roles`` against the gold structure: ``_gold_labelled``)."""
     def run(ctx: Context) -> dict:
+        from jattn.analyses import roles
         from jattn.analyses.confidence import HeadConfidence
-        from jattn.io.readers import Example
+        from jattn.artefacts.synthetic import CLAUSE
         from jattn.runner import run_corpus
 
         s, start = _setup(ctx, seed), time.perf_counter()
         hyps = s.translate(s.pure_params())
         decoded = time.perf_counter()
-        src = corpus()["test"][0][: len(s.test_refs)]
-        examples = [Example(a, b, source=f"clauses test:{k + 1}") for k, (a, b) in enumerate(zip(src, s.test_refs))]
-        found = run_corpus(s.model, examples, [HeadConfidence()], batch_size=32, max_length=s.model.config.max_length,
-                           progress=ctx.progress)
+        examples = _gold_labelled(s, corpus()["test"][0][: len(s.test_refs)], ctx.params)
+        method = roles.TokenRoles(ctx.params["min_relation_count"], relations=(CLAUSE,))
+        found = run_corpus(s.model, examples, [HeadConfidence(), method], batch_size=32,
+                           max_length=s.model.config.max_length, progress=ctx.progress)
+        r = method.roles(found.statistics)
         return {"translations": R.write_translations(ctx, f"synthetic-s{seed}-unpruned", hyps), "refs": s.test_refs,
                 "confidence": np.asarray(found.statistics["encoder_confidence"].value).tolist(),
+                "roles": np.asarray(r["role"]).tolist(), "margin": np.asarray(r["margin"]).tolist(),
+                "previous": np.asarray(r["prev"]).tolist(), "next": np.asarray(r["next"]).tolist(),
+                "rare": np.asarray(r["rare"]).tolist(),
                 "seconds": {"decode": round(decoded - start, 1), "confidence": round(time.perf_counter() - decoded, 1)}}
 
     return run

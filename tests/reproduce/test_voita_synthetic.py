@@ -199,7 +199,8 @@ def _tiny_params(monkeypatch) -> None:
     monkeypatch.setattr(SR, "params", lambda profile: {**full, "lams": [0.05, 0.5], "steps": 3, "max_steps": 4,
                                                         "beams": 1, "max_decode": 16, "max_len": 12,
                                                         "max_tokens": 512, "save_every": 10, "test_sentences": 6,
-                                                        "train_pairs": 48, "model_lr": 0.02, "gate_lr": 0.5})
+                                                        "train_pairs": 48, "model_lr": 0.02, "gate_lr": 0.5,
+                                                        "min_relation_count": 5})
 
 
 def _context(tmp_path) -> pipeline.Context:
@@ -315,17 +316,21 @@ def test_every_synthetic_stage_on_tiny_models(tmp_path, monkeypatch):
     translations and head confidences, the gate runs at 2 λ, and the claims, whose Δ BLEU are
     sacreBLEU's of the translation files and whose verdicts are the rules' on the stages' numbers."""
     import sacrebleu
-    from tiny_seq2seq import save_tiny, sentences
+    import tiny_seq2seq
+    from jattn.artefacts.synthetic import TASKS
 
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))  # no made model of the plan is read
-    tiny = save_tiny(tmp_path / "tiny", "marian", max_position_embeddings=256)
+    clauses = TASKS["clauses"].split("test")
+    with monkeypatch.context() as m:  # its vocabulary trained on clause sentences, so that roles map words
+        m.setattr(tiny_seq2seq, "sentences", lambda n, seed=0: clauses[0][:n])
+        tiny = tiny_seq2seq.save_tiny(tmp_path / "tiny", "marian", max_position_embeddings=256)
     for name, bleu in zip((*MODELS, *CONTROLS), (90.0, 91.0, 92.0, 60.0, 62.0, 61.0)):
         if name in MODELS:
             shutil.copytree(tiny, tmp_path / name)
         (tmp_path / name).mkdir(exist_ok=True)  # a control is read for its training.json only
         (tmp_path / name / "training.json").write_text(json.dumps({"test": {"bleu": bleu}}))
     monkeypatch.setattr(SR, "model_folder", lambda name: tmp_path / name)
-    src, tgt = sentences(48, seed=1), sentences(48, seed=2)
+    src, tgt = clauses[0][400:448], clauses[1][400:448]
     refs = _own_translations(tiny, src[:6])  # the unpruned model scores 100, a changed one less
     monkeypatch.setattr(SR, "corpus", lambda: {"train": (src, tgt), "test": (src[:6], refs)})
     monkeypatch.setattr(pipeline, "release_compiled", lambda: None)
@@ -338,6 +343,9 @@ def test_every_synthetic_stage_on_tiny_models(tmp_path, monkeypatch):
     result = records[SR.CLAIMS]["result"]
     assert len(result["runs"]) == 6 and [len(c) for c in records["voita.synthetic-unpruned-s0"]["result"][
         "confidence"]] == [4, 4]
+    unpruned = records["voita.synthetic-unpruned-s0"]["result"]
+    assert np.shape(unpruned["roles"]) == (2, 4) and np.shape(unpruned["previous"]) == (2, 4)
+    assert np.isfinite(unpruned["margin"]).all()  # the gold structure labelled enough dependents
     read = lambda file: (tmp_path / "out" / file).read_text().split("\n")[:-1]  # noqa: E731
     bleu = lambda hyps: sacrebleu.corpus_bleu(hyps, [refs]).score  # noqa: E731
     for r in result["runs"]:
