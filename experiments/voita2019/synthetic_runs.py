@@ -11,7 +11,7 @@ encoder's self-attention is "needed" (which takes every seed's model and control
 - ``voita.synthetic-unpruned-s<seed>``: the unpruned model's test translations (as the gate runs
   decode), each encoder head's confidence on the test pairs (``jattn.analyses.confidence``) and
   its role (``jattn.analyses.roles``: positional, rare-word, and syntactic against the generator's
-  gold structure, ``SyntheticTask.structure``, which replaces spaCy's parse on this language; the
+  gold structure, ``jattn.artefacts.translation.gold_structure``, which replaces spaCy's parse on this language; the
   detectors validated on planted heads first, plan rule 5:
   ``tests/reproduce/test_voita_synthetic_roles.py``).
 - ``voita.synthetic-gates-s<seed>-lam<λ>``: hard-concrete gates on the encoder self-attention only,
@@ -95,11 +95,9 @@ def _setup(ctx: Context, seed: int) -> R.Setup:
 
 def made(name: str) -> bool:
     """Whether the model ``name`` of the plan is made (committed or in jattn's cache)."""
-    from jattn.io.artefacts import ArtefactNotMade
-
     try:
         return model_folder(name).is_dir()
-    except ArtefactNotMade:
+    except FileNotFoundError:  # ArtefactNotMade
         return False
 
 
@@ -131,16 +129,16 @@ def _gold_labelled(s: R.Setup, sources: list[str], p: dict) -> list:
     the detectors validated on planted heads first, plan rule 5) and the training split's token
     frequencies (rare-word heads)."""
     from jattn.analyses import roles
-    from jattn.artefacts.synthetic import CLAUSE, TASKS
+    from jattn.artefacts.translation import CLAUSE, TranslationConfig, gold_structure
     from jattn.io.parallel import encode
     from jattn.io.readers import Example
 
-    tok, task = s.model.tokenizer, TASKS["clauses"]
+    tok, config = s.model.tokenizer, TranslationConfig(corpus="clauses")
     train = encode(tok, corpus()["train"][0][: p["train_pairs"] or None], 10**6)
     rank = roles.frequency_rank([x[:-1] for x in train], s.model.config.vocab_size)
     examples = []
     for k, (text, ids, ref) in enumerate(zip(sources, s.test_src, s.test_refs)):
-        heads, relations = task.structure(text.split())
+        heads, relations = gold_structure(config, text)
         word = roles.token_words(tok, ids, text, text.split())
         labels = roles.token_labels(word, np.asarray(heads), relations, ids, rank, p["rare_top"], known=(CLAUSE,))
         examples.append(Example(text, ref, source=f"clauses test:{k + 1}", labels=labels))
@@ -153,7 +151,7 @@ def unpruned_stage(seed: int):
     def run(ctx: Context) -> dict:
         from jattn.analyses import roles
         from jattn.analyses.confidence import HeadConfidence
-        from jattn.artefacts.synthetic import CLAUSE
+        from jattn.artefacts.translation import CLAUSE
         from jattn.runner import run_corpus
 
         s, start = _setup(ctx, seed), time.perf_counter()

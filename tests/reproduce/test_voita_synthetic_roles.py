@@ -22,10 +22,14 @@ PREVIOUS, NEXT, SYNTACTIC = (0, 1), (1, 2), (1, 0)  # (layer, head) of each plan
 
 
 def test_the_gold_structure_is_each_dependents_clause_head():
-    heads, relations = TASKS["clauses"].structure("ka b c ta mo d ru".split())
+    from jattn.artefacts.translation import TranslationConfig, gold_structure
+
+    heads, relations = gold_structure(TranslationConfig(corpus="clauses"), "ka b c ta mo d ru")
     assert heads == [0, 1, 1, 0, 0, 5, 0] and relations == ["root", CLAUSE, CLAUSE, "mark", "root", CLAUSE, "mark"]
     with pytest.raises(ValueError, match="ends inside a clause"):
         TASKS["clauses"].structure("ka b ta mo d".split())
+    with pytest.raises(ValueError, match="no gold structure"):
+        gold_structure(TranslationConfig(), "un homme")
 
 
 def test_the_gold_structure_gives_each_dependents_target_form():
