@@ -313,6 +313,7 @@ BY_CLAIM: tuple[tuple[str, str], ...] = (
     ("michel-*-prune40", "michel2019.prune40"), ("michel-*-vs-random50", "michel2019.vs-random"),
     ("voita-michel-*", "michel2019.wmt"), ("voita-*-vs-importance*", "voita2019.prune38.vs-importance"),
     ("voita-confidence-lrp", "voita2019.confidence-lrp"), ("voita-kept-confidence-*", "voita2019.kept-heads"),
+    ("voita-synthetic-kept-confidence", "voita2019.kept-heads"),
     ("voita-*", "voita2019.prune38"),
     ("patching-minilm-behaviour", "clark2019.coref.weights-only"),
     ("patching-mpnet-behaviour", "clark2019.coref.weights-only"),

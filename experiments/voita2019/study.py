@@ -70,7 +70,12 @@ updates (the REPORT's table).
 The fewest-heads and kept-confidence claims again where the encoder's self-attention is needed: the
 synthetic clause language, three seeds of a 3 + 3 × 8 model and of its control without encoder
 self-attention, by rules fixed before any gate run (``experiments.voita2019.synthetic_plan``; the
-rules ``synthetic``, the stages ``synthetic_runs``, full profile only, run once the models are made).
+rules ``synthetic``, the stages ``synthetic_runs``, full profile only). Its precondition runs on
+the models made so far and names the missing ones with the ``jattn models make`` command; the gate
+runs, each seed's all-gates-open control trained as long and the roles (against the generator's
+gold structure, the detectors validated on planted heads first) spend compute only once the
+precondition says the encoder's self-attention is needed; the claims ``voita-synthetic-*`` say why
+otherwise, their rules marked as written before their records.
 
 Quick profile: a 1 + 1-layer, 2-head model trained in the work folder on 300 pairs, 2 λ, 20
 updates, 24 test sentences, beam 2: the pipeline end to end, not the paper's numbers.

@@ -21,10 +21,26 @@ them are ``synthetic_runs``.
   none is, else inconclusive ("k of n").
 
 Both claims are judged only where the precondition says "needed": "not needed" makes them not
-applicable, "inconclusive" inconclusive.
+applicable, "inconclusive" inconclusive; while a model of the plan is not made (``MISSING``:
+``models_missing``, rule 1 needs every seed) they are inconclusive, naming the models and the
+``jattn models make`` command.
+
+The claims (``judge``, the study's rules module dispatches ``voita-synthetic-*`` here): each claim
+carries what its rule reads (the precondition, every gate run's open heads, gates and Δ BLEU vs
+its seed's unpruned model, each seed's head confidences), so that editing a rule re-judges it
+without rerunning a stage. Rule 3's Δ is against the unpruned model of that seed, as the plan
+writes it; the all-gates-open control trained as long (rule 2) is reported beside it (the Δ of
+the control vs the unpruned model, and of the gate run vs the control, in the claim and the
+table), not used as the reference. ``voita-synthetic-precondition`` is context (the numbers of
+rule 1); ``…-fewest-heads`` is rule 3; ``…-kept-confidence`` rule 4. A "not reproduced" states
+its minimum detectable effect: for rule 3 one head (each seed's count is read exactly from its
+runs), for rule 4 the largest over the seeds of the permutation null's critical value at
+α / seeds plus z_0.8 null standard deviations, less the null mean.
 """
 
 from __future__ import annotations
+
+from statistics import NormalDist
 
 import numpy as np
 
@@ -34,7 +50,10 @@ from jattn.reproduce import verdicts as V
 from jattn.reproduce.verdicts import Verdict
 from experiments.voita2019.synthetic_plan import BLEU_THRESHOLD, KEPT_SHARE, SUBSETS
 
-NEEDED, NOT_NEEDED, UNDECIDED = "needed", "not needed", "inconclusive"
+NEEDED, NOT_NEEDED, UNDECIDED, MISSING = "needed", "not needed", "inconclusive", "models not made"
+PREFIX = "voita-synthetic-"  # the ids of the claims these rules judge
+PROVENANCE = ("written before the records: synthetic_plan's rules were committed in e970e48 before any gate run on "
+              "the clause language, and the claims that apply them before their stages first ran")
 
 
 def _ci(ci) -> str:
@@ -65,8 +84,18 @@ def precondition(model_bleu, control_bleu, threshold: float = BLEU_THRESHOLD) ->
             "said": said}
 
 
+def models_missing(missing: list[str]) -> dict:
+    """Rule 1's result while models of the plan are not made: ``{"status": MISSING, "missing",
+    "said"}`` (naming the command that makes them)."""
+    return {"status": MISSING, "missing": list(missing),
+            "said": f"models not made: {', '.join(missing)}; rule 1 needs every seed's model and control. Fix: run "
+                    f"`jattn models make {' '.join(missing)}`"}
+
+
 def _unmet(pre: dict) -> Verdict | None:
     """The verdict of a claim under rule 1 when the encoder's self-attention is not shown needed."""
+    if pre["status"] == MISSING:
+        return Verdict("inconclusive", "models not made", pre["said"])
     if pre["status"] == NOT_NEEDED:
         return V.not_applicable(f"the encoder's self-attention is not needed on this setting: {pre['said']}")
     if pre["status"] == UNDECIDED:
@@ -109,8 +138,8 @@ def fewest_verdict(seeds: list[dict], heads: int, pre: dict, share: float = KEPT
     if max(shares) <= share:
         return Verdict("reproduced", "fewest heads across seeds", f"{said}: every seed keeps at most {share:.0%}")
     if min(shares) > share:
-        return Verdict("not reproduced", "fewest heads across seeds", f"{said}: every seed keeps more than "
-                       f"{share:.0%}")
+        return V.powered(Verdict("not reproduced", "fewest heads across seeds", f"{said}: every seed keeps more than "
+                                 f"{share:.0%}"), 1.0, detected=True)  # one head: each count is read exactly
     return Verdict("inconclusive", "fewest heads across seeds", f"{said}: the seeds disagree")
 
 
@@ -134,8 +163,10 @@ def kept_confidence(seeds: list[tuple | None], pre: dict, subsets: int = SUBSETS
             tested.append(None)
             continue
         observed, p, null = subset_p(confidence, kept, subsets)
+        critical = float(np.quantile(null, 1 - alpha / len(seeds)))  # Holm's first step
         tested.append({"kept": int(kept.sum()), "heads": kept.size, "observed": observed,
-                       "null_mean": float(null.mean()), "p": p})
+                       "null_mean": float(null.mean()), "p": p,
+                       "mde": critical - float(null.mean()) + float(np.std(null)) * NormalDist().inv_cdf(V.POWER)})
     ps = [t["p"] for t in tested if t is not None]
     rejected = iter(stats.holm(ps, alpha).tolist() if ps else [])
     for t in tested:
@@ -151,4 +182,29 @@ def kept_confidence(seeds: list[tuple | None], pre: dict, subsets: int = SUBSETS
     if len(ps) < len(seeds):
         return Verdict("inconclusive", "permutation, Holm", f"{said}, not every seed tested"), tested
     status = "reproduced" if k == len(seeds) else "not reproduced" if k == 0 else "inconclusive"
-    return Verdict(status, "permutation, Holm", said), tested
+    mde = max(t["mde"] for t in tested)  # in mean confidence
+    return V.powered(Verdict(status, "permutation, Holm", said), mde), tested
+
+
+def _seed_runs(claim: dict, seed: int) -> list[dict]:
+    return [r for r in claim["runs"] if r["seed"] == seed]
+
+
+def judge(claim: dict) -> Verdict:
+    """The verdict of a ``voita-synthetic-*`` claim from what it carries (module docstring)."""
+    pre, kind = claim["precondition"], claim["id"].removeprefix(PREFIX)
+    if kind == "precondition":
+        return V.context(f"the encoder's self-attention is {pre['status']}: {pre['said']}")
+    if (unmet := _unmet(pre)) is not None:
+        return unmet
+    fewest = [fewest_heads(_seed_runs(claim, s)) for s in range(claim["seed_count"])]
+    if kind == "fewest-heads":
+        return fewest_verdict(fewest, claim["heads"], pre)
+    if kind == "kept-confidence":
+        pairs = []
+        for s, f in enumerate(fewest):
+            run = next((r for r in _seed_runs(claim, s) if r["lam"] == f["lam"]), None)
+            pairs.append(None if f["censored"] or run is None else
+                         (claim["confidence"][s], np.asarray(run["gates"], float) > 0))
+        return kept_confidence(pairs, pre)[0]
+    raise ValueError(f"no synthetic rule judges {claim['id']}")

@@ -14,7 +14,10 @@ represented by its first subword token (``token_labels``):
   (dependent→head); and the column of the dependent's first token, rows of its own word excluded:
   correct when the argmax row's word is the head (head→dependent). Baseline per relation: the
   best fixed word offset k ∈ {−3..3} \\ {0}. Role when a head's better direction beats the best
-  offset by ≥ 10 points on a relation with ≥ ``min_count`` words (``syntax.head_roles``).
+  offset by ≥ 10 points on a relation with ≥ ``min_count`` words (``syntax.head_roles``). On a
+  language with a gold structure of its own (the synthetic clause language: each dependent's head
+  is its clause's head noun, ``jattn.artefacts.synthetic``) the relations are that structure's
+  (``TokenRoles.relations``, ``token_labels``' ``known``).
 * **rare words** (§4.3): in sentences whose rarest token (fewest occurrences in the training
   source; ties the leftmost; EOS excluded) is not among the ``top`` most frequent tokens, the
   share of real non-EOS rows whose argmax is that token. Role when > 50% ("mostly", METHODS §5;
@@ -68,12 +71,13 @@ def token_words(tokenizer, ids: np.ndarray, text: str, words: list[str]) -> np.n
 
 
 def token_labels(word: np.ndarray | None, heads: np.ndarray, relations: list[str], ids: np.ndarray,
-                 rank: np.ndarray, top: int) -> dict:
+                 rank: np.ndarray, top: int, known: tuple[str, ...] = RELATIONS) -> dict:
     """Per-token labels of one sentence for ``TokenRoles``: ``word`` (n,) word index (-1 specials and
     unmapped sentences), ``dep_head`` (n,) the gold head word at the first token of each dependent
-    of ``RELATIONS`` (-1 elsewhere), ``dep_rel`` (n,) its relation index, ``rarest`` (n,) 1 at the
-    rarest token when the sentence qualifies. heads (w,) 1-based (0 root); rank (V,) frequency rank
-    of every token id in the training source (0 the most frequent); the last id is EOS."""
+    of ``known`` relations (default ``RELATIONS``; -1 elsewhere), ``dep_rel`` (n,) its index in
+    ``known``, ``rarest`` (n,) 1 at the rarest token when the sentence qualifies. heads (w,)
+    1-based (0 root); rank (V,) frequency rank of every token id in the training source (0 the
+    most frequent); the last id is EOS."""
     n = len(ids)
     word = np.full(n, -1) if word is None else word
     dep_head, dep_rel = np.full(n, -1), np.full(n, -1)
@@ -83,8 +87,8 @@ def token_labels(word: np.ndarray | None, heads: np.ndarray, relations: list[str
             first[word[k]] = k
     for w, k in first.items():
         base = relations[w].split(":")[0]
-        if heads[w] > 0 and base in RELATIONS:
-            dep_head[k], dep_rel[k] = heads[w] - 1, RELATIONS.index(base)
+        if heads[w] > 0 and base in known:
+            dep_head[k], dep_rel[k] = heads[w] - 1, known.index(base)
     rarest = np.zeros(n, np.int32)
     ranks = rank[ids[:-1]]  # EOS excluded
     if len(ranks) and ranks.max() >= top:
@@ -109,6 +113,7 @@ class TokenRoles(Method):
     docstring), from examples labelled by ``token_labels``."""
 
     min_count: int = 100  # relations with fewer scored words give no syntactic role
+    relations: tuple[str, ...] = RELATIONS  # what ``dep_rel`` indexes (``token_labels``' ``known``)
     name = "roles"
     families = ("seq2seq", "encoder")
     kinds = ("encoder",)  # of a translation model: its encoder self-attention
@@ -143,7 +148,7 @@ class TokenRoles(Method):
         to_head = jnp.where(keep[None, :, None], W, -1.0).argmax(-1)  # (L, b, H, n) rows: dependent -> ?
         from_head = jnp.where(jnp.swapaxes(keep, 1, 2)[None, :, None], jnp.swapaxes(W, -1, -2), -1.0).argmax(-1)
         word_at = lambda idx: jnp.take_along_axis(word[None, :, None], idx, -1)  # noqa: E731 (L, b, H, n)
-        R = len(RELATIONS)
+        R = len(self.relations)
         onehot = ((dep_rel[..., None] == jnp.arange(R)) & scored[..., None]).astype(jnp.int32)  # (b, n, R)
         hit = jnp.stack([word_at(to_head), word_at(from_head)]) == dep_head[None, None, :, None]  # (2, L, b, H, n)
         return {
@@ -158,7 +163,7 @@ class TokenRoles(Method):
 
     def counts(self, totals: dict) -> DependencyCounts:
         get = lambda k: np.rint(np.asarray(totals[k])).astype(np.int64)  # noqa: E731
-        return DependencyCounts(RELATIONS, *(get(f.name) for f in dataclasses.fields(DependencyCounts)[1:]))
+        return DependencyCounts(self.relations, *(get(f.name) for f in dataclasses.fields(DependencyCounts)[1:]))
 
     def finalize(self, totals, meta):
         counts = self.counts(totals)
@@ -171,7 +176,7 @@ class TokenRoles(Method):
             "rare": Statistic(shares("rare_hits", "rare_rows"), "(L, H) share of rows whose argmax is the sentence's "
                               "rarest token"),
             "syntactic_accuracy": Statistic(np.nan_to_num(acc[..., :-1]).max(0), "(L, H, R) percent of dependents of "
-                                            f"{', '.join(RELATIONS)} whose head the head finds, better direction"),
+                                            f"{', '.join(self.relations)} whose head the head finds, better direction"),
             **{f"roles_{k}": Statistic(np.asarray(v, np.float64), f"additive count {k}") for k, v in totals.items()},
         }
 

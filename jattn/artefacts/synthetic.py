@@ -35,6 +35,7 @@ WORD_SEED = 20190528  # the words of the language (Voita et al. 2019's arXiv dat
 SPLIT_SEEDS = {"train": 1, "val": 2, "test": 3}
 CLASSES = 4
 MARKERS = {"ta": False, "ru": True}  # marker -> the clause's dependents reversed in the target
+CLAUSE = "clause"  # the relation of a dependent to its clause's head noun (``SyntheticTask.structure``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +82,28 @@ class SyntheticTask:
         if clause:
             raise ValueError(f"{' '.join(source)!r} ends inside a clause: every clause ends with a marker")
         return out
+
+    def structure(self, source: list[str]) -> tuple[list[int], list[str]]:
+        """The gold structure of ``source`` words, as a dependency parse gives it (Voita et al. 2019,
+        §4.2 read syntactic heads against one): per word its head (1-based word index, 0 none) and
+        relation. A dependent's head is its clause's head noun (relation ``CLAUSE``), the word its
+        target form depends on; the head noun ("root") and the marker ("mark") have none."""
+        heads, relations, start = [], [], None
+        for i, word in enumerate(source):
+            if word in MARKERS:
+                heads.append(0)
+                relations.append("mark")
+                start = None
+            elif start is None:
+                heads.append(0)
+                relations.append("root")
+                start = i
+            else:
+                heads.append(start + 1)
+                relations.append(CLAUSE)
+        if start is not None:
+            raise ValueError(f"{' '.join(source)!r} ends inside a clause: every clause ends with a marker")
+        return heads, relations
 
     def sentence(self, rng: np.random.Generator, lex: dict) -> list[str]:
         """One source sentence: clauses until its length lies in ``min_len``..``max_len``."""

@@ -28,10 +28,11 @@ import time
 from pathlib import Path
 
 from jattn.artefacts.base import Recipe, seeded
+from jattn.artefacts.synthetic import CLAUSE
 from jattn.io.artefacts import DONE
 from jattn.stats import bleu_ci
 
-__all__ = ["splits", "train_translation", "TranslationConfig"]
+__all__ = ["CLAUSE", "gold_structure", "splits", "train_translation", "TranslationConfig"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +86,19 @@ def splits(c: TranslationConfig, data_dir=None) -> tuple[tuple[list[str], list[s
     root = data_path("multi30k", data_dir)
     return tuple(read_parallel(root / f"{s}.{c.src}", root / f"{s}.{c.tgt}", lowercase=not c.cased)
                  for s in ("train", "val", c.test_split))
+
+
+def gold_structure(c: TranslationConfig, source: str) -> tuple[list[int], list[str]]:
+    """The gold structure of a synthetic corpus's ``source`` sentence (one of ``splits``' sources),
+    as a dependency parse gives it: per word its head (1-based word index, 0 none) and relation, a
+    clause's dependents attached to its head noun by ``CLAUSE`` (Voita et al. 2019, §4.2 read
+    syntactic heads against a parse; ``jattn.artefacts.synthetic`` generates the structure).
+    Multi30k has none: parse it (``jattn.io.parse``)."""
+    from jattn.artefacts import synthetic
+
+    if c.corpus not in synthetic.TASKS:
+        raise ValueError(f"corpus {c.corpus!r} has no gold structure: parse its sources (jattn.io.parse)")
+    return synthetic.TASKS[c.corpus].structure(source.split())
 
 
 def model_config(c: TranslationConfig, tokenizer):

@@ -229,7 +229,7 @@ def report_markdown(records: dict[str, dict], claims: list[dict], profile: str, 
         mine = [c for c in claims if c["study"] == study]
         if mine:
             lines += [headline(mine), ""]
-            if provenance := mine[0].get("provenance"):
+            for provenance in dict.fromkeys(c.get("provenance") for c in mine if c.get("provenance")):
                 lines += [f"Decision rules: {provenance} (`docs/STATISTICS.md`, Provenance).", ""]
             lines += [claims_table(mine), ""]
         for c in mine:

@@ -29,8 +29,8 @@ class Rules(Protocol):
     """A study's decision rules and declarations: a module with these two functions, typically
     ``experiments/<study>/verdicts.py``, and a ``PROVENANCE`` line saying when its rules were
     written relative to the records they judge (the REPORT quotes it in the study's section and
-    marks each verdict of a post hoc rule; every study's rules are post hoc: docs/STATISTICS.md's
-    Provenance table)."""
+    marks each verdict of a post hoc rule: docs/STATISTICS.md's Provenance table); rules written at
+    different times may say it per claim with an optional ``provenance(claim) -> str``."""
 
     def judge(self, claim: dict, evidence: Evidence) -> Verdict:
         """The claim's verdict by the rule of its type (``jattn.reproduce.verdicts``)."""

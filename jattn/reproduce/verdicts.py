@@ -39,7 +39,7 @@ import numpy as np
 
 __all__ = ["ALPHA", "best_of_n", "cluster_t", "context", "detectable", "directional", "Evidence", "holm_family",
            "judge_claims", "noninferior", "not_applicable", "ordering", "permutation_p", "POWER", "powered",
-           "standard_error", "STATUSES", "step_down_max_t", "UNDERPOWERED", "Verdict"]
+           "provenance", "standard_error", "STATUSES", "step_down_max_t", "UNDERPOWERED", "Verdict"]
 
 UNDERPOWERED = "inconclusive (underpowered)"
 STATUSES = ("reproduced", "not reproduced", "inconclusive", UNDERPOWERED, "not applicable", "context")
@@ -261,6 +261,14 @@ class Evidence:
 DESCRIBED = ("paper", "differs", "finding", "on")  # what a study's describe(claim) declares (studies.Rules)
 
 
+def provenance(study, claim: dict) -> str:
+    """When the rule judging ``claim`` was written relative to the records it judges: the rules'
+    ``provenance(claim)`` where they declare one (a study whose rules were written at different
+    times), else their ``PROVENANCE``."""
+    per_claim = getattr(study, "provenance", None)
+    return per_claim(claim) if callable(per_claim) else getattr(study, "PROVENANCE", "")
+
+
 def judge_claims(claims: list[dict], evidence: Evidence, rules: Mapping) -> list[dict]:
     """Each claim with its study's declarations (``DESCRIBED``) and verdict (``status``,
     ``rule``, ``reason``); ``rules``: study -> ``jattn.reproduce.studies.Rules``."""
@@ -278,5 +286,5 @@ def judge_claims(claims: list[dict], evidence: Evidence, rules: Mapping) -> list
             raise ValueError(f"{claim['id']}: a 'not reproduced' verdict without its {MDE} ({verdict.reason}). Fix: "
                              "return it through jattn.reproduce.verdicts.powered (its rule's test at 80 % power)")
         out.append({**claim, **described, "status": verdict.status, "rule": verdict.rule, "reason": verdict.reason,
-                    "provenance": getattr(study, "PROVENANCE", "")})
+                    "provenance": provenance(study, claim)})
     return out
