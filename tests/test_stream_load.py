@@ -216,3 +216,37 @@ def test_two_processes_each_place_their_own_slices(llama_bf16, tmp_path):
     for i in range(2):
         rows = json.loads(Path(f"{out}.{i}").read_text())
         assert rows and all(devices == 4 and local == 2 and same for _, devices, local, same in rows), rows
+
+
+SLICE_PROBE = r"""
+import json, jax, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from jattn.io import tensors
+mesh = jax.make_mesh((2,), ("model",))
+whole = np.arange(2 * 6 * 4, dtype=np.float32).reshape(2, 6, 4)  # (L, out, in) as a checkpoint holds it
+def lazy(i, x):
+    def read(index):
+        raise AssertionError("a sharded leaf was read whole")
+    return tensors.Lazy(x.shape, x.dtype, read, f"w{i}", view=lambda populate: x)
+stacked = tensors.Stacked([tensors.Pending(lazy(i, whole[i]), lambda w: w.T, f"w{i}") for i in range(2)])
+placed = tensors.place({"w": stacked}, sharding=lambda path: NamedSharding(mesh, P(None, None, "model")))["w"]
+same = bool(np.array_equal(np.asarray(placed), whole.transpose(0, 2, 1)))
+bad = whole.copy(); bad[1, 5, 0] = np.nan  # in the second device's slice of layer 1
+try:
+    tensors.place({"w": tensors.Stacked([tensors.Pending(lazy(i, bad[i]), lambda w: w.T, f"w{i}") for i in range(2)])},
+                  sharding=lambda path: NamedSharding(mesh, P(None, None, "model")))
+    named = None
+except tensors.NonFinite as e:
+    named = e.key
+print(json.dumps([same, len(placed.sharding.device_set), named]))
+"""
+
+
+def test_sharded_leaves_are_placed_slice_by_slice_from_a_view():
+    """On a mesh each device's slice is copied from the tensor's view (never read whole: a process
+    of several reads only its own slices), transformed, and checked finite: a NaN in one slice is
+    named by its checkpoint key."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", SLICE_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, 2, "w1"]

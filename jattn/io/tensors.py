@@ -9,7 +9,8 @@ layer written into it in place (on one CPU device a huge-page host buffer that t
 then aliases; elsewhere a device array updated by a donated write), so the host holds about one
 tensor beyond the parameters, in the checkpoint's dtype unless ``dtype`` is given. With a
 ``sharding`` per parameter each device receives only its slice of each tensor
-(``jax.make_array_from_callback``).
+(``jax.make_array_from_callback``), copied from a view of the file's pages: of several processes,
+each reads only the slices its own devices hold.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ import numpy as np  # ml_dtypes (numpy's bfloat16, JAX's) and jax are imported w
 
 class Lazy:
     """A tensor of known shape and dtype whose values are read on demand: ``read(index)`` returns
-    ``tensor[index]`` as a numpy array (the whole tensor for ``index=None``)."""
+    ``tensor[index]`` as a numpy array (the whole tensor for ``index=None``); ``view(populate)``
+    the whole tensor as a view of its storage where it has one (``view``: ``populate -> array``),
+    whose bytes are read where a slice of it is touched unless ``populate``."""
 
-    def __init__(self, shape: tuple[int, ...], dtype, read: Callable, name: str = ""):
-        self.shape, self.dtype, self._read, self.name = tuple(shape), np.dtype(dtype), read, name
+    def __init__(self, shape: tuple[int, ...], dtype, read: Callable, name: str = "", view: Callable | None = None):
+        self.shape, self.dtype, self._read, self.name, self._view = tuple(shape), np.dtype(dtype), read, name, view
 
     @property
     def ndim(self) -> int:
@@ -36,6 +39,9 @@ class Lazy:
 
     def read(self, index=None) -> np.ndarray:
         return np.asarray(self._read(index))
+
+    def view(self, populate: bool = True) -> np.ndarray:
+        return self.read() if self._view is None else np.asarray(self._view(populate))
 
     def __array__(self, dtype=None, copy=None):
         x = self.read()
@@ -59,8 +65,8 @@ def safetensors_state(path: Path) -> dict[str, Lazy]:
         for key in f.keys():
             part = f.get_slice(key)
             dtype = _DTYPES[part.get_dtype()]
-            state[key] = Lazy(part.get_shape(), dtype, functools.partial(
-                _read_mapped, str(path), spans[key], tuple(part.get_shape()), dtype), key)
+            whole = functools.partial(_read_mapped, str(path), spans[key], tuple(part.get_shape()), dtype)
+            state[key] = Lazy(part.get_shape(), dtype, whole, key, lambda populate, whole=whole: whole(None, populate))
     return state
 
 
@@ -78,17 +84,18 @@ def _data_spans(path: Path) -> dict[str, tuple[int, int]]:
             for k, v in header.items() if k != "__metadata__"}
 
 
-def _read_mapped(path: str, span: tuple[int, int], shape: tuple[int, ...], dtype, index):
+def _read_mapped(path: str, span: tuple[int, int], shape: tuple[int, ...], dtype, index, populate: bool = True):
     """``tensor[index]`` as a read-only view of the file's pages, mapped for this read and
     unmapped when the last view of it is dropped: the bytes go from the page cache straight to
     where they are placed (a copy through ``safe_open`` first cost a third of a load's time).
-    The mapping is populated in one call (``MAP_POPULATE``), not page fault by page fault."""
+    ``populate``: the mapping is filled in one call (``MAP_POPULATE``; the whole range is read),
+    else page by page where it is touched (a process that places only some slices reads only those)."""
     start, end = span
     if end == start:
         x = np.zeros(shape, dtype)
     else:
         base = start - start % mmap.ALLOCATIONGRANULARITY  # a mapping starts on a granularity boundary
-        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
         with open(path, "rb") as f:
             pages = mmap.mmap(f.fileno(), end - base, flags=flags, prot=mmap.PROT_READ, offset=base)
         x = np.frombuffer(pages, np.dtype(dtype), count=int(np.prod(shape)), offset=start - base).reshape(shape)
@@ -233,13 +240,22 @@ def _target(x: np.ndarray, dtype):
     return np.dtype(dtype) if dtype is not None and floating(x.dtype) else x.dtype
 
 
-def _put(x: np.ndarray, sharding):
-    """``x`` on its devices: each device receives only its slice of a sharded array."""
+def _put(x: np.ndarray, sharding, kind, key: str):
+    """``x`` on its devices in dtype ``kind``. Unsharded: checked already (``_read``). Sharded: each
+    device receives only its slice, read from ``x`` (a view: ``_view``), checked finite
+    (``NonFinite`` names ``key``) and converted as it is placed."""
     import jax
 
     if sharding is None:
-        return jax.device_put(x)
-    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+        return jax.device_put(contiguous(x.astype(kind, copy=False)))
+
+    def part(index):
+        piece = x[index]
+        if floating(piece.dtype) and (bad := nonfinite(piece)):
+            raise NonFinite(key, bad)
+        return contiguous(piece.astype(kind, copy=False))
+
+    return jax.make_array_from_callback(x.shape, sharding, part)
 
 
 def place(tree, dtype=None, sharding: Callable | None = None, progress: Callable | None = None):
@@ -251,11 +267,14 @@ def place(tree, dtype=None, sharding: Callable | None = None, progress: Callable
     import jax
     import jax.numpy as jnp
 
+    populate = jax.process_count() == 1  # one process places every slice; of several, each only its own
+
     def leaf(path: tuple, node):
         where = sharding(path) if sharding is not None else None
         stacked = isinstance(node, Stacked)
         items = node.items if stacked else [node]
-        first = _read(items[0])
+        read = _read if where is None else functools.partial(_view, populate=populate)
+        first = read(items[0])
         kind = _target(first, dtype)
         shape = (len(items), *first.shape) if stacked else first.shape  # (L, ...) or the tensor's
         on_host = where is None and jax.default_backend() == "cpu"  # the device's memory is the host's
@@ -264,14 +283,15 @@ def place(tree, dtype=None, sharding: Callable | None = None, progress: Callable
         elif stacked:
             stack = jnp.zeros(shape, kind, device=where)  # (L, ...) on its devices, filled layer by layer
         for i, item in enumerate(items):
-            x = (first if i == 0 else _read(item)).astype(kind, copy=False)
+            x = first if i == 0 else read(item)
             first = None
+            key = getattr(item, "key", "a parameter")
             if on_host:
-                copy_into(host[i] if stacked else host, x)
+                copy_into(host[i] if stacked else host, x.astype(kind, copy=False))
             elif stacked:
-                stack = _layer_writer()(stack, _put(contiguous(x), _drop_leading(where)), i)
+                stack = _layer_writer()(stack, _put(x, _drop_leading(where), kind, key), i)
             else:
-                stack = _put(contiguous(x), where)
+                stack = _put(x, where, kind, key)
             del x
             if progress is not None:
                 progress(1)
@@ -331,6 +351,14 @@ def _read(node) -> np.ndarray:
     raw = np.asarray(node.tensor if isinstance(node, Pending) else node)
     if floating(raw.dtype) and (bad := nonfinite(raw)):
         raise NonFinite(getattr(node, "key", "a parameter"), bad)
+    return on_bits(node.transform, raw) if isinstance(node, Pending) else raw
+
+
+def _view(node, populate: bool) -> np.ndarray:
+    """A leaf's values, transformed, as a view of its storage where it has one (``Lazy.view``):
+    not checked here (``_put`` checks each slice it places)."""
+    raw = node.tensor if isinstance(node, Pending) else node
+    raw = raw.view(populate) if isinstance(raw, Lazy) else np.asarray(raw)
     return on_bits(node.transform, raw) if isinstance(node, Pending) else raw
 
 
