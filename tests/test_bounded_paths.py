@@ -9,7 +9,9 @@ translation, with dropout: the recomputed layer draws the same masks) and ``grad
 
 And every ``layerwise`` registered analysis (reduced per layer and per chunk of the batch inside
 the layer loop, so every layer's α is never held) equals its reduction of the stacked (L, b, ...)
-internals (``ClassAttention`` / ``Entropy``: tests/test_run.py)."""
+internals (``ClassAttention`` / ``Entropy``: tests/test_run.py), ALTI with its rolled-out map
+carried through the loop (``initial_state``) among them; the methods that read no internals after
+the loop (value zeroing, mixing: ``Method.internals``) run with none kept."""
 
 from __future__ import annotations
 
@@ -281,3 +283,81 @@ def test_layerwise_analyses_equal_the_stacked_reduction(tiny_bert_folder, tiny_l
     for name, totals in b.totals.items():
         for key, want in totals.items():
             assert_close(a.totals[name][key], want, terms=terms, err_msg=f"{name}.{key}")
+
+
+def kept_shapes(monkeypatch) -> list:
+    """Every forward's kept internals per layer (what ``engine.check_fits`` is handed), recorded."""
+    seen, check = [], engine.check_fits
+    monkeypatch.setattr(engine, "check_fits", lambda shapes, L, x0: (seen.append(shapes), check(shapes, L, x0)))
+    return seen
+
+
+def gap_examples():
+    """GAP-labelled word lists (``jattn.io.readers``' --format gap): pronoun, names A (1) and B (2), gold."""
+    from jattn.io.readers import Example
+
+    rows = [("Alice met Bob and she smiled .", 4, [0], [2], 0), ("Tom saw Ann , then he left .", 5, [0], [2], 0),
+            ("Mary told Sue that her dog ran .", 4, [0], [2], 1)]
+    out = []
+    for k, (text, pronoun, a, b, gold) in enumerate(rows):
+        words = text.split()
+        cand = np.zeros(len(words), np.int32)
+        cand[a], cand[b] = 1, 2
+        out.append(Example(words, None, f"gap {k}", {"pronoun": np.int32(pronoun), "candidates": cand,
+                                                      "gold": np.int32(gold)}))
+    return out
+
+
+def tree_examples():
+    """Words with gold dependency trees (the CoNLL-U reader's labels ``heads`` and ``relations``)."""
+    from jattn.io.readers import Example
+
+    trees = [("The old dog barked at the cat .", [3, 3, 4, 0, 7, 7, 4, 4],
+              ["det", "amod", "nsubj", "root", "case", "det", "obl", "punct"]),
+             ("She reads books .", [2, 0, 2, 2], ["nsubj", "root", "obj", "punct"]),
+             ("A bird sang", [2, 3, 0], ["det", "nsubj", "root"])]
+    return [Example(t.split(), None, f"tree {k}", {"heads": np.array(h), "relations": r})
+            for k, (t, h, r) in enumerate(trees)]
+
+
+def test_analyses_of_every_layer_stay_within_one_layer(tiny_bert_folder, tmp_path, monkeypatch):
+    """ALTI (its rolled-out map (b, n, n) carried through the scan), norm frequencies, syntax and GAP
+    coreference (word level), reduced inside the layer loop on chunks of ≤ 16 token rows, equal their
+    reduction of the stacked (L, b, ...) internals; value zeroing (each layer re-run from its hidden
+    state) and mixing (its own forward on the masked input, the ratios reduced per layer) run with
+    no layer's internals kept. In every bounded run no forward keeps any layer's internals."""
+    import jattn
+    from analysis_helpers import SENTENCES
+    from jattn.analyses.attribution import Alti
+    from jattn.analyses.context_mixing import ValueZeroing
+    from jattn.analyses.coref import GapCoreference
+    from jattn.analyses.norm_stats import MixingRatio, NormFrequency
+    from jattn.analyses.syntax import DependencyHeads
+
+    monkeypatch.setenv("JATTN_CHUNK_ROWS", "16")
+    model = jattn.load(str(tiny_bert_folder), use_cache=False)
+    ranks = tmp_path / "ranks.txt"
+    ids = model.tokenizer.convert_tokens_to_ids(["the", ",", ".", "cat", "a"])
+    ranks.write_text("".join(f"{r + 1} {100 - r} {i}\n" for r, i in enumerate(ids)))
+    cases = [(SENTENCES[:4], [Alti(), NormFrequency(model.config.vocab_size, ranks)]),
+             (tree_examples(), [DependencyHeads(("amod", "case", "det", "nsubj", "obj", "obl", "punct", "root"))]),
+             (gap_examples(), [GapCoreference()])]
+    for examples, methods in cases:
+        assert all(m.layerwise for m in methods)
+        seen = kept_shapes(monkeypatch)
+        run = lambda methods: run_corpus(model, examples, methods, batch_size=4, max_length=32,  # noqa: E731
+                                         truncate=True, progress=False)
+        a = run(methods)
+        assert seen and all(not s for s in seen), seen  # no forward kept a layer's internals
+        b = run([Stacked(m) for m in methods])
+        assert a.totals.keys() == b.totals.keys()
+        terms = model_terms(model.config, 32) + a.meta["tokens"]
+        for name, totals in b.totals.items():
+            for key, want in totals.items():
+                assert_close(a.totals[name][key], want, terms=terms, err_msg=f"{name}.{key}")
+    seen = kept_shapes(monkeypatch)
+    result = run_corpus(model, SENTENCES[:4], [ValueZeroing(), MixingRatio(model, rank_file=ranks)], batch_size=4,
+                        max_length=32, truncate=True, progress=False)
+    assert np.isfinite(result.statistics["value_zeroing_self"].value).all()
+    assert seen and not any(k != "layer_rows" for s in seen for k in s), seen  # mixing's ratios (b, n) only
+    assert all(a.ndim == 2 for s in seen for a in jax.tree.leaves(s)), seen

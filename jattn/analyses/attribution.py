@@ -56,14 +56,15 @@ def row_normalize(maps: jax.Array) -> jax.Array:
     return jnp.where(s > 0, maps / jnp.where(s > 0, s, 1.0), 0.0)
 
 
-def rollout(maps: jax.Array) -> jax.Array:
-    """Ã_0 = M_0, Ã_l = M_l Ã_{l-1} (Abnar & Zuidema 2020, Eq. 1). maps (L, b, n, n) -> (L, b, n, n)."""
+def rollout(maps: jax.Array, start: jax.Array | None = None) -> jax.Array:
+    """Ã_0 = M_0 Ã_{-1}, Ã_l = M_l Ã_{l-1} (Abnar & Zuidema 2020, Eq. 1), Ã_{-1} = ``start`` (b, n, n)
+    (the product of the layers below, I by default). maps (L, b, n, n) -> (L, b, n, n)."""
     def step(acc, m):
         acc = jnp.einsum("bij,bjk->bik", m, acc)  # (b, n, n)
         return acc, acc
 
     eye = jnp.broadcast_to(jnp.eye(maps.shape[-1], dtype=maps.dtype), maps.shape[1:])  # (b, n, n)
-    return jax.lax.scan(step, eye, maps)[1]
+    return jax.lax.scan(step, eye if start is None else start, maps)[1]
 
 
 def residual_attention(weights: jax.Array, mask: jax.Array) -> jax.Array:
@@ -194,18 +195,24 @@ class Alti(Method):
     name = "alti"
     families = ("encoder", "seq2seq")
     kinds = ("encoder",)
+    layerwise = True  # inside the scan, the rolled-out map (b, n, n) carried from layer to layer
 
-    def reduce(self, ctx: StepContext) -> dict:
+    def initial_state(self, batch: dict) -> jax.Array:
+        """The rollout before the first layer: I. -> (b, n, n)"""
+        b, n = batch["query_mask"].shape
+        return jnp.broadcast_to(jnp.eye(n, dtype=jnp.float32), (b, n, n))
+
+    def reduce(self, ctx: StepContext) -> tuple[dict, jax.Array]:
         check_decomposable(ctx.config, "the alti method")
         mask = ctx.batch["query_mask"] * (ctx.batch["example"] >= 0)[:, None]  # (b, n) real tokens of real rows
         layers = over_layers(alti_layer, ctx.internals, ctx.view, mask, ctx.config.layer_norm_eps,
                              ctx.config.norm_position)  # (L, b, n, n)
-        rolled = rollout(layers)  # (L, b, n, n)
+        rolled = rollout(layers, ctx.state)  # (L, b, n, n)
         real = mask.astype(jnp.float32)  # (b, n)
         per_class = class_sums(rolled[:, :, None], ctx.batch["key_class"])[:, :, :, 0]  # (C, L, b, n)
         diagonal = lambda m: jnp.einsum("lbn,bn->l", jnp.diagonal(m, axis1=-2, axis2=-1), real)  # (L,)
         return {"class": jnp.einsum("clbn,bn->lc", per_class, real), "self": diagonal(rolled),
-                "layer_self": diagonal(layers), "n": real.sum()}
+                "layer_self": diagonal(layers), "n": real.sum()}, rolled[-1]
 
     def finalize(self, totals, meta):
         n = max(float(totals["n"]), 1.0)

@@ -63,9 +63,12 @@ def value_zeroing_layer(layer, x, allowed, mask, score_bias=None, chunk: int = 8
     return row_normalize(jnp.maximum(c, 0.0) * _pair_mask(mask))
 
 
-def value_zeroing_maps(module, hidden_states: jax.Array, mask: jax.Array) -> jax.Array:
-    """Every layer's value-zeroing map of an encoder ``module``: hidden_states (L+1, b, n, D) its
-    layers' inputs (and output), mask (b, n) the real tokens -> (L, b, n, n)."""
+def value_zeroing_maps(module, hidden_states: jax.Array, mask: jax.Array, reduce=lambda m: m):
+    """Every layer's value-zeroing map of an encoder ``module``, one layer at a time (``lax.map``):
+    hidden_states (L+1, b, n, D) its layers' inputs (and output), mask (b, n) the real tokens.
+    ``reduce`` turns a layer's map (b, n, n) into what is kept of it, so a caller that keeps a
+    reduction holds one layer's map at a time -> ``reduce``'s results stacked (L, ...); the
+    maps themselves (L, b, n, n) by default."""
     from flax import nnx
 
     allowed = mask.astype(bool)[:, None, :]  # (b, 1, n)
@@ -74,9 +77,9 @@ def value_zeroing_maps(module, hidden_states: jax.Array, mask: jax.Array) -> jax
 
     def one(xs):
         state, x, l = xs
-        return value_zeroing_layer(nnx.merge(graphdef, state), x, allowed, mask, module.score_bias(l, n))
+        return reduce(value_zeroing_layer(nnx.merge(graphdef, state), x, allowed, mask, module.score_bias(l, n)))
 
-    return jax.lax.map(one, (stacked, hidden_states[:-1], jnp.arange(L)))  # (L, b, n, n)
+    return jax.lax.map(one, (stacked, hidden_states[:-1], jnp.arange(L)))  # (L, ...)
 
 
 @partial(jax.jit, static_argnames=("config",))
@@ -183,18 +186,22 @@ class ValueZeroing(Method):
     token class ([CLS], [SEP], punctuation, other)."""
 
     name = "value-zeroing"
+    internals = ()  # each layer re-run from its input, the hidden states: every layer's internals are never kept
 
     def reduce(self, ctx: StepContext) -> dict:
         from jattn.nn import encoder
 
         mask = ctx.batch["attention_mask"] * (ctx.batch["example"] >= 0)[:, None]  # (b, n)
-        maps = value_zeroing_maps(encoder.module(ctx.params, ctx.config), ctx.outputs["hidden_states"],
-                                  mask)  # (L, b, n, n)
         real = mask.astype(jnp.float32)  # (b, n)
-        per_class = class_sums(maps[:, :, None], ctx.batch["token_class"])[:, :, :, 0]  # (C, L, b, n)
-        selfs = jnp.diagonal(maps, axis1=-2, axis2=-1)  # (L, b, n)
-        return {"class": jnp.einsum("clbn,bn->lc", per_class, real), "self": jnp.einsum("lbn,bn->l", selfs, real),
-                "n": real.sum()}
+
+        def shares(m):  # one layer's map (b, n, n) -> its class and self shares, summed over real rows
+            per_class = class_sums(m[None, :, None], ctx.batch["token_class"])[:, 0, :, 0]  # (C, b, n)
+            selfs = jnp.diagonal(m, axis1=-2, axis2=-1)  # (b, n)
+            return {"class": jnp.einsum("cbn,bn->c", per_class, real), "self": jnp.einsum("bn,bn->", selfs, real)}
+
+        out = value_zeroing_maps(encoder.module(ctx.params, ctx.config), ctx.outputs["hidden_states"], mask,
+                                 shares)  # class (L, C), self (L,)
+        return {**out, "n": real.sum()}
 
     def finalize(self, totals, meta):
         n = max(float(totals["n"]), 1.0)

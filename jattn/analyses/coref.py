@@ -145,6 +145,7 @@ class GapCoreference(Method):
 
     name = "coref"
     level = "word"
+    layerwise = True  # each layer's counts from that layer's α alone: reduced inside the scan
 
     def prepare(self, batch: HostBatch) -> dict:
         if not {"pronoun", "candidates", "gold"} <= set(batch.labels):
@@ -173,7 +174,7 @@ class GapCoreference(Method):
         right = jnp.where((f["gold"] == 0)[None, :, None], to_a > to_b, to_b > to_a) & scored[None, :, None]
         return {"correct": right.astype(jnp.int32).sum(1),  # (L, H)
                 "total": scored.astype(jnp.int32).sum(),  # ()
-                "baselines": (f["baselines"] * scored[:, None]).sum(0)}  # (2,)
+                "baselines": jnp.broadcast_to((f["baselines"] * scored[:, None]).sum(0), (W.shape[0], 2))}  # (L, 2)
 
     def finalize(self, totals, meta):
         n = max(float(totals["total"]), 1.0)
@@ -181,8 +182,9 @@ class GapCoreference(Method):
                                                 "where the pronoun attends more to the coreferent name (Clark et al. "
                                                 "2019, §4.3)"),
                 "coref_gap_count": Statistic(np.float64(totals["total"]), "() GAP examples scored"),
-                "coref_gap_nearest": Statistic(100.0 * totals["baselines"][0] / n, "() percent right, nearest name"),
-                "coref_gap_first": Statistic(100.0 * totals["baselines"][1] / n, "() percent right, first name")}
+                "coref_gap_nearest": Statistic(100.0 * totals["baselines"][0, 0] / n, "() percent right, nearest "
+                                               "name"),
+                "coref_gap_first": Statistic(100.0 * totals["baselines"][0, 1] / n, "() percent right, first name")}
 
     def summary(self, stats: dict) -> dict:
         """As ``CorefCounts.summary``: count, best_head [layer, head], accuracy, baselines (percent)."""

@@ -39,7 +39,7 @@ import numpy as np
 from jattn.nn.token_classes import CLASS_NAMES, CLS, SEP
 from jattn.runner.protocol import HostBatch, Method, Statistic, StepContext
 from jattn.analyses.base import class_sums, ratio, segment_mean
-from jattn.analyses.norms import over_layers, residual_norms, transformed_norm
+from jattn.analyses.norms import residual_norms, transformed_norm
 from jattn.analyses.registry import register, require_rank_file
 
 __all__ = ["MIXING", "read_ranks"]
@@ -202,6 +202,7 @@ class NormFrequency(Method):
     vocab: int = dataclasses.field(init=False)
     ranks: np.ndarray = dataclasses.field(init=False, repr=False, compare=False)
     name = "norm-freq"
+    layerwise = True  # per layer and vocabulary id, reduced inside the scan; finalize averages the layers
 
     def __post_init__(self, vocab_size):
         object.__setattr__(self, "vocab", vocab_size)
@@ -211,18 +212,19 @@ class NormFrequency(Method):
     def reduce(self, ctx: StepContext) -> dict:
         real = (ctx.batch["attention_mask"] > 0).astype(jnp.float32)  # (b, n)
         A = ctx.internals["weights"].astype(jnp.float32) * real[None, :, None, :, None]  # (L, b, H, n, n) real rows
-        received = A.sum(3).mean((0, 2)) / jnp.maximum(real.sum(-1, keepdims=True), 1.0)  # (b, n)
-        fn = _f_norms(ctx.internals, ctx.view).mean((0, 2))  # (b, n)
+        received = A.sum(3).mean(2) / jnp.maximum(real.sum(-1), 1.0)[None, :, None]  # (L, b, n)
+        fn = _f_norms(ctx.internals, ctx.view).mean(2)  # (L, b, n)
         ids = ctx.batch["input_ids"]
-        return {"count": _per_id(self.vocab, ids, jnp.ones_like(real), real),
-                "alpha": _per_id(self.vocab, ids, received, real),
-                "fnorm": _per_id(self.vocab, ids, fn, real)}
+        per_id = jax.vmap(lambda v: _per_id(self.vocab, ids, v, real))  # (L, b, n) -> (L, V)
+        return {"count": per_id(jnp.ones_like(fn)),  # (L, V) the same occurrences in every layer
+                "alpha": per_id(received), "fnorm": per_id(fn)}
 
     def finalize(self, totals, meta):
-        stats = _frequency_stats(totals["count"], {
-            "freq_alpha": (totals["alpha"], "mean received α (layers, heads, query rows)"),
-            "freq_fnorm": (totals["fnorm"], "mean ‖f(x)‖ (layers, heads)")}, self.ranks, str(self.rank_file))
-        stats["freq_token_count"] = Statistic(totals["count"], "(V,) occurrences of each vocabulary id")
+        count = totals["count"][0]  # (V,)
+        stats = _frequency_stats(count, {
+            "freq_alpha": (totals["alpha"].mean(0), "mean received α (layers, heads, query rows)"),
+            "freq_fnorm": (totals["fnorm"].mean(0), "mean ‖f(x)‖ (layers, heads)")}, self.ranks, str(self.rank_file))
+        stats["freq_token_count"] = Statistic(count, "(V,) occurrences of each vocabulary id")
         return stats
 
 
@@ -256,6 +258,7 @@ class MixingRatio(Method):
     rate: float = dataclasses.field(init=False)
     ranks: np.ndarray = dataclasses.field(init=False, repr=False, compare=False)
     name = "mixing"
+    internals = ()  # its own forward on the masked input, each layer's ratios computed inside the layer loop
 
     def __post_init__(self, model, mask_rate):
         if model.config.norm_position != "post":
@@ -275,10 +278,15 @@ class MixingRatio(Method):
 
     def reduce(self, ctx: StepContext) -> dict:
         ids = ctx.features["input_ids"]  # (b, n)
-        _, internals = ctx.forward(input_ids=ids, internals=("weights", "values", "output", "residual", "pre_ln"))
         mask = ctx.batch["attention_mask"]  # (b, n)
         real = (mask > 0).astype(jnp.float32)  # (b, n)
-        r = over_layers(residual_norms, internals, ctx.view, mask, self.eps)  # mixing_* (L, b, n)
+
+        def ratios(layer, view, take):  # a chunk of one layer's internals (b', ...) -> its mixing ratios (b', n)
+            r = residual_norms(layer, view, take(mask), self.eps)
+            return {f"mixing_{k}": r[f"mixing_{k}"] for k in MIXING}
+
+        outputs, _ = ctx.forward(input_ids=ids, internals=None, layer_rows=ratios)
+        r = outputs["layer_rows"]  # mixing_* (L, b, n)
         out = {"tokens": real.sum()}
         for k in MIXING:
             ratio_ = r[f"mixing_{k}"]  # (L, b, n)

@@ -197,6 +197,7 @@ class DependencyHeads(Method):
     min_count: int = MIN_COUNT  # relations with fewer scored words stay out of the table and the roles
     name = "syntax"
     level = "word"
+    layerwise = True  # each layer's counts from that layer's α alone: reduced inside the scan
 
     def prepare(self, batch: HostBatch) -> dict:
         if "heads" not in batch.labels or "relations" not in batch.label_lists:
@@ -234,11 +235,12 @@ class DependencyHeads(Method):
         top = jnp.where(real_unit[None, :, None, None, :], rows, -1.0).argmax(-1)  # (L, b, H, n)
         has_prev, has_next = word & (pos[None] >= 2), word & (pos[None] <= (w - 1)[:, None])  # (b, n)
         count = lambda m: m.astype(jnp.int32).sum((1, 3))  # noqa: E731  (L, b, H, n) -> (L, H)
+        layers = lambda a: jnp.broadcast_to(a, (W.shape[0], *a.shape))  # noqa: E731  a count, the same every layer
         return {
-            "correct": jnp.einsum("dlbhn,bnr->dlhr", hit, onehot),  # (2, L, H, R)
-            "total": onehot.sum((0, 1)),  # (R,)
-            "offset_correct": jnp.stack([((heads == pos[None] + o)[..., None] * onehot).sum((0, 1))
-                                         for o in OFFSETS]),  # (K, R)
+            "correct": jnp.einsum("dlbhn,bnr->ldhr", hit, onehot),  # (L, 2, H, R)
+            "total": layers(onehot.sum((0, 1))),  # (L, R)
+            "offset_correct": layers(jnp.stack([((heads == pos[None] + o)[..., None] * onehot).sum((0, 1))
+                                                for o in OFFSETS])),  # (L, K, R)
             "prev_hits": count((top == pos - 1) & has_prev[None, :, None]),  # (L, H)
             "prev_rows": jnp.maximum(w - 1, 0).sum(),  # ()
             "next_hits": count((top == pos + 1) & has_next[None, :, None]),  # (L, H)
@@ -260,6 +262,9 @@ class DependencyHeads(Method):
 
     def counts(self, totals: dict) -> DependencyCounts:
         """The summed totals (or ``dependency_*`` statistics) as ``DependencyCounts``."""
+        if "correct" in totals:  # the totals, layer axis first (``reduce``): the counts' order
+            totals = {**totals, "correct": np.moveaxis(totals["correct"], 0, 1), "total": totals["total"][0],
+                      "offset_correct": totals["offset_correct"][0]}
         get = lambda k: np.rint(np.asarray(totals.get(k, totals.get(f"dependency_{k}")))).astype(np.int64)  # noqa
         return DependencyCounts(self.relations, *(get(f.name) for f in dataclasses.fields(DependencyCounts)[1:]))
 

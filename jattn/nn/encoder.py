@@ -154,7 +154,7 @@ class Encoder(nnx.Module):
 
     def __call__(self, batch: dict, interventions: Interventions | None = None, *, dropout_rng=None,
                  compute_dtype=jnp.float32, layer_rows=None, layer_totals=None, internals="all", unroll=False,
-                 heads=(), remat=False):
+                 heads=(), remat=False, layer_state=None):
         """Run the encoder; return (outputs, internals).
 
         batch: ``input_ids`` (b, n) int or ``inputs_embeds`` (b, n, E) float (the word embeddings,
@@ -179,7 +179,9 @@ class Encoder(nnx.Module):
         per-example arrays (b', ...), written into ``outputs["layer_rows"]`` (L, b, ...) (e.g.
         Kobayashi et al.'s norm maps); ``layer_totals(internals, view, take)`` returns sums
         over the chunk's examples, added over the chunks into ``outputs["layer_totals"]``
-        (L, ...) (the runner's methods).
+        (L, ...) (the runner's methods). ``layer_state``: per-example arrays (b, ...) before the first
+        layer, carried from layer to layer (a rollout's product so far): ``layer_totals(internals, view,
+        take, state)`` then returns (sums, next state), ``outputs["layer_state"]`` the last (b, ...).
 
         outputs: ``last_hidden_state`` (b, n, D) (after the final LayerNorm, ``config.final_norm``),
         ``hidden_states`` (L+1, b, n, D) (the embeddings, each layer's output, the last one after the
@@ -204,8 +206,9 @@ class Encoder(nnx.Module):
             rows = {} if layer_rows is None else {"layer_rows": layer_rows(ints, view, take)}
             return {**select(ints, internals), **rows}
 
-        x, kept, totals = run_stack(self.layers, x0, allowed, iv, layer_rngs, chunk_rows(self.config.chunk_rows),
-                                    written, layer_totals, lambda l: self.score_bias(l, n), unroll, remat)
+        x, kept, totals, after = run_stack(self.layers, x0, allowed, iv, layer_rngs, chunk_rows(self.config.chunk_rows),
+                                           written, layer_totals, lambda l: self.score_bias(l, n), unroll, remat,
+                                           layer_state)
         hidden, last = kept.pop("hidden"), self.final(x)  # (L+1, b, n, D), (b, n, D); x: the last layer's output
         if self.final_ln is not None:  # HF's last hidden state is the final LayerNorm's output
             hidden = hidden.at[-1].set(last)  # (L+1, b, n, D)
@@ -220,6 +223,8 @@ class Encoder(nnx.Module):
             outputs["layer_rows"] = kept.pop("layer_rows")  # (L, b, ...)
         if layer_totals is not None:
             outputs["layer_totals"] = totals  # (L, ...)
+        if layer_state is not None:
+            outputs["layer_state"] = after  # (b, ...) the state after the last layer
         return outputs, kept
 
     def classify(self, batch: dict, interventions: Interventions | None = None, *, compute_dtype=jnp.float32,
@@ -239,7 +244,6 @@ class Encoder(nnx.Module):
         below, last = (lambda t: jax.tree.map(lambda a: a[:-1], t)), (lambda t: jax.tree.map(lambda a: a[-1], t))
         slices = iv.layer_slices()
         run = chunked(*x.shape[:2], chunk_rows(self.config.chunk_rows))
-
         L, n = self.config.num_layers, x.shape[1]
 
         def step(x, xs):

@@ -97,20 +97,28 @@ def over_chunks(fn, b: int, chunks: int, stacks=None, at=0):
 
 
 def chunked(b: int, n: int, rows: int):
-    """``run(layer, x, allowed, iv, rng, split, totals, stacks=None, at=0) -> (local, stacks, totals)``:
-    one layer on a batch (b, n, D), run in ``chunk_count(b, n, rows)`` strided chunks of the batch
-    (``over_chunks``). ``split(y, internals, take) -> (local, stacked)`` sorts a chunk's output
-    and internals into those reassembled as (b, ...) (``local``) and those written into ``stacks``
-    ((L, b, ...), the layer loop's outputs) at layer ``at``. ``totals(internals, take)`` (or None),
-    additive statistics of a chunk's internals, is summed over the chunks. Each chunk's dropout
-    draws from ``rng`` folded with the chunk's index."""
+    """``run(layer, x, allowed, iv, rng, split, totals, stacks=None, at=0, score_bias=None, state=None)
+    -> (local, stacks, totals)``: one layer on a batch (b, n, D), run in ``chunk_count(b, n, rows)``
+    strided chunks of the batch (``over_chunks``). ``split(y, internals, take) -> (local, stacked)``
+    sorts a chunk's output and internals into those reassembled as (b, ...) (``local``) and those
+    written into ``stacks`` ((L, b, ...), the layer loop's outputs) at layer ``at``.
+    ``totals(internals, take)`` (or None), additive statistics of a chunk's internals, is summed
+    over the chunks; with a ``state`` (per-example arrays (b, ...) carried from layer to layer)
+    ``totals(internals, take, take(state)) -> (totals, the chunk's next state)``, and ``local`` is
+    then (local, the next state (b, ...)). Each chunk's dropout draws from ``rng`` folded with the
+    chunk's index."""
     chunks = chunk_count(b, n, rows)
 
-    def run(layer, x, allowed, iv: Interventions, rng, split, totals, stacks=None, at=0, score_bias=None):
+    def run(layer, x, allowed, iv: Interventions, rng, split, totals, stacks=None, at=0, score_bias=None,
+            state=None):
         def one(i, take):  # score_bias (H, n, n) has no batch axis: every chunk reads all of it
             r = None if rng is None else jax.random.fold_in(rng, i)
             y, ints = layer(take(x), take(allowed), iv.take_rows(take), r, score_bias)  # (b / chunks, n, D)
-            return *split(y, ints, take), None if totals is None else totals(ints, take)
+            local, stacked = split(y, ints, take)
+            if totals is None or state is None:
+                return local, stacked, None if totals is None else totals(ints, take)
+            more, following = totals(ints, take, jax.tree.map(take, state))
+            return (local, following), stacked, more
 
         return over_chunks(one, b, chunks, stacks, at)
 
@@ -248,15 +256,19 @@ def stacked_layers(views):
 
 
 def run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, layer_rngs, rows: int, written,
-              layer_totals, score_bias, unroll: bool = False, remat: bool = False):
+              layer_totals, score_bias, unroll: bool = False, remat: bool = False, layer_state=None):
     """Run the stacked ``layers`` (an ``nnx`` module with a leading layer axis) on x0 (b, n, D).
 
     ``written(view, internals, take)`` -> the entries a layer writes to the stacked result for a
     chunk's rows (b', ...); ``layer_totals(internals, view, take)`` (or None) -> sums over a
-    chunk's examples, added over the chunks; ``score_bias(l)`` -> layer l's additive score bias
+    chunk's examples, added over the chunks; with ``layer_state`` (per-example arrays (b, ...),
+    the state before the first layer, e.g. a rollout's identity) ``layer_totals(internals, view,
+    take, state) -> (sums, next state)`` on the chunk's rows of the state, carried from layer to
+    layer (one state, never one per layer); ``score_bias(l)`` -> layer l's additive score bias
     (H, n, n) or None; ``layer_rngs`` (L,) keys or None; ``unroll``, ``remat``: see ``layer_loop``.
     -> (last output (b, n, D), {name: (L, b, ...)} with ``"hidden"`` (L+1, b, n, D): x0, then each
-    layer's output, written in place (no concatenation), totals (L, ...) or None).
+    layer's output, written in place (no concatenation), totals (L, ...) or None, the state after
+    the last layer or None).
 
     On a mesh with Explicit axes (``jax.make_mesh``'s default) the layers run with those axes Auto
     (``jattn.nn.state.on_auto_axes``), every result sharded over the batch as x0 is; the score
@@ -268,17 +280,17 @@ def run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, laye
     explicit = any(state.explicit(a) for a in jax.tree.leaves((stacked, x0)))
     biases = jax.vmap(score_bias)(jnp.arange(L)) if explicit else None  # (L, H, n, n) or None
 
-    def run(stacked, x0, allowed, iv, layer_rngs, biases):
+    def run(stacked, x0, allowed, iv, layer_rngs, biases, layer_state):
         bias = score_bias if biases is None else (lambda l: jax.tree.map(lambda a: a[l], biases))  # arrays or pytrees
         return _run_stack(nnx.merge(graphdef, stacked), x0, allowed, iv, layer_rngs, rows, written, layer_totals,
-                          bias, unroll, remat)
+                          bias, unroll, remat, layer_state)
 
-    return state.on_auto_axes(run, (stacked, x0, allowed, iv, layer_rngs, biases), x0,
-                              lambda path: (0, 1, None)[path[0].idx])  # x (b, ...), stacks (L, b, ...), totals
+    return state.on_auto_axes(run, (stacked, x0, allowed, iv, layer_rngs, biases, layer_state), x0,
+                              lambda path: (0, 1, None, 0)[path[0].idx])  # x, stacks (L, b, ...), totals, state
 
 
 def _run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, layer_rngs, rows: int, written,
-               layer_totals, score_bias, unroll: bool, remat: bool):
+               layer_totals, score_bias, unroll: bool, remat: bool, layer_state):
     """``run_stack`` with every array at hand."""
     graphdef, stacked = nnx.split(layers)
     run = chunked(*x0.shape[:2], rows)
@@ -299,7 +311,7 @@ def _run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, lay
     hidden = jnp.zeros((L + 1, *x0.shape), x0.dtype).at[0].set(x0)  # (L+1, b, n, D)
 
     def step(carry, xs):
-        x, hidden, stacks = carry
+        x, hidden, stacks, carried = carry
         state, slices, rng, l = xs
         layer = nnx.merge(graphdef, state)
         view = layer.view()
@@ -307,11 +319,14 @@ def _run_stack(layers, x0: jax.Array, allowed: jax.Array, iv: Interventions, lay
         def split(y, ints, take):  # a chunk's output is reassembled as (b, n, D); its internals go to the stacks
             return y, written(view, ints, take)
 
-        chunk_totals = None if layer_totals is None else (lambda ints, take: layer_totals(ints, view, take))
+        chunk_totals = None if layer_totals is None else (lambda ints, take, *s: layer_totals(ints, view, take, *s))
         y, stacks, totals = run(layer, x, allowed, iv.for_layer(*slices), rng, split, chunk_totals, stacks, l,
-                                score_bias(l))
-        return (y, jax.lax.dynamic_update_index_in_dim(hidden, y, l + 1, 0), stacks), totals  # y: the next input
+                                score_bias(l), carried)
+        if carried is not None:  # (the layer's output, the state after it), each (b, ...)
+            y, carried = y
+        return (y, jax.lax.dynamic_update_index_in_dim(hidden, y, l + 1, 0), stacks, carried), totals  # y: next input
 
-    (x, hidden, kept), totals = layer_loop(step, (x0, hidden, stacks),
-                                          (stacked, iv.layer_slices(), layer_rngs, jnp.arange(L)), unroll, remat)
-    return x, {**kept, "hidden": hidden}, totals
+    (x, hidden, kept, carried), totals = layer_loop(step, (x0, hidden, stacks, layer_state),
+                                                   (stacked, iv.layer_slices(), layer_rngs, jnp.arange(L)), unroll,
+                                                   remat)
+    return x, {**kept, "hidden": hidden}, totals, carried

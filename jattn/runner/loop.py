@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from jattn.runner import translation as run_translation
 from jattn.nn.config import Seq2SeqConfig
-from jattn.runner.protocol import HostBatch, Statistic, StepContext
+from jattn.runner.protocol import HostBatch, Statistic, StepContext, reduce_stacked
 from jattn.runner.batcher import batches
 from jattn.runner.inputs import corpus, default_length, pad_token
 from jattn.nn import encoder, state
@@ -79,6 +79,7 @@ def _step(config, methods: tuple, mesh):
     """``make_step``, kept per (config, method objects, mesh): calling ``run_corpus`` again with
     the same methods reuses the compiled step instead of tracing and compiling every bucket."""
     layerwise = [m for m in methods if getattr(m, "layerwise", False)]
+    carrying = [m.name for m in layerwise if hasattr(m, "initial_state")]  # a state carried from layer to layer
 
     def step(params, batch, features):
         inputs = {k: batch[k] for k in INPUT_KEYS}
@@ -88,21 +89,28 @@ def _step(config, methods: tuple, mesh):
             b = inputs if input_ids is None else dict(inputs, input_ids=input_ids)
             return encoder.forward(params, config, b, interventions, **kwargs)
 
-        def per_layer(layer, view, take):  # one layer's internals for a chunk of the batch (s, ...) -> the
-            # layerwise methods' statistics, sums over the chunk's examples (added over chunks by the encoder)
+        def per_layer(layer, view, take, states=None):  # one layer's internals for a chunk of the batch (s, ...)
+            # -> the layerwise methods' statistics, sums over the chunk's examples (added over chunks by the
+            # encoder), and with ``states`` (the carrying methods' rows (s, ...)) their states after the layer
             one, one_view = jax.tree.map(lambda x: x[None], (layer, view))  # (1, s, ...), (1, ...)
             rows = lambda tree: jax.tree.map(take, tree)  # batch fields and features (b, ...) -> (s, ...)
-            return {m.name: m.reduce(StepContext(params, config, rows(batch), rows(features[m.name]), None, one, None,
-                                                 one_view)) for m in layerwise}
+            totals, following = {}, {}
+            for m in layerwise:
+                totals[m.name] = m.reduce(StepContext(params, config, rows(batch), rows(features[m.name]), None, one,
+                                                      None, one_view, state=(states or {}).get(m.name)))
+                if m.name in carrying:
+                    totals[m.name], following[m.name] = totals[m.name]
+            return totals if states is None else (totals, following)
 
         stacked = [m for m in methods if m not in layerwise]
         recording = [m for m in methods if hasattr(m, "records")]
-        outputs, internals = forward(layer_totals=per_layer if layerwise else None,
-                                     internals="all" if stacked or recording else None)
+        start = {m.name: m.initial_state(batch) for m in layerwise if m.name in carrying}  # (b, ...) each
+        outputs, internals = forward(layer_totals=per_layer if layerwise else None, layer_state=start or None,
+                                     internals=kept_internals(stacked + recording))
         stats = {name: jax.tree.map(unstack_layers, per) for name, per in outputs.pop("layer_totals", {}).items()}
         view = encoder.module(params, config).view()  # (L, ...)
-        stats.update({m.name: m.reduce(StepContext(params, config, batch, features[m.name], outputs, internals,
-                                                   forward, view)) for m in stacked})
+        stats.update({m.name: reduce_stacked(m, StepContext(params, config, batch, features[m.name], outputs,
+                                                            internals, forward, view)) for m in stacked})
         if recording:
             stats["_records"] = {m.name: m.records(StepContext(params, config, batch, features[m.name], outputs,
                                                                internals, forward, view)) for m in recording}
@@ -113,6 +121,15 @@ def _step(config, methods: tuple, mesh):
     data, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
     placed = jax.tree.map(lambda s: NamedSharding(mesh, s), state.partition_specs(state.abstract(config), mesh))
     return jax.jit(step, in_shardings=(placed, data, data), out_shardings=replicated), data, replicated
+
+
+def kept_internals(methods) -> str | tuple | None:
+    """The internals the runner's forward keeps: the union of what ``methods`` read after the
+    layer loop (``Method.internals``), None where they read none."""
+    reads = [getattr(m, "internals", "all") for m in methods]
+    if "all" in reads:
+        return "all"
+    return tuple(sorted({name for names in reads for name in names})) or None
 
 
 def unstack_layers(x: jax.Array) -> jax.Array:

@@ -53,6 +53,14 @@ A method is any object with:
     ``run_corpus(..., records=folder)`` cuts to each example's length along ``record_axes[name]``
     and streams into npz shards (``jattn.io.records``), for studies that train on top (a probe).
 
+``internals: str | tuple[str, ...]`` (optional, default "all")
+    The internals a method reduced after the layer loop (not ``layerwise``) reads from
+    ``ctx.internals``: "all", or names from ``jattn.nn.encoder.INTERNALS``; ``()`` for a method
+    that reads none (it reads ``ctx.outputs``, whose hidden states (L+1, b, n, D) are every
+    layer's input, or runs its own forwards through ``ctx.forward``). The runner's forward keeps
+    the union of what its methods read, so with none it keeps no layer's internals and its
+    memory stays within about one layer's working set.
+
 ``layerwise: bool`` (optional, default False)
     A promise that ``reduce`` treats the leading axis of every internal as independent layers
     and returns, per output, either an array with that layer axis first or a scalar that does
@@ -62,6 +70,15 @@ A method is any object with:
     rows, ``ctx.outputs`` and ``ctx.forward`` None), adds the chunks' results (they are sums over
     examples) and stacks the layers', so α is reduced while still in cache and the stacked
     (L, b, H, n, n) is never written (``jattn.nn.encoder.forward(..., layer_totals=...)``).
+
+``initial_state(batch) -> per-example arrays (b, ...)`` (optional, layerwise methods)
+    A state carried from layer to layer, for a statistic that composes the layers (a rollout's
+    product so far, Abnar & Zuidema 2020 Eq. 1): its value before the first layer, from the
+    step's batch (fields below). ``reduce`` then reads its rows in ``ctx.state`` and returns
+    ``(statistics, state after ctx.internals' layers)``; inside the scan the runner carries one
+    state, never one per layer (``jattn.nn.encoder.forward(..., layer_state=...)``). Reduced
+    after the layer loop (``reduce_stacked``) it starts from ``initial_state`` and its last
+    state is dropped.
 
 Attention-type fields, in ``ctx.batch`` for every family (write new methods against these;
 ``ctx.kind`` names the type, ``"encoder"`` on an encoder model): ``query_mask`` (b, q) and
@@ -179,13 +196,14 @@ class StepContext:
     # (e.g. input_ids=...) or encoder.forward keywords (interventions=Interventions(...), internals=...)
     view: dict  # the attention blocks' parameters (W_O, b_O, LayerNorm γ), each (L, ...)
     kind: str = "encoder"  # attention type: "encoder" (self), or on a translation model "decoder" / "cross"
+    state: object = None  # a method's state before these layers (``initial_state``), its rows (b, ...)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Method:
     """Base of the runner's methods (protocol above), with its defaults: ``prepare`` returns
-    ``{}``, ``layerwise = False``, ``level = "token"``, ``families = ("encoder",)``, ``needs = ""``, on a
-    translation model all three attention ``kinds``.
+    ``{}``, ``layerwise = False``, ``internals = "all"``, ``level = "token"``, ``families =
+    ("encoder",)``, ``needs = ""``, on a translation model all three attention ``kinds``.
 
     Declare a subclass as ``@dataclasses.dataclass(frozen=True)`` with its configuration as
     fields: it then compares and hashes by value, so the runner's compiled step (cached per
@@ -195,6 +213,7 @@ class Method:
 
     name: ClassVar[str]
     layerwise: ClassVar[bool] = False
+    internals: ClassVar[str | tuple[str, ...]] = "all"  # what a reduce after the layer loop reads of ctx.internals
     level: ClassVar[str] = "token"
     families: ClassVar[tuple[str, ...]] = ("encoder",)
     needs: ClassVar[str] = ""  # why other families are refused, e.g. "[CLS] and [SEP] tokens"
@@ -209,3 +228,12 @@ class Method:
 
     def finalize(self, totals: dict[str, np.ndarray], meta: dict) -> dict[str, Statistic]:
         raise NotImplementedError
+
+
+def reduce_stacked(method, ctx: StepContext) -> dict:
+    """``method.reduce`` on every layer's internals at once (after the layer loop): a method that
+    carries a state from layer to layer (``initial_state``) starts from it, and only its
+    statistics are kept."""
+    if not hasattr(method, "initial_state"):
+        return method.reduce(ctx)
+    return method.reduce(dataclasses.replace(ctx, state=method.initial_state(ctx.batch)))[0]

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jattn.nn.token_classes import CLASS_NAMES
-from jattn.runner.protocol import StepContext, TranslationHostBatch
+from jattn.runner.protocol import StepContext, TranslationHostBatch, reduce_stacked
 from jattn.nn import seq2seq, state
 from jattn.runner.batcher import pad_pairs
 
@@ -77,7 +77,7 @@ def make_step(config, methods: tuple, mesh):
             for kind in kinds_of(m):
                 ctx = StepContext(params, config, dict(batch, **attention_fields(batch, kind)), features[m.name],
                                   outputs, internals[kind], forward, module.view(kind), kind)
-                stats[f"{kind}-{m.name}"] = m.reduce(ctx)
+                stats[f"{kind}-{m.name}"] = reduce_stacked(m, ctx)
         real = batch["example"] >= 0  # (b,)
         stats["_meta"] = {"segments": real.sum(), "tokens": (batch["attention_mask"] * real[:, None]).sum()
                           + batch["decoder_attention_mask"].sum(),
