@@ -135,8 +135,8 @@ def load(spec: dict):
         import transformers
 
         cls = getattr(transformers, FAMILY_HF[spec["family"]])
-        return cls.from_pretrained(spec["folder"], dtype=getattr(torch, dtype), attn_implementation="eager",
-                                   device_map=spec.get("torch_device", "cpu")).eval()
+        model = cls.from_pretrained(spec["folder"], dtype=getattr(torch, dtype), attn_implementation="eager")
+        return model.to(spec.get("torch_device", "cpu")).eval()
     import jax
     import jax.numpy as jnp
 
