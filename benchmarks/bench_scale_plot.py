@@ -26,6 +26,11 @@ def forward_panel(ax, analyses: list[dict]) -> None:
             done = sorted((r["n"], r["peak_above_baseline"] / GIB) for r in rows if r["who"] == who and "seconds" in r)
             if done:
                 ax.plot(*zip(*done), marker=marker, color=color, label=f"{label}, {result['family']} {result['shape']}")
+        skipped = [(r["n"], r["kept_weights_bytes"] / GIB) for r in rows if r["who"] != "jattn-layerwise"
+                   and "seconds" not in r]
+        if skipped:
+            ax.plot(*zip(*skipped), ls="none", marker="x", ms=9, color="k",
+                    label="not run (HF) or refused (jattn): every layer's α")
         bound = sorted((r["n"], r["kept_weights_bytes"] / GIB, r["layer_weights_bytes"] / GIB) for r in rows)
         ns = [b[0] for b in bound]
         ax.plot(ns, [b[1] for b in bound], "k--", lw=1, label="every layer's α (L·H·n²·4 bytes)")
@@ -38,7 +43,7 @@ def forward_panel(ax, analyses: list[dict]) -> None:
 def parameter_panel(ax, loads: list[dict], analyses: list[dict]) -> None:
     from bench_scale_analyses import parameters
 
-    points: dict[str, list] = {}
+    points: dict[str, list] = {}  # one point per family and shape: three families, not one curve
     for result in loads:
         p = parameters(result["family"], result["config"]) / 1e9
         for r in result["rows"]:
@@ -52,7 +57,7 @@ def parameter_panel(ax, loads: list[dict], analyses: list[dict]) -> None:
                 points.setdefault(f"{'HF' if r['who'] == 'hf' else 'jattn'} importance, all heads", []).append(
                     (p, r["peak_above_baseline"] / GIB))
     for name, xy in sorted(points.items()):
-        ax.plot(*zip(*sorted(xy)), marker="o", ls="-", label=name)
+        ax.plot(*zip(*sorted(xy)), marker="o", ls="none", ms=7, label=name)
     ax.set(xscale="log", yscale="log", xlabel="parameters, billions", ylabel="peak above baseline, GiB",
            title="against parameters (three families)")
     ax.legend(fontsize=7)
