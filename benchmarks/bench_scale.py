@@ -19,6 +19,14 @@ kept under ``--cache``. ``orbax`` rows restore the same parameters from jattn's 
 (``jattn.load(use_cache=True)``, made by a first call) straight onto the devices, beside the safetensors stream
 (``jattn`` rows). ``--mesh N`` loads onto an N-device mesh (``model`` axis N) of faked CPU devices
 (``--xla_force_host_platform_device_count``).
+
+``--analyses`` measures instead the forward with attention weights at ``--lengths`` tokens, head importance
+over all heads at ``--importance-tokens`` and an all-heads patching sweep, jattn beside HF in the same run
+(``bench_scale_analyses``); ``--plot`` draws peak memory against n and against parameters from the JSONs:
+
+    python benchmarks/bench_scale.py --family llama --shape 0.1b --analyses \
+        --out benchmarks/results/bench_scale_analyses_llama_0.1b.json
+    python benchmarks/bench_scale.py --plot benchmarks/results/bench_scale_memory.png
 """
 
 from __future__ import annotations
@@ -35,15 +43,20 @@ TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=8, intermed
             shard="200KB")
 SHAPES = {
     "llama": {
-        "tiny": dict(TINY, num_key_value_heads=4),
-        "0.1b": dict(hidden_size=768, num_hidden_layers=8, num_attention_heads=12, num_key_value_heads=4,
+        "tiny": dict(TINY, num_key_value_heads=4),  # 0.1b: heads and KV heads divisible by an 8-device mesh
+        "0.1b": dict(hidden_size=768, num_hidden_layers=8, num_attention_heads=16, num_key_value_heads=8,
                      intermediate_size=2048, vocab_size=32000, shard="100MB"),
         "0.67b": dict(hidden_size=2048, num_hidden_layers=12, num_attention_heads=32, num_key_value_heads=8,
                       intermediate_size=5632, vocab_size=32000, shard="500MB"),
+        # the device check's (an accelerator's): Llama 3.2 1B's shape (head untied: 1.5B) and Llama 3 8B's
+        "1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+                   intermediate_size=8192, vocab_size=128256, shard="2GB"),
+        "8b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                   intermediate_size=14336, vocab_size=128256, shard="5GB"),
     },
     "xlm-roberta": {  # XL: hidden 2,560, 36 layers, 32 heads, FFN 10,240, vocabulary 250,880
         "tiny": TINY,
-        "0.1b": dict(hidden_size=768, num_hidden_layers=6, num_attention_heads=12, intermediate_size=3072,
+        "0.1b": dict(hidden_size=768, num_hidden_layers=6, num_attention_heads=16, intermediate_size=3072,
                      vocab_size=64000, shard="100MB"),
         "0.5b": dict(hidden_size=1024, num_hidden_layers=16, num_attention_heads=16, intermediate_size=4096,
                      vocab_size=250002, shard="500MB"),
@@ -169,6 +182,28 @@ def run(shape: str, meshes: list[int], cache: Path, repeats: int = 1, family: st
             "rows": rows}
 
 
+def analyses(args) -> dict:
+    """``--analyses``: bench_scale_analyses.run on this family's checkpoint, with the machine beside it."""
+    import bench_scale_analyses
+
+    folder = make_checkpoint(args.shape, args.cache, args.family)
+    spec = SHAPES[args.family][args.shape]
+    lengths = [n for n in args.lengths if n <= max_tokens(args.family)]
+    result = {"family": args.family, "shape": args.shape, "config": spec, "checkpoint_bytes": checkpoint_bytes(folder),
+              "cpu": _cpu(), "cores": os.cpu_count(), "lengths_past_the_position_table": sorted(
+                  set(args.lengths) - set(lengths)),
+              **bench_scale_analyses.run(folder, args.family, spec, lengths, args.mesh,
+                                         min(args.importance_tokens, max_tokens(args.family)), tuple(args.patch))}
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def max_tokens(family: str) -> int:
+    """The longest input of the family's position table (make_checkpoint's; XLM-R's first two are padding)."""
+    return {"llama": 8192, "xlm-roberta": 512, "nllb": 1024}[family]
+
+
 def _cpu() -> str:
     try:
         return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
@@ -186,9 +221,20 @@ def main(argv=None):
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get("JATTN_CACHE", "~/.cache/jattn")).expanduser()
                         / "bench_scale")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--analyses", action="store_true", help="forward with attention weights, importance, patching")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 8192], help="the forward's tokens")
+    parser.add_argument("--importance-tokens", type=int, default=1024)
+    parser.add_argument("--patch", type=int, nargs=2, default=[2, 64], metavar=("PAIRS", "TOKENS"))
+    parser.add_argument("--plot", type=Path, help="draw the memory plot from benchmarks/results/bench_scale_*.json")
     args = parser.parse_args(argv)
+    if args.plot:
+        from bench_scale_plot import plot
+
+        return plot(Path(__file__).resolve().parent / "results", args.plot)
     if args.shape not in SHAPES[args.family]:
         parser.error(f"--shape {args.shape} is not a shape of --family {args.family}: {', '.join(SHAPES[args.family])}")
+    if args.analyses:
+        return analyses(args)
     result = run(args.shape, args.mesh, args.cache, args.repeats, args.family)
     print(f"{result['family']} {result['shape']}: {result['checkpoint_bytes'] / 2**30:.2f} GiB in "
           f"{result['shards']} shards; {result['cpu']}, {result['cores']} cores")

@@ -3,7 +3,8 @@
     make device-check        # = .venv/bin/python benchmarks/device_check.py --out benchmarks/results/device_check.json
     python benchmarks/device_check.py [--tiny | --full] [--out PATH]
 
-Budget: under 8 minutes on one GPU. ``--tiny`` (the default when ``jax.default_backend() == "cpu"``;
+Budget: under 8 minutes on one GPU before the scale section (its 1B and 8B checkpoints are made, written and
+loaded in the run: not yet timed on an accelerator). ``--tiny`` (the default when ``jax.default_backend() == "cpu"``;
 ``--full`` forces the full shapes there) runs everything on 2-layer, width-32 models and a few
 sequences in well under a minute on a CPU (tests/test_device_check.py runs it). No weights are read
 from the network: three random models are built from HF configs in the script (device_check_parts):
@@ -29,7 +30,7 @@ JSON (``--out``); seconds are medians of alternated timed calls after a warm-up,
 for its results on the device; ratios are baseline seconds / jattn seconds (> 1: jattn faster):
   meta: backend, device (JAX's device kind), torch_device, tiny, repeats, matmul_precision,
       versions {jax, torch, transformers}, seconds (the whole run's wall time), section_seconds
-      {gemm, encoder, sweeps, seq2seq, lm} (each part's wall time, compiles included)
+      {gemm, encoder, sweeps, seq2seq, lm, scale} (each part's wall time, compiles included)
   gemm: n (the square size), jax_fp32_tflops, torch_fp32_tflops, jax_fp32_default_precision_tflops,
       jax_bf16_tflops, torch_bf16_tflops (TFLOP/s, fastest call; bf16 null off GPU)
   encoder, seq2seq, lm — one per model:
@@ -58,6 +59,12 @@ for its results on the device; ratios are baseline seconds / jattn seconds (> 1:
       seconds {jattn_exact, jattn_attribution, jattn_lean_forward, hf_hooks}, ratio_exact_vs_hooks,
       ratio_attribution_vs_hooks, attribution_forward_equivalents, attribution_vs_exact
       (jattn.sweeps.patching.agreement), parity {exact_vs_hooks: {…as above}}
+  scale (device_check_scale; a list, one entry per random bfloat16 Llama-shaped checkpoint: 1b and 8b,
+      --tiny: tiny): shape, parameters, checkpoint_bytes, dtype, runs {jattn, hf}: load_seconds,
+      load_device_peak_bytes, cases [{case (forward | importance), who (jattn | jattn-layerwise | hf),
+      n, then seconds, first_call_seconds, device_peak_bytes; or not_run (HF: the bytes its kept α
+      needs against the free memory) or refused (jattn's own message, before computing)}]
+      (forward at n = 512, 2,048, 8,192; importance over all heads at 1,024)
   ok: every parity entry's ok
 """
 
@@ -74,6 +81,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import device_check_parts as P  # noqa: E402  (puts benchmarks/ and tests/ on the path)
+import device_check_scale  # noqa: E402
 
 
 def done(x):
@@ -373,6 +381,8 @@ def main(argv=None) -> dict:
         record["lm"] = lm(P.save_lm(tmp / "gpt2", S["gpt2"]), S, dev, gemm)
         record["lm"]["memory"] = dev.memory()
         lap("lm")
+        record["scale"] = device_check_scale.section(tmp / "scale", tiny, dev.torch)
+        lap("scale")
     parities = [v for k in ("encoder", "seq2seq", "lm", "importance", "patching") for v in record[k]["parity"].values()]
     record["ok"] = all(p["ok"] for p in parities)
     record["meta"]["seconds"] = time.perf_counter() - start
@@ -400,6 +410,13 @@ def report(r: dict) -> None:
         f"the HF loop; patching {r['patching']['ratio_exact_vs_hooks']:.2f}x hooks, attribution "
         f"{r['patching']['ratio_attribution_vs_hooks']:.2f}x; all parity ok: {r['ok']}"
     )
+    for entry in r["scale"]:
+        for who, run in entry["runs"].items():
+            cases = "; ".join(f"{c['case']} {c['who']} n={c['n']}: " + (
+                f"{c['seconds']:.3g} s" if "seconds" in c else "refused" if "refused" in c else "not run")
+                for c in run["cases"])
+            print(f"scale {entry['shape']} ({entry['parameters'] / 1e9:.2f}B) {who}: load {run['load_seconds']:.1f} s; "
+                  f"{cases}")
 
 
 if __name__ == "__main__":

@@ -38,10 +38,11 @@ def test_tiny_device_check_writes_the_documented_json(tmp_path):
     out = tmp_path / "device_check.json"
     r = device_check.main(["--tiny", "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(r))
-    assert set(r) == {"meta", "gemm", "encoder", "seq2seq", "lm", "importance", "disable", "patching", "ok"}
+    assert set(r) == {"meta", "gemm", "encoder", "seq2seq", "lm", "importance", "disable", "patching", "scale", "ok"}
     m = r["meta"]
     assert m["tiny"] and m["matmul_precision"] == "highest" and set(m["versions"]) == {"jax", "torch", "transformers"}
-    assert set(m["section_seconds"]) == {"gemm", "encoder", "sweeps", "seq2seq", "lm"} and positive(m["seconds"])
+    assert set(m["section_seconds"]) == {"gemm", "encoder", "sweeps", "seq2seq", "lm", "scale"}
+    assert positive(m["seconds"])
     g = r["gemm"]
     assert all(positive(g[k]) for k in ("jax_fp32_tflops", "torch_fp32_tflops", "jax_fp32_default_precision_tflops"))
     assert {"jax_bf16_tflops", "torch_bf16_tflops"} <= set(g)
@@ -70,4 +71,17 @@ def test_tiny_device_check_writes_the_documented_json(tmp_path):
     assert all(positive(p[k]) for k in ("ratio_exact_vs_hooks", "ratio_attribution_vs_hooks",
                                         "attribution_forward_equivalents"))
     parity_ok(p["parity"])
+    scale_ok(r["scale"])
     assert r["ok"] is True
+
+
+def scale_ok(entries: list) -> None:
+    """The scale section at the tiny shape: every case ran (nothing is refused at 32 tokens), timed."""
+    assert [e["shape"] for e in entries] == ["tiny"]
+    runs = entries[0]["runs"]
+    assert set(runs) == {"jattn", "hf"} and all(positive(run["load_seconds"]) for run in runs.values())
+    cases = {(c["case"], c["who"], c["n"]) for run in runs.values() for c in run["cases"]}
+    assert cases == {("forward", w, n) for w in ("jattn", "jattn-layerwise", "hf") for n in (16, 32)} | {
+        ("importance", "jattn", 16), ("importance", "hf", 16)}
+    assert all(positive(c["seconds"]) and positive(c["first_call_seconds"]) for run in runs.values()
+               for c in run["cases"])

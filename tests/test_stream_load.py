@@ -250,3 +250,37 @@ def test_sharded_leaves_are_placed_slice_by_slice_from_a_view():
     out = subprocess.run([sys.executable, "-c", SLICE_PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, 2, "w1"]
+
+
+@pytest.mark.parametrize("family", ["llama", "xlm-roberta", "nllb"])
+def test_bench_scale_analyses_run_each_case_on_a_tiny_checkpoint(tmp_path, family):
+    """``bench_scale.py --analyses``'s cases at the tiny shape, in this process (the benchmark runs each
+    in a fresh one): the forward with attention weights, importance and patching, jattn and HF, agree
+    where both compute the same numbers; a forward whose kept α cannot fit is recorded, not run; the
+    memory plot draws. Numbers are not judged."""
+    sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
+    try:
+        import bench_scale
+        import bench_scale_analyses as A
+        import bench_scale_plot
+    finally:
+        del sys.path[:2]
+    folder = bench_scale.make_checkpoint("tiny", tmp_path, family)
+    spec = bench_scale.SHAPES[family]["tiny"]
+    base = dict(folder=str(folder), family=family, config=spec, devices=1, calls=1)
+    whos = ["hf", "jattn"] + (["jattn-layerwise"] if family == "llama" else [])
+    rows = [{"case": "forward", "who": w, "n": 16, "devices": 1, "gflop": A.forward_gflop(family, spec, 16),
+             "kept_weights_bytes": A.kept_weights_bytes(family, spec, 16), "layer_weights_bytes": 1,
+             **A.child({**base, "who": w, "case": "forward", "n": 16, "b": 1})} for w in whos]
+    for case, n, b in (("importance", 16, 1), ("patching", 8, 2)):
+        rows += [{"case": case, "who": w, "n": n, "b": b, "devices": 1, "forwards": 3,
+                  **A.child({**base, "who": w, "case": case, "n": n, "b": b})} for w in ("hf", "jattn")]
+    A.compare(rows, rate=1.0)
+    assert all(r["seconds"] > 0 and r["peak_above_baseline"] >= 0 for r in rows)
+    assert all(r["max_abs_diff_vs_hf"] < 1e-4 for r in rows if r["case"] != "forward" and r["who"] == "jattn")
+    too_long = A.forward_row(folder, family, spec, "hf", 10**6, 1, 1)  # every layer's α: terabytes
+    assert "needs" in too_long["not_run"] and "seconds" not in too_long
+    result = {"family": family, "shape": "tiny", "config": spec, "rows": rows + [dict(rows[0], n=32)]}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / f"bench_scale_analyses_{family}_tiny.json").write_text(json.dumps(result))
+    assert bench_scale_plot.plot(tmp_path / "results", tmp_path / "memory.png").stat().st_size > 0
