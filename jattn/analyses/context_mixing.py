@@ -221,6 +221,7 @@ class AltiPlus(Method):
     name = "alti-plus"
     families = ("seq2seq",)
     kinds = ("cross",)
+    internals = ()  # its own forward keeps every layer's internals; the runner's keeps none for it
 
     def reduce(self, ctx: StepContext) -> dict:
         from jattn.nn import seq2seq
