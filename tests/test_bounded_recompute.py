@@ -9,9 +9,13 @@ inside the layer loops, each equal to its materialised path at a tiny shape:
   inputs, equal their reductions of the stacked internals; the bounded forward keeps only the
   layers' inputs (JS's) and no layer's α;
 * LRP head relevance (Voita et al. 2019 §4.2) with α recomputed per layer equals the relevance from
-  the stacked α, and gradient × input with its layers rematerialised equals it without."""
+  the stacked α, and gradient × input with its layers rematerialised equals it without;
+* path patching's sender passes, one at a time where all at once do not fit, equal all at once and
+  take less memory."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -173,3 +177,30 @@ def test_lrp_with_alpha_recomputed_equals_the_stacked_alpha(classifier, monkeypa
     monkeypatch.setattr(engine, "remat_pays", lambda step, carry, xs: False)
     plain = fresh(lrp.head_gradient_x_input)(params, batch)
     assert_close(remat, plain, terms=2 * model_terms(config, n))
+
+
+def test_path_patching_runs_the_senders_that_fit(monkeypatch):
+    """Where memory is short the default runs one sender pass at a time (its compiled temporary memory
+    below all at once: each pass holds its own layer's α); the effects are the same."""
+    import types
+
+    from jattn.sweeps import path_patching as pp
+
+    config = dataclasses.replace(DEEP, num_layers=3, num_heads=2)
+    params = jax.tree.map(jnp.asarray, nnx.to_pure_dict(state.init(config, seed=4)))
+    clean, corrupted = ({k: jnp.asarray(v) for k, v in random_batch(config, [24, 17], seed=s).items()} for s in (0, 1))
+    corrupted["attention_mask"] = clean["attention_mask"]
+    model = types.SimpleNamespace(config=config, head_shapes={"encoder": (3, 2)})
+    S = 6
+    senders = {"encoder": jnp.eye(S, dtype=bool).reshape(S, 3, 1, 2, 1)}
+    metric = lambda out: out["last_hidden_state"][:, 0, :4].sum(-1)  # noqa: E731  (b,)
+    monkeypatch.setattr(engine, "available_bytes", lambda: 10**12)
+    assert pp.senders_that_fit(model, 2, 24) == S
+    monkeypatch.setattr(engine, "available_bytes", lambda: 16 * 4 * 2 * (2 * 2 * 24 * 24 + 2 * 3 * 24 * 16))
+    assert pp.senders_that_fit(model, 2, 24) == 1
+    run = lambda step: pp._path_effects.lower(params, config, clean, corrupted, senders, None, metric, step)  # noqa: E731
+    temp = {step: run(step).compile().memory_analysis().temp_size_in_bytes for step in (S, 1)}
+    assert temp[1] < temp[S], temp
+    all_at_once = pp._path_effects(params, config, clean, corrupted, senders, None, metric, S)  # (S, b)
+    one_at_a_time = pp._path_effects(params, config, clean, corrupted, senders, None, metric, 1)
+    assert_close(one_at_a_time, all_at_once, terms=model_terms(config, 24))
