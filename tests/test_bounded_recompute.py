@@ -138,6 +138,66 @@ def test_translation_runner_reduces_each_layer_inside_the_loops(tiny_marian, mon
     translation.make_step.cache_clear()
 
 
+class StackedAltiPlus:
+    """ALTI+ from every layer's stacked internals of the three types (``alti_plus_maps``: the previous path)."""
+
+    name, families, kinds, layerwise, internals = "alti-plus", ("seq2seq",), ("cross",), False, "all"
+
+    def __init__(self):
+        from jattn.analyses.context_mixing import AltiPlus
+
+        self.method = AltiPlus()
+
+    def prepare(self, batch):
+        return {}
+
+    def finalize(self, totals, meta):
+        return self.method.finalize(totals, meta)
+
+    def reduce(self, ctx):
+        from jattn.analyses.context_mixing import alti_plus_maps
+
+        _, internals = ctx.forward(internals="all")
+        module = seq2seq.module(ctx.params, ctx.config)
+        views = {k: module.view(k) for k in seq2seq.KINDS}
+        real = (ctx.batch["example"] >= 0)[:, None]  # (b, 1)
+        batch = {"attention_mask": ctx.batch["attention_mask"] * real,
+                 "decoder_attention_mask": ctx.batch["decoder_attention_mask"] * real}
+        maps = alti_plus_maps(internals, views, batch, ctx.config.layer_norm_eps,
+                              ctx.config.norm_position)["decoder"]["alti_plus"]  # (L, b, t, s + t)
+        source = maps[..., :batch["attention_mask"].shape[1]].sum(-1)  # (L, b, t)
+        target = batch["decoder_attention_mask"].astype(jnp.float32)  # (b, t)
+        return {"source": jnp.einsum("lbt,bt->l", source, target), "n": target.sum()}
+
+
+def test_alti_plus_inside_the_loops_equals_its_stacked_maps(tiny_marian, monkeypatch):
+    """ALTI+ with the encoder's rollout and the decoder's contributions carried through its own
+    forward's layer loops equals ALTI+ from every layer's stacked internals; no forward of the bounded
+    run keeps a layer's internals."""
+    from jattn.analyses.context_mixing import AltiPlus
+    from jattn.runner import run_corpus, translation
+    from tiny_seq2seq import sentences
+
+    kept, forward = [], seq2seq.forward
+
+    def recording(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        kept.append({kind: sorted(ints) for kind, ints in out[1].items()})
+        return out
+
+    monkeypatch.setattr(seq2seq, "forward", recording)
+    translation.make_step.cache_clear()
+    data = list(zip(sentences(6, 1), sentences(6, 2)))
+    run = lambda m: run_corpus(tiny_marian, data, [m], batch_size=4, max_length=32, progress=False)  # noqa: E731
+    got = run(AltiPlus())
+    assert kept and all(not names for step in kept for names in step.values()), kept
+    want = run(StackedAltiPlus())
+    translation.make_step.cache_clear()
+    for key, value in want.totals["cross-alti-plus"].items():
+        assert_close(got.totals["cross-alti-plus"][key], value, terms=model_terms(tiny_marian.config, 32, 32),
+                     err_msg=key)
+
+
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory):
     import jattn
