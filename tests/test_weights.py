@@ -139,6 +139,7 @@ def test_js_blocks_equal_brute_force_for_any_block_size():
         refs = [{"maps": weights[:, s, :, :lengths[s], :lengths[s]]} for s in range(b)]
         expected = brute_js(refs)
         for block_rows in (1, 3, 16, 64):
-            got = pairwise_js(jnp.asarray(weights, jnp.float32), jnp.asarray(real), block_rows=block_rows)
+            stacked = jnp.asarray(weights, jnp.float32)  # (L, b, H, n, n)
+            got = pairwise_js(lambda l: stacked[l], L, jnp.asarray(real), block_rows=block_rows)
             close(jax.device_get(got), expected, b * n * n)  # float32 sums over rows and keys, any blocking
 

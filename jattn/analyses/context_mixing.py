@@ -221,22 +221,36 @@ class AltiPlus(Method):
     name = "alti-plus"
     families = ("seq2seq",)
     kinds = ("cross",)
+    internals = ()  # its own forward reduces each layer inside the loops; the runner's keeps none for it
 
     def reduce(self, ctx: StepContext) -> dict:
-        from jattn.nn import seq2seq
-
-        _, internals = ctx.forward(internals="all")
-        model = seq2seq.module(ctx.params, ctx.config)
-        views = {k: model.view(k) for k in seq2seq.KINDS}
+        """``alti_plus_maps``' rollout inside its own forward's layer loops: the encoder's ALTI rollout
+        (b, s, s) and the decoder's contributions (b, t, s + t) carried from layer to layer, each
+        layer's maps computed from that layer's internals alone, so no layer's internals are kept."""
         real = (ctx.batch["example"] >= 0)[:, None]  # (b, 1)
-        batch = {"attention_mask": ctx.batch["attention_mask"] * real,
-                 "decoder_attention_mask": ctx.batch["decoder_attention_mask"] * real}
-        maps = alti_plus_maps(internals, views, batch, ctx.config.layer_norm_eps,
-                              ctx.config.norm_position)["decoder"]["alti_plus"]  # (L, b, t, s + t)
-        s = batch["attention_mask"].shape[1]
-        source = maps[..., :s].sum(-1)  # (L, b, t)
-        return {"source": jnp.einsum("lbt,bt->l", source, batch["decoder_attention_mask"].astype(jnp.float32)),
-                "n": batch["decoder_attention_mask"].sum().astype(jnp.float32)}
+        src = (ctx.batch["attention_mask"] * real).astype(jnp.float32)  # (b, s)
+        tgt = (ctx.batch["decoder_attention_mask"] * real).astype(jnp.float32)  # (b, t)
+        eps, position = ctx.config.layer_norm_eps, ctx.config.norm_position
+        (b, s), t = src.shape, tgt.shape[1]
+
+        def layer(kind, ints, view, state):  # one layer of type ``kind`` -> (its source share, the state after)
+            if kind == "encoder":
+                enc = jnp.einsum("bij,bjk->bik", alti_layer(ints, view, src, eps, position), state["enc"])
+                return {}, dict(state, enc=enc)  # (b, s, s) rolled out to the source embeddings
+            if kind == "decoder":
+                return {}, dict(state, self=alti_layer(ints, view, tgt, eps, position))  # (b, t, t)
+            cm = cross_alti_layer(ints, view, tgt, src, eps, position)  # (b, t, 1 + s)
+            acc = jnp.einsum("bik,bkm->bim", cm[..., :1] * state["self"], state["acc"]) + jnp.pad(
+                cm[..., 1:], ((0, 0), (0, 0), (0, t)))  # (b, t, s + t) over the encoder outputs and targets
+            source = jnp.einsum("bts,bsu->btu", acc[..., :s], state["enc"]).sum(-1)  # (b, t) to the source
+            return {"source": jnp.einsum("bt,bt->", source, tgt)}, dict(state, acc=acc)
+
+        start = {"enc": jnp.broadcast_to(jnp.eye(s, dtype=jnp.float32), (b, s, s)),
+                 "self": jnp.zeros((b, t, t), jnp.float32),
+                 "acc": jnp.concatenate([jnp.zeros((b, t, s)), jnp.broadcast_to(jnp.eye(t), (b, t, t))
+                                         * tgt[:, :, None]], 2)}  # (b, t, s + t)
+        outputs, _ = ctx.forward(internals=None, layer_totals=layer, layer_state=start)
+        return {"source": outputs["layer_totals"]["cross"]["source"], "n": tgt.sum()}  # (L_dec,), ()
 
     def finalize(self, totals, meta):
         n = max(float(totals["n"]), 1.0)

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jattn.nn.recompute import layer_weights
 from jattn.runner.protocol import Method, Statistic, StepContext
 from jattn.analyses.registry import register
 
@@ -26,59 +27,71 @@ def xlogx_rows(x: jax.Array) -> jax.Array:
     return (x * jnp.log(jnp.where(x > 0, x, 1.0))).sum(-1)
 
 
-def pairwise_js(weights: jax.Array, real: jax.Array, *, block_rows: int = 16) -> jax.Array:
-    """Σ over sequences and real rows of JS between every pair of heads.
+def pairwise_js(weights_of, L: int, real: jax.Array, *, block_rows: int = 16) -> jax.Array:
+    """Σ over sequences and real rows of JS between every pair of heads, layer pair by layer pair.
 
-    weights (L, b, H, n, n), real (b, n) bool -> (K, K), K = L·H, symmetric, zero diagonal.
-    ``real`` may also be the allowed keys of every row, (b, q, k) bool (a causal decoder, or
-    cross-attention's q ≠ k); n in the smoothing is then each row's number of allowed keys.
-    Per row, JS(p, q) = ½(Σ p log p + Σ q log q) − Σ m log m: one log per entry of a pair, the
-    per-head Σ p log p computed once; the difference is taken per row (before summing rows) so
-    float32 cancellation stays at the size of one row. p is zero on padded rows and keys, which
-    then add nothing. Each unordered pair is computed once: step s of a scan pairs head a with
-    head (a+s) mod K, s = 1..K//2, ~K²/2 maps of n² entries.
+    ``weights_of(l)`` -> layer l's α (b, H, n, k) (l traced; e.g. recomputed from the layer's
+    input, ``jattn.nn.recompute.layer_weights``), L layers, real (b, n) bool -> (K, K),
+    K = L·H, symmetric, zero diagonal (head index l·H + h). ``real`` may also be the allowed keys
+    of every row, (b, q, k) bool (a causal decoder, or cross-attention's q ≠ k); n in the smoothing
+    is then each row's number of allowed keys. Per row, JS(p, q) = ½(Σ p log p + Σ q log q) −
+    Σ m log m: one log per entry of a pair, the per-head Σ p log p computed once; the difference is
+    taken per row (before summing rows) so float32 cancellation stays at the size of one row. p is
+    zero on padded rows and keys, which then add nothing.
 
-    That work reads every map K/2 times, so it is cut into blocks of ``block_rows`` query rows,
-    e = gcd(b, 8) sequences × block_rows/e rows each (K·block_rows·n floats, ~0.6 MB for K=72,
-    n=128: cache-resident while all pairs are formed), visited one after another by ``lax.map``.
-    The batch is split as (e, b/e) and the block keeps the outer axis, so a device-sharded batch
-    stays sharded.
+    Layer a's α is computed once and paired with itself and with each later layer c, computed in
+    turn: two layers' smoothed α are held at a time, never every layer's (L + L(L−1)/2 layer
+    computations). Each pair of layers is cut into blocks of ``block_rows`` query rows,
+    e = gcd(b, 8) sequences × block_rows/e rows each (2·H·block_rows·k floats: cache-resident
+    while its H² pairs are formed), visited one after another by ``lax.map``. The batch is split
+    as (e, b/e) and the block keeps the outer axis, so a device-sharded batch stays sharded.
     """
-    L, b, H, n, k = weights.shape
-    K, e = L * H, math.gcd(b, 8)
-    rows = max(1, block_rows // e)
-    pad = -n % rows
-    heads = jnp.moveaxis(weights, 2, 1).reshape(K, b, n, k)  # (K, b, n, k) head k = l·H + h
     allowed = real if real.ndim == 3 else real[:, :, None] & real[:, None, :]  # (b, n, k) real row and key
-    cells = allowed[None]  # (1, b, n, k)
-    length = jnp.maximum(allowed.sum(-1), 1).astype(heads.dtype)[None, :, :, None]  # (1, b, n, 1)
-    p = jnp.where(cells, (1 - JS_SMOOTHING) * heads + JS_SMOOTHING / length, 0.0)  # (K, b, n, k)
-    p = jnp.pad(p, ((0, 0), (0, 0), (0, pad), (0, 0)))  # (K, b, R·rows, k) zero rows add nothing
-    R = (n + pad) // rows
-    blocks = p.reshape(K, e, b // e, R, rows, k)  # (K, e, g, R, rows, k)
-    blocks = blocks.transpose(2, 3, 0, 1, 4, 5).reshape(b // e * R, K, e * rows, k)  # (g·R, K, e·rows, k)
-    js = jax.lax.map(_block_js, blocks).sum(0)  # (S, K)
-    shifts = jnp.arange(1, K // 2 + 1)  # (S,)
-    a = jnp.broadcast_to(jnp.arange(K), js.shape)  # (S, K)
-    g = (a + shifts[:, None]) % K  # (S, K)
-    d = jnp.zeros((K, K), js.dtype).at[a, g].set(js)  # (K, K) for even K the pair at s = K/2
-    return d.at[g, a].set(js)  # appears twice with the same value
+    length = jnp.maximum(allowed.sum(-1), 1).astype(jnp.float32)[:, None, :, None]  # (b, 1, n, 1)
+
+    def smoothed(l):  # layer l's α smoothed, in row blocks (g·R, H, e·rows, k)
+        w = weights_of(l)  # (b, H, n, k)
+        b, H, n, k = w.shape
+        e = math.gcd(b, 8)
+        rows = max(1, block_rows // e)
+        pad = -n % rows
+        p = jnp.where(allowed[:, None], (1 - JS_SMOOTHING) * w + JS_SMOOTHING / length, 0.0)  # (b, H, n, k)
+        p = jnp.pad(p, ((0, 0), (0, 0), (0, pad), (0, 0)))  # (b, H, R·rows, k) zero rows add nothing
+        R = (n + pad) // rows
+        blocks = p.reshape(e, b // e, H, R, rows, k).transpose(1, 3, 2, 0, 4, 5)  # (g, R, H, e, rows, k)
+        return blocks.reshape(b // e * R, H, e * rows, k)  # (g·R, H, e·rows, k)
+
+    def pair(p, q):  # two layers' blocks -> (H, H) JS summed over rows
+        return jax.lax.map(lambda pq: _block_js(*pq), (p, q)).sum(0)  # (H, H)
+
+    H = jax.eval_shape(weights_of, 0).shape[1]
+
+    def layer(d, a):  # layer a with itself and with every later layer c
+        p = smoothed(a)
+        d = jax.lax.dynamic_update_slice(d, pair(p, p)[None, :, None], (a, 0, a, 0))
+
+        def later(c, d):
+            js = pair(p, smoothed(c))  # (H, H) heads of a × heads of c
+            d = jax.lax.dynamic_update_slice(d, js[None, :, None], (a, 0, c, 0))
+            return jax.lax.dynamic_update_slice(d, js.T[None, :, None], (c, 0, a, 0))
+
+        return jax.lax.fori_loop(a + 1, L, later, d), None
+
+    d, _ = jax.lax.scan(layer, jnp.zeros((L, H, L, H), jnp.float32), jnp.arange(L))  # (L, H, L, H)
+    return d.reshape(L * H, L * H) * (1 - jnp.eye(L * H, dtype=d.dtype))  # (K, K) JS(p, p) = 0
 
 
-def _block_js(p: jax.Array) -> jax.Array:
-    """Σ over a block's rows of JS(p_a, p_(a+s) mod K). p (K, rows, n) -> (S, K), S = K//2."""
-    K = p.shape[0]
-    p_log_p = xlogx_rows(p)  # (K, rows)
-    p2, p_log_p2 = jnp.concatenate([p, p]), jnp.concatenate([p_log_p, p_log_p])  # (2K, ...)
+def _block_js(p: jax.Array, q: jax.Array) -> jax.Array:
+    """Σ over a block's rows of JS(p_h, q_g) for every head h of p and g of q.
+    p, q (H, rows, n) -> (H, H) [h, g]."""
+    p_log_p, q_log_q = xlogx_rows(p), xlogx_rows(q)  # (H, rows)
 
-    def shift(_, s):
-        q = jax.lax.dynamic_slice_in_dim(p2, s, K)  # (K, rows, n) head (a+s) mod K
-        q_log_q = jax.lax.dynamic_slice_in_dim(p_log_p2, s, K)  # (K, rows)
-        js_rows = 0.5 * (p_log_p + q_log_q) - xlogx_rows(0.5 * (p + q))  # (K, rows)
-        return None, js_rows.sum(1)  # (K,)
+    def head(_, g):  # head g of q against every head of p
+        js_rows = 0.5 * (p_log_p + q_log_q[g]) - xlogx_rows(0.5 * (p + q[g]))  # (H, rows)
+        return None, js_rows.sum(1)  # (H,)
 
-    _, js = jax.lax.scan(shift, None, jnp.arange(1, K // 2 + 1))  # (S, K)
-    return js
+    _, js = jax.lax.scan(head, None, jnp.arange(q.shape[0]))  # (H_q, H_p)
+    return js.T
 
 
 def mds(distance: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -98,14 +111,18 @@ def mds(distance: np.ndarray, seed: int = 0) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class JSDistance(Method):
     """Jensen–Shannon distance between all pairs of heads and its MDS embedding (per attention
-    type on a translation model, over the keys each row may attend)."""
+    type on a translation model, over the keys each row may attend). The runner keeps the layers'
+    inputs only; each layer's α is recomputed from its input when its pairs are formed, so about
+    two layers' α are held at a time (``pairwise_js``)."""
 
     name = "js"
     families = ("encoder", "seq2seq", "decoder")
+    internals = ("residual",)  # the layers' inputs (L, b, q, D): each layer's α recomputed when paired
 
     def reduce(self, ctx: StepContext) -> dict:
-        allowed = ctx.batch["allowed"]  # (b, q, k)
-        return {"js_distance": pairwise_js(ctx.internals["weights"], allowed)}  # (K, K)
+        x = ctx.internals["residual"]  # (L, b, q, D)
+        weights = layer_weights(ctx.params, ctx.config, ctx.kind, ctx.batch, ctx.outputs)
+        return {"js_distance": pairwise_js(lambda l: weights(l, x[l]), x.shape[0], ctx.batch["allowed"])}  # (K, K)
 
     def finalize(self, totals, meta):
         d = totals["js_distance"]

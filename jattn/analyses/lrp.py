@@ -30,7 +30,9 @@ How the network is cut into relprop steps (all per example, padding excluded):
 Why a separate jitted function rather than a streaming reducer: relevance flows top-down, from the
 prediction through layer L to layer 1, after the whole forward; the runner's reducers see the internals
 of one forward and reduce bottom-up inside the scan. ``head_relevance`` still returns additive totals
-per batch (the sum over examples of per-layer relevance), so batches combine by addition.
+per batch (the sum over examples of per-layer relevance), so batches combine by addition. The forward
+keeps each layer's input and head outputs (L, b, n, D) only; each layer's α is recomputed from its input
+for one example at a time as the pass reaches it (``jattn.nn.recompute``), never every layer's α.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from jattn.nn.config import EncoderConfig
 from jattn.nn.interventions import NONE
 from jattn.nn import state
 from jattn.nn.attention import post_ln_ffn
+from jattn.nn.recompute import layer_weights
 
 __all__ = ["head_gradient_x_input", "head_relevance"]
 
@@ -142,7 +145,7 @@ def _top_relevance(module, config, batch: dict, i: int, last: jax.Array) -> jax.
     dec_ids, dec_mask = batch["decoder_input_ids"][i], batch["decoder_attention_mask"][i]  # (t,)
 
     def all_logits(h):  # (n, D) -> (t, V)
-        y, _ = module.decoder_stack(h[None], src_mask[None], dec_ids[None], dec_mask[None], {}, internals=None)
+        y, _, _ = module.decoder_stack(h[None], src_mask[None], dec_ids[None], dec_mask[None], {}, internals=None)
         return module.logits(y)[0]  # (t, V)
 
     tops = jnp.argmax(all_logits(last), -1)  # (t,)
@@ -165,10 +168,8 @@ def head_relevance(params, config, batch: dict) -> dict:
                          "h = LN_1(x + attention)); this model's blocks are pre-LN, whose relprop steps it does not "
                          "implement. Fix: head_gradient_x_input (gradient × input of each head) applies to any block")
     module = state.merge(params, config)
-    if isinstance(config, EncoderConfig):
-        outputs, internals = module(batch, internals=("residual", "weights", "context"))
-    else:
-        outputs, internals = module(batch, internals=("residual", "weights", "context"))
+    outputs, internals = module(batch, internals=("residual", "context"))  # each (L, b, n, D): no layer's α kept
+    if not isinstance(config, EncoderConfig):
         outputs = {"last_hidden_state": outputs["encoder_last_hidden_state"]}
         internals = internals["encoder"]
     layers, attn_name, ln_name, ffn = _encoder_layers(module, config)
@@ -177,6 +178,7 @@ def head_relevance(params, config, batch: dict) -> dict:
 
     def one(i):
         mask = batch["attention_mask"][i]  # (n,)
+        weights = layer_weights(params, config, "encoder", {"attention_mask": mask[None]}, outputs)  # α (1, H, n, n)
         r = _top_relevance(module, config, batch, i, outputs["last_hidden_state"][i])  # (n, D)
         heads, residual, totals = [], [], []
         for l in reversed(range(L)):  # top-down
@@ -191,8 +193,8 @@ def head_relevance(params, config, batch: dict) -> dict:
             r_x, r_c = relprop_tokenwise(g, r, x, context, mask)
             heads.append(r_c.sum((0, 2)))  # (H,)
             residual.append(r_x.sum())
-            r = r_x + relprop_values(r_c, internals["weights"][l, i], x, attn.value.kernel[...],
-                                     attn.value.bias[...], mask)  # (n, D)
+            alpha = weights(l, x[None])[0]  # (H, n, n) layer l's α recomputed from its input
+            r = r_x + relprop_values(r_c, alpha, x, attn.value.kernel[...], attn.value.bias[...], mask)  # (n, D)
             totals.append(r.sum())
         return jnp.stack(heads[::-1]), jnp.stack(residual[::-1]), jnp.stack(totals[::-1])
 
@@ -208,7 +210,9 @@ def head_gradient_x_input(params, config, batch: dict) -> jax.Array:
     baseline LRP is checked against: Σ over the head's units and tokens of ∂o/∂c_h · c_h, which is
     ∂o/∂ξ_h at ξ = 1 for a gate ξ_h on the head's output (Michel et al. 2019's mask). o: the top-1
     class logit, or Σ_t over ``target_mask`` of the top-1 logit at target position t (the top-1
-    token fixed at the unmodified model's). batch as ``head_relevance``'s -> (b, L, H), signed."""
+    token fixed at the unmodified model's). batch as ``head_relevance``'s -> (b, L, H), signed. Each
+    layer is rematerialised in the backward pass where the layers' residuals do not fit
+    (``jattn.nn.engine.layer_loop``), as the importance sweeps are: one layer's α at a time."""
     from jattn.nn import encoder, seq2seq
     from jattn.nn.interventions import Interventions
 
@@ -221,7 +225,7 @@ def head_gradient_x_input(params, config, batch: dict) -> jax.Array:
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
 
         def outputs(gates):  # (L, b, H) -> (b,)
-            logits = encoder.classify(params, config, inputs, Interventions(head_gates=gates))  # (b, C)
+            logits = encoder.classify(params, config, inputs, Interventions(head_gates=gates), remat=True)  # (b, C)
             top = jax.lax.stop_gradient(logits.argmax(-1))  # (b,)
             return jnp.take_along_axis(logits, top[:, None], -1)[:, 0]
     else:
@@ -231,7 +235,7 @@ def head_gradient_x_input(params, config, batch: dict) -> jax.Array:
 
         def outputs(gates):
             logits = seq2seq.forward(params, config, inputs, {"encoder": Interventions(head_gates=gates)},
-                                     internals=None)[0]["logits"]  # (b, t, V)
+                                     internals=None, remat=True)[0]["logits"]  # (b, t, V)
             top = jax.lax.stop_gradient(logits.argmax(-1))  # (b, t)
             return (jnp.take_along_axis(logits, top[..., None], -1)[..., 0] * mask).sum(-1)  # (b,)
 

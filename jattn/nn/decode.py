@@ -39,7 +39,7 @@ def init_state(params, config: Seq2SeqConfig, input_ids, attention_mask, iv, max
     """Encode once; return the cross-attention keys/values (L, B, H, s, d_h) and an empty
     self-attention cache (L, B, H, T, d_h)."""
     model = module(params, config)
-    enc, _ = model.encoder_stack(input_ids, attention_mask, iv["encoder"], dtype=dtype, internals=None)  # (B, s, D)
+    enc, _, _ = model.encoder_stack(input_ids, attention_mask, iv["encoder"], dtype=dtype, internals=None)  # (B, s, D)
     graphdef, stacked = nnx.split(model.decoder.layers)
     cross_k, cross_v = jax.lax.map(lambda s: nnx.merge(graphdef, s).cross_attn.keys_values(enc), stacked)
     B, H = input_ids.shape[0], config.decoder_heads

@@ -166,6 +166,12 @@ class Stack(nnx.Module):
         return self.final_ln(x) if self.config.final_norm else x  # (b, n, D)
 
 
+def reduced(layer_totals, kind: str, internals: dict, view: dict, state):
+    """One layer's ``layer_totals(kind, internals, view, state) -> (totals, next state)``
+    (``Seq2Seq.__call__``), or (None, state) without the callback."""
+    return (None, state) if layer_totals is None else layer_totals(kind, internals, view, state)
+
+
 def check_interventions(config: Seq2SeqConfig, given) -> dict[str, Interventions]:
     """A mapping kind -> ``Interventions`` (missing kinds: none), shapes checked on the host."""
     if given is None:
@@ -206,10 +212,11 @@ class Seq2Seq(nnx.Module):
         self.deterministic = True  # evaluation mode; train() / eval() set it (``jattn.nn.layers.dropout_key``)
 
     def encoder_stack(self, input_ids, attention_mask, iv: Interventions = NONE, rng=None, dtype=jnp.float32,
-               internals="all", unroll=False, inputs_embeds=None, remat=False):
+               internals="all", unroll=False, inputs_embeds=None, remat=False, layer_totals=None, layer_state=None):
         """Encoder stack. input_ids (or None and ``inputs_embeds`` (b, s, D)), attention_mask (b, s) ->
         the stack's output (b, s, D) (after the final LayerNorm, if any), internals (L_enc, ...);
-        ``unroll``, ``remat``: ``jattn.nn.engine.layer_loop``."""
+        ``unroll``, ``remat``: ``jattn.nn.engine.layer_loop``; ``layer_totals``, ``layer_state``: as
+        ``__call__``'s, with (totals (L_enc, ...), the state after the stack) as a third result."""
         r = split_rng(rng, 2)
         x = self.embeddings.side_input(input_ids, inputs_embeds, attention_mask, "source", dtype, r[0])  # (b, s, D)
         allowed = attention_mask.astype(bool)[:, None, :]  # (b, 1, s)
@@ -217,24 +224,28 @@ class Seq2Seq(nnx.Module):
         position_bias = self.encoder.score_bias(x.shape[1])  # (H, s, s) or None, shared by the layers
         graphdef, stacked = nnx.split(self.encoder.layers)
 
-        def step(x, xs):
-            state, slices, lr = xs
+        def step(carry, xs):
+            (x, carried), (state, slices, lr) = carry, xs
             layer, lr = nnx.merge(graphdef, state), split_rng(lr, 2)
             layer_iv = iv.for_layer(*slices)
             h, ints = layer.attend("self", x, x, allowed, layer_iv, lr[0], position_bias)  # (b, s, D)
             out, ffn = layer.ffn(h, layer_iv, lr[1])  # (b, s, D)
-            return out, select({**ints, **ffn}, internals)
+            ints = {**ints, **ffn}
+            totals, carried = reduced(layer_totals, "encoder", ints, layer.view("self"), carried)
+            return (out, carried), (select(ints, internals), totals)
 
-        x, ints = layer_loop(step, x, (stacked, iv.layer_slices(), layer_rngs), unroll, remat)  # (b, s, D)
-        return self.encoder.final(x), ints
+        (x, carried), (ints, totals) = layer_loop(step, (x, layer_state), (stacked, iv.layer_slices(), layer_rngs),
+                                                  unroll, remat)  # (b, s, D)
+        return self.encoder.final(x), ints, (totals, carried)
 
     def decoder_stack(self, encoder_out, attention_mask, decoder_input_ids, decoder_attention_mask,
                iv: Mapping[str, Interventions], rng=None, dtype=jnp.float32, internals="all", unroll=False,
-               inputs_embeds=None, remat=False):
+               inputs_embeds=None, remat=False, layer_totals=None, layer_state=None):
         """Decoder stack with teacher forcing. encoder_out (b, s, D), decoder_input_ids (b, t) (or
         None and ``inputs_embeds`` (b, t, D)) -> the stack's output (b, t, D) (after the final
-        LayerNorm, if any) and internals {"decoder": (L_dec, ...),
-        "cross": (L_dec, ...)}; ``unroll``, ``remat``: ``jattn.nn.engine.layer_loop``."""
+        LayerNorm, if any), internals {"decoder": (L_dec, ...), "cross": (L_dec, ...)} and (totals
+        {"decoder", "cross"} (L_dec, ...), the state after the stack); ``unroll``, ``remat``:
+        ``jattn.nn.engine.layer_loop``; ``layer_totals``, ``layer_state``: as ``__call__``'s."""
         r = split_rng(rng, 2)
         y = self.embeddings.side_input(decoder_input_ids, inputs_embeds, decoder_attention_mask, "target", dtype,
                                        r[0])  # (b, t, D)
@@ -246,20 +257,24 @@ class Seq2Seq(nnx.Module):
         graphdef, stacked = nnx.split(self.decoder.layers)
         iv_self, iv_cross = iv.get("decoder", NONE), iv.get("cross", NONE)
 
-        def step(y, xs):
-            state, s_self, s_cross, lr = xs
+        def step(carry, xs):
+            (y, carried), (state, s_self, s_cross, lr) = carry, xs
             layer, lr = nnx.merge(graphdef, state), split_rng(lr, 3)
             h, self_int = layer.attend("self", y, y, causal, iv_self.for_layer(*s_self), lr[0],
                                        position_bias)  # (b, t, D)
             h, cross_int = layer.attend("cross", h, encoder_out, cross_allowed, iv_cross.for_layer(*s_cross),
                                         lr[1])  # (b, t, D)
             out, ffn = layer.ffn(h, iv_cross.for_layer(*s_cross), lr[2])  # (b, t, D)
-            return out, {"decoder": select(self_int, internals, absent=FFN_INTERNALS),
-                         "cross": select({**cross_int, **ffn}, internals)}
+            cross_int = {**cross_int, **ffn}
+            self_totals, carried = reduced(layer_totals, "decoder", self_int, layer.view("self"), carried)
+            cross_totals, carried = reduced(layer_totals, "cross", cross_int, layer.view("cross"), carried)
+            return (out, carried), ({"decoder": select(self_int, internals, absent=FFN_INTERNALS),
+                                     "cross": select(cross_int, internals)},
+                                    {"decoder": self_totals, "cross": cross_totals})
 
         xs = (stacked, iv_self.layer_slices(), iv_cross.layer_slices(), layer_rngs)
-        y, ints = layer_loop(step, y, xs, unroll, remat)  # (b, t, D)
-        return self.decoder.final(y), ints
+        (y, carried), (ints, totals) = layer_loop(step, (y, layer_state), xs, unroll, remat)  # (b, t, D)
+        return self.decoder.final(y), ints, (totals, carried)
 
     def logits(self, h: jax.Array) -> jax.Array:
         """Output projection (tied to the target embeddings or not) of h · ``output_scale`` (T5 v1.0:
@@ -274,7 +289,8 @@ class Seq2Seq(nnx.Module):
         return logits
 
     def __call__(self, batch: dict, interventions: Mapping[str, Interventions] | None = None, *,
-                 dropout_rng=None, compute_dtype=jnp.float32, internals="all", unroll=False, remat=False):
+                 dropout_rng=None, compute_dtype=jnp.float32, internals="all", unroll=False, remat=False,
+                 layer_totals=None, layer_state=None):
         """Teacher-forced encoder–decoder pass; returns (outputs, internals).
 
         batch: ``input_ids``, ``attention_mask`` (b, s); ``decoder_input_ids`` (b, t) and optional
@@ -290,6 +306,12 @@ class Seq2Seq(nnx.Module):
         None or names. ``unroll``: the layers as straight-line code
         (``jattn.nn.engine.layer_loop``); ``remat``: a gradient keeps one layer's activations at a
         time, recomputing them (Chen et al. 2016; ``layer_loop``; the gradient sweeps).
+        ``layer_totals(kind, internals, view, state) -> (totals, state)``: called inside the layer
+        loops on each layer's internals of each type (the encoder's, then per decoder layer its
+        self- and cross-attention's) and parameter view (``Seq2SeqLayer.view``) with the state
+        carried from call to call (``layer_state``, any pytree, e.g. per-example arrays (b, ...));
+        ``outputs["layer_totals"]`` {kind: totals stacked (L, ...)}, ``outputs["layer_state"]`` the
+        last state: analyses reduce each layer while it is at hand (``jattn.runner.translation``).
 
         outputs: ``logits`` (b, t, V), ``encoder_last_hidden_state`` (b, s, D),
         ``decoder_last_hidden_state`` (b, t, D). internals: {"encoder", "decoder", "cross"}, each
@@ -310,12 +332,15 @@ class Seq2Seq(nnx.Module):
             dec_mask = default_decoder_mask(self.config, dec_ids)  # (b, t)
         elif dec_mask is None and dec_embeds is not None:
             dec_mask = jnp.ones(dec_embeds.shape[:2], jnp.int32)  # (b, t)
-        enc, enc_int = self.encoder_stack(batch.get("input_ids"), batch["attention_mask"], iv.get("encoder", NONE),
-                                          r[0], compute_dtype, internals, unroll,
-                                          batch.get("inputs_embeds"), remat)  # (b, s, D)
-        dec, dec_int = self.decoder_stack(enc, batch["attention_mask"], dec_ids, dec_mask, iv, r[1], compute_dtype,
-                                          internals, unroll, dec_embeds, remat)  # (b, t, D)
+        enc, enc_int, (enc_totals, state) = self.encoder_stack(
+            batch.get("input_ids"), batch["attention_mask"], iv.get("encoder", NONE), r[0], compute_dtype, internals,
+            unroll, batch.get("inputs_embeds"), remat, layer_totals, layer_state)  # (b, s, D)
+        dec, dec_int, (dec_totals, state) = self.decoder_stack(
+            enc, batch["attention_mask"], dec_ids, dec_mask, iv, r[1], compute_dtype, internals, unroll, dec_embeds,
+            remat, layer_totals, state)  # (b, t, D)
         outputs = {"logits": self.logits(dec), "encoder_last_hidden_state": enc, "decoder_last_hidden_state": dec}
+        if layer_totals is not None:
+            outputs.update(layer_totals={"encoder": enc_totals, **dec_totals}, layer_state=state)
         return outputs, {"encoder": enc_int, **dec_int}
 
     def view(self, kind: str) -> dict:
@@ -344,10 +369,12 @@ def forward(params, config: Seq2SeqConfig, batch: dict, interventions=None, **kw
     return state.pure_call(params, config, batch, interventions, _batch_axis, **kwargs)
 
 
-def _batch_axis(path) -> int:
-    """The batch axis of ``forward``'s result at ``path``: 0 in the outputs (b, ...), 1 in the
-    internals (L, b, ...)."""
-    return 0 if path[0].idx == 0 else 1
+def _batch_axis(path) -> int | None:
+    """The batch axis of ``forward``'s result at ``path``: 0 in the outputs (b, ...) and the state,
+    1 in the internals (L, b, ...), none in the per-layer totals (L, ...)."""
+    if path[0].idx == 1:
+        return 1
+    return None if path[1].key == "layer_totals" else 0
 
 
 def word_embeddings(params, config: Seq2SeqConfig, ids: jax.Array, side: str) -> jax.Array:

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from jattn.runner import translation as run_translation
 from jattn.nn.config import Seq2SeqConfig
-from jattn.runner.protocol import HostBatch, Statistic, StepContext, reduce_stacked
+from jattn.runner.protocol import HostBatch, Statistic, StepContext, kept_internals, reduce_stacked, unstack_layers
 from jattn.runner.batcher import batches
 from jattn.runner.inputs import corpus, default_length, pad_token
 from jattn.nn import encoder, state
@@ -121,21 +121,6 @@ def _step(config, methods: tuple, mesh):
     data, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
     placed = jax.tree.map(lambda s: NamedSharding(mesh, s), state.partition_specs(state.abstract(config), mesh))
     return jax.jit(step, in_shardings=(placed, data, data), out_shardings=replicated), data, replicated
-
-
-def kept_internals(methods) -> str | tuple | None:
-    """The internals the runner's forward keeps: the union of what ``methods`` read after the
-    layer loop (``Method.internals``), None where they read none."""
-    reads = [getattr(m, "internals", "all") for m in methods]
-    if "all" in reads:
-        return "all"
-    return tuple(sorted({name for names in reads for name in names})) or None
-
-
-def unstack_layers(x: jax.Array) -> jax.Array:
-    """A layerwise statistic stacked by the scan: (L, 1, ...) -> (L, ...); a scalar, which by
-    the protocol does not depend on the layer, (L,) -> its layer-0 value."""
-    return x[0] if x.ndim == 1 else x.reshape(x.shape[:1] + x.shape[2:])
 
 
 def combine_processes(totals: dict) -> dict:

@@ -69,7 +69,10 @@ A method is any object with:
     computed in (internals (1, s, ...), ``ctx.batch`` and ``ctx.features`` cut to the chunk's s
     rows, ``ctx.outputs`` and ``ctx.forward`` None), adds the chunks' results (they are sums over
     examples) and stacks the layers', so α is reduced while still in cache and the stacked
-    (L, b, H, n, n) is never written (``jattn.nn.encoder.forward(..., layer_totals=...)``).
+    (L, b, H, n, n) is never written (``jattn.nn.encoder.forward(..., layer_totals=...)``). On a
+    translation model it calls ``reduce`` inside the encoder's and the decoder's loops, per layer
+    and attention type in ``kinds``, on the whole batch (``jattn.nn.seq2seq.forward(...,
+    layer_totals=...)``).
 
 ``initial_state(batch) -> per-example arrays (b, ...)`` (optional, layerwise methods)
     A state carried from layer to layer, for a statistic that composes the layers (a rollout's
@@ -237,3 +240,18 @@ def reduce_stacked(method, ctx: StepContext) -> dict:
     if not hasattr(method, "initial_state"):
         return method.reduce(ctx)
     return method.reduce(dataclasses.replace(ctx, state=method.initial_state(ctx.batch)))[0]
+
+
+def kept_internals(methods) -> str | tuple | None:
+    """The internals the runner's forward keeps: the union of what ``methods`` read after the
+    layer loop (``Method.internals``), None where they read none."""
+    reads = [getattr(m, "internals", "all") for m in methods]
+    if "all" in reads:
+        return "all"
+    return tuple(sorted({name for names in reads for name in names})) or None
+
+
+def unstack_layers(x: jax.Array) -> jax.Array:
+    """A layerwise statistic stacked by the scan: (L, 1, ...) -> (L, ...); a scalar, which by
+    the protocol does not depend on the layer, (L,) -> its layer-0 value."""
+    return x[0] if x.ndim == 1 else x.reshape(x.shape[:1] + x.shape[2:])

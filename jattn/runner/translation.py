@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jattn.nn.token_classes import CLASS_NAMES
-from jattn.runner.protocol import StepContext, TranslationHostBatch, reduce_stacked
+from jattn.runner.protocol import StepContext, TranslationHostBatch, kept_internals, reduce_stacked, unstack_layers
 from jattn.nn import seq2seq, state
 from jattn.runner.batcher import pad_pairs
 
@@ -57,26 +57,50 @@ def kinds_of(method) -> tuple[str, ...]:
 @functools.lru_cache(maxsize=16)
 def make_step(config, methods: tuple, mesh):
     """The jitted step: teacher-forced forward + every method's ``reduce`` per attention type.
-    -> (step, data sharding, replicated sharding); statistics keyed ``<kind>-<method name>``."""
+    -> (step, data sharding, replicated sharding); statistics keyed ``<kind>-<method name>``.
+    As an encoder's step (``jattn.runner.loop``): ``layerwise`` methods reduce each layer of each
+    type inside the layer loops (``seq2seq.forward(..., layer_totals=...)``, a state carried
+    where a method has ``initial_state``), and the forward keeps only the internals the others
+    read (``Method.internals``)."""
+
+    layerwise = [m for m in methods if getattr(m, "layerwise", False) and not getattr(m, "joint", False)]
+    stacked = [m for m in methods if m not in layerwise]
 
     def step(params, batch, features):
         inputs = {k: batch[k] for k in INPUT_KEYS}
+        fields = {kind: dict(batch, **attention_fields(batch, kind)) for kind in seq2seq.KINDS}
 
         def forward(interventions=None, **kwargs):
             overrides = {k: kwargs.pop(k) for k in INPUT_KEYS if k in kwargs}
             return seq2seq.forward(params, config, dict(inputs, **overrides), interventions, **kwargs)
 
-        outputs, internals = forward(internals="all")
+        def per_layer(kind, layer, view, states):  # one layer's internals of type ``kind`` (b, ...), states by
+            # "<kind>-<method name>" -> the layerwise methods' statistics of the layer, and the states after it
+            one, one_view = jax.tree.map(lambda x: x[None], (layer, view))  # (1, b, ...), (1, ...)
+            totals, states = {}, dict(states)
+            for m in (m for m in layerwise if kind in kinds_of(m)):
+                key = f"{kind}-{m.name}"
+                totals[key] = m.reduce(StepContext(params, config, fields[kind], features[m.name], None, one, None,
+                                                   one_view, kind, states.get(key)))
+                if key in states:  # a state carried from layer to layer (``Method.initial_state``)
+                    totals[key], states[key] = totals[key]
+            return totals, states
+
+        start = {f"{kind}-{m.name}": m.initial_state(fields[kind]) for m in layerwise if hasattr(m, "initial_state")
+                 for kind in kinds_of(m)}  # (b, ...) each
+        outputs, internals = forward(internals=kept_internals(stacked), layer_totals=per_layer if layerwise else None,
+                                     layer_state=start)
+        per_kind, _ = outputs.pop("layer_totals", {}), outputs.pop("layer_state", None)
+        stats = {key: jax.tree.map(unstack_layers, per) for kind in per_kind for key, per in per_kind[kind].items()}
         module = seq2seq.module(params, config)
-        stats = {}
-        for m in methods:
+        for m in stacked:
             if getattr(m, "joint", False):  # every attention type at once (``Method.joint``)
                 stats[m.name] = m.reduce(StepContext(params, config, batch, features[m.name], outputs, internals,
                                                      forward, None, "all"))
                 continue
             for kind in kinds_of(m):
-                ctx = StepContext(params, config, dict(batch, **attention_fields(batch, kind)), features[m.name],
-                                  outputs, internals[kind], forward, module.view(kind), kind)
+                ctx = StepContext(params, config, fields[kind], features[m.name], outputs, internals[kind], forward,
+                                  module.view(kind), kind)
                 stats[f"{kind}-{m.name}"] = reduce_stacked(m, ctx)
         real = batch["example"] >= 0  # (b,)
         stats["_meta"] = {"segments": real.sum(), "tokens": (batch["attention_mask"] * real[:, None]).sum()

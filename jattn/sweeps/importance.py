@@ -157,6 +157,7 @@ class HeadImportance(Method):
     mask_token_id: int = dataclasses.field(init=False)
     name = "importance"
     families = ("encoder", "decoder")  # a causal LM: its next-token loss
+    internals = ()  # its own forwards through the gates: the runner's forward keeps no layer's internals
     remat = True  # the gradient keeps one layer's activations at a time (``jattn.nn.engine.layer_loop``): exact
 
     def __post_init__(self, model):
@@ -303,6 +304,7 @@ class TranslationImportance(Method):
     name = "importance"
     families = ("seq2seq",)
     joint = True
+    internals = ()  # its own forwards through the gates: the runner's forward keeps no layer's internals
     remat = True  # as ``HeadImportance``'s: both stacks' layers recomputed one at a time in the backward pass
 
     def prepare(self, batch) -> dict:

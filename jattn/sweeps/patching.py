@@ -175,7 +175,7 @@ def seq2seq_suffix(module, batch, kind: str, enc, x, start, patch: dict) -> dict
     if kind == "encoder":
         enc = module.encoder.final(_source_layers(module, x, batch["attention_mask"].astype(bool)[:, None, :], start,
                                                   iv))  # (b, s, D) after the final LayerNorm, if any
-        y, _ = module.decoder_stack(enc, batch["attention_mask"], batch["decoder_input_ids"],
+        y, _, _ = module.decoder_stack(enc, batch["attention_mask"], batch["decoder_input_ids"],
                                     batch["decoder_attention_mask"], {}, internals=None)  # (b, t, D)
     else:
         y = module.decoder.final(_target_layers(module, enc, batch, x, start, iv if kind == "decoder" else NONE,

@@ -111,13 +111,30 @@ def sender_onehots(model) -> tuple[dict, list]:
     return onehots, names
 
 
+def senders_that_fit(model, b: int, n: int) -> int:
+    """How many sender passes ``path_patch`` runs at once by default: as many of its L·H senders as
+    fit a sixteenth of the free memory (``jattn.nn.engine.available_bytes``; one where that is
+    unknown), each pass holding about one layer's scores and α (b, H, n, n) per attention type and
+    its every layer's head outputs and attention inputs (L, b, n, D) twice. The effects do not
+    depend on it; the memory does: all senders at once hold one layer's α per sender."""
+    from jattn.nn import engine
+
+    width = getattr(model.config, "d_model", None) or model.config.hidden_size
+    shapes = model.head_shapes.values()
+    per_sender = 4 * b * sum(2 * H * n * n + 2 * L * n * width for L, H in shapes)  # bytes
+    free = engine.available_bytes()
+    senders = sum(L * H for L, H in shapes)
+    return 1 if free is None else int(max(1, min(senders, free // 16 // per_sender)))
+
+
 def path_patch(model, clean, corrupted, metric, receivers, *, batch_size: int = 16,
                senders_per_step: int | None = None, metric_inputs: dict | None = None, per_example: bool = False):
     """Path patching from every head to ``receivers`` (module docstring): "output", or a list of
     (kind, layer, head, roles) ((layer, head, roles) for an encoder), roles over "qkv".
     ``clean``, ``corrupted``, ``metric``, ``metric_inputs`` as ``jattn.patch_heads``. Returns
     {attention type: (L, H)} over sender heads, as ``jattn.patch_heads``; ``per_example``: the
-    effects of each example, (N, L, H), instead of their mean."""
+    effects of each example, (N, L, H), instead of their mean. ``senders_per_step``: the sender
+    passes run at once (default: as many as fit, ``senders_that_fit``)."""
     masks = None if isinstance(receivers, str) and receivers == "output" else receiver_masks(model, receivers)
     a, b = paired_inputs(model, clean, corrupted)
     onehots, names = sender_onehots(model)
@@ -130,8 +147,8 @@ def path_patch(model, clean, corrupted, metric, receivers, *, batch_size: int = 
         real = min(batch_size, N - start)
         ca, cb = batch_rows(a, start, batch_size), batch_rows(b, start, batch_size)
         rows = None if extra is None else batch_rows(extra, start, batch_size)
-        m = _path_effects(model.params, model.config, ca, cb, onehots, masks, metric,
-                          senders_per_step or len(names), rows)  # (S, b)
+        step = senders_per_step or senders_that_fit(model, *cb["input_ids"].shape)
+        m = _path_effects(model.params, model.config, ca, cb, onehots, masks, metric, step, rows)  # (S, b)
         base = np.asarray(base_fn(model.params, cb, rows), np.float64)[:real]  # (real,)
         each[start:start + real] = (np.asarray(m, np.float64)[:, :real] - base).T  # (real, S)
     result = {k: np.zeros((N, *shape)) for k, shape in model.head_shapes.items()}
