@@ -219,3 +219,12 @@ def test_the_positional_detector_finds_the_known_previous_token_head_of_minilm(d
     positional = {(int(l), int(h)) for l, h in zip(*np.nonzero(np.char.startswith(found["role"].astype(str),
                                                                                    "positional")))}
     assert positional == {(0, 2)}, positional
+
+
+def test_roles_keeps_only_every_layers_weights():
+    """The runner's forward for ``roles`` keeps every layer's α and no other internal (the
+    norms' and values' stacks would be as large again)."""
+    from jattn.analyses.roles import TokenRoles
+    from jattn.runner.protocol import kept_internals
+
+    assert kept_internals([TokenRoles()]) == ("weights",)

@@ -117,6 +117,7 @@ class TokenRoles(Method):
     name = "roles"
     families = ("seq2seq", "encoder")
     kinds = ("encoder",)  # of a translation model: its encoder self-attention
+    internals = ("weights",)  # every layer's α, read after the layer loop; no other internal is kept
 
     def prepare(self, batch) -> dict:
         missing = {"word", "dep_head", "dep_rel", "rarest"} - set(batch.labels)
