@@ -250,10 +250,10 @@ def _put(x: np.ndarray, sharding, kind, key: str):
         return jax.device_put(contiguous(x.astype(kind, copy=False)))
 
     def part(index):
-        piece = x[index]
+        piece = contiguous(x[index])  # a transposed slice copied in tiles, then read once more to check it
         if floating(piece.dtype) and (bad := nonfinite(piece)):
             raise NonFinite(key, bad)
-        return contiguous(piece.astype(kind, copy=False))
+        return piece.astype(kind, copy=False)
 
     return jax.make_array_from_callback(x.shape, sharding, part)
 
