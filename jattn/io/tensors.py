@@ -23,6 +23,8 @@ from typing import Callable
 
 import numpy as np  # ml_dtypes (numpy's bfloat16, JAX's) and jax are imported where a tensor is read or placed
 
+from jattn.io.host_copy import contiguous, copy_into, floating
+
 
 class Lazy:
     """A tensor of known shape and dtype whose values are read on demand: ``read(index)`` returns
@@ -111,12 +113,6 @@ def on_bits(move: Callable, *xs: np.ndarray) -> np.ndarray:
     if kind.itemsize != 2 or not floating(kind):
         return np.asarray(move(*xs))
     return np.asarray(move(*(x.view(np.uint16) for x in xs))).view(kind)  # a view: writes reach xs
-
-
-def floating(dtype) -> bool:
-    """Whether ``dtype`` is a float type, ml_dtypes' bfloat16 included (numpy calls its kind 'V')."""
-    dtype = np.dtype(dtype)
-    return dtype.kind == "f" or dtype.name == "bfloat16"
 
 
 def is_lazy(x) -> bool:
@@ -303,39 +299,6 @@ def place(tree, dtype=None, sharding: Callable | None = None, progress: Callable
         return leaf(path, node)
 
     return walk((), tree)
-
-
-TILE = 256  # a strided copy moves TILE x TILE blocks: a transposed 2-byte tile of 128 KB stays in cache
-
-
-def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
-    """``dst[...] = src``, on the bits of 2-byte floats (``on_bits``), and in ``TILE`` x ``TILE``
-    blocks where ``src`` is strided (a transposed kernel): a plain strided copy reads one element
-    per cache line; measured 3-6x slower on a transposed 2,048 x 5,632 matrix."""
-    if dst.dtype.itemsize == 2 and floating(dst.dtype):
-        dst, src = dst.view(np.uint16), src.view(np.uint16)
-    if src.ndim < 2 or src.flags.c_contiguous:
-        dst[...] = src
-        return
-    rows = src.shape[0]
-    try:
-        flat = np.reshape(src, (rows, -1), copy=False)  # (n, m): the layout the copy walks
-    except ValueError:  # not a view of 2-D strides: the plain copy
-        dst[...] = src
-        return
-    out = dst.reshape(rows, -1)  # (n, m), a view: dst is contiguous
-    for i in range(0, rows, TILE):
-        for j in range(0, flat.shape[1], TILE):
-            out[i:i + TILE, j:j + TILE] = flat[i:i + TILE, j:j + TILE]
-
-
-def contiguous(x: np.ndarray) -> np.ndarray:
-    """``x`` as a C-contiguous array (``copy_into`` a fresh one where it is strided)."""
-    if x.flags.c_contiguous:
-        return x
-    out = np.empty(x.shape, x.dtype)
-    copy_into(out, x)
-    return out
 
 
 def count(tree) -> int:
