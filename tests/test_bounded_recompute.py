@@ -110,15 +110,7 @@ def test_translation_runner_reduces_each_layer_inside_the_loops(tiny_marian, mon
     from jattn.runner import run_corpus, translation
     from tiny_seq2seq import sentences
 
-    kept, forward = [], seq2seq.forward
-
-    def recording(*args, **kwargs):  # what each traced forward keeps, per attention type
-        out = forward(*args, **kwargs)
-        kept.append({kind: sorted(ints) for kind, ints in out[1].items()})
-        return out
-
-    monkeypatch.setattr(seq2seq, "forward", recording)
-    translation.make_step.cache_clear()
+    kept = recorded_internals(monkeypatch)
     data = list(zip(sentences(6, 1), sentences(6, 2)))
     inside = [ClassAttention(), Entropy(), NormClassAttention(), HeadConfidence(), Alti()]
     assert all(m.layerwise for m in inside)
@@ -178,15 +170,7 @@ def test_alti_plus_inside_the_loops_equals_its_stacked_maps(tiny_marian, monkeyp
     from jattn.runner import run_corpus, translation
     from tiny_seq2seq import sentences
 
-    kept, forward = [], seq2seq.forward
-
-    def recording(*args, **kwargs):
-        out = forward(*args, **kwargs)
-        kept.append({kind: sorted(ints) for kind, ints in out[1].items()})
-        return out
-
-    monkeypatch.setattr(seq2seq, "forward", recording)
-    translation.make_step.cache_clear()
+    kept = recorded_internals(monkeypatch)
     data = list(zip(sentences(6, 1), sentences(6, 2)))
     run = lambda m: run_corpus(tiny_marian, data, [m], batch_size=4, max_length=32, progress=False)  # noqa: E731
     got = run(AltiPlus())
@@ -264,3 +248,20 @@ def test_path_patching_runs_the_senders_that_fit(monkeypatch):
     all_at_once = pp._path_effects(params, config, clean, corrupted, senders, None, metric, S)  # (S, b)
     one_at_a_time = pp._path_effects(params, config, clean, corrupted, senders, None, metric, 1)
     assert_close(one_at_a_time, all_at_once, terms=model_terms(config, 24))
+
+
+def recorded_internals(monkeypatch) -> list:
+    """A list that each traced ``seq2seq.forward`` appends what it keeps to, per attention type."""
+    from jattn.nn import seq2seq
+    from jattn.runner import translation
+
+    kept, forward = [], seq2seq.forward
+
+    def recording(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        kept.append({kind: sorted(ints) for kind, ints in out[1].items()})
+        return out
+
+    monkeypatch.setattr(seq2seq, "forward", recording)
+    translation.make_step.cache_clear()
+    return kept
