@@ -89,7 +89,8 @@ def _data_spans(path: Path) -> dict[str, tuple[int, int]]:
 def _read_mapped(path: str, span: tuple[int, int], shape: tuple[int, ...], dtype, index, populate: bool = True):
     """``tensor[index]`` as a read-only view of the file's pages, mapped for this read and
     unmapped when the last view of it is dropped: the bytes go from the page cache straight to
-    where they are placed (a copy through ``safe_open`` first cost a third of a load's time).
+    where they are placed, with no copy through ``safe_open`` first (on one process the load takes
+    as long either way: the copy's time goes to mapping the pages).
     ``populate``: the mapping is filled in one call (``MAP_POPULATE``; the whole range is read),
     else page by page where it is touched (a process that places only some slices reads only those)."""
     start, end = span
