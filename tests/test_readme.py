@@ -113,8 +113,6 @@ NOT_RUN = {"make demo": "the top-level entry point (setup, then `jattn demo`; te
 STAND_INS = {  # model name in the README -> what the fast tier loads under that name, and why
     "minilm-sst2": "a random 2-layer BERT classifier made into a cache under that name: "
                    "`jattn models make minilm-sst2` fine-tunes MiniLM for about 25 minutes (slow tier)"}
-# `--model gpt2` has none: it is a hub download (the slow tier runs it when the local Hugging Face cache
-# has it), and the committed GPT-2 (checkpoints/induction-attn-only) has no padding token to batch with.
 NETWORK = {"jattn data fetch": "fetches from the pinned sources on the internet; the fast tier fetches every "
                                "data set from a local mirror of $JATTN_DATA instead"}
 DATA_PATH = re.compile(r'"\$\(jattn data path ([\w-]+)\)/([^"]+)"')
@@ -237,9 +235,9 @@ def serve(folder: Path):
 
 # The small-data runs of the fast tier (≤ 20 s each on 2 cores); the others' small-data runs are
 # slow too: MiniLM's and MPNet's runs over the sample (25-60 s each; the syntax line is their twin),
-# `--model gpt2` (a hub download), the disabling sweep (75 s on the stand-in and SST-2 dev) and the
+# the disabling sweep (75 s on the stand-in and SST-2 dev) and the
 # L0 gates (3 × 300 updates: over 10 minutes even on 40 rows).
-FAST = ("--out out/syntax", "--out out/prune", "--out out/nmt", "jattn view ", "jattn data fetch",
+FAST = ("--out out/syntax", "--out out/prune", "--out out/nmt", "--out out/lm", "jattn view ", "jattn data fetch",
         "jattn models fetch ", "jattn models list")
 SMALL = [c for c in COMMANDS if c.startswith("jattn ") and not c.startswith("jattn models make ")]
 
@@ -281,11 +279,6 @@ def test_readme_command_runs_as_written_from_any_folder(command, tmp_path, data_
     first: the classifier lines need it)."""
     if command.startswith(tuple(NETWORK)):
         pytest.skip(NETWORK[next(p for p in NETWORK if command.startswith(p))])
-    if "--model gpt2" in command:
-        from huggingface_hub import try_to_load_from_cache
-
-        if not isinstance(try_to_load_from_cache("gpt2", "config.json"), str):
-            pytest.skip("gpt2 is not in the local Hugging Face cache (a hub download; the tests are offline)")
     need_data(command, data_set)
     skip_unless_made(command, fast=False)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
