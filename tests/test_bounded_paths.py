@@ -10,7 +10,8 @@ translation, with dropout: the recomputed layer draws the same masks) and ``grad
 And every ``layerwise`` registered analysis (reduced per layer and per chunk of the batch inside
 the layer loop, so every layer's α is never held) equals its reduction of the stacked (L, b, ...)
 internals (``ClassAttention`` / ``Entropy``: tests/test_run.py), ALTI with its rolled-out map
-carried through the loop (``initial_state``) among them; the methods that read no internals after
+carried through the loop (``initial_state``) and Voita et al.'s head roles (an encoder's and a
+translation model's encoder) among them; the methods that read no internals after
 the loop (value zeroing, mixing: ``Method.internals``) run with none kept."""
 
 from __future__ import annotations
@@ -361,3 +362,62 @@ def test_analyses_of_every_layer_stay_within_one_layer(tiny_bert_folder, tmp_pat
     assert np.isfinite(result.statistics["value_zeroing_self"].value).all()
     assert seen and not any(k != "layer_rows" for s in seen for k in s), seen  # mixing's ratios (b, n) only
     assert all(a.ndim == 2 for s in seen for a in jax.tree.leaves(s)), seen
+
+
+def role_examples(tokenizer, pairs, vocab_size: int) -> list:
+    """(source, target or None) pairs labelled for ``roles`` (``token_labels``): each non-special
+    source token a word, random heads and relations of Voita's four, every sentence with a rare word."""
+    from jattn.analyses.roles import RELATIONS, token_labels
+    from jattn.io.readers import Example
+
+    rng, out = np.random.default_rng(4), []
+    for k, (source, target) in enumerate(pairs):
+        ids = np.asarray(tokenizer(source)["input_ids"])  # (n,) the last one EOS ([SEP] or </s>)
+        special = np.isin(ids, tokenizer.all_special_ids)  # (n,)
+        word = np.where(special, -1, np.cumsum(~special) - 1)  # (n,)
+        w = int((~special).sum())
+        heads, relations = rng.integers(0, w + 1, w), list(rng.choice(RELATIONS, w))  # (w,) 1-based, 0 root
+        labels = token_labels(word, heads, relations, ids, np.arange(vocab_size), top=0)
+        out.append(Example(source, target, source=f"pair {k}", labels=labels))
+    return out
+
+
+@pytest.mark.parametrize("family", ["encoder", "translation"])
+def test_roles_inside_the_layer_loop_equals_every_layers_alpha(tiny_bert_folder, tiny_marian, family, monkeypatch):
+    """Voita et al.'s head roles (``roles``, §4: each row's argmax key) counted from each layer's α
+    inside the layer loop (an encoder's on chunks of ≤ 16 token rows) equal the same counts from every
+    layer's α kept by the forward, on a tiny random encoder and a translation model's encoder; the
+    bounded run's forward keeps no layer's internals."""
+    import jattn
+    from analysis_helpers import SENTENCES
+    from jattn.analyses.roles import TokenRoles
+    from test_bounded_recompute import recorded_internals
+    from tiny_seq2seq import sentences
+
+    monkeypatch.setenv("JATTN_CHUNK_ROWS", "16")
+    if family == "encoder":
+        model = jattn.load(str(tiny_bert_folder), use_cache=False)
+        pairs, vocab = [(s, None) for s in SENTENCES if isinstance(s, str)], model.config.vocab_size
+        kept = kept_shapes(monkeypatch)
+        kept_none = lambda: kept and all(not s for s in kept)  # noqa: E731
+        kept_alpha = lambda: kept and all("weights" in s for s in kept)  # noqa: E731
+    else:
+        model = tiny_marian
+        pairs, vocab = list(zip(sentences(6, 1), sentences(6, 2))), model.config.src_vocab_size
+        kept = recorded_internals(monkeypatch)
+        kept_none = lambda: kept and all(not names for step in kept for names in step.values())  # noqa: E731
+        kept_alpha = lambda: kept and all("weights" in step["encoder"] for step in kept)  # noqa: E731
+    examples, method = role_examples(model.tokenizer, pairs, vocab), TokenRoles(min_count=1)
+    assert method.layerwise
+    run = lambda methods: run_corpus(model, examples, methods, batch_size=4, max_length=64,  # noqa: E731
+                                     progress=False)
+    a = run([method])
+    assert kept_none(), kept
+    kept.clear()
+    b = run([Stacked(method)])
+    assert kept_alpha(), kept
+    assert a.statistics.keys() == b.statistics.keys()
+    for name, want in b.statistics.items():
+        np.testing.assert_array_equal(a.statistics[name].value, want.value, err_msg=name)
+    prefix = "roles_" if family == "encoder" else "encoder_roles_"  # a translation model's attention type first
+    assert all(a.statistics[prefix + k].value.sum() > 0 for k in ("correct", "prev_hits", "next_hits", "rare_hits"))

@@ -24,8 +24,10 @@ represented by its first subword token (``token_labels``):
   the paper's rare-word head hits 66%).
 
 Everything is an additive count over sentences (``syntax.DependencyCounts`` plus the rare-word
-hits), streamed by the runner on (source, target) pairs; the labels come from
-``token_labels`` (a dependency parse of the source, e.g. ``jattn.io.parse``).
+hits), streamed by the runner on (source, target) pairs; each layer's counts come from that
+layer's α alone, so the runner reduces them inside the encoder's layer loop and never holds every
+layer's α. The labels come from ``token_labels`` (a dependency parse of the source, e.g.
+``jattn.io.parse``).
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ class TokenRoles(Method):
     name = "roles"
     families = ("seq2seq", "encoder")
     kinds = ("encoder",)  # of a translation model: its encoder self-attention
-    internals = ("weights",)  # every layer's α, read after the layer loop; no other internal is kept
+    layerwise = True  # each layer's counts from that layer's α alone: reduced inside the scan
 
     def prepare(self, batch) -> dict:
         missing = {"word", "dep_head", "dep_rel", "rarest"} - set(batch.labels)
@@ -127,7 +129,7 @@ class TokenRoles(Method):
         return {k: batch.labels[k] for k in ("word", "dep_head", "dep_rel", "rarest")}
 
     def reduce(self, ctx: StepContext) -> dict:
-        W = ctx.internals["weights"]  # (L, b, H, n, n)
+        W = ctx.internals["weights"]  # (L, b, H, n, n), L = 1 inside the runner's layer loop
         allowed = ctx.batch["allowed"]  # (b, n, n)
         word, dep_head, dep_rel = ctx.features["word"], ctx.features["dep_head"], ctx.features["dep_rel"]  # (b, n)
         rarest = ctx.features["rarest"] > 0  # (b, n)
@@ -146,17 +148,19 @@ class TokenRoles(Method):
         scored = dep_head >= 0  # (b, n)
         same = (word[:, :, None] == word[:, None, :]) & (word[:, :, None] >= 0)  # (b, n, n)
         keep = allowed & ~same  # (b, n, n)
-        to_head = jnp.where(keep[None, :, None], W, -1.0).argmax(-1)  # (L, b, H, n) rows: dependent -> ?
-        from_head = jnp.where(jnp.swapaxes(keep, 1, 2)[None, :, None], jnp.swapaxes(W, -1, -2), -1.0).argmax(-1)
+        kept = jnp.where(keep[None, :, None], W, -1.0)  # (L, b, H, n, n)
+        to_head = kept.argmax(-1)  # (L, b, H, n) row i's argmax key: dependent -> ?
+        from_head = kept.argmax(-2)  # (L, b, H, n) column i's argmax query: ? -> dependent
         word_at = lambda idx: jnp.take_along_axis(word[None, :, None], idx, -1)  # noqa: E731 (L, b, H, n)
         R = len(self.relations)
         onehot = ((dep_rel[..., None] == jnp.arange(R)) & scored[..., None]).astype(jnp.int32)  # (b, n, R)
         hit = jnp.stack([word_at(to_head), word_at(from_head)]) == dep_head[None, None, :, None]  # (2, L, b, H, n)
+        layers = lambda a: jnp.broadcast_to(a, (W.shape[0], *a.shape))  # noqa: E731  a count, the same every layer
         return {
-            "correct": jnp.einsum("dlbhn,bnr->dlhr", hit.astype(jnp.int32), onehot),  # (2, L, H, R)
-            "total": onehot.sum((0, 1)),  # (R,)
-            "offset_correct": jnp.stack([((dep_head == word + o)[..., None] * onehot).sum((0, 1))
-                                         for o in OFFSETS]),  # (K, R)
+            "correct": jnp.einsum("dlbhn,bnr->ldhr", hit.astype(jnp.int32), onehot),  # (L, 2, H, R)
+            "total": layers(onehot.sum((0, 1))),  # (L, R)
+            "offset_correct": layers(jnp.stack([((dep_head == word + o)[..., None] * onehot).sum((0, 1))
+                                                for o in OFFSETS])),  # (L, K, R)
             "prev_hits": count(top == pos - 1, prev_rows), "prev_rows": prev_rows.sum(),  # (L, H), ()
             "next_hits": count(top == pos + 1, next_rows), "next_rows": next_rows.sum(),
             "rare_hits": count(top == rare_at[None, :, None, None], rare_rows), "rare_rows": rare_rows.sum(),
@@ -167,6 +171,8 @@ class TokenRoles(Method):
         return DependencyCounts(self.relations, *(get(f.name) for f in dataclasses.fields(DependencyCounts)[1:]))
 
     def finalize(self, totals, meta):
+        totals = {**totals, "correct": np.moveaxis(totals["correct"], 0, 1), "total": totals["total"][0],
+                  "offset_correct": totals["offset_correct"][0]}  # reduce's layer axis first -> the counts' order
         counts = self.counts(totals)
         shares = lambda hits, rows: np.asarray(totals[hits], np.float64) / max(float(totals[rows]), 1.0)  # noqa
         acc, off, _ = counts.accuracy()

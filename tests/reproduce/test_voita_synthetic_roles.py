@@ -65,7 +65,11 @@ def _planted(word: np.ndarray, dep_head: np.ndarray, length: int, n: int) -> np.
 
 @dataclasses.dataclass(frozen=True)
 class PlantedRoles(roles.TokenRoles):
-    """``TokenRoles`` on the model with the planted heads' α patched in (``Interventions``)."""
+    """``TokenRoles`` on the model with the planted heads' α patched in (``Interventions``): reduced
+    after the layer loop, on the internals of its own patched forward."""
+
+    layerwise = False
+    internals = ()
 
     def prepare(self, batch) -> dict:
         f = super().prepare(batch)
