@@ -48,6 +48,7 @@ from jattn.nn.config import EncoderConfig
 from jattn.nn.interventions import NONE
 from jattn.nn import state
 from jattn.nn.attention import post_ln_ffn
+from jattn.nn.engine import layer_slice
 from jattn.nn.recompute import layer_weights
 
 __all__ = ["head_gradient_x_input", "head_relevance"]
@@ -182,7 +183,7 @@ def head_relevance(params, config, batch: dict) -> dict:
         r = _top_relevance(module, config, batch, i, outputs["last_hidden_state"][i])  # (n, D)
         heads, residual, totals = [], [], []
         for l in reversed(range(L)):  # top-down
-            layer = nnx.merge(graphdef, jax.tree.map(lambda a: a[l], stacked))
+            layer = nnx.merge(graphdef, layer_slice(stacked, l))
             attn, ln = getattr(layer, attn_name), getattr(layer, ln_name)
 
             def g(x_i, c_i):  # one token: (D,), (H, d_h) -> (D,)

@@ -15,7 +15,7 @@ from jattn import families
 from jattn.io.tokenize import SequenceTooLongError
 from jattn.nn import state
 from jattn.nn.config import Seq2SeqConfig
-from jattn.nn.engine import layer_views, on_one_cpu
+from jattn.nn.engine import held_whole, layer_views, on_one_cpu
 
 
 def concrete(x) -> bool:
@@ -139,9 +139,13 @@ class ModuleModel:
         """The parameters a jitted forward takes: on one CPU device ``layer_views``, over which the
         layers run unrolled (``jattn.nn.engine.unrolled``; up to 7 % less time than the layer loop,
         never more beyond the noise: ``benchmarks/bench_layer_loop.py``), else ``params`` and the
-        loop (on GPU/TPU or a mesh the views would be copies of the weights)."""
+        loop (on GPU/TPU or a mesh the views would be copies of the weights). bfloat16 / float16
+        stacks (``held_whole``) take the loop too: unrolled, XLA:CPU widens every layer's weights
+        to float32 as the program starts (a float32 copy of them all), where the loop widens one
+        layer's at a time (``jattn.nn.engine.layer_slice``)."""
         params = self.params
-        return self.layer_views() if on_one_cpu(params) else params
+        held = any(held_whole(a) for a in jax.tree.leaves(params))
+        return self.layer_views() if on_one_cpu(params) and not held else params
 
     @property
     def head_shapes(self) -> dict[str, tuple[int, int]]:

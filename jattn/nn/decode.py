@@ -28,6 +28,7 @@ from flax import nnx
 
 from jattn.nn import state
 from jattn.nn.config import Seq2SeqConfig
+from jattn.nn.engine import layer_loop
 from jattn.nn.seq2seq import check_interventions, module
 
 __all__ = ["generate", "generated_mask"]
@@ -75,7 +76,7 @@ def decoder_step(params, config: Seq2SeqConfig, tokens, pos, cache, src_mask, iv
 
     xs = (stacked, cache["self_k"], cache["self_v"], cache["cross_k"], cache["cross_v"],
           iv_self.layer_slices(), iv_cross.layer_slices())
-    y, (k, v) = jax.lax.scan(layer, y, xs)
+    y, (k, v) = layer_loop(layer, y, xs)
     return model.logits(model.decoder.final(y))[:, 0], dict(cache, self_k=k, self_v=v)  # (B, V)
 
 

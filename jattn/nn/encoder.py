@@ -44,7 +44,7 @@ from jattn.nn.attention import SUBLAYERS, MultiHeadAttention, block_view
 from jattn.nn import state
 from jattn.nn.relative import relative_position_bias
 from jattn.nn.positions import layer_scores, position_projections, relative_embeddings
-from jattn.nn.engine import chunk_rows, chunked, layer_loop, run_stack
+from jattn.nn.engine import chunk_rows, chunked, layer_loop, layer_slice, run_stack
 from jattn.nn.layer_terms import attention_norm, layer_terms
 from jattn.nn.embeddings import Embeddings
 from jattn.nn.heads import STD, ClassificationHead, LMHead, MLMHead, ReplacedTokenHead
@@ -267,7 +267,7 @@ class Encoder(nnx.Module):
         n = x.shape[1]
 
         def layer(i, x, iv):
-            return nnx.merge(graphdef, jax.tree.map(lambda a: a[i], stacked))(x, allowed, iv, None,
+            return nnx.merge(graphdef, layer_slice(stacked, i))(x, allowed, iv, None,
                                                                                self.score_bias(i, n))[0]
 
         x = layer(start, x, interventions)  # (b, n, D)

@@ -15,6 +15,7 @@ import os
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from jattn.nn import state
 from jattn.nn.interventions import Interventions
@@ -144,16 +145,69 @@ def layer_loop(step, carry, xs, unroll: bool = False, remat: bool = False):
     through (L, ...) stacks carried by the loop, and XLA drops the work no result needs from the
     first and last layer: attribution patching (a forward, a second forward and its backward, with
     its weights from ``layer_views``) takes 3.1 forwards' time unrolled, 3.9 as loops (MiniLM;
-    MPNet 2.8, ``benchmarks/bench_patching.py``, ``docs/BENCHMARKS.md``)."""
-    if remat and remat_pays(step, carry, xs):  # in a loop XLA cannot merge the recomputation with the forward
-        step = jax.checkpoint(step, prevent_cse=unroll)
-    if not unroll:
-        return jax.lax.scan(step, carry, xs)
-    ys = []
-    for l in range(jax.tree.leaves(xs)[0].shape[0]):
-        carry, y = step(carry, jax.tree.map(lambda a: a[l], xs))
-        ys.append(y)
-    return carry, jax.tree.map(lambda *a: jnp.stack(a), *ys)
+    MPNet 2.8, ``benchmarks/bench_patching.py``, ``docs/BENCHMARKS.md``).
+
+    In the loop, stacks that ``held_whole`` marks (bfloat16 / float16 on CPU) are not scanned but
+    sliced inside the step by ``layer_slice``, which keeps XLA:CPU from widening the whole stack
+    to float32 before the loop; the step then runs under ``jax.checkpoint`` with a policy that
+    saves everything but those slices, so a gradient recomputes a layer's slice from the stack
+    (a slice is cheap) instead of keeping every layer's: an (L, ...) copy of the stacks."""
+    remat = remat and remat_pays(step, carry, xs)
+    if unroll:
+        step = jax.checkpoint(step, prevent_cse=True) if remat else step
+        ys = []
+        for l in range(jax.tree.leaves(xs)[0].shape[0]):
+            carry, y = step(carry, jax.tree.map(lambda a: a[l], xs))
+            ys.append(y)
+        return carry, jax.tree.map(lambda *a: jnp.stack(a), *ys)
+    leaves, tree = jax.tree.flatten(xs)
+    held = [held_whole(a) for a in leaves]
+    if not any(held):
+        return jax.lax.scan(jax.checkpoint(step, prevent_cse=False) if remat else step, carry, xs)
+    whole = [a for a, h in zip(leaves, held) if h]  # the (L, ...) stacks sliced inside the step
+
+    def body(carry, scanned):
+        rest, l = scanned
+        ones = iter(jax.tree.map(lambda a: checkpoint_name(a, SLICE), layer_slice(whole, l)))
+        rest = iter(rest)
+        return step(carry, tree.unflatten([next(ones) if h else next(rest) for h in held]))
+
+    policy = None if remat else jax.checkpoint_policies.save_anything_except_these_names(SLICE)
+    body = jax.checkpoint(body, prevent_cse=False, policy=policy)  # remat: nothing saved but the step's inputs
+    L = leaves[0].shape[0]
+    return jax.lax.scan(body, carry, ([a for a, h in zip(leaves, held) if not h], jnp.arange(L)))
+
+
+SLICE = "jattn_layer_slice"  # the name of layer_loop's in-step slices (jax.ad_checkpoint.checkpoint_name)
+
+
+def held_whole(a) -> bool:
+    """Whether a stacked array (L, ...) is sliced with ``layer_slice``'s barrier rather than scanned:
+    a bfloat16 or float16 stack on the CPU backend. XLA:CPU computes in float32: its
+    ``float-normalization-bf16`` pass widens the per-layer dynamic-slice of a 16-bit float stack to
+    a slice of the stack converted to float32, and while-loop invariant code motion then hoists
+    that conversion out of the loop, so a program holds a float32 copy of the whole stack (2 GiB
+    for a 0.67B model's bfloat16 layers). GPU and TPU slice 16-bit floats as they are."""
+    return (jnp.issubdtype(a.dtype, jnp.floating) and jnp.dtype(a.dtype).itemsize == 2
+            and jax.default_backend() == "cpu")
+
+
+def layer_slice(stacked, l):
+    """Layer ``l``'s (an int, or traced) slice of each stacked array (L, ...) of the pytree
+    ``stacked`` -> arrays (...). The stacks that ``held_whole`` marks pass with ``l`` through one
+    ``jax.lax.optimization_barrier`` first: to XLA the stack is then a value of the loop
+    iteration, not loop-invariant, so the float32 conversion XLA:CPU puts before the slice is no
+    longer hoisted out of the loop; it fuses with the slice and converts one layer's weights.
+    The values, and gradients (the barrier is the identity to ``jax.grad``), are unchanged; the
+    stacks stay in their own dtype. Every layer loop and layer lookup of the stacked layers goes
+    through it (``layer_loop``, a traced layer index in the sweeps and the decoders)."""
+    leaves, tree = jax.tree.flatten(stacked)
+    held = [held_whole(a) for a in leaves]
+    if any(held):
+        barred, l = jax.lax.optimization_barrier(([a for a, h in zip(leaves, held) if h], jnp.asarray(l)))
+        barred = iter(barred)
+        leaves = [next(barred) if h else a for a, h in zip(leaves, held)]
+    return tree.unflatten([jax.lax.dynamic_index_in_dim(a, l, keepdims=False) for a in leaves])
 
 
 def available_bytes() -> int | None:

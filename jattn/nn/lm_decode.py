@@ -31,6 +31,7 @@ from jattn.nn.attention import SUBLAYERS
 from jattn.nn.config import EncoderConfig
 from jattn.nn.decode import beam_continues, beam_init, beam_update, trim
 from jattn.nn.embeddings import counted
+from jattn.nn.engine import layer_loop
 from jattn.nn.layer_terms import LayerTerms
 from jattn.nn.rotary import rotate, tables
 
@@ -81,7 +82,7 @@ def step(params, config: EncoderConfig, tokens, t, positions, cache: dict, real,
                      dropout_rate=0.0, **lay.post_norms("ffn"))  # (B, 1, D)
         return out, (k_c, v_c)
 
-    x, (k, v) = jax.lax.scan(layer, x, (stacked, cache["k"], cache["v"], iv.layer_slices(), radii))
+    x, (k, v) = layer_loop(layer, x, (stacked, cache["k"], cache["v"], iv.layer_slices(), radii))
     logits = model.lm_head(model.final(x), emb.word[...])[:, 0]  # (B, V)
     return logits.astype(jnp.float32), {"k": k, "v": v}
 

@@ -8,12 +8,12 @@ relative-position terms), so α is the forward's: α = softmax(q·k/√d_h + bia
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from jattn.nn import encoder, seq2seq
 from jattn.nn.config import Seq2SeqConfig
+from jattn.nn.engine import layer_slice
 from jattn.nn.interventions import NONE
 
 
@@ -31,7 +31,7 @@ def layer_weights(params, config, kind: str, batch: dict, outputs: dict):
         graphdef, stacked = nnx.split(module.layers)
 
         def weights(l, x):
-            layer = nnx.merge(graphdef, jax.tree.map(lambda a: a[l], stacked))
+            layer = nnx.merge(graphdef, layer_slice(stacked, l))
             return layer(x, source, NONE, None, module.score_bias(l, x.shape[1]))[1]["weights"]  # (b, H, n, n)
 
         return weights
@@ -47,7 +47,7 @@ def layer_weights(params, config, kind: str, batch: dict, outputs: dict):
         allowed, keys, bias = source, outputs["encoder_last_hidden_state"], None  # keys, values (b, s, D)
 
     def weights(l, x):
-        layer = nnx.merge(graphdef, jax.tree.map(lambda a: a[l], stacked))
+        layer = nnx.merge(graphdef, layer_slice(stacked, l))
         attention = "cross" if kind == "cross" else "self"
         return layer.attend(attention, x, x if keys is None else keys, allowed, NONE, None, bias)[1]["weights"]
 

@@ -38,6 +38,7 @@ from flax import nnx
 from tqdm.auto import tqdm
 
 from jattn.io import validate
+from jattn.nn.engine import layer_slice
 from jattn.nn.interventions import Interventions
 from jattn.nn import state
 from jattn.runner.batcher import model_batches
@@ -151,7 +152,7 @@ def suffix_logits(params, config, x, allowed, start, mask, mode: str) -> jax.Arr
     L = config.num_layers
 
     def layer_at(i):
-        return nnx.merge(graphdef, jax.tree.map(lambda a: a[i], stacked))
+        return nnx.merge(graphdef, layer_slice(stacked, i))
 
     n = x.shape[1]
 

@@ -36,7 +36,7 @@ import numpy as np
 from flax import nnx
 
 from jattn.nn import encoder, seq2seq
-from jattn.nn.engine import stacked_layers
+from jattn.nn.engine import layer_slice, stacked_layers
 from jattn.nn.config import Seq2SeqConfig
 from jattn.nn.interventions import NONE, Interventions
 
@@ -110,7 +110,7 @@ def batch_rows(batch: dict, start: int, size: int) -> dict:
 
 def _layer(stacked_module, i):
     graphdef, stacked = nnx.split(stacked_module)
-    return nnx.merge(graphdef, jax.tree.map(lambda a: a[i], stacked))
+    return nnx.merge(graphdef, layer_slice(stacked, i))
 
 
 def metric_heads(config) -> tuple[str, ...]:
