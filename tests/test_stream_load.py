@@ -104,6 +104,25 @@ def test_bits_transforms_equal_value_transforms():
     np.testing.assert_array_equal(tensors.on_bits(move, x).astype(np.float32), move(x.astype(np.float32)))
 
 
+@pytest.mark.parametrize("shape, axes, index", [
+    ((56, 20), (1, 0), np.s_[:, 5:10]),  # a transposed kernel's column slice
+    ((2, 56, 20), (2, 0, 1), np.s_[:, :, 7:14]),  # a joined gate/up kernel's slice: two transposes
+    ((20, 8, 4), (1, 2, 0), np.s_[2:4]),  # the (heads, head dim, width) output kernel's heads: one transpose
+    ((30, 1, 7), (2, 1, 0), np.s_[...]), ((0, 5), (1, 0), np.s_[...]), ((60, 70), (0, 1), np.s_[:, 3:30]),
+    ((3, 4, 5, 6), (3, 1, 0, 2), np.s_[1:, :, 2:4])])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float32])
+def test_tiled_copies_of_strided_slices_equal_plain_copies(shape, axes, index, dtype, monkeypatch):
+    """``copy_into`` (tiles of the two axes it reads and writes along, other axes looped over, on a
+    thread pool) copies every element of transposed tensors and their slices, bit for bit."""
+    from jattn.io import host_copy
+
+    monkeypatch.setattr(host_copy, "TILE", 4)  # several tiles and runs of tiles at these sizes
+    src = np.random.default_rng(0).standard_normal(shape).astype(dtype).transpose(axes)[index]
+    dst = np.empty(src.shape, dtype)
+    host_copy.copy_into(dst, src)
+    np.testing.assert_array_equal(dst.view(np.uint8), np.ascontiguousarray(src).view(np.uint8))
+
+
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16, np.float32])
 def test_nonfinite_count_on_bits_equals_isfinite(dtype):
     x = np.array([0.0, -1.5, np.inf, -np.inf, np.nan, 3e4, 65504.0, -0.0], np.float32).astype(dtype)
