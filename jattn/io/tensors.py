@@ -222,10 +222,9 @@ def _target(x: np.ndarray, dtype):
 
 
 def _put(x: np.ndarray, sharding, kind, key: str):
-    """``x`` on its devices (accelerators: CPU devices take ``_host_leaf``'s buffers) in dtype
-    ``kind``. Unsharded: checked already (``_read``). Sharded: each
-    device receives only its slice, read from ``x`` (a view: ``_view``), checked finite
-    (``NonFinite`` names ``key``) and converted as it is placed."""
+    """``x`` on its accelerator devices (CPU devices: ``_host_leaf``) in dtype ``kind``. Unsharded:
+    checked already (``_read``). Sharded: each device receives only its slice, read from ``x`` (a
+    view: ``_view``), checked finite (``NonFinite`` names ``key``) and converted as it is placed."""
     import jax
 
     if sharding is None:
@@ -257,8 +256,8 @@ def _host_leaf(items: list, stacked: bool, where, dtype, populate: bool, progres
     placed (``NonFinite`` names the key); every device holding that slice then takes the buffer as
     its array without a copy (``jax.device_put`` aliases aligned host memory; a jitted call that
     donates such an array copies it first, so the devices that share a replicated buffer stay
-    apart). No device-side stack, donated update or compile per shape: on 8 faked devices these
-    cost about as much as the tiled copies themselves."""
+    apart). No device-side stack, donated update per layer or program compiled per shape: on 8
+    faked devices those took 1.4 s of the 0.67B Llama shape's 6.2 s load (cProfile)."""
     import jax
 
     first = _view(items[0], populate)
