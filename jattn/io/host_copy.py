@@ -40,7 +40,7 @@ def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
     src, out = np.moveaxis(src, fast, -2), np.moveaxis(out, fast, -2)  # (..., n, m): src read down n, out along m
     n, m = src.shape[-2:]
     tiles = [(b, i, j) for b in np.ndindex(src.shape[:-2]) for i in range(0, n, TILE) for j in range(0, m, TILE)]
-    per = max(1, len(tiles) // (4 * _threads()))  # a few runs of tiles per thread
+    per = max(-(-m // TILE), len(tiles) // (4 * _threads()))  # a run: a band of tiles or more, a few per thread
 
     def run(start: int) -> None:  # numpy releases the GIL while it copies each tile
         for b, i, j in tiles[start:start + per]:
