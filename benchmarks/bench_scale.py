@@ -147,12 +147,13 @@ def make_checkpoint(shape: str, cache: Path, family: str = "llama") -> Path:
 
 
 def measure(folder: Path, who: str, devices: int = 1, family: str = "llama") -> dict:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),  # this checkout's jattn
+    root, folder = Path(__file__).resolve().parents[1], folder.resolve()
+    env = {**os.environ, "PYTHONPATH": str(root),  # this checkout's jattn
            "JATTN_CACHE": str(folder.parent / "jattn-cache")}  # the orbax conversion cache beside the checkpoint
     if devices > 1:
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
     out = subprocess.run([sys.executable, "-c", PROBE, str(folder), who, str(devices), family], env=env,
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, cwd=root)  # python -c puts its cwd first on sys.path
     if out.returncode:
         raise RuntimeError(f"{who} load failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

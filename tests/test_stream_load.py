@@ -104,6 +104,25 @@ def test_bits_transforms_equal_value_transforms():
     np.testing.assert_array_equal(tensors.on_bits(move, x).astype(np.float32), move(x.astype(np.float32)))
 
 
+@pytest.mark.parametrize("shape, axes, index", [
+    ((56, 20), (1, 0), np.s_[:, 5:10]),  # a transposed kernel's column slice
+    ((2, 56, 20), (2, 0, 1), np.s_[:, :, 7:14]),  # a joined gate/up kernel's slice: two transposes
+    ((20, 8, 4), (1, 2, 0), np.s_[2:4]),  # the (heads, head dim, width) output kernel's heads: one transpose
+    ((30, 1, 7), (2, 1, 0), np.s_[...]), ((0, 5), (1, 0), np.s_[...]), ((60, 70), (0, 1), np.s_[:, 3:30]),
+    ((3, 4, 5, 6), (3, 1, 0, 2), np.s_[1:, :, 2:4])])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float32])
+def test_tiled_copies_of_strided_slices_equal_plain_copies(shape, axes, index, dtype, monkeypatch):
+    """``copy_into`` (tiles of the two axes it reads and writes along, other axes looped over, on a
+    thread pool) copies every element of transposed tensors and their slices, bit for bit."""
+    from jattn.io import host_copy
+
+    monkeypatch.setattr(host_copy, "TILE", 4)  # several tiles and runs of tiles at these sizes
+    src = np.random.default_rng(0).standard_normal(shape).astype(dtype).transpose(axes)[index]
+    dst = np.empty(src.shape, dtype)
+    host_copy.copy_into(dst, src)
+    np.testing.assert_array_equal(dst.view(np.uint8), np.ascontiguousarray(src).view(np.uint8))
+
+
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16, np.float32])
 def test_nonfinite_count_on_bits_equals_isfinite(dtype):
     x = np.array([0.0, -1.5, np.inf, -np.inf, np.nan, 3e4, 65504.0, -0.0], np.float32).astype(dtype)
@@ -160,6 +179,44 @@ def test_mesh_load_places_each_parameter_as_shard_does(llama_bf16, tmp_path):
     assert {name for name, *_ in rows} == {"streamed", "restored"}
     assert all(same_sharding and same for _, _, same_sharding, same, _ in rows), rows
     assert any("kernel" in key and devices == 2 for _, key, *_, devices in rows)
+
+
+DEVICES_PROBE = r"""
+import json, sys, jax, numpy as np, jattn
+mesh = jax.make_mesh((4, 2), ("data", "model"))  # 8 devices: each slice of a sharded leaf held by 4, the rest by all
+one = jattn.load(sys.argv[1], tokenizer=False)
+placed = one.shard(mesh)
+streamed = jattn.load(sys.argv[1], tokenizer=False, mesh=mesh)
+rows = []
+for (p, x), y, z in zip(jax.tree_util.tree_flatten_with_path(streamed.params)[0], jax.tree.leaves(one.params),
+                        jax.tree.leaves(placed.params)):
+    y = np.asarray(y).view(np.uint16)
+    rows.append([jax.tree_util.keystr(p), str(x.dtype), x.sharding == z.sharding, len(x.sharding.device_set),
+                 all(np.array_equal(np.asarray(s.data).view(np.uint16), y[s.index]) for s in x.addressable_shards),
+                 len({s.data.unsafe_buffer_pointer() for s in x.addressable_shards}),
+                 len({str(s.index) for s in x.addressable_shards})])
+scale = next(x for x in jax.tree.leaves(streamed.params) if x.ndim == 2 and x.sharding.is_fully_replicated)
+a, b = (s.data for s in scale.addressable_shards[:2])  # two devices' arrays of one host buffer
+before = np.asarray(b).copy()
+jax.jit(lambda v: v.at[0].set(7), donate_argnums=0)(a).block_until_ready()  # written in place if it could be
+print(json.dumps([rows, bool(np.array_equal(np.asarray(b), before))]))
+"""
+
+
+def test_eight_devices_hold_the_one_device_values_sharing_each_slice_once(llama_bf16):
+    """On 8 faked CPU devices (data 4 x model 2) every parameter is placed with the sharding
+    ``model.shard`` gives, in bfloat16, each device's slice bit for bit the 1-device load's; the
+    devices holding the same slice (replicated leaves: all 8) share one host buffer, and a jitted
+    call that donates one device's array leaves the others' values as they were."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", DEVICES_PROBE, str(llama_bf16)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows, kept = json.loads(out.stdout.strip().splitlines()[-1])
+    assert kept and rows
+    for key, dtype, same_sharding, devices, same, buffers, slices in rows:
+        assert dtype == "bfloat16" and same_sharding and devices == 8 and same and buffers == slices, key
+    assert {slices for *_, slices in rows} == {1, 2}  # replicated leaves and leaves split over the model axis
 
 
 @pytest.mark.parametrize("family", ["llama", "xlm-roberta", "nllb"])
