@@ -200,6 +200,13 @@ def cpu_model() -> str:
         return platform.processor() or platform.machine()
 
 
+def cpu_slug() -> str:
+    """``cpu_model`` as a file-name part: "Intel(R) Xeon(R) Processor" -> "intel-xeon-processor"."""
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", re.sub(r"\((r|tm)\)", "", cpu_model().lower())).strip("-")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)

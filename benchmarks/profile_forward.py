@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_encoder import alternate, cpu_model, gemm_bound  # benchmarks/ (the scripts import each other)
+from bench_encoder import alternate, cpu_model, cpu_slug, gemm_bound  # benchmarks/ (the scripts import each other)
 from peak_memory import fastest
 from profile_hlo import GROUPS, Hlo, hlo_op_times
 
@@ -200,8 +200,7 @@ def parse(argv) -> argparse.Namespace:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
     if args.tiny:
         args.batch_size, args.length = 2, 16
-    slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"\((r|tm)\)", "", cpu_model().lower())).strip("-")
-    args.out = Path(args.out or f"benchmarks/results/profile_forward_{slug}{'_tiny' if args.tiny else ''}.json")
+    args.out = Path(args.out or f"benchmarks/results/profile_forward_{cpu_slug()}{'_tiny' if args.tiny else ''}.json")
     if args.out.is_dir():
         parser.error(f"--out {args.out} is a folder. Fix: give a file name ending in .json")
     return args
