@@ -40,8 +40,9 @@ SHAPES = [((4096, 384), (384, 384)), ((4096, 384), (384, 1536)), ((4096, 1536), 
           ((96, 128, 32), (96, 32, 128)), ((96, 128, 128), (96, 128, 32))]
 
 
-def probe(calls: int, chunk_rows: int) -> dict:
-    """In this process (its XLA_FLAGS already read): each product's GEMM rate and the lean forward."""
+def probe(calls: int) -> dict:
+    """In this process (its XLA_FLAGS and JATTN_CHUNK_ROWS already set): each product's GEMM rate and
+    the lean forward."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -54,7 +55,6 @@ def probe(calls: int, chunk_rows: int) -> dict:
         mm(a, b).block_until_ready()
         best = min(timed(lambda: mm(a, b).block_until_ready()) for _ in range(calls))
         rates[f"{sa} x {sb}"] = 2 * float(np.prod(sa)) * sb[-1] / best / 1e9
-    os.environ["JATTN_CHUNK_ROWS"] = str(chunk_rows)  # read when the forward is traced
     model = jattn.load()
     ids = rng.integers(1000, 20000, size=(32, 128))  # (b, n) random ids, as bench_encoder.py uses
     batch = {"input_ids": jnp.asarray(ids), "attention_mask": jnp.ones((32, 128), jnp.int32)}
@@ -79,7 +79,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--probe", type=int, help=argparse.SUPPRESS)  # a child process: its chunk rows
     args = parser.parse_args(argv)
     if args.probe is not None:
-        print(json.dumps(probe(args.calls, args.probe)))
+        os.environ["JATTN_CHUNK_ROWS"] = str(args.probe)  # read when the forward is traced
+        print(json.dumps(probe(args.calls)))
         return {}
     if args.rounds < 1 or args.calls < 1:
         parser.error("--rounds and --calls must be at least 1")
