@@ -98,8 +98,9 @@ def main(argv=None) -> dict:
                                   env=env, capture_output=True, text=True, check=True)
             runs[key].append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(f"round {r + 1}: {key}: lean {runs[key][-1]['lean_fastest_s'] * 1e3:.0f} ms", flush=True)
-    summary = {key: {"lean_fastest_ms": statistics.median(x["lean_fastest_s"] for x in rs) * 1e3,
-                     "gemm_gflops": {s: statistics.median(x["gemm_gflops"][s] for x in rs) for s in rs[0]["gemm_gflops"]}}
+    median = lambda rs, f: statistics.median(f(x) for x in rs)  # noqa: E731  over the rounds
+    summary = {key: {"lean_fastest_ms": median(rs, lambda x: x["lean_fastest_s"]) * 1e3,
+                     "gemm_gflops": {s: median(rs, lambda x: x["gemm_gflops"][s]) for s in rs[0]["gemm_gflops"]}}
                for key, rs in runs.items()}
     result = {"machine": {"cpu": cpu, "cores": os.cpu_count(), "load_average_at_start": load_start,
                           "load_average_at_end": os.getloadavg(), "python": platform.python_version()},
@@ -107,7 +108,8 @@ def main(argv=None) -> dict:
               "command": "python benchmarks/bench_cpu_backends.py " + " ".join(argv or sys.argv[1:])}
     out.write_text(json.dumps(result, indent=1))
     for key, s in summary.items():
-        print(f"{key:45s} lean {s['lean_fastest_ms']:6.0f} ms   " + " ".join(f"{v:4.0f}" for v in s["gemm_gflops"].values()))
+        rates = " ".join(f"{v:4.0f}" for v in s["gemm_gflops"].values())
+        print(f"{key:45s} lean {s['lean_fastest_ms']:6.0f} ms   GFLOP/s {rates}")
     return result
 
 

@@ -141,6 +141,21 @@ def test_nonfinite_weight_is_named_before_the_model_is_built(tmp_path):
         jattn.load(folder, tokenizer=False)
 
 
+def test_a_finite_weight_out_of_the_requested_dtypes_range_is_named_as_such(tmp_path):
+    """A float32 value beyond float16's 65,504 is finite in the checkpoint: loading with
+    dtype=float16 names the cast and the fix, not a corrupt download."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = save_llama(tmp_path / "wide", "float32", shard="10GB")
+    path = folder / "model.safetensors"
+    state = load_file(path)
+    state["model.layers.1.mlp.down_proj.weight"][0, :2] = 1e6
+    save_file(state, path, metadata={"format": "pt"})
+    with pytest.raises(ConversionError, match=r"down_proj\.weight is finite in the checkpoint but 2 of its values "
+                                              r"exceed float16's range .* Fix: load with a wider dtype"):
+        jattn.load(folder, tokenizer=False, dtype=jnp.float16, use_cache=False)
+
+
 def test_eager_state_dict_conversion_is_unchanged(llama_bf16):
     """Callers that convert a read state dict (exports, tests) still get host numpy arrays."""
     spec = families.get("llama")

@@ -178,9 +178,10 @@ class Stacked:
 class NonFinite(ValueError):
     """A checkpoint tensor holding NaN or inf values."""
 
-    def __init__(self, key: str, count: int):
-        super().__init__(f"{key} ({count} values)")
-        self.key, self.count = key, count
+    def __init__(self, key: str, count: int, cast=None):
+        """``cast``: the dtype whose range the finite checkpoint values left when converted to it."""
+        super().__init__(f"{key} ({count} values" + (f" once cast to {cast})" if cast is not None else ")"))
+        self.key, self.count, self.cast = key, count, cast
 
 
 def _transformed_shape(p: Pending) -> tuple[int, ...]:
@@ -271,9 +272,11 @@ def _host_leaf(items: list, stacked: bool, where, dtype, populate: bool, progres
         first = None
         for (index, _), host in zip(slices, buffers):
             part = host[i] if stacked else host
-            copy_into(part, x[index].astype(kind, copy=False))
-            if floating(kind) and (bad := nonfinite(part)):
-                raise NonFinite(getattr(item, "key", "a parameter"), bad)
+            with np.errstate(over="ignore"):  # a value beyond kind's range is named just below
+                copy_into(part, x[index].astype(kind, copy=False))
+            if floating(kind) and (bad := nonfinite(part)):  # checked as placed: in the target dtype
+                own = nonfinite(x[index]) if kind != x.dtype else bad  # the checkpoint's own values
+                raise NonFinite(getattr(item, "key", "a parameter"), own or bad, cast=None if own else kind)
         del x
         if progress is not None:
             progress(1)
