@@ -169,6 +169,19 @@ def check_methods(model, methods: Sequence) -> None:
             raise ValueError(f"method {m.name!r} declares unknown attention types {sorted(bad)}")
 
 
+def model_mesh(model):
+    """The mesh ``model``'s parameters are sharded on (``jattn.load(..., mesh=)``, ``model.shard``)
+    when it has a ``data`` axis and more than one device, else None. The runner's default: a model
+    split over a ``model`` axis keeps its split (the default devices, all data-parallel, would hold
+    a whole copy of the parameters each) and the batch is split over ``data`` alone."""
+    for leaf in jax.tree.leaves(model.params):
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(sharding, jax.sharding.NamedSharding):
+            found = sharding.mesh
+            return found if found.size > 1 and "data" in found.axis_names else None
+    return None
+
+
 def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int = 32, max_length: int | None = None,
                truncate: bool = False, devices=None, mesh=None, progress: bool = True,
                chunk_batches: int = 16, skip_too_long: bool = False, records=None,
@@ -177,9 +190,10 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
     translation model, (source, target) pairs), or over the same examples tokenized: a
     ``TokenBatch`` or a dict of token ids as ``model.batch`` returns (``jattn.runner.inputs``).
 
-    ``devices``: the local devices to shard the batch over (default all); ``batch_size`` must
-    be a multiple of their number. In a multi-process run every process calls this with the
-    same corpus and reads its own shard. ``mesh``: instead of ``devices``, a local mesh with a
+    ``devices``: the local devices to shard the batch over (default: the mesh the model is
+    placed on, ``model_mesh``, else all); ``batch_size`` must be a multiple of their number. In
+    a multi-process run every process calls this with the same corpus and reads its own shard.
+    ``mesh``: instead of ``devices``, a local mesh with a
     ``data`` axis (the batch) and optionally a ``model`` axis (the parameters, by their
     partitioning metadata), e.g. ``jax.make_mesh((2, 4), ("data", "model"))``; Explicit or Auto
     axes alike: the runner's step places batches and parameters on the mesh's Auto form
@@ -201,6 +215,8 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
     if mesh is not None and (devices is not None or "data" not in mesh.axis_names):
         raise ValueError(f"mesh axes {mesh.axis_names}: pass devices or a mesh with a 'data' axis, not both. "
                          "Fix: jax.make_mesh((data, model), ('data', 'model'))")
+    if mesh is None and devices is None:
+        mesh = model_mesh(model)  # a model placed on a mesh runs on it: never replicated onto every device
     devices = list(mesh.devices.flat) if mesh is not None else list(devices or jax.local_devices())
     parts = mesh.shape["data"] if mesh is not None else len(devices)
     if batch_size % parts:
