@@ -231,7 +231,10 @@ def linear(n_in: int, n_out: int) -> tuple[tuple[int, int], Callable, Callable]:
 
 def pad_heads(x: np.ndarray, axis: int, slots: int) -> np.ndarray:
     """Zero head slots appended along ``axis`` up to ``slots`` (a physically pruned layer with
-    fewer heads than its stack has slots; see ``jattn.sweeps.pruning``)."""
+    fewer heads than its stack has slots; see ``jattn.sweeps.pruning``). ``x`` itself (a view, not a
+    copy) when it has them all: every layer of an unpruned checkpoint."""
+    if x.shape[axis] == slots:
+        return x
     width = [(0, 0)] * x.ndim
     width[axis] = (0, slots - x.shape[axis])
     return np.pad(x, width)
