@@ -291,13 +291,14 @@ def test_an_unmet_precondition_spends_no_gate_compute(tmp_path, monkeypatch, del
     assert judged[S.PREFIX + "precondition"]["value"] == pytest.approx(np.mean(deltas))
 
 
-def test_the_committed_seed_0_model_is_found_and_the_others_are_asked_for(tmp_path, monkeypatch):
+def test_the_committed_seeds_are_found_and_the_others_are_asked_for(tmp_path, monkeypatch):
     from jattn.io.artefacts import ArtefactNotMade
 
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
-    assert SR.model_folder(MODELS[0]).parent.name == "checkpoints"
-    with pytest.raises(ArtefactNotMade, match="clauses-3x8-no-encoder-attention-s1"):
-        SR.model_folder(CONTROLS[1])
+    for name in (*MODELS[:2], *CONTROLS[:2]):  # seeds 0 and 1 of each, committed in checkpoints/
+        assert SR.model_folder(name).parent.name == "checkpoints", name
+    with pytest.raises(ArtefactNotMade, match="clauses-3x8-no-encoder-attention-s2"):
+        SR.model_folder(CONTROLS[2])
 
 
 def _own_translations(folder, sources: list[str]) -> list[str]:
