@@ -291,12 +291,13 @@ def test_an_unmet_precondition_spends_no_gate_compute(tmp_path, monkeypatch, del
     assert judged[S.PREFIX + "precondition"]["value"] == pytest.approx(np.mean(deltas))
 
 
-def test_the_committed_seeds_are_found_and_the_others_are_asked_for(tmp_path, monkeypatch):
+def test_the_committed_seeds_are_found_and_another_is_asked_for(tmp_path, monkeypatch):
     from jattn.io.artefacts import ArtefactNotMade
 
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
-    for name in (*MODELS[:2], *CONTROLS[:2]):  # seeds 0 and 1 of each, committed in checkpoints/
+    for name in (*MODELS, *CONTROLS):  # seeds 0-2 of each, committed in checkpoints/
         assert SR.model_folder(name).parent.name == "checkpoints", name
+    monkeypatch.setattr(SR.common, "COMMITTED", tmp_path / "no checkpoints")  # a checkout without them
     with pytest.raises(ArtefactNotMade, match="clauses-3x8-no-encoder-attention-s2"):
         SR.model_folder(CONTROLS[2])
 
