@@ -236,8 +236,8 @@ def streamed(family, config, folder: Path, tokenizer, source: str, mesh=None, dt
         except tensors.NonFinite as e:
             if e.cast is not None:
                 raise ConversionError(f"{source}: {e.key} is finite in the checkpoint but {e.count} of its values "
-                                      f"exceed {e.cast}'s range once cast to dtype={e.cast}. Fix: load with a wider "
-                                      "dtype (float32, or bfloat16 for float16)") from None
+                                      f"exceed {e.cast}'s range. Fix: load with a wider dtype= (float32, or "
+                                      "bfloat16 for float16)") from None
             raise nonfinite(source, str(e)) from None
     return wrap(family, config, params, tokenizer, source)
 

@@ -171,14 +171,16 @@ def check_methods(model, methods: Sequence) -> None:
 
 def model_mesh(model):
     """The mesh ``model``'s parameters are sharded on (``jattn.load(..., mesh=)``, ``model.shard``)
-    when it has a ``data`` axis and more than one device, else None. The runner's default: a model
-    split over a ``model`` axis keeps its split (the default devices, all data-parallel, would hold
-    a whole copy of the parameters each) and the batch is split over ``data`` alone."""
+    when it is local (this process's devices), has a ``data`` axis and more than one device, else
+    None. The runner's default: a model split over a ``model`` axis keeps its split (the default
+    devices, all data-parallel, would hold a whole copy of the parameters each) and the batch is
+    split over ``data`` alone."""
     for leaf in jax.tree.leaves(model.params):
         sharding = getattr(leaf, "sharding", None)
         if isinstance(sharding, jax.sharding.NamedSharding):
             found = sharding.mesh
-            return found if found.size > 1 and "data" in found.axis_names else None
+            local = all(d.process_index == jax.process_index() for d in found.devices.flat)
+            return found if local and found.size > 1 and "data" in found.axis_names else None
     return None
 
 
