@@ -7,17 +7,21 @@ from __future__ import annotations
 import numpy as np
 
 from jattn.reproduce.pipeline import Context
+from experiments.common import COMMITTED
 
 EVAL_SEED, SELECT_SEED = 20_000, 30_000  # the random draws of the evaluation and selection sequences
 
 
 def model_folder(ctx: Context, name: str, kind: str, seed: int):
-    """The trained model ``name``: its named artefact (full profile) or a few steps trained in the
-    work folder (quick: ``ctx.params["train"]``, attention-only for ``kind`` "attn-only")."""
+    """The trained model ``name``: full profile, its copy committed in ``checkpoints/`` (made by its
+    recipe), else the artefact made in jattn's cache (``jattn models make``); quick, a few steps
+    trained in the work folder (``ctx.params["train"]``, attention-only for ``kind`` "attn-only")."""
     if ctx.profile.name == "full":
         from jattn.artefacts.making import make
+        from jattn.io.artefacts import DONE
 
-        return make(name, progress=ctx.progress)
+        committed = COMMITTED / name
+        return committed if (committed / DONE).is_file() else make(name, progress=ctx.progress)
     from jattn.artefacts.induction import InductionLMConfig, train_lm
 
     out = ctx.work_root / "models" / name

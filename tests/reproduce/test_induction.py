@@ -50,6 +50,24 @@ def test_random_heads_never_draw_the_named_head():
     assert all(row["named"] == r["path_k"][i][3] for i, row in enumerate(rows["path"]))
 
 
+def test_full_profile_reads_the_committed_copy_before_making(tmp_path, monkeypatch):
+    """A model committed in ``checkpoints/`` (seed 0 of the natural-text LMs) is read as it is; only a
+    model committed nowhere is made (``jattn models make``), so a fresh clone retrains nothing it has."""
+    from jattn.artefacts import making
+
+    made = []
+    monkeypatch.setattr(making, "make", lambda name, progress=True: made.append(name) or tmp_path / "cache" / name)
+    monkeypatch.setattr(lms, "COMMITTED", tmp_path / "checkpoints")
+    (tmp_path / "checkpoints" / "induction-natural-attn-only").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "induction-natural-attn-only" / "DONE").touch()
+    ctx = pipeline.Context(pipeline.PROFILES["full"], tmp_path / "out", tmp_path / "work", tmp_path, progress=False)
+    assert lms.model_folder(ctx, "induction-natural-attn-only", "attn-only", 0) == \
+        tmp_path / "checkpoints" / "induction-natural-attn-only"
+    assert lms.model_folder(ctx, "induction-natural-attn-only-s1", "attn-only", 1) == \
+        tmp_path / "cache" / "induction-natural-attn-only-s1"
+    assert made == ["induction-natural-attn-only-s1"]
+
+
 @pytest.mark.slow  # the same code paths fast: tests/test_lm_recipe.py, tests/test_lm_path_patching.py
 def test_stages_on_two_tiny_models(tmp_path, monkeypatch, data_set):
     from jattn.io.manifest import data_dir
