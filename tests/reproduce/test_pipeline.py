@@ -428,26 +428,33 @@ def test_every_committed_claim_recomputes_from_its_committed_predictions(claim):
     assert again["baseline"]["value"] == pytest.approx(claim["baseline"]["value"], abs=1e-12)
 
 
-def _paths(value) -> set[str]:
-    """Every string in a record (dicts and lists walked) that names a file under experiments/results/."""
+def _paths(value, root: str = "experiments/results/") -> set[str]:
+    """Every string in a record (dicts and lists walked) that names a file under experiments/results/:
+    from the checkout's root (claims), or from the output folder (``root`` "": a stage's own files)."""
     if isinstance(value, dict):
-        return set().union(set(), *map(_paths, value.values()))
+        return set().union(set(), *(_paths(v, root) for v in value.values()))
     if isinstance(value, list):
-        return set().union(set(), *map(_paths, value))
-    return {value} if isinstance(value, str) and value.startswith("experiments/results/") else set()
+        return set().union(set(), *(_paths(v, root) for v in value))
+    if not isinstance(value, str):
+        return set()
+    if root:
+        return {value} if value.startswith(root) else set()
+    return {f"experiments/results/{value}"} if value.startswith(("predictions/", "figures/")) else set()
 
 
 @pytest.mark.skipif(not COMMITTED.is_file(), reason="no committed experiments/results/reproduce.json")
 def test_every_committed_result_file_is_read_by_a_record():
-    """Every predictions file and figure is named by a claim or a stage record (a stage's figures
-    relative to the output folder, as ``Context.save_figure`` returns them) and every named file is
+    """Every predictions file and figure is named by a claim or a stage record (a stage's files
+    relative to the output folder, as ``Context.save_figure`` and the translation files name them, so
+    that the records of a run not yet through its claims stage are committed with their files) and
+    every named file is
     committed: a file left behind by a rerun that wrote others (e.g. other head counts) would sit
     beside the results as if it were one of them, and the REPORT's figure links resolve."""
     results = ROOT / "experiments" / "results"
     named = _paths(COMMITTED_CLAIMS)
     for record in (results / "stages").glob("*.json"):
         result = json.loads(record.read_text())["result"]
-        named |= _paths(result) | {f"experiments/results/{f}" for f in result.get("figures", [])}
+        named |= _paths(result) | _paths(result, root="")  # figures: "figures/<study>/..." in the output folder
     files = {str(f.relative_to(ROOT)) for d in ("predictions", "figures") for f in (results / d).rglob("*")
              if f.is_file()}
     assert not sorted(files - named), "files no record names: delete them (or name them in the stage's result)"
