@@ -111,8 +111,8 @@ def _bleu(ref, hyp) -> float:
 def _fewest_heads(ref, systems, heads, reference) -> float:
     """The fewest heads among K systems (n, K; their head counts ``heads``, the same on every row)
     whose BLEU is at most 1 below the ``reference`` system's (Voita et al. 2019, §6.2.1: the heads
-    kept; the 1-BLEU tolerance is this project's, not a paper number). The rows should hold the reference among the systems (then one
-    always qualifies); with none, the largest count."""
+    kept; the 1-BLEU tolerance is this project's, not a paper number). The rows should hold the
+    reference among the systems (then one always qualifies); with none, the largest count."""
     systems, heads = _systems(systems), np.asarray(heads)[0]
     floor = _bleu(ref, reference) - 1.0
     ok = [int(heads[i]) for i in range(systems.shape[1]) if _bleu(ref, systems[:, i]) >= floor]
