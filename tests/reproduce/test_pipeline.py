@@ -447,8 +447,7 @@ def test_every_committed_result_file_is_read_by_a_record():
     """Every predictions file and figure is named by a claim or a stage record (a stage's files
     relative to the output folder, as ``Context.save_figure`` and the translation files name them, so
     that the records of a run not yet through its claims stage are committed with their files) and
-    every named file is
-    committed: a file left behind by a rerun that wrote others (e.g. other head counts) would sit
+    every named file is committed: a file left behind by a rerun that wrote others (e.g. other head counts) would sit
     beside the results as if it were one of them, and the REPORT's figure links resolve."""
     results = ROOT / "experiments" / "results"
     named = _paths(COMMITTED_CLAIMS)
