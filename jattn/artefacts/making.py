@@ -66,17 +66,19 @@ TRAINING_TIME = {"finetune": ("finetune.json", "train_seconds", 1.0),
                  "language_model": ("training.json", "train_time_min", 60.0)}
 
 
-def training_seconds(name: str, cache_dir=None) -> float | None:
-    """How long the made artefact ``name`` trained, as its trainer recorded it (resumed runs summed;
-    the time of evaluations and of reading data left out); None when it is not made or not trained
-    (a download)."""
+def training_seconds(name: str, cache_dir=None, folder: Path | None = None) -> float | None:
+    """How long the made artefact ``name`` (in the cache, or the copy of it in ``folder``) trained,
+    as its trainer recorded it (resumed runs summed; the time of evaluations and of reading data
+    left out); None when it is not made or not trained (a download)."""
     import json
 
     kind = artefacts.recipe(name).kind
-    if kind not in TRAINING_TIME or not folders.is_made(name, cache_dir):
+    made = (folder / folders.DONE).is_file() if folder is not None else folders.is_made(name, cache_dir)
+    if kind not in TRAINING_TIME or not made:
         return None
     file, field, unit = TRAINING_TIME[kind]
-    return float(json.loads((folders.folder(name, cache_dir) / file).read_text())[field]) * unit
+    folder = folders.folder(name, cache_dir) if folder is None else folder
+    return float(json.loads((folder / file).read_text())[field]) * unit
 
 
 def _torn(out: Path) -> list[str]:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 LOCK = ".jattn-reproduce.lock"  # in --out while a run writes it
+COMMITTED = "checkpoints"  # the checkout's committed models (experiments/common.py reads them before making)
 MARK = ".jattn-reproduce"  # in a folder a run began while it was empty: a later run knows it as its own
 OWN = ("REPORT.md", "reproduce.json", "stages", "predictions", "figures", ".work")  # what a run writes in --out
 
@@ -87,9 +88,11 @@ def run(args) -> None:
                 raise
             raise SystemExit(f"jattn reproduce: error: {e}") from None
         every_stage = studies.stages(profile)
-        everything = records.load(out, [s.name for s in every_stage])
+        everything = {**records.load(out, [s.name for s in every_stage]), **ran}
+        if root is not None and not args.quick:  # the full profile reads the checkout's committed models first
+            everything = records.with_committed_training(everything, every_stage, root / COMMITTED)
         try:
-            written = report.write({**everything, **ran}, out, profile.name, stale=pipeline.stale(every_stage, out),
+            written = report.write(everything, out, profile.name, stale=pipeline.stale(every_stage, out),
                                    readme=root / "README.md" if args.publish else None)
         except OSError as e:
             raise OSError(f"writing the report into {out} failed ({e.strerror or e}: {e.filename}); no file of it is "

@@ -162,6 +162,22 @@ def models_seconds(names) -> dict[str, float]:
     return {m: s for m in names if (s := training_seconds(m)) is not None}
 
 
+def with_committed_training(records: dict[str, dict], stages, committed: Path) -> dict[str, dict]:
+    """``records`` with the training time of the models their stages read from ``committed`` (the
+    checkout's folder of committed copies, which the studies read before making a model) added to
+    each record's ``models_s``: such a model is never in the cache, so ``models_seconds`` cannot see
+    it when the record is written. The copy's own trainer record gives the time."""
+    from jattn.artefacts.making import training_seconds
+
+    models = {s.name: s.models for s in stages}
+    out = {}
+    for name, record in records.items():
+        extra = {m: s for m in models.get(name, ())
+                 if (committed / m).is_dir() and (s := training_seconds(m, folder=committed / m)) is not None}
+        out[name] = {**record, "models_s": {**extra, **record.get("models_s", {})}} if extra else record
+    return out
+
+
 def json_default(value):
     import numpy as np
 

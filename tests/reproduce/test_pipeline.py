@@ -185,6 +185,29 @@ def test_the_training_of_models_made_before_a_stage_counts_once_in_the_runtime(t
                            f"{(own + 600) / 3600:.2f} h. Stages: toy.a ")
 
 
+
+def test_the_training_of_a_committed_model_counts_though_it_is_not_in_the_cache(tmp_path, monkeypatch):
+    """A stage reads a model's committed copy before making it, so the cache never holds it and the
+    record's ``models_s`` is empty; the report counts the copy's own training time once, from its
+    trainer record, beside the cache's (which the record keeps when both exist)."""
+    from jattn.reproduce import records
+
+    monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "work" / "cache"))
+    committed = tmp_path / "checkpoints"
+    _made(committed.parent, "minilm-cola", 600.0)  # <tmp>/models/minilm-cola: a copy outside the cache
+    (committed.parent / "models").rename(committed)
+    stages = [pipeline.Stage("toy.a", _count, params={"n": 1}, models=("minilm-cola",)),
+              pipeline.Stage("toy.b", _count, params={"n": 2}, models=("minilm-sst2",))]
+    ran = pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)
+    assert [ran[n]["models_s"] for n in ("toy.a", "toy.b")] == [{}, {}]  # the pipeline sees the cache only
+    counted = records.with_committed_training(ran, stages, committed)
+    assert [counted[n]["models_s"] for n in ("toy.a", "toy.b")] == [{"minilm-cola": 600.0}, {}]
+    assert "minilm-cola 10 min" in report.report_markdown(counted, [], "full")
+    kept = records.with_committed_training({"toy.a": {**ran["toy.a"], "models_s": {"minilm-cola": 5.0}}},
+                                           stages, committed)
+    assert kept["toy.a"]["models_s"] == {"minilm-cola": 5.0}  # what the record measured stays
+
+
 MODULE = '''"""Module docstring, ≥ one line."""
 import os  # a comment
 
