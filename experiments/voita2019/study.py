@@ -70,7 +70,8 @@ updates (the REPORT's table).
 The fewest-heads and kept-confidence claims again where the encoder's self-attention is needed: the
 synthetic clause language, three seeds of a 3 + 3 × 8 model and of its control without encoder
 self-attention, by rules fixed before any gate run (``experiments.voita2019.synthetic_plan``; the
-rules ``synthetic``, the stages ``synthetic_runs``, full profile only). Its precondition runs on
+rules ``synthetic``, the stages ``synthetic_runs``, the grid extended for a censored seed by
+``synthetic_extension``; full profile only). Its precondition runs on
 the models made so far and names the missing ones with the ``jattn models make`` command; the gate
 runs, each seed's all-gates-open control trained as long and the roles (against the generator's
 gold structure, the detectors validated on planted heads first) spend compute only once the
@@ -91,7 +92,7 @@ from jattn.reproduce import studies
 from experiments.voita2019 import claims as voita_claims
 from experiments.voita2019 import roles as voita_roles
 from experiments.voita2019 import runs as R
-from experiments.voita2019 import synthetic_runs
+from experiments.voita2019 import synthetic_extension
 from experiments.common import MODEL
 from experiments.voita2019.runs import DATA, SETTINGS, lam_name
 
@@ -138,7 +139,7 @@ def stages(profile: Profile) -> list[Stage]:
                             *gate_stages, *michel), params=p,
                      code=("experiments.voita2019.study", "experiments.voita2019.claims",
                            "experiments.voita2019.head_claims")))
-    return out + synthetic_runs.stages(profile)  # the synthetic setting's, once its models are made
+    return out + synthetic_extension.stages(profile)  # the synthetic setting's, once its models are made
 
 
 studies.register('voita', stages,

@@ -1,6 +1,7 @@
 """The Voita claims on the synthetic clause language (``experiments/voita2019/synthetic_plan.py``): its
 decision rules on synthetic numbers (``synthetic``), each case able to fail, and its stages on tiny
-random models (``synthetic_runs``): run when the models are made, said not run when they are not."""
+random models (``synthetic_runs``, with the grid extended for a censored seed by ``synthetic_extension``):
+run when the models are made, said not run when they are not."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from jattn import stats
 from jattn.reproduce import pipeline
 from experiments.voita2019 import synthetic as S
+from experiments.voita2019 import synthetic_extension as X
 from experiments.voita2019 import synthetic_runs as SR
 from experiments.voita2019.synthetic_plan import BLEU_THRESHOLD, CONTROLS, KEPT_SHARE, MODELS
 
@@ -194,13 +196,15 @@ FULL = pipeline.PROFILES["full"]
 
 
 def _tiny_params(monkeypatch) -> None:
-    """A few updates on a tiny corpus, the learning rates high enough that the runs' translations move."""
+    """A few updates on a tiny corpus, the learning rates high enough that the runs' translations move;
+    seed 1's grid extended by one λ."""
     full = SR.params(FULL)
     monkeypatch.setattr(SR, "params", lambda profile: {**full, "lams": [0.05, 0.5], "steps": 3, "max_steps": 4,
                                                         "beams": 1, "max_decode": 16, "max_len": 12,
                                                         "max_tokens": 512, "save_every": 10, "test_sentences": 6,
                                                         "train_pairs": 48, "model_lr": 0.02, "gate_lr": 0.5,
                                                         "min_relation_count": 5})
+    monkeypatch.setattr(X, "EXTENDED", {1: (5.0,)})  # seed 1's grid extended by one λ past the tiny one
 
 
 def _context(tmp_path) -> pipeline.Context:
@@ -211,10 +215,35 @@ def test_the_synthetic_stages_are_the_voita_studys_in_the_full_profile_only():
     from experiments.voita2019 import study as voita
 
     names = [s.name for s in voita.stages(FULL)]
-    want = [s.name for s in SR.stages(FULL)]
+    want = [s.name for s in X.stages(FULL)]
     assert names[-len(want):] == want and want[0] == SR.PRE and want[-1] == SR.CLAIMS
-    assert len(want) == 1 + len(MODELS) * (1 + len(SR.params(FULL)["lams"]) + 1) + 1 == 38
+    first = [s.name for s in SR.stages(FULL)]
+    assert len(first) == 1 + len(MODELS) * (1 + len(SR.params(FULL)["lams"]) + 1) + 1 == 38
+    added = [SR.gate_name(1, lam) for lam in (0.2, 0.5, 1.0)] + [X.control_name(1)]
+    assert want == first[:-1] + added + [SR.CLAIMS]
     assert not [n for n in (s.name for s in voita.stages(pipeline.PROFILES["quick"])) if "synthetic" in n]
+
+
+def test_the_extension_keeps_the_first_pass_and_runs_its_protocol():
+    """Extending seed 1's grid leaves every first-pass stage's key as it was (their records stand);
+    each added gate run is one of the first pass's at another λ (the same function, params, code,
+    model and needs), so it is keyed as the plan's own would be; the claims read every seed's grid."""
+    first, extended = SR.stages(FULL), {s.name: s for s in X.stages(FULL)}
+    before, after = pipeline.keys(first), pipeline.keys(list(extended.values()))
+    assert {n: k for n, k in after.items() if n in before and n != SR.CLAIMS} == {
+        n: k for n, k in before.items() if n != SR.CLAIMS}
+    template = extended[SR.gate_name(1, 0.1)]
+    for lam in (0.2, 0.5, 1.0):
+        added = extended[SR.gate_name(1, lam)]
+        assert added.run.__module__ == template.run.__module__ == SR.__name__
+        assert (added.params, added.code, added.models, added.needs) == (
+            template.params, template.code, template.models, template.needs)
+    control = extended[X.control_name(1)]
+    assert control.needs == (SR.PRE, *(SR.gate_name(1, lam) for lam in (0.2, 0.5, 1.0)))
+    claims = extended[SR.CLAIMS]
+    assert claims.params["extended"] == {"1": [0.2, 0.5, 1.0]} and set(claims.needs) == set(after) - {SR.CLAIMS}
+    assert X.grid(claims.params, 1) == [*SR.params(FULL)["lams"], 0.2, 0.5, 1.0]
+    assert X.grid(claims.params, 0) == X.grid(claims.params, 2) == SR.params(FULL)["lams"]
 
 
 def _judged(records: dict) -> dict:
@@ -238,7 +267,7 @@ def test_unmade_models_spend_no_compute_and_the_claims_name_them(tmp_path, monke
     monkeypatch.setattr(common, "COMMITTED", tmp_path / "no-checkpoints")
     monkeypatch.setattr(SR, "_setup", lambda ctx, seed: pytest.fail("a model was loaded"))
     _tiny_params(monkeypatch)
-    stages, ctx = SR.stages(FULL), _context(tmp_path)
+    stages, ctx = X.stages(FULL), _context(tmp_path)
     records = pipeline.run(stages, ctx, log=lambda m: None)
     assert not ctx.not_run and set(records) == {s.name for s in stages}
     pre = records[SR.PRE]["result"]
@@ -264,10 +293,10 @@ def test_making_a_model_reruns_the_precondition(tmp_path, monkeypatch):
 
     monkeypatch.setenv("JATTN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(common, "COMMITTED", tmp_path / "no-checkpoints")
-    before = pipeline.keys(SR.stages(FULL))
+    before = pipeline.keys(X.stages(FULL))
     (tmp_path / "no-checkpoints" / MODELS[0]).mkdir(parents=True)
     (tmp_path / "no-checkpoints" / MODELS[0] / "DONE").write_text("")
-    after = pipeline.keys(SR.stages(FULL))
+    after = pipeline.keys(X.stages(FULL))
     assert before[SR.PRE] != after[SR.PRE] and before[SR.CLAIMS] != after[SR.CLAIMS]
 
 
@@ -282,7 +311,7 @@ def test_an_unmet_precondition_spends_no_gate_compute(tmp_path, monkeypatch, del
     monkeypatch.setattr(SR, "model_folder", lambda name: tmp_path / name)
     monkeypatch.setattr(SR, "_setup", lambda ctx, seed: pytest.fail("a model was loaded"))
     _tiny_params(monkeypatch)
-    stages, ctx = SR.stages(FULL), _context(tmp_path)
+    stages, ctx = X.stages(FULL), _context(tmp_path)
     records = pipeline.run(stages, ctx, log=lambda m: None)
     assert records[SR.PRE]["result"]["status"] == {"not applicable": "not needed"}.get(status, status)
     assert all("skipped" in records[s.name]["result"] for s in stages[1:-1])
@@ -342,14 +371,14 @@ def test_every_synthetic_stage_on_tiny_models(tmp_path, monkeypatch, seeds):
     monkeypatch.setattr(SR, "corpus", lambda: {"train": (src, tgt), "test": (src[:6], refs)})
     monkeypatch.setattr(pipeline, "release_compiled", lambda: None)
     _tiny_params(monkeypatch)
-    stages, ctx = SR.stages(FULL), _context(tmp_path)
+    stages, ctx = X.stages(FULL), _context(tmp_path)
     records = pipeline.run(stages, ctx, log=lambda m: None)
     assert not ctx.not_run and set(records) == {s.name for s in stages}
     pre = records[SR.PRE]["result"]
     assert pre["status"] == "needed" and pre["deltas"] == [-30.0, -29.0, -31.0][:seeds]
     assert pre["bleu"]["clauses-3x8-s1"] == 91
     result = records[SR.CLAIMS]["result"]
-    assert len(result["runs"]) == 2 * seeds and [len(c) for c in records["voita.synthetic-unpruned-s0"]["result"][
+    assert len(result["runs"]) == 2 * seeds + 1 and [len(c) for c in records["voita.synthetic-unpruned-s0"]["result"][
         "confidence"]] == [4, 4]
     unpruned = records["voita.synthetic-unpruned-s0"]["result"]
     assert np.shape(unpruned["roles"]) == (2, 4) and np.shape(unpruned["previous"]) == (2, 4)
@@ -362,7 +391,7 @@ def test_every_synthetic_stage_on_tiny_models(tmp_path, monkeypatch, seeds):
                                                                                    .sum())
         gated, unpruned = read(gates["translations"]), read(records[f"voita.synthetic-unpruned-s{r['seed']}"][
             "result"]["translations"])
-        control = records[SR.control_name(r["seed"])]["result"]
+        control = records[X.control_name(1) if r["lam"] == 5.0 else SR.control_name(r["seed"])]["result"]
         trained = read(control["translations"][str(r["steps"])])  # the control trained as long as the run
         assert len(gated) == len(unpruned) == len(trained) == 6
         assert r["delta"] == pytest.approx(bleu(gated) - bleu(unpruned), abs=1e-9) and r["ci"][0] <= r["delta"]
@@ -372,7 +401,9 @@ def test_every_synthetic_stage_on_tiny_models(tmp_path, monkeypatch, seeds):
     assert any(r["control_delta"] != 0 for r in result["runs"])  # the control trained: its Δ is not the run's
     for seed in range(seeds):
         control = records[SR.control_name(seed)]["result"]
-        assert control["steps"] == sorted({r["steps"] for r in result["runs"] if r["seed"] == seed})
+        assert control["steps"] == sorted({r["steps"] for r in result["runs"] if r["seed"] == seed and r["lam"] != 5})
+    assert [(r["seed"], r["lam"]) for r in result["runs"] if r["lam"] == 5] == [(1, 5.0)]
+    assert records[X.control_name(1)]["result"]["steps"] == [records[SR.gate_name(1, 5.0)]["result"]["steps"]]
     fewest = [S.fewest_heads([r for r in result["runs"] if r["seed"] == seed]) for seed in range(seeds)]
     judged = _judged(records)
     assert judged[S.PREFIX + "fewest-heads"]["status"] == S.fewest_verdict(fewest, 8, pre).status
@@ -382,7 +413,8 @@ def test_every_synthetic_stage_on_tiny_models(tmp_path, monkeypatch, seeds):
     assert judged[S.PREFIX + "kept-confidence"]["status"] in ("reproduced", "not reproduced", "inconclusive")
     assert judged[S.PREFIX + "precondition"]["value"] == pytest.approx(np.mean(pre["deltas"]))
     assert all(c["provenance"] == S.PROVENANCE for c in judged.values())
-    assert f"| {seeds - 1} | 0.5 |" in result["table"] and "gates vs control" in result["table"]
+    assert f"| {seeds - 1} | 0.5 |" in result["table"] and "| 1 | 5 |" in result["table"]
+    assert "gates vs control" in result["table"]
     assert all(line.endswith(": up to date") for line in pipeline.plan(stages, ctx))
 
 
