@@ -292,12 +292,13 @@ NATURAL = (("context", 256), ("distinct", True), ("eval_every", 100), ("random_s
            ("text", TEXT))
 RECIPES += [
     *seeded("induction-natural-attn-only", "a 2-layer attention-only GPT-2 (8 heads, d 128, context 256) trained on "
-            "English natural text only (no repeated segments)", "about 3 h on 2 CPU cores shared with one other "
-            "training (seed 0: 180 min of training for 3,000 steps, 3.6 s a step); 13 min alone estimated from the "
-            "context-128 recipe's 0.11 s a step x 2.2 for context 256, not measured", kind="language_model", maker=make,
+            "English natural text only (no repeated segments)", "about 45-75 min on 2 AMD EPYC cores shared with one "
+            "other training (seeds 1-4: 44-74 min for 3,000 steps, 0.9-1.5 s a step; seed 0, run behind more jobs, "
+            "180 min)", kind="language_model", maker=make,
             options=(("attention_only", True), *NATURAL), needs=TEXT, seeds=5),
     *seeded("induction-natural-gpt2", "a 2-layer GPT-2 with MLPs (8 heads, d 128, FFN 512, context 256) trained on "
-            "English natural text only (no repeated segments)", "about 15 min alone on 2 CPU cores (estimated: the "
-            "context-128 recipe's 0.14 s a step x 2.1 for context 256)", kind="language_model", maker=make,
+            "English natural text only (no repeated segments)", "about 35-40 min on 2 AMD EPYC cores shared with one "
+            "other training (seeds 1-2: 35 and 36 min for 3,000 steps, 0.7 s a step; seed 0, throttled behind other "
+            "jobs, 147 min)", kind="language_model", maker=make,
             options=NATURAL, needs=TEXT, seeds=5),
 ]
