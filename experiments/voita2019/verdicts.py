@@ -63,6 +63,8 @@ KEPT_SHARE = 0.5  # "most heads can be pruned": at most half of them needed (the
 SUBSETS = 10000  # random same-size subsets: p resolves 1e-4, well below α = .05
 SEED = 0
 FEWEST = "voita-encoder-fewest-heads"
+EXTENSION = ("; seed 1's λ grid extended (synthetic_extension) in 49505c8, after the first pass censored that seed "
+             "and before the extension's runs, as rule 3 prescribes")
 
 
 def _ci(ci) -> str:
@@ -190,6 +192,8 @@ def _kept_confidence(claim: dict, evidence: Evidence) -> Verdict:
 
 def provenance(claim: dict) -> str:
     """When the rule judging ``claim`` was written relative to its records."""
+    if claim["id"] in (synthetic.PREFIX + "fewest-heads", synthetic.PREFIX + "kept-confidence"):
+        return synthetic.PROVENANCE + EXTENSION
     return synthetic.PROVENANCE if claim["id"].startswith(synthetic.PREFIX) else PROVENANCE
 
 
@@ -258,7 +262,8 @@ SYNTHETIC = {"precondition": "the encoder's self-attention is needed (the precon
 _SYNTHETIC = ("a generated clause language where the encoder's self-attention is needed (synthetic_plan.py), 3 + 3 "
               "× 8-head models (d 128) trained here, 3 seeds, each beside the same recipe without encoder "
               "self-attention, instead of Transformer-base on WMT / OpenSubtitles en→ru; gates trained jointly for "
-              "600-3,600 updates at 10 λ from 0.0002 to 0.1, rules fixed before any gate run")
+              "600-3,600 updates at 10 λ from 0.0002 to 0.1 (seed 1's, censored there, extended to 1.0), rules "
+              "fixed before any gate run")
 
 
 def describe(claim: dict) -> dict[str, str]:
