@@ -292,7 +292,7 @@ NATURAL = (("context", 256), ("distinct", True), ("eval_every", 100), ("random_s
            ("text", TEXT))
 RECIPES += [
     *seeded("induction-natural-attn-only", "a 2-layer attention-only GPT-2 (8 heads, d 128, context 256) trained on "
-            "English natural text only (no repeated segments)", "about 45-75 min on 2 AMD EPYC cores shared with one "
+            "English natural text only (no repeated segments)", "about 45-75 min on 2 Intel Xeon cores shared with one "
             "other training (seeds 1-4: 44-74 min for 3,000 steps, 0.9-1.5 s a step; seed 0, run behind more jobs, "
             "180 min)", kind="language_model", maker=make,
             options=(("attention_only", True), *NATURAL), needs=TEXT, seeds=5),
