@@ -52,7 +52,9 @@ def _control_of(ctx: Context, seed: int, lam: float) -> dict:
 def measured(ctx: Context) -> tuple[list[dict], list]:
     """Every gate run of every seed's grid (Δ BLEU vs the seed's unpruned model, the control's Δ at
     as many updates, the run's Δ vs that control: ``synthetic_runs._measured``'s numbers) and each
-    seed's head confidences."""
+    seed's head confidences. It repeats ``_measured``'s loop with each seed's own grid and the
+    control chosen per λ: one function for both would edit ``synthetic_runs``, whose source every
+    first-pass stage's key hashes (37 records, about 5 h of runs)."""
     import numpy as np
 
     runs, confidence = [], []
