@@ -42,6 +42,7 @@ verdict:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from statistics import NormalDist
@@ -197,8 +198,29 @@ def provenance(claim: dict) -> str:
     return synthetic.PROVENANCE if claim["id"].startswith(synthetic.PREFIX) else PROVENANCE
 
 
+def _beside_control(claim: dict, verdict: Verdict) -> Verdict:
+    """Rule 3's verdict with, beside it and not part of it, each seed's run at its fewest count set
+    against the all-gates-open control trained as long (the stage's table): the rule, like the
+    paper, compares with the unpruned model, while the joint training alone changes BLEU too."""
+    said = []
+    for seed in range(claim["seed_count"] if claim["runs"] else 0):
+        runs = [r for r in claim["runs"] if r["seed"] == seed]
+        f = synthetic.fewest_heads(runs)
+        run = next((r for r in runs if r["lam"] == f["lam"]), None)
+        if run is not None:
+            lo, hi = run["vs_control_ci"]
+            said.append(f"seed {seed}: {run['vs_control']:+.2f} [{lo:+.2f}, {hi:+.2f}] "
+                        f"(the control {run['control_delta']:+.2f} vs unpruned)")
+    if not said:
+        return verdict
+    return dataclasses.replace(verdict, reason=f"{verdict.reason}. Beside it, not the rule: Δ BLEU of the run at each "
+                               f"seed's fewest count vs the all-gates-open control trained as long: {'; '.join(said)}")
+
+
 def judge(claim: dict, evidence: Evidence) -> Verdict:
     cid = claim["id"]
+    if cid == synthetic.PREFIX + "fewest-heads":
+        return _beside_control(claim, synthetic.judge(claim))
     if cid.startswith(synthetic.PREFIX):
         return synthetic.judge(claim)
     if cid in (FEWEST, FEWEST + "-long"):
