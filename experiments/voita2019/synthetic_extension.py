@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from jattn.reproduce.pipeline import Context, Profile, Stage
 from experiments.voita2019 import runs as R
 from experiments.voita2019 import synthetic as S
@@ -55,8 +57,6 @@ def measured(ctx: Context) -> tuple[list[dict], list]:
     seed's head confidences. It repeats ``_measured``'s loop with each seed's own grid and the
     control chosen per λ: one function for both would edit ``synthetic_runs``, whose source every
     first-pass stage's key hashes (37 records, about 5 h of runs)."""
-    import numpy as np
-
     runs, confidence = [], []
     for seed in range(len(SR.MODELS)):
         base = ctx.result(f"voita.synthetic-unpruned-s{seed}")
