@@ -438,7 +438,8 @@ def test_the_fewest_verdict_sets_each_seeds_run_beside_the_control_trained_as_lo
     assert v.status == "reproduced" and v.rule == S.fewest_verdict([S.fewest_heads(runs[:3])] * 3, 24, NEEDED).rule
     assert "Beside it, not the rule" in v.reason
     for s in range(3):
-        assert f"seed {s}: {-2.0 - s:+.2f} [{-2.5 - s:+.2f}, {-1.5 - s:+.2f}] (the control +1.50 vs unpruned)" in v.reason
+        interval = f"{-2.0 - s:+.2f} [{-2.5 - s:+.2f}, {-1.5 - s:+.2f}]"
+        assert f"seed {s}: {interval} (the control +1.50 vs unpruned)" in v.reason
 
 
 def test_provenance_is_per_claim():
