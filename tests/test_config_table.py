@@ -122,6 +122,15 @@ def test_any_value_maps_or_is_refused_by_name(row, value):
             pass
 
 
+def test_deberta_width_not_divisible_by_heads_is_refused_by_name():
+    """Without attention_head_size, a width the heads do not divide is a ConfigError naming both keys
+    (it was a KeyError on the absent attention_head_size while the message was formatted)."""
+    with pytest.raises(ConfigError, match=r"hidden_size=1 must be divisible by num_attention_heads"):
+        read("deberta-v2", {**BASES["deberta-v2"], "hidden_size": 1})
+    with pytest.raises(ConfigError, match=r"attention_head_size=3 is not supported"):
+        read("deberta-v2", {**BASES["deberta-v2"], "attention_head_size": 3})
+
+
 # ---- issue #79: configs jattn ran otherwise than Hugging Face -------------------------------------------
 
 

@@ -270,7 +270,8 @@ def encoder_config(hf: dict[str, Any], **scheme) -> EncoderConfig:
     if hf.get("is_decoder") or hf.get("add_cross_attention"):
         raise ConfigError(f"decoder-style {model_type} configs (is_decoder / add_cross_attention) are not supported")
     if hf["hidden_size"] % hf["num_attention_heads"]:
-        raise ConfigError("hidden_size must be divisible by num_attention_heads")
+        raise ConfigError(f"config.json hidden_size={hf['hidden_size']} must be divisible by "
+                          f"num_attention_heads={hf['num_attention_heads']}")
     pruned = None
     if hf.get("pruned_heads"):
         pruned = PrunedHeads.from_removed(hf["pruned_heads"], hf["num_hidden_layers"],

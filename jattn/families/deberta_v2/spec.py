@@ -77,8 +77,8 @@ def config_from_hf(hf: dict):
     if hf.get("embedding_size", hf["hidden_size"]) != hf["hidden_size"]:
         raise ConfigError(f"config.json embedding_size={hf['embedding_size']} != hidden_size={hf['hidden_size']}: "
                           "the projection HF applies before the embedding LayerNorm (embed_proj) is not implemented")
-    if hf.get("attention_head_size", hf["hidden_size"] // hf["num_attention_heads"]) * hf["num_attention_heads"] \
-            != hf["hidden_size"]:
+    head_size = hf.get("attention_head_size")  # absent: hidden_size / num_attention_heads (checked by encoder_config)
+    if head_size is not None and head_size * hf["num_attention_heads"] != hf["hidden_size"]:
         raise ConfigError(f"config.json attention_head_size={hf['attention_head_size']} is not supported: jattn's "
                           "heads have hidden_size / num_attention_heads dimensions. Fix: remove it")
     act = hf["pooler_hidden_act"]
