@@ -234,7 +234,14 @@ def test_eight_devices_hold_the_one_device_values_sharing_each_slice_once(llama_
     assert {slices for *_, slices in rows} == {1, 2}  # replicated leaves and leaves split over the model axis
 
 
-@pytest.mark.parametrize("family", ["llama", "xlm-roberta", "nllb"])
+# The benchmark's timing and reporting are one code path: the default suite runs it on the decoder LM; the
+# encoder and the translation model (each stream-loaded by the analyses test below) with --runslow.
+LOADERS_TWIN = pytest.mark.slow(
+    twin="tests/test_stream_load.py::test_bench_scale_measures_both_loaders_on_a_tiny_checkpoint[llama]")
+
+
+@pytest.mark.parametrize("family", ["llama", pytest.param("xlm-roberta", marks=LOADERS_TWIN),
+                                    pytest.param("nllb", marks=LOADERS_TWIN)])
 def test_bench_scale_measures_both_loaders_on_a_tiny_checkpoint(tmp_path, family):
     """A decoder LM, an encoder and a translation model: HF's loader and jattn's (stream and orbax
     cache) each load the sharded bfloat16 checkpoint and run its first forward, keeping bfloat16."""
