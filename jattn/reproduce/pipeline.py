@@ -27,6 +27,7 @@ import ast
 import dataclasses
 import datetime
 import errno
+import functools
 import hashlib
 import importlib
 import inspect
@@ -100,8 +101,12 @@ def _tree_text(node) -> str:
 
 
 def _source_hash(module_name: str) -> str:
-    module = importlib.import_module(module_name)
-    return hashlib.sha256(code_text(Path(inspect.getfile(module)).read_text()).encode()).hexdigest()
+    return _text_hash(Path(inspect.getfile(importlib.import_module(module_name))).read_text())
+
+
+@functools.lru_cache(maxsize=512)  # by the source itself: a study's stages hash the same modules many times
+def _text_hash(source: str) -> str:
+    return hashlib.sha256(code_text(source).encode()).hexdigest()
 
 
 def stage_key(stage: Stage, needed_keys: dict[str, str]) -> str:
