@@ -235,7 +235,7 @@ def test_eight_devices_hold_the_one_device_values_sharing_each_slice_once(llama_
 
 
 # The benchmark's timing and reporting are one code path: the default suite runs it on the decoder LM; the
-# encoder and the translation model (each stream-loaded by the analyses test below) with --runslow.
+# encoder and the translation model (each loaded by jattn in the analyses test below) with --runslow.
 LOADERS_TWIN = pytest.mark.slow(
     twin="tests/test_stream_load.py::test_bench_scale_measures_both_loaders_on_a_tiny_checkpoint[llama]")
 
