@@ -235,11 +235,22 @@ def serve(folder: Path):
 
 # The small-data runs of the fast tier (≤ 20 s each on 2 cores); the others' small-data runs are
 # slow too: MiniLM's and MPNet's runs over the sample (25-60 s each; the syntax line is their twin),
-# the disabling sweep (75 s on the stand-in and SST-2 dev) and the
-# L0 gates (3 × 300 updates: over 10 minutes even on 40 rows).
-FAST = ("--out out/syntax", "--out out/prune", "--out out/nmt", "--out out/lm", "jattn view ", "jattn data fetch",
+# the disabling sweep (75 s on the stand-in and SST-2 dev), the
+# L0 gates (3 × 300 updates: over 10 minutes even on 40 rows) and the translation model's analyses
+# (22 s, two thirds of it drawing its 60 heatmaps; every line's arguments are parsed by
+# test_every_shell_command_line_is_accepted_by_its_parser, and TWIN runs the same command on a tiny Marian).
+FAST = ("--out out/syntax", "--out out/prune", "--out out/lm", "jattn view ", "jattn data fetch",
         "jattn models fetch ", "jattn models list")
+TWIN = {"--out out/nmt": "tests/test_analyze_cli.py::test_analyze_cli_on_a_translation_model"}
 SMALL = [c for c in COMMANDS if c.startswith("jattn ") and not c.startswith("jattn models make ")]
+
+
+def tier(command: str):
+    """The command in the fast tier, or slow (with its fast twin where TWIN names one)."""
+    if any(f in command for f in FAST):
+        return command
+    twin = next((t for f, t in TWIN.items() if f in command), None)
+    return pytest.param(command, marks=pytest.mark.slow(twin=twin) if twin else pytest.mark.slow)
 
 
 def label(command: str) -> str:
@@ -247,8 +258,7 @@ def label(command: str) -> str:
     return "-".join(words[1:3] if "--out" not in words else [words[1], words[words.index("--out") + 1]])
 
 
-@pytest.mark.parametrize("command", [c if any(f in c for f in FAST) else pytest.param(c, marks=pytest.mark.slow)
-                                     for c in SMALL], ids=map(label, SMALL))
+@pytest.mark.parametrize("command", [tier(c) for c in SMALL], ids=map(label, SMALL))
 def test_readme_command_runs_on_small_data_from_any_folder(command, tmp_path, monkeypatch, data_set):
     """Every `jattn` line but `jattn models make` (hours; slow tier) on the data sets' first rows,
     standing in tmp_path; STAND_INS for models that take long to make or download."""
