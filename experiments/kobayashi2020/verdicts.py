@@ -144,17 +144,22 @@ def _spearman(x, y) -> float:
     return C.STATISTICS["spearman"][1](x, y)
 
 
-def frequency_evidence(rows: list[dict], x: str, y: str, top: int = TOP_TYPES) -> dict:
+BY_TYPE = {"statistic": "spearman", "ci_method": "bootstrap", "cluster": "id"}  # resampling types, not occurrences
+
+
+def frequency_evidence(rows: list[dict], x: str, y: str, top: int = TOP_TYPES, ci: list | None = None) -> dict:
     """ρ over occurrences with its type-cluster interval, ρ without the ``top`` most frequent types
-    (most occurrences in ``rows``; ties by id), and the type-level ρ (mean x per type vs its y)."""
+    (most occurrences in ``rows``; ties by id), and the type-level ρ (mean x per type vs its y).
+    ``ci``: the claim's own interval where its measure is this type-cluster bootstrap over the same
+    rows (recomputed from them by tests/reproduce/test_pipeline.py), so it is not drawn twice."""
     ids = np.asarray([r["id"] for r in rows])
     xs, ys = np.asarray([r[x] for r in rows], float), np.asarray([r[y] for r in rows], float)
     types, where, counts = np.unique(ids, return_inverse=True, return_counts=True)
     frequent = types[np.argsort(-counts, kind="stable")[:top]]
     keep = ~np.isin(ids, frequent)
     mean = lambda v: np.bincount(where, v) / counts  # noqa: E731  (types,)
-    by_type = {"statistic": "spearman", "columns": {"x": x, "y": y}, "ci_method": "bootstrap", "cluster": "id"}
-    return {"rho": _spearman(xs, ys), "ci": C.evaluate(rows, by_type)["ci"], "types": len(types),
+    by_type = {**BY_TYPE, "columns": {"x": x, "y": y}}
+    return {"rho": _spearman(xs, ys), "ci": ci or C.evaluate(rows, by_type)["ci"], "types": len(types),
             "rho_without_top": _spearman(xs[keep], ys[keep]),
             "ci_without_top": C.evaluate([r for r, k in zip(rows, keep) if k], by_type)["ci"],
             "kept": int(keep.sum()), "rho_types": _spearman(mean(xs), mean(ys))}
@@ -162,7 +167,8 @@ def frequency_evidence(rows: list[dict], x: str, y: str, top: int = TOP_TYPES) -
 
 def _frequency(claim: dict, evidence: Evidence) -> Verdict:
     cols = claim["measure"]["columns"]
-    f = frequency_evidence(evidence.rows(claim), cols["x"], cols["y"])
+    own = claim["measure"] == {**BY_TYPE, "columns": cols}
+    f = frequency_evidence(evidence.rows(claim), cols["x"], cols["y"], ci=claim["ci"] if own else None)
     said = (f"ρ = {f['rho']:+.3f}, type-cluster 95 % interval {_ci(f['ci'])} over {f['types']} types; without "
             f"the {TOP_TYPES} most frequent types ρ = {f['rho_without_top']:+.3f} {_ci(f['ci_without_top'])} "
             f"({f['kept']} occurrences); "

@@ -93,8 +93,16 @@ def _sweeps(evidence, claim: dict) -> list[dict]:
 
 def family(evidence, claim: dict, unit: str, *, resamples: int = RESAMPLES) -> Family:
     """The ``Family`` of the claim's model and task (``kovaleva-<model>-<task>-…``), ``unit`` "heads" or
-    "layers", over the seeds the claim's rows name (``Evidence.results``: the sweep records)."""
+    "layers", over the seeds the claim's rows name (``Evidence.results``: the sweep records); computed
+    once per evidence for the claims that share it (``Evidence.derived``)."""
     records = _sweeps(evidence, claim)
+    key = ("kovaleva-maxt", *map(id, records), unit, resamples)  # the same sweep records of this evidence
+    if key not in evidence.derived:
+        evidence.derived[key] = _family(records, unit, resamples)
+    return evidence.derived[key]
+
+
+def _family(records: list[dict], unit: str, resamples: int) -> Family:
     flips = "head_flips" if unit == "heads" else "layer_flips"
     base = np.stack([np.asarray(r["base"]) for r in records])  # (S, n)
     preds = np.stack([D.unflip(b, r[flips]) for b, r in zip(base, records)])  # (S, U, n)

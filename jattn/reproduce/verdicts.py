@@ -243,12 +243,14 @@ def context(reason: str) -> Verdict:
 @dataclasses.dataclass
 class Evidence:
     """What a judge may read: every claim by id, every stage's result by name, and the predictions
-    files (``rows``) under ``root``."""
+    files (``rows``) under ``root``; ``derived``: what a rule computes from them once for several
+    claims (a resampling null that claims of one model and task share), by the rule's own key."""
 
     claims: dict[str, dict]
     results: dict[str, dict]
     root: Path
     _rows: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
+    derived: dict = dataclasses.field(default_factory=dict)
 
     def rows(self, claim: dict) -> list[dict]:
         path = claim["predictions"]
