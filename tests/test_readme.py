@@ -238,7 +238,7 @@ def serve(folder: Path):
 # the disabling sweep (75 s on the stand-in and SST-2 dev), the
 # L0 gates (3 × 300 updates: over 10 minutes even on 40 rows) and the translation model's analyses
 # (22 s, two thirds of it drawing its 60 heatmaps; every line's arguments are parsed by
-# test_every_shell_command_line_is_accepted_by_its_parser, and TWIN runs the same command on a tiny Marian).
+# test_every_shell_command_line_is_accepted_by_its_parser, and TWIN runs the same analyses on a tiny Marian).
 FAST = ("--out out/syntax", "--out out/prune", "--out out/lm", "jattn view ", "jattn data fetch",
         "jattn models fetch ", "jattn models list")
 TWIN = {"--out out/nmt": "tests/test_analyze_cli.py::test_analyze_cli_on_a_translation_model"}
