@@ -455,6 +455,23 @@ def test_mds_refuses_non_finite_distances():
         mds(d)
 
 
+def test_mds_of_all_zero_distances_is_the_fits_result_without_the_fit():
+    """All-zero distances (every head alike; the zero totals ``check_statistic_names`` finalizes before
+    the first batch): the embedding scikit-learn's fit reaches, every head at the origin, returned
+    without its 5 x 1000 steps dividing by the zero total distance."""
+    import warnings
+
+    from sklearn.manifold import MDS
+
+    from jattn.analyses.distance import mds
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        fitted = MDS(n_components=2, metric_mds=True, metric="precomputed", init="random", n_init=5, max_iter=1000,
+                     eps=1e-10, random_state=0).fit_transform(np.zeros((5, 5)))
+    np.testing.assert_array_equal(mds(np.zeros((5, 5))), fitted)
+
+
 def test_a_closed_pipe_ends_quietly(tmp_path):
     """`jattn data list | head`: the reader has gone before the listing is written; exit 0, no error."""
     import sys

@@ -34,7 +34,14 @@ def module_class(config):
 
 
 def abstract(config) -> nnx.State:
-    """Parameter shapes/dtypes and metadata of ``config``'s module, without allocating."""
+    """Parameter shapes/dtypes and metadata of ``config``'s module, without allocating: a copy of
+    ``_abstract``'s (callers fill it in, ``from_arrays``), whose tracing of the module's initialisers
+    happens once per config."""
+    return jax.tree.map(lambda x: x, _abstract(config))
+
+
+@functools.lru_cache(maxsize=32)
+def _abstract(config) -> nnx.State:
     cls = module_class(config)
     return nnx.state(nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0))), nnx.Param)
 

@@ -260,9 +260,10 @@ def run_corpus(model, examples: Iterable, methods: Sequence, *, batch_size: int 
                               batch_size * chunk_batches, skipped, dropped):
         features = {m.name: m.prepare(host) for m in methods}
         arrays = {k: v for k, v in host.arrays().items() if v is not None}
+        arrays, features = jax.device_put(arrays, data), jax.device_put(features, data)
         if totals is None and pending is None:  # the first batch: what needs no run is checked before any
-            check_statistic_names(model, methods, jax.eval_shape(step, params, arrays, features), len(devices))
-        out = step(params, jax.device_put(arrays, data), jax.device_put(features, data))
+            check_statistic_names(model, methods, step.trace(params, arrays, features).out_info, len(devices))
+        out = step(params, arrays, features)
         if pending is not None:  # fetch the previous batch while this one runs
             accumulate(pending)
         pending = (out, host)
@@ -306,9 +307,9 @@ def finalize(model, method, totals: dict, meta: dict) -> dict:
 def check_statistic_names(model, methods, shapes, devices: int) -> None:
     """Two methods that name a statistic alike (a user's ``Method`` and a built-in one) are an
     error before the first batch runs, not after the corpus: each method's ``finalize`` on
-    all-zero totals of the step's output ``shapes`` (``jax.eval_shape``: traced, not run) names
-    its statistics. A ``finalize`` that cannot run on zeros is left to the same check after the
-    corpus."""
+    all-zero totals of the step's output ``shapes`` (the ``out_info`` of the step's trace, which
+    its first call reuses: traced once, not run) names its statistics. A ``finalize`` that cannot
+    run on zeros is left to the same check after the corpus."""
     totals = jax.tree.map(lambda s: np.zeros(s.shape, np.float64), shapes)
     totals.pop("_records", None)
     meta = {"model": model.source, "segments": 0, "tokens": 0, "batch_size": devices, "max_length": 16,

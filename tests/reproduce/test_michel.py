@@ -5,7 +5,9 @@ and the quick profile end to end (slow)."""
 
 from __future__ import annotations
 
+import functools
 import json
+import types
 
 import numpy as np
 import pytest
@@ -145,7 +147,11 @@ def _fake_curve_result(seed: int, n: int, randoms: int, rng) -> dict:
 
 
 @pytest.mark.parametrize("seeds", [(0,), (0, 1, 2)])
-def test_claims_stage_recomputes_from_its_files(tmp_path, seeds):
+def test_claims_stage_recomputes_from_its_files(tmp_path, monkeypatch, seeds):
+    # the curves' per-point intervals on 200 resamples (a Python metric call each): step_deltas at the
+    # library's 10,000 is test_step_deltas_are_paired_bootstrap_differences; the claims keep theirs
+    fewer = functools.partial(stats.paired_bootstrap, b=200)
+    monkeypatch.setattr(mc, "stats", types.SimpleNamespace(paired_bootstrap=fewer))
     rng = np.random.default_rng(7)
     names = [f"michel.curves-m-cola-s{s}" for s in seeds]
     task = michel._tasks()["cola"]
