@@ -103,8 +103,10 @@ def mds(distance: np.ndarray, seed: int = 0) -> np.ndarray:
         raise ValueError(f"the head distances hold {len(bad)} NaN/inf entries, the first between heads "
                          f"{bad[0][0]} and {bad[0][1]} (index l·H + h): the model produced non-finite "
                          "attention. Fix: check the model's weights (jattn.load refuses non-finite ones)")
-    if not distance.any():  # every head alike (all-zero totals: no data yet): every head at the origin, the
-        return np.zeros((len(distance), 2))  # fit's result, reached without its 5 x 1000 steps dividing by 0
+    # All-zero distances (every head alike; the zero totals finalized before a run's first batch): the fit puts
+    # every head at the origin, after 5 x 1000 steps that each divide by the zero total distance
+    if not distance.any():
+        return np.zeros((len(distance), 2))  # (K, 2)
     model = MDS(n_components=2, metric_mds=True, metric="precomputed", init="random", n_init=5,
                 max_iter=1000, eps=1e-10, random_state=seed)
     return model.fit_transform(distance)
