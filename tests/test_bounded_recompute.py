@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -51,7 +52,7 @@ def largest_array(fn, *args) -> int:
     def walk(jaxpr):
         for eqn in jaxpr.eqns:
             yield from (v.aval.size for v in eqn.outvars if hasattr(v.aval, "size"))
-            for sub in jax.core.jaxprs_in_params(eqn.params):
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
                 yield from walk(sub)
 
     return max(walk(jax.make_jaxpr(fn)(*args).jaxpr))
