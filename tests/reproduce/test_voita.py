@@ -262,18 +262,24 @@ COMMITTED = Path(__file__).resolve().parents[2] / "experiments" / "results"
 @pytest.mark.skipif(not (COMMITTED / "stages" / "voita.claims.json").is_file(), reason="no committed Voita records")
 def test_committed_bleu_is_sacrebleu_of_the_committed_translations(data_set):
     """Every committed Voita BLEU, and every Δ against the unpruned model, is sacreBLEU of the
-    committed translation files against the test references as the data set distributes them."""
+    committed translation files against the test references as the data set distributes them.
+    A run remade after ``voita.claims`` (the report marks its claim stale) is not what the claim
+    read: its Δ is checked once the claims are remade, its gates always."""
     refs = (data_set("multi30k") / f"{common.TEST}.en").read_text(encoding="utf-8").splitlines()
-    record = lambda name: json.loads((COMMITTED / "stages" / f"{name}.json").read_text())["result"]  # noqa: E731
+    stage = lambda name: json.loads((COMMITTED / "stages" / f"{name}.json").read_text())  # noqa: E731
     bleu = lambda file: sacrebleu.corpus_bleu(  # noqa: E731
         (COMMITTED.parents[1] / file).read_text(encoding="utf-8").split("\n")[:-1], [refs]).score
-    found = {c["id"]: c for c in record("voita.claims")["claims"]}
-    unpruned = bleu(record("voita.unpruned")["translations"])
-    assert found["voita-unpruned-bleu"]["value"] == pytest.approx(unpruned, abs=1e-9)
+    claims = stage("voita.claims")
+    read = lambda name: not pipeline.remade_needs(claims, {name: stage(name)})  # noqa: E731
+    found = {c["id"]: c for c in claims["result"]["claims"]}
+    unpruned = found["voita-unpruned-bleu"]["value"]  # the BLEU every Δ was taken against
+    if read("voita.unpruned"):
+        assert unpruned == pytest.approx(bleu(stage("voita.unpruned")["result"]["translations"]), abs=1e-9)
     gate_runs = sorted((COMMITTED / "stages").glob("voita.gates-*.json"))
     assert len(gate_runs) >= 10  # two settings x five λ
     for path in gate_runs:
-        run = record(path.stem)
+        run = stage(path.stem)["result"]
         name = f"{run['setting']}-{voita_runs.lam_name(run['lam'])}"
-        assert found[f"voita-{name}"]["value"] == pytest.approx(bleu(run["translations"]) - unpruned, abs=1e-9)
+        if read(path.stem):
+            assert found[f"voita-{name}"]["value"] == pytest.approx(bleu(run["translations"]) - unpruned, abs=1e-9)
         assert run["fractional_gates"] == 0 == sum(0 < g < 1 for g in np.ravel(list(run["gates"].values())))
