@@ -8,6 +8,14 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One OpenMP thread for the PyTorch oracle (and OpenBLAS): the suite's workers already fill the cores, and a
+# parallel region whose second thread waits for a core another worker holds spins until it gets one.
+# tests/test_importance.py (HF float64 gradients) beside two other busy processes on 2 cores, twice each:
+# 59 and 64 s of CPU with PyTorch's default of one thread per core, 38 and 36 s with one; the encoder families'
+# conformance, test_context_mixing and test_patching together: 139 and 115 s with two threads, 94 and 84 s with
+# one (AMD EPYC, 2 cores).
+# Set before PyTorch or numpy loads (a test's subprocesses inherit it); a value set outside is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The suite compiles thousands of small programs (a run with `jax.disable_jit` compiles each primitive
 # on its own), and most of its time is XLA compiling them. Two settings of the CPU backend's code
 # generation make that faster; the programs compute the same operations, and what changes is the
