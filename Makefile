@@ -45,9 +45,9 @@ reproduce-quick: $(VENV)/.setup-reproduce
 	$(BIN)/jattn reproduce --quick --no-progress
 
 # One device check (benchmarks/device_check.py: parity, speed, memory, GEMM rates, then the scale sizes,
-# random bfloat16 Llama 1B and 8B shapes: load, forward to 8,192 tokens, importance; under 8 minutes on one
-# GPU before the scale section, which is not yet timed; --tiny on a CPU). No setup prerequisite: on an
-# accelerator image torch is the image's own.
+# random bfloat16 Llama 1B and 8B shapes: load, forward to 8,192 tokens, importance; 6.3 minutes on one
+# H200 before the scale section, which is not yet timed: --part core and --part scale split it into two
+# calls; --tiny on a CPU). No setup prerequisite: on an accelerator image torch is the image's own.
 device-check:
 	$(BIN)/python benchmarks/device_check.py --out benchmarks/results/device_check.json
 

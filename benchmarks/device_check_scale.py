@@ -102,11 +102,11 @@ def measure(spec: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def section(cache: Path, tiny: bool, torch_device: str) -> list[dict]:
-    """The ``scale`` entries, one per checkpoint: its shape, parameters, bytes, and jattn's and HF's runs."""
+def entries(cache: Path, tiny: bool, torch_device: str):
+    """The ``scale`` entries, one per checkpoint as it finishes: its shape, parameters, bytes, and jattn's and HF's
+    runs."""
     from bench_scale import SHAPES, checkpoint_bytes, make_checkpoint
 
-    entries = []
     for shape, lengths, importance_n in PLAN["tiny" if tiny else "full"]:
         folder = make_checkpoint(shape, cache, "llama")
         config = {k: v for k, v in SHAPES["llama"][shape].items() if k != "shard"}
@@ -117,6 +117,5 @@ def section(cache: Path, tiny: bool, torch_device: str) -> list[dict]:
             cases = [("forward", who, n) for n in lengths]
             cases += [("forward", "jattn-layerwise", n) for n in lengths] if who == "jattn" else []
             runs[who] = measure({**base, "who": who, "cases": cases + [("importance", who, importance_n)]})
-        entries.append({"shape": shape, "parameters": A.parameters("llama", config),
-                        "checkpoint_bytes": checkpoint_bytes(folder), "dtype": "bfloat16", "runs": runs})
-    return entries
+        yield {"shape": shape, "parameters": A.parameters("llama", config),
+               "checkpoint_bytes": checkpoint_bytes(folder), "dtype": "bfloat16", "runs": runs}

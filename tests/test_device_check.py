@@ -1,6 +1,6 @@
-"""benchmarks/device_check.py --tiny: the one-command device check runs on the CPU and writes every
-documented field, its parity within the derived tolerances and its ratios finite and positive
-(timings themselves are never asserted)."""
+"""benchmarks/device_check.py --tiny: the device check's two parts (``--part core``, ``--part scale``; the
+default runs both in turn) run on the CPU and write every documented field, its parity within the derived
+tolerances and its ratios finite and positive (timings themselves are never asserted)."""
 
 from __future__ import annotations
 
@@ -31,21 +31,27 @@ def parity_ok(entries: dict) -> None:
         assert p["ok"] and 0 <= p["max_abs_err"] <= p["tolerance"] and p["terms"] >= 1, (name, p)
 
 
-def test_tiny_device_check_writes_the_documented_json(tmp_path):
+def run_part(tmp_path, part: str) -> dict:
+    """``--tiny --part part``: its JSON as written, the meta and GEMM fields every part has."""
     pytest.importorskip("torch")
     import device_check
 
     out = tmp_path / "device_check.json"
-    r = device_check.main(["--tiny", "--out", str(out)])
+    r = device_check.main(["--tiny", "--part", part, "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(r))
-    assert set(r) == {"meta", "gemm", "encoder", "seq2seq", "lm", "importance", "disable", "patching", "scale", "ok"}
     m = r["meta"]
-    assert m["tiny"] and m["matmul_precision"] == "highest" and set(m["versions"]) == {"jax", "torch", "transformers"}
-    assert set(m["section_seconds"]) == {"gemm", "encoder", "sweeps", "seq2seq", "lm", "scale"}
-    assert positive(m["seconds"])
+    assert m["tiny"] and m["part"] == part and m["matmul_precision"] == "highest"
+    assert set(m["versions"]) == {"jax", "torch", "transformers"} and positive(m["seconds"])
     g = r["gemm"]
     assert all(positive(g[k]) for k in ("jax_fp32_tflops", "torch_fp32_tflops", "jax_fp32_default_precision_tflops"))
     assert {"jax_bf16_tflops", "torch_bf16_tflops"} <= set(g)
+    return r
+
+
+def test_tiny_device_check_core_writes_the_documented_json(tmp_path):
+    r = run_part(tmp_path, "core")
+    assert set(r) == {"meta", "gemm", "encoder", "seq2seq", "lm", "importance", "disable", "patching", "ok"}
+    assert set(r["meta"]["section_seconds"]) == {"gemm", "encoder", "sweeps", "seq2seq", "lm"}
     for name, want in PARITY.items():
         x = r[name]
         assert MODEL <= set(x), name
@@ -71,8 +77,15 @@ def test_tiny_device_check_writes_the_documented_json(tmp_path):
     assert all(positive(p[k]) for k in ("ratio_exact_vs_hooks", "ratio_attribution_vs_hooks",
                                         "attribution_forward_equivalents"))
     parity_ok(p["parity"])
-    scale_ok(r["scale"])
     assert r["ok"] is True
+
+
+def test_tiny_device_check_scale_part(tmp_path):
+    """``--part scale`` (the second call on a GPU): the GEMM rates and the scale entries, no parity to be ok."""
+    r = run_part(tmp_path, "scale")
+    assert set(r) == {"meta", "gemm", "scale", "ok"} and r["ok"] is None
+    assert set(r["meta"]["section_seconds"]) == {"gemm", "scale"}
+    scale_ok(r["scale"])
 
 
 def scale_ok(entries: list) -> None:
