@@ -143,6 +143,7 @@ def make_checkpoint(shape: str, cache: Path, family: str = "llama") -> Path:
 
 
 def _random_model(T, family: str, spec: dict):
+    """HF's randomly initialised float32 model of ``family`` with the shape ``spec`` (on torch's current device)."""
     if family == "llama":
         return T.LlamaForCausalLM(T.LlamaConfig(**spec, max_position_embeddings=8192, tie_word_embeddings=False))
     if family == "xlm-roberta":
