@@ -2,7 +2,8 @@
 checkpoints in bfloat16 (``bench_scale.SHAPES["llama"]``: ``1b`` and ``8b`` on an accelerator, ``tiny``
 with ``--tiny``), each loaded by jattn and by HF on the accelerator, then the forward with attention
 weights at each n (jattn keeping every layer's α, jattn's layerwise ``lm-attention``, HF eager
-``output_attentions``) and head importance over all heads, in bfloat16.
+``output_attentions``), the lean forward (no internals kept: jattn ``internals=None``, HF eager without
+``output_attentions``) at the shorter lengths, and head importance over all heads, in bfloat16.
 
 One fresh process per checkpoint and library (``child``), its cases in order; each case reports its
 seconds (the second call; the first, compiling included, beside it) and the peak device memory so
@@ -59,7 +60,10 @@ def one_case(spec: dict, model, case: str, who: str, n: int) -> dict:
     if who == "hf" and case == "forward" and 1.5 * kept > free_bytes(who):
         return {**row, "not_run": f"needs {1.5 * kept / 2**30:.1f} GiB (every layer's α and one layer's scores), "
                                   f"{free_bytes(who) / 2**30:.1f} GiB free"}
-    call, _ = A.case_calls({**spec, "who": who, "case": case, "n": n, "b": 1}, model, spec["config"])
+    call, lean = A.case_calls({**spec, "who": who, "case": "forward" if case == "lean" else case, "n": n, "b": 1},
+                              model, spec["config"])
+    if case == "lean":
+        call = hf_lean(model, spec["config"], n) if who == "hf" else lean
     times = []
     try:
         for _ in range(2):
@@ -72,6 +76,18 @@ def one_case(spec: dict, model, case: str, who: str, n: int) -> dict:
             raise
         return {**row, "refused": str(e)}
     return {**row, "first_call_seconds": times[0], "seconds": times[1], "device_peak_bytes": device_peak(who)}
+
+
+def hf_lean(model, config: dict, n: int):
+    """HF eager's forward keeping no attention weights, on the ids ``case_calls`` uses."""
+    import torch
+
+    t = A.to_torch(A.tokens("llama", config["vocab_size"], 1, n, seed=0), model.device)
+
+    def call():
+        with torch.no_grad():
+            return float(model(**t)[0].float().sum())
+    return call
 
 
 def child(spec: dict) -> dict:
@@ -116,6 +132,7 @@ def entries(cache: Path, tiny: bool, torch_device: str):
         for who in ("jattn", "hf"):
             cases = [("forward", who, n) for n in lengths]
             cases += [("forward", "jattn-layerwise", n) for n in lengths] if who == "jattn" else []
+            cases += [("lean", who, n) for n in lengths[:2]]
             runs[who] = measure({**base, "who": who, "cases": cases + [("importance", who, importance_n)]})
         yield {"shape": shape, "parameters": A.parameters("llama", config),
                "checkpoint_bytes": checkpoint_bytes(folder), "dtype": "bfloat16", "runs": runs}

@@ -94,7 +94,8 @@ def scale_ok(entries: list) -> None:
     runs = entries[0]["runs"]
     assert set(runs) == {"jattn", "hf"} and all(positive(run["load_seconds"]) for run in runs.values())
     cases = {(c["case"], c["who"], c["n"]) for run in runs.values() for c in run["cases"]}
-    assert cases == {("forward", w, n) for w in ("jattn", "jattn-layerwise", "hf") for n in (16, 32)} | {
-        ("importance", "jattn", 16), ("importance", "hf", 16)}
+    forward = {("forward", w, n) for w in ("jattn", "jattn-layerwise", "hf") for n in (16, 32)}
+    lean = {("lean", w, n) for w in ("jattn", "hf") for n in (16, 32)}
+    assert cases == forward | lean | {("importance", "jattn", 16), ("importance", "hf", 16)}
     assert all(positive(c["seconds"]) and positive(c["first_call_seconds"]) for run in runs.values()
                for c in run["cases"])
