@@ -214,7 +214,8 @@ def sync(device) -> None:
 
 
 def case_calls(spec: dict, model, cfg: dict):
-    """The case's function (one call -> its result as numpy, or None) and, for the bounds, jattn's lean forward."""
+    """The case's function (one call -> its result as numpy, or None) and, for the bounds, jattn's lean forward.
+    jattn's forward and lean forward compute in ``spec["compute_dtype"]`` where it is given (float32 otherwise)."""
     family, who, case, n, b = spec["family"], spec["who"], spec["case"], spec["n"], spec["b"]
     V, D, L, H = cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
     batch = tokens(family, V, b, n, seed=0)
@@ -238,19 +239,22 @@ def case_calls(spec: dict, model, cfg: dict):
         return lambda: hf_patch_loop(model, t, tc, hf_metric(family, D), kinds), None
 
     import jax
+    import jax.numpy as jnp
 
     import jattn
 
     start = getattr(model.config, "decoder_start_token_id", None)
     fwd = {k: v for k, v in decoder_inputs(batch, start).items() if k != "labels"}
-    lean = lambda: jax.block_until_ready(jax.tree.leaves(model.forward(fwd, internals=None)))  # noqa: E731
+    arithmetic = {"compute_dtype": getattr(jnp, spec["compute_dtype"])} if "compute_dtype" in spec else {}
+    lean = lambda: jax.block_until_ready(jax.tree.leaves(model.forward(fwd, internals=None, **arithmetic)))  # noqa: E731
     if who == "jattn-layerwise":
         from jattn.analyses.lm_attention import LMAttention
         from jattn.runner.loop import run_corpus
 
         return lambda: run_corpus(model, batch, [LMAttention()], batch_size=b, max_length=n, progress=False), lean
     if case == "forward":
-        return lambda: jax.block_until_ready(jax.tree.leaves(model.forward(fwd, internals=("weights",)))), lean
+        keep = ("weights",)
+        return lambda: jax.block_until_ready(jax.tree.leaves(model.forward(fwd, internals=keep, **arithmetic))), lean
     if case == "importance":
         loss = encoder_loss(D) if family == "xlm-roberta" else None
         examples = decoder_inputs(batch, start)  # a translation batch: its labels, and the decoder's inputs

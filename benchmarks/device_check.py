@@ -68,10 +68,11 @@ for its results on the device; ratios are baseline seconds / jattn seconds (> 1:
       (jattn.sweeps.patching.agreement), parity {exact_vs_hooks: {…as above}}
   scale (device_check_scale; a list, one entry per random bfloat16 Llama-shaped checkpoint: 1b and 8b,
       --tiny: tiny): shape, parameters, checkpoint_bytes, dtype, runs {jattn, hf}: load_seconds,
-      load_device_peak_bytes, cases [{case (forward | lean | importance), who (jattn | jattn-layerwise | hf),
-      n, then seconds, first_call_seconds, device_peak_bytes; or not_run (HF: the bytes its kept α
-      needs against the free memory) or refused (jattn's own message, before computing)}]
-      (forward at n = 512, 2,048, 8,192; lean at 512 and 2,048; importance over all heads at 1,024)
+      load_device_peak_bytes, cases [{case (forward | lean | importance),
+      who (jattn | jattn-bf16: compute_dtype bfloat16 | jattn-layerwise | hf), n, then seconds,
+      first_call_seconds, device_peak_bytes; or not_run (HF: the bytes its kept α needs against the
+      free memory) or refused (jattn's own message, before computing)}] (forward at n = 512, 2,048,
+      8,192; lean and jattn-bf16 at 512 and 2,048; importance over all heads at 1,024)
   ok: every parity entry's ok (null with --part scale, which checks no parity)
 With ``--part core`` the JSON has no ``scale``; with ``--part scale`` only meta, gemm, scale and ok.
 """

@@ -3,7 +3,11 @@ checkpoints in bfloat16 (``bench_scale.SHAPES["llama"]``: ``1b`` and ``8b`` on a
 with ``--tiny``), each loaded by jattn and by HF on the accelerator, then the forward with attention
 weights at each n (jattn keeping every layer's α, jattn's layerwise ``lm-attention``, HF eager
 ``output_attentions``), the lean forward (no internals kept: jattn ``internals=None``, HF eager without
-``output_attentions``) at the shorter lengths, and head importance over all heads, in bfloat16.
+``output_attentions``) at the shorter lengths, and head importance over all heads, with bfloat16 parameters.
+jattn's arithmetic is float32 by default (``compute_dtype``; TF32 products at JAX's default GPU precision),
+HF's bfloat16: the ``jattn-bf16`` cases run jattn's forward and lean forward with
+``compute_dtype=bfloat16``, the like-with-like comparison (the layerwise forward and importance have
+no such option: float32 arithmetic).
 
 One fresh process per checkpoint and library (``child``), its cases in order; each case reports its
 seconds (the second call; the first, compiling included, beside it) and the peak device memory so
@@ -60,8 +64,9 @@ def one_case(spec: dict, model, case: str, who: str, n: int) -> dict:
     if who == "hf" and case == "forward" and 1.5 * kept > free_bytes(who):
         return {**row, "not_run": f"needs {1.5 * kept / 2**30:.1f} GiB (every layer's α and one layer's scores), "
                                   f"{free_bytes(who) / 2**30:.1f} GiB free"}
-    call, lean = A.case_calls({**spec, "who": who, "case": "forward" if case == "lean" else case, "n": n, "b": 1},
-                              model, spec["config"])
+    arithmetic = {"compute_dtype": "bfloat16"} if who == "jattn-bf16" else {}
+    call, lean = A.case_calls({**spec, **arithmetic, "who": who, "case": "forward" if case == "lean" else case,
+                               "n": n, "b": 1}, model, spec["config"])
     if case == "lean":
         call = hf_lean(model, spec["config"], n) if who == "hf" else lean
     times = []
@@ -133,6 +138,8 @@ def entries(cache: Path, tiny: bool, torch_device: str):
             cases = [("forward", who, n) for n in lengths]
             cases += [("forward", "jattn-layerwise", n) for n in lengths] if who == "jattn" else []
             cases += [("lean", who, n) for n in lengths[:2]]
+            if who == "jattn":
+                cases += [(case, "jattn-bf16", n) for case in ("forward", "lean") for n in lengths[:2]]
             runs[who] = measure({**base, "who": who, "cases": cases + [("importance", who, importance_n)]})
         yield {"shape": shape, "parameters": A.parameters("llama", config),
                "checkpoint_bytes": checkpoint_bytes(folder), "dtype": "bfloat16", "runs": runs}

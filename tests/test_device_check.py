@@ -96,6 +96,7 @@ def scale_ok(entries: list) -> None:
     cases = {(c["case"], c["who"], c["n"]) for run in runs.values() for c in run["cases"]}
     forward = {("forward", w, n) for w in ("jattn", "jattn-layerwise", "hf") for n in (16, 32)}
     lean = {("lean", w, n) for w in ("jattn", "hf") for n in (16, 32)}
-    assert cases == forward | lean | {("importance", "jattn", 16), ("importance", "hf", 16)}
+    bf16 = {(c, "jattn-bf16", n) for c in ("forward", "lean") for n in (16, 32)}
+    assert cases == forward | lean | bf16 | {("importance", "jattn", 16), ("importance", "hf", 16)}
     assert all(positive(c["seconds"]) and positive(c["first_call_seconds"]) for run in runs.values()
                for c in run["cases"])
