@@ -4,8 +4,8 @@
     python benchmarks/device_check.py [--tiny | --full] [--part all|core|scale] [--out PATH]
 
 Budget: the core (every part but scale) took 6.3 minutes on one H200 (its first run; 1.7 of them compiling
-head importance's gradient) and the scale section 2.8 minutes (its 1B and 8B checkpoints made, written and
-loaded in the run); ``--part core`` and ``--part scale`` split the check into two calls that each fit a
+head importance's gradient) and the scale section 4.1 minutes with every case (its 1B and 8B checkpoints made,
+written and loaded in the run); ``--part core`` and ``--part scale`` split the check into two calls that each fit a
 10-minute limit. The JSON is rewritten after each part (and each scale checkpoint), so a
 run stopped at a time limit keeps what finished. ``--tiny`` (the default when ``jax.default_backend() == "cpu"``;
 ``--full`` forces the full shapes there) runs everything on 2-layer, width-32 models and a few
