@@ -214,8 +214,9 @@ def sync(device) -> None:
 
 
 def case_calls(spec: dict, model, cfg: dict):
-    """The case's function (one call -> its result as numpy, or None) and, for the bounds, jattn's lean forward.
-    jattn's forward and lean forward compute in ``spec["compute_dtype"]`` where it is given (float32 otherwise)."""
+    """The case's function (one call -> its result as numpy, or None) and the lean forward (no attention weights
+    kept): jattn's for every case (the bounds), HF's for its forward case (None for its others). jattn's forward
+    and lean forward compute in ``spec["compute_dtype"]`` where it is given (float32 otherwise)."""
     family, who, case, n, b = spec["family"], spec["who"], spec["case"], spec["n"], spec["b"]
     V, D, L, H = cfg["vocab_size"], cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
     batch = tokens(family, V, b, n, seed=0)
@@ -227,11 +228,10 @@ def case_calls(spec: dict, model, cfg: dict):
         start, device = getattr(model.config, "decoder_start_token_id", None), model.device
         t = to_torch({k: v for k, v in decoder_inputs(batch, start).items() if k != "labels"}, device)
         if case == "forward":
-            def call():
+            def forward(**options):
                 with torch.no_grad():
-                    out = model(**t, output_attentions=True)
-                return float(out[0].float().sum())
-            return call, None
+                    return float(model(**t, **options)[0].float().sum())
+            return lambda: forward(output_attentions=True), forward
         if case == "importance":
             return lambda: hf_importance(model, family, batch, L, H), None
         tc = to_torch({k: v for k, v in decoder_inputs(corrupted(batch, V, 2), start).items() if k != "labels"}, device)

@@ -67,8 +67,7 @@ def one_case(spec: dict, model, case: str, who: str, n: int) -> dict:
     arithmetic = {"compute_dtype": "bfloat16"} if who == "jattn-bf16" else {}
     call, lean = A.case_calls({**spec, **arithmetic, "who": who, "case": "forward" if case == "lean" else case,
                                "n": n, "b": 1}, model, spec["config"])
-    if case == "lean":
-        call = hf_lean(model, spec["config"], n) if who == "hf" else lean
+    call = lean if case == "lean" else call
     times = []
     try:
         for _ in range(2):
@@ -81,18 +80,6 @@ def one_case(spec: dict, model, case: str, who: str, n: int) -> dict:
             raise
         return {**row, "refused": str(e)}
     return {**row, "first_call_seconds": times[0], "seconds": times[1], "device_peak_bytes": device_peak(who)}
-
-
-def hf_lean(model, config: dict, n: int):
-    """HF eager's forward keeping no attention weights, on the ids ``case_calls`` uses."""
-    import torch
-
-    t = A.to_torch(A.tokens("llama", config["vocab_size"], 1, n, seed=0), model.device)
-
-    def call():
-        with torch.no_grad():
-            return float(model(**t)[0].float().sum())
-    return call
 
 
 def child(spec: dict) -> dict:
