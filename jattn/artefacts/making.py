@@ -17,6 +17,7 @@ its header says), which is remade.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import struct
@@ -136,10 +137,34 @@ def _record(recipe: Recipe, cache_dir) -> None:
                       "mismatch means the source serves other files than the recipe expects)")
 
 
+_READERS: list[dict] = []  # the open ``reading`` blocks' {name: weights}
+
+
+@contextlib.contextmanager
+def reading():
+    """A block that collects the artefacts ``make`` returns inside it: {name: {weights file:
+    sha256}} (``jattn.io.artefacts.weights``). ``jattn.reproduce`` records them with each stage, so
+    that a model made again since (other weights) makes the stages that read it run again."""
+    read: dict[str, dict[str, str]] = {}
+    _READERS.append(read)
+    try:
+        yield read
+    finally:
+        _READERS.remove(read)
+
+
 def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path:
     """Make artefact ``name`` into ``<cache>/models/<name>/`` unless it is made and its files are as
     made (every file hashed); return its folder. A corrupted one is removed and made again.
     ``log`` receives one line per stage (what, how long, where; ``None``: silent)."""
+    out = _make(name, cache_dir, progress, log)
+    for read in _READERS:
+        if files := folders.weights(out):
+            read[name] = files
+    return out
+
+
+def _make(name: str, cache_dir, progress: bool, log) -> Path:
     say = log or (lambda *_: None)
     recipe = artefacts.recipe(name)
     out, work = folders.folder(name, cache_dir), folders.work_folder(name, cache_dir)

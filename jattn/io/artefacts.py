@@ -97,6 +97,13 @@ def manifest(out: Path) -> dict | None:
         return None
 
 
+def weights(out: Path) -> dict[str, str]:
+    """{file: sha256} of the weights files (``*.safetensors``) that folder ``out``'s manifest
+    records: what tells two makings of one recipe apart (training is not bit-identical across CPU
+    types); {} without a manifest or weights files."""
+    return {f: entry["sha256"] for f, entry in sorted((manifest(out) or {}).items()) if f.endswith(".safetensors")}
+
+
 def record(name: str, cache_dir=None) -> dict:
     """Write ``MANIFEST.json`` into made artefact ``name``'s folder: the size, mtime and sha256 of
     each of its files as they are now; return what it records."""

@@ -4,18 +4,20 @@ A ``Stage`` is one resumable step of a study (fine-tune a classifier, disable ev
 the probe, ...). Its *key* is a hash of everything its result depends on: its parameters (the
 profile's sizes), the sha256 of the data files it reads (from the data manifest), the recipes of
 the artefacts it uses, the code of the modules it names (their syntax trees without docstrings:
-``code_text``), and the keys of the stages it reads.
-``run`` executes stages in order and skips one whose record ``<out>/stages/<name>.json`` holds
-the same key, so that a rerun after a kill continues where it stopped and a stage whose inputs
-and code did not change is not rerun. The claims' statistics (``jattn.reproduce.claims``) are
-not part of the key: each record names the version of that module its claims were computed
-with, and after an edit of it the recorded claims are recomputed from their predictions files
-— the record stands if every number comes out the same (a new statistic, a refactoring), the
-stage reruns if one differs. A stage that takes long checkpoints in its own work folder
-(``Context.work``) and continues from there; its record is written last. A record holds the
-stage's runtime (its runs stopped before it finished included, a kill without warning too:
-``records.Clock``) and the training time of the models it read that were made before it ran
-(``models_s``; a model the stage makes itself is in its runtime): the report counts both.
+``code_text``), and the keys of the stages it reads. A model's key is its recipe, so a record also
+keeps the sha256 of the weights it read (``models_read``): a model made again since (on another CPU
+type fine-tuning is not bit-identical) reruns the stage. ``run`` executes stages in order and
+skips one whose record ``<out>/stages/<name>.json`` holds the same key, so that a rerun after a
+kill continues where it stopped and a stage whose inputs and code did not change is not rerun.
+The claims' statistics (``jattn.reproduce.claims``) are not part of the key: each record names
+the version of that module its claims were computed with, and after an edit of it the recorded
+claims are recomputed from their predictions files — the record stands if every number comes out
+the same (a new statistic, a refactoring), the stage reruns if one differs. A stage that takes
+long checkpoints in its own work folder (``Context.work``) and continues from there; its record
+is written last. A record holds the stage's runtime (its runs stopped before it finished
+included, a kill without warning too: ``records.Clock``) and the training time of the models it
+read that were made before it ran (``models_s``; a model the stage makes itself is in its
+runtime): the report counts both.
 
 Two profiles: ``full`` (the numbers of ``experiments/results/REPORT.md``) and ``quick`` (the same
 stages on small subsets, minutes; CI runs it).
@@ -241,16 +243,19 @@ def _forced(stage: Stage, force: tuple[str, ...]) -> bool:
 def _why_run(stage: Stage, record: dict | None, key: str, force: tuple[str, ...], needs: dict[str, dict | None],
              running: set[str]) -> str | None:
     """Why ``stage`` must run, or None when its ``record`` stands: no record, another key, forced,
-    a stage it reads (``needs``: name -> record) remade after it (``remade_needs``), or one of
-    ``running`` (those that run before it in this pass) among what it reads."""
+    a stage it reads (``needs``: name -> record) remade after it (``records.remade_needs``), a model
+    it read made again since (``records.remade_models``), or one of ``running`` (those that run
+    before it in this pass) among what it reads."""
     if record is None:
         return "no record"
     if record.get("key") != key:
         return "inputs or code changed (or a stage it needs)"
     if _forced(stage, force):
         return "forced"
-    if remade := remade_needs(record, needs):
+    if remade := records.remade_needs(record, needs):
         return f"{remade[0]}, which it reads, was run again"
+    if remade := records.remade_models(record):
+        return f"{remade[0]}, which it reads, was made again since (other weights)"
     if before := [n for n in stage.needs if n in running]:
         return f"{before[0]}, which it reads, runs first"
     return None
@@ -258,14 +263,6 @@ def _why_run(stage: Stage, record: dict | None, key: str, force: tuple[str, ...]
 
 def _claims_code() -> str:  # the code a record's claims are computed by: the claims and their statistics
     return _source_hash("jattn.reproduce.claims") + _source_hash("jattn.reproduce.statistics")
-
-
-def remade_needs(record: dict, needs: dict[str, dict | None]) -> list[str]:
-    """The stages among ``needs`` (name -> record) whose record was written after ``record``: made
-    again since (forced, or in an earlier process of a run that was stopped), so that what the
-    stage read is gone even though every key is the same. (``finished`` is local time to the
-    microsecond; a record of seconds only sorts before any later one of the same second.)"""
-    return [n for n, need in needs.items() if need is not None and need["finished"] > record["finished"]]
 
 
 def plan(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = ()) -> list[str]:
@@ -284,10 +281,10 @@ def plan(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = ()) -> l
 
 
 def stale(stages: list[Stage], out: Path) -> list[str]:
-    """The stages whose record on disk holds another key than today's: computed from other inputs
-    or code (e.g. a stage that did not run because its model is not made keeps its old record)."""
-    return [name for name, key in keys(stages).items()
-            if (record := records.read(out, name)) is not None and record.get("key") != key]
+    """The stages whose record holds another key than today's or read a model made again since: computed
+    from other inputs or code (e.g. a stage that did not run because its model is not made keeps its old record)."""
+    return [name for name, key in keys(stages).items() if (record := records.read(out, name)) is not None
+            and (record.get("key") != key or records.remade_models(record))]
 
 
 DEBUG = "correct the stage (`jattn --debug` shows the traceback)"  # the fix of a stage that raised
@@ -331,6 +328,7 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
     (``ArtefactNotMade``: the message names the command) or a data file not in ``ctx.data_dir``
     does not run, nor do the stages that need it; the others go on, and ``ctx.not_run`` says why
     each did not (``ctx.lacking_data``: those for want of data, named with the fetch command)."""
+    from jattn.artefacts import making
     from jattn.io import artefacts, stops
     from jattn.io.artefacts import ArtefactNotMade
 
@@ -370,7 +368,8 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         # also for a stage that checkpoints elsewhere (a trainer): its killed runs' time counts when it resumes
         clock = records.Clock(ctx.work_root / stage.name / key[:16] / records.SPENT)
         try:
-            result = stage.run(ctx)
+            with making.reading() as read:
+                result = stage.run(ctx)
         except ArtefactNotMade as e:
             ctx.not_run[stage.name] = str(e)
             log(f"    not run: {e}")
@@ -385,7 +384,8 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
         wall, *cpu = spent
         record = {"name": stage.name, "key": key, "needs": list(stage.needs), "profile": ctx.profile.name,
                   "params": stage.params, "runtime_s": round(wall, 1), **({"cpu_s": round(cpu[0], 1)} if cpu else {}),
-                  "models_s": records.models_seconds(made_before), "machine": records.machine(),
+                  "models_s": records.models_seconds(made_before), **({"models_read": read} if read else {}),
+                  "machine": records.machine(),
                   "finished": datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f"),
                   "python": sys.version.split()[0], "claims_code": _claims_code(), "result": result}
         # the record last: a killed stage has none and reruns from its work folder

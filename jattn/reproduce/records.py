@@ -1,6 +1,8 @@
 """The stage records on disk (``<out>/stages/<name>.json``): read, written atomically as JSON, with
-the machine a stage ran on, the time it took (``Clock``) and the training time of the models it read;
-whether a record's claims stand under an edited ``jattn.reproduce.claims`` (``claims_stand``)."""
+the machine a stage ran on, the time it took (``Clock``), the training time and the weights of the
+models it read; whether a record's claims stand under an edited ``jattn.reproduce.claims``
+(``claims_stand``); whether what a record read was made again since (``remade_needs``,
+``remade_models``)."""
 
 from __future__ import annotations
 
@@ -152,6 +154,26 @@ def machine() -> str:
     except OSError:
         pass
     return f"{cpu}, {os.cpu_count()} cores"
+
+
+def remade_needs(record: dict, needs: dict[str, dict | None]) -> list[str]:
+    """The stages among ``needs`` (name -> record) whose record was written after ``record``: made
+    again since (forced, or in an earlier process of a run that was stopped), so that what the
+    stage read is gone even though every key is the same. (``finished`` is local time to the
+    microsecond; a record of seconds only sorts before any later one of the same second.)"""
+    return [n for n, need in needs.items() if need is not None and need["finished"] > record["finished"]]
+
+
+def remade_models(record: dict) -> list[str]:
+    """The models among the record's ``models_read`` ({name: {weights file: sha256}}, the
+    artefacts its stage got from ``jattn.artefacts.making.make``) whose copy in the cache now holds
+    other weights: made again since the stage ran (e.g. on another CPU type, where fine-tuning is
+    not bit-identical), so that the stage's key, which names the model's recipe, is the same but
+    what it read is gone. A model not in the cache cannot tell: the record stands."""
+    from jattn.io import artefacts
+
+    return [name for name, files in record.get("models_read", {}).items()
+            if artefacts.is_made(name) and (now := artefacts.weights(artefacts.folder(name))) and now != files]
 
 
 def models_seconds(names) -> dict[str, float]:

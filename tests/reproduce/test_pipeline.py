@@ -208,6 +208,60 @@ def test_the_training_of_a_committed_model_counts_though_it_is_not_in_the_cache(
     assert kept["toy.a"]["models_s"] == {"minilm-cola": 5.0}  # what the record measured stays
 
 
+def _made_weights(cache: Path, name: str, value: float) -> None:
+    """A made artefact whose weights are one array of ``value``, recorded as ``make`` records it."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    from jattn.io import artefacts
+
+    folder = cache / "models" / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    save_file({"w": np.full(4, value, np.float32)}, str(folder / "model.safetensors"))
+    (folder / "finetune.json").write_text(json.dumps({"train_seconds": 60.0}))
+    (folder / artefacts.DONE).write_text("made\n")
+    artefacts.record(name, cache)
+
+
+def _reads_cola(ctx):
+    from jattn.artefacts import making
+
+    CALLS.append(ctx.stage.name)
+    making.make("minilm-cola", log=None)
+    return {"n": 1}
+
+
+def test_a_stage_whose_model_was_made_again_with_other_weights_runs_again(tmp_path, monkeypatch):
+    """A stage's key names a model by its recipe; fine-tuning again (on another CPU type training is
+    not bit-identical) gives other weights under the same recipe. The record keeps the sha256 of
+    the weights it read, and only other weights rerun it."""
+    import shutil
+
+    from jattn.io import artefacts
+
+    CALLS.clear()
+    cache, quiet = tmp_path / "cache", (lambda *_: None)
+    monkeypatch.setenv("JATTN_CACHE", str(cache))
+    stages = [pipeline.Stage("toy.reads", _reads_cola, models=("minilm-cola",))]
+    _made_weights(cache, "minilm-cola", 1.0)
+    ran = pipeline.run(stages, _ctx(tmp_path), log=quiet)
+    first = artefacts.weights(cache / "models" / "minilm-cola")
+    assert list(first) == ["model.safetensors"] and ran["toy.reads"]["models_read"] == {"minilm-cola": first}
+    _made_weights(cache, "minilm-cola", 1.0)  # made again, the same weights: nothing to rerun
+    assert pipeline.plan(stages, _ctx(tmp_path)) == ["toy.reads: up to date"]
+    _made_weights(cache, "minilm-cola", 2.0)
+    assert pipeline.plan(stages, _ctx(tmp_path)) == [
+        "toy.reads: would run: minilm-cola, which it reads, was made again since (other weights)"]
+    assert pipeline.stale(stages, tmp_path / "out") == ["toy.reads"]  # the report marks its claims stale
+    ran = pipeline.run(stages, _ctx(tmp_path), log=quiet)
+    assert CALLS == ["toy.reads"] * 2 and ran["toy.reads"]["models_read"]["minilm-cola"] != first
+    assert pipeline.stale(stages, tmp_path / "out") == []
+    shutil.rmtree(cache / "models" / "minilm-cola")  # not in the cache: nothing to compare, the record stands
+    assert pipeline.plan(stages, _ctx(tmp_path)) == ["toy.reads: up to date"]
+
+
 MODULE = '''"""Module docstring, ≥ one line."""
 import os  # a comment
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from jattn.reproduce import claims, pipeline
+from jattn.reproduce import claims, pipeline, records
 from experiments import common
 from experiments.voita2019 import claims as voita_claims
 from experiments.voita2019 import runs as voita_runs
@@ -270,7 +270,7 @@ def test_committed_bleu_is_sacrebleu_of_the_committed_translations(data_set):
     bleu = lambda file: sacrebleu.corpus_bleu(  # noqa: E731
         (COMMITTED.parents[1] / file).read_text(encoding="utf-8").split("\n")[:-1], [refs]).score
     claims = stage("voita.claims")
-    read = lambda name: not pipeline.remade_needs(claims, {name: stage(name)})  # noqa: E731
+    read = lambda name: not records.remade_needs(claims, {name: stage(name)})  # noqa: E731
     found = {c["id"]: c for c in claims["result"]["claims"]}
     unpruned = found["voita-unpruned-bleu"]["value"]  # the BLEU every Δ was taken against
     if read("voita.unpruned"):
