@@ -537,6 +537,19 @@ def test_every_committed_result_file_is_read_by_a_record():
     assert not sorted(n for n in named if not (ROOT / n).is_file()), "named by a record, not committed"
 
 
+@pytest.mark.skipif(not COMMITTED.is_file(), reason="no committed experiments/results/reproduce.json")
+def test_committed_records_that_read_one_model_read_the_same_weights():
+    """Records published together describe one copy of each model: two records whose ``models_read``
+    name a model with other weights (one re-made on another CPU type) are a mix the report would
+    present as one model. (Records written before the field existed name none.)"""
+    seen: dict[str, dict[str, dict]] = {}  # model -> {stage: its weights}
+    for record in sorted((ROOT / "experiments" / "results" / "stages").glob("*.json")):
+        for model, files in json.loads(record.read_text()).get("models_read", {}).items():
+            seen.setdefault(model, {})[record.stem] = files
+    mixed = {m: sorted(by) for m, by in seen.items() if len({json.dumps(f, sort_keys=True) for f in by.values()}) > 1}
+    assert not mixed, f"stages that read other weights of one model: {mixed}. Fix: rerun them on one copy"
+
+
 # Every claim's value, interval and baseline as the studies gave them when they moved to
 # experiments/ on the public API: a rerun of `make reproduce` must give them again up to float
 # rounding. A change of a claim is a change of this file, with its reason in the commit.
