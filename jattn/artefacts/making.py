@@ -158,8 +158,8 @@ def make(name: str, *, cache_dir=None, progress: bool = True, log=print) -> Path
     made (every file hashed); return its folder. A corrupted one is removed and made again.
     ``log`` receives one line per stage (what, how long, where; ``None``: silent)."""
     out = _make(name, cache_dir, progress, log)
-    for read in _READERS:
-        if files := folders.weights(out):
+    if _READERS and (files := folders.weights(out)):
+        for read in _READERS:
             read[name] = files
     return out
 

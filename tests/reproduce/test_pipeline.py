@@ -5,6 +5,7 @@ and every committed claim recomputable from its committed predictions."""
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -210,8 +211,6 @@ def test_the_training_of_a_committed_model_counts_though_it_is_not_in_the_cache(
 
 def _made_weights(cache: Path, name: str, value: float) -> None:
     """A made artefact whose weights are one array of ``value``, recorded as ``make`` records it."""
-    import shutil
-
     from safetensors.numpy import save_file
 
     from jattn.io import artefacts
@@ -237,8 +236,6 @@ def test_a_stage_whose_model_was_made_again_with_other_weights_runs_again(tmp_pa
     """A stage's key names a model by its recipe; fine-tuning again (on another CPU type training is
     not bit-identical) gives other weights under the same recipe. The record keeps the sha256 of
     the weights it read, and only other weights rerun it."""
-    import shutil
-
     from jattn.io import artefacts
 
     CALLS.clear()
