@@ -35,7 +35,6 @@ import importlib
 import inspect
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Callable
@@ -177,7 +176,7 @@ class Context:
 
     def work(self) -> Path:
         """This stage's checkpoint folder for its current key: a stage whose inputs or code changed
-        starts afresh rather than resuming from checkpoints made by the old ones. Kept after the
+        (or what it reads: ``records.discard_old_checkpoints``) starts afresh. Kept after the
         record is written: a later stage may read it (the Clark probe reads the syntax stage's
         feature shards)."""
         folder = self.work_root / self.stage.name / self.key[:16]
@@ -361,12 +360,12 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             log(f"[{i + 1}/{len(stages)}] {stage.name}: not run: {ctx.not_run[stage.name]}")
             continue
         log(f"[{i + 1}/{len(stages)}] {stage.name}: running ({why})")
-        ctx.stage, ctx.key = stage, key
-        if _forced(stage, force):  # from the start, not from the checkpoints of its last run
-            shutil.rmtree(ctx.work_root / stage.name / key[:16], ignore_errors=True)
+        ctx.stage, ctx.key, work = stage, key, ctx.work_root / stage.name / key[:16]
+        if afresh := records.discard_old_checkpoints(work, {n: done[n] for n in stage.needs}, _forced(stage, force)):
+            log(f"    {afresh}")
         made_before = [m for m in stage.models if artefacts.is_made(m)]  # their training is not in the runtime
         # also for a stage that checkpoints elsewhere (a trainer): its killed runs' time counts when it resumes
-        clock = records.Clock(ctx.work_root / stage.name / key[:16] / records.SPENT)
+        clock = records.Clock(work / records.SPENT)
         try:
             with making.reading() as read:
                 result = stage.run(ctx)
@@ -378,6 +377,7 @@ def run(stages: list[Stage], ctx: Context, *, force: tuple[str, ...] = (), log=p
             raise _failed(stage, e, describe_failure(e), DEBUG, done, ctx) from e
         finally:  # a stage stopped here resumes from its checkpoints, and this run's time counts then
             spent = clock.stop()
+            records.note_models(work, read)
             release_compiled()
         if not isinstance(result, dict):
             raise _failed(stage, None, f"its run returned {result!r:.40}, not a dict", "return a dict", done, ctx)

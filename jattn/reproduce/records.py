@@ -2,13 +2,15 @@
 the machine a stage ran on, the time it took (``Clock``), the training time and the weights of the
 models it read; whether a record's claims stand under an edited ``jattn.reproduce.claims``
 (``claims_stand``); whether what a record read was made again since (``remade_needs``,
-``remade_models``)."""
+``remade_models``), and whether a stage's checkpoints were computed from what it reads now
+(``discard_old_checkpoints``)."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -134,8 +136,11 @@ class Clock:
 
     def clear(self) -> None:
         """The stage's record holds its time: remove ``file`` (a later run on this key counts from
-        zero), and its folder and the one above (``<work>/<stage>/<key>``) where that leaves them empty."""
+        zero), and its folder and the one above (``<work>/<stage>/<key>``) where that leaves them empty
+        (of all but ``BASIS``: a stage that kept no checkpoints)."""
         self.file.unlink(missing_ok=True)
+        if [p.name for p in self.file.parent.iterdir()] == [BASIS]:
+            (self.file.parent / BASIS).unlink()
         for folder in (self.file.parent, self.file.parent.parent):
             try:
                 folder.rmdir()
@@ -174,6 +179,59 @@ def remade_models(record: dict) -> list[str]:
 
     return [name for name, files in record.get("models_read", {}).items()
             if artefacts.is_made(name) and (now := artefacts.weights(artefacts.folder(name))) and now != files]
+
+
+BASIS = "basis.json"  # in a stage's work folder: what its checkpoints were computed from
+
+
+def discard_old_checkpoints(work: Path, needs: dict[str, dict], forced: bool) -> str | None:
+    """Remove the stage's work folder ``work`` (``<work>/<stage>/<key>``) when it is ``forced`` (it
+    computes everything again, and its record times all of it) or when its checkpoints were computed
+    from other inputs than it reads now; then note what it reads now (``BASIS``). Returns why, for
+    the log, in the second case. The folder is named by the stage's key, which names the stages it
+    reads (``needs``: name -> record) by their keys and its models by their recipes: both stay the
+    same when a need runs again (forced; its model made again on another CPU type, where training is
+    not bit-identical) or a model is made again, and the checkpoints of the old result would then be
+    resumed from. ``BASIS`` holds each need's record's ``finished`` stamp and the sha256 of the
+    weights the stage read (``note_models``); checkpoints without it (a write that failed, a folder
+    of an older jattn) cannot tell, and are discarded too. Only the time of its runs (``SPENT``) is
+    no checkpoint."""
+    stamps = {name: record["finished"] for name, record in needs.items()}
+    basis, why = _basis(work), None
+    if basis is None and work.is_dir() and any(p.name != SPENT for p in work.iterdir()):
+        why = "inputs it did not note"
+    elif basis is not None and (changed := [n for n in stamps if basis.get("needs", {}).get(n) != stamps[n]]):
+        why = f"an earlier result of {changed[0]}"
+    elif basis is not None and (remade := remade_models({"models_read": basis.get("models", {})})):
+        why = f"other weights of {remade[0]} (made again since)"
+    if forced or why:
+        shutil.rmtree(work, ignore_errors=True)
+    _write_basis(work, {"needs": stamps, "models": {} if forced or why else (basis or {}).get("models", {})})
+    return f"its checkpoints in {work} were computed from {why}: discarded, it starts afresh" if why else None
+
+
+def note_models(work: Path, read: dict[str, dict[str, str]]) -> None:
+    """Add the models a stage ``read`` ({name: {weights file: sha256}}) to the ``BASIS`` of its work
+    folder, at the end of each run (a run killed without warning notes none: its needs' stamps stand)."""
+    if read and (basis := _basis(work)) is not None:
+        _write_basis(work, {**basis, "models": {**basis.get("models", {}), **read}})
+
+
+def _basis(work: Path) -> dict | None:
+    try:
+        return json.loads((work / BASIS).read_text())
+    except (OSError, ValueError):  # none, or half a file from a machine stopped mid-write
+        return None
+
+
+def _write_basis(work: Path, basis: dict) -> None:
+    """A write that fails (a full disk) is skipped, as ``Clock`` skips one: checkpoints written
+    without it are discarded by the next run, and the stage's own writes name the disk."""
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        replace_text(work / BASIS, json.dumps(basis, indent=1) + "\n")
+    except OSError:
+        pass
 
 
 def models_seconds(names) -> dict[str, float]:

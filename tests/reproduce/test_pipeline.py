@@ -685,6 +685,86 @@ def test_a_stage_whose_need_was_remade_by_an_earlier_process_runs_again(tmp_path
     assert pipeline.plan(_toy(), _ctx(tmp_path)) == ["toy.count: up to date", "toy.double: up to date"]
 
 
+def _draw(ctx):  # another result each run, as fine-tuning again on another CPU type gives
+    CALLS.append(ctx.stage.name)
+    return {"n": len(CALLS)}
+
+
+def _remembers(ctx):
+    """Checkpoints what it read of its need and finishes from the checkpoint (a Michel curve's
+    importance scores): resumable, and wrong if it resumes from what an earlier need gave."""
+    CALLS.append(ctx.stage.name)
+    mark = ctx.work() / "read"
+    if not mark.exists():
+        mark.write_text(str(ctx.result("toy.draw")["n"]))
+    return {"n": int(mark.read_text())}
+
+
+def test_a_stage_whose_need_was_run_again_does_not_resume_from_checkpoints_of_the_old_result(tmp_path):
+    """Its key (and so its work folder) is the same after the need ran again, forced here or by an
+    earlier process: checkpoints computed from the need's old result are discarded, and named."""
+    CALLS.clear()
+    quiet, said = (lambda *_: None), []
+    stages = [pipeline.Stage("toy.draw", _draw), pipeline.Stage("toy.remembers", _remembers, needs=("toy.draw",))]
+    assert pipeline.run(stages, _ctx(tmp_path), log=quiet)["toy.remembers"]["result"] == {"n": 1}
+    ran = pipeline.run(stages, _ctx(tmp_path), force=("toy.draw",), log=said.append)
+    assert ran["toy.draw"]["result"] == ran["toy.remembers"]["result"] == {"n": 3}
+    assert any("earlier result of toy.draw" in line and "starts afresh" in line for line in said)
+    pipeline.run(stages[:1], _ctx(tmp_path), force=("toy.draw",), log=quiet)  # stopped after the need
+    assert pipeline.run(stages, _ctx(tmp_path), log=quiet)["toy.remembers"]["result"] == {"n": 5}
+    assert CALLS == ["toy.draw", "toy.remembers"] * 3
+
+
+def _remembers_weights(ctx):
+    """Checkpoints a number computed from a model's weights, finishes from the checkpoint."""
+    from safetensors.numpy import load_file
+
+    from jattn.artefacts import making
+
+    CALLS.append(ctx.stage.name)
+    mark = ctx.work() / "read"
+    if not mark.exists():
+        mark.write_text(str(float(load_file(making.make("minilm-cola", log=None) / "model.safetensors")["w"][0])))
+    return {"w": float(mark.read_text())}
+
+
+def test_a_stage_whose_model_was_made_again_does_not_resume_from_checkpoints_of_the_old_weights(tmp_path,
+                                                                                                  monkeypatch):
+    CALLS.clear()
+    cache, quiet = tmp_path / "cache", (lambda *_: None)
+    monkeypatch.setenv("JATTN_CACHE", str(cache))
+    stages = [pipeline.Stage("toy.reads", _remembers_weights, models=("minilm-cola",))]
+    _made_weights(cache, "minilm-cola", 1.0)
+    assert pipeline.run(stages, _ctx(tmp_path), log=quiet)["toy.reads"]["result"] == {"w": 1.0}
+    _made_weights(cache, "minilm-cola", 2.0)
+    assert pipeline.run(stages, _ctx(tmp_path), log=quiet)["toy.reads"]["result"] == {"w": 2.0}
+    assert CALLS == ["toy.reads"] * 2
+
+
+def test_a_resumed_stage_keeps_its_checkpoints_when_what_it_reads_is_the_same(tmp_path):
+    """The basis noted beside the checkpoints does not stop a killed stage from resuming, and a
+    stage that keeps no checkpoints leaves no work folder behind."""
+    CALLS.clear()
+    stages = [*_toy(), pipeline.Stage("toy.flaky", _flaky, needs=("toy.count",))]
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)
+    record = pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)["toy.flaky"]
+    assert record["result"] == {"resumed": "first half done"}
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == ["toy.flaky"]
+
+
+def test_checkpoints_that_do_not_say_what_they_were_computed_from_are_not_resumed_from(tmp_path):
+    CALLS.clear()
+    stages = [pipeline.Stage("toy.flaky", _flaky)]
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)
+    next((tmp_path / "work").rglob(records.BASIS)).unlink()  # a failed write; an older jattn's folder
+    with pytest.raises(KeyboardInterrupt):  # its first half again
+        pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)
+    assert pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)["toy.flaky"]["result"]
+    assert CALLS == ["toy.flaky"] * 3
+
+
 def test_fast_bootstraps_are_the_generic_bootstrap():
     """Every ``claims.FAST_BOOTSTRAP`` entry gives the value and interval ``stats.bootstrap_ci`` gives
     with the statistic recomputed on each resample (BLEU's from summed per-sentence counts, ρ
