@@ -139,7 +139,7 @@ class Clock:
         zero), and its folder and the one above (``<work>/<stage>/<key>``) where that leaves them empty
         (of all but ``BASIS``: a stage that kept no checkpoints)."""
         self.file.unlink(missing_ok=True)
-        if [p.name for p in self.file.parent.iterdir()] == [BASIS]:
+        if self.file.parent.is_dir() and [p.name for p in self.file.parent.iterdir()] == [BASIS]:
             (self.file.parent / BASIS).unlink()
         for folder in (self.file.parent, self.file.parent.parent):
             try:
