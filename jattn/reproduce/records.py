@@ -197,17 +197,22 @@ def discard_old_checkpoints(work: Path, needs: dict[str, dict], forced: bool) ->
     of an older jattn) cannot tell, and are discarded too. Only the time of its runs (``SPENT``) is
     no checkpoint."""
     stamps = {name: record["finished"] for name, record in needs.items()}
-    basis, why = _basis(work), None
-    if basis is None and work.is_dir() and any(p.name != SPENT for p in work.iterdir()):
-        why = "inputs it did not note"
-    elif basis is not None and (changed := [n for n in stamps if basis.get("needs", {}).get(n) != stamps[n]]):
-        why = f"an earlier result of {changed[0]}"
-    elif basis is not None and (remade := remade_models({"models_read": basis.get("models", {})})):
-        why = f"other weights of {remade[0]} (made again since)"
+    basis = _basis(work)
+    why = None if forced else _stale(work, basis, stamps)  # forced: the reason it runs, named already
     if forced or why:
         shutil.rmtree(work, ignore_errors=True)
     _write_basis(work, {"needs": stamps, "models": {} if forced or why else (basis or {}).get("models", {})})
     return f"its checkpoints in {work} were computed from {why}: discarded, it starts afresh" if why else None
+
+
+def _stale(work: Path, basis: dict | None, stamps: dict[str, str]) -> str | None:
+    if basis is None:
+        return "inputs it did not note" if work.is_dir() and any(p.name != SPENT for p in work.iterdir()) else None
+    if changed := [n for n in stamps if basis.get("needs", {}).get(n) != stamps[n]]:
+        return f"an earlier result of {changed[0]}"
+    if remade := remade_models({"models_read": basis.get("models", {})}):
+        return f"other weights of {remade[0]} (made again since)"
+    return None
 
 
 def note_models(work: Path, read: dict[str, dict[str, str]]) -> None:

@@ -612,9 +612,11 @@ def test_a_forced_stage_starts_afresh_rather_than_from_its_finished_checkpoints(
     with pytest.raises(KeyboardInterrupt):
         pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)
     pipeline.run(stages, _ctx(tmp_path), log=lambda *_: None)  # resumed from its checkpoint, finished
+    said = []
     with pytest.raises(KeyboardInterrupt):  # forced: the checkpoint is gone, so it dies at the first half again
-        pipeline.run(stages, _ctx(tmp_path), force=("toy.flaky",), log=lambda *_: None)
+        pipeline.run(stages, _ctx(tmp_path), force=("toy.flaky",), log=said.append)
     assert CALLS == ["toy.flaky"] * 3
+    assert not any("discarded" in line for line in said)  # "forced" says why
 
 
 def test_a_stage_that_checkpoints_outside_its_work_folder_counts_its_killed_runs_time(tmp_path):
